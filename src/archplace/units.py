@@ -1,0 +1,107 @@
+"""Parsing of human-written quantities at the boundary (files, CLI flags).
+
+Inside archplace every quantity is an SI base unit (bytes, seconds, hertz,
+bytes/s).  ``"80 GiB"``, ``"1.2 TB/s"`` and ``"1.05 GHz"`` are parsed here,
+once, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+
+from archplace.errors import ConfigError
+
+_NUMBER_UNIT = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/µ]*)\s*$")
+
+_SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+
+
+def _split(text: str | int | float, what: str) -> tuple[float, str]:
+    if isinstance(text, bool):
+        raise ConfigError(f"{what}: expected a number with a unit, got {text!r}")
+    if isinstance(text, int | float):
+        return float(text), ""
+    match = _NUMBER_UNIT.match(str(text))
+    if not match:
+        raise ConfigError(f"{what}: cannot parse {text!r} as a number with a unit")
+    return float(match.group(1)), match.group(2)
+
+
+def _scale(prefix: str, what: str, text: object, allow_binary: bool) -> float:
+    if allow_binary and prefix in _BIN:
+        return _BIN[prefix]
+    if prefix in _SI:
+        return _SI[prefix]
+    raise ConfigError(f"{what}: unknown unit prefix {prefix!r} in {text!r}")
+
+
+def parse_bytes(text: str | int | float, what: str = "size") -> float:
+    """Parse a byte count: ``"80 GiB"`` -> 85899345920.0, ``"128 MB"`` -> 1.28e8, ``4096`` -> 4096.0.
+
+    Units: B with SI (k, M, G, T) or binary (Ki, Mi, Gi, Ti) prefixes. A bare
+    number is bytes.
+
+    Raises:
+        ConfigError: unparsable text or an unknown unit.
+    """
+    value, unit = _split(text, what)
+    if unit and not unit.endswith("B"):
+        raise ConfigError(f"{what}: expected a byte unit such as 'GiB' or 'MB', got {text!r}")
+    return value * _scale(unit[:-1], what, text, allow_binary=True)
+
+
+def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
+    """Parse a bandwidth in bytes/s: ``"1.2 TB/s"`` -> 1.2e12, ``"600 GB/s"`` -> 6e11.
+
+    A bare number is bytes/s. Bits per second (``"200 Gb/s"``) are converted to bytes.
+
+    Raises:
+        ConfigError: unparsable text or an unknown unit.
+    """
+    value, unit = _split(text, what)
+    if not unit:
+        return value
+    if not unit.endswith("/s"):
+        raise ConfigError(f"{what}: expected a unit per second such as 'TB/s', got {text!r}")
+    base = unit[:-2]
+    if base.endswith("B"):
+        return value * _scale(base[:-1], what, text, allow_binary=True)
+    if base.endswith("b"):
+        return value * _scale(base[:-1], what, text, allow_binary=True) / 8.0
+    raise ConfigError(f"{what}: expected B/s or b/s, got {text!r}")
+
+
+def parse_frequency(text: str | int | float, what: str = "frequency") -> float:
+    """Parse a frequency in hertz: ``"1.05 GHz"`` -> 1.05e9. A bare number is hertz.
+
+    Raises:
+        ConfigError: unparsable text or an unknown unit.
+    """
+    value, unit = _split(text, what)
+    if unit and not unit.endswith("Hz"):
+        raise ConfigError(f"{what}: expected a unit such as 'GHz', got {text!r}")
+    return value * _scale(unit[:-2] if unit else "", what, text, allow_binary=False)
+
+
+def parse_time(text: str | int | float, what: str = "time") -> float:
+    """Parse a duration in seconds: ``"2 us"`` -> 2e-6, ``"1.5 ms"`` -> 1.5e-3. A bare number is seconds.
+
+    Raises:
+        ConfigError: unparsable text or an unknown unit.
+    """
+    value, unit = _split(text, what)
+    factors = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    if unit not in factors:
+        raise ConfigError(f"{what}: expected s, ms, us or ns, got {text!r}")
+    return value * factors[unit]
+
+
+def format_bytes(value_bytes: float) -> str:
+    """Human form of a byte count with binary prefixes, e.g. ``91.2 GiB``."""
+    value = float(value_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024.0 or unit == "TiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{value:.0f} B"
+        value /= 1024.0
+    raise AssertionError("unreachable")

@@ -1,0 +1,144 @@
+"""archplace's own operator graph: what the cost model, scheduler and placement consume.
+
+An :class:`OpGraph` is the DAG of the compute operators of one layer in one
+phase (forward or backward).  Zero-cost view operators of the traced aten graph
+are removed and their producers linked straight to their consumers, so every
+node here costs time on some core.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from archplace.errors import ConfigError
+
+
+class Phase(enum.StrEnum):
+    """Training phase an operator belongs to."""
+
+    FWD = "fwd"
+    BWD = "bwd"
+
+
+class OpKind(enum.StrEnum):
+    """Operator kinds; each maps to one cost-model routine."""
+
+    MATMUL = "matmul"
+    ELEMENTWISE = "elementwise"
+    REDUCTION = "reduction"
+    SOFTMAX = "softmax"
+    NORM = "norm"
+    EMBEDDING = "embedding"
+    COLLECTIVE = "collective"
+
+
+class CoreType(enum.StrEnum):
+    """Core an operator runs on (DESIGN.md, per-layer scheduling)."""
+
+    TENSOR = "tensor"
+    VECTOR = "vector"
+    FUSED = "fused"
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """One compute operator of a layer.
+
+    Attributes:
+        id: index of the operator inside its :class:`OpGraph` (0..n-1, topological order).
+        name: aten node name, e.g. ``mm_3``.
+        target: aten op, e.g. ``aten.mm.default``.
+        kind: cost-model family.
+        phase: forward or backward.
+        batch, m, k, n: for ``MATMUL``, the (batched) GEMM ``[batch, m, k] x [batch, k, n]``;
+            0 for other kinds.
+        elements: number of output elements (for vector ops the work count).
+        flop: floating-point operations (a multiply-add is 2 FLOP).
+        bytes_read, bytes_written: bytes of the operands and results at the traced dtype.
+        preds: ids of the operators of the same graph whose results this one reads.
+    """
+
+    id: int
+    name: str
+    target: str
+    kind: OpKind
+    phase: Phase
+    batch: int
+    m: int
+    k: int
+    n: int
+    elements: int
+    flop: float
+    bytes_read: float
+    bytes_written: float
+    preds: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(p >= self.id or p < 0 for p in self.preds):
+            raise ConfigError(f"operator {self.name}: predecessors {self.preds} must precede id {self.id}")
+
+    @property
+    def core_type(self) -> CoreType:
+        """Matmuls run on tensor cores, everything else on vector cores."""
+        return CoreType.TENSOR if self.kind is OpKind.MATMUL else CoreType.VECTOR
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """Operators of one layer in one phase, in topological order (``ops[i].id == i``)."""
+
+    ops: tuple[Operator, ...]
+    _check: bool = field(default=True, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self._check:
+            for i, op in enumerate(self.ops):
+                if op.id != i:
+                    raise ConfigError(f"operator {op.name} has id {op.id} at position {i}")
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    @property
+    def flop(self) -> float:
+        """Total FLOP of the graph."""
+        return float(sum(op.flop for op in self.ops))
+
+    def matmul_flop(self) -> float:
+        """FLOP of the matmul operators only."""
+        return float(sum(op.flop for op in self.ops if op.kind is OpKind.MATMUL))
+
+    def edges(self) -> Iterable[tuple[int, int]]:
+        """Precedence edges ``(pred, succ)``."""
+        for op in self.ops:
+            for p in op.preds:
+                yield (p, op.id)
+
+    def count_by_kind(self) -> dict[str, int]:
+        """Number of operators per :class:`OpKind` value."""
+        counts: dict[str, int] = {}
+        for op in self.ops:
+            counts[op.kind.value] = counts.get(op.kind.value, 0) + 1
+        return counts
+
+
+def renumber(ops: Sequence[Operator]) -> OpGraph:
+    """Build an :class:`OpGraph` from operators in topological order with arbitrary ids.
+
+    Ids are rewritten to 0..n-1 and predecessor ids translated; predecessors
+    that are not in ``ops`` are dropped (they belong to another layer or phase).
+    """
+    new_id = {op.id: i for i, op in enumerate(ops)}
+    out = []
+    for i, op in enumerate(ops):
+        preds = tuple(sorted({new_id[p] for p in op.preds if p in new_id and new_id[p] < i}))
+        out.append(
+            Operator(
+                id=i, name=op.name, target=op.target, kind=op.kind, phase=op.phase,
+                batch=op.batch, m=op.m, k=op.k, n=op.n, elements=op.elements, flop=op.flop,
+                bytes_read=op.bytes_read, bytes_written=op.bytes_written, preds=preds,
+            )
+        )
+    return OpGraph(tuple(out))

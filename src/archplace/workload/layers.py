@@ -1,0 +1,89 @@
+"""The layer chain: embedding -> L identical blocks -> head + loss.
+
+Blocks repeat, so one traced block's graphs are shared by every block of the
+chain (same objects, no copies).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from archplace.workload.graph import OpGraph
+
+
+class LayerKind(enum.StrEnum):
+    """Role of a layer in the chain."""
+
+    EMBEDDING = "embedding"
+    BLOCK = "block"
+    HEAD = "head"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of the chain, for one micro-batch size and TP width.
+
+    Attributes:
+        name: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
+        kind: layer role.
+        params: number of parameters held by this layer (per device for TP > 1).
+        fwd, bwd: operator graphs of the forward and backward pass.
+        activation_bytes: bytes this layer saves for its backward pass, per
+            micro-batch, without recomputation (forward outputs read by backward
+            operators, excluding parameters and views of them).
+        input_bytes: bytes of the layer's input, per micro-batch (what full
+            recomputation keeps instead of ``activation_bytes``).
+        boundary_bytes: bytes of the tensor passed to the next layer, per micro-batch.
+        working_bytes: peak bytes of any one operator's operands and result (the
+            transient working set of running this layer).
+    """
+
+    name: str
+    kind: LayerKind
+    params: int
+    fwd: OpGraph
+    bwd: OpGraph
+    activation_bytes: float
+    input_bytes: float
+    boundary_bytes: float
+    working_bytes: float
+
+    @property
+    def fwd_flop(self) -> float:
+        """Forward FLOP per micro-batch."""
+        return self.fwd.flop
+
+    @property
+    def bwd_flop(self) -> float:
+        """Backward FLOP per micro-batch."""
+        return self.bwd.flop
+
+
+@dataclass(frozen=True)
+class LayerChain:
+    """A model as a chain of layers for one (micro-batch, sequence length, TP width).
+
+    Attributes:
+        model: model name.
+        micro_batch: samples per micro-batch the graphs were traced for.
+        seq_len: tokens per sample.
+        tp: tensor-parallel width the graphs are sharded for.
+        layers: embedding, blocks, head, in order.
+    """
+
+    model: str
+    micro_batch: int
+    seq_len: int
+    tp: int
+    layers: tuple[Layer, ...]
+
+    @property
+    def params(self) -> int:
+        """Total parameters (per TP rank)."""
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def flop_per_micro_batch(self) -> float:
+        """Forward + backward FLOP of one micro-batch through the whole chain."""
+        return sum(layer.fwd_flop + layer.bwd_flop for layer in self.layers)
