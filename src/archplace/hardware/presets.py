@@ -1,0 +1,192 @@
+"""Hardware presets: YAML files with human units and a source for every number.
+
+A preset file has a top-level ``source`` (one line: where the numbers come from),
+an ``accelerator`` section and an optional ``cluster`` section::
+
+    source: "TPUv4 (Jouppi et al., ISCA 2023)"
+    accelerator:
+      name: tpuv4
+      tensor_cores: {value: 8, source: "2 TensorCores x 4 MXUs"}
+      array_rows: 128
+      array_cols: 128
+      vector_cores: 2
+      vector_lanes: 128
+      buffer: 128 MiB
+      hbm: 32 GiB
+      hbm_bandwidth: 1.2 TB/s
+      clock: 1.05 GHz
+      bytes_per_element: 2
+    cluster:
+      devices_per_node: 4
+      intra_node_bandwidth: 300 GB/s     # per device and direction
+      inter_node_bandwidth: 300 GB/s
+      intra_node_latency: 1 us           # alpha of the alpha-beta model
+      inter_node_latency: 2 us
+      topology: torus3d                  # switched | ring | torus2d | torus3d
+
+Bundled presets live in ``archplace/hardware/presets/*.yaml`` and are found by
+name; any other argument containing a ``/`` or ending in ``.yaml`` is read as a
+path.  Every problem raises one :class:`ConfigError` line naming the file and field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archplace.errors import ConfigError
+from archplace.hardware import _config
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.area import area_mm2
+from archplace.hardware.cluster import Cluster, Topology
+from archplace.units import format_bytes, parse_bandwidth, parse_bytes, parse_frequency, parse_time
+
+_FOLDER = "presets"
+_KIND = "hardware preset"
+_TOP_FIELDS = ("source", "description", "accelerator", "cluster")
+_ACCELERATOR_FIELDS = (
+    "name", "tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
+    "buffer", "hbm", "hbm_bandwidth", "clock", "bytes_per_element",
+)
+_CLUSTER_FIELDS = (
+    "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
+    "intra_node_latency", "inter_node_latency", "topology",
+)
+
+
+def accelerator_preset_names() -> list[str]:
+    """Names of the bundled hardware presets, sorted (e.g. ``["tpuv4"]``)."""
+    return _config.bundled_names(_FOLDER)
+
+
+def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    config = _config.resolve(name_or_path, _FOLDER, _KIND)
+    data = _config.read_mapping(config)
+    _config.check_keys(data, config.label, required=["accelerator"], optional=_TOP_FIELDS)
+    if "source" in data:
+        _config.text_field(data["source"], f"{config.label}: source")
+    return config.label, data
+
+
+def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
+    """Build an :class:`Accelerator` from a preset's ``accelerator`` mapping.
+
+    Args:
+        section: the mapping (fields as in the module docstring).
+        where: prefix for messages, e.g. ``"tpuv4.yaml: accelerator"``.
+
+    Raises:
+        ConfigError: a missing or unknown field, a non-positive or unparsable value.
+    """
+    _config.check_keys(section, where, required=_ACCELERATOR_FIELDS)
+
+    def count(key: str) -> int:
+        return _config.positive_int(section[key], f"{where}.{key}")
+
+    return Accelerator(
+        name=_config.text_field(section["name"], f"{where}.name"),
+        tensor_cores=count("tensor_cores"),
+        array_rows=count("array_rows"),
+        array_cols=count("array_cols"),
+        vector_cores=count("vector_cores"),
+        vector_lanes=count("vector_lanes"),
+        buffer_bytes=_config.quantity(section["buffer"], parse_bytes, f"{where}.buffer"),
+        hbm_bytes=_config.quantity(section["hbm"], parse_bytes, f"{where}.hbm"),
+        hbm_bandwidth_bytes_per_s=_config.quantity(
+            section["hbm_bandwidth"], parse_bandwidth, f"{where}.hbm_bandwidth"
+        ),
+        clock_hz=_config.quantity(section["clock"], parse_frequency, f"{where}.clock"),
+        bytes_per_element=count("bytes_per_element"),
+    )
+
+
+def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster:
+    _config.check_keys(section, where, required=_CLUSTER_FIELDS)
+    per_node = _config.positive_int(section["devices_per_node"], f"{where}.devices_per_node")
+    topology_text = _config.text_field(section["topology"], f"{where}.topology")
+    try:
+        topology = Topology(topology_text)
+    except ValueError:
+        choices = ", ".join(t.value for t in Topology)
+        raise ConfigError(
+            f"{where}.topology: unknown topology {topology_text!r}; choose from: {choices}"
+        ) from None
+    return Cluster(
+        devices=devices,
+        devices_per_node=min(per_node, devices),
+        intra_node_bandwidth_bytes_per_s=_config.quantity(
+            section["intra_node_bandwidth"], parse_bandwidth, f"{where}.intra_node_bandwidth"
+        ),
+        inter_node_bandwidth_bytes_per_s=_config.quantity(
+            section["inter_node_bandwidth"], parse_bandwidth, f"{where}.inter_node_bandwidth"
+        ),
+        intra_node_latency_s=_config.quantity(
+            section["intra_node_latency"], parse_time, f"{where}.intra_node_latency",
+            allow_zero=True,
+        ),
+        inter_node_latency_s=_config.quantity(
+            section["inter_node_latency"], parse_time, f"{where}.inter_node_latency",
+            allow_zero=True,
+        ),
+        topology=topology,
+    )
+
+
+def load_accelerator(name_or_path: str) -> Accelerator:
+    """The accelerator of a bundled preset (by name) or of a preset file (by path).
+
+    Raises:
+        ConfigError: unknown name (``unknown hardware preset 'x'; choose from: tpuv4``),
+            missing file, malformed YAML, missing/unknown/non-positive field, unknown unit.
+    """
+    label, data = _read(name_or_path)
+    section = _config.section(data, "accelerator", label)
+    return parse_accelerator(section, f"{label}: accelerator")
+
+
+def load_cluster(name_or_path: str, devices: int) -> Cluster:
+    """A cluster of ``devices`` accelerators with the links of a preset's ``cluster`` section.
+
+    ``devices_per_node`` is capped at ``devices`` (a cluster smaller than one node).
+
+    Raises:
+        ConfigError: as :func:`load_accelerator`, a preset without a ``cluster`` section,
+            an unknown topology, or a non-positive ``devices``.
+    """
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 0:
+        raise ConfigError(f"devices must be a positive whole number, got {devices!r}")
+    label, data = _read(name_or_path)
+    section = _config.section(data, "cluster", label)
+    return _parse_cluster(section, f"{label}: cluster", devices)
+
+
+def preset_source(name_or_path: str) -> str:
+    """The top-level ``source`` line of a preset ("" when it has none).
+
+    Raises:
+        ConfigError: as :func:`load_accelerator`.
+    """
+    _, data = _read(name_or_path)
+    source, _ = _config.unwrap(data.get("source", ""), "source")
+    return str(source)
+
+
+def preset_summaries() -> list[dict[str, Any]]:
+    """One row per bundled preset, for an ``archplace hardware`` listing.
+
+    Returns:
+        ``[{"name", "peak_tflop_per_s", "hbm_bytes", "hbm", "hbm_bandwidth_bytes_per_s",
+        "area_mm2", "source"}, ...]`` sorted by name; ``hbm`` is human text (``32.0 GiB``).
+    """
+    rows: list[dict[str, Any]] = []
+    for name in accelerator_preset_names():
+        acc = load_accelerator(name)
+        rows.append({
+            "name": name,
+            "peak_tflop_per_s": acc.peak_flop_per_s / 1e12,
+            "hbm_bytes": acc.hbm_bytes,
+            "hbm": format_bytes(acc.hbm_bytes),
+            "hbm_bandwidth_bytes_per_s": acc.hbm_bandwidth_bytes_per_s,
+            "area_mm2": area_mm2(acc),
+            "source": preset_source(name),
+        })
+    return rows

@@ -1,0 +1,181 @@
+"""Model specifications: bundled presets and Hugging Face ``config.json`` files.
+
+A :class:`ModelSpec` is the published configuration of a model (the fields of
+its HF ``config.json``) plus a default sequence length.  No weights are ever
+loaded: the model is only instantiated on the meta device by
+:mod:`archplace.workload.extract`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from archplace.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Family:
+    """How archplace reads one HF ``model_type``.
+
+    Attributes:
+        task: ``causal-lm`` (decoder, next-token loss) or ``masked-lm`` (encoder, MLM loss).
+        layers_field: name of the field holding the number of blocks.
+        context_field: name of the field holding the maximum sequence length.
+    """
+
+    task: str
+    layers_field: str
+    context_field: str
+
+
+FAMILIES: dict[str, Family] = {
+    "gpt2": Family("causal-lm", "n_layer", "n_positions"),
+    "bert": Family("masked-lm", "num_hidden_layers", "max_position_embeddings"),
+    "opt": Family("causal-lm", "num_hidden_layers", "max_position_embeddings"),
+    "llama": Family("causal-lm", "num_hidden_layers", "max_position_embeddings"),
+    "mistral": Family("causal-lm", "num_hidden_layers", "max_position_embeddings"),
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to train.
+
+    Attributes:
+        name: preset name or the config file's stem.
+        config_json: the HF config fields as canonical JSON (sorted keys), hashable.
+        seq_len: default tokens per sample.
+        source: where the hyperparameters come from.
+
+    Raises:
+        ConfigError: unknown ``model_type``, a missing or non-positive layer count or sequence length.
+    """
+
+    name: str
+    config_json: str
+    seq_len: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        model_type = cfg.get("model_type")
+        if model_type not in FAMILIES:
+            raise ConfigError(
+                f"model {self.name!r}: unknown architecture model_type={model_type!r}; "
+                f"supported: {', '.join(sorted(FAMILIES))}"
+            )
+        layers = cfg.get(self.family.layers_field)
+        if not isinstance(layers, int) or layers <= 0:
+            raise ConfigError(
+                f"model {self.name!r}: {self.family.layers_field} must be a positive integer, got {layers!r}"
+            )
+        if self.seq_len <= 0:
+            raise ConfigError(f"model {self.name!r}: sequence length must be positive, got {self.seq_len}")
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The HF config fields (a fresh dict)."""
+        return dict(json.loads(self.config_json))
+
+    @property
+    def model_type(self) -> str:
+        """HF ``model_type``, e.g. ``gpt2``."""
+        return str(self.config["model_type"])
+
+    @property
+    def family(self) -> Family:
+        """Field map of the model's family."""
+        return FAMILIES[self.model_type]
+
+    @property
+    def num_layers(self) -> int:
+        """Number of transformer blocks."""
+        return int(self.config[self.family.layers_field])
+
+    def with_seq_len(self, seq_len: int) -> ModelSpec:
+        """The same model trained at another sequence length.
+
+        Raises:
+            ConfigError: seq_len is not positive or exceeds the model's context length.
+        """
+        context = self.config.get(self.family.context_field)
+        if isinstance(context, int) and seq_len > context:
+            raise ConfigError(
+                f"model {self.name!r}: sequence length {seq_len} exceeds its context length {context}"
+            )
+        return ModelSpec(self.name, self.config_json, seq_len, self.source)
+
+
+def _canonical(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def _presets() -> dict[str, dict[str, Any]]:
+    text = resources.files("archplace.workload").joinpath("presets/models.yaml").read_text()
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+def model_preset_names() -> list[str]:
+    """Names of the bundled model presets."""
+    return sorted(_presets())
+
+
+def model_preset_summaries() -> list[dict[str, Any]]:
+    """One dict per preset: name, model_type, layers, seq_len, source (for ``archplace models``)."""
+    out = []
+    for name in model_preset_names():
+        spec = load_model(name)
+        cfg = spec.config
+        hidden = cfg.get("hidden_size", cfg.get("n_embd"))
+        out.append({"name": name, "model_type": spec.model_type, "layers": spec.num_layers,
+                    "hidden": hidden, "seq_len": spec.seq_len, "source": spec.source})
+    return out
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """Load a bundled preset by name, or an HF ``config.json`` by path.
+
+    Raises:
+        ConfigError: unknown preset (lists the valid ones), missing or malformed
+            file, unknown architecture.
+    """
+    presets = _presets()
+    if name_or_path in presets:
+        entry = presets[name_or_path]
+        return ModelSpec(name_or_path, _canonical(entry["config"]), int(entry["seq_len"]),
+                         str(entry.get("source", "")))
+    path = Path(name_or_path)
+    if path.suffix != ".json" and not path.exists():
+        raise ConfigError(
+            f"unknown model {name_or_path!r}; choose a preset ({', '.join(sorted(presets))}) "
+            "or give the path of a Hugging Face config.json"
+        )
+    if not path.is_file():
+        raise ConfigError(f"model config file not found: {path}")
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object of config fields")
+    spec_type = config.get("model_type")
+    if spec_type not in FAMILIES:
+        raise ConfigError(
+            f"{path}: unknown architecture model_type={spec_type!r}; supported: {', '.join(sorted(FAMILIES))}"
+        )
+    context = config.get(FAMILIES[spec_type].context_field)
+    seq_len = int(context) if isinstance(context, int) and context > 0 else 0
+    if seq_len <= 0:
+        raise ConfigError(
+            f"{path}: {FAMILIES[spec_type].context_field} must be a positive integer, got {context!r}"
+        )
+    return ModelSpec(path.stem if path.stem != "config" else path.parent.name or "config",
+                     _canonical(config), seq_len, str(path))
