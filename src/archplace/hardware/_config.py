@@ -52,7 +52,7 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or os.sep in text or text.endswith((".yaml", ".yml"))
 
 
-def resolve(name_or_path: str, folder: str, kind: str) -> ConfigFile:
+def resolve(name_or_path: str | os.PathLike[str], folder: str, kind: str) -> ConfigFile:
     """Find a bundled file by name, or a user file by path.
 
     Args:
@@ -63,6 +63,8 @@ def resolve(name_or_path: str, folder: str, kind: str) -> ConfigFile:
     Raises:
         ConfigError: an unknown name (listing the known ones) or a missing file.
     """
+    if isinstance(name_or_path, os.PathLike):
+        name_or_path = os.fspath(name_or_path)
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ConfigError(f"{kind}: expected a name or a file path, got {name_or_path!r}")
     names = bundled_names(folder)
@@ -213,17 +215,3 @@ def value_list(raw: Any, where: str) -> list[Any]:
         raise ConfigError(f"{where}: expected a non-empty list of values, got {raw!r}")
     return raw
 
-
-def numbers_with_sources(data: Mapping[str, Any], where: str) -> dict[str, str | None]:
-    """Map every numeric field of a section to its source (``None`` where it has none).
-
-    Used by the tests to check that the bundled presets give a source for every number.
-    """
-    out: dict[str, str | None] = {}
-    for key, raw in data.items():
-        value, source = unwrap(raw, f"{where}.{key}")
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = source
-        elif isinstance(value, str) and value[:1].isdigit():
-            out[key] = source
-    return out

@@ -23,8 +23,8 @@ Sources and calibration:
   DMA and I/O glue) is then the remainder that makes PHAZE's reference design
   -- 8 tensor cores of 128x128, 2 vector cores of 128 lanes, a 128 MiB
   buffer -- come to PHAZE's reported 278.8 mm²:
-  278.8 - 100.93216 (MACs) - 175.36 (SRAM) - 0.78848 (lanes) = 1.71936,
-  rounded to 1.72 mm².  The reference design therefore comes to 278.80064 mm².
+  278.8 - 100.92544 (MACs) - 175.36 (SRAM) - 0.78848 (lanes) = 1.72608,
+  rounded to 1.726 mm².  The reference design therefore comes to 278.79992 mm².
 """
 
 from __future__ import annotations

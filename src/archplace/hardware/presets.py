@@ -31,6 +31,7 @@ path.  Every problem raises one :class:`ConfigError` line naming the file and fi
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from archplace.errors import ConfigError
@@ -58,7 +59,7 @@ def accelerator_preset_names() -> list[str]:
     return _config.bundled_names(_FOLDER)
 
 
-def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
+def _read(name_or_path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
     config = _config.resolve(name_or_path, _FOLDER, _KIND)
     data = _config.read_mapping(config)
     _config.check_keys(data, config.label, required=["accelerator"], optional=_TOP_FIELDS)
@@ -131,7 +132,7 @@ def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster
     )
 
 
-def load_accelerator(name_or_path: str) -> Accelerator:
+def load_accelerator(name_or_path: str | os.PathLike[str]) -> Accelerator:
     """The accelerator of a bundled preset (by name) or of a preset file (by path).
 
     Raises:
@@ -143,7 +144,7 @@ def load_accelerator(name_or_path: str) -> Accelerator:
     return parse_accelerator(section, f"{label}: accelerator")
 
 
-def load_cluster(name_or_path: str, devices: int) -> Cluster:
+def load_cluster(name_or_path: str | os.PathLike[str], devices: int) -> Cluster:
     """A cluster of ``devices`` accelerators with the links of a preset's ``cluster`` section.
 
     ``devices_per_node`` is capped at ``devices`` (a cluster smaller than one node).
@@ -159,7 +160,7 @@ def load_cluster(name_or_path: str, devices: int) -> Cluster:
     return _parse_cluster(section, f"{label}: cluster", devices)
 
 
-def preset_source(name_or_path: str) -> str:
+def preset_source(name_or_path: str | os.PathLike[str]) -> str:
     """The top-level ``source`` line of a preset ("" when it has none).
 
     Raises:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import math
+import numbers
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,9 @@ class LayerCost:
         boundary_bytes: bytes of the output tensor sent to the next layer.
         working_bytes: transient working set of running the layer.
         fwd_flop, bwd_flop: model FLOP of the layer (for MFU; recompute not counted).
+
+    Raises:
+        ConfigError: a negative or non-finite figure, or non-integer ``params``.
     """
 
     name: str
@@ -44,6 +50,28 @@ class LayerCost:
     working_bytes: float
     fwd_flop: float
     bwd_flop: float
+
+    def __post_init__(self) -> None:
+        # NumPy scalars are accepted and stored as Python int / float.
+        try:
+            if isinstance(self.params, bool):
+                raise TypeError
+            params = operator.index(self.params)
+        except TypeError:
+            params = -1
+        if params < 0:
+            raise ConfigError(f"layer {self.name!r}: params must be an integer >= 0, "
+                              f"got {self.params!r}")
+        object.__setattr__(self, "params", params)
+        for name in ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes",
+                     "working_bytes", "fwd_flop", "bwd_flop"):
+            value = getattr(self, name)
+            number = (float(value) if isinstance(value, numbers.Real)
+                      and not isinstance(value, bool) else math.nan)
+            if not (math.isfinite(number) and number >= 0):
+                raise ConfigError(f"layer {self.name!r}: {name} must be a finite number >= 0, "
+                                  f"got {value!r}")
+            object.__setattr__(self, name, number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +113,12 @@ class Plan:
         micro_batch: samples per micro-batch.
         recompute: activation recomputation policy.
         stages: ``(first_layer, last_layer)`` index pairs, inclusive, contiguous, covering the chain.
+
+    Raises:
+        ConfigError: a degree or micro-batch that is not a positive integer, an unknown
+            recompute policy, ``pp != len(stages)``, or stages that do not start at layer 0,
+            are empty or are not contiguous. (Whether the stages cover a given chain and
+            the plan fits a given cluster and batch is checked by ``evaluate_plan``.)
     """
 
     tp: int
@@ -93,6 +127,32 @@ class Plan:
     micro_batch: int
     recompute: Recompute
     stages: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "micro_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"plan: {name} must be a positive integer, got {value!r}")
+        try:
+            object.__setattr__(self, "recompute", Recompute(self.recompute))
+        except ValueError:
+            raise ConfigError(f"plan: unknown recompute policy {self.recompute!r}") from None
+        try:
+            stages = tuple((int(first), int(last)) for first, last in self.stages)
+        except (TypeError, ValueError):
+            raise ConfigError(f"plan: stages must be (first_layer, last_layer) pairs, "
+                              f"got {self.stages!r}") from None
+        object.__setattr__(self, "stages", stages)
+        if len(stages) != self.pp:
+            raise ConfigError(f"plan: pp={self.pp} but {len(stages)} stages are given")
+        expected = 0
+        for j, (first, last) in enumerate(stages):
+            if first != expected:
+                raise ConfigError(f"plan: stage {j} starts at layer {first}, expected {expected} "
+                                  f"(stages must be contiguous from layer 0)")
+            if last < first:
+                raise ConfigError(f"plan: stage {j} is empty (layers {first}..{last})")
+            expected = last + 1
 
     @property
     def devices(self) -> int:

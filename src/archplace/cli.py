@@ -1,0 +1,110 @@
+"""Command-line interface: one thin command per question (see README)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.exceptions import TyperException
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from archplace import api
+from archplace.errors import ArchplaceError
+from archplace.report.tables import hardware_table, models_table, search_table
+from archplace.search.evaluate import DesignResult
+from archplace.search.exhaustive import run_search
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Joint search of accelerator architecture and parallel placement for LLM training.")
+
+
+@app.command()
+def search(
+    model: Annotated[str, typer.Option(help="Model preset or path of an HF config.json.")],
+    devices: Annotated[int, typer.Option(help="Accelerators in the cluster.")],
+    global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per iteration.")],
+    space: Annotated[str, typer.Option(help="Search space: 'tiny' or a space YAML file.")] = "tiny",
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
+    micro_batch: Annotated[list[int] | None, typer.Option(
+        "--micro-batch", help="Micro-batch size to try (repeatable) [1 2 4 8].")] = None,
+    recompute: Annotated[str, typer.Option(help="none | full | both.")] = "both",
+    cluster: Annotated[str | None, typer.Option(
+        help="Hardware preset or YAML whose links form the cluster [the space's base].")] = None,
+    top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,
+    out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+) -> None:
+    """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
+    err = Console(stderr=True)
+    if top <= 0:
+        raise ArchplaceError(f"--top must be positive, got {top}")
+    request = api.search_request(model, space=space, devices=devices, global_batch=global_batch,
+                                 seq_len=seq_len, micro_batches=micro_batch or (1, 2, 4, 8),
+                                 recompute=[recompute], cluster=cluster)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("evaluating designs", total=len(request.designs), rate="")
+
+        def advance(result: DesignResult) -> None:
+            bar.advance(task)
+            elapsed = bar.tasks[0].elapsed or 0.0
+            rate = bar.tasks[0].completed / elapsed if elapsed else 0.0
+            best = result.throughput_samples_per_s
+            bar.update(task, rate=f"{rate:.1f} designs/s, last {best:,.0f} samples/s")
+
+        result = run_search(request, advance)
+    _stdout().print(search_table(result, top))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        err.print(f"wrote {out}")
+    if result.best is None:
+        reason = result.evaluated[0].infeasible_reason if result.evaluated else "no design"
+        raise ArchplaceError(f"no design of the space can train {model}: {reason}")
+
+
+def _stdout() -> Console:
+    """Console for results: wide enough for the tables when stdout is not a terminal."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+@app.command()
+def models() -> None:
+    """List the bundled model presets."""
+    _stdout().print(models_table(api.models()))
+
+
+@app.command()
+def hardware() -> None:
+    """List the bundled hardware presets."""
+    _stdout().print(hardware_table(api.hardware()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input gives one line on stderr and exit status 2, never a traceback."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="archplace", standalone_mode=False)
+    except typer.Abort:
+        sys.stderr.write("archplace: interrupted\n")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except TyperException as exc:  # usage errors: missing option, a value of the wrong type
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        sys.stderr.write(f"archplace: error: {' '.join(message.split())}\n")
+        sys.exit(2)
+    except ArchplaceError as exc:
+        sys.stderr.write(f"archplace: error: {exc}\n")
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""Accelerator search spaces, as data (DESIGN.md, Hardware: the search space).
+
+A space file names a ``base`` preset -- the fields that are not searched (clock,
+HBM bandwidth, data type) come from it -- and lists the values of each searched
+field::
+
+    source: "..."
+    base: tpuv4                 # preset name, or a path (relative to this file)
+    tensor_cores: [2, 4, 8, 16]
+    array_dim: [64, 128, 256]   # square arrays: rows = cols = array_dim
+    vector_cores: [1, 2]
+    buffer: [32 MiB, 64 MiB, 128 MiB]
+    hbm: [32 GiB]
+    area_max_mm2: null          # optional; default: area of the base preset
+    area_min_fraction: 0.3      # optional; default 0.3
+
+As in PHAZE (Wang et al., ICML 2024): the vector lanes of a vector core are tied
+to the array width (``vector_lanes = array_dim``), and a design is kept when
+``area_min_fraction * A_max <= area <= A_max``, where ``A_max`` defaults to the
+area of the base preset (the TPUv4-like chip) and the lower bound is waived for
+designs with a single tensor core.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from archplace.errors import ConfigError
+from archplace.hardware import _config
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.area import area_mm2
+from archplace.hardware.presets import load_accelerator
+from archplace.units import parse_bytes
+
+_FOLDER = "spaces"
+_KIND = "search space"
+_LIST_FIELDS = ("tensor_cores", "array_dim", "vector_cores", "buffer", "hbm")
+_OPTIONAL_FIELDS = ("source", "description", "area_max_mm2", "area_min_fraction")
+
+# Relative slack on the area comparisons, so the base design itself is never lost to rounding.
+_AREA_RTOL = 1e-9
+
+_KIB_BYTES = 2**10
+_MIB_BYTES = 2**20
+_GIB_BYTES = 2**30
+
+
+def _bytes_label(value_bytes: float, units: tuple[tuple[str, int], ...]) -> str:
+    """Exact short label: the largest unit of ``units`` that divides the value, else bytes."""
+    for unit, size in units:
+        if value_bytes >= size and float(value_bytes) % size == 0:
+            return f"{int(value_bytes) // size}{unit}"
+    if float(value_bytes).is_integer():
+        return f"{int(value_bytes)}B"
+    return f"{value_bytes!r}B"
+
+
+def buffer_label(buffer_bytes: float) -> str:
+    """``134217728`` -> ``128MiB`` (MiB, else KiB, else bytes)."""
+    return _bytes_label(buffer_bytes, (("MiB", _MIB_BYTES), ("KiB", _KIB_BYTES)))
+
+
+def hbm_label(hbm_bytes: float) -> str:
+    """``34359738368`` -> ``32GiB`` (GiB, else MiB, else bytes)."""
+    return _bytes_label(hbm_bytes, (("GiB", _GIB_BYTES), ("MiB", _MIB_BYTES)))
+
+
+def design_name(tensor_cores: int, array_dim: int, vector_cores: int,
+                buffer_bytes: float, hbm_bytes: float) -> str:
+    """Readable unique name of a design, e.g. ``tc8-128x128-vc2-buf128MiB-hbm32GiB``."""
+    return (f"tc{tensor_cores}-{array_dim}x{array_dim}-vc{vector_cores}"
+            f"-buf{buffer_label(buffer_bytes)}-hbm{hbm_label(hbm_bytes)}")
+
+
+def _check_values(space: str, field: str, values: tuple[Any, ...], integral: bool) -> None:
+    if not values:
+        raise ConfigError(f"search space '{space}': {field} needs at least one value")
+    for value in values:
+        if integral and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"search space '{space}': {field} values must be whole numbers, "
+                              f"got {value!r}")
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise ConfigError(f"search space '{space}': {field} values must be positive, "
+                              f"got {value!r}")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"search space '{space}': {field} has repeated values {list(values)}")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A set of accelerator designs: the product of the value lists, filtered by area.
+
+    Attributes:
+        name: label of the space (the file stem for files).
+        base: name (or resolved path) of the base preset; its ``cluster`` section gives the
+            default links (``load_cluster(space.base, devices)``).
+        base_accelerator: the base design; the unsearched fields (clock, HBM bandwidth,
+            data type) of every design come from it.
+        tensor_cores: values of ``Accelerator.tensor_cores``.
+        array_dims: values of the (square) array size; rows = cols = lanes = value.
+        vector_cores: values of ``Accelerator.vector_cores``.
+        buffer_bytes: values of the global-buffer capacity, bytes.
+        hbm_bytes: values of the HBM capacity, bytes.
+        area_max_mm2: the area budget ``A_max``; ``None`` means the area of the base design.
+        area_min_fraction: designs below ``area_min_fraction * A_max`` are dropped unless
+            they have one tensor core (PHAZE uses 0.3).
+        source: where the value lists come from.
+
+    Raises:
+        ConfigError: an empty list, a repeated, non-positive or (for counts) non-integer
+            value, a non-positive ``area_max_mm2`` or a fraction outside [0, 1].
+    """
+
+    name: str
+    base: str
+    base_accelerator: Accelerator
+    tensor_cores: tuple[int, ...]
+    array_dims: tuple[int, ...]
+    vector_cores: tuple[int, ...]
+    buffer_bytes: tuple[float, ...]
+    hbm_bytes: tuple[float, ...]
+    area_max_mm2: float | None = None
+    area_min_fraction: float = 0.3
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _check_values(self.name, "tensor_cores", self.tensor_cores, integral=True)
+        _check_values(self.name, "array_dim", self.array_dims, integral=True)
+        _check_values(self.name, "vector_cores", self.vector_cores, integral=True)
+        _check_values(self.name, "buffer", self.buffer_bytes, integral=False)
+        _check_values(self.name, "hbm", self.hbm_bytes, integral=False)
+        if self.area_max_mm2 is not None and not (
+            isinstance(self.area_max_mm2, int | float) and math.isfinite(self.area_max_mm2)
+            and self.area_max_mm2 > 0
+        ):
+            raise ConfigError(f"search space '{self.name}': area_max_mm2 must be positive, "
+                              f"got {self.area_max_mm2!r}")
+        if not (isinstance(self.area_min_fraction, int | float)
+                and 0.0 <= self.area_min_fraction <= 1.0):
+            raise ConfigError(f"search space '{self.name}': area_min_fraction must be in "
+                              f"[0, 1], got {self.area_min_fraction!r}")
+
+    @property
+    def area_budget_mm2(self) -> float:
+        """``A_max`` in mm²: ``area_max_mm2`` if given, else the area of the base design."""
+        if self.area_max_mm2 is not None:
+            return self.area_max_mm2
+        return area_mm2(self.base_accelerator)
+
+    @property
+    def area_floor_mm2(self) -> float:
+        """``area_min_fraction * A_max`` in mm² (waived for one-tensor-core designs)."""
+        return self.area_min_fraction * self.area_budget_mm2
+
+    @property
+    def size_before_area_rule(self) -> int:
+        """Number of value combinations before the area rule."""
+        return (len(self.tensor_cores) * len(self.array_dims) * len(self.vector_cores)
+                * len(self.buffer_bytes) * len(self.hbm_bytes))
+
+    def admits(self, acc: Accelerator) -> bool:
+        """Whether ``acc`` satisfies the area rule of this space."""
+        return _admits(area_mm2(acc), acc.tensor_cores, self.area_budget_mm2, self.area_floor_mm2)
+
+    def designs(self) -> tuple[Accelerator, ...]:
+        """Every design of the space that satisfies the area rule.
+
+        Order: nested loops over tensor_cores, array_dim, vector_cores, buffer, hbm, each
+        in the order of its list (deterministic).  Each design is named by
+        :func:`design_name`; the unsearched fields are those of ``base_accelerator``.
+        """
+        budget, floor = self.area_budget_mm2, self.area_floor_mm2
+        out: list[Accelerator] = []
+        for tc, dim, vc, buf, hbm in itertools.product(
+            self.tensor_cores, self.array_dims, self.vector_cores,
+            self.buffer_bytes, self.hbm_bytes,
+        ):
+            acc = replace(
+                self.base_accelerator, name=design_name(tc, dim, vc, buf, hbm), tensor_cores=tc,
+                array_rows=dim, array_cols=dim, vector_cores=vc, vector_lanes=dim,
+                buffer_bytes=buf, hbm_bytes=hbm,
+            )
+            if _admits(area_mm2(acc), tc, budget, floor):
+                out.append(acc)
+        return tuple(out)
+
+
+def _admits(area: float, tensor_cores: int, budget: float, floor: float) -> bool:
+    if area > budget * (1.0 + _AREA_RTOL):
+        return False
+    return tensor_cores == 1 or area >= floor * (1.0 - _AREA_RTOL)
+
+
+def _plain_number(value: str | int | float, what: str) -> float:
+    if isinstance(value, str):
+        raise ConfigError(f"{what}: expected a bare number (mm²), got {value!r}")
+    return float(value)
+
+
+def space_names() -> list[str]:
+    """Names of the bundled search spaces, sorted (e.g. ``["phaze", "tiny"]``)."""
+    return _config.bundled_names(_FOLDER)
+
+
+def _base_argument(raw: Any, config: _config.ConfigFile) -> str:
+    base = _config.text_field(raw, f"{config.label}: base")
+    if isinstance(config.location, Path) and ("/" in base or base.endswith((".yaml", ".yml"))):
+        path = Path(base)
+        if not path.is_absolute():
+            return str(config.location.parent / path)
+    return base
+
+
+def _int_list(raw: Any, where: str) -> tuple[int, ...]:
+    values = _config.value_list(raw, where)
+    return tuple(_config.positive_int(v, f"{where}[{i}]") for i, v in enumerate(values))
+
+
+def _bytes_list(raw: Any, where: str) -> tuple[float, ...]:
+    values = _config.value_list(raw, where)
+    return tuple(_config.quantity(v, parse_bytes, f"{where}[{i}]") for i, v in enumerate(values))
+
+
+def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
+    """The search space of a bundled name (``tiny``, ``phaze``) or of a YAML file.
+
+    Raises:
+        ConfigError: unknown name (listing the bundled ones), missing file, malformed YAML,
+            a missing/unknown field, a bad value, or a base preset that cannot be loaded.
+    """
+    config = _config.resolve(name_or_path, _FOLDER, _KIND)
+    data = _config.read_mapping(config)
+    label = config.label
+    _config.check_keys(data, label, required=("base", *_LIST_FIELDS), optional=_OPTIONAL_FIELDS)
+    base = _base_argument(data["base"], config)
+    try:
+        base_accelerator = load_accelerator(base)
+    except ConfigError as exc:
+        if str(exc).startswith(label):
+            raise
+        raise ConfigError(f"{label}: base: {exc}") from None
+    area_max = data.get("area_max_mm2")
+    if area_max is not None:
+        area_max = _config.quantity(area_max, _plain_number, f"{label}: area_max_mm2")
+    fraction = data.get("area_min_fraction", 0.3)
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
+        0.0 <= fraction <= 1.0
+    ):
+        raise ConfigError(f"{label}: area_min_fraction: expected a number in [0, 1], "
+                          f"got {fraction!r}")
+    source = _config.text_field(data["source"], f"{label}: source") if "source" in data else ""
+    stem = Path(config.label).stem
+    try:
+        return SearchSpace(
+            name=stem,
+            base=base,
+            base_accelerator=base_accelerator,
+            tensor_cores=_int_list(data["tensor_cores"], f"{label}: tensor_cores"),
+            array_dims=_int_list(data["array_dim"], f"{label}: array_dim"),
+            vector_cores=_int_list(data["vector_cores"], f"{label}: vector_cores"),
+            buffer_bytes=_bytes_list(data["buffer"], f"{label}: buffer"),
+            hbm_bytes=_bytes_list(data["hbm"], f"{label}: hbm"),
+            area_max_mm2=area_max,
+            area_min_fraction=float(fraction),
+            source=source,
+        )
+    except ConfigError as exc:
+        if str(exc).startswith(label):
+            raise
+        raise ConfigError(f"{label}: {exc}") from None

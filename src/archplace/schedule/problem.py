@@ -1,0 +1,143 @@
+"""The per-layer scheduling problem (DESIGN.md, Per-layer scheduling).
+
+A layer's forward or backward graph becomes a DAG of :class:`SchedOp`: each op
+runs either on ONE core of its type for ``single_s`` seconds, or on ALL cores of
+its type for ``all_s`` seconds -- and while an op runs on all cores, nothing
+else runs on the chip (PHAZE, ICML 2024).  The goal is the shortest makespan.
+
+At this fidelity every op runs on tensor cores (matmuls) or vector cores (all
+else); fused operators (:attr:`CoreType.FUSED`) are rejected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from archplace.cost.model import CostModel
+from archplace.errors import ConfigError
+from archplace.hardware.accelerator import Accelerator
+from archplace.workload.graph import CoreType, OpGraph
+
+SUPPORTED_CORE_TYPES = (CoreType.TENSOR, CoreType.VECTOR)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedOp:
+    """One operator to schedule.
+
+    Attributes:
+        id: position in :attr:`ScheduleProblem.ops` (0..n-1).
+        core_type: TENSOR or VECTOR.
+        single_s: latency on one core of its type, seconds.
+        all_s: latency on all cores of its type at once, seconds.
+        preds: ids of the ops that must end before this one starts (all smaller than ``id``).
+
+    Raises:
+        ConfigError: a negative or non-finite latency, an unsupported core type, or
+            predecessors that are repeated or do not precede ``id``.
+    """
+
+    id: int
+    core_type: CoreType
+    single_s: float
+    all_s: float
+    preds: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.core_type not in SUPPORTED_CORE_TYPES:
+            raise ConfigError(f"op {self.id}: core type {self.core_type!r} is not supported "
+                              "by the scheduler (tensor or vector only)")
+        for name in ("single_s", "all_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"op {self.id}: {name} must be finite and >= 0, got {value!r}")
+        if len(set(self.preds)) != len(self.preds):
+            raise ConfigError(f"op {self.id}: repeated predecessors {self.preds}")
+        if any(not 0 <= p < self.id for p in self.preds):
+            raise ConfigError(f"op {self.id}: predecessors {self.preds} must be in [0, {self.id})")
+
+    @property
+    def min_s(self) -> float:
+        """The shorter of the two latencies: no schedule runs this op in less."""
+        return min(self.single_s, self.all_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleProblem:
+    """Ops of one layer in topological order, and the chip's core counts.
+
+    Attributes:
+        ops: ``ops[i].id == i``; predecessors precede their successors.
+        tensor_cores: number of tensor cores (>= 1).
+        vector_cores: number of vector cores (>= 1).
+
+    Raises:
+        ConfigError: ids out of order, or a core count below 1.
+    """
+
+    ops: tuple[SchedOp, ...]
+    tensor_cores: int
+    vector_cores: int
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_cores", "vector_cores"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"schedule problem: {name} must be a whole number >= 1, "
+                                  f"got {value!r}")
+        for i, op in enumerate(self.ops):
+            if op.id != i:
+                raise ConfigError(f"schedule problem: op with id {op.id} at position {i}")
+
+    def cores(self, core_type: CoreType) -> int:
+        """Number of cores of ``core_type``."""
+        return self.tensor_cores if core_type is CoreType.TENSOR else self.vector_cores
+
+    @classmethod
+    def from_graph(cls, graph: OpGraph, acc: Accelerator, cost: CostModel) -> ScheduleProblem:
+        """The problem of scheduling ``graph`` on ``acc`` with latencies from ``cost``.
+
+        Raises:
+            ConfigError: an operator with an unsupported core type.
+        """
+        ops = []
+        for op in graph.ops:
+            latency = cost.latency(op, acc)
+            ops.append(SchedOp(op.id, op.core_type, latency.single_core_s, latency.all_cores_s,
+                               tuple(sorted(set(op.preds)))))
+        return cls(tuple(ops), acc.tensor_cores, acc.vector_cores)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form: ``{"tensor_cores", "vector_cores", "ops": [{"id", "core_type",
+        "single_s", "all_s", "preds"}, ...]}``."""
+        return {
+            "tensor_cores": self.tensor_cores,
+            "vector_cores": self.vector_cores,
+            "ops": [
+                {"id": op.id, "core_type": op.core_type.value, "single_s": op.single_s,
+                 "all_s": op.all_s, "preds": list(op.preds)}
+                for op in self.ops
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ScheduleProblem:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ConfigError: a missing key, a wrong type or an invalid value.
+        """
+        try:
+            ops = tuple(
+                SchedOp(int(d["id"]), CoreType(d["core_type"]), float(d["single_s"]),
+                        float(d["all_s"]), tuple(int(p) for p in d["preds"]))
+                for d in data["ops"]
+            )
+            return cls(ops, data["tensor_cores"], data["vector_cores"])
+        except ConfigError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"schedule problem: malformed data ({type(exc).__name__}: {exc})") \
+                from None

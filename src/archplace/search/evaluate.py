@@ -1,0 +1,137 @@
+"""Evaluate one accelerator design: costs -> layer schedules -> placement, best plan.
+
+Everything that does not depend on the design (the extracted layer chains) is
+computed once by the caller and passed in; layer schedules depend on the core
+configuration and the micro-batch but not on HBM size or recompute, so each
+distinct layer graph is scheduled once per (design, micro-batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from archplace.cost.model import CostModel
+from archplace.errors import InfeasibleError
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.area import area_mm2
+from archplace.hardware.cluster import Cluster
+from archplace.placement.plan import LayerCost, PlanResult, Recompute, TrainingSetup
+from archplace.placement.solver import optimal_plan
+from archplace.schedule.list_scheduler import list_schedule
+from archplace.schedule.problem import ScheduleProblem
+from archplace.workload.graph import OpGraph
+from archplace.workload.layers import LayerChain
+
+
+def graph_makespan_s(graph: OpGraph, acc: Accelerator, cost: CostModel) -> float:
+    """Makespan of one layer graph on ``acc`` by the critical-path list scheduler, in seconds."""
+    if not graph.ops:
+        return 0.0
+    return list_schedule(ScheduleProblem.from_graph(graph, acc, cost)).makespan_s
+
+
+def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel) -> list[LayerCost]:
+    """Per-layer costs of ``chain`` on ``acc`` (one entry per layer, in chain order).
+
+    Layers sharing a graph object (the repeated blocks) are scheduled once.
+    """
+    makespans: dict[int, float] = {}
+
+    def makespan(graph: OpGraph) -> float:
+        key = id(graph)
+        if key not in makespans:
+            makespans[key] = graph_makespan_s(graph, acc, cost)
+        return makespans[key]
+
+    return [
+        LayerCost(
+            name=layer.name, fwd_s=makespan(layer.fwd), bwd_s=makespan(layer.bwd), params=layer.params,
+            activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
+            boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
+            fwd_flop=layer.fwd_flop, bwd_flop=layer.bwd_flop,
+        )
+        for layer in chain.layers
+    ]
+
+
+@dataclass(frozen=True)
+class DesignResult:
+    """Outcome of evaluating one design.
+
+    Attributes:
+        accelerator: the design.
+        area_mm2: its die area.
+        best: its best plan over every micro-batch and recompute choice, or None.
+        infeasible_reason: why no plan fits, when ``best`` is None.
+    """
+
+    accelerator: Accelerator
+    area_mm2: float
+    best: PlanResult | None
+    infeasible_reason: str | None = None
+
+    @property
+    def throughput_samples_per_s(self) -> float:
+        """Samples/s of the best plan, 0 when infeasible."""
+        return self.best.throughput_samples_per_s if self.best else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (issue #2 schema)."""
+        out: dict[str, Any] = {"accelerator": self.accelerator.to_dict(), "area_mm2": self.area_mm2}
+        if self.best is None:
+            out.update({"plan": None, "iteration_time_s": None, "throughput_samples_per_s": 0.0,
+                        "mfu": 0.0, "infeasible_reason": self.infeasible_reason})
+        else:
+            out.update(self.best.to_dict())
+        return out
+
+
+def evaluate_design(
+    acc: Accelerator,
+    chains: Mapping[int, LayerChain],
+    cluster: Cluster,
+    global_batch: int,
+    recomputes: Sequence[Recompute],
+    cost: CostModel,
+) -> DesignResult:
+    """Best plan of ``acc`` over every micro-batch in ``chains`` and every recompute choice.
+
+    Args:
+        acc: the design.
+        chains: layer chain per micro-batch size.
+        cluster: devices and links.
+        global_batch: samples per iteration.
+        recomputes: recompute choices to try.
+        cost: per-operator cost model.
+
+    Returns:
+        The design's best plan (highest throughput; ties: fewer devices), or the
+        reason nothing fits.
+    """
+    best: PlanResult | None = None
+    reasons: list[str] = []
+    for micro_batch, chain in sorted(chains.items()):
+        if global_batch % micro_batch:
+            reasons.append(f"micro-batch {micro_batch} does not divide global batch {global_batch}")
+            continue
+        costs = layer_costs(chain, acc, cost)
+        setup = TrainingSetup(cluster, global_batch, chain.seq_len, acc.hbm_bytes,
+                              acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s)
+        for recompute in recomputes:
+            try:
+                result = optimal_plan(costs, setup, micro_batch=micro_batch, recompute=recompute)
+            except InfeasibleError as exc:
+                reasons.append(f"b={micro_batch} recompute={recompute.value}: {exc}")
+                continue
+            if best is None or _better(result, best):
+                best = result
+    reason = None if best else (reasons[-1] if reasons else "no micro-batch to evaluate")
+    return DesignResult(acc, area_mm2(acc), best, reason)
+
+
+def _better(a: PlanResult, b: PlanResult) -> bool:
+    if a.iteration_time_s != b.iteration_time_s:
+        return a.iteration_time_s < b.iteration_time_s
+    return a.plan.devices < b.plan.devices

@@ -1,0 +1,112 @@
+"""Exhaustive search: evaluate every design of a space and keep the best."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from archplace.cost.model import CostModel, SystolicCostModel
+from archplace.errors import ConfigError
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.cluster import Cluster
+from archplace.placement.plan import Recompute
+from archplace.search.evaluate import DesignResult, evaluate_design
+from archplace.workload.extract import ExtractOptions, extract_chain
+from archplace.workload.zoo import ModelSpec
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[DesignResult], None]
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """What to search.
+
+    Attributes:
+        model: the model to train.
+        designs: accelerators to evaluate.
+        cluster: devices and links (shared by every design).
+        global_batch: samples per iteration.
+        micro_batches: micro-batch sizes to try.
+        recomputes: recompute choices to try.
+
+    Raises:
+        ConfigError: empty design list or micro-batch list, non-positive sizes.
+    """
+
+    model: ModelSpec
+    designs: tuple[Accelerator, ...]
+    cluster: Cluster
+    global_batch: int
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.FULL)
+
+    def __post_init__(self) -> None:
+        if not self.designs:
+            raise ConfigError("the search space has no design")
+        if self.global_batch <= 0:
+            raise ConfigError(f"global batch must be positive, got {self.global_batch}")
+        if not self.micro_batches or any(b <= 0 for b in self.micro_batches):
+            raise ConfigError(f"micro-batches must be positive, got {list(self.micro_batches)}")
+        if not self.recomputes:
+            raise ConfigError("at least one recompute choice is needed")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Every evaluated design, best first (feasible before infeasible, then by throughput)."""
+
+    evaluated: tuple[DesignResult, ...]
+    model: str = ""
+    devices: int = 0
+    global_batch: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best(self) -> DesignResult | None:
+        """The best feasible design, or None when no design can train the model."""
+        if self.evaluated and self.evaluated[0].best is not None:
+            return self.evaluated[0]
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``{"best": {...} | null, "evaluated": [...]}``."""
+        best = self.best
+        return {"model": self.model, "devices": self.devices, "global_batch": self.global_batch,
+                "best": best.to_dict() if best else None,
+                "evaluated": [r.to_dict() for r in self.evaluated]}
+
+
+def rank(results: Sequence[DesignResult]) -> tuple[DesignResult, ...]:
+    """Feasible designs by throughput (desc), ties by area (asc) then name; infeasible last."""
+    return tuple(sorted(results, key=lambda r: (r.best is None, -r.throughput_samples_per_s,
+                                                r.area_mm2, r.accelerator.name)))
+
+
+def run_search(request: SearchRequest, progress: Progress | None = None,
+               cost: CostModel | None = None) -> SearchResult:
+    """Evaluate every design of ``request`` (graphs are extracted once per micro-batch).
+
+    Args:
+        request: the search.
+        progress: called after each design with its result (e.g. to advance a progress bar).
+        cost: per-operator cost model (default :class:`SystolicCostModel`).
+
+    Raises:
+        ConfigError, ExtractionError: bad model or options.
+    """
+    cost = cost or SystolicCostModel()
+    chains = {b: extract_chain(request.model, ExtractOptions(b, request.model.seq_len))
+              for b in sorted(set(request.micro_batches))}
+    results = []
+    for acc in request.designs:
+        result = evaluate_design(acc, chains, request.cluster, request.global_batch,
+                                 request.recomputes, cost)
+        results.append(result)
+        if progress is not None:
+            progress(result)
+    log.info("evaluated %d designs", len(results))
+    return SearchResult(rank(results), request.model.name, request.cluster.devices, request.global_batch)

@@ -1,0 +1,114 @@
+"""The CLI end to end: a real (small) model through every stage, and bad input -> exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from archplace.cli import main
+
+TINY_GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256,
+            "vocab_size": 2048}
+SMALL_SPACE = """\
+base: tpuv4
+tensor_cores: [2, 8]
+array_dim: [128]
+vector_cores: [2]
+buffer: [128 MiB]
+hbm: [32 GiB]
+area_min_fraction: 0.0
+"""
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    captured = capsys.readouterr()
+    code = exc.value.code
+    return (code if isinstance(code, int) else 1), captured.out, captured.err
+
+
+@pytest.fixture()
+def model_and_space(tmp_path: Path) -> tuple[Path, Path]:
+    model = tmp_path / "tiny-gpt" / "config.json"
+    model.parent.mkdir()
+    model.write_text(json.dumps(TINY_GPT))
+    space = tmp_path / "space.yaml"
+    space.write_text(SMALL_SPACE)
+    return model, space
+
+
+def test_search_end_to_end(model_and_space: tuple[Path, Path], tmp_path: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    model, space = model_and_space
+    out = tmp_path / "res" / "out.json"
+    code, stdout, _ = run(["search", "--model", str(model), "--space", str(space), "--devices", "16",
+                           "--global-batch", "64", "--micro-batch", "1", "--micro-batch", "2",
+                           "--out", str(out)], capsys)
+    assert code == 0
+    assert "tc8-128x128" in stdout and "tc2-128x128" in stdout
+    data = json.loads(out.read_text())
+    best = data["best"]
+    plan = best["plan"]
+    assert plan["tp"] * plan["pp"] * plan["dp"] <= 16
+    assert plan["micro_batch"] in (1, 2) and plan["recompute"] in ("none", "full")
+    stages = plan["stages"]
+    assert stages[0][0] == 0 and stages[-1][1] == 4 + 1  # embedding .. head
+    assert all(a[1] + 1 == b[0] for a, b in zip(stages, stages[1:], strict=False))
+    assert best["throughput_samples_per_s"] == pytest.approx(64 / best["iteration_time_s"])
+    assert 0 < best["mfu"] <= 1
+    assert len(data["evaluated"]) == 2
+    # the design with 4x the MACs and otherwise the same chip must not be slower
+    by_cores = {e["accelerator"]["tensor_cores"]: e for e in data["evaluated"]}
+    assert by_cores[8]["throughput_samples_per_s"] >= by_cores[2]["throughput_samples_per_s"]
+    assert best["accelerator"]["tensor_cores"] == 8
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["search", "--model", "gpt5", "--devices", "8", "--global-batch", "8"], "unknown model 'gpt5'"),
+    (["search", "--model", "nowhere/config.json", "--devices", "8", "--global-batch", "8"], "not found"),
+    (["search", "--model", "gpt2-xl", "--devices", "0", "--global-batch", "8"], "--devices must be positive"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "-4"], "--global-batch must be"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--space", "huge"],
+     "tiny"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--recompute", "some"],
+     "unknown recompute"),
+    (["search", "--model", "gpt2-xl", "--devices", "eight", "--global-batch", "8"], "--devices"),
+    (["search", "--devices", "8", "--global-batch", "8"], "--model"),
+])
+def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in err
+
+
+def test_malformed_space_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space = tmp_path / "bad.yaml"
+    space.write_text("base: tpuv4\ntensor_cores: [2, 4\n")
+    code, _, err = run(["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8",
+                        "--space", str(space)], capsys)
+    assert code == 2 and str(space) in err and len(err.strip().splitlines()) == 1
+
+
+def test_infeasible_search_says_why(model_and_space: tuple[Path, Path], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """llama2-7b cannot train on one 32 GiB chip: exit 2, a reason in numbers, results still written."""
+    _, space = model_and_space
+    out = tmp_path / "inf.json"
+    code, _, err = run(["search", "--model", "llama2-7b", "--space", str(space), "--devices", "1",
+                        "--global-batch", "1", "--micro-batch", "1", "--seq-len", "128",
+                        "--out", str(out)], capsys)
+    assert code == 2 and "GiB" in err and "HBM" in err
+    data = json.loads(out.read_text())
+    assert data["best"] is None and data["evaluated"][0]["infeasible_reason"]
+
+
+def test_listings(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["models"], capsys)
+    assert code == 0 and all(m in out for m in ("gpt2-xl", "bert-large", "opt-350m", "llama2-7b"))
+    code, out, _ = run(["hardware"], capsys)
+    assert code == 0 and "tpuv4" in out
