@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.exceptions import TyperException
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.exceptions import TyperException
 
 from archplace import api
 from archplace.errors import ArchplaceError

@@ -200,12 +200,14 @@ class _Traced:
             if not n.meta.get("autograd_backward"):
                 resolved[n] = fwd_layer[n]
                 continue
-            layer = seq_layer.get(n.meta.get("seq_nr", -1))
-            if layer is None:
+            # A backward op belongs to its forward op's layer; an accumulation with no
+            # forward op (residual or tied-weight gradient sums) to the earliest layer it reads.
+            found = seq_layer.get(n.meta.get("seq_nr", -1))
+            if found is None:
                 inputs = [resolved[self.storage(a)] for a in n.all_input_nodes
                           if self.storage(a) in resolved]
-                layer = min(inputs) if inputs else 2
-            resolved[n] = layer
+                found = min(inputs) if inputs else 2
+            resolved[n] = found
         for n in self.calls:
             if self.kind[n] is not None or _op_name(n) == "getitem":
                 out[n] = (resolved[n],
