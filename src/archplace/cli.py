@@ -85,6 +85,20 @@ def hardware() -> None:
     _stdout().print(hardware_table(api.hardware()))
 
 
+# Commands of other stages live in their own modules, each exposing ``register(app)``.
+_COMMAND_MODULES = ("archplace.cli_graph", "archplace.cli_estimate", "archplace.cli_schedule")
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_commands()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input gives one line on stderr and exit status 2, never a traceback."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,9 @@
+"""``archplace estimate`` (being built; registers nothing yet)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``estimate`` command to ``app``."""

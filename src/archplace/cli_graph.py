@@ -1,0 +1,9 @@
+"""``archplace graph`` (being built; registers nothing yet)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``graph`` command to ``app``."""
