@@ -350,12 +350,14 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
             raise ExtractionError(f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
     traced = _Traced(gm, param_names, f"m.{container}.0")
     where = traced.attribute()
-    layers = [_make_layer(traced, where, index, kind) for index, kind in
-              enumerate((LayerKind.EMBEDDING, LayerKind.BLOCK, LayerKind.HEAD))]
-    embedding, block, head = layers
+    built = [_make_layer(traced, where, index, kind) for index, kind in
+             enumerate((LayerKind.EMBEDDING, LayerKind.BLOCK, LayerKind.HEAD))]
+    (embedding, embedding_params), (block, _), (head, head_params) = built
+    shared = sum(traced.param_numel[p] for p in embedding_params & head_params)
     blocks = tuple(_rename(block, f"block.{i}") for i in range(spec.num_layers))
     log.info("extracted %s: %d fwd + %d bwd operators per block", spec.name, len(block.fwd), len(block.bwd))
-    return LayerChain(spec.name, options.micro_batch, options.seq_len, 1, (embedding, *blocks, head))
+    return LayerChain(spec.name, options.micro_batch, options.seq_len, 1, (embedding, *blocks, head),
+                      shared_params=shared)
 
 
 def _rename(layer: Layer, name: str) -> Layer:
@@ -363,7 +365,9 @@ def _rename(layer: Layer, name: str) -> Layer:
                  layer.input_bytes, layer.boundary_bytes, layer.working_bytes)
 
 
-def _make_layer(traced: _Traced, where: dict[Any, tuple[int, Phase]], index: int, kind: LayerKind) -> Layer:
+def _make_layer(traced: _Traced, where: dict[Any, tuple[int, Phase]], index: int,
+                kind: LayerKind) -> tuple[Layer, set[Any]]:
+    """The layer ``index`` of the traced graph and the parameter placeholders it holds."""
     mine = {n for n, (layer, _) in where.items() if layer == index}
     compute = [n for n in traced.calls if n in mine and traced.kind[n] is not None]
     graphs = []
@@ -390,9 +394,10 @@ def _make_layer(traced: _Traced, where: dict[Any, tuple[int, Phase]], index: int
         return float(sum(_tensor_bytes(s.meta.get("val")) for s in nodes))
 
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
-    return Layer(
+    layer = Layer(
         name=kind.value, kind=kind, params=sum(traced.param_numel[p] for p in params),
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),
         boundary_bytes=total(outputs), working_bytes=working,
     )
+    return layer, params
 

@@ -70,6 +70,8 @@ class LayerChain:
         seq_len: tokens per sample.
         tp: tensor-parallel width the graphs are sharded for.
         layers: embedding, blocks, head, in order.
+        shared_params: parameters held by two layers (tied input and output
+            embeddings: the head keeps its own copy, as in Megatron-LM), per TP rank.
     """
 
     model: str
@@ -77,11 +79,17 @@ class LayerChain:
     seq_len: int
     tp: int
     layers: tuple[Layer, ...]
+    shared_params: int = 0
 
     @property
     def params(self) -> int:
-        """Total parameters (per TP rank)."""
+        """Parameters held by all layers together, tied copies counted twice (per TP rank)."""
         return sum(layer.params for layer in self.layers)
+
+    @property
+    def model_params(self) -> int:
+        """Distinct parameters of the model (tied weights once), per TP rank."""
+        return self.params - self.shared_params
 
     @property
     def flop_per_micro_batch(self) -> float:

@@ -1,0 +1,62 @@
+"""Every bundled preset traces, and its parameter count equals the published one."""
+
+from __future__ import annotations
+
+import pytest
+
+from archplace.workload.extract import ExtractOptions, extract_chain
+from archplace.workload.zoo import load_model, model_preset_names
+
+
+def gpt2_params(layers: int, h: int, vocab: int, positions: int) -> int:
+    """GPT-2 architecture: 12h^2 + 13h per block, token + position embeddings, final norm (tied head)."""
+    return layers * (12 * h * h + 13 * h) + vocab * h + positions * h + 2 * h
+
+
+# Published counts: the HF model cards / safetensors index (exact totals), or the
+# architecture formula of the paper where the paper rounds (GPT-3 "175B" is 174.6 B
+# exactly; Megatron's "8.3B" is 8.32 B).
+PUBLISHED = {
+    "llama2-7b": 6_738_415_616,
+    "llama2-13b": 13_015_864_320,
+    "llama2-70b": 68_976_648_192,
+    "llama3-8b": 8_030_261_248,
+    "mistral-7b": 7_241_732_096,
+    "gpt2-xl": 1_557_611_200,
+    "opt-350m": 331_196_416,
+    "opt-1.3b": 1_315_758_080,
+    "bert-large": 335_174_458,
+    "gpt3-175b": gpt2_params(96, 12288, 50257, 2048),
+    "megatron-gpt2-8.3b": gpt2_params(72, 3072, 51200, 1024),
+}
+
+
+def test_every_preset_has_a_published_count():
+    assert set(model_preset_names()) == set(PUBLISHED)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_matches_published(name: str):
+    spec = load_model(name)
+    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    assert len(chain.layers) == spec.num_layers + 2
+    assert chain.model_params == pytest.approx(PUBLISHED[name], rel=1e-3)
+
+
+def test_paper_sizes():
+    assert gpt2_params(96, 12288, 50257, 2048) == pytest.approx(175e9, rel=3e-3)
+    assert gpt2_params(72, 3072, 51200, 1024) == pytest.approx(8.3e9, rel=3e-3)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_block_flop_matches_analytical_count(name: str):
+    """fwd FLOP of a block = 2*params*tokens + 4*b*s^2*(heads*head_dim) within 2 % (Narayanan et
+    al. 2021, eq. 2 per layer); bwd = 2x fwd within 3 %."""
+    spec = load_model(name)
+    b, s = 2, 256
+    block = extract_chain(spec, ExtractOptions(micro_batch=b, seq_len=s)).layers[1]
+    cfg = spec.config
+    width = cfg.get("hidden_size", cfg.get("n_embd"))
+    analytical = 2 * block.params * b * s + 4 * b * s * s * width
+    assert block.fwd.flop == pytest.approx(analytical, rel=0.02)
+    assert block.bwd.flop == pytest.approx(2 * block.fwd.flop, rel=0.03)
