@@ -1,23 +1,18 @@
-"""Joint forward + backward operator graphs from real Hugging Face model code.
+"""Operator graphs and the layer chain of a model, for one (micro-batch, sequence, TP width).
 
-Route (DESIGN.md, Workload): build the model with ONE block on the meta device
-(no weights, no memory, no FLOP executed), export it with its loss through
-``torch.export.export(strict=False)``, then trace forward plus
-``torch.autograd.grad`` with ``make_fx`` so that the backward operators are the
-real aten ops (data- and weight-gradient matmuls, softmax/norm backward,
-dropout).  Each node keeps its shape (``meta['val']``) and its owning module;
-backward nodes find their forward op through the autograd ``seq_nr``.
-
-The traced graph is cut into three layers (embedding, block, head + loss); the
-block's graphs stand for every block of the model, because blocks repeat.
-
-This module relies on private torch APIs (``_reparametrize_module``,
-``setup_stacktrace_preservation_hooks``): torch is pinned to 2.13.0.
+The traced joint graph (:mod:`archplace.workload.trace`) is cut into three
+layers — embedding, block, head + loss — whose forward and backward operator
+graphs become archplace :class:`~archplace.workload.graph.OpGraph` objects.  The
+block's graphs stand for every block of the model, because blocks repeat.  With
+a TP width t > 1 the graphs are sharded as in Megatron-LM
+(:mod:`archplace.workload.parallel`): per-device dims, FLOP and bytes, and
+collective operators where the ranks exchange data.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -25,32 +20,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.errors import ConfigError, ExtractionError
+from archplace.workload.fusion import fuse_elementwise
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.layers import Layer, LayerChain, LayerKind
+from archplace.workload.parallel import Sharding, TensorParallel, check_width, propagate
+from archplace.workload.trace import (
+    FLOP_PER_ELEMENT,
+    Traced,
+    build_model,
+    find_block_container,
+    first_numel,
+    matmul_dims,
+    op_name,
+    tensor_bytes,
+    trace,
+)
 from archplace.workload.zoo import ModelSpec
 
 log = logging.getLogger(__name__)
-
-# Aten ops that only re-describe memory (or assert) and cost nothing.
-_VIEW_OPS = frozenset({
-    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "expand_as",
-    "unsqueeze", "squeeze", "slice", "select", "alias", "detach", "as_strided", "split",
-    "split_with_sizes", "unbind", "chunk", "narrow", "_assert_tensor_metadata", "lift_fresh_copy",
-    "_reshape_alias", "view_as", "unflatten", "flatten", "contiguous", "numpy_T",
-})
-_MATMUL_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
-_SOFTMAX_OPS = frozenset({"_softmax", "_softmax_backward_data", "_log_softmax",
-                          "_log_softmax_backward_data"})
-_NORM_OPS = frozenset({"native_layer_norm", "native_layer_norm_backward"})
-_REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "var_mean",
-                            "cumsum", "nll_loss_forward", "nll_loss_backward", "argmax"})
-_EMBEDDING_OPS = frozenset({"embedding", "embedding_dense_backward", "index", "index_select",
-                            "gather", "scatter", "scatter_add", "index_put", "_index_put_impl_"})
-
-# FLOP per output element of non-matmul operators (first-fidelity estimates:
-# softmax = max, sub, exp, sum, div; layer norm = mean, var, normalise, scale, shift).
-_FLOP_PER_ELEMENT = {OpKind.ELEMENTWISE: 1.0, OpKind.SOFTMAX: 5.0, OpKind.NORM: 8.0,
-                     OpKind.REDUCTION: 1.0, OpKind.EMBEDDING: 0.0, OpKind.COLLECTIVE: 0.0}
 
 
 @dataclass(frozen=True)
@@ -62,6 +49,9 @@ class ExtractOptions:
         seq_len: tokens per sample.
         dtype: training dtype name (``bfloat16`` | ``float16`` | ``float32``).
         training: trace in train mode (dropout on).
+        tp: tensor-parallel width (Megatron-LM column/row split).
+        sp: sequence parallelism (Korthikanti et al. 2022); needs tp > 1 to matter.
+        fuse: fuse element-wise operators into the matmul producing their input.
 
     Raises:
         ConfigError: a non-positive size or an unknown dtype.
@@ -71,257 +61,32 @@ class ExtractOptions:
     seq_len: int
     dtype: str = "bfloat16"
     training: bool = True
+    tp: int = 1
+    sp: bool = False
+    fuse: bool = False
 
     def __post_init__(self) -> None:
         if self.micro_batch <= 0:
             raise ConfigError(f"micro-batch must be positive, got {self.micro_batch}")
         if self.seq_len <= 0:
             raise ConfigError(f"sequence length must be positive, got {self.seq_len}")
+        if self.tp <= 0:
+            raise ConfigError(f"TP width must be positive, got {self.tp}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
 
 
-def _op_name(node: Any) -> str:
-    """``aten.mm.default`` -> ``mm``; python builtins (getitem) keep their name."""
-    target = node.target
-    packet = getattr(target, "_opname", None)
-    if packet is not None:
-        return str(packet)
-    return str(getattr(target, "__name__", target))
+def check_tp(spec: ModelSpec, tp: int) -> None:
+    """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec``.
 
-
-def _tensor_bytes(val: Any) -> float:
-    if val is None:
-        return 0.0
-    if isinstance(val, tuple | list):
-        return float(sum(_tensor_bytes(v) for v in val))
-    numel = getattr(val, "numel", None)
-    if numel is None:
-        return 0.0
-    return float(numel() * val.element_size())
-
-
-def _first_numel(val: Any) -> int:
-    if isinstance(val, tuple | list):
-        return _first_numel(val[0]) if val else 0
-    numel = getattr(val, "numel", None)
-    return int(numel()) if numel is not None else 0
-
-
-def _classify(name: str) -> OpKind | None:
-    """OpKind of an aten op name, or None for a zero-cost view."""
-    if name in _VIEW_OPS or name == "getitem":
-        return None
-    if name in _MATMUL_OPS:
-        return OpKind.MATMUL
-    if name in _SOFTMAX_OPS:
-        return OpKind.SOFTMAX
-    if name in _NORM_OPS:
-        return OpKind.NORM
-    if name in _REDUCTION_OPS:
-        return OpKind.REDUCTION
-    if name in _EMBEDDING_OPS:
-        return OpKind.EMBEDDING
-    return OpKind.ELEMENTWISE
-
-
-def _matmul_dims(node: Any, name: str) -> tuple[int, int, int, int]:
-    """(batch, m, k, n) of a matmul node from its operand shapes."""
-    tensors = [a for a in node.args if hasattr(a, "meta")]
-    a, b = tensors[-2].meta["val"].shape, tensors[-1].meta["val"].shape
-    if name in ("bmm", "baddbmm"):
-        return int(a[0]), int(a[1]), int(a[2]), int(b[2])
-    return 1, int(a[0]), int(a[1]), int(b[1])
-
-
-class _Traced:
-    """The traced joint graph with storage resolution and layer attribution."""
-
-    def __init__(self, gm: Any, param_names: Sequence[str], block_prefix: str) -> None:
-        self.nodes = list(gm.graph.nodes)
-        self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
-        n_params = len(param_names)
-        self.param_nodes = set(self.placeholders[:n_params])
-        self.param_numel = {n: _first_numel(n.meta.get("val")) for n in self.param_nodes}
-        self.block_prefix = block_prefix
-        self.calls = [n for n in self.nodes if n.op == "call_function"]
-        self.kind = {n: _classify(_op_name(n)) for n in self.calls}
-        self._storage: dict[Any, Any] = {}
-
-    def storage(self, node: Any) -> Any:
-        """The node owning the memory that ``node`` views (follows view ops)."""
-        if node in self._storage:
-            return self._storage[node]
-        cur = node
-        while cur.op == "call_function" and self.kind[cur] is None:
-            name = _op_name(cur)
-            src = cur.args[0] if cur.args and hasattr(cur.args[0], "op") else None
-            if src is None:
-                break
-            if name == "getitem" and src.op == "call_function" and self.kind.get(src) is not None:
-                break  # one element of a multi-output compute op owns its own memory
-            cur = src
-        self._storage[node] = cur
-        return cur
-
-    def is_param(self, node: Any) -> bool:
-        return node in self.param_nodes
-
-    def layer_of_forward(self) -> dict[Any, int]:
-        """0 = embedding, 1 = block, 2 = head for every forward call node."""
-        fwd = [n for n in self.calls if not n.meta.get("autograd_backward")]
-        in_block = []
-        for n in fwd:
-            stack = n.meta.get("nn_module_stack") or {}
-            paths = [v[0] for v in stack.values()]
-            in_block.append(any(p == self.block_prefix or p.startswith(self.block_prefix + ".")
-                                for p in paths))
-        if not any(in_block):
-            raise ExtractionError(f"no operator belongs to the block {self.block_prefix!r}")
-        first = in_block.index(True)
-        last = len(in_block) - 1 - in_block[::-1].index(True)
-        stray = [n.name for i, n in enumerate(fwd) if first < i < last and not in_block[i]
-                 and self.kind[n] is not None]
-        if stray:
-            log.debug("forward ops between block ops attributed to the block: %s", stray)
-        return {n: 1 if first <= i <= last else (0 if i < first else 2) for i, n in enumerate(fwd)}
-
-    def attribute(self) -> dict[Any, tuple[int, Phase]]:
-        """(layer index, phase) of every compute node."""
-        fwd_layer = self.layer_of_forward()
-        seq_layer: dict[int, int] = {}
-        for n, layer in fwd_layer.items():
-            seq = n.meta.get("seq_nr")
-            if seq is not None:
-                seq_layer.setdefault(seq, layer)
-        out: dict[Any, tuple[int, Phase]] = {}
-        resolved: dict[Any, int] = {}
-        for n in self.calls:
-            if not n.meta.get("autograd_backward"):
-                resolved[n] = fwd_layer[n]
-                continue
-            # A backward op belongs to its forward op's layer; an accumulation with no
-            # forward op (residual or tied-weight gradient sums) to the earliest layer it reads.
-            found = seq_layer.get(n.meta.get("seq_nr", -1))
-            if found is None:
-                inputs = [resolved[self.storage(a)] for a in n.all_input_nodes
-                          if self.storage(a) in resolved]
-                found = min(inputs) if inputs else 2
-            resolved[n] = found
-        for n in self.calls:
-            if self.kind[n] is not None or _op_name(n) == "getitem":
-                out[n] = (resolved[n],
-                          Phase.BWD if n.meta.get("autograd_backward") else Phase.FWD)
-        return out
-
-
-def _find_block_container(model: Any) -> str:
-    """Dotted path of the ModuleList holding the transformer blocks."""
-    import torch
-
-    best, best_params = None, -1
-    for path, module in model.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) >= 1:
-            params = sum(p.numel() for p in module.parameters())
-            if params > best_params:
-                best, best_params = path, params
-    if best is None:
-        raise ExtractionError("the model has no ModuleList of blocks")
-    return best
-
-
-def _build_model(spec: ModelSpec, options: ExtractOptions) -> Any:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
-
-    fields = spec.config
-    model_type = fields.pop("model_type")
-    fields[spec.family.layers_field] = 1
-    fields["use_cache"] = False
-    try:
-        hf_config = AutoConfig.for_model(model_type, **fields)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"model {spec.name!r}: invalid config ({exc})") from None
-    hf_config._attn_implementation = "eager"  # scores and softmax as explicit ops
-    auto = AutoModelForMaskedLM if spec.family.task == "masked-lm" else AutoModelForCausalLM
-    with torch.device("meta"):
-        model = auto.from_config(hf_config)
-    model.to(getattr(torch, options.dtype))
-    model.config._attn_implementation = "eager"
-    model.train(options.training)
-    return model
-
-
-def _trace(model: Any, options: ExtractOptions) -> Any:
-    """Joint forward + backward aten graph (fx GraphModule) of ``model`` with a CE loss."""
-    import torch
-    import torch.fx.traceback as fx_traceback
-    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    class WithLoss(torch.nn.Module):
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.m = inner
-
-        def forward(self, ids: Any, labels: Any) -> Any:
-            logits = self.m(input_ids=ids).logits
-            return torch.nn.functional.cross_entropy(
-                logits.view(-1, logits.size(-1)), labels.view(-1))
-
-    shape = (options.micro_batch, options.seq_len)
-    ids = torch.zeros(shape, dtype=torch.long, device="meta")
-    labels = torch.zeros(shape, dtype=torch.long, device="meta")
-    exported = torch.export.export(WithLoss(model), (ids, labels), strict=False).module()
-    params = dict(exported.named_parameters())
-    buffers = dict(exported.named_buffers())
-
-    def step(params: dict[str, Any], buffers: dict[str, Any], ids: Any, labels: Any) -> Any:
-        with torch.nn.utils.stateless._reparametrize_module(exported, {**params, **buffers}):
-            loss = torch.fx.Interpreter(exported).run(ids, labels)
-        setup_stacktrace_preservation_hooks([loss.grad_fn])
-        return loss, torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-
-    with fx_traceback.preserve_node_meta():
-        gm = make_fx(step, tracing_mode="real")(params, buffers, ids, labels)
-    return gm, list(params)
-
-
-def _operators(traced: _Traced, nodes: Sequence[Any], ids: dict[Any, int], phase: Phase) -> list[Operator]:
-    ops = []
-    for n in nodes:
-        kind = traced.kind[n]
-        assert kind is not None
-        name = _op_name(n)
-        inputs = {traced.storage(a) for a in n.all_input_nodes}
-        bytes_read = 0.0
-        for a in n.all_input_nodes:
-            bytes_read += min(_tensor_bytes(a.meta.get("val")),
-                              _tensor_bytes(traced.storage(a).meta.get("val")))
-        val = n.meta.get("val")
-        elements = _first_numel(val)
-        batch = m = k = nn = 0
-        if kind is OpKind.MATMUL:
-            batch, m, k, nn = _matmul_dims(n, name)
-            flop = 2.0 * batch * m * k * nn
-        else:
-            work = elements if kind is not OpKind.REDUCTION else max(
-                [_first_numel(a.meta.get("val")) for a in n.all_input_nodes] or [0])
-            flop = _FLOP_PER_ELEMENT[kind] * work
-        preds = []
-        for s in inputs:
-            producer = s
-            if producer.op == "call_function" and traced.kind[producer] is None:
-                producer = producer.args[0]  # getitem of a multi-output op
-            if producer in ids:
-                preds.append(ids[producer])
-        ops.append(Operator(
-            id=ids[n], name=n.name, target=str(n.target), kind=kind, phase=phase,
-            batch=batch, m=m, k=k, n=nn, elements=elements, flop=flop,
-            bytes_read=bytes_read, bytes_written=_tensor_bytes(val),
-            preds=tuple(sorted(p for p in set(preds) if p < ids[n])),
-        ))
-    return ops
+    Raises:
+        ConfigError: with the quantity it does not divide.
+    """
+    if tp <= 0:
+        raise ConfigError(f"TP width must be positive, got {tp}")
+    family = spec.family
+    check_width(spec.config, family.heads_field, family.kv_heads_field, spec.ffn_size,
+                TensorParallel(tp), spec.name)
 
 
 def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
@@ -329,35 +94,42 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
 
     Args:
         spec: the model.
-        options: micro-batch, sequence length, dtype.
+        options: micro-batch, sequence length, dtype, TP width, SP, fusion.
 
     Returns:
-        A :class:`LayerChain` whose blocks share one traced block's graphs. Byte
-        figures are per micro-batch at ``options.dtype``; TP width 1.
+        A :class:`LayerChain` whose blocks share one traced block's graphs. Figures
+        are per device (per TP rank) and per micro-batch, at ``options.dtype``.
 
     Raises:
-        ConfigError: the config is rejected by transformers.
+        ConfigError: the config is rejected by transformers, or the TP width does
+            not divide the heads / KV heads / FFN size.
         ExtractionError: the model code cannot be traced.
     """
+    check_tp(spec, options.tp)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = _build_model(spec, options)
-        container = _find_block_container(model)
+        model = build_model(spec, options.dtype, options.training)
+        container = find_block_container(model)
         try:
-            gm, param_names = _trace(model, options)
+            gm, param_names = trace(model, options.micro_batch, options.seq_len)
         except Exception as exc:  # torch raises many types; report one line
-            raise ExtractionError(f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
-    traced = _Traced(gm, param_names, f"m.{container}.0")
+            raise ExtractionError(
+                f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
+    traced = Traced(gm, param_names, f"m.{container}.0")
     where = traced.attribute()
-    built = [_make_layer(traced, where, index, kind) for index, kind in
+    sharding = propagate(traced.calls, traced.placeholders, traced.kind, traced.storage,
+                         traced.is_param, where, op_name, spec.vocab_size, spec.hidden_size,
+                         TensorParallel(options.tp, options.sp))
+    built = [_make_layer(traced, where, sharding, index, kind, options.fuse) for index, kind in
              enumerate((LayerKind.EMBEDDING, LayerKind.BLOCK, LayerKind.HEAD))]
     (embedding, embedding_params), (block, _), (head, head_params) = built
-    shared = sum(traced.param_numel[p] for p in embedding_params & head_params)
+    shared = sum(_param_numel(traced, sharding, p) for p in embedding_params & head_params)
     blocks = tuple(_rename(block, f"block.{i}") for i in range(spec.num_layers))
-    log.info("extracted %s: %d fwd + %d bwd operators per block", spec.name, len(block.fwd), len(block.bwd))
-    return LayerChain(spec.name, options.micro_batch, options.seq_len, 1, (embedding, *blocks, head),
-                      shared_params=shared)
+    log.info("extracted %s (tp=%d): %d fwd + %d bwd operators per block", spec.name, options.tp,
+             len(block.fwd), len(block.bwd))
+    return LayerChain(spec.name, options.micro_batch, options.seq_len, options.tp,
+                      (embedding, *blocks, head), shared_params=shared)
 
 
 def _rename(layer: Layer, name: str) -> Layer:
@@ -365,18 +137,99 @@ def _rename(layer: Layer, name: str) -> Layer:
                  layer.input_bytes, layer.boundary_bytes, layer.working_bytes)
 
 
-def _make_layer(traced: _Traced, where: dict[Any, tuple[int, Phase]], index: int,
-                kind: LayerKind) -> tuple[Layer, set[Any]]:
+def _param_numel(traced: Traced, sharding: Sharding, param: Any) -> int:
+    return math.ceil(traced.param_numel[param] * sharding.tensor_factor(param))
+
+
+def _split_dims(dims: tuple[int, int, int, int], split: str | None, tp: int) -> tuple[int, ...]:
+    if split is None:
+        return dims
+    index = ("batch", "m", "k", "n").index(split)
+    return tuple(math.ceil(d / tp) if i == index else d for i, d in enumerate(dims))
+
+
+def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: Phase) -> list[Operator]:
+    """Operators of ``nodes`` (one layer, one phase), sharded, with TP collectives inserted."""
+    ops: list[Operator] = []
+    produced: dict[Any, int] = {}  # storage node (or its collective) -> operator id
+
+    def producer_id(node: Any) -> int | None:
+        s = traced.storage(node)
+        if s in produced:
+            return produced[s]
+        if s.op == "call_function" and traced.kind[s] is None:  # element of a multi-output op
+            return produced.get(s.args[0])
+        return None
+
+    def collective(kind: str, tensor: Any) -> None:
+        pred = producer_id(tensor)
+        full = tensor_bytes(tensor.meta.get("val"))
+        ops.append(Operator(
+            id=len(ops), name=f"{kind}_{tensor.name}", target=kind, kind=OpKind.COLLECTIVE,
+            phase=phase, batch=0, m=0, k=0, n=0, elements=first_numel(tensor.meta.get("val")),
+            flop=0.0, bytes_read=full, bytes_written=full,
+            preds=() if pred is None else (pred,), group=sharding.tp))
+        produced[(kind, tensor)] = produced[traced.storage(tensor)] = len(ops) - 1
+
+    for n in nodes:
+        for kind, tensor in sharding.before.get(n, ()):
+            if (kind, tensor) not in produced:
+                collective(kind, tensor)
+        ops.append(_operator(traced, sharding, n, phase, len(ops), producer_id))
+        produced[n] = len(ops) - 1
+        if n in sharding.after:
+            collective(sharding.after[n], n)
+    return ops
+
+
+def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: int,
+              producer_id: Any) -> Operator:
+    kind = traced.kind[n]
+    assert kind is not None
+    name = op_name(n)
+    gathered = {t for kind, t in sharding.before.get(n, ()) if kind == "all_gather"}
+    bytes_read = 0.0
+    for a in n.all_input_nodes:
+        s = traced.storage(a)
+        whole = min(tensor_bytes(a.meta.get("val")), tensor_bytes(s.meta.get("val")))
+        bytes_read += whole * (1.0 if s in gathered else sharding.tensor_factor(s))
+    val = n.meta.get("val")
+    out_factor = sharding.tensor_factor(n)
+    batch = m = k = nn = 0
+    if kind is OpKind.MATMUL:
+        batch, m, k, nn = _split_dims(matmul_dims(n, name), sharding.split.get(n), sharding.tp)
+        flop = 2.0 * batch * m * k * nn
+        bytes_written = tensor_bytes(val) * (1.0 if sharding.split.get(n) in (None, "k") else
+                                             1.0 / sharding.tp)
+        elements = math.ceil(first_numel(val) * bytes_written / max(tensor_bytes(val), 1.0))
+    else:
+        work = first_numel(val) if kind is not OpKind.REDUCTION else max(
+            [first_numel(a.meta.get("val")) for a in n.all_input_nodes] or [0])
+        factor = min(out_factor, min((sharding.tensor_factor(traced.storage(a))
+                                      for a in n.all_input_nodes), default=1.0))
+        factor = out_factor if kind is not OpKind.REDUCTION else factor
+        flop = FLOP_PER_ELEMENT[kind] * work * factor
+        bytes_written = tensor_bytes(val) * out_factor
+        elements = math.ceil(first_numel(val) * out_factor)
+    preds = {p for p in (producer_id(a) for a in n.all_input_nodes) if p is not None and p < op_id}
+    return Operator(
+        id=op_id, name=n.name, target=str(n.target), kind=kind, phase=phase,
+        batch=batch, m=m, k=k, n=nn, elements=elements, flop=flop,
+        bytes_read=bytes_read, bytes_written=bytes_written, preds=tuple(sorted(preds)),
+    )
+
+
+def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: Sharding, index: int,
+                kind: LayerKind, fuse: bool) -> tuple[Layer, set[Any]]:
     """The layer ``index`` of the traced graph and the parameter placeholders it holds."""
     mine = {n for n, (layer, _) in where.items() if layer == index}
     compute = [n for n in traced.calls if n in mine and traced.kind[n] is not None]
-    graphs = []
-    for phase in (Phase.FWD, Phase.BWD):
-        nodes = [n for n in compute if where[n][1] is phase]
-        ids = {n: i for i, n in enumerate(nodes)}
-        graphs.append(renumber(_operators(traced, nodes, ids, phase)) if nodes else OpGraph(()))
     fwd_nodes = [n for n in compute if where[n][1] is Phase.FWD]
     bwd_nodes = [n for n in compute if where[n][1] is Phase.BWD]
+    graphs = []
+    for phase, nodes in ((Phase.FWD, fwd_nodes), (Phase.BWD, bwd_nodes)):
+        graph = renumber(_operators(traced, sharding, nodes, phase)) if nodes else OpGraph(())
+        graphs.append(fuse_elementwise(graph) if fuse else graph)
 
     params = {traced.storage(a) for n in fwd_nodes for a in n.all_input_nodes
               if traced.is_param(traced.storage(a))}
@@ -391,13 +244,15 @@ def _make_layer(traced: _Traced, where: dict[Any, tuple[int, Phase]], index: int
     outputs = {s for s in outputs if s in mine}
 
     def total(nodes: set[Any]) -> float:
-        return float(sum(_tensor_bytes(s.meta.get("val")) for s in nodes))
+        return float(sum(tensor_bytes(s.meta.get("val")) * sharding.tensor_factor(s) for s in nodes))
 
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(
-        name=kind.value, kind=kind, params=sum(traced.param_numel[p] for p in params),
+        name=kind.value, kind=kind, params=sum(_param_numel(traced, sharding, p) for p in params),
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),
         boundary_bytes=total(outputs), working_bytes=working,
     )
     return layer, params
 
+
+__all__ = ["ExtractOptions", "check_tp", "extract_chain", "ExtractionError"]

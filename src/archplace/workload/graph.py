@@ -58,6 +58,12 @@ class Operator:
         flop: floating-point operations (a multiply-add is 2 FLOP).
         bytes_read, bytes_written: bytes of the operands and results at the traced dtype.
         preds: ids of the operators of the same graph whose results this one reads.
+        group: for ``COLLECTIVE`` operators, the number of devices taking part (the TP
+            width); 1 otherwise.  ``target`` then names the collective: ``all_reduce``,
+            ``reduce_scatter``, ``all_gather``; ``bytes_read`` is the full buffer size.
+        fused_elements: element-wise work (output elements) fused into this matmul's
+            epilogue; a matmul with fused work runs on a tensor and a vector core.
+        fused: names of the element-wise operators fused into this one.
     """
 
     id: int
@@ -74,6 +80,9 @@ class Operator:
     bytes_read: float
     bytes_written: float
     preds: tuple[int, ...] = ()
+    group: int = 1
+    fused_elements: int = 0
+    fused: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if any(p >= self.id or p < 0 for p in self.preds):
@@ -81,8 +90,11 @@ class Operator:
 
     @property
     def core_type(self) -> CoreType:
-        """Matmuls run on tensor cores, everything else on vector cores."""
-        return CoreType.TENSOR if self.kind is OpKind.MATMUL else CoreType.VECTOR
+        """Matmuls run on tensor cores (with fused element-wise work: tensor + vector core,
+        ``FUSED``), everything else on vector cores."""
+        if self.kind is OpKind.MATMUL:
+            return CoreType.FUSED if self.fused_elements else CoreType.TENSOR
+        return CoreType.VECTOR
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,14 @@ class OpGraph:
             for p in op.preds:
                 yield (p, op.id)
 
+    def collectives(self) -> dict[str, int]:
+        """Number of collective operators per kind (``all_reduce`` ...)."""
+        counts: dict[str, int] = {}
+        for op in self.ops:
+            if op.kind is OpKind.COLLECTIVE:
+                counts[op.target] = counts.get(op.target, 0) + 1
+        return counts
+
     def count_by_kind(self) -> dict[str, int]:
         """Number of operators per :class:`OpKind` value."""
         counts: dict[str, int] = {}
@@ -139,6 +159,7 @@ def renumber(ops: Sequence[Operator]) -> OpGraph:
                 id=i, name=op.name, target=op.target, kind=op.kind, phase=op.phase,
                 batch=op.batch, m=op.m, k=op.k, n=op.n, elements=op.elements, flop=op.flop,
                 bytes_read=op.bytes_read, bytes_written=op.bytes_written, preds=preds,
+                group=op.group, fused_elements=op.fused_elements, fused=op.fused,
             )
         )
     return OpGraph(tuple(out))

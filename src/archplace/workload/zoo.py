@@ -25,21 +25,34 @@ class Family:
 
     Attributes:
         task: ``causal-lm`` (decoder, next-token loss) or ``masked-lm`` (encoder, MLM loss).
-        layers_field: name of the field holding the number of blocks.
-        context_field: name of the field holding the maximum sequence length.
+        layers_field: field holding the number of blocks.
+        context_field: field holding the maximum sequence length.
+        hidden_field: field holding the hidden size.
+        heads_field: field holding the number of attention heads.
+        kv_heads_field: field holding the number of key/value heads (grouped-query
+            attention), or None when every head has its own.
+        ffn_field: field holding the FFN (intermediate) size; ``None`` in the config means 4x hidden.
     """
 
     task: str
     layers_field: str
     context_field: str
+    hidden_field: str
+    heads_field: str
+    kv_heads_field: str | None
+    ffn_field: str
 
 
+_DECODER = dict(layers_field="num_hidden_layers", context_field="max_position_embeddings",
+                hidden_field="hidden_size", heads_field="num_attention_heads")
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family("causal-lm", "n_layer", "n_positions"),
-    "bert": Family("masked-lm", "num_hidden_layers", "max_position_embeddings"),
-    "opt": Family("causal-lm", "num_hidden_layers", "max_position_embeddings"),
-    "llama": Family("causal-lm", "num_hidden_layers", "max_position_embeddings"),
-    "mistral": Family("causal-lm", "num_hidden_layers", "max_position_embeddings"),
+    "gpt2": Family("causal-lm", "n_layer", "n_positions", "n_embd", "n_head", None, "n_inner"),
+    "bert": Family("masked-lm", **_DECODER, kv_heads_field=None, ffn_field="intermediate_size"),
+    "opt": Family("causal-lm", **_DECODER, kv_heads_field=None, ffn_field="ffn_dim"),
+    "llama": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                    ffn_field="intermediate_size"),
+    "mistral": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                      ffn_field="intermediate_size"),
 }
 
 
@@ -97,6 +110,40 @@ class ModelSpec:
     def num_layers(self) -> int:
         """Number of transformer blocks."""
         return int(self.config[self.family.layers_field])
+
+    def _int(self, field: str) -> int:
+        value = self.config.get(field)
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"model {self.name!r}: {field} must be a positive integer, got {value!r}")
+        return value
+
+    @property
+    def hidden_size(self) -> int:
+        """Hidden (model) width."""
+        return self._int(self.family.hidden_field)
+
+    @property
+    def heads(self) -> int:
+        """Attention heads."""
+        return self._int(self.family.heads_field)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (= heads without grouped-query attention)."""
+        field = self.family.kv_heads_field
+        return self._int(field) if field and self.config.get(field) is not None else self.heads
+
+    @property
+    def ffn_size(self) -> int:
+        """FFN intermediate width (4x hidden when the config leaves it null)."""
+        if self.config.get(self.family.ffn_field) is None:
+            return 4 * self.hidden_size
+        return self._int(self.family.ffn_field)
+
+    @property
+    def vocab_size(self) -> int:
+        """Vocabulary size."""
+        return self._int("vocab_size")
 
     def with_seq_len(self, seq_len: int) -> ModelSpec:
         """The same model trained at another sequence length.

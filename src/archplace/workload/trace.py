@@ -1,0 +1,256 @@
+"""Tracing real Hugging Face model code into a joint forward + backward aten graph.
+
+Route (DESIGN.md, Workload): build the model with ONE block on the meta device
+(no weights, no memory, no FLOP executed), export it with its loss through
+``torch.export.export(strict=False)``, then trace forward plus
+``torch.autograd.grad`` with ``make_fx`` so that the backward operators are the
+real aten ops (data- and weight-gradient matmuls, softmax/norm backward,
+dropout).  Each node keeps its shape (``meta['val']``) and its owning module;
+backward nodes find their forward op through the autograd ``seq_nr``.
+
+This module relies on private torch APIs (``_reparametrize_module``,
+``setup_stacktrace_preservation_hooks``): torch is pinned to 2.13.0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from archplace.errors import ConfigError, ExtractionError
+from archplace.workload.graph import OpKind, Phase
+from archplace.workload.zoo import ModelSpec
+
+log = logging.getLogger(__name__)
+
+# Aten ops that only re-describe memory (or assert) and cost nothing.
+_VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "expand_as",
+    "unsqueeze", "squeeze", "slice", "select", "alias", "detach", "as_strided", "split",
+    "split_with_sizes", "unbind", "chunk", "narrow", "_assert_tensor_metadata", "lift_fresh_copy",
+    "_reshape_alias", "view_as", "unflatten", "flatten", "contiguous", "numpy_T",
+})
+_MATMUL_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
+_SOFTMAX_OPS = frozenset({"_softmax", "_softmax_backward_data", "_log_softmax",
+                          "_log_softmax_backward_data"})
+_NORM_OPS = frozenset({"native_layer_norm", "native_layer_norm_backward"})
+_REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "var_mean",
+                            "cumsum", "nll_loss_forward", "nll_loss_backward", "argmax"})
+_EMBEDDING_OPS = frozenset({"embedding", "embedding_dense_backward", "index", "index_select",
+                            "gather", "scatter", "scatter_add", "index_put", "_index_put_impl_"})
+
+# FLOP per output element of non-matmul operators (first-fidelity estimates:
+# softmax = max, sub, exp, sum, div; layer norm = mean, var, normalise, scale, shift).
+FLOP_PER_ELEMENT = {OpKind.ELEMENTWISE: 1.0, OpKind.SOFTMAX: 5.0, OpKind.NORM: 8.0,
+                     OpKind.REDUCTION: 1.0, OpKind.EMBEDDING: 0.0, OpKind.COLLECTIVE: 0.0}
+
+
+def op_name(node: Any) -> str:
+    """``aten.mm.default`` -> ``mm``; python builtins (getitem) keep their name."""
+    target = node.target
+    packet = getattr(target, "_opname", None)
+    if packet is not None:
+        return str(packet)
+    return str(getattr(target, "__name__", target))
+
+
+def tensor_bytes(val: Any) -> float:
+    if val is None:
+        return 0.0
+    if isinstance(val, tuple | list):
+        return float(sum(tensor_bytes(v) for v in val))
+    numel = getattr(val, "numel", None)
+    if numel is None:
+        return 0.0
+    return float(numel() * val.element_size())
+
+
+def first_numel(val: Any) -> int:
+    if isinstance(val, tuple | list):
+        return first_numel(val[0]) if val else 0
+    numel = getattr(val, "numel", None)
+    return int(numel()) if numel is not None else 0
+
+
+def classify(name: str) -> OpKind | None:
+    """OpKind of an aten op name, or None for a zero-cost view."""
+    if name in _VIEW_OPS or name == "getitem":
+        return None
+    if name in _MATMUL_OPS:
+        return OpKind.MATMUL
+    if name in _SOFTMAX_OPS:
+        return OpKind.SOFTMAX
+    if name in _NORM_OPS:
+        return OpKind.NORM
+    if name in _REDUCTION_OPS:
+        return OpKind.REDUCTION
+    if name in _EMBEDDING_OPS:
+        return OpKind.EMBEDDING
+    return OpKind.ELEMENTWISE
+
+
+def matmul_dims(node: Any, name: str) -> tuple[int, int, int, int]:
+    """(batch, m, k, n) of a matmul node from its operand shapes."""
+    tensors = [a for a in node.args if hasattr(a, "meta")]
+    a, b = tensors[-2].meta["val"].shape, tensors[-1].meta["val"].shape
+    if name in ("bmm", "baddbmm"):
+        return int(a[0]), int(a[1]), int(a[2]), int(b[2])
+    return 1, int(a[0]), int(a[1]), int(b[1])
+
+
+class Traced:
+    """The traced joint graph with storage resolution and layer attribution."""
+
+    def __init__(self, gm: Any, param_names: Sequence[str], block_prefix: str) -> None:
+        self.nodes = list(gm.graph.nodes)
+        self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
+        n_params = len(param_names)
+        self.param_nodes = set(self.placeholders[:n_params])
+        self.param_numel = {n: first_numel(n.meta.get("val")) for n in self.param_nodes}
+        self.block_prefix = block_prefix
+        self.calls = [n for n in self.nodes if n.op == "call_function"]
+        self.kind = {n: classify(op_name(n)) for n in self.calls}
+        self._storage: dict[Any, Any] = {}
+
+    def storage(self, node: Any) -> Any:
+        """The node owning the memory that ``node`` views (follows view ops)."""
+        if node in self._storage:
+            return self._storage[node]
+        cur = node
+        while cur.op == "call_function" and self.kind[cur] is None:
+            name = op_name(cur)
+            src = cur.args[0] if cur.args and hasattr(cur.args[0], "op") else None
+            if src is None:
+                break
+            if name == "getitem" and src.op == "call_function" and self.kind.get(src) is not None:
+                break  # one element of a multi-output compute op owns its own memory
+            cur = src
+        self._storage[node] = cur
+        return cur
+
+    def is_param(self, node: Any) -> bool:
+        return node in self.param_nodes
+
+    def layer_of_forward(self) -> dict[Any, int]:
+        """0 = embedding, 1 = block, 2 = head for every forward call node."""
+        fwd = [n for n in self.calls if not n.meta.get("autograd_backward")]
+        in_block = []
+        for n in fwd:
+            stack = n.meta.get("nn_module_stack") or {}
+            paths = [v[0] for v in stack.values()]
+            in_block.append(any(p == self.block_prefix or p.startswith(self.block_prefix + ".")
+                                for p in paths))
+        if not any(in_block):
+            raise ExtractionError(f"no operator belongs to the block {self.block_prefix!r}")
+        first = in_block.index(True)
+        last = len(in_block) - 1 - in_block[::-1].index(True)
+        stray = [n.name for i, n in enumerate(fwd) if first < i < last and not in_block[i]
+                 and self.kind[n] is not None]
+        if stray:
+            log.debug("forward ops between block ops attributed to the block: %s", stray)
+        return {n: 1 if first <= i <= last else (0 if i < first else 2) for i, n in enumerate(fwd)}
+
+    def attribute(self) -> dict[Any, tuple[int, Phase]]:
+        """(layer index, phase) of every compute node."""
+        fwd_layer = self.layer_of_forward()
+        seq_layer: dict[int, int] = {}
+        for n, layer in fwd_layer.items():
+            seq = n.meta.get("seq_nr")
+            if seq is not None:
+                seq_layer.setdefault(seq, layer)
+        out: dict[Any, tuple[int, Phase]] = {}
+        resolved: dict[Any, int] = {}
+        for n in self.calls:
+            if not n.meta.get("autograd_backward"):
+                resolved[n] = fwd_layer[n]
+                continue
+            # A backward op belongs to its forward op's layer; an accumulation with no
+            # forward op (residual or tied-weight gradient sums) to the earliest layer it reads.
+            # The autograd engine's accumulation adds carry the seq_nr of whatever op
+            # ran last, so an add of backward results goes by its inputs instead.
+            accumulation = op_name(n) in ("add", "add_") and all(
+                a.meta.get("autograd_backward") for a in n.all_input_nodes)
+            found = None if accumulation else seq_layer.get(n.meta.get("seq_nr", -1))
+            if found is None:
+                inputs = [resolved[self.storage(a)] for a in n.all_input_nodes
+                          if self.storage(a) in resolved]
+                found = min(inputs) if inputs else 2
+            resolved[n] = found
+        for n in self.calls:
+            if self.kind[n] is not None or op_name(n) == "getitem":
+                out[n] = (resolved[n],
+                          Phase.BWD if n.meta.get("autograd_backward") else Phase.FWD)
+        return out
+
+
+def find_block_container(model: Any) -> str:
+    """Dotted path of the ModuleList holding the transformer blocks."""
+    import torch
+
+    best, best_params = None, -1
+    for path, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) >= 1:
+            params = sum(p.numel() for p in module.parameters())
+            if params > best_params:
+                best, best_params = path, params
+    if best is None:
+        raise ExtractionError("the model has no ModuleList of blocks")
+    return best
+
+
+def build_model(spec: ModelSpec, dtype: str, training: bool) -> Any:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    fields = spec.config
+    model_type = fields.pop("model_type")
+    fields[spec.family.layers_field] = 1
+    fields["use_cache"] = False
+    try:
+        hf_config = AutoConfig.for_model(model_type, **fields)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"model {spec.name!r}: invalid config ({exc})") from None
+    hf_config._attn_implementation = "eager"  # scores and softmax as explicit ops
+    auto = AutoModelForMaskedLM if spec.family.task == "masked-lm" else AutoModelForCausalLM
+    with torch.device("meta"):
+        model = auto.from_config(hf_config)
+    model.to(getattr(torch, dtype))
+    model.config._attn_implementation = "eager"
+    model.train(training)
+    return model
+
+
+def trace(model: Any, micro_batch: int, seq_len: int) -> Any:
+    """Joint forward + backward aten graph (fx GraphModule) of ``model`` with a CE loss."""
+    import torch
+    import torch.fx.traceback as fx_traceback
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, ids: Any, labels: Any) -> Any:
+            logits = self.m(input_ids=ids).logits
+            return torch.nn.functional.cross_entropy(
+                logits.view(-1, logits.size(-1)), labels.view(-1))
+
+    shape = (micro_batch, seq_len)
+    ids = torch.zeros(shape, dtype=torch.long, device="meta")
+    labels = torch.zeros(shape, dtype=torch.long, device="meta")
+    exported = torch.export.export(WithLoss(model), (ids, labels), strict=False).module()
+    params = dict(exported.named_parameters())
+    buffers = dict(exported.named_buffers())
+
+    def step(params: dict[str, Any], buffers: dict[str, Any], ids: Any, labels: Any) -> Any:
+        with torch.nn.utils.stateless._reparametrize_module(exported, {**params, **buffers}):
+            loss = torch.fx.Interpreter(exported).run(ids, labels)
+        setup_stacktrace_preservation_hooks([loss.grad_fn])
+        return loss, torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+
+    with fx_traceback.preserve_node_meta():
+        gm = make_fx(step, tracing_mode="real")(params, buffers, ids, labels)
+    return gm, list(params)
