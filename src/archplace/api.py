@@ -17,6 +17,9 @@ from archplace.hardware.presets import load_cluster, preset_summaries
 from archplace.hardware.space import load_space
 from archplace.placement.plan import Recompute
 from archplace.search.exhaustive import Progress, SearchRequest, SearchResult, run_search
+from archplace.workload.cache import cached_chain
+from archplace.workload.extract import ExtractOptions
+from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import load_model, model_preset_summaries
 
 
@@ -28,6 +31,27 @@ def models() -> list[dict[str, Any]]:
 def hardware() -> list[dict[str, Any]]:
     """Bundled hardware presets (name, peak, HBM, area, source)."""
     return preset_summaries()
+
+
+def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: int = 1,
+          sp: bool = False, fuse: bool = False) -> dict[str, Any]:
+    """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1).
+
+    Returns:
+        ``{"model", "micro_batch", "seq_len", "tp", "sp", "layers": [{"name", "kind", "params",
+        "fwd_flop", "bwd_flop", "activation_bytes", "boundary_bytes", "collectives",
+        "operators"}], "total": {"params", "fwd_flop", "bwd_flop"}}``; bytes per micro-batch.
+
+    Raises:
+        ConfigError: unknown model, bad sizes, a TP width that does not divide the heads,
+            KV heads or FFN size.
+        ExtractionError: the model code cannot be traced.
+    """
+    spec = load_model(model)
+    if seq_len is not None:
+        spec = spec.with_seq_len(seq_len)
+    options = ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp, sp=sp, fuse=fuse)
+    return chain_summary(cached_chain(spec, options), sp=sp)
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:

@@ -13,7 +13,8 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.plan import Recompute
 from archplace.search.evaluate import DesignResult, evaluate_design
-from archplace.workload.extract import ExtractOptions, extract_chain
+from archplace.workload.cache import cached_chain
+from archplace.workload.extract import ExtractOptions
 from archplace.workload.zoo import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None,
         ConfigError, ExtractionError: bad model or options.
     """
     cost = cost or SystolicCostModel()
-    chains = {b: extract_chain(request.model, ExtractOptions(b, request.model.seq_len))
+    chains = {b: cached_chain(request.model, ExtractOptions(b, request.model.seq_len))
               for b in sorted(set(request.micro_batches))}
     results = []
     for acc in request.designs:

@@ -151,6 +151,8 @@ class ModelSpec:
         Raises:
             ConfigError: seq_len is not positive or exceeds the model's context length.
         """
+        if seq_len <= 0:
+            raise ConfigError(f"sequence length must be positive, got {seq_len}")
         context = self.config.get(self.family.context_field)
         if isinstance(context, int) and seq_len > context:
             raise ConfigError(

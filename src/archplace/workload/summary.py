@@ -1,0 +1,39 @@
+"""Per-layer totals of a layer chain, for ``archplace graph`` (issue #3 JSON schema)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from archplace.workload.layers import Layer, LayerChain
+
+
+def layer_summary(layer: Layer) -> dict[str, Any]:
+    """One layer: name, kind, params, fwd/bwd FLOP, activation/boundary bytes, collectives, operators.
+
+    Figures are per device (per TP rank) and per micro-batch.
+    """
+    collectives = Counter(layer.fwd.collectives()) + Counter(layer.bwd.collectives())
+    operators = Counter(layer.fwd.count_by_kind()) + Counter(layer.bwd.count_by_kind())
+    return {
+        "name": layer.name, "kind": layer.kind.value, "params": layer.params,
+        "fwd_flop": layer.fwd_flop, "bwd_flop": layer.bwd_flop,
+        "activation_bytes": layer.activation_bytes, "boundary_bytes": layer.boundary_bytes,
+        "collectives": dict(sorted(collectives.items())),
+        "operators": dict(sorted(operators.items())),
+    }
+
+
+def chain_summary(chain: LayerChain, *, sp: bool = False) -> dict[str, Any]:
+    """``{"model", "micro_batch", "seq_len", "tp", "sp", "layers": [...], "total": {...}}``.
+
+    ``total.params`` counts tied weights once (the model's parameters per TP rank).
+    """
+    layers = [layer_summary(layer) for layer in chain.layers]
+    return {
+        "model": chain.model, "micro_batch": chain.micro_batch, "seq_len": chain.seq_len,
+        "tp": chain.tp, "sp": sp, "layers": layers,
+        "total": {"params": chain.model_params,
+                  "fwd_flop": sum(layer["fwd_flop"] for layer in layers),
+                  "bwd_flop": sum(layer["bwd_flop"] for layer in layers)},
+    }
