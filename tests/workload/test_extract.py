@@ -145,3 +145,29 @@ def test_bad_options():
         ExtractOptions(0, 128)
     with pytest.raises(ConfigError, match="sequence length"):
         load_model("gpt2-xl").with_seq_len(4096)
+
+
+def test_other_architecture_through_the_same_path(tmp_path: Path):
+    """An architecture outside the family table (Qwen2) traces through the generic field map."""
+    cfg = {"model_type": "qwen2", "num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 1000,
+           "max_position_embeddings": 64, "architectures": ["Qwen2ForCausalLM"]}
+    path = tmp_path / "qwen" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    chain = extract_chain(load_model(str(path)), ExtractOptions(1, 64, tp=2))
+    assert len(chain.layers) == 5
+    assert chain.layers[1].fwd.collectives() == {"all_reduce": 2}
+    with pytest.raises(ConfigError, match="key/value heads"):
+        extract_chain(load_model(str(path)), ExtractOptions(1, 64, tp=4))
+
+
+def test_typo_in_config_field(tmp_path: Path):
+    cfg = {"model_type": "llama", "num_hiden_layers": 2, "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+           "max_position_embeddings": 64}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    typo = "unknown field 'num_hiden_layers' .did you mean 'num_hidden_layers'"
+    with pytest.raises(ConfigError, match=typo):
+        load_model(str(path))

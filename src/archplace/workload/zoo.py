@@ -78,7 +78,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         cfg = self.config
         model_type = cfg.get("model_type")
-        if model_type not in FAMILIES:
+        if family_of(model_type) is None:
             raise ConfigError(
                 f"model {self.name!r}: unknown architecture model_type={model_type!r}; "
                 f"supported: {', '.join(sorted(FAMILIES))}"
@@ -104,7 +104,9 @@ class ModelSpec:
     @property
     def family(self) -> Family:
         """Field map of the model's family."""
-        return FAMILIES[self.model_type]
+        family = family_of(self.model_type)
+        assert family is not None  # checked when built
+        return family
 
     @property
     def num_layers(self) -> int:
@@ -159,6 +161,45 @@ class ModelSpec:
                 f"model {self.name!r}: sequence length {seq_len} exceeds its context length {context}"
             )
         return ModelSpec(self.name, self.config_json, seq_len, self.source)
+
+
+# Any other architecture transformers knows is read through the standard HF field names.
+GENERIC_DECODER = Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                         ffn_field="intermediate_size")
+
+
+def family_of(model_type: object) -> Family | None:
+    """Field map of an HF ``model_type``: the family table, else the generic decoder for an
+    architecture transformers knows, else None."""
+    if not isinstance(model_type, str):
+        return None
+    if model_type in FAMILIES:
+        return FAMILIES[model_type]
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return GENERIC_DECODER if model_type in CONFIG_MAPPING else None
+
+
+def check_fields(where: str, config: dict[str, Any]) -> None:
+    """Refuse a config whose field looks like a misspelling of one its architecture defines.
+
+    Real config.json files carry extra metadata (``architectures``, ``auto_map`` ...), so
+    an unknown field is only an error when it is close to a known one (difflib ratio >= 0.85).
+
+    Raises:
+        ConfigError: naming the field and the one it was probably meant to be.
+    """
+    import difflib
+
+    from transformers import AutoConfig
+
+    known = set(AutoConfig.for_model(config["model_type"]).to_dict())
+    for field in config:
+        if field in known:
+            continue
+        close = difflib.get_close_matches(field, known, n=1, cutoff=0.85)
+        if close:
+            raise ConfigError(f"{where}: unknown field {field!r} (did you mean {close[0]!r}?)")
 
 
 def _canonical(config: dict[str, Any]) -> str:
@@ -216,15 +257,15 @@ def load_model(name_or_path: str) -> ModelSpec:
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object of config fields")
     spec_type = config.get("model_type")
-    if spec_type not in FAMILIES:
+    family = family_of(spec_type)
+    if family is None:
         raise ConfigError(
-            f"{path}: unknown architecture model_type={spec_type!r}; supported: {', '.join(sorted(FAMILIES))}"
-        )
-    context = config.get(FAMILIES[spec_type].context_field)
+            f"{path}: unknown architecture model_type={spec_type!r}; supported: "
+            f"{', '.join(sorted(FAMILIES))} and other architectures transformers knows")
+    check_fields(str(path), config)
+    context = config.get(family.context_field)
     seq_len = int(context) if isinstance(context, int) and context > 0 else 0
     if seq_len <= 0:
-        raise ConfigError(
-            f"{path}: {FAMILIES[spec_type].context_field} must be a positive integer, got {context!r}"
-        )
+        raise ConfigError(f"{path}: {family.context_field} must be a positive integer, got {context!r}")
     return ModelSpec(path.stem if path.stem != "config" else path.parent.name or "config",
                      _canonical(config), seq_len, str(path))
