@@ -80,3 +80,15 @@ def test_graph_command_table_and_errors(capsys: pytest.CaptureFixture[str]):
         "attention heads of gpt2-xl"
     code, _, err = run(["graph", "--model", "gpt2-xl", "--seq-len", "0"], capsys)
     assert code == 2 and "sequence length must be positive" in err
+
+
+def test_graph_command_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+                                "n_positon": 64, "n_positions": 64}))
+    code, _, err = run(["graph", "--model", str(path)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "unknown field 'n_positon' (did you mean 'n_positions'?)" in err
+    path.write_text(json.dumps({"model_type": "transformer9000", "n_layer": 2}))
+    code, _, err = run(["graph", "--model", str(path)], capsys)
+    assert code == 2 and "unknown architecture model_type='transformer9000'" in err
