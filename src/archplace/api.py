@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from archplace.cost.estimate import estimate_matmul, estimate_model
 from archplace.errors import ConfigError
 from archplace.hardware.presets import load_cluster, preset_summaries
 from archplace.hardware.space import load_space
@@ -21,6 +22,9 @@ from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import load_model, model_preset_summaries
+
+__all__ = ["estimate_matmul", "estimate_model", "graph", "hardware", "models", "search",
+           "search_request"]
 
 
 def models() -> list[dict[str, Any]]:

@@ -1,9 +1,129 @@
-"""``archplace estimate`` (being built; registers nothing yet)."""
+"""``archplace estimate``: per-layer estimates of a model, and of one matmul.
+
+::
+
+    archplace estimate --model M --hardware H [--tp T] [--micro-batch B] [--seq-len S] [--json]
+    archplace estimate matmul --m M --k K --n N --array RxC [--dataflow ws|os] [--batch B]
+                              [--cores P] [--clock F] [--buffer SIZE] [--hbm-bandwidth BW] [--json]
+
+The figures and formulas are those of :mod:`archplace.cost.estimate`.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import re
+import sys
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from archplace.cost.estimate import ModelEstimate, estimate_matmul, estimate_model, layer_rows
+from archplace.errors import ConfigError
+from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
+
+estimate_app = typer.Typer(
+    invoke_without_command=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Per-layer time, bound and energy of a model on a hardware preset (or of one matmul).",
+)
+
+_ARRAY = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+
+
+def _console() -> Console:
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+@estimate_app.callback()
+def estimate(
+    ctx: typer.Context,
+    model: Annotated[str | None, typer.Option(help="Model preset or path of an HF config.json.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware preset or YAML file.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per micro-batch.")] = 1,
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Per-layer forward/backward time on one core and on all cores, bound and energy."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None or hardware is None:
+        raise ConfigError("estimate needs --model and --hardware (or: archplace estimate matmul ...)")
+    result = estimate_model(model, hardware, tp=tp, micro_batch=micro_batch, seq_len=seq_len)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        _console().print(_model_table(result))
+
+
+def _model_table(result: ModelEstimate) -> Table:
+    table = Table(title=f"{result.model} on {result.hardware}: tp={result.tp}, micro-batch "
+                        f"{result.micro_batch}, sequence {result.seq_len} (per layer, per device)")
+    for column in ("layer", "×", "pass", "one core ms", "all cores ms", "bound", "energy mJ", "MFU"):
+        table.add_column(column, justify="left" if column in ("layer", "pass", "bound") else "right")
+    for row in layer_rows(result):
+        table.add_row(row["layer"], str(row["count"]), row["phase"], f"{1e3 * row['single_core_s']:.3f}",
+                      f"{1e3 * row['all_cores_s']:.3f}", row["bound"], f"{1e3 * row['energy_j']:.2f}",
+                      f"{100 * row['mfu']:.1f}%")
+    totals = result.to_dict()["total"]
+    for phase in ("fwd", "bwd"):
+        t = totals[phase]
+        table.add_row("total", "", phase, f"{1e3 * t['single_core_s']:.3f}", f"{1e3 * t['all_cores_s']:.3f}",
+                      "", f"{1e3 * t['energy_j']:.2f}", f"{100 * t['mfu']:.1f}%")
+    return table
+
+
+def _array(text: str) -> tuple[int, int]:
+    match = _ARRAY.match(text)
+    if not match:
+        raise ConfigError(f"--array: expected ROWSxCOLS such as 128x128, got {text!r}")
+    rows, cols = int(match.group(1)), int(match.group(2))
+    if rows <= 0 or cols <= 0:
+        raise ConfigError(f"--array: rows and cols must be positive, got {text!r}")
+    return rows, cols
+
+
+@estimate_app.command("matmul")
+def matmul(
+    m: Annotated[int, typer.Option("--m", help="Rows of the input (tokens).")],
+    k: Annotated[int, typer.Option("--k", help="Reduction dimension.")],
+    n: Annotated[int, typer.Option("--n", help="Columns of the output.")],
+    array: Annotated[str, typer.Option(help="Array shape ROWSxCOLS, e.g. 128x128.")],
+    dataflow: Annotated[str, typer.Option(help="ws (weight stationary) or os (output stationary).")] = "ws",
+    batch: Annotated[int, typer.Option(help="Independent GEMMs (bmm batch).")] = 1,
+    cores: Annotated[int, typer.Option(help="Arrays working together.")] = 1,
+    clock: Annotated[str, typer.Option(help="Array clock, e.g. '1.05 GHz'.")] = "1 GHz",
+    buffer: Annotated[str | None, typer.Option(help="Global buffer, e.g. '128 MiB' [unbounded].")] = None,
+    hbm_bandwidth: Annotated[str | None, typer.Option(
+        "--hbm-bandwidth", help="HBM bandwidth, e.g. '1.2 TB/s' [unbounded].")] = None,
+    bytes_per_element: Annotated[int, typer.Option("--bytes-per-element", help="Operand width.")] = 2,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """Compute cycles, HBM bytes and latency of one matmul on systolic arrays."""
+    rows, cols = _array(array)
+    result = estimate_matmul(
+        m, k, n, rows, cols, batch=batch, cores=cores, dataflow=dataflow.lower(),
+        clock_hz=parse_frequency(clock, "--clock"),
+        buffer_bytes=math.inf if buffer is None else parse_bytes(buffer, "--buffer"),
+        hbm_bandwidth_bytes_per_s=(math.inf if hbm_bandwidth is None
+                                   else parse_bandwidth(hbm_bandwidth, "--hbm-bandwidth")),
+        bytes_per_element=bytes_per_element,
+    )
+    data = result.to_dict()
+    if as_json:
+        typer.echo(json.dumps(data))
+        return
+    table = Table(title=f"[{batch}x] {m}x{k} @ {k}x{n} on {cores} x {rows}x{cols} ({dataflow.lower()})")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in data.items():
+        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+    _console().print(table)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``estimate`` command to ``app``."""
+    """Add the ``estimate`` command group to ``app``."""
+    app.add_typer(estimate_app, name="estimate")

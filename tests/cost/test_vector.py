@@ -6,14 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archplace.cost.model import OpLatency, SystolicCostModel, vector_latency
+from archplace.cost.model import OpLatency, SystolicCostModel
 from archplace.cost.vector import (
     TRANSCENDENTAL_CYCLES_PER_ELEMENT,
     aten_op_name,
     cycles_per_element,
     is_transcendental,
     vector_cycles,
+    vector_hbm_bytes,
 )
+from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
@@ -103,24 +105,24 @@ def vector_op(kind: OpKind, target: str, elements: int, bytes_moved: float) -> O
 
 
 def test_latency_compute_then_memory_bound() -> None:
-    acc = load_accelerator("tpuv4")  # 2 vector cores x 128 lanes, 1.05 GHz, 1.2 TB/s
-    op = vector_op(OpKind.ELEMENTWISE, "aten.add.Tensor", 1_000_000, 6e6)
+    acc = load_accelerator("tpuv4")  # 2 vector cores x 1024 lanes, 1.05 GHz, 1.2 TB/s
+    op = vector_op(OpKind.ELEMENTWISE, "aten.add.Tensor", 10_000_000, 6e6)
     lat = SystolicCostModel().latency(op, acc)
-    # single: ceil(1e6 / 128) = 7813 cycles = 7.44 us > 6 MB / 1.2 TB/s = 5 us
-    assert lat.single_core_s == pytest.approx(7813 / 1.05e9, rel=1e-12)
-    # all: ceil(1e6 / 256) = 3907 cycles = 3.72 us < 5 us: memory bound
+    # single: ceil(1e7 / 1024) = 9766 cycles = 9.30 us > 6 MB / 1.2 TB/s = 5 us
+    assert lat.single_core_s == pytest.approx(9766 / 1.05e9, rel=1e-12)
+    # all: ceil(1e7 / 2048) = 4883 cycles = 4.65 us < 5 us: memory bound
     assert lat.all_cores_s == pytest.approx(5e-6, rel=1e-12)
 
 
 def test_softmax_latency() -> None:
     acc = load_accelerator("tpuv4")
-    op = vector_op(OpKind.SOFTMAX, "aten._softmax.default", 256 * 100, 0.0)
+    op = vector_op(OpKind.SOFTMAX, "aten._softmax.default", 2048 * 100, 0.0)
     lat = SystolicCostModel().latency(op, acc)
     assert lat.single_core_s == pytest.approx(200 * 8 / 1.05e9, rel=1e-12)
     assert lat.all_cores_s == pytest.approx(100 * 8 / 1.05e9, rel=1e-12)
 
 
-def test_zero_elements_and_collectives_cost_nothing() -> None:
+def test_zero_elements_and_single_device_collectives_cost_nothing() -> None:
     acc = load_accelerator("tpuv4")
     model = SystolicCostModel()
     assert model.latency(vector_op(OpKind.ELEMENTWISE, "aten.add.Tensor", 0, 1e6), acc) == \
@@ -129,14 +131,26 @@ def test_zero_elements_and_collectives_cost_nothing() -> None:
     assert model.latency(collective, acc) == OpLatency(0.0, 0.0)
 
 
-@given(elements=st.integers(0, 10**7), cpe=st.integers(0, 8), cores=st.integers(1, 4096),
-       lanes=st.integers(1, 256), bytes_moved=st.floats(0, 1e9))
-def test_all_cores_never_slower(elements: int, cpe: int, cores: int, lanes: int,
-                                bytes_moved: float) -> None:
-    lat = vector_latency(elements, cpe, bytes_moved, cores, lanes, 1e9, 1e12)
+def test_allocations_and_generators() -> None:
+    assert vector_hbm_bytes("aten.empty_like.default", 100.0, 100.0) == 0.0
+    assert cycles_per_element(OpKind.ELEMENTWISE, "aten.empty_like.default") == 0
+    assert vector_hbm_bytes("aten.bernoulli_.float", 100.0, 100.0) == 100.0
+    assert vector_hbm_bytes("aten.add.Tensor", 200.0, 100.0) == 300.0
+    acc = load_accelerator("tpuv4")
+    op = vector_op(OpKind.ELEMENTWISE, "aten.empty_like.default", 10**6, 4e6)
+    assert SystolicCostModel().latency(op, acc) == OpLatency(0.0, 0.0)
+
+
+@given(elements=st.integers(0, 10**7), cores=st.integers(1, 4096), lanes=st.integers(1, 256),
+       bytes_moved=st.floats(0, 1e9), kind=st.sampled_from([OpKind.ELEMENTWISE, OpKind.SOFTMAX, OpKind.NORM]))
+def test_all_cores_never_slower(elements: int, cores: int, lanes: int, bytes_moved: float,
+                                kind: OpKind) -> None:
+    acc = Accelerator("v", 1, 2, 2, cores, lanes, 2.0**20, 2.0**30, 1e12, 1e9)
+    lat = SystolicCostModel(cache_size=0).latency(vector_op(kind, "aten.mul.Tensor", elements, bytes_moved),
+                                                  acc)
     assert 0.0 <= lat.all_cores_s <= lat.single_core_s
-    if elements and cpe:
-        assert lat.all_cores_s >= bytes_moved / 1e12
+    if elements:
+        assert lat.all_cores_s >= bytes_moved / 1e12 * (1 - 1e-12)
 
 
 def test_op_latency_rejects_negative() -> None:

@@ -11,14 +11,19 @@ import pytest
 import yaml
 
 from archplace.errors import ConfigError
+from archplace.hardware.accelerator import Dataflow
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Topology
+from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import (
     accelerator_preset_names,
     load_accelerator,
     load_cluster,
+    preset_datasheet,
     preset_summaries,
 )
+
+PRESETS = ["a100-80gb", "h100-80gb", "phaze-ref", "tpuv4"]
 
 VALID: dict[str, Any] = {
     "source": "test fixture",
@@ -53,13 +58,50 @@ def write(tmp_path: Path, data: Any, name: str = "chip.yaml") -> str:
 
 
 def test_bundled_names() -> None:
-    assert accelerator_preset_names() == ["tpuv4"]
+    assert accelerator_preset_names() == PRESETS
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_peak_equals_datasheet(name: str) -> None:
+    sheet = preset_datasheet(name)
+    assert load_accelerator(name).peak_flop_per_s == pytest.approx(sheet["peak_flop_per_s"], rel=0.002)
+
+
+@pytest.mark.parametrize(("name", "peak"), [
+    ("tpuv4", 2 * 8 * 128 * 128 * 1.05e9),      # 275.25 TFLOP/s (Cloud TPU v4: 275)
+    ("phaze-ref", 2 * 8 * 128 * 128 * 1.05e9),
+    ("a100-80gb", 2 * 432 * 16 * 16 * 1.41e9),  # 311.87 TFLOP/s (A100 datasheet: 312)
+    ("h100-80gb", 2 * 528 * 32 * 16 * 1.83e9),  # 989.43 TFLOP/s (H100 SXM datasheet: 989)
+])
+def test_peak_by_hand(name: str, peak: float) -> None:
+    assert load_accelerator(name).peak_flop_per_s == pytest.approx(peak, rel=1e-12)
+
+
+def test_gpu_presets() -> None:
+    a100, h100 = load_accelerator("a100-80gb"), load_accelerator("h100-80gb")
+    assert a100.hbm_bytes == h100.hbm_bytes == 80 * 2**30
+    assert a100.hbm_bandwidth_bytes_per_s == pytest.approx(2.039e12)
+    assert h100.hbm_bandwidth_bytes_per_s == pytest.approx(3.35e12)
+    for name, nvlink, ib in (("a100-80gb", 300e9, 25e9), ("h100-80gb", 450e9, 50e9)):
+        cluster = load_cluster(name, 1024)
+        assert cluster.devices_per_node == 8
+        assert cluster.topology is Topology.SWITCHED
+        assert cluster.intra_node_bandwidth_bytes_per_s == pytest.approx(nvlink)
+        assert cluster.inter_node_bandwidth_bytes_per_s == pytest.approx(ib)
+
+
+def test_phaze_reference_preset() -> None:
+    acc = load_accelerator("phaze-ref")
+    assert (acc.tensor_cores, acc.array_rows, acc.vector_cores, acc.vector_lanes) == (8, 128, 2, 128)
+    assert acc.buffer_bytes == 128 * 2**20
+    assert area_mm2(acc) == pytest.approx(278.8, rel=0.02)
 
 
 def test_tpuv4_fields() -> None:
     acc = load_accelerator("tpuv4")
     assert (acc.tensor_cores, acc.array_rows, acc.array_cols) == (8, 128, 128)
-    assert (acc.vector_cores, acc.vector_lanes) == (2, 128)
+    assert (acc.vector_cores, acc.vector_lanes) == (2, 128 * 8)  # 128 lanes x 8 sublanes
+    assert acc.dataflow is Dataflow.WS
     assert acc.buffer_bytes == 128 * 2**20
     assert acc.hbm_bytes == 32 * 2**30
     assert acc.hbm_bandwidth_bytes_per_s == pytest.approx(1.2e12)
@@ -91,7 +133,9 @@ def test_every_bundled_number_has_a_source() -> None:
         text = files("archplace.hardware").joinpath("presets", f"{name}.yaml").read_text()
         data = yaml.safe_load(text)
         assert isinstance(data["source"], str) and data["source"]
-        for section in ("accelerator", "cluster"):
+        for section in ("accelerator", "cluster", "datasheet"):
+            if section not in data:
+                continue
             for key, raw in data[section].items():
                 if key == "name":
                     continue
@@ -101,13 +145,16 @@ def test_every_bundled_number_has_a_source() -> None:
 
 def test_summaries() -> None:
     rows = preset_summaries()
-    assert [r["name"] for r in rows] == ["tpuv4"]
-    row = rows[0]
+    assert [r["name"] for r in rows] == PRESETS
+    row = rows[-1]
     assert row["peak_tflop_per_s"] == pytest.approx(275.2512)
     assert row["hbm_bytes"] == 32 * 2**30
     assert row["hbm"] == "32.0 GiB"
     assert row["area_mm2"] == pytest.approx(area_mm2(load_accelerator("tpuv4")))
+    assert row["tdp_w"] == pytest.approx(tdp_w(load_accelerator("tpuv4")))
+    assert row["datasheet_tdp_w"] == 192.0
     assert "ISCA 2023" in row["source"]
+    assert rows[2]["datasheet_tdp_w"] is None  # phaze-ref has no published TDP
 
 
 def test_load_from_path(tmp_path: Path) -> None:
@@ -130,7 +177,8 @@ def test_load_from_path_object(tmp_path: Path) -> None:
 def test_unknown_name() -> None:
     with pytest.raises(ConfigError) as info:
         load_accelerator("tpuv9")
-    assert str(info.value) == "unknown hardware preset 'tpuv9'; choose from: tpuv4"
+    assert str(info.value) == ("unknown hardware preset 'tpuv9'; choose from: "
+                               "a100-80gb, h100-80gb, phaze-ref, tpuv4")
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -187,6 +235,8 @@ DELETE = object()
         (("accelerator",), DELETE, "missing field 'accelerator'"),
         (("accelerator",), [1, 2], "accelerator: expected a mapping"),
         (("extra",), 1, "unknown field 'extra'"),
+        (("accelerator", "dataflow"), "is", "accelerator.dataflow: unknown dataflow 'is'"),
+        (("accelerator", "array_rows"), 2.0, "accelerator.array_rows: expected a whole"),
     ],
 )
 def test_bad_accelerator_fields(tmp_path: Path, path: tuple[str, ...], value: Any,
@@ -214,6 +264,20 @@ def test_bad_cluster_fields(tmp_path: Path, path: tuple[str, ...], value: Any,
     file = write(tmp_path, mutated(path, value))
     with pytest.raises(ConfigError, match=message):
         load_cluster(file, 16)
+
+
+def test_dataflow_and_datasheet(tmp_path: Path) -> None:
+    data = copy.deepcopy(VALID)
+    data["accelerator"]["dataflow"] = "os"
+    data["datasheet"] = {"peak_tflop_per_s": {"value": 100, "source": "x"}, "tdp_w": 300}
+    file = write(tmp_path, data)
+    assert load_accelerator(file).dataflow is Dataflow.OS
+    assert preset_datasheet(file) == {"peak_flop_per_s": 1e14, "tdp_w": 300.0}
+    assert load_accelerator(write(tmp_path, VALID, "plain.yaml")).dataflow is Dataflow.WS
+    assert preset_datasheet(write(tmp_path, VALID, "plain.yaml")) == {}
+    data["datasheet"] = {"tdp": 300}
+    with pytest.raises(ConfigError, match="datasheet: unknown field 'tdp'"):
+        preset_datasheet(write(tmp_path, data, "bad.yaml"))
 
 
 def test_zero_latency_is_allowed(tmp_path: Path) -> None:

@@ -55,12 +55,13 @@ def test_tiny_keeps_exactly_the_designs_the_rule_admits() -> None:
     space = load_space("tiny")
     base = load_accelerator("tpuv4")
     budget = area_mm2(base)
+    sram = {32: 46.141, 64: 87.996, 128: 174.814}
     expected = []
     for tc, dim, vc, buf, hbm in itertools.product(
         [2, 4, 8, 16], [64, 128, 256], [1, 2], [32, 64, 128], [32]
     ):
         macs = tc * dim * dim
-        area = macs * 770e-6 + vc * dim * 3080e-6 + buf * 1.37 + 1.726
+        area = macs * 786.8e-6 + vc * dim * 8 * 770e-6 + (tc + vc) * 5.8e-3 + sram[buf] + 0.61
         if 0.3 * budget - 1e-6 <= area <= budget + 1e-6:
             expected.append(f"tc{tc}-{dim}x{dim}-vc{vc}-buf{buf}MiB-hbm{hbm}GiB")
     assert [a.name for a in space.designs()] == expected
@@ -83,12 +84,15 @@ def test_designs_are_deterministic_unique_and_lanes_tied() -> None:
     assert first == second
     assert len({a.name for a in first}) == len(first)
     for acc in first:
-        assert acc.array_rows == acc.array_cols == acc.vector_lanes
+        assert acc.array_rows == acc.array_cols == acc.vector_lanes // 8  # TPU sublanes
 
 
 def test_phaze_space_obeys_the_rule() -> None:
     space = load_space("phaze")
     designs = space.designs()
+    assert space.base == "phaze-ref"
+    assert space.area_budget_mm2 == pytest.approx(278.8, rel=0.002)
+    assert all(a.vector_lanes == a.array_cols for a in designs[::53])
     assert space.size_before_area_rule == 13 * 13 * 8 * 7 * 3
     assert 0 < len(designs) < space.size_before_area_rule
     assert all(space.admits(a) for a in designs[::97])
@@ -122,7 +126,7 @@ def test_explicit_budget(tmp_path: Path) -> None:
 
 
 def test_base_path_relative_to_space_file(tmp_path: Path) -> None:
-    chip = load_accelerator("tpuv4")
+    chip = load_accelerator("phaze-ref")  # same chip as slow.yaml below, at another clock
     (tmp_path / "hw").mkdir()
     preset = {
         "accelerator": {
@@ -189,6 +193,18 @@ def test_missing_field(tmp_path: Path) -> None:
 def test_malformed_yaml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="malformed YAML"):
         load_space(write(tmp_path, "base: [tpuv4\n"))
+
+
+def test_vector_lanes_per_col(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, dict(SMALL, vector_lanes_per_col=8)))
+    assert space.vector_lanes_per_col == 8
+    assert all(a.vector_lanes == 8 * a.array_cols for a in space.designs())
+    assert load_space("tiny").vector_lanes_per_col == 8
+    with pytest.raises(ConfigError, match="vector_lanes_per_col: must be positive"):
+        load_space(write(tmp_path, dict(SMALL, vector_lanes_per_col=0)))
+    with pytest.raises(ConfigError, match="vector_lanes_per_col"):
+        SearchSpace("s", "tpuv4", load_accelerator("tpuv4"), (1,), (128,), (1,), (MIB,), (GIB,),
+                    vector_lanes_per_col=0)
 
 
 def test_dataclass_checks_values() -> None:

@@ -1,59 +1,46 @@
-"""Per-operator latency: the CostModel interface and the first-fidelity systolic model.
+"""Per-operator cost: the CostModel interface and its two implementations.
 
 Every operator gets two latencies (DESIGN.md, Per-operator cost and Per-layer
 scheduling): on ONE core of its type, and on ALL cores of its type at once.
+Anything with ``latency(op, acc) -> OpLatency`` is a :class:`CostModel`; the
+scheduler and the search take any of them:
 
-:class:`SystolicCostModel` (first fidelity):
+* :class:`~archplace.cost.systolic.SystolicCostModel` -- cycle-exact systolic
+  arrays, buffer-aware HBM traffic, vector cores, collectives, energy;
+* :class:`RooflineCostModel` -- the roofline bound of each operator (Williams,
+  Waterman and Patterson, CACM 2009): ``max(FLOP / peak, bytes / bandwidth)``,
+  with no fill, drain, padding or re-reads.  A quick lower bound and a baseline
+  to compare against.
 
-* matmul: weight-stationary cycle counts of :mod:`archplace.cost.gemm` on the
-  ``tensor_cores`` arrays of ``array_rows x array_cols``;
-* other compute ops: :mod:`archplace.cost.vector` on the ``vector_cores`` cores of
-  ``vector_lanes`` lanes;
-* both bounded below by the time to move the op's bytes over HBM:
-  ``latency_s = max(cycles / clock_hz, (bytes_read + bytes_written) / hbm_bandwidth)``.
-  Every byte is assumed to come from (and go to) HBM once; the global buffer's
-  reuse is not modelled yet (a later fidelity tiles the matmul for the buffer);
-* an op with no work (a zero dimension, no elements, or a collective, whose time
-  comes from the link model) costs 0.
+Both also give :meth:`estimate` (:class:`OpEstimate`: latency, traffic, bound,
+energy), which :mod:`archplace.cost.estimate` uses for per-layer reports.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from archplace.cost.gemm import matmul_cycles_all_cores, matmul_cycles_single_core
-from archplace.cost.vector import cycles_per_element, vector_cycles
+from archplace.cost.collective import cluster_collective_time_s, collective_kind
+from archplace.cost.systolic import ManyEstimates, SystolicCostModel, op_key
+from archplace.cost.types import (
+    ZERO_ESTIMATE,
+    ZERO_LATENCY,
+    Bound,
+    OpEstimate,
+    OpLatency,
+    compute_or_memory,
+)
+from archplace.cost.vector import cycles_per_element, vector_hbm_bytes
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.cluster import Cluster
+from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE, MAC_ENERGY_J, VECTOR_OP_ENERGY_J
 from archplace.workload.graph import Operator, OpKind
 
-
-@dataclass(frozen=True, slots=True)
-class OpLatency:
-    """Latency of one operator, in seconds.
-
-    Attributes:
-        single_core_s: on one core of its type.
-        all_cores_s: on all cores of its type at once (nothing else runs meanwhile).
-
-    Raises:
-        ConfigError: a negative or non-finite latency.
-    """
-
-    single_core_s: float
-    all_cores_s: float
-
-    def __post_init__(self) -> None:
-        for name in ("single_core_s", "all_cores_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"OpLatency: {name} must be finite and >= 0, got {value}")
-
-
-ZERO_LATENCY = OpLatency(0.0, 0.0)
+__all__ = [
+    "ZERO_ESTIMATE", "ZERO_LATENCY", "Bound", "CostModel", "EstimatingCostModel", "ManyEstimates",
+    "OpEstimate", "OpLatency", "RooflineCostModel", "SystolicCostModel", "op_key",
+]
 
 
 @runtime_checkable
@@ -65,85 +52,80 @@ class CostModel(Protocol):
         ...
 
 
-def memory_time_s(bytes_moved: float, hbm_bandwidth_bytes_per_s: float) -> float:
-    """Seconds to move ``bytes_moved`` bytes over HBM."""
-    return bytes_moved / hbm_bandwidth_bytes_per_s
+@runtime_checkable
+class EstimatingCostModel(CostModel, Protocol):
+    """A :class:`CostModel` that also reports traffic, bound and energy."""
+
+    def estimate(self, op: Operator, acc: Accelerator) -> OpEstimate:
+        """Latency, HBM bytes, bound and energy of ``op`` on ``acc``."""
+        ...
 
 
-def matmul_latency(
-    batch: int, m: int, k: int, n: int, bytes_moved: float,
-    tensor_cores: int, rows: int, cols: int, clock_hz: float, hbm_bandwidth_bytes_per_s: float,
-) -> OpLatency:
-    """Latency of the GEMM ``[batch, m, k] x [batch, k, n]`` moving ``bytes_moved`` HBM bytes.
+class RooflineCostModel:
+    """Roofline latency of every operator (module docstring); implements :class:`CostModel`.
 
-    Single core: :func:`~archplace.cost.gemm.matmul_cycles_single_core`; all cores:
-    :func:`~archplace.cost.gemm.matmul_cycles_all_cores`; each is
-    ``max(cycles / clock_hz, bytes_moved / hbm_bandwidth)``.  0 when a dimension is 0.
-    """
-    if batch <= 0 or m <= 0 or k <= 0 or n <= 0:
-        return ZERO_LATENCY
-    memory_s = memory_time_s(bytes_moved, hbm_bandwidth_bytes_per_s)
-    single = matmul_cycles_single_core(batch, m, k, n, rows, cols)
-    parallel = matmul_cycles_all_cores(batch, m, k, n, rows, cols, tensor_cores)
-    return OpLatency(max(single / clock_hz, memory_s), max(parallel / clock_hz, memory_s))
+    * matmul: ``2·batch·m·k·n`` FLOP at ``2·rows·cols·clock_hz`` per core (single) or the
+      chip's peak (all), a fused epilogue at one element per lane per cycle;
+    * vector op: ``elements · cycles_per_element`` lane operations at ``lanes·clock_hz``
+      per core;
+    * both bounded below by ``(bytes_read + bytes_written) / hbm_bandwidth``;
+    * collective: as :class:`SystolicCostModel` (needs ``cluster`` for groups > 1).
 
-
-def vector_latency(
-    elements: int, cycles_per_elem: int, bytes_moved: float,
-    vector_cores: int, lanes: int, clock_hz: float, hbm_bandwidth_bytes_per_s: float,
-) -> OpLatency:
-    """Latency of a vector op of ``elements`` output elements moving ``bytes_moved`` HBM bytes.
-
-    ``max(⌈elements / (lanes · cores)⌉ · cycles_per_elem / clock_hz, bytes / bandwidth)`` with
-    cores = 1 and cores = ``vector_cores``.  0 when there are no elements or no cycles per
-    element (collectives).
-    """
-    if elements <= 0 or cycles_per_elem <= 0:
-        return ZERO_LATENCY
-    memory_s = memory_time_s(bytes_moved, hbm_bandwidth_bytes_per_s)
-    single = vector_cycles(elements, lanes, 1, cycles_per_elem)
-    parallel = vector_cycles(elements, lanes, vector_cores, cycles_per_elem)
-    return OpLatency(max(single / clock_hz, memory_s), max(parallel / clock_hz, memory_s))
-
-
-class SystolicCostModel:
-    """First-fidelity :class:`CostModel` (formulas in the module docstring).
-
-    Results are cached on the instance, keyed by the operator's dimensions, its
-    cycles per element and bytes, and the accelerator fields that matter (core
-    counts and sizes, clock, HBM bandwidth) -- so designs that differ only in
-    buffer or HBM capacity share entries.
-
-    Args:
-        cache_size: entries per cache (matmul and vector); ``None`` = unbounded, 0 = off.
+    Energy counts the same MAC, lane and HBM-path energies as the systolic model
+    (no operand-feed energy).
     """
 
-    def __init__(self, cache_size: int | None = 1 << 16) -> None:
-        self._matmul = functools.lru_cache(maxsize=cache_size)(matmul_latency)
-        self._vector = functools.lru_cache(maxsize=cache_size)(vector_latency)
+    def __init__(self, cluster: Cluster | None = None) -> None:
+        self.cluster = cluster
 
     def latency(self, op: Operator, acc: Accelerator) -> OpLatency:
-        """Latency of ``op`` on ``acc``: one core of its type, and all of them.
+        """Roofline latency of ``op`` on one core and on all cores of ``acc``.
 
         Raises:
-            ValueError: an operator kind the model does not know (a bug upstream).
+            ConfigError: a collective over several devices without a cluster.
+            ValueError: an operator kind the model does not know.
         """
-        bytes_moved = float(op.bytes_read + op.bytes_written)
+        return self.estimate(op, acc).latency
+
+    def estimate(self, op: Operator, acc: Accelerator) -> OpEstimate:
+        """Roofline :class:`OpEstimate` of ``op`` on ``acc`` (errors as :meth:`latency`)."""
+        hbm_bytes = float(op.bytes_read + op.bytes_written)
+        if op.kind not in (OpKind.MATMUL, OpKind.COLLECTIVE):
+            hbm_bytes = vector_hbm_bytes(op.target, op.bytes_read, op.bytes_written)
+        memory_s = hbm_bytes / acc.hbm_bandwidth_bytes_per_s
+        if op.kind is OpKind.COLLECTIVE:
+            return self._collective(op, hbm_bytes)
         if op.kind is OpKind.MATMUL:
-            return self._matmul(
-                op.batch, op.m, op.k, op.n, bytes_moved, acc.tensor_cores,
-                acc.array_rows, acc.array_cols, acc.clock_hz, acc.hbm_bandwidth_bytes_per_s,
-            )
-        return self._vector(
-            op.elements, cycles_per_element(op.kind, op.target), bytes_moved,
-            acc.vector_cores, acc.vector_lanes, acc.clock_hz, acc.hbm_bandwidth_bytes_per_s,
-        )
+            macs = float(max(op.batch, 0) * max(op.m, 0) * max(op.k, 0) * max(op.n, 0))
+            if macs == 0:
+                return ZERO_ESTIMATE
+            fused = float(getattr(op, "fused_elements", 0) or 0)
+            per_core = acc.array_rows * acc.array_cols * acc.clock_hz
+            lane_rate = acc.vector_lanes * acc.clock_hz
+            single = max(macs / per_core, fused / lane_rate)
+            every = max(macs / (per_core * acc.tensor_cores), fused / (lane_rate * acc.vector_cores))
+            energy = macs * MAC_ENERGY_J + fused * VECTOR_OP_ENERGY_J
+        else:
+            ops = float(max(op.elements, 0) * cycles_per_element(op.kind, op.target))
+            if ops == 0:
+                return ZERO_ESTIMATE
+            single = ops / (acc.vector_lanes * acc.clock_hz)
+            every = single / acc.vector_cores
+            energy = ops * VECTOR_OP_ENERGY_J
+        energy += hbm_bytes * HBM_PATH_ENERGY_J_PER_BYTE
+        return OpEstimate(max(single, memory_s), max(every, memory_s), single, every, memory_s, 0.0,
+                          hbm_bytes, energy, compute_or_memory(single, memory_s),
+                          compute_or_memory(every, memory_s))
 
-    def cache_info(self) -> dict[str, Any]:
-        """Hit/miss statistics of the matmul and vector caches."""
-        return {"matmul": self._matmul.cache_info(), "vector": self._vector.cache_info()}
-
-    def cache_clear(self) -> None:
-        """Empty both caches."""
-        self._matmul.cache_clear()
-        self._vector.cache_clear()
+    def _collective(self, op: Operator, hbm_bytes: float) -> OpEstimate:
+        group = int(getattr(op, "group", 1) or 1)
+        buffer = float(max(op.bytes_read, op.bytes_written))
+        if group <= 1 or buffer <= 0:
+            return OpEstimate(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                              Bound.COMMUNICATION, Bound.COMMUNICATION)
+        if self.cluster is None:
+            raise ConfigError(f"operator {op.name}: a collective over {group} devices needs the "
+                              "cluster's links (RooflineCostModel(cluster=...))")
+        seconds = cluster_collective_time_s(self.cluster, collective_kind(op.target), buffer, group)
+        return OpEstimate(seconds, seconds, 0.0, 0.0, 0.0, seconds, 0.0,
+                          hbm_bytes * HBM_PATH_ENERGY_J_PER_BYTE, Bound.COMMUNICATION, Bound.COMMUNICATION)

@@ -23,6 +23,13 @@ replaced by measured or synthesised figures:
   reductions: 8;
 * collectives do not run on the vector cores (their time comes from the link
   model), so they cost 0 cycles here.
+
+HBM bytes of a vector op are its ``bytes_read + bytes_written``, except for two
+families the tracer records as element-wise (:func:`vector_hbm_bytes`):
+
+* allocations (``empty``, ``empty_like``, ...) only reserve memory: no cycles, no bytes;
+* generators and fills (``bernoulli_``, ``fill_``, ``zeros_like``, ``rand``, ...) only
+  write their output: the tensor they are given is overwritten, not read.
 """
 
 from __future__ import annotations
@@ -63,6 +70,28 @@ TRANSCENDENTAL_OPS = frozenset({
 })
 
 
+# Ops that only allocate (no work, no traffic).
+ALLOCATION_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+
+# Ops that write their output without reading an input tensor.
+WRITE_ONLY_OPS = frozenset({
+    "bernoulli", "bernoulli_", "fill", "fill_", "zero_", "zeros", "zeros_like", "ones", "ones_like",
+    "full", "full_like", "new_zeros", "new_ones", "new_full", "rand", "rand_like", "randn",
+    "randn_like", "uniform_", "normal_", "arange", "scalar_tensor",
+})
+
+
+def vector_hbm_bytes(target: str, bytes_read: float, bytes_written: float) -> float:
+    """HBM bytes a vector op moves: 0 for an allocation, the written bytes for a generator or
+    fill, ``bytes_read + bytes_written`` otherwise (module docstring)."""
+    name = aten_op_name(target)
+    if name in ALLOCATION_OPS:
+        return 0.0
+    if name in WRITE_ONLY_OPS:
+        return float(bytes_written)
+    return float(bytes_read + bytes_written)
+
+
 def aten_op_name(target: str) -> str:
     """The op name of an aten target: ``"aten.gelu_backward.default"`` -> ``"gelu_backward"``.
 
@@ -83,13 +112,16 @@ def is_transcendental(target: str) -> bool:
 
 
 def cycles_per_element(kind: OpKind, target: str = "") -> int:
-    """Cycles a lane spends per output element of a vector op (table in the module docstring).
+    """Cycles a lane spends per output element of a vector op (table in the module docstring);
+    0 for an allocation.
 
     Raises:
         ValueError: ``kind`` is MATMUL (matmuls run on the tensor cores) or has no entry.
     """
     if kind is OpKind.MATMUL:
         raise ValueError("matmul is not a vector op")
+    if aten_op_name(target) in ALLOCATION_OPS:
+        return 0
     if "backward" in target and kind in BACKWARD_CYCLES_PER_ELEMENT:
         return BACKWARD_CYCLES_PER_ELEMENT[kind]
     base = CYCLES_PER_ELEMENT.get(kind)

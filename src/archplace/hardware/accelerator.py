@@ -2,21 +2,36 @@
 
 A chip is ``tensor_cores`` systolic arrays of ``array_rows x array_cols`` MACs,
 ``vector_cores`` SIMD cores of ``vector_lanes`` lanes, a global on-chip buffer
-shared by the cores, and HBM.
+shared by the cores, and HBM.  ``dataflow`` says how the arrays run a matmul
+(weight stationary or output stationary, :mod:`archplace.cost.gemm`).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from archplace.errors import ConfigError
 
 
+class Dataflow(enum.StrEnum):
+    """How a systolic array maps a matmul (DESIGN.md, Per-operator cost)."""
+
+    WS = "ws"  # weight stationary: a K x N weight tile stays in the array, inputs stream
+    OS = "os"  # output stationary: an M x N output tile stays in the array, both operands stream
+
+
 def _positive(owner: str, **values: float) -> None:
     for name, value in values.items():
         if not value > 0:
             raise ConfigError(f"{owner}: {name} must be positive, got {value}")
+
+
+def _whole(owner: str, **values: int) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{owner}: {name} must be a whole number, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,17 +41,22 @@ class Accelerator:
     Attributes:
         name: label used in tables.
         tensor_cores: number of systolic arrays.
-        array_rows, array_cols: MACs per array are ``array_rows * array_cols``.
+        array_rows, array_cols: MACs per array are ``array_rows * array_cols``; rows run
+            along the reduction (K) dimension of a weight-stationary matmul.
         vector_cores: number of vector cores.
-        vector_lanes: lanes (elements per cycle) of each vector core.
+        vector_lanes: elements each vector core processes per cycle (for a TPU, lanes x
+            sublanes: 128 x 8 = 1024).
         buffer_bytes: global on-chip buffer (SRAM) capacity.
         hbm_bytes: off-chip memory capacity.
         hbm_bandwidth_bytes_per_s: off-chip memory bandwidth.
         clock_hz: core clock.
         bytes_per_element: width of the training data type (2 for bf16/fp16).
+        dataflow: ``Dataflow.WS`` (default) or ``Dataflow.OS``; the text ``"ws"``/``"os"``
+            is accepted and converted.
 
     Raises:
-        ConfigError: a non-positive field.
+        ConfigError: a non-positive field, a count that is not a whole number, or an
+            unknown dataflow.
     """
 
     name: str
@@ -50,16 +70,28 @@ class Accelerator:
     hbm_bandwidth_bytes_per_s: float
     clock_hz: float
     bytes_per_element: int = 2
+    dataflow: Dataflow = Dataflow.WS
 
     def __post_init__(self) -> None:
+        owner = f"accelerator {self.name!r}"
+        _whole(owner, tensor_cores=self.tensor_cores, array_rows=self.array_rows,
+               array_cols=self.array_cols, vector_cores=self.vector_cores,
+               vector_lanes=self.vector_lanes, bytes_per_element=self.bytes_per_element)
         _positive(
-            f"accelerator {self.name!r}",
+            owner,
             tensor_cores=self.tensor_cores, array_rows=self.array_rows,
             array_cols=self.array_cols, vector_cores=self.vector_cores,
             vector_lanes=self.vector_lanes, buffer_bytes=self.buffer_bytes,
             hbm_bytes=self.hbm_bytes, hbm_bandwidth_bytes_per_s=self.hbm_bandwidth_bytes_per_s,
             clock_hz=self.clock_hz, bytes_per_element=self.bytes_per_element,
         )
+        if not isinstance(self.dataflow, Dataflow):
+            try:
+                object.__setattr__(self, "dataflow", Dataflow(self.dataflow))
+            except ValueError:
+                choices = ", ".join(d.value for d in Dataflow)
+                raise ConfigError(f"{owner}: unknown dataflow {self.dataflow!r}; "
+                                  f"choose from: {choices}") from None
 
     @property
     def macs(self) -> int:
@@ -71,6 +103,13 @@ class Accelerator:
         """Dense peak: 2 FLOP per MAC per cycle on every array."""
         return 2.0 * self.macs * self.clock_hz
 
+    @property
+    def vector_elements_per_s(self) -> float:
+        """Peak vector throughput: one element per lane per cycle on every vector core."""
+        return float(self.vector_cores * self.vector_lanes) * self.clock_hz
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (SI units), for JSON."""
-        return asdict(self)
+        """Plain dict of the fields (SI units, the dataflow as text), for JSON."""
+        d = asdict(self)
+        d["dataflow"] = self.dataflow.value
+        return d

@@ -16,6 +16,7 @@ an ``accelerator`` section and an optional ``cluster`` section::
       hbm_bandwidth: 1.2 TB/s
       clock: 1.05 GHz
       bytes_per_element: 2
+      dataflow: ws                       # optional: ws (default) | os
     cluster:
       devices_per_node: 4
       intra_node_bandwidth: 300 GB/s     # per device and direction
@@ -23,6 +24,9 @@ an ``accelerator`` section and an optional ``cluster`` section::
       intra_node_latency: 1 us           # alpha of the alpha-beta model
       inter_node_latency: 2 us
       topology: torus3d                  # switched | ring | torus2d | torus3d
+    datasheet:                           # optional: published figures, for comparison only
+      peak_tflop_per_s: 275
+      tdp_w: 192
 
 Bundled presets live in ``archplace/hardware/presets/*.yaml`` and are found by
 name; any other argument containing a ``/`` or ending in ``.yaml`` is read as a
@@ -36,18 +40,21 @@ from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.hardware import _config
-from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.accelerator import Accelerator, Dataflow
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster, Topology
+from archplace.hardware.power import tdp_w
 from archplace.units import format_bytes, parse_bandwidth, parse_bytes, parse_frequency, parse_time
 
 _FOLDER = "presets"
 _KIND = "hardware preset"
-_TOP_FIELDS = ("source", "description", "accelerator", "cluster")
+_TOP_FIELDS = ("source", "description", "accelerator", "cluster", "datasheet")
 _ACCELERATOR_FIELDS = (
     "name", "tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
     "buffer", "hbm", "hbm_bandwidth", "clock", "bytes_per_element",
 )
+_ACCELERATOR_OPTIONAL = ("dataflow",)
+_DATASHEET_FIELDS = ("peak_tflop_per_s", "tdp_w")
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -78,7 +85,7 @@ def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
     Raises:
         ConfigError: a missing or unknown field, a non-positive or unparsable value.
     """
-    _config.check_keys(section, where, required=_ACCELERATOR_FIELDS)
+    _config.check_keys(section, where, required=_ACCELERATOR_FIELDS, optional=_ACCELERATOR_OPTIONAL)
 
     def count(key: str) -> int:
         return _config.positive_int(section[key], f"{where}.{key}")
@@ -97,7 +104,17 @@ def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
         ),
         clock_hz=_config.quantity(section["clock"], parse_frequency, f"{where}.clock"),
         bytes_per_element=count("bytes_per_element"),
+        dataflow=_dataflow(section.get("dataflow", Dataflow.WS.value), f"{where}.dataflow"),
     )
+
+
+def _dataflow(raw: Any, where: str) -> Dataflow:
+    text = _config.text_field(raw, where)
+    try:
+        return Dataflow(text)
+    except ValueError:
+        choices = ", ".join(d.value for d in Dataflow)
+        raise ConfigError(f"{where}: unknown dataflow {text!r}; choose from: {choices}") from None
 
 
 def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster:
@@ -171,16 +188,50 @@ def preset_source(name_or_path: str | os.PathLike[str]) -> str:
     return str(source)
 
 
+def _plain_number(value: str | int | float, what: str) -> float:
+    if isinstance(value, str):
+        raise ConfigError(f"{what}: expected a bare number, got {value!r}")
+    return float(value)
+
+
+def preset_datasheet(name_or_path: str | os.PathLike[str]) -> dict[str, float]:
+    """The published figures of a preset's optional ``datasheet`` section.
+
+    Returns:
+        ``{"peak_flop_per_s": ..., "tdp_w": ...}`` with the keys the file gives (FLOP/s and
+        watts; the file writes ``peak_tflop_per_s`` and ``tdp_w``); ``{}`` without a section.
+
+    Raises:
+        ConfigError: as :func:`load_accelerator`, an unknown field or a non-positive value.
+    """
+    label, data = _read(name_or_path)
+    if "datasheet" not in data:
+        return {}
+    where = f"{label}: datasheet"
+    section = _config.section(data, "datasheet", label)
+    _config.check_keys(section, where, required=(), optional=_DATASHEET_FIELDS)
+    out: dict[str, float] = {}
+    if "peak_tflop_per_s" in section:
+        out["peak_flop_per_s"] = 1e12 * _config.quantity(
+            section["peak_tflop_per_s"], _plain_number, f"{where}.peak_tflop_per_s")
+    if "tdp_w" in section:
+        out["tdp_w"] = _config.quantity(section["tdp_w"], _plain_number, f"{where}.tdp_w")
+    return out
+
+
 def preset_summaries() -> list[dict[str, Any]]:
     """One row per bundled preset, for an ``archplace hardware`` listing.
 
     Returns:
         ``[{"name", "peak_tflop_per_s", "hbm_bytes", "hbm", "hbm_bandwidth_bytes_per_s",
-        "area_mm2", "source"}, ...]`` sorted by name; ``hbm`` is human text (``32.0 GiB``).
+        "area_mm2", "tdp_w", "datasheet_tdp_w", "source"}, ...]`` sorted by name; ``hbm`` is
+        human text (``32.0 GiB``); ``tdp_w`` is the power model's, ``datasheet_tdp_w`` the
+        published one (``None`` when the preset gives none).
     """
     rows: list[dict[str, Any]] = []
     for name in accelerator_preset_names():
         acc = load_accelerator(name)
+        sheet = preset_datasheet(name)
         rows.append({
             "name": name,
             "peak_tflop_per_s": acc.peak_flop_per_s / 1e12,
@@ -188,6 +239,8 @@ def preset_summaries() -> list[dict[str, Any]]:
             "hbm": format_bytes(acc.hbm_bytes),
             "hbm_bandwidth_bytes_per_s": acc.hbm_bandwidth_bytes_per_s,
             "area_mm2": area_mm2(acc),
+            "tdp_w": tdp_w(acc),
+            "datasheet_tdp_w": sheet.get("tdp_w"),
             "source": preset_source(name),
         })
     return rows

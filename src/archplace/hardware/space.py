@@ -13,9 +13,12 @@ field::
     hbm: [32 GiB]
     area_max_mm2: null          # optional; default: area of the base preset
     area_min_fraction: 0.3      # optional; default 0.3
+    vector_lanes_per_col: 1     # optional; default 1 (PHAZE)
 
 As in PHAZE (Wang et al., ICML 2024): the vector lanes of a vector core are tied
-to the array width (``vector_lanes = array_dim``), and a design is kept when
+to the array width, ``vector_lanes = array_dim * vector_lanes_per_col`` -- PHAZE
+uses 1; a TPU's vector unit has 8 sublanes per lane, so a TPU-faithful space
+uses 8 (128 x 8 = 1024 for 128-wide arrays).  A design is kept when
 ``area_min_fraction * A_max <= area <= A_max``, where ``A_max`` defaults to the
 area of the base preset (the TPUv4-like chip) and the lower bound is waived for
 designs with a single tensor core.
@@ -40,7 +43,8 @@ from archplace.units import parse_bytes
 _FOLDER = "spaces"
 _KIND = "search space"
 _LIST_FIELDS = ("tensor_cores", "array_dim", "vector_cores", "buffer", "hbm")
-_OPTIONAL_FIELDS = ("source", "description", "area_max_mm2", "area_min_fraction")
+_OPTIONAL_FIELDS = ("source", "description", "area_max_mm2", "area_min_fraction",
+                    "vector_lanes_per_col")
 
 # Relative slack on the area comparisons, so the base design itself is never lost to rounding.
 _AREA_RTOL = 1e-9
@@ -102,7 +106,8 @@ class SearchSpace:
         base_accelerator: the base design; the unsearched fields (clock, HBM bandwidth,
             data type) of every design come from it.
         tensor_cores: values of ``Accelerator.tensor_cores``.
-        array_dims: values of the (square) array size; rows = cols = lanes = value.
+        array_dims: values of the (square) array size; rows = cols = value, vector lanes =
+            value x ``vector_lanes_per_col``.
         vector_cores: values of ``Accelerator.vector_cores``.
         buffer_bytes: values of the global-buffer capacity, bytes.
         hbm_bytes: values of the HBM capacity, bytes.
@@ -110,10 +115,13 @@ class SearchSpace:
         area_min_fraction: designs below ``area_min_fraction * A_max`` are dropped unless
             they have one tensor core (PHAZE uses 0.3).
         source: where the value lists come from.
+        vector_lanes_per_col: vector lanes per array column (1 in PHAZE, 8 for a TPU's
+            sublanes).
 
     Raises:
         ConfigError: an empty list, a repeated, non-positive or (for counts) non-integer
-            value, a non-positive ``area_max_mm2`` or a fraction outside [0, 1].
+            value, a non-positive ``area_max_mm2``, a fraction outside [0, 1] or a
+            ``vector_lanes_per_col`` that is not a positive whole number.
     """
 
     name: str
@@ -127,8 +135,13 @@ class SearchSpace:
     area_max_mm2: float | None = None
     area_min_fraction: float = 0.3
     source: str = ""
+    vector_lanes_per_col: int = 1
 
     def __post_init__(self) -> None:
+        if (isinstance(self.vector_lanes_per_col, bool) or not isinstance(self.vector_lanes_per_col, int)
+                or self.vector_lanes_per_col < 1):
+            raise ConfigError(f"search space '{self.name}': vector_lanes_per_col must be a positive "
+                              f"whole number, got {self.vector_lanes_per_col!r}")
         _check_values(self.name, "tensor_cores", self.tensor_cores, integral=True)
         _check_values(self.name, "array_dim", self.array_dims, integral=True)
         _check_values(self.name, "vector_cores", self.vector_cores, integral=True)
@@ -172,7 +185,8 @@ class SearchSpace:
 
         Order: nested loops over tensor_cores, array_dim, vector_cores, buffer, hbm, each
         in the order of its list (deterministic).  Each design is named by
-        :func:`design_name`; the unsearched fields are those of ``base_accelerator``.
+        :func:`design_name`; the unsearched fields (clock, HBM bandwidth, data type,
+        dataflow) are those of ``base_accelerator``.
         """
         budget, floor = self.area_budget_mm2, self.area_floor_mm2
         out: list[Accelerator] = []
@@ -182,7 +196,8 @@ class SearchSpace:
         ):
             acc = replace(
                 self.base_accelerator, name=design_name(tc, dim, vc, buf, hbm), tensor_cores=tc,
-                array_rows=dim, array_cols=dim, vector_cores=vc, vector_lanes=dim,
+                array_rows=dim, array_cols=dim, vector_cores=vc,
+                vector_lanes=dim * self.vector_lanes_per_col,
                 buffer_bytes=buf, hbm_bytes=hbm,
             )
             if _admits(area_mm2(acc), tc, budget, floor):
@@ -254,6 +269,8 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
         raise ConfigError(f"{label}: area_min_fraction: expected a number in [0, 1], "
                           f"got {fraction!r}")
     source = _config.text_field(data["source"], f"{label}: source") if "source" in data else ""
+    lanes_per_col = (_config.positive_int(data["vector_lanes_per_col"], f"{label}: vector_lanes_per_col")
+                     if "vector_lanes_per_col" in data else 1)
     stem = Path(config.label).stem
     try:
         return SearchSpace(
@@ -268,6 +285,7 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
             area_max_mm2=area_max,
             area_min_fraction=float(fraction),
             source=source,
+            vector_lanes_per_col=lanes_per_col,
         )
     except ConfigError as exc:
         if str(exc).startswith(label):

@@ -99,7 +99,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None,
     Raises:
         ConfigError, ExtractionError: bad model or options.
     """
-    cost = cost or SystolicCostModel()
+    cost = cost or SystolicCostModel(request.cluster)
     chains = {b: cached_chain(request.model, ExtractOptions(b, request.model.seq_len))
               for b in sorted(set(request.micro_batches))}
     results = []

@@ -1,0 +1,181 @@
+"""Collective communication time with the alpha-beta model (DESIGN.md, Per-operator cost).
+
+A message of ``b`` bytes over a link costs ``alpha + b / beta``: ``alpha`` is the
+per-message start-up latency, ``beta`` the bandwidth a device can inject (per
+direction, summed over the links it uses).  For a buffer of ``n`` bytes on a group
+of ``p`` devices (Thakur, Rabenseifner and Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 2005; Patarasuk and Yuan, JPDC 2009):
+
+=================  =====================================  =======================================
+algorithm          all-reduce                             all-gather / reduce-scatter
+=================  =====================================  =======================================
+ring               2(p-1)·α + 2(p-1)/p · n/β              (p-1)·α + (p-1)/p · n/β
+tree               2⌈log2 p⌉·(α + n/β)                    ⌈log2 p⌉·α + (p-1)/p · n/β
+                   (binomial reduce, then broadcast)      (recursive doubling / halving)
+torus (d dims)     2Σ(p_i-1)·α + 2(p-1)/p · n/β           Σ(p_i-1)·α + (p-1)/p · n/β
+=================  =====================================  =======================================
+
+``n`` is the full buffer: the all-reduce buffer, the all-gather OUTPUT, the
+reduce-scatter INPUT.  On a torus the group is laid out as a d-dimensional block
+``p = p_1·...·p_d`` (factors as equal as possible) and rings run along each
+dimension in turn (the dimension-ordered algorithm TPU pods use, Jouppi et al.,
+ISCA 2023): the bandwidth term is the ring's, since all 2d links carry traffic,
+but only ``Σ(p_i - 1)`` start-ups are paid.  Send/receive of ``n`` bytes between
+two devices is ``α + n/β``.
+
+Which algorithm: on a ``switched`` network the faster of ring and tree (as NCCL
+chooses by message size); on a ``ring`` the ring; on ``torus2d``/``torus3d`` the
+torus algorithm.  The caller picks the link: :func:`cluster_collective_time_s`
+takes the intra-node link when the group's span of consecutive ranks fits in one
+node, the inter-node link otherwise (``Cluster.link``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from archplace.errors import ConfigError
+from archplace.hardware.cluster import Cluster, Topology
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+ALGORITHMS = ("ring", "tree", "torus")
+
+_TORUS_DIMS = {Topology.TORUS_2D: 2, Topology.TORUS_3D: 3}
+
+
+def collective_kind(target: str) -> str:
+    """The collective of an operator target: ``"_c10d_functional.all_reduce.default"`` ->
+    ``"all_reduce"``; ``all_gather_into_tensor`` -> ``all_gather``; ``send``/``recv`` ->
+    ``send_recv``.
+
+    Raises:
+        ConfigError: a target that names none of :data:`KINDS`.
+    """
+    text = target.lower()
+    for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+        if kind in text or kind.replace("_", "") in text:
+            return kind
+    if "send" in text or "recv" in text:
+        return "send_recv"
+    raise ConfigError(f"unknown collective {target!r}; expected one of: {', '.join(KINDS)}")
+
+
+@functools.lru_cache(maxsize=4096)
+def torus_factors(p: int, dims: int) -> tuple[int, ...]:
+    """``p`` as a product of ``dims`` whole factors with the smallest sum (most cube-like),
+    largest first: ``torus_factors(64, 3) == (4, 4, 4)``, ``torus_factors(12, 2) == (4, 3)``."""
+    if dims <= 1 or p <= 1:
+        return (max(p, 1),) + (1,) * max(dims - 1, 0)
+    best: tuple[int, ...] | None = None
+    for first in range(1, p + 1):
+        if p % first:
+            continue
+        rest = torus_factors(p // first, dims - 1)
+        cand = tuple(sorted((first, *rest), reverse=True))
+        if best is None or sum(cand) < sum(best):
+            best = cand
+    assert best is not None
+    return best
+
+
+def _check(kind: str, bytes_: float, group_size: int, latency_s: float, bandwidth: float) -> None:
+    if kind not in KINDS:
+        raise ConfigError(f"unknown collective {kind!r}; choose from: {', '.join(KINDS)}")
+    if not (math.isfinite(bytes_) and bytes_ >= 0):
+        raise ConfigError(f"collective {kind}: bytes must be finite and >= 0, got {bytes_!r}")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ConfigError(f"collective {kind}: group size must be a whole number >= 1, got {group_size!r}")
+    if not (math.isfinite(latency_s) and latency_s >= 0):
+        raise ConfigError(f"collective {kind}: latency must be finite and >= 0, got {latency_s!r}")
+    if not bandwidth > 0:
+        raise ConfigError(f"collective {kind}: bandwidth must be positive, got {bandwidth!r}")
+
+
+def _time(kind: str, n: float, p: int, alpha: float, beta: float, algorithm: str,
+          topology: Topology) -> float:
+    both = 2.0 if kind == "all_reduce" else 1.0
+    share = (p - 1) / p * n / beta
+    if algorithm == "ring":
+        return both * ((p - 1) * alpha + share)
+    if algorithm == "tree":
+        steps = math.ceil(math.log2(p))
+        if kind == "all_reduce":
+            return 2.0 * steps * (alpha + n / beta)
+        return steps * alpha + share
+    dims = _TORUS_DIMS.get(topology, 3)
+    return both * (sum(f - 1 for f in torus_factors(p, dims)) * alpha + share)
+
+
+def collective_time_s(
+    kind: str,
+    bytes_: float,
+    group_size: int,
+    latency_s: float,
+    bandwidth_bytes_per_s: float,
+    topology: Topology | str = Topology.SWITCHED,
+    *,
+    algorithm: str | None = None,
+) -> float:
+    """Seconds of one collective (formulas and algorithm choice in the module docstring).
+
+    Args:
+        kind: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"`` or ``"send_recv"``.
+        bytes_: the full buffer in bytes (all-gather: its output; reduce-scatter: its input).
+        group_size: devices taking part; 1 (or 0 bytes) costs nothing.
+        latency_s: alpha, the per-message start-up of the link, seconds.
+        bandwidth_bytes_per_s: beta, per device and direction.
+        topology: a :class:`Topology` or its text (``switched``, ``ring``, ``torus2d``, ``torus3d``).
+        algorithm: force ``"ring"``, ``"tree"`` or ``"torus"`` instead of the topology's choice.
+
+    Raises:
+        ConfigError: an unknown kind, topology or algorithm; negative or non-finite bytes or
+            latency; a group size below 1; a non-positive bandwidth.
+    """
+    _check(kind, bytes_, group_size, latency_s, bandwidth_bytes_per_s)
+    try:
+        topo = Topology(topology)
+    except ValueError:
+        choices = ", ".join(t.value for t in Topology)
+        raise ConfigError(f"unknown topology {topology!r}; choose from: {choices}") from None
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {algorithm!r}; choose from: {', '.join(ALGORITHMS)}")
+    if group_size <= 1 or bytes_ == 0:
+        return 0.0
+    if kind == "send_recv":
+        return latency_s + bytes_ / bandwidth_bytes_per_s
+    args = (kind, float(bytes_), group_size, latency_s, bandwidth_bytes_per_s)
+    if algorithm is not None:
+        return _time(*args, algorithm, topo)
+    if topo in _TORUS_DIMS:
+        return _time(*args, "torus", topo)
+    if topo is Topology.RING:
+        return _time(*args, "ring", topo)
+    return min(_time(*args, "ring", topo), _time(*args, "tree", topo))
+
+
+def group_span(group_size: int, stride: int = 1) -> int:
+    """Consecutive device ranks a group of ``group_size`` ranks ``stride`` apart spans."""
+    return stride * (group_size - 1) + 1
+
+
+def cluster_collective_time_s(
+    cluster: Cluster, kind: str, bytes_: float, group_size: int, stride: int = 1,
+    *, algorithm: str | None = None,
+) -> float:
+    """:func:`collective_time_s` on the link of ``cluster`` that the group spans.
+
+    Args:
+        cluster: devices and links.
+        kind, bytes_, group_size, algorithm: as :func:`collective_time_s`.
+        stride: rank distance between group members (1 for a TP group of consecutive
+            ranks; ``tp`` for a DP group laid out after TP).
+
+    Raises:
+        ConfigError: as :func:`collective_time_s`, or a stride below 1.
+    """
+    if stride < 1:
+        raise ConfigError(f"collective {kind}: stride must be >= 1, got {stride}")
+    alpha, beta = cluster.link(group_span(group_size, stride))
+    return collective_time_s(kind, bytes_, group_size, alpha, beta, cluster.topology,
+                             algorithm=algorithm)

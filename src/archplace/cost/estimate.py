@@ -1,0 +1,284 @@
+"""Per-layer and per-matmul estimates: what ``archplace estimate`` prints.
+
+Layer figures (for one micro-batch, per device of the TP group):
+
+* ``single_core_s``: the layer's operators one after the other, each on ONE core
+  of its type (Σ single-core latencies);
+* ``all_cores_s``: one after the other, each on ALL cores of its type (Σ all-core
+  latencies) -- what a chip that parallelises inside operators only achieves;
+  the per-layer scheduler (schedule/) overlaps operators and does better;
+* ``bound``: the bound (compute, memory, communication) of the operators that
+  take most of ``all_cores_s``;
+* ``energy_j``: dynamic energy of the operators plus static power x ``all_cores_s``
+  (:mod:`archplace.hardware.power`);
+* ``mfu``: the layer's FLOP / (``all_cores_s`` x peak FLOP/s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from archplace.cost import gemm
+from archplace.cost.model import EstimatingCostModel
+from archplace.cost.systolic import SystolicCostModel, matmul_estimate
+from archplace.cost.types import Bound
+from archplace.errors import ConfigError
+from archplace.hardware.accelerator import Accelerator, Dataflow
+from archplace.hardware.cluster import Cluster
+from archplace.hardware.power import static_power_w
+from archplace.workload.graph import OpGraph
+from archplace.workload.layers import LayerChain
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseEstimate:
+    """One layer's forward or backward pass (module docstring for the figures).
+
+    Attributes:
+        single_core_s, all_cores_s: seconds.
+        bound: what limits most of ``all_cores_s``.
+        seconds_by_bound: ``all_cores_s`` split by the operators' bounds.
+        energy_j: dynamic + static energy, joules.
+        flop: FLOP of the pass.
+        hbm_bytes: bytes moved between HBM and the chip.
+        mfu: ``flop / (all_cores_s · peak)``, 0 for an empty pass.
+    """
+
+    single_core_s: float
+    all_cores_s: float
+    bound: Bound
+    seconds_by_bound: dict[str, float]
+    energy_j: float
+    flop: float
+    hbm_bytes: float
+    mfu: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["bound"] = self.bound.value
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class LayerEstimate:
+    """A layer (or ``count`` identical layers, e.g. the transformer blocks)."""
+
+    name: str
+    count: int
+    fwd: PhaseEstimate
+    bwd: PhaseEstimate
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        return {"name": self.name, "count": self.count, "fwd": self.fwd.to_dict(),
+                "bwd": self.bwd.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEstimate:
+    """Per-layer estimates of a model's layer chain on one accelerator.
+
+    Attributes:
+        model, hardware: names.
+        tp, micro_batch, seq_len: what the chain was traced for.
+        peak_flop_per_s: the accelerator's peak.
+        layers: distinct layers in chain order (identical blocks collapsed, ``count`` > 1).
+    """
+
+    model: str
+    hardware: str
+    tp: int
+    micro_batch: int
+    seq_len: int
+    peak_flop_per_s: float
+    layers: tuple[LayerEstimate, ...]
+
+    def total(self, phase: str, field: str) -> float:
+        """Σ over the chain (counts included) of a phase's field, e.g. ``total("fwd", "all_cores_s")``."""
+        return sum(layer.count * getattr(getattr(layer, phase), field) for layer in self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the fields, the layers, and chain totals per phase."""
+        totals: dict[str, Any] = {}
+        for phase in ("fwd", "bwd"):
+            seconds = self.total(phase, "all_cores_s")
+            flop = self.total(phase, "flop")
+            totals[phase] = {
+                "single_core_s": self.total(phase, "single_core_s"), "all_cores_s": seconds,
+                "energy_j": self.total(phase, "energy_j"), "flop": flop,
+                "mfu": flop / (seconds * self.peak_flop_per_s) if seconds > 0 else 0.0,
+            }
+        return {"model": self.model, "hardware": self.hardware, "tp": self.tp,
+                "micro_batch": self.micro_batch, "seq_len": self.seq_len,
+                "peak_flop_per_s": self.peak_flop_per_s,
+                "layers": [layer.to_dict() for layer in self.layers], "total": totals}
+
+
+def estimate_graph(graph: OpGraph, acc: Accelerator, cost: EstimatingCostModel) -> PhaseEstimate:
+    """:class:`PhaseEstimate` of one layer graph on ``acc`` (module docstring).
+
+    Raises:
+        ConfigError: as the cost model (e.g. a collective without a cluster).
+    """
+    single = every = energy = hbm = 0.0
+    by_bound = {b.value: 0.0 for b in Bound}
+    for op in graph.ops:
+        est = cost.estimate(op, acc)
+        single += est.single_core_s
+        every += est.all_cores_s
+        energy += est.energy_j
+        hbm += est.hbm_bytes
+        by_bound[est.bound_all.value] += est.all_cores_s
+    bound = Bound(max(by_bound, key=lambda b: by_bound[b]))
+    energy += static_power_w(acc) * every
+    flop = graph.flop
+    mfu = flop / (every * acc.peak_flop_per_s) if every > 0 else 0.0
+    return PhaseEstimate(single, every, bound, by_bound, energy, flop, hbm, mfu)
+
+
+def estimate_layers(chain: LayerChain, acc: Accelerator, cost: EstimatingCostModel | None = None,
+                    cluster: Cluster | None = None) -> ModelEstimate:
+    """Estimate every distinct layer of ``chain`` on ``acc``.
+
+    Args:
+        chain: the model's layer chain (blocks sharing one graph are estimated once).
+        acc: the accelerator.
+        cost: the cost model (default: ``SystolicCostModel(cluster)``).
+        cluster: links for TP collectives (only used to build the default cost model).
+
+    Raises:
+        ConfigError: as :func:`estimate_graph`.
+    """
+    model = cost if cost is not None else SystolicCostModel(cluster)
+    layers: list[LayerEstimate] = []
+    index: dict[tuple[int, int], int] = {}
+    for layer in chain.layers:
+        key = (id(layer.fwd), id(layer.bwd))
+        if key in index:
+            i = index[key]
+            layers[i] = dataclasses.replace(layers[i], count=layers[i].count + 1)
+            continue
+        index[key] = len(layers)
+        name = "block" if layer.kind.value == "block" else layer.name
+        layers.append(LayerEstimate(name, 1, estimate_graph(layer.fwd, acc, model),
+                                    estimate_graph(layer.bwd, acc, model)))
+    return ModelEstimate(chain.model, acc.name, chain.tp, chain.micro_batch, chain.seq_len,
+                         acc.peak_flop_per_s, tuple(layers))
+
+
+def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
+                   seq_len: int | None = None) -> ModelEstimate:
+    """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``.
+
+    The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
+
+    Raises:
+        ConfigError: unknown model or preset, a non-positive size, a TP width the model
+            cannot be split by (or that this version's tracer does not support).
+        ExtractionError: the model could not be traced.
+    """
+    from archplace.hardware.presets import load_accelerator, load_cluster
+    from archplace.workload.cache import cached_chain
+    from archplace.workload.extract import ExtractOptions
+    from archplace.workload.zoo import load_model
+
+    for name, value in (("--tp", tp), ("--micro-batch", micro_batch)):
+        if value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+    if seq_len is not None and seq_len <= 0:
+        raise ConfigError(f"--seq-len must be positive, got {seq_len}")
+    spec = load_model(model)
+    if seq_len is not None:
+        spec = spec.with_seq_len(seq_len)
+    acc = load_accelerator(hardware)
+    cluster = _cluster_or_none(hardware, tp, load_cluster)
+    chain = cached_chain(spec, ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp))
+    return estimate_layers(chain, acc, SystolicCostModel(cluster))
+
+
+def _cluster_or_none(hardware: str, devices: int, loader: Any) -> Cluster | None:
+    try:
+        cluster: Cluster = loader(hardware, devices)
+    except ConfigError as exc:
+        if "missing section 'cluster'" in str(exc):
+            return None
+        raise
+    return cluster
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulEstimate:
+    """One GEMM on ``cores`` arrays (``archplace estimate matmul``).
+
+    Attributes:
+        compute_cycles: cycles of the arrays (all ``cores`` of them).
+        hbm_bytes: bytes between HBM and the buffer.
+        latency_s: ``max(compute_cycles / clock + exposed transfer, hbm_bytes / bandwidth)``.
+        compute_s, memory_s: the two sides of that maximum.
+        bound: ``compute`` or ``memory``.
+        utilization: useful MACs / (MACs x compute_cycles).
+        energy_j: dynamic energy.
+    """
+
+    compute_cycles: int
+    hbm_bytes: float
+    latency_s: float
+    compute_s: float
+    memory_s: float
+    bound: Bound
+    utilization: float
+    energy_j: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (infinite values never occur: an unbounded bandwidth gives 0 s)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["bound"] = self.bound.value
+        return d
+
+
+def estimate_matmul(m: int, k: int, n: int, rows: int, cols: int, *, batch: int = 1, cores: int = 1,
+                    dataflow: str | Dataflow = Dataflow.WS, clock_hz: float = 1e9,
+                    buffer_bytes: float = math.inf, hbm_bandwidth_bytes_per_s: float = math.inf,
+                    bytes_per_element: int = 2) -> MatmulEstimate:
+    """Cycles, HBM bytes and latency of ``[batch, m, k] x [batch, k, n]`` on ``cores`` arrays of
+    ``rows x cols`` (:mod:`archplace.cost.gemm`); an unbounded buffer and bandwidth by default.
+
+    Raises:
+        ConfigError: a non-positive size, clock, buffer or bandwidth, or an unknown dataflow.
+    """
+    for name, value in (("m", m), ("k", k), ("n", n), ("rows", rows), ("cols", cols),
+                        ("batch", batch), ("cores", cores), ("bytes_per_element", bytes_per_element)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"matmul: {name} must be a positive whole number, got {value!r}")
+    for name, fvalue in (("clock", clock_hz), ("buffer", buffer_bytes),
+                         ("hbm bandwidth", hbm_bandwidth_bytes_per_s)):
+        if not fvalue > 0:
+            raise ConfigError(f"matmul: {name} must be positive, got {fvalue!r}")
+    try:
+        flow = Dataflow(dataflow)
+    except ValueError:
+        raise ConfigError(f"matmul: unknown dataflow {dataflow!r}; choose from: ws, os") from None
+    os_ = flow is Dataflow.OS
+    est = matmul_estimate(batch, m, k, n, rows=rows, cols=cols, cores=cores, output_stationary=os_,
+                          clock_hz=clock_hz, buffer_bytes=buffer_bytes,
+                          hbm_bandwidth_bytes_per_s=hbm_bandwidth_bytes_per_s,
+                          bytes_per_element=bytes_per_element)
+    cycles = gemm.matmul_cycles(batch, m, k, n, rows, cols, cores, os_)
+    utilization = batch * m * k * n / (cores * rows * cols * cycles)
+    return MatmulEstimate(cycles, est.hbm_bytes, est.all_cores_s, est.compute_all_s, est.memory_s,
+                          est.bound_all, utilization, est.energy_j)
+
+
+def layer_rows(estimate: ModelEstimate) -> Iterable[dict[str, Any]]:
+    """Flat rows (one per layer and phase) for a table."""
+    for layer in estimate.layers:
+        for phase in ("fwd", "bwd"):
+            p: PhaseEstimate = getattr(layer, phase)
+            yield {"layer": layer.name, "count": layer.count, "phase": phase,
+                   "single_core_s": p.single_core_s, "all_cores_s": p.all_cores_s,
+                   "bound": p.bound.value, "energy_j": p.energy_j, "mfu": p.mfu}
