@@ -100,3 +100,29 @@ def test_fusion_preserves_flop_and_removes_intermediates():
     assert fused_ops and all(op.kind is OpKind.MATMUL and op.fused_elements > 0 for op in fused_ops)
     for op in fused.fwd.ops:
         assert all(p < op.id for p in op.preds)
+
+
+@pytest.mark.parametrize("name, tp, sp", [("gpt3-175b", 1, False), ("gpt3-175b", 8, True),
+                                          ("bert-large", 4, False)])
+def test_selective_recompute_drops_the_attention_core(name: str, tp: int, sp: bool):
+    """Selective recompute drops exactly Korthikanti et al.'s 5*a*s^2*b bytes per block (per TP
+    rank): softmax output and attention-dropout output in bf16, the dropout mask in one byte."""
+    spec = load_model(name)
+    b, s = 2, 256
+    block = extract_chain(spec, ExtractOptions(b, s, tp=tp, sp=sp)).layers[1]
+    dropped = block.activation_bytes - block.selective_activation_bytes
+    assert dropped == pytest.approx(5 * spec.heads * s * s * b / tp, rel=1e-9)
+    assert "_softmax" in block.selective_ops
+    embedding = extract_chain(spec, ExtractOptions(b, s, tp=tp, sp=sp)).layers[0]
+    assert embedding.selective_activation_bytes == embedding.activation_bytes and not embedding.selective_ops
+
+
+def test_activations_follow_korthikanti_terms():
+    """GPT-3 block, TP 8 + SP: Korthikanti et al.'s sbh/t*(34 + 5as/h) with HF's unfused tanh-GELU,
+    which keeps three more 4h-wide bf16 tensors than Megatron's fused kernel (+24 sbh)."""
+    spec = load_model("gpt3-175b")
+    b, s, t = 1, 2048, 8
+    h, a = spec.hidden_size, spec.heads
+    block = extract_chain(spec, ExtractOptions(b, s, tp=t, sp=True)).layers[1]
+    expected = s * b * h / t * (34 + 24 + 5 * a * s / h)
+    assert block.activation_bytes == pytest.approx(expected, rel=0.02)

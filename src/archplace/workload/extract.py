@@ -11,6 +11,7 @@ collective operators where the ranks exchange data.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -121,7 +122,8 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     sharding = propagate(traced.calls, traced.placeholders, traced.kind, traced.storage,
                          traced.is_param, where, op_name, spec.vocab_size, spec.hidden_size,
                          TensorParallel(options.tp, options.sp))
-    built = [_make_layer(traced, where, sharding, index, kind, options.fuse) for index, kind in
+    built = [_make_layer(traced, where, sharding, index, kind, options.fuse, options.seq_len)
+             for index, kind in
              enumerate((LayerKind.EMBEDDING, LayerKind.BLOCK, LayerKind.HEAD))]
     (embedding, embedding_params), (block, _), (head, head_params) = built
     shared = sum(_param_numel(traced, sharding, p) for p in embedding_params & head_params)
@@ -133,8 +135,7 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
 
 
 def _rename(layer: Layer, name: str) -> Layer:
-    return Layer(name, layer.kind, layer.params, layer.fwd, layer.bwd, layer.activation_bytes,
-                 layer.input_bytes, layer.boundary_bytes, layer.working_bytes)
+    return dataclasses.replace(layer, name=name)
 
 
 def _param_numel(traced: Traced, sharding: Sharding, param: Any) -> int:
@@ -220,7 +221,7 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
 
 
 def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: Sharding, index: int,
-                kind: LayerKind, fuse: bool) -> tuple[Layer, set[Any]]:
+                kind: LayerKind, fuse: bool, seq_len: int) -> tuple[Layer, set[Any]]:
     """The layer ``index`` of the traced graph and the parameter placeholders it holds."""
     mine = {n for n, (layer, _) in where.items() if layer == index}
     compute = [n for n in traced.calls if n in mine and traced.kind[n] is not None]
@@ -244,15 +245,41 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     outputs = {s for s in outputs if s in mine}
 
     def total(nodes: set[Any]) -> float:
-        return float(sum(tensor_bytes(s.meta.get("val")) * sharding.tensor_factor(s) for s in nodes))
+        return float(sum(_saved_bytes(s) * sharding.tensor_factor(s) for s in nodes))
+
+    # Selective recompute (Korthikanti et al. 2022): drop the sequence x sequence tensors.
+    kept = {s for s in saved if not _is_square(s, seq_len)}
+    core = {n for n in fwd_nodes if _is_square(n, seq_len)} if kept != saved else set()
 
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(
         name=kind.value, kind=kind, params=sum(_param_numel(traced, sharding, p) for p in params),
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),
         boundary_bytes=total(outputs), working_bytes=working,
+        selective_activation_bytes=total(kept), selective_ops=tuple(n.name for n in fwd_nodes if n in core),
     )
     return layer, params
+
+
+def _saved_bytes(node: Any) -> float:
+    """Bytes of a tensor as training keeps it.  Dropout traces as ``bernoulli_`` on an
+    ``empty_like`` of its input, so its mask has the activation dtype; eager PyTorch's
+    ``native_dropout`` keeps a bool mask, one byte per element (as Korthikanti et al.
+    2022 count it), which is what is charged here."""
+    val = node.meta.get("val")
+    if op_name(node) in ("div_", "mul_") and node.args and hasattr(node.args[0], "target") \
+            and op_name(node.args[0]) == "bernoulli_":
+        return float(first_numel(val))
+    return tensor_bytes(val)
+
+
+def _is_square(node: Any, seq_len: int) -> bool:
+    """Whether a node's (first) result has sequence x sequence trailing dims (attention scores)."""
+    val = node.meta.get("val")
+    if isinstance(val, tuple | list):
+        val = val[0] if val else None
+    shape = getattr(val, "shape", None)
+    return shape is not None and len(shape) >= 2 and tuple(shape[-2:]) == (seq_len, seq_len)
 
 
 __all__ = ["ExtractOptions", "check_tp", "extract_chain", "ExtractionError"]

@@ -37,6 +37,13 @@ class Layer:
         boundary_bytes: bytes of the tensor passed to the next layer, per micro-batch.
         working_bytes: peak bytes of any one operator's operands and result (the
             transient working set of running this layer).
+        selective_activation_bytes: bytes saved for backward under selective
+            recomputation, which drops the attention core — every tensor of
+            sequence × sequence shape: scores, softmax, attention dropout
+            (Korthikanti et al. 2022, Sec. 5); equals ``activation_bytes`` for layers
+            without attention.
+        selective_ops: names of the forward operators selective recomputation runs
+            again in the backward pass (those producing the dropped tensors).
     """
 
     name: str
@@ -48,6 +55,12 @@ class Layer:
     input_bytes: float
     boundary_bytes: float
     working_bytes: float
+    selective_activation_bytes: float = -1.0
+    selective_ops: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.selective_activation_bytes < 0:
+            object.__setattr__(self, "selective_activation_bytes", self.activation_bytes)
 
     @property
     def fwd_flop(self) -> float:
