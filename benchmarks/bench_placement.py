@@ -1,89 +1,129 @@
-"""Time per call of the placement solver on a gpt2-xl-sized problem.
+"""Time of the placement engine (``plan_search``) on GPT-3 175B-sized problems.
 
-The search calls ``optimal_plan`` for every (design, micro-batch, recompute): about
-50 designs x 8 combinations with a 50-layer chain (embedding, 48 blocks, head),
-1024 devices and a global batch of 4096. Target: <= ~50 ms per call on one core.
+Two figures (issue #6), each printed with its ratio to the target:
 
-Layer figures are synthetic but of gpt2-xl's size (h = 1600, s = 1024, vocabulary
-50257): a block has about 31 M parameters, takes about 30 ms forward and twice that
-backward per sample, and saves about 1 GB of activations per sample.
+1. a 96-block chain (embedding + 96 blocks + head = 98 layers) with 4 TP widths (1, 2, 4, 8;
+   micro-batch 1, no SP), 1024 devices, 8 per node, global batch 1536, every recompute policy,
+   schedule (interleaved with v = 2 and 4), ZeRO-1 and DP overlap setting: target < 0.5 s;
+2. GPT-3 175B on 1024 A100-80GB over all options: TP widths 1, 2, 4, 8 x micro-batch 1, 2, 4, 8
+   x SP off/on (32 cost tables) x 3 recompute policies x 3 schedules (interleaved v = 2, 4) x
+   ZeRO x overlap: target < 2 s.
+
+For information it also times the same search with a padded batch (any DP degree) and with
+4 GiB of HBM, where nothing fits and the closest candidate is reported.
+
+Layer figures are synthetic but of GPT-3 175B's size (h = 12288, 96 heads, sequence 2048,
+vocabulary 51200) on an A100-80GB (312 TFLOP/s bf16 at 55 % efficiency, 2 TB/s HBM, NVLink
+300 GB/s inside 8-GPU nodes, 25 GB/s InfiniBand between): parameters and FLOP from the model
+shape, TP collectives (two all-reduces per block and pass, reduce-scatter + all-gather with SP)
+on NVLink, and activations from Korthikanti et al. 2022, Table 2.
 
 Run: ``.venv/bin/python benchmarks/bench_placement.py``
 """
-# ruff: noqa: T201  (a benchmark reports by printing)
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
 from archplace.errors import InfeasibleError
 from archplace.hardware.cluster import Cluster
-from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
-from archplace.placement.solver import optimal_plan
+from archplace.placement.plan import LayerCost, TrainingSetup
+from archplace.placement.solver import plan_search
 
-TARGET_S = 0.050
-HIDDEN, SEQ, VOCAB, BLOCKS = 1600, 1024, 50257, 48
+HIDDEN, HEADS, SEQ, VOCAB, BLOCKS = 12288, 96, 2048, 51200, 96
+PEAK, EFFICIENCY, HBM_BW = 312e12, 0.55, 2.0e12
+NVLINK_BW, NVLINK_LAT = 300e9, 5e-6
+TARGET_CHAIN_S, TARGET_FULL_S = 0.5, 2.0
 
 
-def gpt2_xl_layers(micro_batch: int) -> list[LayerCost]:
-    """Synthetic gpt2-xl layer chain for one micro-batch size (TP width 1)."""
-    b = micro_batch
-    boundary = 2.0 * b * SEQ * HIDDEN  # bf16 hidden states
-    block_params = 12 * HIDDEN * HIDDEN + 13 * HIDDEN
-    block_flop = 2.0 * block_params * b * SEQ + 4.0 * b * SEQ * SEQ * HIDDEN
-    emb_params = VOCAB * HIDDEN + SEQ * HIDDEN
-    head_params = VOCAB * HIDDEN + 2 * HIDDEN
-    head_flop = 2.0 * head_params * b * SEQ
-    layers = [LayerCost("embedding", fwd_s=0.5e-3 * b, bwd_s=1.0e-3 * b, params=emb_params,
-                        activation_bytes=8.0 * b * SEQ, input_bytes=8.0 * b * SEQ,
-                        boundary_bytes=boundary, working_bytes=2.0 * boundary,
+def gpt3_layers(tp: int, micro_batch: int, sp: bool) -> list[LayerCost]:
+    """Synthetic GPT-3 175B layer chain for one TP width, micro-batch and SP flag (per TP rank)."""
+    b, s, h, a, t = micro_batch, SEQ, HIDDEN, HEADS, tp
+    sbh = s * b * h
+    rate = PEAK * EFFICIENCY
+    block_params = (12 * h * h + 13 * h) // t
+    attention_flop = 4.0 * b * s * s * h / t
+    block_fwd_flop = 2.0 * block_params * b * s + attention_flop
+    # two all-reduces (or reduce-scatter + all-gather) of b s h bf16 values per pass
+    comm = 0.0 if t == 1 else 2 * (2.0 * (t - 1) / t * 2.0 * sbh / NVLINK_BW + 2 * (t - 1) * NVLINK_LAT)
+    softmax_s = 3 * 2.0 * b * a / t * s * s / HBM_BW
+    fwd = block_fwd_flop / rate + softmax_s + comm
+    bwd = 2 * block_fwd_flop / rate + 2 * softmax_s + comm
+    if sp:
+        act, selective = sbh / t * (34 + 5 * a * s / h), sbh * 34 / t
+    else:
+        act = sbh * (10 + 24 / t + 5 * a * s / (h * t))
+        selective = sbh * (10 + 24 / t)
+    boundary = 2.0 * sbh / (t if sp else 1)
+    working = 2 * 2.0 * b * a / t * s * s
+    layers = [LayerCost("embedding", fwd_s=4.0 * sbh / HBM_BW, bwd_s=8.0 * sbh / HBM_BW,
+                        params=VOCAB * h // t + s * h, activation_bytes=3.0 * sbh / (t if sp else 1),
+                        input_bytes=8.0 * b * s, boundary_bytes=boundary, working_bytes=2 * boundary,
                         fwd_flop=0.0, bwd_flop=0.0)]
     for k in range(BLOCKS):
-        layers.append(LayerCost(f"block.{k}", fwd_s=30e-3 * b, bwd_s=60e-3 * b,
-                                params=block_params, activation_bytes=1.0e9 * b,
-                                input_bytes=boundary, boundary_bytes=boundary,
-                                working_bytes=0.2e9 * b, fwd_flop=block_flop,
-                                bwd_flop=2.0 * block_flop))
-    layers.append(LayerCost("head", fwd_s=75e-3 * b, bwd_s=150e-3 * b, params=head_params,
-                            activation_bytes=4.0 * b * SEQ * VOCAB, input_bytes=boundary,
-                            boundary_bytes=4.0 * b, working_bytes=4.0 * b * SEQ * VOCAB,
-                            fwd_flop=head_flop, bwd_flop=2.0 * head_flop))
+        layers.append(LayerCost(
+            f"block.{k}", fwd_s=fwd, bwd_s=bwd, params=block_params, activation_bytes=act,
+            input_bytes=boundary, boundary_bytes=boundary, working_bytes=working,
+            fwd_flop=block_fwd_flop, bwd_flop=2 * block_fwd_flop,
+            selective_activation_bytes=selective,
+            selective_recompute_s=attention_flop / rate + softmax_s,
+            tp_comm_fwd_s=comm, tp_comm_bwd_s=comm))
+    head_flop = 2.0 * b * s * h * VOCAB / t
+    layers.append(LayerCost("head", fwd_s=head_flop / rate, bwd_s=2 * head_flop / rate,
+                            params=VOCAB * h // t + 2 * h, activation_bytes=4.0 * b * s * VOCAB / t,
+                            input_bytes=boundary, boundary_bytes=4.0 * b,
+                            working_bytes=4.0 * b * s * VOCAB / t, fwd_flop=head_flop,
+                            bwd_flop=2 * head_flop))
     return layers
 
 
+def setup() -> TrainingSetup:
+    cluster = Cluster(devices=1024, devices_per_node=8, intra_node_bandwidth_bytes_per_s=NVLINK_BW,
+                      inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=NVLINK_LAT,
+                      inter_node_latency_s=10e-6)
+    return TrainingSetup(cluster=cluster, global_batch=1536, seq_len=SEQ, hbm_bytes=80 * 2.0**30,
+                         hbm_bandwidth_bytes_per_s=HBM_BW, peak_flop_per_s=PEAK)
+
+
+def timed(costs: dict[tuple[int, int, bool], list[LayerCost]], repeats: int = 3,
+          problem: TrainingSetup | None = None) -> tuple[float, str]:
+    runs, outcome = [], ""
+    for _ in range(repeats):
+        start = time.perf_counter()
+        try:
+            best = plan_search(costs, problem or setup())[0]
+        except InfeasibleError as err:
+            runs.append(time.perf_counter() - start)
+            outcome = str(err)
+            continue
+        runs.append(time.perf_counter() - start)
+        p = best.plan
+        outcome = (f"tp={p.tp} pp={p.pp} dp={p.dp} b={p.micro_batch} {p.recompute.value} "
+                   f"{p.schedule.value}{'x' + str(p.chunks) if p.chunks > 1 else ''}"
+                   f"{' sp' if p.sp else ''}{' zero' if p.zero else ''}"
+                   f"{' overlap' if p.dp_overlap else ''}: {best.iteration_time_s:.2f} s/iter, "
+                   f"MFU {best.mfu:.3f}")
+    return statistics.median(runs), outcome
+
+
 def main() -> None:
-    cluster = Cluster(devices=1024, devices_per_node=8,
-                      intra_node_bandwidth_bytes_per_s=300e9, inter_node_bandwidth_bytes_per_s=25e9,
-                      intra_node_latency_s=5e-6, inter_node_latency_s=10e-6)
-    chains = {b: gpt2_xl_layers(b) for b in (1, 2, 4, 8)}
-    print(f"{'HBM':>7} {'b':>2} {'recompute':>9} {'ms/call':>8} {'/target':>8}  result")
-    all_times = []
-    for hbm_gib in (32, 80):
-        setup = TrainingSetup(cluster=cluster, global_batch=4096, seq_len=SEQ,
-                              hbm_bytes=hbm_gib * 2.0**30, hbm_bandwidth_bytes_per_s=1.2e12,
-                              # a small design of the search space: ~30 ms per block
-                              peak_flop_per_s=4e12)
-        for b, layers in chains.items():
-            for recompute in (Recompute.NONE, Recompute.FULL):
-                runs = []
-                outcome = ""
-                for _ in range(5):
-                    start = time.perf_counter()
-                    try:
-                        result = optimal_plan(layers, setup, micro_batch=b, recompute=recompute)
-                        outcome = (f"pp={result.plan.pp} dp={result.plan.dp} "
-                                   f"{result.iteration_time_s:.2f} s MFU {result.mfu:.2f}")
-                    except InfeasibleError as err:
-                        outcome = f"infeasible: {err}"
-                    runs.append(time.perf_counter() - start)
-                t = statistics.median(runs)
-                all_times.append(t)
-                print(f"{hbm_gib:>4}GiB {b:>2} {recompute.value:>9} {1e3 * t:8.1f} "
-                      f"{t / TARGET_S:8.2f}  {outcome}")
-    mean = statistics.fmean(all_times)
-    print(f"mean {1e3 * mean:.1f} ms per call = {mean / TARGET_S:.2f} x the {1e3 * TARGET_S:.0f} ms "
-          f"target; a 50-design x 8-combination search spends {400 * mean:.1f} s in placement")
+    chain = {(t, 1, False): gpt3_layers(t, 1, False) for t in (1, 2, 4, 8)}
+    t_chain, outcome = timed(chain)
+    print(f"96-block chain, 4 TP widths, 1024 devices: {t_chain:.3f} s "
+          f"= {t_chain / TARGET_CHAIN_S:.2f} x the {TARGET_CHAIN_S} s target  [{outcome}]")
+    full = {(t, b, sp): gpt3_layers(t, b, sp) for t in (1, 2, 4, 8) for b in (1, 2, 4, 8)
+            for sp in (False, True)}
+    t_full, outcome = timed(full)
+    print(f"gpt3-175b, 1024 x A100-80GB, all options ({len(full)} cost tables): {t_full:.3f} s "
+          f"= {t_full / TARGET_FULL_S:.2f} x the {TARGET_FULL_S} s target  [{outcome}]")
+    padded = dataclasses.replace(setup(), dp_must_divide_batch=False)
+    t_pad, outcome = timed(full, problem=padded)
+    print(f"  (info) same, padded batch (any dp): {t_pad:.3f} s  [{outcome}]")
+    small = dataclasses.replace(setup(), hbm_bytes=4 * 2.0**30)
+    t_small, outcome = timed(full, repeats=1, problem=small)
+    print(f"  (info) same, 4 GiB HBM: {t_small:.3f} s  [{outcome}]")
 
 
 if __name__ == "__main__":

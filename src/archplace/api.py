@@ -16,15 +16,16 @@ from archplace.cost.estimate import estimate_matmul, estimate_model
 from archplace.errors import ConfigError
 from archplace.hardware.presets import load_cluster, preset_summaries
 from archplace.hardware.space import load_space
-from archplace.placement.plan import Recompute
+from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
+from archplace.search.executor import make_executor
 from archplace.search.exhaustive import Progress, SearchRequest, SearchResult, run_search
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import load_model, model_preset_summaries
 
-__all__ = ["estimate_matmul", "estimate_model", "graph", "hardware", "models", "search",
-           "search_request"]
+__all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "models", "plan",
+           "search", "search_request"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -56,6 +57,80 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
         spec = spec.with_seq_len(seq_len)
     options = ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp, sp=sp, fuse=fuse)
     return chain_summary(cached_chain(spec, options), sp=sp)
+
+
+def _enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[Any, ...]:
+    out = []
+    for value in values:
+        try:
+            out.append(enum_type(value))
+        except ValueError:
+            choices = ", ".join(str(member.value) for member in enum_type)
+            raise ConfigError(f"unknown {option} {value!r}; choose from: {choices}") from None
+    return tuple(out)
+
+
+def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
+         tps: Iterable[int] | None = None, micro_batches: Iterable[int] | None = None,
+         recomputes: Iterable[str] | None = None, schedules: Iterable[str] | None = None,
+         sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1) -> list[PlanResult]:
+    """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
+
+    Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
+    recompute (none / selective / full), pipeline schedule (GPipe, 1F1B, interleaved with
+    2 or 4 chunks), SP and ZeRO-1 (unless switched off), DP all-reduce overlap, every
+    pipeline depth, stage split and DP degree.
+
+    Raises:
+        ConfigError: unknown model / preset / option, non-positive sizes.
+        InfeasibleError: nothing fits, with the closest candidate's numbers.
+    """
+    from archplace.placement import workflow
+
+    prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
+                            seq_len=seq_len, optimizer=optimizer)
+    default = workflow.PlanSpace()
+    space = workflow.PlanSpace(
+        tps=tuple(tps) if tps else None,
+        micro_batches=tuple(micro_batches) if micro_batches else default.micro_batches,
+        sps=(False, True) if sp else (False,),
+        recomputes=_enum_choices(Recompute, recomputes, "recompute") if recomputes else default.recomputes,
+        schedules=(_enum_choices(PipelineSchedule, schedules, "schedule") if schedules
+                   else default.schedules),
+        zero=(False, True) if zero else (False,),
+    )
+    for b in space.micro_batches:
+        if b <= 0:
+            raise ConfigError(f"--micro-batch must be positive, got {b}")
+    return workflow.plan(prob, space, top_k)
+
+
+def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: int, pp: int, dp: int,
+             micro_batch: int, seq_len: int | None = None, recompute: str = "none",
+             schedule: str = "1f1b", chunks: int = 1, sp: bool = False, zero: bool = False,
+             dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam") -> PlanResult:
+    """Iteration time, throughput, MFU, breakdown and memory of one fixed plan.
+
+    Stages are Megatron-LM's even split of the blocks unless ``stages`` gives the layer
+    ranges (``"0-12,13-25,..."``; embedding = 0, head = last).
+
+    Raises:
+        ConfigError: unknown model / preset / option, an invalid plan.
+        InfeasibleError: the plan does not fit in memory (stage and bytes named).
+    """
+    from archplace.placement import workflow
+
+    for name, value in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
+                        ("--chunks", chunks)):
+        if value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+    prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
+                            seq_len=seq_len, optimizer=optimizer)
+    return workflow.evaluate(
+        prob, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
+        recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
+        schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0],
+        chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap, stages=stages)
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
@@ -118,18 +193,25 @@ def search_request(
                          tuple(micro_batches), parse_recompute(recompute))
 
 
-def search(model: str, *, progress: Progress | None = None, **options: Any) -> SearchResult:
+def search(model: str, *, progress: Progress | None = None, jobs: int | None = 1,
+           executor: str = "local", scheduler: str | None = None, **options: Any) -> SearchResult:
     """Search a space of accelerators for the one that trains ``model`` fastest.
 
     Takes the arguments of :func:`search_request` (``space``, ``devices``,
-    ``global_batch``, ``seq_len``, ``micro_batches``, ``recompute``, ``cluster``)
-    and ``progress``, called with each design's result as it finishes.
+    ``global_batch``, ``seq_len``, ``micro_batches``, ``recompute``, ``cluster``),
+    ``progress`` (called with each design's result as it finishes), and where to run:
+    ``jobs`` local worker processes (1: in this process), or ``executor="dask"`` (a
+    local Dask cluster, or the one at ``scheduler``).
 
     Returns:
         Every evaluated design, best first (``result.best`` is None when nothing fits).
 
     Raises:
-        ConfigError: bad input (see :func:`search_request`).
+        ConfigError: bad input (see :func:`search_request`), an unreachable scheduler.
         ExtractionError: the model code cannot be traced.
     """
-    return run_search(search_request(model, **options), progress)
+    request = search_request(model, **options)
+    if jobs == 1 and executor == "local" and not scheduler:
+        return run_search(request, progress)
+    with make_executor(executor, jobs, scheduler) as pool:
+        return run_search(request, progress, pool)

@@ -17,6 +17,7 @@ from archplace import api
 from archplace.errors import ArchplaceError
 from archplace.report.tables import hardware_table, models_table, search_table
 from archplace.search.evaluate import DesignResult
+from archplace.search.executor import make_executor
 from archplace.search.exhaustive import run_search
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -37,6 +38,10 @@ def search(
         help="Hardware preset or YAML whose links form the cluster [the space's base].")] = None,
     top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Worker processes [the usable CPUs].")] = None,
+    executor: Annotated[str, typer.Option(help="local (process pool) | dask.")] = "local",
+    scheduler: Annotated[str | None, typer.Option(
+        help="Dask scheduler address, e.g. tcp://host:8786 (implies --executor dask).")] = None,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     err = Console(stderr=True)
@@ -57,7 +62,8 @@ def search(
             best = result.throughput_samples_per_s
             bar.update(task, rate=f"{rate:.1f} designs/s, last {best:,.0f} samples/s")
 
-        result = run_search(request, advance)
+        with make_executor(executor, jobs, scheduler) as pool:
+            result = run_search(request, advance, pool)
     _stdout().print(search_table(result, top))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +92,8 @@ def hardware() -> None:
 
 
 # Commands of other stages live in their own modules, each exposing ``register(app)``.
-_COMMAND_MODULES = ("archplace.cli_graph", "archplace.cli_estimate", "archplace.cli_schedule")
+_COMMAND_MODULES = ("archplace.cli_graph", "archplace.cli_estimate", "archplace.cli_schedule",
+                    "archplace.cli_plan")
 
 
 def _register_commands() -> None:

@@ -1,4 +1,4 @@
-"""evaluate_plan on a 3-layer chain, against figures computed by hand."""
+"""evaluate_plan on 3- and 4-layer chains, against figures computed by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ import pytest
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
-from archplace.placement.plan import LayerCost, Plan, Recompute, TrainingSetup
+from archplace.placement.plan import (
+    LayerCost,
+    Optimizer,
+    PipelineSchedule,
+    Plan,
+    Recompute,
+    TrainingSetup,
+)
+from archplace.placement.timing import p2p_link
 
 # 8 devices, 2 per node: intra-node 1e11 B/s and 1 us, inter-node 1e10 B/s and 10 us.
 CLUSTER = Cluster(devices=8, devices_per_node=2, intra_node_bandwidth_bytes_per_s=1e11,
@@ -137,7 +145,7 @@ def test_invalid_plans_are_config_errors(kwargs, message):
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(tp=0, pp=1, dp=1, micro_batch=1, stages=((0, 2),)), "tp must be a positive"),
     (dict(tp=1, pp=1, dp=-1, micro_batch=1, stages=((0, 2),)), "dp must be a positive"),
-    (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 2),)), "pp=2 but 1 stages"),
+    (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 2),)), "pp=2 and chunks=1 need 2 stages"),
     (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 0), (2, 2))), "contiguous"),
     (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((1, 1), (2, 2))), "contiguous"),
     (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 1), (2, 1))), "empty"),
@@ -162,3 +170,178 @@ def test_numpy_scalars_are_accepted_as_layer_figures():
     layer = dataclasses.replace(LAYERS[0], fwd_s=np.float32(1.5), params=np.int64(7))
     assert layer.fwd_s == 1.5 and type(layer.fwd_s) is float
     assert layer.params == 7 and type(layer.params) is int
+
+
+# ---------------------------------------------------------------- schedules and options
+
+# A 4-layer chain with selective-recompute and TP-communication figures.
+LAYERS4 = (
+    LayerCost("a", fwd_s=1.0, bwd_s=2.0, params=1000, activation_bytes=100.0, input_bytes=10.0,
+              boundary_bytes=1e6, working_bytes=50.0, fwd_flop=1e12, bwd_flop=2e12,
+              selective_activation_bytes=40.0, selective_recompute_s=0.25, tp_comm_fwd_s=0.1,
+              tp_comm_bwd_s=0.2),
+    LayerCost("b", fwd_s=2.0, bwd_s=4.0, params=2000, activation_bytes=200.0, input_bytes=20.0,
+              boundary_bytes=2e6, working_bytes=70.0, fwd_flop=2e12, bwd_flop=4e12,
+              selective_activation_bytes=80.0, selective_recompute_s=0.5, tp_comm_fwd_s=0.2,
+              tp_comm_bwd_s=0.4),
+    LayerCost("c", fwd_s=0.5, bwd_s=1.0, params=500, activation_bytes=50.0, input_bytes=5.0,
+              boundary_bytes=3e6, working_bytes=500.0, fwd_flop=0.5e12, bwd_flop=1e12),
+    LayerCost("d", fwd_s=1.0, bwd_s=1.0, params=4000, activation_bytes=300.0, input_bytes=30.0,
+              boundary_bytes=1.0, working_bytes=60.0, fwd_flop=1e12, bwd_flop=1e12,
+              selective_activation_bytes=100.0, selective_recompute_s=0.1, tp_comm_fwd_s=0.1,
+              tp_comm_bwd_s=0.1),
+)
+
+
+def test_gpipe_holds_every_micro_batch():
+    plan = Plan(tp=1, pp=2, dp=1, micro_batch=2, recompute=Recompute.NONE, stages=((0, 1), (2, 2)),
+                schedule=PipelineSchedule.GPIPE)
+    r = evaluate_plan(LAYERS, SETUP, plan)
+    # m = 8 / 2 = 4. T0 = 9 + 2 * (1e-6 + 2e6 / 1e11) = 9.000042, T1 = 1.5: (4 + 1) * T0.
+    # dp = 1: no all-reduce; Adam step of stage 0's 3000 parameters: 30 * 3000 / 1e12.
+    assert r.breakdown_s["compute"] == pytest.approx(36.0, rel=REL)
+    assert r.breakdown_s["bubble"] == pytest.approx(9.000042, rel=REL)
+    assert r.breakdown_s["dp_comm"] == 0.0
+    assert r.iteration_time_s == pytest.approx(45.00021 + 9e-8, rel=REL)
+    check_breakdown_sums(r)
+    # GPipe: both stages hold all 4 micro-batches (1F1B would hold 2 and 1)
+    assert [m.activations for m in r.memory] == [4 * 300.0, 4 * 50.0]
+    assert [m.total for m in r.memory] == [54000.0 + 1200.0 + 70.0, 9000.0 + 200.0 + 500.0]
+    one_f_one_b = evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, schedule="1f1b"))
+    assert one_f_one_b.iteration_time_s == r.iteration_time_s
+    assert [m.activations for m in one_f_one_b.memory] == [2 * 300.0, 1 * 50.0]
+
+
+def test_interleaved_two_chunks_per_device():
+    plan = Plan(tp=1, pp=2, dp=2, micro_batch=1, recompute=Recompute.NONE,
+                stages=((0, 0), (1, 1), (2, 2), (3, 3)), schedule=PipelineSchedule.INTERLEAVED,
+                chunks=2)
+    assert plan.to_dict()["stage_device"] == [0, 1, 0, 1]
+    r = evaluate_plan(LAYERS4, SETUP, plan)
+    # m = 8 / 2 = 4 micro-batches, v m = 8 chunk slots, K = v m + p - 1 = 9.
+    # Chunk times (p2p on the intra-node link, span 2): a 3 + 2.2e-5, b 6 + 4.2e-5 (the
+    # bottleneck), c 1.5 + 6.2e-5, d 2 (last).
+    b = r.breakdown_s
+    assert b["compute"] == pytest.approx(8 * (6.0 - 0.6), rel=REL)
+    assert b["tp_comm"] == pytest.approx(8 * 0.6, rel=REL)
+    assert b["recompute"] == 0.0
+    assert b["pp_comm"] == pytest.approx(8 * 4.2e-5, rel=REL)
+    assert b["bubble"] == pytest.approx(6.000042, rel=REL)
+    # each chunk is charged v times: chunk d's 2 * 4000 parameters decide the tail. The DP group
+    # (2 ranks at stride 2, span 3) is inter-node: 2 * 1/2 * 4 * 8000 / 1e10 + 2 * 1e-5.
+    assert b["dp_comm"] == pytest.approx(2.32e-5, rel=REL)
+    assert b["optimizer"] == pytest.approx(30 * 8000 / 1e12, rel=REL)
+    assert r.iteration_time_s == pytest.approx(9 * 6.000042 + 2.32e-5 + 2.4e-7, rel=REL)
+    check_breakdown_sums(r)
+    assert r.mfu == pytest.approx(8 * 12.5e12 / (r.iteration_time_s * 4 * 1e12), rel=REL)
+    # in flight (chunk-micro-batches): device 0: 2 * 1 + 1 * 2 + 1 = 5, device 1: 0 + 2 + 1 = 3
+    d0, d1 = r.memory
+    assert (d0.weights, d0.gradients, d0.optimizer, d0.activations, d0.working) == (
+        3000.0, 6000.0, 18000.0, 5 / 2 * 150.0, 500.0)
+    assert (d1.weights, d1.gradients, d1.optimizer, d1.activations, d1.working) == (
+        12000.0, 24000.0, 72000.0, 3 / 2 * 500.0, 70.0)
+    # the device needs 108820 B, but chunk d counted twice needs 2 * 72000 + 3 * 300 + 500
+    setup = dataclasses.replace(SETUP, hbm_bytes=140_000.0)
+    with pytest.raises(InfeasibleError, match=r"^device 1 needs 142\.0 KiB > 136\.7 KiB HBM "
+                                              r"counting its chunk 3 \(layers 3\.\.3\) 2 times"):
+        evaluate_plan(LAYERS4, setup, plan)
+    assert d1.total == 108820.0 < 140_000.0
+
+
+def test_interleaved_needs_a_multiple_of_pp_micro_batches():
+    plan = Plan(tp=1, pp=2, dp=1, micro_batch=1, recompute=Recompute.NONE,
+                stages=((0, 0), (1, 1), (2, 2), (3, 3)), schedule="interleaved", chunks=2)
+    setup = dataclasses.replace(SETUP, global_batch=6)
+    assert evaluate_plan(LAYERS4, setup, plan).plan.chunks == 2  # m = 6
+    with pytest.raises(ConfigError, match="multiple of pp=2"):
+        evaluate_plan(LAYERS4, dataclasses.replace(SETUP, global_batch=5), plan)
+    # with padding, m = 5 is rounded up to 6
+    padded = dataclasses.replace(SETUP, global_batch=5, dp_must_divide_batch=False)
+    r = evaluate_plan(LAYERS4, padded, plan)
+    assert r.breakdown_s["bubble"] * (2 * 6) == pytest.approx(r.breakdown_s["compute"]
+                                                              + r.breakdown_s["tp_comm"]
+                                                              + r.breakdown_s["pp_comm"], rel=1e-6)
+
+
+def test_wrap_around_link_of_interleaving():
+    # 4 devices per pipeline, tp 1: neighbours span 2 ranks, the last device back to the first 4
+    cluster = Cluster(devices=8, devices_per_node=3, intra_node_bandwidth_bytes_per_s=1e11,
+                      inter_node_bandwidth_bytes_per_s=1e10, intra_node_latency_s=1e-6,
+                      inter_node_latency_s=1e-5)
+    intra, inter = (1e-6, 1e11), (1e-5, 1e10)
+    assert [p2p_link(cluster, tp=1, pp=4, segment=c, chunks=2) for c in range(8)] == [
+        intra, intra, intra, inter, intra, intra, intra, inter]
+    assert p2p_link(cluster, tp=1, pp=4, segment=3, chunks=1) == intra
+
+
+def test_selective_recompute_keeps_the_selective_bytes():
+    plan = Plan(tp=1, pp=2, dp=1, micro_batch=1, recompute="selective", stages=((0, 1), (2, 3)))
+    r = evaluate_plan(LAYERS4, SETUP, plan)
+    # m = 8. T0 = 9 + (0.25 + 0.5) + 4.2e-5, T1 = 3.5 + 0.1: K = 9.
+    b = r.breakdown_s
+    assert b["compute"] == pytest.approx(8 * (9.0 - 0.9), rel=REL)
+    assert b["tp_comm"] == pytest.approx(8 * 0.9, rel=REL)
+    assert b["recompute"] == pytest.approx(8 * 0.75, rel=REL)
+    assert b["bubble"] == pytest.approx(9.750042, rel=REL)
+    assert b["optimizer"] == pytest.approx(30 * 4500 / 1e12, rel=REL)
+    assert r.iteration_time_s == pytest.approx(9 * 9.750042 + 1.35e-7, rel=REL)
+    check_breakdown_sums(r)
+    # stage 0 keeps 2 micro-batches of 40 + 80 bytes; stage 1 one of 50 (c has no selective
+    # figure: its full activations) + 100
+    assert [m.activations for m in r.memory] == [240.0, 150.0]
+
+
+def test_zero_sgd_and_overlap():
+    cluster = Cluster(devices=8, devices_per_node=2, intra_node_bandwidth_bytes_per_s=1e11,
+                      inter_node_bandwidth_bytes_per_s=1e3, intra_node_latency_s=1e-6,
+                      inter_node_latency_s=1e-5)
+    setup = dataclasses.replace(SETUP, cluster=cluster, optimizer=Optimizer.SGD)
+    plan = Plan(tp=1, pp=1, dp=4, micro_batch=2, recompute=Recompute.NONE, stages=((0, 2),),
+                zero=True)
+    r = evaluate_plan(LAYERS, setup, plan)
+    # m = 1, one stage: T = 10.5, K = 1. DP group of 4 ranks, span 4 > 2: inter-node. All-reduce
+    # (reduce-scatter + all-gather) of 4 * 3500 bytes: 2 * 3/4 * 14000 / 1e3 + 2 * 3 * 1e-5.
+    ar = 21.0 + 6e-5
+    assert r.breakdown_s["dp_comm"] == pytest.approx(ar, rel=REL)
+    # SGD step (22 B / param) on 1/4 of the parameters
+    assert r.breakdown_s["optimizer"] == pytest.approx(22 * 3500 / 4 / 1e12, rel=REL)
+    (mem,) = r.memory
+    assert (mem.weights, mem.gradients, mem.optimizer) == (7000.0, 14000.0, 8 * 3500 / 4)
+    overlapped = evaluate_plan(LAYERS, setup, dataclasses.replace(plan, dp_overlap=True))
+    # the backward pass of the last micro-batch (2 + 4 + 1 s) hides part of the reduction
+    assert overlapped.breakdown_s["dp_comm"] == pytest.approx(ar - 7.0, rel=REL)
+    assert overlapped.iteration_time_s == pytest.approx(r.iteration_time_s - 7.0, rel=REL)
+    check_breakdown_sums(overlapped)
+    plain = evaluate_plan(LAYERS, setup, dataclasses.replace(plan, zero=False))
+    assert plain.memory[0].optimizer == 8 * 3500
+    assert plain.breakdown_s["dp_comm"] == r.breakdown_s["dp_comm"]
+
+
+def test_padded_batch_counts_useful_samples_only():
+    setup = dataclasses.replace(SETUP, global_batch=7, dp_must_divide_batch=False)
+    plan = Plan(tp=1, pp=1, dp=2, micro_batch=2, recompute=Recompute.NONE, stages=((0, 2),))
+    r = evaluate_plan(LAYERS, setup, plan)
+    # m = ceil(7 / 4) = 2 micro-batches of 2 per replica: 8 samples run, 7 count
+    assert r.breakdown_s["compute"] == pytest.approx(2 * 10.5, rel=REL)
+    assert r.throughput_samples_per_s == pytest.approx(7 / r.iteration_time_s, rel=REL)
+    assert r.mfu == pytest.approx(7 / 2 * 10.5e12 / (r.iteration_time_s * 2 * 1e12), rel=REL)
+    with pytest.raises(ConfigError, match="does not divide the global batch 7"):
+        evaluate_plan(LAYERS, dataclasses.replace(setup, dp_must_divide_batch=True), plan)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(schedule="interleaved", chunks=1), "needs chunks >= 2"),
+    (dict(schedule="1f1b", chunks=2), "needs the interleaved schedule"),
+    (dict(schedule="zigzag"), "unknown pipeline schedule"),
+    (dict(zero=1), "zero must be a bool"),
+])
+def test_schedule_options_are_checked(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        Plan(tp=1, pp=2, dp=1, micro_batch=1, recompute="none", stages=((0, 0), (1, 1)), **kwargs)
+
+
+def test_layer_cost_checks_tp_share():
+    with pytest.raises(ConfigError, match="tp_comm_fwd_s = 2.0 exceeds fwd_s"):
+        dataclasses.replace(LAYERS[0], tp_comm_fwd_s=2.0)
+    with pytest.raises(ConfigError, match="selective_activation_bytes"):
+        dataclasses.replace(LAYERS[0], selective_activation_bytes=-1.0)

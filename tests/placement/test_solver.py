@@ -1,143 +1,126 @@
-"""optimal_plan against a brute force written here: every p, every composition, every d."""
+"""optimal_plan and plan_search against the brute force of ``placement_helpers``: every
+configuration, every contiguous split, scored by evaluate_plan."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from placement_helpers import (
+    RECOMPUTES,
+    brute_force,
+    chains,
+    check_ranking,
+    rank_key,
+    setups,
+)
 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
-from archplace.placement.memory import stage_memory
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
-from archplace.placement.plan import LayerCost, Plan, Recompute, TrainingSetup
-from archplace.placement.solver import optimal_plan
+from archplace.placement.plan import LayerCost, PipelineSchedule, Recompute, TrainingSetup
+from archplace.placement.solver import optimal_plan, plan_search
 from archplace.units import format_bytes
 
-
-def compositions(n: int, p: int):
-    """Every split of layers 0..n-1 into p contiguous non-empty stages."""
-    for cuts in itertools.combinations(range(1, n), p - 1):
-        bounds = (0, *cuts, n)
-        yield tuple((bounds[k], bounds[k + 1] - 1) for k in range(p))
+SCHEDULES = list(PipelineSchedule)
 
 
-def brute_force(layers, setup, micro_batch, recompute, tp):
-    """(best result, every (time, key) that fits, min over every plan of its peak stage memory)."""
-    n, devices = len(layers), setup.cluster.devices
-    scored = []
-    best = None
-    min_peak = None
-    for p in range(1, n + 1):
-        if tp * p > devices:
-            break
-        for d in range(1, devices // (tp * p) + 1):
-            if setup.global_batch % (micro_batch * d):
-                continue
-            m = setup.global_batch // (micro_batch * d)
-            for stages in compositions(n, p):
-                plan = Plan(tp=tp, pp=p, dp=d, micro_batch=micro_batch, recompute=recompute,
-                            stages=stages)
-                peak = max(stage_memory(layers[a:b + 1], stage=j, in_flight=min(p - j, m),
-                                        recompute=recompute).total
-                           for j, (a, b) in enumerate(stages))
-                min_peak = peak if min_peak is None else min(min_peak, peak)
-                try:
-                    result = evaluate_plan(layers, setup, plan)
-                except InfeasibleError:
-                    assert peak > setup.hbm_bytes
-                    continue
-                assert peak <= setup.hbm_bytes
-                key = (plan.devices, p, stages)
-                scored.append((result.iteration_time_s, key))
-                if best is None or result.iteration_time_s < best.iteration_time_s:
-                    best = result
-    return best, scored, min_peak
+def run_optimal(layers, setup, options):
+    return optimal_plan(layers, setup, **options)
 
 
-def plan_key(plan):
-    return (plan.devices, plan.pp, plan.stages)
-
-
-def check_against_brute_force(layers, setup, micro_batch, recompute, tp, label=False):
-    best, scored, min_peak = brute_force(layers, setup, micro_batch, recompute, tp)
+def check_optimal(layers, setup, options, label=False):
+    """optimal_plan equals the brute force over the same fixed options."""
+    schedule = options.get("schedule", PipelineSchedule.ONE_F_ONE_B)
+    costs = {(options.get("tp", 1), options["micro_batch"], options.get("sp", False)): layers}
+    brute = brute_force(costs, setup, recomputes=[Recompute(options["recompute"])],
+                        schedules=[schedule], chunks=(options.get("chunks", 1),),
+                        zeros=(options.get("zero", False),),
+                        overlaps=(options.get("dp_overlap", False),))
     if label:
-        event("no valid (p, d)" if min_peak is None else "nothing fits" if best is None
+        event("no valid plan" if not brute.any_valid else "nothing fits" if not brute.ranked
               else "feasible")
-    if best is None:
+    if not brute.ranked:
         with pytest.raises(InfeasibleError) as info:
-            optimal_plan(layers, setup, micro_batch=micro_batch, recompute=recompute, tp=tp)
+            run_optimal(layers, setup, options)
         message = str(info.value)
-        if min_peak is None:
+        if not brute.any_valid:
             assert message.startswith("no valid plan")
         else:
-            # the reported candidate is the one that came closest
             assert message.startswith(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM")
-            assert f"needs {format_bytes(min_peak)} on stage" in message
+            # the reported candidate is the one that came closest
+            assert f"needs {format_bytes(brute.min_peak)} on" in message
         return None
-    result = optimal_plan(layers, setup, micro_batch=micro_batch, recompute=recompute, tp=tp)
-    assert result.iteration_time_s == pytest.approx(best.iteration_time_s, rel=1e-9)
-    assert all(m.total <= setup.hbm_bytes for m in result.memory)
+    result = run_optimal(layers, setup, options)
+    check_ranking([result], brute, 1)
     assert result == evaluate_plan(layers, setup, result.plan)
-    # tie-break: fewer devices, then smaller p, then lexicographically smallest stages;
-    # checked when no plan lies in the gap between a rounding tie and a real difference
-    loose = {key for t, key in scored if t <= best.iteration_time_s * (1 + 1e-9)}
-    tight = {key for t, key in scored if t <= best.iteration_time_s * (1 + 1e-13)}
-    if loose == tight:
-        assert plan_key(result.plan) == min(loose)
     return result
 
 
-# ---------------------------------------------------------------- hypothesis instances
-
-TIMES = st.sampled_from([0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 7.0])
-PARAMS = st.sampled_from([0, 1_000, 2_000, 5_000, 50_000, 1_000_000, 3_000_000])
-BYTES = st.sampled_from([0.0, 1e3, 1e5, 1e6, 5e6, 2e7, 1e8])
-
+# ---------------------------------------------------------------- hypothesis: optimal_plan
 
 @st.composite
-def layer_costs(draw, index):
-    fwd = draw(TIMES)
-    return LayerCost(
-        f"l{index}", fwd_s=fwd, bwd_s=draw(st.sampled_from([fwd, 2 * fwd, 3.0])),
-        params=draw(PARAMS), activation_bytes=draw(BYTES), input_bytes=draw(BYTES),
-        boundary_bytes=draw(BYTES), working_bytes=draw(BYTES),
-        fwd_flop=draw(st.sampled_from([0.0, 1e9, 3e9])), bwd_flop=draw(st.sampled_from([0.0, 2e9])))
+def optimal_problems(draw):
+    layers = draw(chains(8))
+    setup = draw(setups(layers, 16))
+    schedule = draw(st.sampled_from(SCHEDULES))
+    options = dict(micro_batch=draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4])),
+                   recompute=draw(st.sampled_from(RECOMPUTES)),
+                   tp=draw(st.sampled_from([1, 1, 1, 2, 3, 4])), schedule=schedule,
+                   chunks=draw(st.sampled_from([2, 2, 3])) if schedule is PipelineSchedule.INTERLEAVED
+                   else 1,
+                   zero=draw(st.booleans()), dp_overlap=draw(st.booleans()), sp=draw(st.booleans()))
+    return layers, setup, options
 
 
-@st.composite
-def problems(draw):
-    n = draw(st.integers(1, 8))
-    layers = [draw(layer_costs(k)) for k in range(n)]
-    devices = draw(st.integers(2, 16))
-    cluster = Cluster(
-        devices=devices, devices_per_node=draw(st.integers(1, devices - 1)),
-        intra_node_bandwidth_bytes_per_s=draw(st.sampled_from([1e8, 1e9, 1e10])),
-        inter_node_bandwidth_bytes_per_s=draw(st.sampled_from([1e6, 1e7, 1e8])),
-        intra_node_latency_s=draw(st.sampled_from([0.0, 1e-6, 1e-3])),
-        inter_node_latency_s=draw(st.sampled_from([1e-5, 1e-2, 0.1])))
-    recompute = draw(st.sampled_from(list(Recompute)))
-    micro_batch = draw(st.sampled_from([1, 1, 2, 2, 3, 4]))
-    global_batch = draw(st.sampled_from([1, 4, 8, 12, 16, 24, 32, 48]))
-    tp = draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
-    # memory limit relative to the whole chain on one device with one micro-batch in flight
-    whole = stage_memory(layers, stage=0, in_flight=1, recompute=recompute).total
-    hbm = max(whole * draw(st.sampled_from([0.1, 0.25, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 4.0])),
-              1.0)
-    setup = TrainingSetup(cluster=cluster, global_batch=global_batch, seq_len=128, hbm_bytes=hbm,
-                          hbm_bandwidth_bytes_per_s=draw(st.sampled_from([1e6, 1e8, 1e11])),
-                          peak_flop_per_s=1e12)
-    return layers, setup, micro_batch, recompute, tp
-
-
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(optimal_problems())
 def test_optimal_plan_equals_brute_force(problem):
-    check_against_brute_force(*problem, label=True)
+    layers, setup, options = problem
+    check_optimal(layers, setup, options, label=True)
+
+
+# ---------------------------------------------------------------- hypothesis: plan_search
+
+def subset(items):
+    return st.lists(st.sampled_from(items), min_size=1, max_size=len(items), unique=True)
+
+
+@st.composite
+def search_problems(draw):
+    n = draw(st.integers(1, 8))
+    keys = draw(st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.booleans()),
+                         min_size=1, max_size=3, unique=True))
+    costs = {key: draw(chains(layers=n)) for key in keys}
+    setup = draw(setups(costs[keys[0]], 16))
+    options = dict(recomputes=draw(subset(RECOMPUTES)), schedules=draw(subset(SCHEDULES)),
+                   chunks=tuple(draw(subset([2, 3]))), zero=tuple(draw(subset([False, True]))),
+                   dp_overlap=tuple(draw(subset([False, True]))))
+    return costs, setup, options, draw(st.sampled_from([1, 1, 3, 8]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(search_problems())
+def test_plan_search_equals_brute_force(problem):
+    costs, setup, options, top_k = problem
+    brute = brute_force(costs, setup, recomputes=options["recomputes"],
+                        schedules=options["schedules"], chunks=options["chunks"],
+                        zeros=options["zero"], overlaps=options["dp_overlap"])
+    event("no valid plan" if not brute.any_valid else "nothing fits" if not brute.ranked
+          else "feasible")
+    if not brute.ranked:
+        with pytest.raises(InfeasibleError, match="^no (valid plan|plan fits)"):
+            plan_search(costs, setup, top_k=top_k, **options)
+        return
+    results = plan_search(costs, setup, top_k=top_k, **options)
+    check_ranking(results, brute, top_k)
+    for result in results:
+        layers = costs[(result.plan.tp, result.plan.micro_batch, result.plan.sp)]
+        assert result == evaluate_plan(layers, setup, result.plan)
+    assert len({rank_key(r.plan)[:-1] for r in results}) == len(results)  # distinct configurations
 
 
 # ---------------------------------------------------------------- fixed instances
@@ -149,20 +132,28 @@ def uniform_chain(n, **overrides):
     return [LayerCost(f"block.{k}", **base) for k in range(n)]
 
 
-def make_setup(devices=16, per_node=4, hbm=1e9, global_batch=32):
+def make_setup(devices=16, per_node=4, hbm=1e9, global_batch=32, **kwargs):
     cluster = Cluster(devices=devices, devices_per_node=per_node,
                       intra_node_bandwidth_bytes_per_s=1e10, inter_node_bandwidth_bytes_per_s=1e9,
                       intra_node_latency_s=1e-6, inter_node_latency_s=1e-5)
     return TrainingSetup(cluster=cluster, global_batch=global_batch, seq_len=128, hbm_bytes=hbm,
-                         hbm_bandwidth_bytes_per_s=1e11, peak_flop_per_s=1e12)
+                         hbm_bandwidth_bytes_per_s=1e11, peak_flop_per_s=1e12, **kwargs)
 
 
 @pytest.mark.parametrize("hbm", [2.2e6, 3.5e6, 6e6, 1e9])
-@pytest.mark.parametrize("recompute", list(Recompute))
+@pytest.mark.parametrize("recompute", RECOMPUTES)
 def test_ten_identical_layers_ties_and_memory(hbm, recompute):
     """Many exact ties: the tie-break must pick the same plan as the brute force."""
-    layers = uniform_chain(10)
-    check_against_brute_force(layers, make_setup(hbm=hbm), 2, recompute, 1)
+    check_optimal(uniform_chain(10), make_setup(hbm=hbm), dict(micro_batch=2, recompute=recompute))
+
+
+@pytest.mark.parametrize("schedule,chunks", [(PipelineSchedule.GPIPE, 1),
+                                             (PipelineSchedule.INTERLEAVED, 2)])
+def test_ten_identical_layers_other_schedules(schedule, chunks):
+    for hbm in (2.2e6, 6e6, 1e9):
+        check_optimal(uniform_chain(10), make_setup(hbm=hbm),
+                      dict(micro_batch=2, recompute=Recompute.NONE, schedule=schedule,
+                           chunks=chunks, zero=True, dp_overlap=True))
 
 
 def test_uneven_chain_with_embedding_and_head():
@@ -174,8 +165,8 @@ def test_uneven_chain_with_embedding_and_head():
                            input_bytes=1e4, boundary_bytes=4.0, working_bytes=3e6,
                            fwd_flop=2.5e9, bwd_flop=5e9)])
     for hbm in (1e9, 7e6):
-        result = check_against_brute_force(layers, make_setup(hbm=hbm), 1, Recompute.NONE, 1)
-        assert result is not None
+        assert check_optimal(layers, make_setup(hbm=hbm),
+                             dict(micro_batch=1, recompute=Recompute.NONE)) is not None
 
 
 def test_solver_returns_evaluate_plan_result_and_breakdown_sums():
@@ -191,11 +182,16 @@ def test_solver_returns_evaluate_plan_result_and_breakdown_sums():
 
 def test_nothing_fits_reports_the_closest_candidate():
     layers = uniform_chain(4, params=10_000_000)  # 180 MB of model state per layer
-    setup = make_setup(hbm=100e6)
-    message = re.escape(f"no plan fits in {format_bytes(100e6)} HBM: best candidate pp=4 dp=1 "
-                        f"needs {format_bytes(180e6 + 4 * 1e6 + 1e5)} on stage 0")
+    setup = make_setup(hbm=90e6)
+    message = re.escape(f"no plan fits in {format_bytes(90e6)} HBM: best candidate pp=4 dp=1 "
+                        f"needs {format_bytes(180e6 + 4 * 1e6 + 1e5)} on stage 0 (tp=1, "
+                        f"micro_batch=1, recompute=none, schedule=1f1b)")
     with pytest.raises(InfeasibleError, match=message):
         optimal_plan(layers, setup, micro_batch=1, recompute=Recompute.NONE)
+    # ZeRO-1 shards the 12 optimizer bytes: the closest candidate now uses every device
+    message = re.escape(f"best candidate pp=4 dp=4 needs {format_bytes(60e6 + 30e6 + 4e6 + 1e5)}")
+    with pytest.raises(InfeasibleError, match=message):
+        plan_search({(1, 1, False): layers}, setup, recomputes=[Recompute.NONE], zero=[True])
 
 
 def test_no_valid_plan_and_bad_arguments():
@@ -205,20 +201,38 @@ def test_no_valid_plan_and_bad_arguments():
         optimal_plan(layers, setup, micro_batch=4, recompute=Recompute.NONE)
     with pytest.raises(InfeasibleError, match="tp=32 exceeds"):
         optimal_plan(layers, setup, micro_batch=1, recompute=Recompute.NONE, tp=32)
+    with pytest.raises(InfeasibleError, match="^no valid plan"):
+        plan_search({(32, 1, False): layers}, setup)
     with pytest.raises(ConfigError):
         optimal_plan(layers, setup, micro_batch=0, recompute=Recompute.NONE)
     with pytest.raises(ConfigError):
         optimal_plan([], setup, micro_batch=1, recompute=Recompute.NONE)
+    with pytest.raises(ConfigError, match="chunks=1 does not suit the interleaved"):
+        optimal_plan(layers, setup, micro_batch=1, recompute="none", schedule="interleaved")
+    with pytest.raises(ConfigError, match="unknown pipeline schedule"):
+        optimal_plan(layers, setup, micro_batch=1, recompute="none", schedule="zigzag")
+    with pytest.raises(ConfigError, match="chunks must be integers >= 2"):
+        plan_search({(1, 1, False): layers}, setup, chunks=(1,))
+    with pytest.raises(ConfigError, match="top_k"):
+        plan_search({(1, 1, False): layers}, setup, top_k=0)
+    with pytest.raises(ConfigError, match="keys must be"):
+        plan_search({(1, 1): layers}, setup)  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match="at least one"):
+        plan_search({}, setup)
 
 
 def test_recompute_lets_a_memory_bound_chain_fit():
-    layers = uniform_chain(4, activation_bytes=1e8)
+    layers = uniform_chain(4, activation_bytes=1e8, selective_activation_bytes=2e7,
+                           selective_recompute_s=0.1)
     setup = make_setup(hbm=1.5e8)
     with pytest.raises(InfeasibleError):
         optimal_plan(layers, setup, micro_batch=1, recompute=Recompute.NONE)
-    result = optimal_plan(layers, setup, micro_batch=1, recompute=Recompute.FULL)
-    assert result.breakdown_s["recompute"] > 0
-    assert dataclasses.replace(result.plan) == result.plan
+    full = optimal_plan(layers, setup, micro_batch=1, recompute=Recompute.FULL)
+    assert full.breakdown_s["recompute"] > 0
+    selective = optimal_plan(layers, setup, micro_batch=1, recompute=Recompute.SELECTIVE)
+    assert 0 < selective.breakdown_s["recompute"] < full.breakdown_s["recompute"]
+    assert plan_search({(1, 1, False): layers}, setup)[0].plan.recompute is Recompute.SELECTIVE
+    assert dataclasses.replace(full.plan) == full.plan
 
 
 def test_exact_ties_go_to_the_lexicographically_smallest_stages():
@@ -232,14 +246,92 @@ def test_exact_ties_go_to_the_lexicographically_smallest_stages():
                       inter_node_latency_s=0.0)
     setup = TrainingSetup(cluster=cluster, global_batch=32, seq_len=1, hbm_bytes=1.0,
                           hbm_bandwidth_bytes_per_s=1e9, peak_flop_per_s=1.0)
-    result = check_against_brute_force(layers, setup, 1, Recompute.NONE, 1)
+    result = check_optimal(layers, setup, dict(micro_batch=1, recompute=Recompute.NONE))
     assert result.plan.stages == ((0, 0), (1, 4), (5, 5))
     assert result.iteration_time_s == (32 + 2) * 5.0
 
 
 def test_few_micro_batches_cap_in_flight_counts():
-    """m < p: the in-flight count saturates at m, which the DP handles in a separate sweep."""
+    """m < p: the in-flight count saturates at m."""
     layers = uniform_chain(8, activation_bytes=2e6)
     for global_batch, hbm in ((2, 4.5e6), (3, 6.5e6), (4, 4.5e6)):
         setup = make_setup(hbm=hbm, global_batch=global_batch)
-        check_against_brute_force(layers, setup, 1, Recompute.NONE, 1)
+        check_optimal(layers, setup, dict(micro_batch=1, recompute=Recompute.NONE))
+        check_optimal(layers, setup, dict(micro_batch=1, recompute=Recompute.NONE,
+                                          schedule=PipelineSchedule.GPIPE))
+
+
+def test_padding_allows_any_dp():
+    layers = uniform_chain(4)
+    strict = make_setup(global_batch=7)
+    padded = make_setup(global_batch=7, dp_must_divide_batch=False)
+    assert optimal_plan(layers, strict, micro_batch=1, recompute="none").plan.dp in (1, 7)
+    best = plan_search({(1, 1, False): layers}, padded, top_k=3)
+    check_optimal(layers, padded, dict(micro_batch=1, recompute="none"))
+    assert best[0].iteration_time_s <= optimal_plan(layers, strict, micro_batch=1,
+                                                    recompute="none").iteration_time_s
+
+
+# ---------------------------------------------------------------- larger instances
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_longer_chains_equal_brute_force(data):
+    """9 to 12 layers (up to 2048 splits per pipeline depth), one option set."""
+    layers = data.draw(chains(layers=data.draw(st.integers(9, 12))))
+    setup = data.draw(setups(layers, 8))
+    schedule = data.draw(st.sampled_from(SCHEDULES))
+    options = dict(micro_batch=1, recompute=data.draw(st.sampled_from(RECOMPUTES)),
+                   schedule=schedule,
+                   chunks=2 if schedule is PipelineSchedule.INTERLEAVED else 1,
+                   zero=data.draw(st.booleans()), dp_overlap=data.draw(st.booleans()))
+    check_optimal(layers, setup, options, label=True)
+
+
+def gpt_like_chain(blocks, tp, micro_batch, sp):
+    """A transformer-like chain: embedding, identical blocks, a heavier head."""
+    b, shard = micro_batch, tp if sp else 1
+    block = LayerCost("block", fwd_s=0.01 * b / tp + 1e-4, bwd_s=0.02 * b / tp + 1e-4,
+                      params=1_000_000 // tp, activation_bytes=4e6 * b / shard,
+                      input_bytes=2e5 * b / shard, boundary_bytes=2e5 * b / shard,
+                      working_bytes=1e6 * b / tp, fwd_flop=1e9 * b / tp, bwd_flop=2e9 * b / tp,
+                      selective_activation_bytes=1.5e6 * b / shard,
+                      selective_recompute_s=0.002 * b / tp, tp_comm_fwd_s=1e-4, tp_comm_bwd_s=1e-4)
+    embedding = LayerCost("embedding", fwd_s=1e-3 * b, bwd_s=2e-3 * b, params=3_000_000 // tp,
+                          activation_bytes=2e5 * b / shard, input_bytes=1e3 * b,
+                          boundary_bytes=2e5 * b / shard, working_bytes=4e5 * b, fwd_flop=0.0,
+                          bwd_flop=0.0)
+    head = LayerCost("head", fwd_s=0.03 * b / tp, bwd_s=0.06 * b / tp, params=3_000_000 // tp,
+                     activation_bytes=8e6 * b / tp, input_bytes=2e5 * b / shard, boundary_bytes=4.0,
+                     working_bytes=8e6 * b / tp, fwd_flop=3e9 * b / tp, bwd_flop=6e9 * b / tp)
+    return [embedding] + [dataclasses.replace(block, name=f"block.{k}") for k in range(blocks)] \
+        + [head]
+
+
+@pytest.mark.parametrize("hbm", [1e9, 1.2e8, 6e7])
+def test_plan_search_prunes_nothing_it_should_keep(hbm):
+    """plan_search's top 5 over every option equal the best of optimal_plan per option set."""
+    costs = {(t, b, sp): gpt_like_chain(18, t, b, sp) for t in (1, 2) for b in (1, 2)
+             for sp in (False, True) if t > 1 or not sp}
+    setup = make_setup(devices=64, per_node=8, hbm=hbm, global_batch=96)
+    best = []
+    for (t, b, sp), layers in costs.items():
+        for rc in RECOMPUTES:
+            for schedule, chunks in ((PipelineSchedule.GPIPE, 1), (PipelineSchedule.ONE_F_ONE_B, 1),
+                                     (PipelineSchedule.INTERLEAVED, 2),
+                                     (PipelineSchedule.INTERLEAVED, 3)):
+                for zero in (False, True):
+                    for overlap in (False, True):
+                        try:
+                            result = optimal_plan(layers, setup, micro_batch=b, recompute=rc, tp=t,
+                                                  schedule=schedule, chunks=chunks, zero=zero,
+                                                  dp_overlap=overlap, sp=sp)
+                        except InfeasibleError:
+                            continue
+                        best.append((result.iteration_time_s, rank_key(result.plan), result))
+    best.sort(key=lambda row: row[:2])
+    results = plan_search(costs, setup, chunks=(2, 3), top_k=5)
+    assert len(results) == min(5, len(best))
+    for got, (t, key, _) in zip(results, best, strict=False):
+        assert got.iteration_time_s == pytest.approx(t, rel=1e-9)
+        assert rank_key(got.plan) == key

@@ -3,25 +3,36 @@
 Public API:
 
 * :func:`evaluate_plan` -- iteration time, breakdown, throughput, MFU and memory of a plan;
-* :func:`optimal_plan` -- the exact best plan over pipeline depth, DP degree and stages;
-* :func:`stage_memory`, :func:`in_flight_micro_batches` -- per-device memory of a stage;
-* the value objects of :mod:`archplace.placement.plan`.
+* :func:`optimal_plan` -- the exact best plan for fixed options, over pipeline depth, DP degree
+  and stages; :func:`plan_search` -- the exact top-k over every option;
+* :func:`stage_memory`, :func:`in_flight_micro_batches`, :func:`interleaved_in_flight_chunks`
+  -- per-device memory of a stage;
+* the value objects and enums of :mod:`archplace.placement.plan`.
 """
 
-from archplace.placement.memory import in_flight_micro_batches, stage_memory
-from archplace.placement.pipeline import evaluate_plan
+from archplace.placement.memory import (
+    in_flight_micro_batches,
+    interleaved_in_flight_chunks,
+    stage_memory,
+)
+from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import (
     LayerCost,
+    Optimizer,
+    PipelineSchedule,
     Plan,
     PlanResult,
     Recompute,
     StageMemory,
     TrainingSetup,
 )
-from archplace.placement.solver import optimal_plan
+from archplace.placement.solver import optimal_plan, plan_search
 
 __all__ = [
+    "BREAKDOWN_KEYS",
     "LayerCost",
+    "Optimizer",
+    "PipelineSchedule",
     "Plan",
     "PlanResult",
     "Recompute",
@@ -29,6 +40,8 @@ __all__ = [
     "TrainingSetup",
     "evaluate_plan",
     "in_flight_micro_batches",
+    "interleaved_in_flight_chunks",
     "optimal_plan",
+    "plan_search",
     "stage_memory",
 ]

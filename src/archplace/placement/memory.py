@@ -1,44 +1,71 @@
-"""Per-device memory of one pipeline stage.
+"""Per-device memory of the pipeline stages of a plan.
 
-Model state follows the mixed-precision Adam accounting of Megatron-LM (Narayanan et
-al., SC 2021; Megatron-LM's distributed-optimizer notes count the same 18 bytes) and
-ZeRO (Rajbhandari et al., SC 2020, section 3.1, "K = 12" optimizer bytes): 18 bytes per
-parameter = 2 (bf16 weights) + 4 (fp32 gradients) + 12 (fp32 master weights, Adam first
-and second moments, 4 bytes each).
+Model state (bytes per parameter, Megatron-LM mixed precision: bf16 weights used by the passes,
+fp32 gradient accumulation buffer, fp32 optimizer state):
 
-Activations follow the 1F1B schedule (Narayanan et al. 2021, section 2.2.1): stage j
-(0-based) of p stages holds at most ``min(p - j, m)`` micro-batches in flight, each
-keeping the activations its layers save for the backward pass; with full
-recomputation (Korthikanti et al. 2022) a micro-batch keeps only the inputs of the
-stage's layers, and one layer at a time is re-materialised during the backward pass.
+* Adam: 2 (weights) + 4 (gradients) + 12 (fp32 master weights, first and second moments) = 18 B,
+  the figure of Megatron-LM's distributed-optimizer notes ("bf16 param, fp32 grads: 18, or
+  6 + 12/d distributed") and of ZeRO (Rajbhandari et al., SC 2020, section 3.1: K = 12
+  optimizer bytes per parameter for mixed-precision Adam);
+* SGD with momentum: 2 + 4 + 8 (fp32 master weights and momentum) = 14 B;
+* ZeRO-1 (ZeRO stage 1, P_os; Megatron-LM's distributed optimizer) keeps 1/d of the optimizer
+  state on each of the d data-parallel replicas: 6 + 12/d B for Adam, 6 + 8/d B for SGD.
 
-Sums over the layers of a stage are taken strictly left to right from the stage's
-first layer (see :func:`sequential_sum`): the solver computes the same sums with
-``numpy.cumsum``, so both sides obtain bit-identical figures and never disagree on
-whether a stage fits.
+Activations kept for the backward pass, per micro-batch, follow the layer costs (Korthikanti et
+al. 2022, section 4: ``activation_bytes`` without recomputation, ``selective_activation_bytes``
+with selective recomputation, ``input_bytes`` with full recomputation, in which case the layer
+being back-propagated is re-materialised whole: the largest ``activation_bytes`` of the stage),
+times the micro-batches in flight on the device:
+
+* GPipe (Huang et al. 2019): every stage holds all m micro-batches before the first backward;
+* 1F1B (Narayanan et al., SC 2021, section 2.2.1): stage j (0-based) of p holds min(p - j, m);
+* interleaved 1F1B (same paper, section 2.2.2) with v chunks per device: device j runs
+  W_j = 2 (p - j - 1) + (v - 1) p warm-up chunk forward passes, as Megatron-LM's interleaved
+  schedule does, and holds min(W_j + 1, m v) chunk-micro-batches at its peak (Megatron-LM
+  runs every forward pass first when m = p; that special case is not modelled, so that memory
+  never grows with the DP degree, which the solver relies on). On the first device that is
+  v p + p - 1 chunks of 1/v of a stage each, i.e. p (1 + (p - 1)/(p v)) stage-micro-batches:
+  Korthikanti et al.'s interleaving factor.
+
+Plus the working set of one layer (the largest of the stage).
+
+Interleaved plans are budgeted per chunk (see :func:`interleaved_chunk_charge_bytes`): a device
+fits when each of its chunks, counted as if all v chunks of the device were like it, fits. That
+is exact for equal chunks (which Megatron-LM requires) and an upper bound otherwise; it keeps the
+placement DP exact, because the exact per-device sum couples non-adjacent chunks.
+
+Sums over the layers of a stage are taken strictly left to right from the stage's first layer
+(see :func:`sequential_sum`): the solver computes the same sums with ``numpy.cumsum`` and the
+same operations in the same order, so both sides decide bit-identically whether a stage fits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 from archplace.errors import ConfigError
-from archplace.placement.plan import LayerCost, Recompute, StageMemory
+from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute, StageMemory
 
 WEIGHT_BYTES_PER_PARAM = 2
 """bf16 copy of the weights used by forward and backward."""
 
 GRADIENT_BYTES_PER_PARAM = 4
-"""fp32 gradient accumulation buffer (Megatron-LM keeps gradients in fp32)."""
+"""fp32 gradient accumulation buffer (Megatron-LM accumulates and reduces gradients in fp32)."""
 
-OPTIMIZER_BYTES_PER_PARAM = 12
-"""fp32 master weights + Adam m + Adam v, 4 bytes each."""
+OPTIMIZER_STATE_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
+    Optimizer.ADAM: 12,  # fp32 master weights + Adam m + Adam v
+    Optimizer.SGD: 8,    # fp32 master weights + momentum
+})
+"""Optimizer state per parameter, before ZeRO sharding."""
+
+OPTIMIZER_BYTES_PER_PARAM = OPTIMIZER_STATE_BYTES_PER_PARAM[Optimizer.ADAM]
+"""Adam's 12 optimizer bytes per parameter."""
 
 MODEL_STATE_BYTES_PER_PARAM = (
     WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM
 )
-"""18 bytes per parameter for mixed-precision Adam: ZeRO counts 2 + 2 + 12 with 16-bit
-gradients; Megatron-LM accumulates gradients in fp32, hence 2 + 4 + 12."""
+"""18 bytes per parameter for mixed-precision Adam without ZeRO."""
 
 
 def sequential_sum(values: Iterable[float]) -> float:
@@ -53,27 +80,74 @@ def sequential_sum(values: Iterable[float]) -> float:
     return total
 
 
-def in_flight_micro_batches(stage: int, pp: int, micro_batches: int) -> int:
-    """Micro-batches whose activations stage ``stage`` (0-based) of ``pp`` holds at once.
+def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM,
+                      zero_shards: int = 1) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device, the
+    optimizer state divided over ``zero_shards`` ZeRO-1 replicas (1: no sharding)."""
+    p = float(params)
+    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / zero_shards
+    return WEIGHT_BYTES_PER_PARAM * p, GRADIENT_BYTES_PER_PARAM * p, optimizer_bytes
 
-    1F1B (PipeDream-Flush, Narayanan et al. 2021, section 2.2.1): stage j runs
-    ``pp - j - 1`` warm-up forward passes and one more before its first backward pass,
-    after which every forward is paired with a backward; it cannot start more than the
-    ``micro_batches`` that exist, so it holds ``min(pp - j, micro_batches)``.
+
+def in_flight_micro_batches(stage: int, pp: int, micro_batches: int,
+                            schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B) -> int:
+    """Micro-batches whose activations stage ``stage`` (0-based) of ``pp`` holds at its peak.
+
+    1F1B (PipeDream-Flush, Narayanan et al. 2021, section 2.2.1): stage j runs ``pp - j - 1``
+    warm-up forward passes and one more before its first backward pass, after which every
+    forward is paired with a backward; it cannot start more than the ``micro_batches`` that
+    exist, so it holds ``min(pp - j, micro_batches)``. GPipe holds all ``micro_batches``.
 
     Raises:
-        ConfigError: ``stage`` outside ``0..pp-1`` or a non-positive count.
+        ConfigError: ``stage`` outside ``0..pp-1``, a non-positive count, or the interleaved
+            schedule (see :func:`interleaved_in_flight_chunks`).
     """
     if pp < 1 or micro_batches < 1:
         raise ConfigError(f"pp and micro_batches must be >= 1, got pp={pp}, "
                           f"micro_batches={micro_batches}")
     if not 0 <= stage < pp:
         raise ConfigError(f"stage must be in 0..{pp - 1}, got {stage}")
-    return min(pp - stage, micro_batches)
+    if schedule is PipelineSchedule.GPIPE:
+        return micro_batches
+    if schedule is PipelineSchedule.ONE_F_ONE_B:
+        return min(pp - stage, micro_batches)
+    raise ConfigError("the interleaved schedule counts chunks in flight: "
+                      "use interleaved_in_flight_chunks")
+
+
+def interleaved_in_flight_chunks(device: int, pp: int, micro_batches: int, chunks: int) -> int:
+    """Chunk-micro-batches whose activations pipeline device ``device`` holds at its peak under
+    interleaved 1F1B with ``chunks`` (v) model chunks per device.
+
+    Megatron-LM's interleaved schedule (Narayanan et al. 2021, section 2.2.2) runs
+    W = 2 (pp - device - 1) + (v - 1) pp warm-up chunk forward passes before its first backward
+    pass; the peak is min(W + 1, m v), non-decreasing in m.
+
+    Raises:
+        ConfigError: ``device`` outside ``0..pp-1``, chunks < 2, pp < 2, or micro_batches not a
+            positive multiple of pp (the schedule needs one).
+    """
+    if pp < 2 or chunks < 2:
+        raise ConfigError(f"interleaving needs pp >= 2 and chunks >= 2, got pp={pp}, "
+                          f"chunks={chunks}")
+    if micro_batches < 1 or micro_batches % pp:
+        raise ConfigError(f"interleaving needs micro_batches to be a positive multiple of "
+                          f"pp={pp}, got {micro_batches}")
+    if not 0 <= device < pp:
+        raise ConfigError(f"device must be in 0..{pp - 1}, got {device}")
+    return min(2 * (pp - device - 1) + (chunks - 1) * pp + 1, micro_batches * chunks)
+
+
+def _activation_parts(layers: Sequence[LayerCost], recompute: Recompute) -> tuple[float, float]:
+    """(saved bytes per micro-batch summed left to right, re-materialised extra bytes)."""
+    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
+    extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
+    return saved, extra
 
 
 def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
-                 recompute: Recompute) -> StageMemory:
+                 recompute: Recompute, optimizer: Optimizer = Optimizer.ADAM,
+                 zero_shards: int = 1) -> StageMemory:
     """Memory of one device of a pipeline stage, in bytes.
 
     Args:
@@ -81,35 +155,84 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         stage: stage index (only recorded in the result).
         in_flight: micro-batches in flight (see :func:`in_flight_micro_batches`).
         recompute: activation recomputation policy.
+        optimizer: optimizer whose state is kept.
+        zero_shards: ZeRO-1 replicas the optimizer state is divided over (1: none).
 
     Returns:
-        weights = 2 B x params, gradients = 4 B x params, optimizer = 12 B x params;
-        activations = in_flight x sum(activation_bytes) without recomputation, or
-        in_flight x sum(input_bytes) + max(activation_bytes) with full recomputation
-        (the inputs are kept, and the layer being back-propagated is re-materialised
-        whole, the largest of the stage in the worst case); working = max(working_bytes).
+        weights = 2 B x params, gradients = 4 B x params, optimizer = 12 B (Adam) or 8 B (SGD)
+        x params / zero_shards; activations = in_flight x sum(saved bytes) (+ the largest
+        ``activation_bytes`` of the stage under full recomputation); working =
+        max(working_bytes).
 
     Raises:
-        ConfigError: no layers, ``in_flight < 1`` or an unsupported recompute policy.
+        ConfigError: no layers, ``in_flight < 1`` or ``zero_shards < 1``.
     """
     if not layers:
         raise ConfigError(f"stage {stage} has no layers")
-    if in_flight < 1:
-        raise ConfigError(f"in_flight must be >= 1, got {in_flight}")
+    if in_flight < 1 or zero_shards < 1:
+        raise ConfigError(f"in_flight and zero_shards must be >= 1, got {in_flight}, {zero_shards}")
     params = 0
     for layer in layers:
         params += layer.params
-    p = float(params)
-    weights = WEIGHT_BYTES_PER_PARAM * p
-    gradients = GRADIENT_BYTES_PER_PARAM * p
-    optimizer = OPTIMIZER_BYTES_PER_PARAM * p
-    if recompute is Recompute.NONE:
-        activations = in_flight * sequential_sum(layer.activation_bytes for layer in layers)
-    elif recompute is Recompute.FULL:
-        activations = (in_flight * sequential_sum(layer.input_bytes for layer in layers)
-                       + max(layer.activation_bytes for layer in layers))
-    else:  # pragma: no cover - a later issue adds selective recomputation
-        raise ConfigError(f"recompute {recompute!r} is not supported yet")
-    working = max(layer.working_bytes for layer in layers)
-    return StageMemory(stage=stage, weights=weights, gradients=gradients, optimizer=optimizer,
-                       activations=activations, working=working)
+    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
+    saved, extra = _activation_parts(layers, recompute)
+    return StageMemory(stage=stage, weights=weights, gradients=gradients,
+                       optimizer=optimizer_bytes, activations=in_flight * saved + extra,
+                       working=max(layer.working_bytes for layer in layers))
+
+
+def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, device: int,
+                              in_flight_chunks: int, recompute: Recompute,
+                              optimizer: Optimizer = Optimizer.ADAM,
+                              zero_shards: int = 1) -> StageMemory:
+    """Memory of one pipeline device holding v = ``len(chunk_layers)`` model chunks, in bytes.
+
+    Model state of all its layers; activations = in_flight_chunks / v x the saved bytes of all
+    its layers (each chunk-micro-batch in flight holds 1/v of the device's layers on average,
+    exact for equal chunks), plus the largest ``activation_bytes`` under full recomputation;
+    working = the largest working set.
+
+    Raises:
+        ConfigError: no chunk or an empty chunk, or ``in_flight_chunks < 1``.
+    """
+    if not chunk_layers or any(not chunk for chunk in chunk_layers):
+        raise ConfigError(f"device {device} has an empty model chunk")
+    if in_flight_chunks < 1 or zero_shards < 1:
+        raise ConfigError(f"in_flight_chunks and zero_shards must be >= 1, got "
+                          f"{in_flight_chunks}, {zero_shards}")
+    layers = [layer for chunk in chunk_layers for layer in chunk]
+    params = 0
+    for layer in layers:
+        params += layer.params
+    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
+    saved, extra = _activation_parts(layers, recompute)
+    return StageMemory(stage=device, weights=weights, gradients=gradients,
+                       optimizer=optimizer_bytes,
+                       activations=in_flight_chunks / len(chunk_layers) * saved + extra,
+                       working=max(layer.working_bytes for layer in layers))
+
+
+def chain_reserve_bytes(chain: Sequence[LayerCost], recompute: Recompute) -> tuple[float, float]:
+    """(extra, working) every interleaved chunk is charged: the chain's largest
+    ``activation_bytes`` under full recomputation (else 0) and its largest working set."""
+    extra = max(layer.activation_bytes for layer in chain) if recompute is Recompute.FULL else 0.0
+    return extra, max(layer.working_bytes for layer in chain)
+
+
+def interleaved_chunk_charge_bytes(layers: Sequence[LayerCost], *, chunks: int,
+                                   in_flight_chunks: int, recompute: Recompute,
+                                   reserve: tuple[float, float],
+                                   optimizer: Optimizer = Optimizer.ADAM,
+                                   zero_shards: int = 1) -> float:
+    """Bytes an interleaved device would need if all its ``chunks`` (v) chunks were like this one:
+    ((v x model state + in_flight_chunks x saved bytes) + extra) + working, with (extra, working)
+    from :func:`chain_reserve_bytes`. An interleaved plan fits when this is within HBM for
+    every chunk; it bounds the device's true need from above (equal for equal chunks)."""
+    params = 0
+    for layer in layers:
+        params += layer.params
+    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
+    state = (weights + gradients) + optimizer_bytes
+    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
+    extra, working = reserve
+    return ((chunks * state + in_flight_chunks * saved) + extra) + working

@@ -1,26 +1,40 @@
-"""Time and memory of one parallel plan (first fidelity: 1F1B, recompute none/full).
+"""Time and memory of one parallel plan.
 
-Device ranks are laid out with TP fastest-varying, then PP, then DP: rank = t + tp * (j
-+ pp * r) for TP rank t, stage j and replica r (TP groups, the most talkative, stay
-inside a node when tp <= devices_per_node; Megatron-LM's default order puts DP before PP
-instead). A group of ``size`` ranks at stride ``stride`` therefore spans
-``stride * (size - 1) + 1`` consecutive ranks, and its messages use the link
-``Cluster.link`` returns for that span:
+Segments: the plan's ``stages`` are s = pp * v contiguous layer ranges (v = chunks, 1 unless
+interleaved); segment c runs on pipeline device c % pp. Per micro-batch, segment c takes
 
-* pipeline neighbours are ``tp`` ranks apart: a group of 2 at stride tp spans tp + 1;
-* a data-parallel group has ``dp`` ranks at stride tp * pp.
+    T_c = compute_c + recompute_c + p2p_c
 
-Iteration time (nothing overlapped at this fidelity)::
+with compute = sum(fwd_s + bwd_s) of its layers (TP collectives included), recompute = sum(fwd_s)
+under full recomputation, sum(selective_recompute_s) under selective recomputation, else 0, and
+p2p = 2 (alpha + boundary_bytes / beta) for the activation sent onwards and its gradient
+received back (0 for the last segment; links in :mod:`archplace.placement.timing`).
 
-    (m + p - 1) * max_j T_j          1F1B / GPipe (Narayanan et al. 2021, section 2.2.1:
-                                     bubble of p - 1 stage times, m micro-batches)
-    + max_j allreduce(4 B * params_j)  ring all-reduce of fp32 gradients over dp replicas
-    + max_j 30 B * params_j / HBM bandwidth   memory-bound Adam step
+Iteration time (every stage advances at the pace of the slowest segment, T = max_c T_c)::
 
-with m = global_batch / (micro_batch * dp) and T_j = sum(fwd_s + bwd_s)
-(+ sum(fwd_s) again under full recomputation) + the point-to-point send of the stage's
-output activation and receive of its gradient, 2 * (alpha + boundary_bytes / beta), for
-every stage but the last.
+    (v m + p - 1) * T                pipeline: GPipe and 1F1B have v = 1, a bubble of p - 1 stage
+                                     times and m micro-batches (Narayanan et al. 2021, section
+                                     2.2.1); interleaving runs v m chunk slots and shrinks the
+                                     bubble to (p - 1)/v device times of v T (section 2.2.2),
+                                     with a p2p at every chunk boundary (v times as many)
+    + max over devices of (exposed DP reduction + optimizer step)
+
+with m micro-batches per pipeline (:func:`~archplace.placement.timing.micro_batch_count`). For
+device j with parameters P_j and last-micro-batch backward time B_j (sum(bwd_s) + recompute of
+its layers): the ring all-reduce of 4 B * P_j over dp replicas (reduce-scatter + all-gather of
+the same volume with ZeRO-1), exposed whole, or with ``dp_overlap`` only max(0, all-reduce -
+B_j); and the memory-bound optimizer step of P_j (P_j / dp with ZeRO-1). Interleaved devices are
+charged as v copies of each of their chunks (P = v P_c, B = v B_c, the worst chunk counts),
+which is exact for equal chunks; without overlap the device with the most parameters decides.
+
+GPipe and 1F1B take the same time and differ in memory (micro-batches in flight); memory and
+the rule for whether a plan fits are in :mod:`archplace.placement.memory` and
+:func:`check_fits`.
+
+Breakdown (summed left to right in :data:`BREAKDOWN_KEYS` order to give the iteration time),
+with b the bottleneck segment (largest T_c, the first on ties) and e the device with the largest
+DP + optimizer tail: compute = v m (compute_b - tp_comm_b), tp_comm = v m tp_comm_b, recompute =
+v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm and optimizer of device e.
 """
 
 from __future__ import annotations
@@ -31,75 +45,53 @@ from dataclasses import dataclass
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.memory import (
-    GRADIENT_BYTES_PER_PARAM,
+    chain_reserve_bytes,
     in_flight_micro_batches,
+    interleaved_chunk_charge_bytes,
+    interleaved_device_memory,
+    interleaved_in_flight_chunks,
     sequential_sum,
     stage_memory,
 )
 from archplace.placement.plan import (
     LayerCost,
+    PipelineSchedule,
     Plan,
     PlanResult,
     Recompute,
     StageMemory,
     TrainingSetup,
 )
+from archplace.placement.timing import (
+    dp_allreduce_time_s,
+    exposed_dp_time_s,
+    micro_batch_count,
+    optimizer_step_time_s,
+    pipeline_p2p_time_s,
+)
 from archplace.units import format_bytes
 
-ADAM_STEP_BYTES_PER_PARAM = 30
-"""HBM traffic of one mixed-precision Adam step per parameter: read the fp32 gradient (4),
-read and write the fp32 master weight (8), read and write m (8) and v (8), write the bf16
-weight (2)."""
-
-BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "pp_comm", "dp_comm", "optimizer")
+BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "pp_comm", "dp_comm", "optimizer")
 """Keys of ``PlanResult.breakdown_s``, in the order they are summed."""
-
-
-def group_span(size: int, stride: int) -> int:
-    """Consecutive ranks spanned by ``size`` ranks ``stride`` apart: stride * (size - 1) + 1."""
-    return stride * (size - 1) + 1
-
-
-def pipeline_p2p_time_s(cluster: Cluster, tp: int, boundary_bytes: float) -> float:
-    """Time of one stage boundary per micro-batch, in seconds: send the activation forward and
-    receive its gradient backward, 2 * (alpha + bytes / beta), on the link spanning tp + 1 ranks
-    (alpha-beta model, Hockney 1994)."""
-    alpha, beta = cluster.link(group_span(2, tp))
-    return 2.0 * (alpha + boundary_bytes / beta)
-
-
-def dp_allreduce_time_s(cluster: Cluster, *, tp: int, pp: int, dp: int, params: int) -> float:
-    """Ring all-reduce of a stage's fp32 gradients over the ``dp`` replicas, in seconds.
-
-    2 (d - 1) / d * bytes / beta + 2 (d - 1) * alpha (Thakur, Rabenseifner and Gropp 2005;
-    Patarasuk and Yuan 2009), with bytes = 4 B * params, on the link the DP group (dp ranks
-    at stride tp * pp) spans. Zero when dp = 1.
-    """
-    if dp == 1:
-        return 0.0
-    alpha, beta = cluster.link(group_span(dp, tp * pp))
-    grad_bytes = GRADIENT_BYTES_PER_PARAM * float(params)
-    return 2.0 * (dp - 1) / dp * grad_bytes / beta + 2.0 * (dp - 1) * alpha
-
-
-def optimizer_step_time_s(params: int, hbm_bandwidth_bytes_per_s: float) -> float:
-    """Memory-bound Adam step of ``params`` parameters: 30 B each over HBM bandwidth, seconds."""
-    return ADAM_STEP_BYTES_PER_PARAM * float(params) / hbm_bandwidth_bytes_per_s
 
 
 @dataclass(frozen=True, slots=True)
 class StageTime:
-    """Time of one pipeline stage per micro-batch, in seconds.
+    """Time of one pipeline segment per micro-batch, in seconds.
 
     Attributes:
-        compute_s: sum of the forward and backward times of its layers.
-        recompute_s: the forward pass again under full recomputation, else 0.
-        p2p_s: activation send + gradient receive at its output boundary (0 for the last stage).
+        compute_s: sum of the forward and backward times of its layers (TP collectives included).
+        recompute_s: recomputation in the backward pass (see the module docstring).
+        p2p_s: activation send + gradient receive at its output boundary (0 for the last one).
+        tp_comm_s: the part of ``compute_s`` spent in TP collectives.
+        backward_s: sum of the backward times of its layers + ``recompute_s``.
     """
 
     compute_s: float
     recompute_s: float
     p2p_s: float
+    tp_comm_s: float = 0.0
+    backward_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -108,26 +100,23 @@ class StageTime:
 
 
 def micro_batches(setup: TrainingSetup, plan: Plan) -> int:
-    """m = global_batch / (micro_batch * dp), micro-batches per pipeline per iteration.
+    """m, micro-batches per pipeline per iteration (see ``timing.micro_batch_count``).
 
     Raises:
-        ConfigError: micro_batch * dp does not divide global_batch.
+        ConfigError: the plan's micro-batch and dp do not suit the global batch.
     """
-    per_step = plan.micro_batch * plan.dp
-    if setup.global_batch % per_step:
-        raise ConfigError(f"plan: micro_batch*dp = {plan.micro_batch}*{plan.dp} = {per_step} "
-                          f"does not divide the global batch {setup.global_batch}")
-    return setup.global_batch // per_step
+    return micro_batch_count(setup, micro_batch=plan.micro_batch, dp=plan.dp, pp=plan.pp,
+                             schedule=plan.schedule)
 
 
 def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
     """Check that a plan fits a chain of ``n_layers`` layers, the cluster and the batch.
 
-    (Positive degrees, ``pp == len(stages)`` and contiguity are checked when the Plan is built.)
+    (Positive degrees, the stage count and contiguity are checked when the Plan is built.)
 
     Raises:
         ConfigError: no layers, stages not covering layers 0..n_layers-1, more devices than the
-            cluster has, or micro_batch * dp not dividing the global batch.
+            cluster has, or a micro-batch count the batch does not allow.
     """
     if n_layers < 1:
         raise ConfigError("placement needs at least one layer")
@@ -142,74 +131,142 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
 
 
 def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster) -> tuple[StageTime, ...]:
-    """Per-micro-batch time of every stage of a (valid) plan; see the module docstring."""
+    """Per-micro-batch time of every segment of a (valid) plan; see the module docstring."""
     times = []
-    for j, (first, last) in enumerate(plan.stages):
+    n_segments = len(plan.stages)
+    for c, (first, last) in enumerate(plan.stages):
         stage = layers[first:last + 1]
         fwd = sequential_sum(layer.fwd_s for layer in stage)
         bwd = sequential_sum(layer.bwd_s for layer in stage)
-        recompute = fwd if plan.recompute is Recompute.FULL else 0.0
-        p2p = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes)
-               if j < plan.pp - 1 else 0.0)
-        times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p))
+        tp_comm = (sequential_sum(layer.tp_comm_fwd_s for layer in stage)
+                   + sequential_sum(layer.tp_comm_bwd_s for layer in stage))
+        if plan.recompute is Recompute.FULL:
+            recompute = fwd
+        elif plan.recompute is Recompute.SELECTIVE:
+            recompute = sequential_sum(layer.selective_recompute_s for layer in stage)
+        else:
+            recompute = 0.0
+        p2p = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes, pp=plan.pp,
+                                   segment=c, chunks=plan.chunks)
+               if c < n_segments - 1 else 0.0)
+        times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
+                               tp_comm_s=tp_comm, backward_s=bwd + recompute))
     return tuple(times)
 
 
 def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
                 plan: Plan) -> tuple[StageMemory, ...]:
-    """Memory of one device of every stage of a (valid) plan, 1F1B in-flight counts."""
+    """Memory of one device of every pipeline device (stage) of a (valid) plan."""
     m = micro_batches(setup, plan)
+    shards = plan.dp if plan.zero else 1
+    if plan.schedule is not PipelineSchedule.INTERLEAVED:
+        return tuple(
+            stage_memory(layers[first:last + 1], stage=j,
+                         in_flight=in_flight_micro_batches(j, plan.pp, m, plan.schedule),
+                         recompute=plan.recompute, optimizer=setup.optimizer, zero_shards=shards)
+            for j, (first, last) in enumerate(plan.stages))
     return tuple(
-        stage_memory(layers[first:last + 1], stage=j,
-                     in_flight=in_flight_micro_batches(j, plan.pp, m), recompute=plan.recompute)
-        for j, (first, last) in enumerate(plan.stages))
+        interleaved_device_memory(
+            [layers[first:last + 1] for first, last in plan.stages[j::plan.pp]], device=j,
+            in_flight_chunks=interleaved_in_flight_chunks(j, plan.pp, m, plan.chunks),
+            recompute=plan.recompute, optimizer=setup.optimizer, zero_shards=shards)
+        for j in range(plan.pp))
+
+
+def _plan_label(plan: Plan) -> str:
+    label = (f"tp={plan.tp} pp={plan.pp} dp={plan.dp} micro_batch={plan.micro_batch} "
+             f"recompute={plan.recompute.value} schedule={plan.schedule.value}")
+    if plan.chunks > 1:
+        label += f" chunks={plan.chunks}"
+    return label + (" zero" if plan.zero else "")
+
+
+def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
+               memory: Sequence[StageMemory]) -> None:
+    """Raise InfeasibleError, with the numbers, when a device of a (valid) plan does not fit.
+
+    Without interleaving a stage fits when its ``StageMemory.total`` is within HBM; interleaved,
+    every chunk's :func:`~archplace.placement.memory.interleaved_chunk_charge_bytes` must be.
+    """
+    hbm = setup.hbm_bytes
+    if plan.schedule is not PipelineSchedule.INTERLEAVED:
+        worst = max(memory, key=lambda s: s.total)
+        if worst.total > hbm:
+            raise InfeasibleError(f"stage {worst.stage} needs {format_bytes(worst.total)} > "
+                                  f"{format_bytes(hbm)} HBM ({_plan_label(plan)})")
+        return
+    m = micro_batches(setup, plan)
+    reserve = chain_reserve_bytes(layers, plan.recompute)
+    charges = [interleaved_chunk_charge_bytes(
+        layers[first:last + 1], chunks=plan.chunks, recompute=plan.recompute, reserve=reserve,
+        in_flight_chunks=interleaved_in_flight_chunks(c % plan.pp, plan.pp, m, plan.chunks),
+        optimizer=setup.optimizer, zero_shards=plan.dp if plan.zero else 1)
+        for c, (first, last) in enumerate(plan.stages)]
+    worst_c = max(range(len(charges)), key=charges.__getitem__)
+    if charges[worst_c] > hbm:
+        first, last = plan.stages[worst_c]
+        raise InfeasibleError(
+            f"device {worst_c % plan.pp} needs {format_bytes(charges[worst_c])} > "
+            f"{format_bytes(hbm)} HBM counting its chunk {worst_c} (layers {first}..{last}) "
+            f"{plan.chunks} times ({_plan_label(plan)})")
+
+
+def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
+                 times: Sequence[StageTime]) -> list[tuple[float, float]]:
+    """(exposed DP reduction, optimizer step) in seconds for every segment, as charged to its
+    device (interleaved: v copies of the segment); the device's tail is the largest sum."""
+    v = plan.chunks
+    shards = plan.dp if plan.zero else 1
+    out = []
+    for (first, last), time in zip(plan.stages, times, strict=True):
+        params = 0
+        for layer in layers[first:last + 1]:
+            params += layer.params
+        charged = v * params
+        allreduce = dp_allreduce_time_s(setup.cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp,
+                                        params=charged)
+        exposed = exposed_dp_time_s(allreduce, v * time.backward_s, plan.dp_overlap)
+        out.append((exposed, optimizer_step_time_s(charged, setup.hbm_bandwidth_bytes_per_s,
+                                                   setup.optimizer, shards)))
+    return out
 
 
 def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan) -> PlanResult:
-    """Iteration time, throughput, MFU and memory of one plan.
+    """Iteration time, breakdown, throughput, MFU and memory of one plan (module docstring).
 
-    Breakdown (its values sum, left to right, to ``iteration_time_s``): with b the bottleneck
-    stage (largest T_j, the first on ties), compute = m * compute_b, recompute = m *
-    recompute_b, pp_comm = m * p2p_b, bubble = (p - 1) * T_b, dp_comm = the largest stage
-    all-reduce, optimizer = the largest stage optimizer step. MFU = model FLOP per
-    iteration / (iteration time * tp * pp * dp * peak FLOP/s), with model FLOP per iteration
-    = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp (layer FLOP are per TP
-    rank; recomputation is not model FLOP).
+    MFU = model FLOP per iteration / (iteration time * tp * pp * dp * peak FLOP/s), with model
+    FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp (layer FLOP
+    are per TP rank and micro-batch; recomputation and batch padding are not model FLOP).
 
     Raises:
         ConfigError: an invalid plan (see :func:`validate_plan`), or all-zero costs.
-        InfeasibleError: a stage does not fit in ``setup.hbm_bytes``.
+        InfeasibleError: a device does not fit in ``setup.hbm_bytes`` (see :func:`check_fits`).
     """
     validate_plan(plan, len(layers), setup)
     m = micro_batches(setup, plan)
     memory = plan_memory(layers, setup, plan)
-    worst = max(memory, key=lambda s: s.total)
-    if worst.total > setup.hbm_bytes:
-        raise InfeasibleError(
-            f"stage {worst.stage} needs {format_bytes(worst.total)} > "
-            f"{format_bytes(setup.hbm_bytes)} HBM (tp={plan.tp} pp={plan.pp} dp={plan.dp} "
-            f"micro_batch={plan.micro_batch} recompute={plan.recompute.value})")
+    check_fits(layers, setup, plan, memory)
 
     times = stage_times(layers, plan, setup.cluster)
     totals = [t.total_s for t in times]
     neck = times[totals.index(max(totals))]
-    stage_params = [sum(layer.params for layer in layers[first:last + 1])
-                    for first, last in plan.stages]
-    max_params = max(stage_params)
+    tails = device_tails(layers, setup, plan, times)
+    tail_sums = [exposed + step for exposed, step in tails]
+    tail = tails[tail_sums.index(max(tail_sums))]
+    slots = plan.chunks * m
     breakdown = {
-        "compute": m * neck.compute_s,
+        "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s),
         "bubble": (plan.pp - 1) * neck.total_s,
-        "recompute": m * neck.recompute_s,
-        "pp_comm": m * neck.p2p_s,
-        # Both are non-decreasing in the parameter count, so the largest stage is the slowest.
-        "dp_comm": dp_allreduce_time_s(setup.cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp,
-                                       params=max_params),
-        "optimizer": optimizer_step_time_s(max_params, setup.hbm_bandwidth_bytes_per_s),
+        "recompute": slots * neck.recompute_s,
+        "tp_comm": slots * neck.tp_comm_s,
+        "pp_comm": slots * neck.p2p_s,
+        "dp_comm": tail[0],
+        "optimizer": tail[1],
     }
     iteration_s = sequential_sum(breakdown[key] for key in BREAKDOWN_KEYS)
     if not iteration_s > 0:
         raise ConfigError("iteration time is zero: every layer time and parameter count is zero")
-    model_flop = ((setup.global_batch // plan.micro_batch)
+    model_flop = (setup.global_batch / plan.micro_batch
                   * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * plan.tp)
     throughput = setup.global_batch / iteration_s
     return PlanResult(

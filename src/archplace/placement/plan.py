@@ -14,30 +14,85 @@ from archplace.hardware.cluster import Cluster
 
 
 class Recompute(enum.StrEnum):
-    """Activation recomputation policy (Korthikanti et al. 2022)."""
+    """Activation recomputation policy (Korthikanti et al. 2022, sections 4.1 and 5).
+
+    NONE keeps every activation the backward pass needs; SELECTIVE drops the attention core
+    (scores, softmax, attention dropout) and recomputes it in the backward pass; FULL keeps only
+    each layer's input and reruns the layer's forward pass before its backward pass.
+    """
 
     NONE = "none"
+    SELECTIVE = "selective"
     FULL = "full"
+
+
+class PipelineSchedule(enum.StrEnum):
+    """Pipeline schedule (Narayanan et al., SC 2021, section 2.2).
+
+    GPIPE runs every forward pass before any backward pass (Huang et al. 2019); ONE_F_ONE_B is
+    PipeDream-Flush (one forward, one backward in the steady state); INTERLEAVED is 1F1B over v
+    model chunks per device.
+    """
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+
+class Optimizer(enum.StrEnum):
+    """Optimizer whose state the devices keep (see :mod:`archplace.placement.memory`)."""
+
+    ADAM = "adam"
+    SGD = "sgd"
+
+
+RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+"""Tie-break order of recompute policies (less recomputation first)."""
+
+SCHEDULE_ORDER = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED, PipelineSchedule.GPIPE)
+"""Tie-break order of schedules (1F1B first: it needs no more memory than GPipe at the same time)."""
+
+
+def _finite_non_negative(owner: str, name: str, value: object) -> float:
+    number = (float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool)
+              else math.nan)
+    if not (math.isfinite(number) and number >= 0):
+        raise ConfigError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def _positive_int(owner: str, name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise ConfigError(f"{owner}: {name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True, slots=True)
 class LayerCost:
-    """Everything placement needs of one layer, for one design, micro-batch size and TP width.
+    """Everything placement needs of one layer, for one design, micro-batch size, TP width and SP flag.
 
-    Times are per micro-batch, in seconds; bytes per micro-batch.
+    Times are per micro-batch, in seconds; bytes per micro-batch and per TP rank.
 
     Attributes:
         name: layer name (``embedding``, ``block.3``, ``head``).
-        fwd_s, bwd_s: makespan of the layer's forward / backward graph on one device.
+        fwd_s, bwd_s: makespan of the layer's forward / backward graph on one device, TP
+            collectives included.
         params: parameters held by the layer (per TP rank).
         activation_bytes: bytes saved for backward without recomputation.
         input_bytes: bytes of the layer input (all that full recompute keeps).
         boundary_bytes: bytes of the output tensor sent to the next layer.
         working_bytes: transient working set of running the layer.
         fwd_flop, bwd_flop: model FLOP of the layer (for MFU; recompute not counted).
+        selective_activation_bytes: bytes saved for backward under selective recomputation
+            (Korthikanti et al. 2022, section 5: the attention core is dropped); None means the
+            same as ``activation_bytes`` (a layer without attention).
+        selective_recompute_s: time to recompute the dropped part in the backward pass.
+        tp_comm_fwd_s, tp_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in TP collectives
+            (already included in them; only used to attribute the ``tp_comm`` breakdown).
 
     Raises:
-        ConfigError: a negative or non-finite figure, or non-integer ``params``.
+        ConfigError: a negative or non-finite figure, non-integer ``params``, or a TP
+            communication time larger than the pass that contains it.
     """
 
     name: str
@@ -50,9 +105,14 @@ class LayerCost:
     working_bytes: float
     fwd_flop: float
     bwd_flop: float
+    selective_activation_bytes: float | None = None
+    selective_recompute_s: float = 0.0
+    tp_comm_fwd_s: float = 0.0
+    tp_comm_bwd_s: float = 0.0
 
     def __post_init__(self) -> None:
         # NumPy scalars are accepted and stored as Python int / float.
+        owner = f"layer {self.name!r}"
         try:
             if isinstance(self.params, bool):
                 raise TypeError
@@ -60,18 +120,38 @@ class LayerCost:
         except TypeError:
             params = -1
         if params < 0:
-            raise ConfigError(f"layer {self.name!r}: params must be an integer >= 0, "
-                              f"got {self.params!r}")
+            raise ConfigError(f"{owner}: params must be an integer >= 0, got {self.params!r}")
         object.__setattr__(self, "params", params)
         for name in ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes",
-                     "working_bytes", "fwd_flop", "bwd_flop"):
-            value = getattr(self, name)
-            number = (float(value) if isinstance(value, numbers.Real)
-                      and not isinstance(value, bool) else math.nan)
-            if not (math.isfinite(number) and number >= 0):
-                raise ConfigError(f"layer {self.name!r}: {name} must be a finite number >= 0, "
-                                  f"got {value!r}")
-            object.__setattr__(self, name, number)
+                     "working_bytes", "fwd_flop", "bwd_flop", "selective_recompute_s",
+                     "tp_comm_fwd_s", "tp_comm_bwd_s"):
+            object.__setattr__(self, name, _finite_non_negative(owner, name, getattr(self, name)))
+        if self.selective_activation_bytes is not None:
+            object.__setattr__(self, "selective_activation_bytes", _finite_non_negative(
+                owner, "selective_activation_bytes", self.selective_activation_bytes))
+        for comm, total in (("tp_comm_fwd_s", "fwd_s"), ("tp_comm_bwd_s", "bwd_s")):
+            if getattr(self, comm) > getattr(self, total):
+                raise ConfigError(f"{owner}: {comm} = {getattr(self, comm)} exceeds {total} = "
+                                  f"{getattr(self, total)} (TP collectives are part of the pass)")
+
+    def saved_bytes(self, recompute: Recompute) -> float:
+        """Bytes one micro-batch keeps for the backward pass under ``recompute``, in bytes:
+        ``activation_bytes`` (none), ``selective_activation_bytes`` (selective; defaults to
+        ``activation_bytes``) or ``input_bytes`` (full)."""
+        if recompute is Recompute.FULL:
+            return self.input_bytes
+        if recompute is Recompute.SELECTIVE and self.selective_activation_bytes is not None:
+            return self.selective_activation_bytes
+        return self.activation_bytes
+
+    def recompute_s(self, recompute: Recompute) -> float:
+        """Time the backward pass spends recomputing under ``recompute``, in seconds:
+        0 (none), ``selective_recompute_s`` (selective), ``fwd_s`` (full)."""
+        if recompute is Recompute.FULL:
+            return self.fwd_s
+        if recompute is Recompute.SELECTIVE:
+            return self.selective_recompute_s
+        return 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +165,15 @@ class TrainingSetup:
         hbm_bytes: memory capacity of one device.
         hbm_bandwidth_bytes_per_s: device memory bandwidth (bounds the optimizer step).
         peak_flop_per_s: device peak (for MFU).
+        optimizer: optimizer whose state is kept (bytes per parameter, step traffic).
+        dp_must_divide_batch: when True, micro_batch * dp must divide the global batch and
+            m = global_batch / (micro_batch * dp); when False any dp is allowed and the batch
+            is padded up: m = ceil(global_batch / (micro_batch * dp)) micro-batches per
+            pipeline (rounded up to a multiple of pp for the interleaved schedule) are run and
+            the padding samples are wasted work (throughput and MFU count only global_batch).
 
     Raises:
-        ConfigError: a non-positive field.
+        ConfigError: a non-positive field or an unknown optimizer.
     """
 
     cluster: Cluster
@@ -96,12 +182,20 @@ class TrainingSetup:
     hbm_bytes: float
     hbm_bandwidth_bytes_per_s: float
     peak_flop_per_s: float
+    optimizer: Optimizer = Optimizer.ADAM
+    dp_must_divide_batch: bool = True
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
                      "peak_flop_per_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        try:
+            object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
+        except ValueError:
+            raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose from: "
+                              f"{', '.join(o.value for o in Optimizer)}") from None
+        object.__setattr__(self, "dp_must_divide_batch", bool(self.dp_must_divide_batch))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,16 +203,27 @@ class Plan:
     """A parallel plan.
 
     Attributes:
-        tp, pp, dp: tensor-, pipeline- and data-parallel degrees.
+        tp, pp, dp: tensor-, pipeline- and data-parallel degrees (pp = devices per pipeline).
         micro_batch: samples per micro-batch.
         recompute: activation recomputation policy.
-        stages: ``(first_layer, last_layer)`` index pairs, inclusive, contiguous, covering the chain.
+        stages: ``(first_layer, last_layer)`` index pairs, inclusive, contiguous, covering the
+            chain in order. There are ``pp * chunks`` of them: with the interleaved schedule
+            they are the model chunks, and chunk c runs on pipeline device ``c % pp`` (device j
+            holds chunks j, j + pp, j + 2 pp, ...; Narayanan et al. 2021, section 2.2.2);
+            otherwise chunks = 1 and range j is stage j.
+        schedule: pipeline schedule.
+        chunks: model chunks per device (v); >= 2 with INTERLEAVED, else 1.
+        sp: sequence parallelism (Korthikanti et al. 2022, section 4.2.2); it changes the layer
+            costs, which the caller builds for it, and is recorded here.
+        zero: ZeRO-1 optimizer-state sharding over the dp replicas (Rajbhandari et al. 2020).
+        dp_overlap: the DP gradient reduction overlaps the last micro-batch's backward pass.
 
     Raises:
-        ConfigError: a degree or micro-batch that is not a positive integer, an unknown
-            recompute policy, ``pp != len(stages)``, or stages that do not start at layer 0,
-            are empty or are not contiguous. (Whether the stages cover a given chain and
-            the plan fits a given cluster and batch is checked by ``evaluate_plan``.)
+        ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
+            unknown recompute policy or schedule, chunks inconsistent with the schedule
+            (interleaving also needs pp >= 2), ``len(stages) != pp * chunks``, or stages that do
+            not start at layer 0, are empty or are not contiguous. (Whether the stages cover a
+            given chain and the plan fits a cluster and batch is checked by ``evaluate_plan``.)
     """
 
     tp: int
@@ -127,24 +232,42 @@ class Plan:
     micro_batch: int
     recompute: Recompute
     stages: tuple[tuple[int, int], ...]
+    schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    chunks: int = 1
+    sp: bool = False
+    zero: bool = False
+    dp_overlap: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "micro_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"plan: {name} must be a positive integer, got {value!r}")
+        for name in ("tp", "pp", "dp", "micro_batch", "chunks"):
+            object.__setattr__(self, name, _positive_int("plan", name, getattr(self, name)))
         try:
             object.__setattr__(self, "recompute", Recompute(self.recompute))
         except ValueError:
             raise ConfigError(f"plan: unknown recompute policy {self.recompute!r}") from None
+        try:
+            object.__setattr__(self, "schedule", PipelineSchedule(self.schedule))
+        except ValueError:
+            raise ConfigError(f"plan: unknown pipeline schedule {self.schedule!r}") from None
+        for name in ("sp", "zero", "dp_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"plan: {name} must be a bool, got {getattr(self, name)!r}")
+        if self.schedule is PipelineSchedule.INTERLEAVED:
+            if self.chunks < 2 or self.pp < 2:
+                raise ConfigError(f"plan: the interleaved schedule needs chunks >= 2 and pp >= 2, "
+                                  f"got chunks={self.chunks}, pp={self.pp}")
+        elif self.chunks != 1:
+            raise ConfigError(f"plan: chunks={self.chunks} needs the interleaved schedule, "
+                              f"not {self.schedule.value}")
         try:
             stages = tuple((int(first), int(last)) for first, last in self.stages)
         except (TypeError, ValueError):
             raise ConfigError(f"plan: stages must be (first_layer, last_layer) pairs, "
                               f"got {self.stages!r}") from None
         object.__setattr__(self, "stages", stages)
-        if len(stages) != self.pp:
-            raise ConfigError(f"plan: pp={self.pp} but {len(stages)} stages are given")
+        if len(stages) != self.pp * self.chunks:
+            raise ConfigError(f"plan: pp={self.pp} and chunks={self.chunks} need "
+                              f"{self.pp * self.chunks} stages but {len(stages)} stages are given")
         expected = 0
         for j, (first, last) in enumerate(stages):
             if first != expected:
@@ -160,16 +283,21 @@ class Plan:
         return self.tp * self.pp * self.dp
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (issue #2 schema)."""
+        """JSON form. ``stages`` lists pp * chunks layer ranges in chain order and
+        ``stage_device`` the pipeline device of each (range c runs on device c % pp)."""
         return {
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
-            "recompute": self.recompute.value, "stages": [list(s) for s in self.stages],
+            "recompute": self.recompute.value, "schedule": self.schedule.value,
+            "chunks": self.chunks, "sp": self.sp, "zero": self.zero,
+            "dp_overlap": self.dp_overlap, "stages": [list(s) for s in self.stages],
+            "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
 
 
 @dataclass(frozen=True, slots=True)
 class StageMemory:
-    """Memory of one device of a pipeline stage, in bytes."""
+    """Memory of one device of a pipeline stage (or, interleaved, of one pipeline device with
+    all its chunks), in bytes."""
 
     stage: int
     weights: float
@@ -180,7 +308,7 @@ class StageMemory:
 
     @property
     def total(self) -> float:
-        """Sum of all parts."""
+        """Sum of all parts, left to right."""
         return self.weights + self.gradients + self.optimizer + self.activations + self.working
 
     def to_dict(self) -> dict[str, Any]:
@@ -200,8 +328,9 @@ class PlanResult:
         throughput_samples_per_s: global batch / iteration time.
         tokens_per_s: throughput * seq_len.
         mfu: model FLOP per iteration / (iteration time * plan devices * peak FLOP/s).
-        breakdown_s: parts of the iteration time (compute, bubble, recompute, pp_comm, dp_comm, optimizer).
-        memory: per-stage memory of one device.
+        breakdown_s: parts of the iteration time, keys of
+            :data:`archplace.placement.pipeline.BREAKDOWN_KEYS`; they sum to it exactly.
+        memory: per-device memory of every pipeline device (stage).
     """
 
     plan: Plan
@@ -213,7 +342,7 @@ class PlanResult:
     memory: tuple[StageMemory, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form (issue #6 schema)."""
         return {
             "plan": self.plan.to_dict(),
             "iteration_time_s": self.iteration_time_s,

@@ -1,430 +1,319 @@
-"""Exact choice of pipeline depth, data-parallel degree and stage boundaries.
+"""Exact choice of the parallel plan: TP width, pipeline depth and schedule, DP degree,
+micro-batch, recomputation, sequence parallelism, ZeRO-1, DP overlap and the stage split.
 
-Problem (for a given TP width, micro-batch size and recompute policy): over every
-pipeline depth p, data-parallel degree d and contiguous split of the layer chain into p
-stages, minimise the iteration time of :func:`~archplace.placement.pipeline.evaluate_plan`
+:func:`plan_search` returns the k fastest distinct plan configurations (each with its best
+stage split) under the time and memory model of :mod:`archplace.placement.pipeline`, and
+:func:`optimal_plan` the fastest for one fixed set of options. Both are exact: the engine
+(:mod:`archplace.placement.search`) enumerates, for every candidate configuration it cannot
+rule out by a lower bound, the Pareto front of (bottleneck segment time, largest DP + optimizer
+tail) over the splits that fit in memory, with min-max dynamic programs over the chain's
+suffixes (:mod:`archplace.placement.kernels`). Figures the solver uses are computed with the
+same floating-point operations as ``evaluate_plan``, and the returned results are
+``evaluate_plan`` of the chosen plans.
 
-    (m + p - 1) * max_j T_j + g_{p,d}(max_j P_j),   m = global_batch / (micro_batch * d),
+Ties (iteration times compared exactly) go to fewer devices, then fewer pipeline stages, then
+the smaller TP width, fewer chunks, the smaller micro-batch, less recomputation (none,
+selective, full), the schedule (1F1B, interleaved, GPipe), SP off, ZeRO off, overlap off, and
+finally the lexicographically smallest stages.
 
-subject to every stage fitting in HBM. Here g_{p,d} (DP all-reduce + optimizer step) is
-non-decreasing in the largest stage's parameter count P.
-
-Method: a dynamic program over suffixes of the chain that keeps, for each state, the
-Pareto front of (max P, max T) -- the bi-criteria bottleneck DP, an instance of the
-chain-partitioning DPs of PipeDream (Narayanan et al., SOSP 2019) and Piper (Tarnawski
-et al., NeurIPS 2021). State (r, i) = the suffix of layers i..n-1 split into r stages,
-which are the last r stages of the pipeline. The stage at r-th place from the end has
-in-flight count k = min(r, m) and sends its output onwards iff r > 1, so its time and
-whether it fits depend on (r, m) only, never on p: one sweep over r = 1, 2, ... yields the
-fronts of every depth p at state (p, 0). m enters only through min(r, m), so one sweep
-with k = r serves every d with m >= p, and a sweep for a smaller m restarts from the
-shared fronts at r = m.
-
-Why it is exact: the objective is non-decreasing in both max T and max P, so some optimal
-plan has a Pareto-optimal (max P, max T) pair; the front of a state is the Pareto filter
-of {(max(P_seg, P'), max(T_seg, T')) : first stage [i, e] that fits, (P', T') in the front
-of (r - 1, e + 1)}, and a pair dominated at (r - 1, e + 1) stays dominated after the
-max with the first stage, so the recursion loses no Pareto point. Every point of the
-front at (p, 0) is scored with the objective, the best is kept, and a split attaining it
-is rebuilt greedily (lexicographically smallest first). Stage sums are sequential sums
-that ``evaluate_plan`` reproduces bit for bit, so memory feasibility is decided identically
-on both sides.
-
-Implementation: P and T are replaced by their ranks among the segments' distinct values
-(max commutes with a monotone relabelling), each front point is one int64 key P_rank *
-(N_T + 1) + T_rank, and a whole DP layer r is one vectorised step (candidate keys of every
-(i, e, front point), a row sort, a running minimum of T_rank, and compaction).
+Layer chains only: the prefix DP of Piper (Tarnawski et al. 2021) over downsets of a layer
+DAG is not needed by the chain-shaped models archplace extracts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import NoReturn
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.cluster import Cluster
-from archplace.placement.memory import (
-    GRADIENT_BYTES_PER_PARAM,
-    OPTIMIZER_BYTES_PER_PARAM,
-    WEIGHT_BYTES_PER_PARAM,
+from archplace.placement.kernels import Block, first_split, fits_greedily, min_max
+from archplace.placement.pipeline import evaluate_plan
+from archplace.placement.plan import (
+    RECOMPUTE_ORDER,
+    SCHEDULE_ORDER,
+    LayerCost,
+    PipelineSchedule,
+    PlanResult,
+    Recompute,
+    TrainingSetup,
 )
-from archplace.placement.pipeline import (
-    ADAM_STEP_BYTES_PER_PARAM,
-    evaluate_plan,
-    group_span,
-    plan_memory,
-)
-from archplace.placement.plan import LayerCost, Plan, PlanResult, Recompute, TrainingSetup
+from archplace.placement.search import Family, Search, Variant, in_flight_per_position
+from archplace.placement.tables import FloatArray, SegmentTables
+from archplace.placement.timing import check_positive_int
 from archplace.units import format_bytes
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
-
-TIE_RTOL = 1e-12
-"""Plans whose iteration times agree to this relative tolerance are ties; ties go to fewer
-devices, then fewer stages, then the lexicographically smallest stages."""
+CostKey = tuple[int, int, bool]
+"""(tp, micro_batch, sp): the layer costs of one TP width, micro-batch size and SP flag."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    """One (p, d) pair: pipeline depth, DP degree, micro-batches per pipeline."""
-
-    p: int
-    d: int
-    m: int
-
-    @property
-    def sweep(self) -> int:
-        """Which sweep serves it: 0 (k = r for every stage) when m >= p, else m."""
-        return 0 if self.m >= self.p else self.m
-
-
-def _candidates(n: int, setup: TrainingSetup, micro_batch: int, tp: int) -> list[_Candidate]:
-    """Every (p, d) with p <= n, tp * p * d <= devices and micro_batch * d | global_batch."""
-    devices = setup.cluster.devices
+def _enums(kind: type, values: Iterable[object], name: str) -> tuple[Any, ...]:
     out = []
-    for p in range(1, min(n, devices // tp) + 1):
-        for d in range(1, devices // (tp * p) + 1):
-            if setup.global_batch % (micro_batch * d) == 0:
-                out.append(_Candidate(p, d, setup.global_batch // (micro_batch * d)))
-    return out
+    for value in values:
+        try:
+            out.append(kind(value))
+        except ValueError:
+            choices = ", ".join(item.value for item in kind)  # type: ignore[attr-defined]
+            raise ConfigError(f"unknown {name} {value!r}; choose from: {choices}") from None
+    if not out:
+        raise ConfigError(f"at least one {name} is needed")
+    return tuple(dict.fromkeys(out))
 
 
-class _Tables:
-    """Segment figures of the chain: entry [i, e] (e >= i) describes layers i..e as one stage.
+def _bools(values: Iterable[object], name: str) -> tuple[bool, ...]:
+    out = tuple(dict.fromkeys(values))
+    if not out or not all(isinstance(value, bool) for value in out):
+        raise ConfigError(f"{name} must be a non-empty collection of bools, got {out!r}")
+    return out  # type: ignore[return-value]
 
-    Every sum is sequential from layer i (``numpy.cumsum`` of a row masked before i), the
-    order :func:`archplace.placement.memory.sequential_sum` uses, so the figures equal those
-    of ``evaluate_plan`` bit for bit.
+
+def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSetup, *,
+                recomputes: Iterable[Recompute | str] = tuple(Recompute),
+                schedules: Iterable[PipelineSchedule | str] = tuple(PipelineSchedule),
+                chunks: Iterable[int] = (2, 4),
+                zero: Iterable[bool] = (False, True),
+                dp_overlap: Iterable[bool] = (False, True),
+                top_k: int = 1) -> list[PlanResult]:
+    """The ``top_k`` fastest distinct plan configurations, fastest first.
+
+    Args:
+        costs: layer chain per (tp, micro_batch, sp); the chains may differ by key.
+        setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
+        recomputes, schedules: policies to consider.
+        chunks: model chunks per device (v >= 2) tried with the interleaved schedule.
+        zero, dp_overlap: ZeRO-1 and DP-overlap settings to consider.
+        top_k: how many configurations to return (each with its best stage split).
+
+    Returns:
+        ``evaluate_plan`` results; ties as in the module docstring.
+
+    Raises:
+        ConfigError: malformed costs or options.
+        InfeasibleError: no valid (tp, pp, dp, micro-batch) combination exists ("no valid
+            plan: ..."), or nothing fits in HBM; then the message names the closest candidate
+            among the most memory-frugal options offered (most recomputation, 1F1B, ZeRO-1,
+            smallest micro-batch per TP width and SP flag) and its need in bytes.
     """
-
-    def __init__(self, layers: Sequence[LayerCost], cluster: Cluster, tp: int,
-                 recompute: Recompute, hbm_bytes: float) -> None:
-        n = len(layers)
-        self.n = n
-        self.hbm_bytes = hbm_bytes
-        self.recompute = recompute
-        idx = np.arange(n)
-        upper: BoolArray = idx[None, :] >= idx[:, None]
-        self.upper = upper
-
-        def column(attr: str) -> FloatArray:
-            return np.array([float(getattr(layer, attr)) for layer in layers], dtype=np.float64)
-
-        def seg_sum(values: FloatArray) -> FloatArray:
-            return np.cumsum(np.where(upper, values[None, :], 0.0), axis=1)
-
-        def seg_max(values: FloatArray) -> FloatArray:
-            return np.maximum.accumulate(np.where(upper, values[None, :], -np.inf), axis=1)
-
-        fwd = seg_sum(column("fwd_s"))
-        compute = fwd + seg_sum(column("bwd_s"))
-        t_last = compute + fwd if recompute is Recompute.FULL else compute
-        alpha, beta = cluster.link(group_span(2, tp))
-        p2p = 2.0 * (alpha + column("boundary_bytes") / beta)
-        t_mid = t_last + p2p[None, :]
-
-        params = np.array([layer.params for layer in layers], dtype=np.int64)
-        seg_params = np.cumsum(np.where(upper, params[None, :], 0), axis=1)
-        p_float = seg_params.astype(np.float64)
-        self.seg_params = seg_params
-        self.model_state = ((WEIGHT_BYTES_PER_PARAM * p_float + GRADIENT_BYTES_PER_PARAM * p_float)
-                            + OPTIMIZER_BYTES_PER_PARAM * p_float)
-        if recompute is Recompute.NONE:
-            self.per_micro_batch = seg_sum(column("activation_bytes"))
-            self.extra_activation = None
-        elif recompute is Recompute.FULL:
-            self.per_micro_batch = seg_sum(column("input_bytes"))
-            self.extra_activation = seg_max(column("activation_bytes"))
-        else:  # pragma: no cover - a later issue adds selective recomputation
-            raise ConfigError(f"recompute {recompute!r} is not supported yet")
-        self.working = seg_max(column("working_bytes"))
-
-        # Ranks of P and T among the distinct segment values.
-        self.p_values: FloatArray = np.unique(p_float[upper])
-        self.t_values: FloatArray = np.unique(np.concatenate([t_last[upper], t_mid[upper]]))
-        self.n_p = len(self.p_values)
-        self.n_t = len(self.t_values)
-        self.key_base = self.n_t + 1
-        self.sentinel = self.n_p * self.key_base + self.n_t
-        self.p_rank: IntArray = np.where(
-            upper, np.searchsorted(self.p_values, p_float), self.n_p).astype(np.int64)
-        self.t_last_rank: IntArray = np.where(
-            upper, np.searchsorted(self.t_values, t_last), self.n_t).astype(np.int64)
-        self.t_mid_rank: IntArray = np.where(
-            upper, np.searchsorted(self.t_values, t_mid), self.n_t).astype(np.int64)
-        self._memory: dict[int, FloatArray] = {}
-        self._fits: dict[int, BoolArray] = {}
-        self._ranks: dict[int, tuple[IntArray, IntArray, IntArray]] = {}
-
-    def memory(self, k: int) -> FloatArray:
-        """Per-device bytes of every segment holding k micro-batches in flight (inf below the
-        diagonal), summed in the order of ``StageMemory.total``."""
-        cached = self._memory.get(k)
-        if cached is None:
-            activations = k * self.per_micro_batch
-            if self.extra_activation is not None:
-                activations = activations + self.extra_activation
-            total = (self.model_state + activations) + self.working
-            cached = np.where(self.upper, total, np.inf)
-            self._memory[k] = cached
-        return cached
-
-    def fits(self, k: int) -> BoolArray:
-        """Segments that fit in HBM with k micro-batches in flight."""
-        cached = self._fits.get(k)
-        if cached is None:
-            cached = self.memory(k) <= self.hbm_bytes
-            self._fits[k] = cached
-        return cached
-
-    def ranks(self, k: int) -> tuple[IntArray, IntArray, IntArray]:
-        """(P rank, T rank as last stage, T rank as other stage), the sentinel where the segment
-        is empty or does not fit with k in flight."""
-        cached = self._ranks.get(k)
-        if cached is None:
-            ok = self.fits(k)
-            cached = (np.where(ok, self.p_rank, self.n_p),
-                      np.where(ok, self.t_last_rank, self.n_t),
-                      np.where(ok, self.t_mid_rank, self.n_t))
-            self._ranks[k] = cached
-        return cached
-
-
-Fronts = dict[int, IntArray]
-"""r -> int64 array (n + 1, F): row i is the Pareto front of state (r, i) as sorted keys,
-padded with the sentinel; row n (the empty suffix) is all sentinel."""
-
-
-def _sweep(tab: _Tables, fronts: Fronts, in_flight: Callable[[int], int], r_from: int,
-           r_to: int) -> None:
-    """Extend ``fronts`` with the states r_from..r_to (fronts[r_from - 1] must exist if
-    r_from > 1), the stage at place r from the end holding ``in_flight(r)`` micro-batches."""
-    n, base, sentinel = tab.n, tab.key_base, tab.sentinel
-    for r in range(r_from, r_to + 1):
-        p_rank, t_last, t_mid = tab.ranks(in_flight(r))
-        out = np.full((n + 1, 1), sentinel, dtype=np.int64)
-        if r == 1:
-            out[:n, 0] = p_rank[:, n - 1] * base + t_last[:, n - 1]
-            fronts[r] = out
-            continue
-        width = n - r + 1  # first stage [i, e] with 0 <= i <= e < width leaves >= r - 1 layers
-        prev = fronts[r - 1][1:width + 1]
-        cand_p = np.maximum(p_rank[:width, :width, None], (prev // base)[None, :, :])
-        cand_t = np.maximum(t_mid[:width, :width, None], (prev % base)[None, :, :])
-        keys = (cand_p * base + cand_t).reshape(width, -1)
-        keys.sort(axis=1)
-        t = keys % base
-        best_before = np.minimum.accumulate(t, axis=1)
-        keep = np.empty(keys.shape, dtype=np.bool_)
-        keep[:, 0] = t[:, 0] < tab.n_t
-        keep[:, 1:] = t[:, 1:] < best_before[:, :-1]
-        size = max(int(keep.sum(axis=1).max()), 1)
-        keys = np.where(keep, keys, sentinel)
-        keys.sort(axis=1)
-        out = np.full((n + 1, size), sentinel, dtype=np.int64)
-        out[:width] = keys[:, :size]
-        fronts[r] = out
-
-
-def _rebuild(tab: _Tables, fronts: Fronts, in_flight: Callable[[int], int], p: int,
-             p_cap: int, t_cap: int) -> tuple[tuple[int, int], ...]:
-    """Lexicographically smallest split into p stages with every stage fitting, P rank <= p_cap
-    and T rank <= t_cap (such a split must exist)."""
-    n, base = tab.n, tab.key_base
-    stages = []
-    i = 0
-    for r in range(p, 0, -1):
-        p_rank, t_last, t_mid = tab.ranks(in_flight(r))
-        if r == 1:
-            if not (p_rank[i, n - 1] <= p_cap and t_last[i, n - 1] <= t_cap):
-                raise AssertionError("placement DP: reconstruction lost its way")  # pragma: no cover
-            stages.append((i, n - 1))
-            break
-        ends = np.arange(i, n - r + 1)
-        prev = fronts[r - 1][ends + 1]
-        rest_ok = ((prev // base <= p_cap) & (prev % base <= t_cap)).any(axis=1)
-        ok = (p_rank[i, ends] <= p_cap) & (t_mid[i, ends] <= t_cap) & rest_ok
-        hits = np.flatnonzero(ok)
-        if not len(hits):
-            raise AssertionError("placement DP: reconstruction lost its way")  # pragma: no cover
-        e = int(ends[hits[0]])
-        stages.append((i, e))
-        i = e + 1
-    return tuple(stages)
-
-
-def _in_flight_rule(m: int) -> Callable[[int], int]:
-    """1F1B: the stage r-th from the end holds min(r, m) micro-batches (m = 0: no cap)."""
-    if m == 0:
-        return lambda r: r
-    return lambda r: min(r, m)
-
-
-def _run_sweeps(tab: _Tables, cands: list[_Candidate]) -> dict[int, Fronts]:
-    """Fronts for every sweep the candidates need (see :class:`_Candidate.sweep`)."""
-    need: dict[int, int] = {}
-    for c in cands:
-        need[c.sweep] = max(need.get(c.sweep, 0), c.p)
-    for m in need:
-        if m:  # the m-sweep restarts from the shared fronts at r = m
-            need[0] = max(need.get(0, 0), m)
-    shared: Fronts = {}
-    _sweep(tab, shared, _in_flight_rule(0), 1, need[0])
-    out = {0: shared}
-    for m, depth in need.items():
-        if m:
-            fronts = {r: shared[r] for r in range(1, m + 1)}
-            _sweep(tab, fronts, _in_flight_rule(m), m + 1, depth)
-            out[m] = fronts
-    return out
-
-
-def _objectives(tab: _Tables, cands: list[_Candidate], sweeps: dict[int, Fronts],
-                setup: TrainingSetup, tp: int) -> tuple[FloatArray, IntArray]:
-    """Iteration time of every front point of every candidate: (objective, keys), both
-    shaped (candidates, F), inf / sentinel where there is no point."""
-    width = max(sweeps[c.sweep][c.p].shape[1] for c in cands)
-    keys = np.full((len(cands), width), tab.sentinel, dtype=np.int64)
-    factor = np.empty(len(cands))
-    ar_coef = np.empty(len(cands))
-    ar_const = np.empty(len(cands))
-    for row, c in enumerate(cands):
-        front = sweeps[c.sweep][c.p][0]
-        keys[row, :len(front)] = front
-        factor[row] = c.m + c.p - 1
-        if c.d == 1:
-            ar_coef[row] = ar_const[row] = 0.0
-        else:
-            alpha, beta = setup.cluster.link(group_span(c.d, tp * c.p))
-            ar_coef[row] = 2.0 * (c.d - 1) / c.d * GRADIENT_BYTES_PER_PARAM / beta
-            ar_const[row] = 2.0 * (c.d - 1) * alpha
-    p_vals = np.append(tab.p_values, 0.0)[keys // tab.key_base]
-    t_vals = np.append(tab.t_values, np.inf)[keys % tab.key_base]
-    objective = (factor[:, None] * t_vals
-                 + (ar_coef[:, None] * p_vals + ar_const[:, None])
-                 + ADAM_STEP_BYTES_PER_PARAM * p_vals / setup.hbm_bandwidth_bytes_per_s)
-    return objective, keys
+    top_k = check_positive_int("top_k", top_k)
+    recompute_list = _enums(Recompute, recomputes, "recompute policy")
+    schedule_list = _enums(PipelineSchedule, schedules, "pipeline schedule")
+    chunk_list = tuple(dict.fromkeys(chunks))
+    for v in chunk_list:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+            raise ConfigError(f"interleaved chunks must be integers >= 2, got {v!r}")
+    if PipelineSchedule.INTERLEAVED in schedule_list and not chunk_list:
+        raise ConfigError("the interleaved schedule needs at least one chunk count")
+    zero_list = _bools(zero, "zero")
+    overlap_list = _bools(dp_overlap, "dp_overlap")
+    if not costs:
+        raise ConfigError("plan_search needs the layer costs of at least one (tp, micro_batch, sp)")
+    families: list[Family] = []
+    for key, layers in costs.items():
+        try:
+            tp, micro_batch, sp = key
+        except (TypeError, ValueError):
+            raise ConfigError(f"costs keys must be (tp, micro_batch, sp), got {key!r}") from None
+        check_positive_int("tp", tp)
+        check_positive_int("micro_batch", micro_batch)
+        if not isinstance(sp, bool):
+            raise ConfigError(f"costs key {key!r}: sp must be a bool")
+        if not layers:
+            raise ConfigError(f"costs {key!r}: placement needs at least one layer")
+        families.extend(Family(tp, micro_batch, sp, rc, tuple(layers)) for rc in recompute_list)
+    variants = [Variant(schedule, v, z, o)
+                for schedule in schedule_list
+                for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
+                for z in zero_list for o in overlap_list]
+    search = Search(families, variants, setup, top_k)
+    found = search.run()
+    if not search.any_candidate:
+        raise InfeasibleError(
+            f"no valid plan: no (tp, pp, dp, micro-batch) combination of the given ones suits "
+            f"{setup.cluster.devices} devices and the global batch {setup.global_batch}")
+    if not found:
+        _raise_closest(search, families, variants, setup)
+    results = []
+    for item in found:
+        stages = min(search.split(item, point) for point in item.points)
+        plan = search.plan(item, stages)
+        result = evaluate_plan(families[item.family].layers, setup, plan)
+        results.append((result.iteration_time_s, item.rank, stages, result))
+    results.sort(key=lambda row: row[:3])
+    return [row[3] for row in results[:top_k]]
 
 
 def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_batch: int,
-                 recompute: Recompute, tp: int = 1) -> PlanResult:
-    """The fastest 1F1B plan for a TP width, micro-batch size and recompute policy.
+                 recompute: Recompute | str, tp: int = 1,
+                 schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
+                 chunks: int = 1, zero: bool = False, dp_overlap: bool = False,
+                 sp: bool = False) -> PlanResult:
+    """The fastest plan for fixed TP width, micro-batch, recompute policy, schedule (and chunks),
+    ZeRO-1, DP overlap and SP: over every pipeline depth p, DP degree d (tp p d <= devices, the
+    batch rule of ``setup``) and contiguous split into p (x chunks) segments.
 
-    Searches every pipeline depth p (1 <= p <= len(layers), tp * p <= devices), every DP
-    degree d (tp * p * d <= devices, micro_batch * d divides the global batch) and every
-    contiguous split of the chain into p stages, minimising ``evaluate_plan``'s iteration
-    time exactly (see the module docstring); ties (relative 1e-12) go to fewer devices, then
-    smaller p, then the lexicographically smallest stages.
+    Ties go to fewer devices, then smaller p, then the lexicographically smallest stages.
 
     Returns:
         ``evaluate_plan`` of the chosen plan.
 
     Raises:
-        ConfigError: no layers, or a non-positive micro_batch or tp.
-        InfeasibleError: no valid (p, d) exists, or no plan fits in HBM; the message gives the
-            candidate that came closest (smallest peak stage memory) and its need in bytes.
+        ConfigError: no layers, a non-positive micro_batch or tp, an unknown policy, or chunks
+            that do not suit the schedule.
+        InfeasibleError: no valid (p, d) exists ("no valid plan: ..."), or no plan fits in HBM;
+            the message gives the candidate that came closest (smallest peak memory per device)
+            and its need in bytes.
     """
     if not layers:
         raise ConfigError("placement needs at least one layer")
-    for name, value in (("micro_batch", micro_batch), ("tp", tp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    try:
-        recompute = Recompute(recompute)
-    except ValueError:
-        raise ConfigError(f"unknown recompute policy {recompute!r}") from None
+    check_positive_int("micro_batch", micro_batch)
+    check_positive_int("tp", tp)
+    check_positive_int("chunks", chunks)
+    (policy,) = _enums(Recompute, (recompute,), "recompute policy")
+    (kind,) = _enums(PipelineSchedule, (schedule,), "pipeline schedule")
+    interleaved = kind is PipelineSchedule.INTERLEAVED
+    if interleaved != (chunks > 1):
+        raise ConfigError(f"chunks={chunks} does not suit the {kind.value} schedule "
+                          f"(interleaved needs chunks >= 2, the others chunks = 1)")
     devices = setup.cluster.devices
     if tp > devices:
         raise InfeasibleError(f"no valid plan: tp={tp} exceeds the cluster's {devices} devices")
-    if setup.global_batch % micro_batch:
+    if setup.dp_must_divide_batch and setup.global_batch % micro_batch:
         raise InfeasibleError(f"no valid plan: micro-batch {micro_batch} does not divide the "
                               f"global batch {setup.global_batch}")
-    cands = _candidates(len(layers), setup, micro_batch, tp)
-    tab = _Tables(layers, setup.cluster, tp, recompute, setup.hbm_bytes)
-    sweeps = _run_sweeps(tab, cands)
-    objective, keys = _objectives(tab, cands, sweeps, setup, tp)
-    best = float(objective.min())
-    if not np.isfinite(best):
-        _raise_closest(layers, setup, tab, cands, micro_batch, recompute, tp)
-
-    tied_rows, tied_cols = np.nonzero(objective <= best + TIE_RTOL * best)
-    order = sorted(set(tied_rows.tolist()), key=lambda row: (cands[row].p * cands[row].d,
-                                                             cands[row].p))
-    chosen = cands[order[0]]
-    rule = _in_flight_rule(chosen.sweep)
-    splits = []
-    for col in tied_cols[tied_rows == order[0]]:
-        key = int(keys[order[0], col])
-        splits.append(_rebuild(tab, sweeps[chosen.sweep], rule, chosen.p,
-                               key // tab.key_base, _t_slack_rank(tab, key % tab.key_base)))
-    plan = Plan(tp=tp, pp=chosen.p, dp=chosen.d, micro_batch=micro_batch, recompute=recompute,
-                stages=min(splits))
-    return evaluate_plan(layers, setup, plan)
+    return plan_search({(tp, micro_batch, bool(sp)): layers}, setup, recomputes=(policy,),
+                       schedules=(kind,), chunks=(chunks,) if interleaved else (),
+                       zero=(bool(zero),), dp_overlap=(bool(dp_overlap),), top_k=1)[0]
 
 
-def _t_slack_rank(tab: _Tables, t_rank: int) -> int:
-    """Largest T rank within the tie tolerance of ``t_rank`` (so that splits whose bottleneck
-    differs from the optimum by rounding only compete on the lexicographic order)."""
-    limit = tab.t_values[t_rank] * (1.0 + TIE_RTOL)
-    return int(np.searchsorted(tab.t_values, limit, side="right")) - 1
+def _raise_closest(search: Search, families: Sequence[Family], variants: Sequence[Variant],
+                   setup: TrainingSetup) -> None:
+    """Raise InfeasibleError naming the plan with the smallest peak per-device memory among the
+    most memory-frugal options offered (see :func:`plan_search`), or, when those have no valid
+    candidate, among all options; memory never grows with d, so the largest valid d of every p
+    is the closest, and a min-max DP over the split finds the smallest peak for it."""
+    frugal_rc = max((fam.recompute for fam in families), key=RECOMPUTE_ORDER.index)
+    smallest_b: dict[tuple[int, bool], int] = {}
+    for fam in families:
+        key = (fam.tp, fam.sp)
+        smallest_b[key] = min(smallest_b.get(key, fam.micro_batch), fam.micro_batch)
+    chosen = [f for f, fam in enumerate(families)
+              if fam.recompute is frugal_rc and fam.micro_batch == smallest_b[(fam.tp, fam.sp)]]
+    schedule = min({variant.schedule for variant in variants}, key=SCHEDULE_ORDER.index)
+    frugal = max((item for item in variants if item.schedule is schedule),
+                 key=lambda item: (item.zero, item.chunks, not item.overlap))
+    best = _closest(search, families, [(f, frugal) for f in chosen])
+    if best is None:
+        best = _closest(search, families, [(f, variant) for f in range(len(families))
+                                           for variant in variants])
+    if best is None:  # pragma: no cover - the search had candidates
+        raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM")
+    peak, _, p, f, d, m, variant = best
+    fam = families[f]
+    tab = search.tables_of(f)
+    block = _memory_blocks(tab, variant, p, d, m)
+    stages = first_split(block, tab.n, p * variant.chunks, peak)
+    needs = [float(block(c, slice(a, a + 1), slice(e, e + 1))[0, 0])
+             for c, (a, e) in enumerate(stages)]
+    worst = needs.index(max(needs))
+    where = (f"on device {worst % p} (chunk {worst} counted {variant.chunks} times)"
+             if variant.chunks > 1 else f"on stage {worst}")
+    label = (f"tp={fam.tp}, micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
+             f"schedule={variant.schedule.value}"
+             + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
+             + (", zero" if variant.zero and d > 1 else "") + (", sp" if fam.sp else ""))
+    raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM: best candidate "
+                          f"pp={p} dp={d} needs {format_bytes(peak)} {where} ({label})")
 
 
-def _raise_closest(layers: Sequence[LayerCost], setup: TrainingSetup, tab: _Tables,
-                   cands: list[_Candidate], micro_batch: int, recompute: Recompute,
-                   tp: int) -> NoReturn:
-    """Raise InfeasibleError naming the candidate whose largest stage needs the least memory.
+Closest = tuple[float, int, int, int, int, int, Variant]
+"""(peak bytes, devices, p, family, d, m, variant) of a closest candidate."""
 
-    A min-max DP over the same suffix states, with the per-device bytes of a stage as the
-    bottleneck value (ties: fewer devices, then smaller p, then lexicographic stages).
-    """
-    n = tab.n
-    need: dict[int, int] = {}
-    for c in cands:
-        need[c.sweep] = max(need.get(c.sweep, 0), c.p)
-    peaks: dict[int, dict[int, FloatArray]] = {}
-    for m, depth in sorted(need.items()):
-        rule = _in_flight_rule(m)
-        best: dict[int, FloatArray] = {}
-        for r in range(1, depth + 1):
-            if m and r <= m and r in peaks.get(0, {}):
-                best[r] = peaks[0][r]
+
+def _closest(search: Search, families: Sequence[Family],
+             options: Sequence[tuple[int, Variant]]) -> Closest | None:
+    """The candidate of ``options`` (family, variant) with the smallest peak memory, then the
+    fewest devices, then the smallest p; None when they have no valid candidate.
+
+    Depths are tried in the order of a balanced-chain estimate of their peak; a depth is skipped
+    when its loose bound, or (1F1B, GPipe) the exact greedy test against the least peak found so
+    far, shows it cannot do better; otherwise a min-max DP gives its exact peak."""
+    todo: list[tuple[float, float, int, int, int, int, int]] = []
+    for index, (f, variant) in enumerate(options):
+        fam = families[f]
+        tab = search.tables_of(f)
+        p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
+        loose = tab.loose_memory_bound()
+        n = tab.n
+        mean_state = float(tab.state(1)[0, n - 1]) / n
+        mean_saved = float(tab.saved[0, n - 1]) / n
+        for p in np.unique(p_all).tolist():  # the largest d of every p
+            row = int(np.flatnonzero(p_all == p)[-1])
+            d, m = int(d_all[row]), int(m_all[row])
+            k = np.array(in_flight_per_position(variant.schedule, p, m, variant.chunks), float)
+            estimate = n / float(np.sum(1.0 / (mean_state + k * mean_saved + 1.0)))
+            todo.append((estimate, float(loose[p * variant.chunks]), index, f, p, d, m))
+    todo.sort()
+    caches: dict[int, dict[tuple[int, int, int], FloatArray]] = {}
+    ties: list[tuple[int, int, int, int, int]] = []  # (index, f, p, d, m) reaching ``least``
+    least = np.inf
+    for _, bound, index, f, p, d, m in todo:
+        if bound > least * (1 + 1e-9):
+            continue
+        variant = options[index][1]
+        tab = search.tables_of(f)
+        block = _memory_blocks(tab, variant, p, d, m, caches.setdefault(f, {}))
+        if variant.chunks == 1 and np.isfinite(least):
+            if not fits_greedily(_column(block), tab.n, p, least):
+                continue  # every split of this depth needs more than the least peak so far
+            if not fits_greedily(_column(block), tab.n, p, float(np.nextafter(least, -np.inf))):
+                ties.append((index, f, p, d, m))  # exactly the least peak
                 continue
-            mem = tab.memory(rule(r))
-            out = np.full(n + 1, np.inf)
-            if r == 1:
-                out[:n] = mem[:, n - 1]
-            else:
-                width = n - r + 1
-                out[:width] = np.maximum(mem[:width, :width],
-                                         best[r - 1][None, 1:width + 1]).min(axis=1)
-            best[r] = out
-        peaks[m] = best
-    closest = min(cands, key=lambda c: (peaks[c.sweep][c.p][0], c.p * c.d, c.p))
-    peak = peaks[closest.sweep][closest.p][0]
-    rule = _in_flight_rule(closest.sweep)
-    stages = []
-    i = 0
-    for r in range(closest.p, 0, -1):
-        mem = tab.memory(rule(r))
-        if r == 1:
-            stages.append((i, n - 1))
-            break
-        ends = np.arange(i, n - r + 1)
-        ok = (mem[i, ends] <= peak) & (peaks[closest.sweep][r - 1][ends + 1] <= peak)
-        e = int(ends[np.flatnonzero(ok)[0]])
-        stages.append((i, e))
-        i = e + 1
-    plan = Plan(tp=tp, pp=closest.p, dp=closest.d, micro_batch=micro_batch,
-                recompute=recompute, stages=tuple(stages))
-    memory = plan_memory(layers, setup, plan)
-    worst = max(memory, key=lambda s: s.total)
-    raise InfeasibleError(
-        f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM: best candidate pp={plan.pp} "
-        f"dp={plan.dp} needs {format_bytes(worst.total)} on stage {worst.stage} "
-        f"(tp={tp}, micro_batch={micro_batch}, recompute={recompute.value})")
+        peak = min_max(block, tab.n, p * variant.chunks)
+        if peak < least:
+            least, ties = peak, []
+        if peak == least:
+            ties.append((index, f, p, d, m))
+    best: Closest | None = None
+    for index, f, p, d, _m in ties:  # the fewest devices reaching the least peak
+        variant = options[index][1]
+        fam = families[f]
+        tab = search.tables_of(f)
+        p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
+        for row in np.flatnonzero(p_all == p).tolist():
+            d_row, m_row = int(d_all[row]), int(m_all[row])
+            block = _memory_blocks(tab, variant, p, d_row, m_row, caches.setdefault(f, {}))
+            if d_row == d or (fits_greedily(_column(block), tab.n, p, least) if variant.chunks == 1
+                              else min_max(block, tab.n, p * variant.chunks) <= least):
+                candidate = (least, fam.tp * p * d_row, p, f, d_row, m_row, variant)
+                if best is None or candidate[:6] < best[:6]:
+                    best = candidate
+                break
+    return best
+
+
+def _column(block: Block) -> Callable[[int, int, int], FloatArray]:
+    """``kernels.fits_greedily``'s column function of a DP block function."""
+    def column(c: int, lo: int, x: int) -> FloatArray:
+        return block(c, slice(lo, x), slice(x - 1, x))[:, 0]
+    return column
+
+
+def _memory_blocks(tab: SegmentTables, variant: Variant, p: int, d: int, m: int,
+                   cache: dict[tuple[int, int, int], FloatArray] | None = None) -> Block:
+    """The DP block function of a candidate's per-device memory need, in bytes (full tables per
+    in-flight count kept in ``cache`` when given)."""
+    in_flight = in_flight_per_position(variant.schedule, p, m, variant.chunks)
+    shards = d if variant.zero else 1
+    if cache is None:
+        def block(c: int, rows: slice, cols: slice) -> FloatArray:
+            return tab.memory(in_flight[c], shards, variant.chunks, rows, cols)
+        return block
+
+    def cached(c: int, rows: slice, cols: slice) -> FloatArray:
+        key = (in_flight[c], shards, variant.chunks)
+        table = cache.get(key)
+        if table is None:
+            table = cache[key] = tab.memory(*key)
+        return table[rows, cols]
+    return cached

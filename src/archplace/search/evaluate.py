@@ -17,43 +17,10 @@ from archplace.errors import InfeasibleError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster
-from archplace.placement.plan import LayerCost, PlanResult, Recompute, TrainingSetup
+from archplace.placement.costs import layer_costs
+from archplace.placement.plan import PlanResult, Recompute, TrainingSetup
 from archplace.placement.solver import optimal_plan
-from archplace.schedule.list_scheduler import list_schedule
-from archplace.schedule.problem import ScheduleProblem
-from archplace.workload.graph import OpGraph
 from archplace.workload.layers import LayerChain
-
-
-def graph_makespan_s(graph: OpGraph, acc: Accelerator, cost: CostModel) -> float:
-    """Makespan of one layer graph on ``acc`` by the critical-path list scheduler, in seconds."""
-    if not graph.ops:
-        return 0.0
-    return list_schedule(ScheduleProblem.from_graph(graph, acc, cost)).makespan_s
-
-
-def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel) -> list[LayerCost]:
-    """Per-layer costs of ``chain`` on ``acc`` (one entry per layer, in chain order).
-
-    Layers sharing a graph object (the repeated blocks) are scheduled once.
-    """
-    makespans: dict[int, float] = {}
-
-    def makespan(graph: OpGraph) -> float:
-        key = id(graph)
-        if key not in makespans:
-            makespans[key] = graph_makespan_s(graph, acc, cost)
-        return makespans[key]
-
-    return [
-        LayerCost(
-            name=layer.name, fwd_s=makespan(layer.fwd), bwd_s=makespan(layer.bwd), params=layer.params,
-            activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
-            boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
-            fwd_flop=layer.fwd_flop, bwd_flop=layer.bwd_flop,
-        )
-        for layer in chain.layers
-    ]
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from archplace.cost.model import CostModel, SystolicCostModel
+from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
@@ -87,27 +88,40 @@ def rank(results: Sequence[DesignResult]) -> tuple[DesignResult, ...]:
                                                 r.area_mm2, r.accelerator.name)))
 
 
+def _evaluate(acc: Accelerator, chains: dict[int, Any], cluster: Cluster, global_batch: int,
+              recomputes: tuple[Recompute, ...]) -> DesignResult:
+    """One design, in a worker (a fresh cost model: its cache stays in the worker)."""
+    return evaluate_design(acc, chains, cluster, global_batch, recomputes, SystolicCostModel(cluster))
+
+
 def run_search(request: SearchRequest, progress: Progress | None = None,
-               cost: CostModel | None = None) -> SearchResult:
-    """Evaluate every design of ``request`` (graphs are extracted once per micro-batch).
+               executor: Executor | None = None) -> SearchResult:
+    """Evaluate every design of ``request``; graphs are extracted once per micro-batch.
 
     Args:
         request: the search.
-        progress: called after each design with its result (e.g. to advance a progress bar).
-        cost: per-operator cost model (default :class:`SystolicCostModel`).
+        progress: called in this process with each design's result as it finishes.
+        executor: where evaluations run (default: in this process, one after another).
 
     Raises:
         ConfigError, ExtractionError: bad model or options.
     """
-    cost = cost or SystolicCostModel(request.cluster)
     chains = {b: cached_chain(request.model, ExtractOptions(b, request.model.seq_len))
               for b in sorted(set(request.micro_batches))}
     results = []
-    for acc in request.designs:
-        result = evaluate_design(acc, chains, request.cluster, request.global_batch,
-                                 request.recomputes, cost)
-        results.append(result)
-        if progress is not None:
-            progress(result)
+    if executor is None:
+        for acc in request.designs:
+            result = _evaluate(acc, chains, request.cluster, request.global_batch, request.recomputes)
+            results.append(result)
+            if progress is not None:
+                progress(result)
+    else:
+        futures = [executor.submit(_evaluate, acc, chains, request.cluster, request.global_batch,
+                                   request.recomputes) for acc in request.designs]
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            if progress is not None:
+                progress(result)
     log.info("evaluated %d designs", len(results))
     return SearchResult(rank(results), request.model.name, request.cluster.devices, request.global_batch)

@@ -1,0 +1,102 @@
+"""Layer costs for placement: a layer chain on one chip -> one :class:`LayerCost` per layer.
+
+Each distinct layer graph (the repeated blocks share one) is scheduled once on
+the chip's cores; its makespan is the layer's forward or backward time per
+micro-batch.  The part of it spent in TP collectives, and the time selective
+recomputation needs to re-run the attention core, are attributed here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from archplace.cost.model import CostModel
+from archplace.hardware.accelerator import Accelerator
+from archplace.placement.plan import LayerCost
+from archplace.schedule.list_scheduler import list_schedule
+from archplace.schedule.problem import ScheduleProblem
+from archplace.workload.graph import OpGraph, OpKind, renumber
+from archplace.workload.layers import Layer, LayerChain
+
+Makespan = Callable[[ScheduleProblem], float]
+
+
+def list_makespan_s(problem: ScheduleProblem) -> float:
+    """Makespan of the critical-path list schedule, in seconds (the default scheduler)."""
+    return list_schedule(problem).makespan_s
+
+
+@dataclass(frozen=True)
+class _GraphTimes:
+    makespan_s: float
+    collective_s: float
+
+
+def _subgraph(graph: OpGraph, names: Iterable[str]) -> OpGraph:
+    """Operators of ``graph`` named in ``names`` (or having one of them fused in)."""
+    wanted = set(names)
+    return renumber([op for op in graph.ops if op.name in wanted or wanted.intersection(op.fused)])
+
+
+def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
+                makespan: Makespan = list_makespan_s) -> list[LayerCost]:
+    """One :class:`LayerCost` per layer of ``chain`` on ``acc`` (per micro-batch, per device).
+
+    Args:
+        chain: layers for one (micro-batch, sequence, TP width).
+        acc: the chip.
+        cost: per-operator cost model (with a cluster when the graphs hold TP collectives).
+        makespan: scheduler giving a layer graph's makespan (default: list scheduler).
+
+    Returns:
+        Layer costs in chain order. ``tp_comm_*_s`` is the collectives' summed latency
+        (at most the makespan); ``selective_recompute_s`` the makespan of the attention
+        core's forward operators.
+    """
+    times: dict[int, _GraphTimes] = {}
+
+    def graph_times(graph: OpGraph) -> _GraphTimes:
+        key = id(graph)
+        if key not in times:
+            if not graph.ops:
+                times[key] = _GraphTimes(0.0, 0.0)
+            else:
+                problem = ScheduleProblem.from_graph(graph, acc, cost)
+                span = makespan(problem)
+                comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
+                           if op.kind is OpKind.COLLECTIVE)
+                times[key] = _GraphTimes(span, min(comm, span))
+        return times[key]
+
+    selective: dict[int, float] = {}
+
+    def selective_s(layer: Layer) -> float:
+        key = id(layer.fwd)
+        if key not in selective:
+            core = _subgraph(layer.fwd, layer.selective_ops) if layer.selective_ops else OpGraph(())
+            selective[key] = graph_times(core).makespan_s if core.ops else 0.0
+        return selective[key]
+
+    out = []
+    for layer in chain.layers:
+        fwd, bwd = graph_times(layer.fwd), graph_times(layer.bwd)
+        out.append(LayerCost(
+            name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
+            activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
+            boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
+            fwd_flop=layer.fwd_flop, bwd_flop=layer.bwd_flop,
+            selective_activation_bytes=layer.selective_activation_bytes,
+            selective_recompute_s=selective_s(layer),
+            tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
+        ))
+    return out
+
+
+CostKey = tuple[int, int, bool]  # (tp, micro_batch, sp)
+
+
+def costs_by_key(chains: Mapping[CostKey, LayerChain], acc: Accelerator, cost: CostModel,
+                 makespan: Makespan = list_makespan_s) -> dict[CostKey, list[LayerCost]]:
+    """:func:`layer_costs` of every chain, keyed like ``chains`` by (tp, micro_batch, sp)."""
+    return {key: layer_costs(chain, acc, cost, makespan) for key, chain in chains.items()}

@@ -1,0 +1,436 @@
+"""Exact best-first search over parallel plans (the engine of ``solver.plan_search``).
+
+A *candidate* fixes everything but the stage split: family (TP width t, micro-batch b, SP flag,
+recompute policy -- one table of layer costs), schedule and chunks v, pipeline depth p, DP
+degree d (hence m micro-batches), ZeRO-1 and DP overlap. Its best iteration time is
+
+    min over splits into s = p v segments of  K * max_c T_c + max_c Y_c,   K = v m + p - 1,
+
+subject to every segment fitting in HBM at its position (in-flight count), where T_c is the
+segment's time per micro-batch (position-dependent only through its p2p link) and Y_c its DP +
+optimizer tail (:meth:`SegmentTables.tail`). The minimum is attained at a point of the Pareto
+front of (max T, max Y) over feasible splits, and the front is enumerated exactly: tau = the
+least max T (a min-max DP, :mod:`archplace.placement.kernels`) among splits with max Y below the
+previous point's, then y = the least max Y among splits with max T <= tau, and so on. Without
+overlap Y is a non-decreasing function of the segment's parameter count, so the front of
+(max T, max params) is computed once per memory configuration and serves every d, ZeRO setting
+and the no-overlap objective; with overlap Y also depends on the segment's backward time and
+the front of (max T, max Y) is enumerated per candidate.
+
+Candidates are visited in order of a lower bound (best first), refined lazily: (0) the chain's
+total time over s and its largest layer, and the smallest possible parameter count of the
+largest device, (1) the exact min-max of time ignoring memory and p2p and a memory screen that
+holds for every schedule (:meth:`SegmentTables.loose_memory_bound`), (2) the exact memory-aware
+tau of the (max T, max params) front. The search stops when the next bound exceeds the k-th
+best iteration time found (with a relative slack of 1e-9 for rounding), so the k best
+candidates are exact. Two dominance rules skip work: memory needs never grow with d, so a
+configuration that does not fit at some d does not fit at a smaller d; and ZeRO-1 masks equal to
+the unsharded ones (and to the no-optimizer-state ones) share their fronts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from archplace.placement.kernels import first_split, fits_greedily, min_max
+from archplace.placement.memory import GRADIENT_BYTES_PER_PARAM, interleaved_in_flight_chunks
+from archplace.placement.plan import (
+    RECOMPUTE_ORDER,
+    SCHEDULE_ORDER,
+    LayerCost,
+    PipelineSchedule,
+    Plan,
+    Recompute,
+    TrainingSetup,
+)
+from archplace.placement.tables import INFINITE_SHARDS, FloatArray, SegmentTables
+from archplace.placement.timing import (
+    dp_allreduce_time_s,
+    optimizer_step_time_s,
+)
+
+SLACK = 1e-9
+"""Relative slack of every prune: bounds and objectives are floating-point sums."""
+
+TIE_RTOL = 1e-12
+"""Front points of one candidate within this relative distance are ties (split by stages)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One table of layer costs: (tp, micro_batch, sp) and a recompute policy."""
+
+    tp: int
+    micro_batch: int
+    sp: bool
+    recompute: Recompute
+    layers: Sequence[LayerCost]
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """Schedule, chunks and the objective options of a block of candidates."""
+
+    schedule: PipelineSchedule
+    chunks: int
+    zero: bool
+    overlap: bool
+
+
+@dataclass(slots=True)
+class Found:
+    """A candidate's exact optimum: its objective and the front points attaining it."""
+
+    value: float
+    rank: tuple[object, ...]
+    family: int
+    variant: Variant
+    p: int
+    d: int
+    m: int
+    points: list[tuple[float, float]]
+
+
+@dataclass(slots=True)
+class _FamilyState:
+    family: Family
+    tables: SegmentTables | None = None
+    fronts: dict[tuple[object, ...], list[tuple[float, float]]] = field(default_factory=dict)
+    infeasible_at: dict[tuple[object, ...], int] = field(default_factory=dict)
+    canonical: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    layer_base_max: float = 0.0
+    layer_base_sum: float = 0.0
+    layer_params_max: float = 0.0
+    params_sum: float = 0.0
+
+
+@dataclass(slots=True)
+class _Block:
+    """The candidates of one family and variant, sorted by their current bounds."""
+
+    family: int
+    variant: Variant
+    p: npt.NDArray[np.int64]
+    d: npt.NDArray[np.int64]
+    m: npt.NDArray[np.int64]
+    bound: FloatArray
+    refined: bool = False
+    next: int = 0
+
+
+def in_flight_per_position(schedule: PipelineSchedule, p: int, m: int, chunks: int) -> list[int]:
+    """In-flight count of every segment position: 1F1B min(p - j, m), GPipe m, interleaved the
+    chunk-micro-batches of the segment's device."""
+    if schedule is PipelineSchedule.INTERLEAVED:
+        per_device = [interleaved_in_flight_chunks(j, p, m, chunks) for j in range(p)]
+        return [per_device[c % p] for c in range(p * chunks)]
+    if schedule is PipelineSchedule.GPIPE:
+        return [m] * p
+    return [min(p - j, m) for j in range(p)]
+
+
+class Search:
+    """Best-first search of the top-k candidates (see the module docstring)."""
+
+    def __init__(self, families: Sequence[Family], variants: Sequence[Variant],
+                 setup: TrainingSetup, top_k: int) -> None:
+        self.setup = setup
+        self.top_k = top_k
+        self.variants = list(variants)
+        self.states = []
+        for fam in families:
+            state = _FamilyState(fam)
+            base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
+                    for layer in fam.layers]
+            state.layer_base_max = max(base)
+            state.layer_base_sum = float(sum(base))
+            state.layer_params_max = float(max(layer.params for layer in fam.layers))
+            state.params_sum = float(sum(layer.params for layer in fam.layers))
+            self.states.append(state)
+        self.found: list[Found] = []
+        self.cutoff = np.inf
+        self.any_candidate = False
+
+    # ------------------------------------------------------------------ candidates
+
+    def grid(self, fam: Family, n: int, variant: Variant) -> tuple[npt.NDArray[np.int64], ...]:
+        """(p, d, m) of every valid candidate of a family and schedule (see
+        ``timing.micro_batch_count`` for the micro-batch rule)."""
+        setup = self.setup
+        devices = setup.cluster.devices
+        v = variant.chunks
+        interleaved = variant.schedule is PipelineSchedule.INTERLEAVED
+        depths = np.arange(2 if interleaved else 1, min(n // v, devices // fam.tp) + 1)
+        widths = devices // (fam.tp * depths)
+        p = np.repeat(depths, widths).astype(np.int64)
+        d = (np.arange(len(p)) - np.repeat(np.cumsum(widths) - widths, widths) + 1).astype(np.int64)
+        per_step = fam.micro_batch * d
+        g = setup.global_batch
+        if setup.dp_must_divide_batch:
+            valid = g % per_step == 0
+            m = g // per_step
+            if interleaved:
+                valid &= m % p == 0
+        else:
+            valid = np.ones(len(p), dtype=bool)
+            m = -(-g // per_step)
+            if interleaved:
+                m = p * -(-m // p)
+        return p[valid], d[valid], m[valid]
+
+    def _bound0(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                d: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> FloatArray:
+        """Level-0 lower bound of every candidate of a block."""
+        v = variant.chunks
+        s = p * v
+        t_low = np.maximum(state.layer_base_max, state.layer_base_sum / s)
+        params = np.maximum(v * state.layer_params_max, state.params_sum / p)
+        return (v * m + p - 1) * t_low + self._tail_bound(state.family, variant, p, d, params)
+
+    def _tail_bound(self, fam: Family, variant: Variant, p: npt.NDArray[np.int64],
+                    d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
+        """DP + optimizer tail of a device with ``params`` (charged) parameters, exposure 0 with
+        overlap: a lower bound of the tail when params bounds the largest device from below."""
+        setup = self.setup
+        shards = d if variant.zero else 1
+        out: FloatArray = np.asarray(optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s,
+                                                           setup.optimizer) * params / shards,
+                                     dtype=np.float64)
+        if not variant.overlap:
+            cluster = setup.cluster
+            span = fam.tp * p * (d - 1) + 1
+            intra = span <= cluster.devices_per_node
+            alpha = np.where(intra, cluster.intra_node_latency_s, cluster.inter_node_latency_s)
+            beta = np.where(intra, cluster.intra_node_bandwidth_bytes_per_s,
+                            cluster.inter_node_bandwidth_bytes_per_s)
+            ar = 2.0 * (d - 1) / d * (GRADIENT_BYTES_PER_PARAM * params) / beta + 2.0 * (d - 1) * alpha
+            out = out + np.where(d > 1, ar, 0.0)
+        return out
+
+    def run(self) -> list[Found]:
+        """Visit candidates best bound first; returns every found optimum within the cutoff.
+
+        Blocks (one family x variant) enter the heap with their level-0 bounds; the first time a
+        block surfaces its bounds are refined to level 1 at once (vectorised) and it re-enters.
+        """
+        heap: list[tuple[float, int, int, int]] = []
+        blocks: list[_Block] = []
+        grids: dict[tuple[int, int, PipelineSchedule, int, int], tuple[npt.NDArray[np.int64], ...]] = {}
+        counter = itertools.count()
+        for f, state in enumerate(self.states):
+            fam = state.family
+            n = len(fam.layers)
+            for variant in self.variants:
+                key = (fam.tp, fam.micro_batch, variant.schedule, variant.chunks, n)
+                if key not in grids:
+                    grids[key] = self.grid(fam, n, variant)
+                p, d, m = grids[key]
+                if not len(p):
+                    continue
+                self.any_candidate = True
+                bound = self._bound0(state, variant, p, d, m)
+                blocks.append(_Block(f, variant, p, d, m, bound))
+                heapq.heappush(heap, (float(bound.min()), self._variant_rank(variant),
+                                      next(counter), len(blocks) - 1))
+        while heap:
+            next_bound, _, _, b = heapq.heappop(heap)
+            if next_bound > self.cutoff * (1 + SLACK):
+                break
+            block = blocks[b]
+            if not block.refined:
+                self._refine(block)
+            else:
+                i = block.next
+                self._visit(block.family, block.variant, int(block.p[i]), int(block.d[i]),
+                            int(block.m[i]))
+                block.next = i + 1
+            if block.next < len(block.p):
+                heapq.heappush(heap, (float(block.bound[block.next]),
+                                      self._variant_rank(block.variant), next(counter), b))
+        limit = self.cutoff * (1 + SLACK)
+        return [found for found in self.found if found.value <= limit]
+
+    def _refine(self, block: _Block) -> None:
+        """Level-1 bounds of a whole block: drop the candidates no split of which can fit (loose
+        memory screen) and bound the rest by K * (exact min-max time ignoring memory and p2p) +
+        the tail bound; sort by the new bound."""
+        state = self.states[block.family]
+        tab = self._tables(state)
+        variant = block.variant
+        v = variant.chunks
+        s = block.p * v
+        keep = tab.loose_memory_bound()[s] <= self.setup.hbm_bytes * (1 + 1e-12)
+        p, d, m = block.p[keep], block.d[keep], block.m[keep]
+        params = np.maximum(v * state.layer_params_max, state.params_sum / p)
+        bound = ((v * m + p - 1) * tab.time_bound()[p * v]
+                 + self._tail_bound(state.family, variant, p, d, params))
+        order = np.lexsort((p, p * d, bound))
+        block.p, block.d, block.m, block.bound = p[order], d[order], m[order], bound[order]
+        block.refined = True
+        block.next = 0
+
+    @staticmethod
+    def _variant_rank(variant: Variant) -> int:
+        # dominating options first at equal bounds: ZeRO, overlap, then 1F1B before GPipe
+        return ((0 if variant.zero else 2) + (0 if variant.overlap else 1)) * 3 \
+            + SCHEDULE_ORDER.index(variant.schedule)
+
+    # ------------------------------------------------------------------ one candidate
+
+    def tables_of(self, family: int) -> SegmentTables:
+        """The segment tables of family ``family`` (built on first use)."""
+        return self._tables(self.states[family])
+
+    def _tables(self, state: _FamilyState) -> SegmentTables:
+        if state.tables is None:
+            fam = state.family
+            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute)
+        return state.tables
+
+    def _visit(self, f: int, variant: Variant, p: int, d: int, m: int) -> None:
+        state = self.states[f]
+        group = (variant.schedule, variant.chunks, p, variant.zero)
+        if state.infeasible_at.get(group, 0) >= d:
+            return
+        fam = state.family
+        tab = self._tables(state)
+        v = variant.chunks
+        k_factor = v * m + p - 1
+        limit = self.cutoff * (1 + SLACK)
+        in_flight = in_flight_per_position(variant.schedule, p, m, v)
+        shards = self._canonical_shards(state, tab, d if variant.zero else 1, v, max(in_flight))
+        mem_key = (variant.schedule, v, p, tuple(in_flight), shards)
+        front = state.fronts.get(mem_key)
+        if front is None:
+            if v == 1 and not _fits(tab.capacity(shards), in_flight):
+                front = []
+            else:
+                front = self._front(tab, p, v, in_flight, shards, tab.params, None)
+            state.fronts[mem_key] = front
+        if not front:
+            state.infeasible_at[group] = max(d, state.infeasible_at.get(group, 0))
+            return
+        if not variant.overlap:
+            values = [k_factor * tau + self._tail_of(fam, variant, p, d, v * pmax)
+                      for tau, pmax in front]
+            best = min(values)
+            points = [(tau, pmax) for (tau, pmax), value in zip(front, values, strict=True)
+                      if value <= best * (1 + TIE_RTOL)]
+        else:
+            step = optimizer_step_time_s(1.0, self.setup.hbm_bandwidth_bytes_per_s,
+                                         self.setup.optimizer) / (d if variant.zero else 1)
+            if min(k_factor * tau + step * v * pmax for tau, pmax in front) > limit:
+                return
+            tail = tab.tail(pp=p, dp=d, chunks=v, zero=variant.zero, overlap=True)
+            floor = float(tail[tab.upper].min())
+
+            def stop(tau: float) -> bool:
+                return k_factor * tau + floor > self.cutoff * (1 + SLACK)
+            exact = self._front(tab, p, v, in_flight, shards, tail, stop)
+            if not exact:
+                return
+            values = [k_factor * tau + y for tau, y in exact]
+            best = min(values)
+            points = [pt for pt, value in zip(exact, values, strict=True)
+                      if value <= best * (1 + TIE_RTOL)]
+        if best > limit:
+            return
+        rank = (fam.tp * p * d, p, fam.tp, v, fam.micro_batch, RECOMPUTE_ORDER.index(fam.recompute),
+                SCHEDULE_ORDER.index(variant.schedule), fam.sp, variant.zero, variant.overlap)
+        self.found.append(Found(best, rank, f, variant, p, d, m, points))
+        self._update_cutoff()
+
+    def _update_cutoff(self) -> None:
+        if len(self.found) < self.top_k:
+            return
+        values = sorted(found.value for found in self.found)
+        self.cutoff = values[self.top_k - 1]
+        limit = self.cutoff * (1 + SLACK)
+        self.found = [found for found in self.found if found.value <= limit]
+
+    def _tail_of(self, fam: Family, variant: Variant, p: int, d: int, params: float) -> float:
+        setup = self.setup
+        return (dp_allreduce_time_s(setup.cluster, tp=fam.tp, pp=p, dp=d, params=params)
+                + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s, setup.optimizer,
+                                        d if variant.zero else 1))
+
+    def _canonical_shards(self, state: _FamilyState, tab: SegmentTables, shards: int, v: int,
+                          k_top: int) -> int:
+        """``shards``, or 1 when the ZeRO-1 capacity table equals the unsharded one for every
+        in-flight count up to k_top (then they share fronts), decided through the sandwich
+        unsharded <= sharded <= no optimizer state."""
+        if shards == 1:
+            return 1
+        key = (v, k_top, 0)
+        verdict = state.canonical.get(key)
+        if verdict is None:
+            low = np.minimum(tab.capacity(1, v), k_top)
+            high = np.minimum(tab.capacity(INFINITE_SHARDS, v), k_top)
+            verdict = 1 if np.array_equal(low, high) else 0
+            state.canonical[key] = verdict
+        return 1 if verdict == 1 else shards
+
+    def _front(self, tab: SegmentTables, p: int, v: int, in_flight: Sequence[int], shards: int,
+               second: FloatArray, stop: Callable[[float], bool] | None
+               ) -> list[tuple[float, float]]:
+        """The Pareto front of (max segment time, max ``second``) over fitting splits, as
+        (tau, y) points with increasing tau; enumeration stops early when ``stop(tau)``."""
+        n, s = tab.n, p * v
+        capacity = tab.capacity(shards, v)
+        times = [tab.segment_time(link) for link in tab.position_links(p, v)]
+        points: list[tuple[float, float]] = []
+        y_cap = np.inf
+        while True:
+            def t_block(c: int, rows: slice, cols: slice, y_cap: float = y_cap) -> FloatArray:
+                ok = (capacity[rows, cols] >= in_flight[c]) & (second[rows, cols] < y_cap)
+                return np.where(ok, times[c][rows, cols], np.inf)
+            tau = min_max(t_block, n, s)
+            if not np.isfinite(tau) or (stop is not None and stop(tau)):
+                break
+
+            def y_block(c: int, rows: slice, cols: slice, tau: float = tau) -> FloatArray:
+                ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= tau)
+                return np.where(ok, second[rows, cols], np.inf)
+            y = min_max(y_block, n, s)
+            points.append((tau, y))
+            y_cap = y
+        return points
+
+    def split(self, found: Found, point: tuple[float, float]) -> tuple[tuple[int, int], ...]:
+        """The lexicographically smallest split attaining ``point`` of a found candidate."""
+        tab = self._tables(self.states[found.family])
+        variant = found.variant
+        v = variant.chunks
+        in_flight = in_flight_per_position(variant.schedule, found.p, found.m, v)
+        capacity = tab.capacity(found.d if variant.zero else 1, v)
+        second = (tab.tail(pp=found.p, dp=found.d, chunks=v, zero=variant.zero, overlap=True)
+                  if variant.overlap else tab.params)
+        times = [tab.segment_time(link) for link in tab.position_links(found.p, v)]
+        tau, y = point
+
+        def block(c: int, rows: slice, cols: slice) -> FloatArray:
+            ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= tau)
+            return np.where(ok, second[rows, cols], np.inf)
+        return first_split(block, tab.n, found.p * v, y)
+
+    def plan(self, found: Found, stages: tuple[tuple[int, int], ...]) -> Plan:
+        """The Plan of a found candidate with the given stages."""
+        fam = self.states[found.family].family
+        variant = found.variant
+        return Plan(tp=fam.tp, pp=found.p, dp=found.d, micro_batch=fam.micro_batch,
+                    recompute=fam.recompute, stages=stages, schedule=variant.schedule,
+                    chunks=variant.chunks, sp=fam.sp, zero=variant.zero,
+                    dp_overlap=variant.overlap)
+
+
+def _fits(capacity: npt.NDArray[np.int64], in_flight: Sequence[int]) -> bool:
+    """Whether some split fits (1F1B and GPipe only: see ``kernels.fits_greedily``)."""
+    def column(c: int, lo: int, x: int) -> FloatArray:
+        return (in_flight[c] - capacity[lo:x, x - 1]).astype(np.float64)
+    return fits_greedily(column, capacity.shape[0], len(in_flight), 0.0)

@@ -1,0 +1,196 @@
+"""``plan`` and ``evaluate``: a model on a cluster of known chips, end to end.
+
+Model + hardware preset + cluster size -> layer chains for every (TP width,
+micro-batch, SP) asked for (graph cache) -> layer costs on the chip (cost model
+with the cluster's links for TP collectives, list-scheduled layers) -> the
+placement engine (:mod:`archplace.placement.solver`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from archplace.cost.model import SystolicCostModel
+from archplace.errors import ConfigError
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.presets import load_accelerator, load_cluster
+from archplace.placement.costs import CostKey, costs_by_key
+from archplace.placement.pipeline import evaluate_plan
+from archplace.placement.plan import (
+    LayerCost,
+    Optimizer,
+    PipelineSchedule,
+    Plan,
+    PlanResult,
+    Recompute,
+    TrainingSetup,
+)
+from archplace.placement.solver import plan_search
+from archplace.workload.cache import cached_chain
+from archplace.workload.extract import ExtractOptions, check_tp
+from archplace.workload.zoo import ModelSpec, load_model
+
+MAX_TP = 64  # widest TP width tried by default
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A model on a cluster: everything but the plan.
+
+    Attributes:
+        spec: the model (sequence length applied).
+        acc: the chip.
+        setup: cluster, global batch, sequence, memory and peak of a device.
+    """
+
+    spec: ModelSpec
+    acc: Accelerator
+    setup: TrainingSetup
+
+
+def problem(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
+            optimizer: str = "adam", dp_must_divide_batch: bool = True) -> Problem:
+    """Load and check a model, a hardware preset (or YAML) and the training setup.
+
+    Raises:
+        ConfigError: unknown model or preset, non-positive sizes, a preset without cluster links.
+    """
+    for name, value in (("--devices", devices), ("--global-batch", global_batch)):
+        if value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+    spec = load_model(model)
+    if seq_len is not None:
+        spec = spec.with_seq_len(seq_len)
+    acc = load_accelerator(hardware)
+    cluster = load_cluster(hardware, devices)
+    try:
+        opt = Optimizer(optimizer)
+    except ValueError:
+        raise ConfigError(f"unknown optimizer {optimizer!r}; choose from: "
+                          f"{', '.join(o.value for o in Optimizer)}") from None
+    setup = TrainingSetup(cluster, global_batch, spec.seq_len, acc.hbm_bytes,
+                          acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s, optimizer=opt,
+                          dp_must_divide_batch=dp_must_divide_batch)
+    return Problem(spec, acc, setup)
+
+
+def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple[int, ...]:
+    """Powers of two up to ``min(devices, limit)`` that divide the heads, KV heads and FFN size."""
+    widths = []
+    t = 1
+    while t <= min(devices, limit):
+        try:
+            check_tp(spec, t)
+            widths.append(t)
+        except ConfigError:
+            pass
+        t *= 2
+    return tuple(widths)
+
+
+def layer_costs_for(prob: Problem, keys: Sequence[CostKey]) -> dict[CostKey, list[LayerCost]]:
+    """Layer costs of ``prob``'s model on its chip for each (tp, micro_batch, sp) key.
+
+    Raises:
+        ConfigError: a TP width the model cannot be split by.
+    """
+    chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key[1], seq_len=prob.spec.seq_len,
+                                                          tp=key[0], sp=key[2] and key[0] > 1))
+              for key in keys}
+    return costs_by_key(chains, prob.acc, SystolicCostModel(prob.setup.cluster))
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """The options ``plan`` searches (each a tuple of the values to try).
+
+    ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
+    """
+
+    tps: tuple[int, ...] | None = None
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    sps: tuple[bool, ...] = (False, True)
+    recomputes: tuple[Recompute, ...] = tuple(Recompute)
+    schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
+    chunks: tuple[int, ...] = (2, 4)
+    zero: tuple[bool, ...] = (False, True)
+    dp_overlap: tuple[bool, ...] = (False, True)
+
+
+def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[PlanResult]:
+    """The ``top_k`` best plans of ``prob`` over ``space``, best first.
+
+    Raises:
+        ConfigError: an invalid option (e.g. a TP width that does not divide the heads).
+        InfeasibleError: no plan fits, with the closest candidate's numbers.
+    """
+    if top_k <= 0:
+        raise ConfigError(f"--top must be positive, got {top_k}")
+    devices = prob.setup.cluster.devices
+    tps = space.tps if space.tps is not None else valid_tp_widths(prob.spec, devices)
+    for t in tps:
+        check_tp(prob.spec, t)
+        if t > devices:
+            raise ConfigError(f"TP width {t} exceeds the {devices} devices")
+    keys = [(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps if t > 1 or not sp]
+    costs = layer_costs_for(prob, keys)
+    return plan_search(costs, prob.setup, recomputes=space.recomputes, schedules=space.schedules,
+                       chunks=space.chunks, zero=space.zero, dp_overlap=space.dp_overlap, top_k=top_k)
+
+
+def even_stages(n_layers: int, stages: int) -> tuple[tuple[int, int], ...]:
+    """Megatron-LM's split: blocks divided evenly (earlier stages take the remainder), the
+    embedding on the first stage and the head on the last.
+
+    Raises:
+        ConfigError: more stages than blocks.
+    """
+    blocks = n_layers - 2
+    if stages <= 0 or stages > blocks:
+        raise ConfigError(f"cannot split {blocks} blocks into {stages} pipeline stages")
+    base, extra = divmod(blocks, stages)
+    out, first = [], 1
+    for j in range(stages):
+        last = first + base + (1 if j < extra else 0) - 1
+        out.append((0 if j == 0 else first, n_layers - 1 if j == stages - 1 else last))
+        first = last + 1
+    return tuple(out)
+
+
+def parse_stages(text: str, n_layers: int) -> tuple[tuple[int, int], ...]:
+    """``"0-12,13-25,26-49"`` -> ((0, 12), (13, 25), (26, 49)).
+
+    Raises:
+        ConfigError: unparsable text (contiguity is checked by the plan).
+    """
+    out = []
+    for part in text.split(","):
+        try:
+            first, last = (int(x) for x in part.strip().split("-"))
+        except ValueError:
+            raise ConfigError(f"--stages: expected FIRST-LAST ranges separated by commas, got {part!r}") \
+                from None
+        out.append((first, last))
+    if out[-1][1] != n_layers - 1:
+        raise ConfigError(f"--stages must end at the last layer {n_layers - 1} (head), got {out[-1][1]}")
+    return tuple(out)
+
+
+def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
+             schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero: bool = False,
+             dp_overlap: bool = False, stages: str | None = None) -> PlanResult:
+    """Score one fixed plan (stages: Megatron's even split unless given as ``"0-12,13-25,..."``).
+
+    Raises:
+        ConfigError: an invalid plan.
+        InfeasibleError: the plan does not fit in memory (stage and bytes named).
+    """
+    check_tp(prob.spec, tp)
+    costs = layer_costs_for(prob, [(tp, micro_batch, sp and tp > 1)])[(tp, micro_batch, sp and tp > 1)]
+    n = len(costs)
+    pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
+    ranges = parse_stages(stages, n) if stages else even_stages(n, pieces)
+    fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
+                 schedule=schedule, chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap)
+    return evaluate_plan(costs, prob.setup, fixed)

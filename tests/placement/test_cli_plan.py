@@ -1,0 +1,89 @@
+"""`archplace plan` / `archplace evaluate` end to end on a small real model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from archplace.cli import main
+
+GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
+       "vocab_size": 4096}
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("m") / "config.json"
+    path.write_text(json.dumps(GPT))
+    return str(path)
+
+
+def common(model: str) -> list[str]:
+    return ["--model", model, "--hardware", "a100-80gb", "--devices", "16", "--global-batch", "32"]
+
+
+def test_plan_json_and_evaluate_of_its_plan_agree(model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["plan", *common(model), "--tp", "1", "--tp", "2", "--micro-batch", "1",
+                        "--micro-batch", "2", "--top", "3", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    plan = data["plan"]
+    assert set(data) >= {"plan", "iteration_time_s", "throughput_samples_per_s", "tokens_per_s", "mfu",
+                         "breakdown_s", "memory_per_device_bytes", "plans"}
+    assert set(data["breakdown_s"]) == {"compute", "bubble", "recompute", "tp_comm", "pp_comm", "dp_comm",
+                                        "optimizer"}
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["iteration_time_s"], rel=1e-9)
+    assert plan["tp"] * plan["pp"] * plan["dp"] <= 16 and plan["tp"] in (1, 2)
+    times = [p["iteration_time_s"] for p in data["plans"]]
+    assert times == sorted(times) and len(times) == 3
+    flags = ["--tp", str(plan["tp"]), "--pp", str(plan["pp"]), "--dp", str(plan["dp"]),
+             "--micro-batch", str(plan["micro_batch"]), "--recompute", plan["recompute"],
+             "--schedule", plan["schedule"], "--chunks", str(plan["chunks"]),
+             "--stages", ",".join(f"{a}-{b}" for a, b in plan["stages"])]
+    flags += [flag for flag, on in (("--sp", plan["sp"]), ("--zero", plan["zero"]),
+                                    ("--dp-overlap", plan["dp_overlap"])) if on]
+    code, out, _ = run(["evaluate", *common(model), *flags, "--json"], capsys)
+    assert code == 0
+    evaluated = json.loads(out)
+    assert evaluated["iteration_time_s"] == pytest.approx(data["iteration_time_s"], rel=1e-12)
+    assert evaluated["memory_per_device_bytes"] == data["memory_per_device_bytes"]
+
+
+def test_evaluate_even_split_table(model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["evaluate", *common(model), "--tp", "2", "--pp", "2", "--dp", "4",
+                        "--micro-batch", "1", "--recompute", "selective", "--sp"], capsys)
+    assert code == 0 and "iteration time breakdown" in out and "memory per device" in out
+    code, out, _ = run(["evaluate", *common(model), "--tp", "2", "--pp", "2", "--dp", "4",
+                        "--micro-batch", "1", "--json"], capsys)
+    stages = json.loads(out)["plan"]["stages"]
+    assert stages == [[0, 2], [3, 5]]  # embedding + 2 blocks | 2 blocks + head
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--tp", "3", "--pp", "1", "--dp", "1", "--micro-batch", "1"], "TP width 3 does not divide"),
+    (["--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--schedule", "zigzag"],
+     "unknown schedule 'zigzag'"),
+    (["--tp", "1", "--pp", "1", "--dp", "0", "--micro-batch", "1"], "--dp must be positive"),
+    (["--tp", "1", "--pp", "8", "--dp", "1", "--micro-batch", "1"], "cannot split 4 blocks into 8"),
+    (["--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--stages", "0-x"], "--stages"),
+])
+def test_evaluate_bad_input(model: str, extra: list[str], message: str,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["evaluate", *common(model), *extra], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_that_cannot_fit_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["plan", "--model", "llama2-70b", "--hardware", "a100-80gb", "--devices", "2",
+                        "--global-batch", "2", "--seq-len", "256", "--micro-batch", "1", "--tp", "1",
+                        "--tp", "2"], capsys)
+    assert code == 2 and "GiB" in err and len(err.strip().splitlines()) == 1

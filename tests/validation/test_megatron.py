@@ -1,0 +1,59 @@
+"""`evaluate` against published Megatron-LM measurements (Narayanan et al., SC 2021, Table 1).
+
+Each run is evaluated as trained: its TP and PP sizes, DP over the rest of the GPUs, full
+recomputation, 1F1B, micro-batch 1, Megatron's even split of the blocks, on the
+`a100-80gb` preset. The error of the achieved teraFLOP/s per GPU is printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from archplace import api
+from archplace.placement.megatron import TABLE_1, MegatronRun
+
+TOLERANCE = 0.15
+# Pipeline-parallel runs are over-predicted (+16 % / +22 %): kept visible as expected
+# failures until the model explains them (strict: a fix makes them fail loudly).
+PIPELINED = {"39.1B": 0.17, "76.1B": 0.22}
+
+
+def predicted_tflop_per_gpu(run: MegatronRun, tmp_path: Path) -> float:
+    path = tmp_path / f"gpt-{run.name}" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(run.hf_config()))
+    result = api.evaluate(str(path), "a100-80gb", devices=run.gpus, global_batch=run.global_batch,
+                          tp=run.tp, pp=run.pp, dp=run.dp, micro_batch=1, recompute="full",
+                          schedule="1f1b")
+    return run.tflop_per_gpu_of(result.iteration_time_s)
+
+
+@pytest.mark.parametrize("run", [
+    pytest.param(run, id=run.name, marks=pytest.mark.xfail(
+        strict=True, reason=f"pipelined run over-predicted by about {PIPELINED[run.name]:.0%}"))
+    if run.name in PIPELINED else pytest.param(run, id=run.name)
+    for run in TABLE_1
+])
+def test_evaluate_matches_megatron(run: MegatronRun, tmp_path: Path) -> None:
+    ours = predicted_tflop_per_gpu(run, tmp_path)
+    error = (ours - run.tflop_per_gpu) / run.tflop_per_gpu
+    print(f"Megatron-LM {run.name} (t={run.tp}, p={run.pp}, d={run.dp}, {run.gpus} GPUs): "
+          f"ours {ours:.1f} vs published {run.tflop_per_gpu:.0f} TFLOP/s per GPU, error {error:+.1%}")
+    assert abs(error) < TOLERANCE
+
+
+def test_paper_flop_formula_matches_traced_graphs(tmp_path: Path) -> None:
+    """Eq. (3) counts forward + recomputed forward + backward (2x) = 4 forward passes of the
+    matmuls; the traced graphs of the 1.7B model must give the same count within 2 %."""
+    from archplace.workload.extract import ExtractOptions, extract_chain
+    from archplace.workload.zoo import load_model
+
+    run = TABLE_1[0]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(run.hf_config()))
+    chain = extract_chain(load_model(str(path)), ExtractOptions(1, run.seq_len))
+    fwd_matmul = sum(layer.fwd.matmul_flop() for layer in chain.layers)
+    assert run.flop_per_iteration() == pytest.approx(4 * fwd_matmul * run.global_batch, rel=0.02)
