@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from archplace.cost.estimate import estimate_matmul, estimate_model
@@ -19,13 +20,14 @@ from archplace.hardware.space import load_space
 from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
 from archplace.search.executor import make_executor
 from archplace.search.exhaustive import Progress, SearchRequest, SearchResult, run_search
+from archplace.search.store import ResultStore, StoredResult, open_existing
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import load_model, model_preset_summaries
 
 __all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "models", "plan",
-           "search", "search_request"]
+           "results", "search", "search_request"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -194,14 +196,16 @@ def search_request(
 
 
 def search(model: str, *, progress: Progress | None = None, jobs: int | None = 1,
-           executor: str = "local", scheduler: str | None = None, **options: Any) -> SearchResult:
+           executor: str = "local", scheduler: str | None = None, store: str | None = None,
+           **options: Any) -> SearchResult:
     """Search a space of accelerators for the one that trains ``model`` fastest.
 
     Takes the arguments of :func:`search_request` (``space``, ``devices``,
     ``global_batch``, ``seq_len``, ``micro_batches``, ``recompute``, ``cluster``),
     ``progress`` (called with each design's result as it finishes), and where to run:
     ``jobs`` local worker processes (1: in this process), or ``executor="dask"`` (a
-    local Dask cluster, or the one at ``scheduler``).
+    local Dask cluster, or the one at ``scheduler``). With ``store`` (an SQLite file) every
+    result is written as it finishes, and a re-run of the same search resumes from it.
 
     Returns:
         Every evaluated design, best first (``result.best`` is None when nothing fits).
@@ -211,7 +215,17 @@ def search(model: str, *, progress: Progress | None = None, jobs: int | None = 1
         ExtractionError: the model code cannot be traced.
     """
     request = search_request(model, **options)
+    results = ResultStore(Path(store)) if store else None
     if jobs == 1 and executor == "local" and not scheduler:
-        return run_search(request, progress)
+        return run_search(request, progress, store=results)
     with make_executor(executor, jobs, scheduler) as pool:
-        return run_search(request, progress, pool)
+        return run_search(request, progress, pool, results)
+
+
+def results(store: str, *, top: int | None = None) -> list[StoredResult]:
+    """Results in a search store, best first (every search in the file).
+
+    Raises:
+        ConfigError: the file is missing or not a result store.
+    """
+    return list(open_existing(Path(store)).top(limit=top))

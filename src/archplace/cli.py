@@ -15,10 +15,17 @@ from typer.exceptions import TyperException
 
 from archplace import api
 from archplace.errors import ArchplaceError
-from archplace.report.tables import hardware_table, models_table, search_table
+from archplace.report.tables import (
+    hardware_table,
+    models_table,
+    results_table,
+    search_table,
+    write_results_csv,
+)
 from archplace.search.evaluate import DesignResult
 from archplace.search.executor import make_executor
 from archplace.search.exhaustive import run_search
+from archplace.search.store import ResultStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Joint search of accelerator architecture and parallel placement for LLM training.")
@@ -42,6 +49,8 @@ def search(
     executor: Annotated[str, typer.Option(help="local (process pool) | dask.")] = "local",
     scheduler: Annotated[str | None, typer.Option(
         help="Dask scheduler address, e.g. tcp://host:8786 (implies --executor dask).")] = None,
+    store: Annotated[Path | None, typer.Option(
+        help="SQLite file: results written as they finish; re-running resumes.")] = None,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     err = Console(stderr=True)
@@ -63,7 +72,7 @@ def search(
             bar.update(task, rate=f"{rate:.1f} designs/s, last {best:,.0f} samples/s")
 
         with make_executor(executor, jobs, scheduler) as pool:
-            result = run_search(request, advance, pool)
+            result = run_search(request, advance, pool, ResultStore(store) if store else None)
     _stdout().print(search_table(result, top))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +86,23 @@ def search(
 def _stdout() -> Console:
     """Console for results: wide enough for the tables when stdout is not a terminal."""
     return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+@app.command()
+def results(
+    store: Annotated[Path, typer.Argument(help="Result store written by search --store.")],
+    top: Annotated[int, typer.Option(help="Rows to show.")] = 10,
+    csv: Annotated[Path | None, typer.Option(help="Also write every row as CSV here.")] = None,
+) -> None:
+    """Show the results in a search store, best first."""
+    if top <= 0:
+        raise ArchplaceError(f"--top must be positive, got {top}")
+    rows = api.results(str(store))
+    _stdout().print(results_table(rows[:top], str(store)))
+    if csv is not None:
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        write_results_csv(rows, csv)
+        Console(stderr=True).print(f"wrote {csv}")
 
 
 @app.command()

@@ -293,6 +293,23 @@ class Plan:
             "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored).
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            return cls(tp=int(data["tp"]), pp=int(data["pp"]), dp=int(data["dp"]),
+                       micro_batch=int(data["micro_batch"]), recompute=Recompute(data["recompute"]),
+                       stages=tuple((int(a), int(b)) for a, b in data["stages"]),
+                       schedule=PipelineSchedule(data.get("schedule", "1f1b")),
+                       chunks=int(data.get("chunks", 1)), sp=bool(data.get("sp", False)),
+                       zero=bool(data.get("zero", False)), dp_overlap=bool(data.get("dp_overlap", False)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid plan {data!r}: {exc}") from None
+
 
 @dataclass(frozen=True, slots=True)
 class StageMemory:
@@ -316,6 +333,12 @@ class StageMemory:
         return {"stage": self.stage, "weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "activations": self.activations,
                 "working": self.working, "total": self.total}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageMemory:
+        """Inverse of :meth:`to_dict` (``total`` is derived)."""
+        return cls(int(data["stage"]), float(data["weights"]), float(data["gradients"]),
+                   float(data["optimizer"]), float(data["activations"]), float(data.get("working", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,3 +375,19 @@ class PlanResult:
             "breakdown_s": dict(self.breakdown_s),
             "memory_per_device_bytes": [m.to_dict() for m in self.memory],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlanResult:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            return cls(plan=Plan.from_dict(data["plan"]), iteration_time_s=float(data["iteration_time_s"]),
+                       throughput_samples_per_s=float(data["throughput_samples_per_s"]),
+                       tokens_per_s=float(data["tokens_per_s"]), mfu=float(data["mfu"]),
+                       breakdown_s={k: float(v) for k, v in data["breakdown_s"].items()},
+                       memory=tuple(StageMemory.from_dict(m) for m in data["memory_per_device_bytes"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid plan result: {exc}") from None

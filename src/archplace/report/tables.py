@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from archplace.search.exhaustive import SearchResult
+from archplace.search.store import StoredResult
 
 _MIB = 2.0**20
 _GIB = 2.0**30
@@ -52,3 +55,41 @@ def hardware_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         table.add_row(*(f"{row[k]:.4g}" if isinstance(row[k], float) else str(row[k]) for k in keys))
     return table
+
+
+def _flat(row: StoredResult) -> dict[str, Any]:
+    acc, plan = row.result["accelerator"], row.result.get("plan") or {}
+    return {"design": row.design, "feasible": row.feasible, "area_mm2": row.area_mm2,
+            "throughput_samples_per_s": row.throughput_samples_per_s, "mfu": row.result.get("mfu"),
+            "iteration_time_s": row.result.get("iteration_time_s"),
+            "tensor_cores": acc["tensor_cores"], "array_rows": acc["array_rows"],
+            "array_cols": acc["array_cols"], "vector_cores": acc["vector_cores"],
+            "vector_lanes": acc["vector_lanes"], "buffer_bytes": acc["buffer_bytes"],
+            "hbm_bytes": acc["hbm_bytes"], "tp": plan.get("tp"), "pp": plan.get("pp"), "dp": plan.get("dp"),
+            "micro_batch": plan.get("micro_batch"), "recompute": plan.get("recompute"),
+            "infeasible_reason": row.result.get("infeasible_reason")}
+
+
+def results_table(rows: list[StoredResult], title: str) -> Table:
+    """Stored search results: design, area, plan, samples/s, MFU."""
+    table = Table(title=title)
+    for name in ("#", "design", "area mm²", "tp/pp/dp", "micro-batch", "recompute", "samples/s", "MFU"):
+        table.add_column(name, justify="left" if name == "design" else "right")
+    for i, row in enumerate(rows, 1):
+        f = _flat(row)
+        if not row.feasible:
+            table.add_row(str(i), row.design, f"{row.area_mm2:.1f}", "infeasible", "", "", "0", "")
+            continue
+        table.add_row(str(i), row.design, f"{row.area_mm2:.1f}", f"{f['tp']}/{f['pp']}/{f['dp']}",
+                      str(f["micro_batch"]), str(f["recompute"]), f"{row.throughput_samples_per_s:,.1f}",
+                      f"{f['mfu']:.1%}")
+    return table
+
+
+def write_results_csv(rows: list[StoredResult], path: Path) -> None:
+    """Every stored result as one CSV row (chip fields, plan, figures)."""
+    flat = [_flat(row) for row in rows]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["design"])
+        writer.writeheader()
+        writer.writerows(flat)

@@ -54,6 +54,14 @@ class DesignResult:
             out.update(self.best.to_dict())
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DesignResult:
+        """Inverse of :meth:`to_dict` (for results read back from a store)."""
+        acc = Accelerator(**data["accelerator"])
+        if data.get("plan") is None:
+            return cls(acc, float(data["area_mm2"]), None, data.get("infeasible_reason"))
+        return cls(acc, float(data["area_mm2"]), PlanResult.from_dict(data))
+
 
 def evaluate_design(
     acc: Accelerator,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from typing import Any
 
 from archplace.cost.model import SystolicCostModel
@@ -14,6 +16,7 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.plan import Recompute
 from archplace.search.evaluate import DesignResult, evaluate_design
+from archplace.search.store import ResultStore
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.zoo import ModelSpec
@@ -94,34 +97,56 @@ def _evaluate(acc: Accelerator, chains: dict[int, Any], cluster: Cluster, global
     return evaluate_design(acc, chains, cluster, global_batch, recomputes, SystolicCostModel(cluster))
 
 
+def request_identity(request: SearchRequest) -> dict[str, Any]:
+    """Everything that determines a search's results, as JSON (the store's search key)."""
+    return {"model": json.loads(request.model.config_json), "seq_len": request.model.seq_len,
+            "designs": [acc.to_dict() for acc in request.designs], "cluster": request.cluster.to_dict(),
+            "global_batch": request.global_batch, "micro_batches": sorted(set(request.micro_batches)),
+            "recomputes": [r.value for r in request.recomputes], "version": version("archplace")}
+
+
 def run_search(request: SearchRequest, progress: Progress | None = None,
-               executor: Executor | None = None) -> SearchResult:
+               executor: Executor | None = None, store: ResultStore | None = None) -> SearchResult:
     """Evaluate every design of ``request``; graphs are extracted once per micro-batch.
 
     Args:
         request: the search.
-        progress: called in this process with each design's result as it finishes.
+        progress: called in this process with each design's result as it finishes
+            (also for results read back from ``store``).
         executor: where evaluations run (default: in this process, one after another).
+        store: SQLite store; each result is written as it finishes, and designs already
+            in the store for the same request are read back instead of evaluated.
 
     Raises:
         ConfigError, ExtractionError: bad model or options.
     """
-    chains = {b: cached_chain(request.model, ExtractOptions(b, request.model.seq_len))
-              for b in sorted(set(request.micro_batches))}
-    results = []
-    if executor is None:
-        for acc in request.designs:
-            result = _evaluate(acc, chains, request.cluster, request.global_batch, request.recomputes)
-            results.append(result)
+    results: list[DesignResult] = []
+    key = store.begin(request_identity(request)) if store is not None else ""
+    done = store.finished(key) if store is not None else {}
+    for acc in request.designs:
+        if acc.name in done:
+            results.append(DesignResult.from_dict(done[acc.name]))
             if progress is not None:
-                progress(result)
+                progress(results[-1])
+    todo = [acc for acc in request.designs if acc.name not in done]
+
+    def finish(result: DesignResult) -> None:
+        results.append(result)
+        if store is not None:
+            store.record(key, result.accelerator.name, result.to_dict(), result.throughput_samples_per_s,
+                         result.area_mm2, result.best is not None)
+        if progress is not None:
+            progress(result)
+
+    chains = {b: cached_chain(request.model, ExtractOptions(b, request.model.seq_len))
+              for b in sorted(set(request.micro_batches))} if todo else {}
+    if executor is None:
+        for acc in todo:
+            finish(_evaluate(acc, chains, request.cluster, request.global_batch, request.recomputes))
     else:
         futures = [executor.submit(_evaluate, acc, chains, request.cluster, request.global_batch,
-                                   request.recomputes) for acc in request.designs]
+                                   request.recomputes) for acc in todo]
         for future in as_completed(futures):
-            result = future.result()
-            results.append(result)
-            if progress is not None:
-                progress(result)
+            finish(future.result())
     log.info("evaluated %d designs", len(results))
     return SearchResult(rank(results), request.model.name, request.cluster.devices, request.global_batch)
