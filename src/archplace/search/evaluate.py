@@ -8,6 +8,7 @@ distinct layer graph is scheduled once per (design, micro-batch).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster
 from archplace.placement.costs import layer_costs
-from archplace.placement.plan import PlanResult, Recompute, TrainingSetup
+from archplace.placement.plan import LayerCost, PlanResult, Recompute, TrainingSetup
 from archplace.placement.solver import optimal_plan
 from archplace.workload.layers import LayerChain
 
@@ -63,18 +64,30 @@ class DesignResult:
         return cls(acc, float(data["area_mm2"]), PlanResult.from_dict(data))
 
 
-def evaluate_design(
-    acc: Accelerator,
+def core_key(acc: Accelerator) -> Accelerator:
+    """The design without its name and HBM capacity: everything layer costs depend on.
+
+    Designs with the same key share their layer schedules (HBM capacity only changes
+    what fits, which placement checks).
+    """
+    return dataclasses.replace(acc, name="", hbm_bytes=1.0)
+
+
+def evaluate_designs(
+    accs: Sequence[Accelerator],
     chains: Mapping[int, LayerChain],
     cluster: Cluster,
     global_batch: int,
     recomputes: Sequence[Recompute],
     cost: CostModel,
-) -> DesignResult:
-    """Best plan of ``acc`` over every micro-batch in ``chains`` and every recompute choice.
+) -> list[DesignResult]:
+    """Best plan of each design over every micro-batch in ``chains`` and every recompute choice.
+
+    Layer costs (costs and schedules of every layer graph) are computed once for the
+    designs sharing a :func:`core_key` and reused for each of their HBM capacities.
 
     Args:
-        acc: the design.
+        accs: the designs.
         chains: layer chain per micro-batch size.
         cluster: devices and links.
         global_batch: samples per iteration.
@@ -82,28 +95,40 @@ def evaluate_design(
         cost: per-operator cost model.
 
     Returns:
-        The design's best plan (highest throughput; ties: fewer devices), or the
-        reason nothing fits.
+        For each design, in order, its best plan (highest throughput; ties: fewer
+        devices), or the reason nothing fits.
     """
-    best: PlanResult | None = None
-    reasons: list[str] = []
-    for micro_batch, chain in sorted(chains.items()):
-        if global_batch % micro_batch:
-            reasons.append(f"micro-batch {micro_batch} does not divide global batch {global_batch}")
-            continue
-        costs = layer_costs(chain, acc, cost)
-        setup = TrainingSetup(cluster, global_batch, chain.seq_len, acc.hbm_bytes,
-                              acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s)
-        for recompute in recomputes:
-            try:
-                result = optimal_plan(costs, setup, micro_batch=micro_batch, recompute=recompute)
-            except InfeasibleError as exc:
-                reasons.append(f"b={micro_batch} recompute={recompute.value}: {exc}")
+    shared: dict[tuple[Accelerator, int], list[LayerCost]] = {}
+    out = []
+    for acc in accs:
+        best: PlanResult | None = None
+        reasons: list[str] = []
+        for micro_batch, chain in sorted(chains.items()):
+            if global_batch % micro_batch:
+                reasons.append(f"micro-batch {micro_batch} does not divide global batch {global_batch}")
                 continue
-            if best is None or _better(result, best):
-                best = result
-    reason = None if best else (reasons[-1] if reasons else "no micro-batch to evaluate")
-    return DesignResult(acc, area_mm2(acc), best, reason)
+            key = (core_key(acc), micro_batch)
+            if key not in shared:
+                shared[key] = layer_costs(chain, acc, cost)
+            setup = TrainingSetup(cluster, global_batch, chain.seq_len, acc.hbm_bytes,
+                                  acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s)
+            for recompute in recomputes:
+                try:
+                    result = optimal_plan(shared[key], setup, micro_batch=micro_batch, recompute=recompute)
+                except InfeasibleError as exc:
+                    reasons.append(f"b={micro_batch} recompute={recompute.value}: {exc}")
+                    continue
+                if best is None or _better(result, best):
+                    best = result
+        reason = None if best else (reasons[-1] if reasons else "no micro-batch to evaluate")
+        out.append(DesignResult(acc, area_mm2(acc), best, reason))
+    return out
+
+
+def evaluate_design(acc: Accelerator, chains: Mapping[int, LayerChain], cluster: Cluster,
+                    global_batch: int, recomputes: Sequence[Recompute], cost: CostModel) -> DesignResult:
+    """:func:`evaluate_designs` of one design."""
+    return evaluate_designs([acc], chains, cluster, global_batch, recomputes, cost)[0]
 
 
 def _better(a: PlanResult, b: PlanResult) -> bool:

@@ -15,7 +15,7 @@ from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.plan import Recompute
-from archplace.search.evaluate import DesignResult, evaluate_design
+from archplace.search.evaluate import DesignResult, core_key, evaluate_designs
 from archplace.search.store import ResultStore
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
@@ -91,10 +91,10 @@ def rank(results: Sequence[DesignResult]) -> tuple[DesignResult, ...]:
                                                 r.area_mm2, r.accelerator.name)))
 
 
-def _evaluate(acc: Accelerator, chains: dict[int, Any], cluster: Cluster, global_batch: int,
-              recomputes: tuple[Recompute, ...]) -> DesignResult:
-    """One design, in a worker (a fresh cost model: its cache stays in the worker)."""
-    return evaluate_design(acc, chains, cluster, global_batch, recomputes, SystolicCostModel(cluster))
+def _evaluate(accs: list[Accelerator], chains: dict[int, Any], cluster: Cluster, global_batch: int,
+              recomputes: tuple[Recompute, ...]) -> list[DesignResult]:
+    """Designs sharing a core configuration, in a worker (a fresh cost model per task)."""
+    return evaluate_designs(accs, chains, cluster, global_batch, recomputes, SystolicCostModel(cluster))
 
 
 def request_identity(request: SearchRequest) -> dict[str, Any]:
@@ -140,13 +140,18 @@ def run_search(request: SearchRequest, progress: Progress | None = None,
 
     chains = {b: cached_chain(request.model, ExtractOptions(b, request.model.seq_len))
               for b in sorted(set(request.micro_batches))} if todo else {}
+    groups: dict[Accelerator, list[Accelerator]] = {}
+    for acc in todo:  # one task per core configuration: its HBM variants share layer schedules
+        groups.setdefault(core_key(acc), []).append(acc)
     if executor is None:
-        for acc in todo:
-            finish(_evaluate(acc, chains, request.cluster, request.global_batch, request.recomputes))
+        for group in groups.values():
+            for result in _evaluate(group, chains, request.cluster, request.global_batch, request.recomputes):
+                finish(result)
     else:
-        futures = [executor.submit(_evaluate, acc, chains, request.cluster, request.global_batch,
-                                   request.recomputes) for acc in todo]
+        futures = [executor.submit(_evaluate, group, chains, request.cluster, request.global_batch,
+                                   request.recomputes) for group in groups.values()]
         for future in as_completed(futures):
-            finish(future.result())
+            for result in future.result():
+                finish(result)
     log.info("evaluated %d designs", len(results))
     return SearchResult(rank(results), request.model.name, request.cluster.devices, request.global_batch)
