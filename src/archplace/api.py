@@ -15,12 +15,15 @@ from typing import Any
 
 from archplace.cost.estimate import estimate_matmul, estimate_model
 from archplace.errors import ConfigError
-from archplace.hardware.presets import load_cluster, preset_summaries
+from archplace.hardware.area import area_mm2
+from archplace.hardware.power import tdp_w
+from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
 from archplace.hardware.space import load_space
 from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
 from archplace.search.executor import make_executor
-from archplace.search.exhaustive import Progress, SearchRequest, SearchResult, run_search
+from archplace.search.exhaustive import Objective, Progress, SearchRequest, SearchResult, run_search
 from archplace.search.store import ResultStore, StoredResult, open_existing
+from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.summary import chain_summary
@@ -164,6 +167,10 @@ def search_request(
     micro_batches: Iterable[int] = (1, 2, 4, 8),
     recompute: Iterable[str] = ("both",),
     cluster: str | None = None,
+    objective: str = "throughput",
+    area_budget: str | float | None = None,
+    power_budget: str | float | None = None,
+    baseline: str | None = "tpuv4",
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -176,6 +183,10 @@ def search_request(
         micro_batches: micro-batch sizes to try.
         recompute: ``none``, ``full`` or ``both``.
         cluster: hardware preset (or YAML) whose links the cluster uses (default: the space's base).
+        objective: ``throughput`` (samples/s) or ``throughput-per-watt`` (per watt of TDP, WHAM).
+        area_budget: keep designs of at most this area (``"280 mm2"``; default: the space's rule).
+        power_budget: keep designs of at most this TDP (``"300 W"``).
+        baseline: hardware preset evaluated the same way for comparison (None: none).
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, non-positive sizes.
@@ -191,8 +202,23 @@ def search_request(
         spec = spec.with_seq_len(seq_len)
     search_space = load_space(space)
     links = load_cluster(cluster or search_space.base, devices)
-    return SearchRequest(spec, search_space.designs(), links, global_batch,
-                         tuple(micro_batches), parse_recompute(recompute))
+    try:
+        goal = Objective(objective)
+    except ValueError:
+        raise ConfigError(f"unknown objective {objective!r}; choose from: "
+                          f"{', '.join(o.value for o in Objective)}") from None
+    designs = search_space.designs()
+    if area_budget is not None:
+        limit_mm2 = parse_area_mm2(area_budget, "--area-budget")
+        designs = tuple(d for d in designs if area_mm2(d) <= limit_mm2)
+    if power_budget is not None:
+        limit_w = parse_power_w(power_budget, "--power-budget")
+        designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
+    if not designs:
+        raise ConfigError(f"no design of space {space!r} is within the area and power budgets")
+    reference = load_accelerator(baseline) if baseline else None
+    return SearchRequest(spec, designs, links, global_batch, tuple(micro_batches),
+                         parse_recompute(recompute), goal, reference)
 
 
 def search(model: str, *, progress: Progress | None = None, jobs: int | None = 1,

@@ -51,6 +51,10 @@ def search(
         help="Dask scheduler address, e.g. tcp://host:8786 (implies --executor dask).")] = None,
     store: Annotated[Path | None, typer.Option(
         help="SQLite file: results written as they finish; re-running resumes.")] = None,
+    objective: Annotated[str, typer.Option(help="throughput | throughput-per-watt.")] = "throughput",
+    area_budget: Annotated[str | None, typer.Option(help="Largest die area, e.g. '280 mm2'.")] = None,
+    power_budget: Annotated[str | None, typer.Option(help="Largest TDP per chip, e.g. '300 W'.")] = None,
+    baseline: Annotated[str, typer.Option(help="Preset to compare with ('none' to skip).")] = "tpuv4",
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     err = Console(stderr=True)
@@ -58,7 +62,9 @@ def search(
         raise ArchplaceError(f"--top must be positive, got {top}")
     request = api.search_request(model, space=space, devices=devices, global_batch=global_batch,
                                  seq_len=seq_len, micro_batches=micro_batch or (1, 2, 4, 8),
-                                 recompute=[recompute], cluster=cluster)
+                                 recompute=[recompute], cluster=cluster, objective=objective,
+                                 area_budget=area_budget, power_budget=power_budget,
+                                 baseline=None if baseline == "none" else baseline)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True) as bar:

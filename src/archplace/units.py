@@ -11,7 +11,8 @@ import re
 
 from archplace.errors import ConfigError
 
-_NUMBER_UNIT = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/µ]*)\s*$")
+_NUMBER_UNIT = re.compile(
+    r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*((?:[A-Za-z/µ][A-Za-z0-9/µ]*)?)\s*$")
 
 _SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -95,6 +96,31 @@ def parse_time(text: str | int | float, what: str = "time") -> float:
     if unit not in factors:
         raise ConfigError(f"{what}: expected s, ms, us or ns, got {text!r}")
     return value * factors[unit]
+
+
+def parse_area_mm2(text: str | int | float, what: str = "area") -> float:
+    """Parse an area in mm²: ``"280 mm2"``, ``"280 mm²"``, ``280`` -> 280.0.
+
+    Raises:
+        ConfigError: unparsable text or another unit.
+    """
+    cleaned = str(text).replace("mm²", "mm2") if isinstance(text, str) else text
+    value, unit = _split(cleaned, what)
+    if unit not in ("", "mm2"):
+        raise ConfigError(f"{what}: expected mm2, got {text!r}")
+    return value
+
+
+def parse_power_w(text: str | int | float, what: str = "power") -> float:
+    """Parse a power in watts: ``"400 W"``, ``"0.4 kW"``, ``400`` -> 400.0.
+
+    Raises:
+        ConfigError: unparsable text or another unit.
+    """
+    value, unit = _split(text, what)
+    if unit and not unit.endswith("W"):
+        raise ConfigError(f"{what}: expected a unit such as 'W' or 'kW', got {text!r}")
+    return value * _scale(unit[:-1] if unit else "", what, text, allow_binary=False)
 
 
 def format_bytes(value_bytes: float) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from archplace.search.evaluate import DesignResult
 from archplace.search.exhaustive import SearchResult
 from archplace.search.store import StoredResult
 
@@ -15,24 +16,34 @@ _MIB = 2.0**20
 _GIB = 2.0**30
 
 
+def _design_row(label: str, r: DesignResult) -> list[str]:
+    a = r.accelerator
+    chip = [label, a.name, f"{a.tensor_cores}×{a.array_rows}×{a.array_cols}",
+            f"{a.vector_cores}×{a.vector_lanes}", f"{a.buffer_bytes / _MIB:.0f} MiB",
+            f"{a.hbm_bytes / _GIB:.0f} GiB", f"{r.area_mm2:.1f}", f"{r.tdp_w:.0f}"]
+    if r.best is None:
+        return [*chip, "infeasible", "", "", "0", "", ""]
+    p = r.best.plan
+    return [*chip, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch), p.recompute.value,
+            f"{r.best.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}", f"{r.best.mfu:.1%}"]
+
+
 def search_table(result: SearchResult, top: int) -> Table:
-    """The ``top`` best designs: chip parameters, area, plan, samples/s, MFU."""
+    """The ``top`` best designs (chip, area, TDP, plan, samples/s, per watt, MFU), then the baseline."""
     table = Table(title=f"best designs for {result.model} on {result.devices} devices, "
-                        f"global batch {result.global_batch}")
-    for name in ("#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²",
-                 "tp/pp/dp", "micro-batch", "recompute", "samples/s", "MFU"):
+                        f"global batch {result.global_batch} (objective: {result.objective.value})")
+    for name in ("#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
+                 "tp/pp/dp", "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU"):
         table.add_column(name, justify="left" if name == "design" else "right")
     for i, r in enumerate(result.evaluated[:top], 1):
-        a = r.accelerator
-        chip = [str(i), a.name, f"{a.tensor_cores}×{a.array_rows}×{a.array_cols}",
-                f"{a.vector_cores}×{a.vector_lanes}", f"{a.buffer_bytes / _MIB:.0f} MiB",
-                f"{a.hbm_bytes / _GIB:.0f} GiB", f"{r.area_mm2:.1f}"]
-        if r.best is None:
-            table.add_row(*chip, "infeasible", "", "", "0", "")
-            continue
-        p = r.best.plan
-        table.add_row(*chip, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch), p.recompute.value,
-                      f"{r.best.throughput_samples_per_s:,.1f}", f"{r.best.mfu:.1%}")
+        table.add_row(*_design_row(str(i), r))
+    if result.baseline is not None:
+        table.add_section()
+        table.add_row(*_design_row("base", result.baseline))
+        speedup = result.speedup_vs_baseline
+        if speedup is not None:
+            table.caption = (f"best / {result.baseline.accelerator.name}: {speedup:.2f}× "
+                             f"{result.objective.value} on the same cluster, model and plan search")
     return table
 
 

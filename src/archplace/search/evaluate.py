@@ -18,6 +18,7 @@ from archplace.errors import InfeasibleError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster
+from archplace.hardware.power import tdp_w
 from archplace.placement.costs import layer_costs
 from archplace.placement.plan import LayerCost, PlanResult, Recompute, TrainingSetup
 from archplace.placement.solver import optimal_plan
@@ -45,9 +46,23 @@ class DesignResult:
         """Samples/s of the best plan, 0 when infeasible."""
         return self.best.throughput_samples_per_s if self.best else 0.0
 
+    @property
+    def tdp_w(self) -> float:
+        """Thermal design power of one chip (:func:`archplace.hardware.power.tdp_w`)."""
+        return tdp_w(self.accelerator)
+
+    @property
+    def throughput_per_watt(self) -> float:
+        """Samples/s per watt of TDP of the devices the best plan uses (WHAM's objective); 0 when
+        infeasible."""
+        if self.best is None:
+            return 0.0
+        return self.best.throughput_samples_per_s / (self.tdp_w * self.best.plan.devices)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form (issue #2 schema)."""
-        out: dict[str, Any] = {"accelerator": self.accelerator.to_dict(), "area_mm2": self.area_mm2}
+        out: dict[str, Any] = {"accelerator": self.accelerator.to_dict(), "area_mm2": self.area_mm2,
+                               "tdp_w": self.tdp_w, "throughput_per_watt": self.throughput_per_watt}
         if self.best is None:
             out.update({"plan": None, "iteration_time_s": None, "throughput_samples_per_s": 0.0,
                         "mfu": 0.0, "infeasible_reason": self.infeasible_reason})

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
@@ -26,6 +27,13 @@ log = logging.getLogger(__name__)
 Progress = Callable[[DesignResult], None]
 
 
+class Objective(enum.StrEnum):
+    """What the search maximises."""
+
+    THROUGHPUT = "throughput"  # samples/s (PHAZE)
+    PER_WATT = "throughput-per-watt"  # samples/s per watt of TDP of the devices used (WHAM)
+
+
 @dataclass(frozen=True)
 class SearchRequest:
     """What to search.
@@ -37,6 +45,8 @@ class SearchRequest:
         global_batch: samples per iteration.
         micro_batches: micro-batch sizes to try.
         recomputes: recompute choices to try.
+        objective: what "best" means.
+        baseline: a reference design evaluated the same way (e.g. the tpuv4 preset), or None.
 
     Raises:
         ConfigError: empty design list or micro-batch list, non-positive sizes.
@@ -48,6 +58,8 @@ class SearchRequest:
     global_batch: int
     micro_batches: tuple[int, ...] = (1, 2, 4, 8)
     recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.FULL)
+    objective: Objective = Objective.THROUGHPUT
+    baseline: Accelerator | None = None
 
     def __post_init__(self) -> None:
         if not self.designs:
@@ -68,7 +80,16 @@ class SearchResult:
     model: str = ""
     devices: int = 0
     global_batch: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    objective: Objective = Objective.THROUGHPUT
+    baseline: DesignResult | None = None
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        """Objective of the best design / objective of the baseline (None without either)."""
+        best = self.best
+        if best is None or self.baseline is None or self.baseline.best is None:
+            return None
+        return score(best, self.objective) / score(self.baseline, self.objective)
 
     @property
     def best(self) -> DesignResult | None:
@@ -78,16 +99,27 @@ class SearchResult:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``{"best": {...} | null, "evaluated": [...]}``."""
+        """JSON form: ``{"best": {...} | null, "baseline": {...} | null, "speedup_vs_baseline": ..,
+        "evaluated": [...]}``."""
         best = self.best
         return {"model": self.model, "devices": self.devices, "global_batch": self.global_batch,
-                "best": best.to_dict() if best else None,
+                "objective": self.objective.value, "best": best.to_dict() if best else None,
+                "baseline": self.baseline.to_dict() if self.baseline else None,
+                "speedup_vs_baseline": self.speedup_vs_baseline,
                 "evaluated": [r.to_dict() for r in self.evaluated]}
 
 
-def rank(results: Sequence[DesignResult]) -> tuple[DesignResult, ...]:
-    """Feasible designs by throughput (desc), ties by area (asc) then name; infeasible last."""
-    return tuple(sorted(results, key=lambda r: (r.best is None, -r.throughput_samples_per_s,
+def score(result: DesignResult, objective: Objective) -> float:
+    """The objective's value of a design (0 when infeasible)."""
+    if objective is Objective.PER_WATT:
+        return result.throughput_per_watt
+    return result.throughput_samples_per_s
+
+
+def rank(results: Sequence[DesignResult], objective: Objective = Objective.THROUGHPUT
+         ) -> tuple[DesignResult, ...]:
+    """Feasible designs by the objective (desc), ties by area (asc) then name; infeasible last."""
+    return tuple(sorted(results, key=lambda r: (r.best is None, -score(r, objective),
                                                 r.area_mm2, r.accelerator.name)))
 
 
@@ -154,4 +186,12 @@ def run_search(request: SearchRequest, progress: Progress | None = None,
             for result in future.result():
                 finish(result)
     log.info("evaluated %d designs", len(results))
-    return SearchResult(rank(results), request.model.name, request.cluster.devices, request.global_batch)
+    baseline = None
+    if request.baseline is not None:
+        if not chains:
+            chains = {b: cached_chain(request.model, ExtractOptions(b, request.model.seq_len))
+                      for b in sorted(set(request.micro_batches))}
+        baseline = _evaluate([request.baseline], chains, request.cluster, request.global_batch,
+                             request.recomputes)[0]
+    return SearchResult(rank(results, request.objective), request.model.name, request.cluster.devices,
+                        request.global_batch, request.objective, baseline)
