@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from archplace.cost.collective import cluster_collective_time_s, collective_kind
 from archplace.cost.systolic import ManyEstimates, SystolicCostModel, op_key
 from archplace.cost.types import (
     ZERO_ESTIMATE,
@@ -28,10 +27,10 @@ from archplace.cost.types import (
     Bound,
     OpEstimate,
     OpLatency,
+    collective_estimate,
     compute_or_memory,
 )
 from archplace.cost.vector import cycles_per_element, vector_hbm_bytes
-from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE, MAC_ENERGY_J, VECTOR_OP_ENERGY_J
@@ -118,14 +117,5 @@ class RooflineCostModel:
                           compute_or_memory(every, memory_s))
 
     def _collective(self, op: Operator, hbm_bytes: float) -> OpEstimate:
-        group = int(getattr(op, "group", 1) or 1)
-        buffer = float(max(op.bytes_read, op.bytes_written))
-        if group <= 1 or buffer <= 0:
-            return OpEstimate(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
-                              Bound.COMMUNICATION, Bound.COMMUNICATION)
-        if self.cluster is None:
-            raise ConfigError(f"operator {op.name}: a collective over {group} devices needs the "
-                              "cluster's links (RooflineCostModel(cluster=...))")
-        seconds = cluster_collective_time_s(self.cluster, collective_kind(op.target), buffer, group)
-        return OpEstimate(seconds, seconds, 0.0, 0.0, 0.0, seconds, 0.0,
-                          hbm_bytes * HBM_PATH_ENERGY_J_PER_BYTE, Bound.COMMUNICATION, Bound.COMMUNICATION)
+        return collective_estimate(op, self.cluster, hbm_bytes * HBM_PATH_ENERGY_J_PER_BYTE,
+                                   "RooflineCostModel")

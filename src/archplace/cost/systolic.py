@@ -39,16 +39,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.cost import batched, gemm
-from archplace.cost.collective import cluster_collective_time_s, collective_kind
 from archplace.cost.configs import CoreConfigArray
-from archplace.cost.types import ZERO_ESTIMATE, Bound, OpEstimate, OpLatency, compute_or_memory
+from archplace.cost.types import ZERO_ESTIMATE, OpEstimate, OpLatency, collective_estimate, compute_or_memory
 from archplace.cost.vector import (
     SIMPLE_CYCLES_PER_ELEMENT,
     cycles_per_element,
     vector_cycles,
     vector_hbm_bytes,
 )
-from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator, Dataflow
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import (
@@ -216,18 +214,8 @@ class SystolicCostModel:
                           compute_or_memory(every, memory_s))
 
     def _collective(self, op: Operator) -> OpEstimate:
-        group = int(getattr(op, "group", 1) or 1)
-        buffer = float(max(op.bytes_read, op.bytes_written))
-        if group <= 1 or buffer <= 0:
-            return OpEstimate(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
-                              Bound.COMMUNICATION, Bound.COMMUNICATION)
-        if self.cluster is None:
-            raise ConfigError(f"operator {op.name}: a collective over {group} devices needs the "
-                              "cluster's links (SystolicCostModel(cluster=...))")
-        seconds = cluster_collective_time_s(self.cluster, collective_kind(op.target), buffer, group)
         energy = float(op.bytes_read + op.bytes_written) * HBM_PATH_ENERGY_J_PER_BYTE
-        return OpEstimate(seconds, seconds, 0.0, 0.0, 0.0, seconds, 0.0, energy,
-                          Bound.COMMUNICATION, Bound.COMMUNICATION)
+        return collective_estimate(op, self.cluster, energy, "SystolicCostModel")
 
     # ----------------------------------------------------------------- many accelerators
     def latency_many(self, op: Operator, configs: CoreConfigArray) -> tuple[FloatArray, FloatArray]:

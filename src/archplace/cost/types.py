@@ -104,3 +104,32 @@ ZERO_ESTIMATE = OpEstimate(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, Bound.COMPUTE
 def compute_or_memory(compute_s: float, memory_s: float) -> Bound:
     """``COMPUTE`` when compute takes at least as long as memory, else ``MEMORY``."""
     return Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
+
+
+def collective_estimate(op: Any, cluster: Any, energy_j: float, model: str) -> OpEstimate:
+    """Estimate of a ``COLLECTIVE`` operator: α–β time on the link its group spans
+    (:func:`archplace.cost.collective.cluster_collective_time_s`), communication-bound.
+
+    Args:
+        op: the operator (``op.target`` names the collective, ``op.group`` its devices, the
+            larger of its read/written bytes the buffer).
+        cluster: the links, or None (then only single-device groups are allowed).
+        energy_j: the operator's energy, as the calling cost model counts it.
+        model: name of the calling cost model, for the error message.
+
+    Raises:
+        ConfigError: a group of more than one device and no cluster.
+    """
+    from archplace.cost.collective import cluster_collective_time_s, collective_kind
+    from archplace.errors import ConfigError
+
+    group = int(op.group or 1)
+    buffer = float(max(op.bytes_read, op.bytes_written))
+    if group <= 1 or buffer <= 0:
+        return OpEstimate(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, Bound.COMMUNICATION, Bound.COMMUNICATION)
+    if cluster is None:
+        raise ConfigError(f"operator {op.name}: a collective over {group} devices needs the "
+                          f"cluster's links ({model}(cluster=...))")
+    seconds = cluster_collective_time_s(cluster, collective_kind(op.target), buffer, group)
+    return OpEstimate(seconds, seconds, 0.0, 0.0, 0.0, seconds, 0.0, energy_j,
+                      Bound.COMMUNICATION, Bound.COMMUNICATION)
