@@ -20,6 +20,7 @@ from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
 from archplace.hardware.space import load_space
 from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
+from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
 from archplace.search.executor import make_executor
 from archplace.search.exhaustive import Objective, Progress, SearchRequest, SearchResult, run_search
 from archplace.search.store import ResultStore, StoredResult, open_existing
@@ -29,8 +30,8 @@ from archplace.workload.extract import ExtractOptions
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import load_model, model_preset_summaries
 
-__all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "models", "plan",
-           "results", "search", "search_request"]
+__all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "layer_problem", "models",
+           "plan", "results", "schedule_layer", "search", "search_request", "solve_problem"]
 
 
 def models() -> list[dict[str, Any]]:

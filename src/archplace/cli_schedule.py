@@ -1,9 +1,130 @@
-"""``archplace schedule`` (being built; registers nothing yet)."""
+"""``archplace schedule``: schedule one layer's operators on the cores of a chip.
+
+::
+
+    archplace schedule --problem FILE.json [options]
+    archplace schedule --model M --hardware H [--layer block] [--phase fwd|bwd] [--tp T]
+                       [--micro-batch B] [--seq-len S] [options]
+    options: [--backend list|cpsat|highs|gurobi] [--time-limit S] [--seed N] [--workers N]
+             [--dump-problem FILE.json] [--json] [--gantt FILE.png]
+
+The problem format and the backends are described in docs/schedule.md.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from archplace.errors import ConfigError
+from archplace.schedule.base import ScheduleResult, SolveOptions
+from archplace.schedule.problem import ScheduleProblem
+from archplace.schedule.solve import BACKENDS, layer_problem, solve_problem
+
+
+def read_problem(path: Path) -> ScheduleProblem:
+    """The problem in the JSON file ``path`` (format of :meth:`ScheduleProblem.to_dict`).
+
+    Raises:
+        ConfigError: the file cannot be read, is not JSON, or is not a valid problem.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        return ScheduleProblem.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _table(problem: ScheduleProblem, result: ScheduleResult, source: str) -> Table:
+    modes = {"single": 0, "all": 0}
+    for placed in result.schedule.ops:
+        modes[placed.mode] += 1
+    table = Table(title=f"layer schedule ({result.backend})")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("problem", source)
+    table.add_row("size", f"{len(problem.ops)} ops, {problem.tensor_cores} tensor + "
+                          f"{problem.vector_cores} vector cores")
+    table.add_row("makespan", f"{result.makespan_s * 1e3:.4f} ms")
+    table.add_row("lower bound", f"{result.lower_bound_s * 1e3:.4f} ms")
+    table.add_row("optimal", "yes (proven)" if result.optimal else "not proven")
+    table.add_row("gap", f"{100 * result.gap:.3f} %")
+    table.add_row("ops on one core", str(modes["single"]))
+    table.add_row("ops on all cores", str(modes["all"]))
+    table.add_row("solve time", f"{result.solve_time_s:.3f} s")
+    return table
+
+
+def schedule(
+    problem_file: Annotated[Path | None, typer.Option(
+        "--problem", help="Schedule the problem in this JSON file.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model preset or path of an HF config.json.")] = None,
+    hardware: Annotated[str, typer.Option(help="Hardware preset or YAML file.")] = "tpuv4",
+    layer: Annotated[str, typer.Option(help="embedding | block | head.")] = "block",
+    phase: Annotated[str, typer.Option(help="fwd | bwd.")] = "fwd",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per micro-batch.")] = 1,
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
+    backend: Annotated[str, typer.Option(help="list | cpsat | highs | gurobi.")] = "cpsat",
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Solver time limit, s.")] = 10.0,
+    seed: Annotated[int, typer.Option(help="Solver random seed.")] = 0,
+    workers: Annotated[int, typer.Option(help="Solver threads; 0 = automatic.")] = 0,
+    dump_problem: Annotated[Path | None, typer.Option(
+        "--dump-problem", help="Write the problem being solved here (the --problem format).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+    gantt: Annotated[Path | None, typer.Option(help="Draw the schedule per core into this PNG.")] = None,
+) -> None:
+    """Schedule one layer's operators on the tensor and vector cores (minimum makespan)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    options = SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
+    if (problem_file is None) == (model is None):
+        raise ConfigError("schedule needs either --problem FILE.json or --model (not both)")
+    if problem_file is not None:
+        problem = read_problem(problem_file)
+        source = str(problem_file)
+    else:
+        assert model is not None
+        problem = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
+                                seq_len=seq_len)
+        source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
+    if dump_problem is not None:
+        _write(dump_problem, json.dumps(problem.to_dict(), indent=1) + "\n")
+    result = solve_problem(problem, backend, options)
+    if gantt is not None:
+        from archplace.schedule.gantt import draw_gantt
+
+        gantt.parent.mkdir(parents=True, exist_ok=True)
+        draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
+                   f"{result.makespan_s * 1e3:.3f} ms ({result.backend})")
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        console = Console() if sys.stdout.isatty() else Console(width=160)
+        console.print(_table(problem, result, source))
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``schedule`` command to ``app``."""
+    app.command(name="schedule")(schedule)

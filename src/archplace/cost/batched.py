@@ -55,8 +55,9 @@ def matmul_cycles(batch: int, m: int, k: int, n: int, rows: IntArray, cols: IntA
         candidate = ws_cycles(ceil_div(folds, np.maximum(cores // p, 1)), -(-m // p), rows, cols)
         ws_all = np.where(cores >= p, np.minimum(ws_all, candidate), ws_all)
         p *= 2
-    whole = ws_cycles(folds, ceil_div(m, cores), rows, cols)  # p = cores: one fold group
-    ws_all = np.where((cores > 1) & (cores <= m), np.minimum(ws_all, whole), ws_all)
+    widest = np.minimum(cores, m)  # p = min(cores, m): every core (or row) its own group
+    whole = ws_cycles(ceil_div(folds, np.maximum(cores // widest, 1)), ceil_div(m, widest), rows, cols)
+    ws_all = np.where(widest > 1, np.minimum(ws_all, whole), ws_all)
     os_single = os_cycles(tiles, k, rows, cols)
     os_all = os_cycles(ceil_div(tiles, cores), k, rows, cols)
     return (np.where(output_stationary, os_single, ws_single),

@@ -131,14 +131,16 @@ def matmul_cycles_os(m: int, k: int, n: int, rows: int, cols: int) -> int:
 
 def m_splits(cores: int, m: int) -> list[int]:
     """Row-group counts the WS all-cores mapping tries: 1, powers of two <= min(cores, m),
-    and ``cores`` itself when ``cores <= m``."""
+    and min(cores, m) itself (every core its own rows, or every row its own core group) —
+    so adding a core never makes the best mapping slower."""
     out = [1]
     p = 2
     while p <= cores and p <= m:
         out.append(p)
         p *= 2
-    if 1 < cores <= m and cores not in out:
-        out.append(cores)
+    widest = min(cores, m)
+    if widest > 1 and widest not in out:
+        out.append(widest)
     return out
 
 

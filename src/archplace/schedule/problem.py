@@ -3,10 +3,19 @@
 A layer's forward or backward graph becomes a DAG of :class:`SchedOp`: each op
 runs either on ONE core of its type for ``single_s`` seconds, or on ALL cores of
 its type for ``all_s`` seconds -- and while an op runs on all cores, nothing
-else runs on the chip (PHAZE, ICML 2024).  The goal is the shortest makespan.
+else runs on the chip (PHAZE: Wang et al., ICML 2024).  The goal is the
+shortest makespan.
 
-At this fidelity every op runs on tensor cores (matmuls) or vector cores (all
-else); fused operators (:attr:`CoreType.FUSED`) are rejected.
+Core types: TENSOR (matmuls), VECTOR (everything else) and FUSED (a matmul with
+its element-wise epilogue): in single mode a fused op holds one tensor core AND
+one vector core -- any two, PHAZE paired tensor core c with vector core c, which
+can only lengthen schedules -- and in "all" mode every core of the chip.
+
+An op of zero duration (in the mode it runs in) occupies no instant, so it
+holds no core and conflicts with nothing; it only passes precedence on.
+
+The JSON form (:meth:`ScheduleProblem.to_dict`, read by ``archplace schedule
+--problem``) is documented in docs/schedule.md.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.workload.graph import CoreType, OpGraph
 
-SUPPORTED_CORE_TYPES = (CoreType.TENSOR, CoreType.VECTOR)
+SUPPORTED_CORE_TYPES = (CoreType.TENSOR, CoreType.VECTOR, CoreType.FUSED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,14 +38,15 @@ class SchedOp:
 
     Attributes:
         id: position in :attr:`ScheduleProblem.ops` (0..n-1).
-        core_type: TENSOR or VECTOR.
-        single_s: latency on one core of its type, seconds.
-        all_s: latency on all cores of its type at once, seconds.
+        core_type: TENSOR, VECTOR or FUSED.
+        single_s: latency on one core of its type (fused: one tensor + one vector core), seconds.
+        all_s: latency on all cores of its type (fused: of the chip) at once, seconds.
         preds: ids of the ops that must end before this one starts (all smaller than ``id``).
+        name: optional label (the aten node name when built from a graph), for reports only.
 
     Raises:
-        ConfigError: a negative or non-finite latency, an unsupported core type, or
-            predecessors that are repeated or do not precede ``id``.
+        ConfigError: a negative or non-finite latency, a core type that is not a
+            :class:`CoreType`, or predecessors that are repeated or do not precede ``id``.
     """
 
     id: int
@@ -44,11 +54,12 @@ class SchedOp:
     single_s: float
     all_s: float
     preds: tuple[int, ...] = ()
+    name: str = ""
 
     def __post_init__(self) -> None:
-        if self.core_type not in SUPPORTED_CORE_TYPES:
+        if not isinstance(self.core_type, CoreType) or self.core_type not in SUPPORTED_CORE_TYPES:
             raise ConfigError(f"op {self.id}: core type {self.core_type!r} is not supported "
-                              "by the scheduler (tensor or vector only)")
+                              "by the scheduler (tensor, vector or fused)")
         for name in ("single_s", "all_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
@@ -62,6 +73,10 @@ class SchedOp:
     def min_s(self) -> float:
         """The shorter of the two latencies: no schedule runs this op in less."""
         return min(self.single_s, self.all_s)
+
+    def uses(self, core_type: CoreType) -> bool:
+        """Whether a single-mode run of this op holds a core of ``core_type`` (TENSOR or VECTOR)."""
+        return self.core_type is core_type or self.core_type is CoreType.FUSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +107,23 @@ class ScheduleProblem:
                 raise ConfigError(f"schedule problem: op with id {op.id} at position {i}")
 
     def cores(self, core_type: CoreType) -> int:
-        """Number of cores of ``core_type``."""
+        """Number of cores of ``core_type`` (TENSOR or VECTOR)."""
         return self.tensor_cores if core_type is CoreType.TENSOR else self.vector_cores
+
+    def successors(self) -> list[list[int]]:
+        """``successors()[i]``: ids of the ops that have ``i`` as a predecessor, ascending."""
+        succs: list[list[int]] = [[] for _ in self.ops]
+        for op in self.ops:
+            for p in op.preds:
+                succs[p].append(op.id)
+        return succs
+
+    def with_latencies(self, latencies: list[tuple[float, float]]) -> ScheduleProblem:
+        """The same DAG and cores with ``latencies[i] = (single_s, all_s)`` for op ``i``."""
+        return ScheduleProblem(
+            tuple(SchedOp(op.id, op.core_type, single, every, op.preds, op.name)
+                  for op, (single, every) in zip(self.ops, latencies, strict=True)),
+            self.tensor_cores, self.vector_cores)
 
     @classmethod
     def from_graph(cls, graph: OpGraph, acc: Accelerator, cost: CostModel) -> ScheduleProblem:
@@ -106,21 +136,21 @@ class ScheduleProblem:
         for op in graph.ops:
             latency = cost.latency(op, acc)
             ops.append(SchedOp(op.id, op.core_type, latency.single_core_s, latency.all_cores_s,
-                               tuple(sorted(set(op.preds)))))
+                               tuple(sorted(set(op.preds))), op.name))
         return cls(tuple(ops), acc.tensor_cores, acc.vector_cores)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form: ``{"tensor_cores", "vector_cores", "ops": [{"id", "core_type",
-        "single_s", "all_s", "preds"}, ...]}``."""
-        return {
-            "tensor_cores": self.tensor_cores,
-            "vector_cores": self.vector_cores,
-            "ops": [
-                {"id": op.id, "core_type": op.core_type.value, "single_s": op.single_s,
-                 "all_s": op.all_s, "preds": list(op.preds)}
-                for op in self.ops
-            ],
-        }
+        "single_s", "all_s", "preds"[, "name"]}, ...]}`` ("name" only when set)."""
+        ops = []
+        for op in self.ops:
+            entry: dict[str, Any] = {"id": op.id, "core_type": op.core_type.value,
+                                     "single_s": op.single_s, "all_s": op.all_s,
+                                     "preds": list(op.preds)}
+            if op.name:
+                entry["name"] = op.name
+            ops.append(entry)
+        return {"tensor_cores": self.tensor_cores, "vector_cores": self.vector_cores, "ops": ops}
 
     @classmethod
     def from_dict(cls, data: Any) -> ScheduleProblem:
@@ -131,13 +161,21 @@ class ScheduleProblem:
         """
         try:
             ops = tuple(
-                SchedOp(int(d["id"]), CoreType(d["core_type"]), float(d["single_s"]),
-                        float(d["all_s"]), tuple(int(p) for p in d["preds"]))
+                SchedOp(_whole(d["id"], "id"), CoreType(d["core_type"]), float(d["single_s"]),
+                        float(d["all_s"]), tuple(_whole(p, "preds") for p in d["preds"]),
+                        str(d.get("name", "")))
                 for d in data["ops"]
             )
             return cls(ops, data["tensor_cores"], data["vector_cores"])
         except ConfigError:
             raise
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ConfigError(f"schedule problem: malformed data ({type(exc).__name__}: {exc})") \
                 from None
+
+
+def _whole(value: Any, name: str) -> int:
+    """``value`` as an int if it is a whole number (JSON ``3`` or ``3.0``), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"{name} must be whole numbers, got {value!r}")
+    return int(value)

@@ -1,0 +1,124 @@
+"""Entry points of per-layer scheduling: the backends by name, and the Python API
+(``solve_problem``, ``layer_problem``, ``schedule_layer``) behind ``archplace schedule``.
+
+Backends (all behind :class:`~archplace.schedule.base.Scheduler`):
+
+* ``list`` -- the critical-path list scheduler (:mod:`archplace.schedule.list_scheduler`);
+  ``optimal`` only when it meets the lower bound;
+* ``cpsat`` -- exact, OR-Tools CP-SAT (:mod:`archplace.schedule.cpsat`);
+* ``highs`` -- PHAZE's MILP on HiGHS (:mod:`archplace.schedule.milp`);
+* ``gurobi`` -- PHAZE's MILP on Gurobi, when ``gurobipy`` is installed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from archplace.errors import ConfigError
+from archplace.schedule.base import Scheduler, ScheduleResult, SolveOptions
+from archplace.schedule.list_scheduler import list_schedule, lower_bound_s
+from archplace.schedule.problem import ScheduleProblem
+
+BACKENDS = ("list", "cpsat", "highs", "gurobi")
+LAYERS = ("embedding", "block", "head")
+PHASES = ("fwd", "bwd")
+
+
+class ListScheduler:
+    """The list scheduler as a :class:`~archplace.schedule.base.Scheduler` (ignores options)."""
+
+    name = "list"
+
+    def solve(self, problem: ScheduleProblem, options: SolveOptions) -> ScheduleResult:
+        """List-schedule ``problem``; ``optimal`` iff the makespan meets the lower bound."""
+        started = time.perf_counter()
+        schedule = list_schedule(problem)
+        bound = min(lower_bound_s(problem), schedule.makespan_s)
+        return ScheduleResult(self.name, schedule.makespan_s, bound,
+                              schedule.makespan_s <= bound, schedule,
+                              time.perf_counter() - started)
+
+
+def get_scheduler(backend: str) -> Scheduler:
+    """The scheduler called ``backend`` (one of :data:`BACKENDS`).
+
+    Raises:
+        ConfigError: an unknown name.
+    """
+    if backend == "list":
+        return ListScheduler()
+    if backend == "cpsat":
+        from archplace.schedule.cpsat import CpSatScheduler
+
+        return CpSatScheduler()
+    if backend in ("highs", "gurobi"):
+        from archplace.schedule.milp import GurobiScheduler, HighsScheduler
+
+        return HighsScheduler() if backend == "highs" else GurobiScheduler()
+    raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
+
+
+def solve_problem(problem: ScheduleProblem, backend: str = "cpsat",
+                  options: SolveOptions | None = None) -> ScheduleResult:
+    """Schedule ``problem`` with ``backend`` (default CP-SAT; ``options`` default
+    :class:`SolveOptions()`, a 10 s limit).  Never raises on a time-out.
+
+    Raises:
+        ConfigError: an unknown backend, or ``gurobi`` without gurobipy.
+        SolverError: a solver failed (not a time-out).
+    """
+    return get_scheduler(backend).solve(problem, options or SolveOptions())
+
+
+def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
+                  *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None
+                  ) -> ScheduleProblem:
+    """The scheduling problem of one layer's forward or backward graph.
+
+    Args:
+        model: model preset or path of an HF config.json.
+        hardware: accelerator preset or YAML file (its cluster prices the TP collectives).
+        layer: ``embedding``, ``block`` or ``head``.
+        phase: ``fwd`` or ``bwd``.
+        tp: tensor-parallel width.
+        micro_batch: samples per micro-batch.
+        seq_len: tokens per sample [the model's default].
+
+    Raises:
+        ConfigError: an unknown layer or phase, a bad model or hardware, a TP width the
+            model does not allow, or tp > 1 on hardware without a cluster section.
+        ExtractionError: the model cannot be traced.
+    """
+    from archplace.cost.model import SystolicCostModel
+    from archplace.hardware.presets import load_accelerator, load_cluster
+    from archplace.workload.extract import ExtractOptions, extract_chain
+    from archplace.workload.zoo import load_model
+
+    if layer not in LAYERS:
+        raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
+    if phase not in PHASES:
+        raise ConfigError(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"TP width must be a whole number >= 1, got {tp!r}")
+    spec = load_model(model)
+    if seq_len is not None:
+        spec = spec.with_seq_len(seq_len)
+    acc = load_accelerator(hardware)
+    cost = SystolicCostModel(cluster=load_cluster(hardware, tp)) if tp > 1 else SystolicCostModel()
+    chain = extract_chain(spec, ExtractOptions(micro_batch, spec.seq_len, tp=tp))
+    chosen = next(item for item in chain.layers if item.kind.value == layer)
+    return ScheduleProblem.from_graph(chosen.fwd if phase == "fwd" else chosen.bwd, acc, cost)
+
+
+def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
+                   *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
+                   backend: str = "cpsat", options: SolveOptions | None = None) -> ScheduleResult:
+    """Build the problem of one layer (:func:`layer_problem`) and schedule it
+    (:func:`solve_problem`).
+
+    Raises:
+        ConfigError, ExtractionError, SolverError: as those two functions.
+    """
+    problem = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
+                            seq_len=seq_len)
+    return solve_problem(problem, backend, options)
