@@ -171,14 +171,9 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         raise ConfigError(f"stage {stage} has no layers")
     if in_flight < 1 or zero_shards < 1:
         raise ConfigError(f"in_flight and zero_shards must be >= 1, got {in_flight}, {zero_shards}")
-    params = 0
-    for layer in layers:
-        params += layer.params
-    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
-    saved, extra = _activation_parts(layers, recompute)
-    return StageMemory(stage=stage, weights=weights, gradients=gradients,
-                       optimizer=optimizer_bytes, activations=in_flight * saved + extra,
-                       working=max(layer.working_bytes for layer in layers))
+    # one chunk: in_flight / 1 * saved is exactly in_flight * saved
+    return interleaved_device_memory([layers], device=stage, in_flight_chunks=in_flight,
+                                     recompute=recompute, optimizer=optimizer, zero_shards=zero_shards)
 
 
 def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, device: int,
