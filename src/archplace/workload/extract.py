@@ -204,11 +204,12 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
                                              1.0 / sharding.tp)
         elements = math.ceil(first_numel(val) * bytes_written / max(tensor_bytes(val), 1.0))
     else:
-        work = first_numel(val) if kind is not OpKind.REDUCTION else max(
-            [first_numel(a.meta.get("val")) for a in n.all_input_nodes] or [0])
-        factor = min(out_factor, min((sharding.tensor_factor(traced.storage(a))
-                                      for a in n.all_input_nodes), default=1.0))
-        factor = out_factor if kind is not OpKind.REDUCTION else factor
+        if kind is OpKind.REDUCTION:  # work on the input elements, split as the inputs are
+            work = max([first_numel(a.meta.get("val")) for a in n.all_input_nodes] or [0])
+            factor = min([out_factor, *(sharding.tensor_factor(traced.storage(a))
+                                        for a in n.all_input_nodes)])
+        else:
+            work, factor = first_numel(val), out_factor
         flop = FLOP_PER_ELEMENT[kind] * work * factor
         bytes_written = tensor_bytes(val) * out_factor
         elements = math.ceil(first_numel(val) * out_factor)
