@@ -8,7 +8,7 @@ from archplace import api
 from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
-from archplace.search.exhaustive import Objective, score
+from archplace.search.objective import Objective, score
 
 SPACE = """\
 base: tpuv4

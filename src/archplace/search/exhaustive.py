@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -17,6 +16,7 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.plan import Recompute
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs
+from archplace.search.objective import Objective, rank, score
 from archplace.search.store import ResultStore
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
@@ -25,13 +25,6 @@ from archplace.workload.zoo import ModelSpec
 log = logging.getLogger(__name__)
 
 Progress = Callable[[DesignResult], None]
-
-
-class Objective(enum.StrEnum):
-    """What the search maximises."""
-
-    THROUGHPUT = "throughput"  # samples/s (PHAZE)
-    PER_WATT = "throughput-per-watt"  # samples/s per watt of TDP of the devices used (WHAM)
 
 
 @dataclass(frozen=True)
@@ -107,20 +100,6 @@ class SearchResult:
                 "baseline": self.baseline.to_dict() if self.baseline else None,
                 "speedup_vs_baseline": self.speedup_vs_baseline,
                 "evaluated": [r.to_dict() for r in self.evaluated]}
-
-
-def score(result: DesignResult, objective: Objective) -> float:
-    """The objective's value of a design (0 when infeasible)."""
-    if objective is Objective.PER_WATT:
-        return result.throughput_per_watt
-    return result.throughput_samples_per_s
-
-
-def rank(results: Sequence[DesignResult], objective: Objective = Objective.THROUGHPUT
-         ) -> tuple[DesignResult, ...]:
-    """Feasible designs by the objective (desc), ties by area (asc) then name; infeasible last."""
-    return tuple(sorted(results, key=lambda r: (r.best is None, -score(r, objective),
-                                                r.area_mm2, r.accelerator.name)))
 
 
 def _evaluate(accs: list[Accelerator], chains: dict[int, Any], cluster: Cluster, global_batch: int,
