@@ -9,7 +9,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +20,24 @@ from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
 from archplace.hardware.space import load_space
+from archplace.placement import workflow
 from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
+from archplace.placement.workflow import PlanSpace
 from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
 from archplace.search.executor import make_executor
-from archplace.search.exhaustive import Objective, Progress, SearchRequest, SearchResult, run_search
+from archplace.search.objective import Objective
+from archplace.search.request import SearchRequest, SearchResult
+from archplace.search.runner import Progress, run_search
 from archplace.search.store import ResultStore, StoredResult, open_existing
+from archplace.search.strategies import make_strategy
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.cache import cached_chain
-from archplace.workload.extract import ExtractOptions
+from archplace.workload.extract import ExtractOptions, check_tp
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import load_model, model_preset_summaries
 
 __all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "layer_problem", "models",
-           "plan", "results", "schedule_layer", "search", "search_request", "solve_problem"]
+           "plan", "results", "schedule_layer", "search", "search_each", "search_request", "solve_problem"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -91,7 +97,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
         ConfigError: unknown model / preset / option, non-positive sizes.
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
-    from archplace.placement import workflow
+
 
     prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
                             seq_len=seq_len, optimizer=optimizer)
@@ -124,7 +130,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
         ConfigError: unknown model / preset / option, an invalid plan.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
-    from archplace.placement import workflow
+
 
     for name, value in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
                         ("--chunks", chunks)):
@@ -140,26 +146,28 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
-    """``["none", "full"]`` -> Recompute members; ``"both"`` means none and full.
+    """``["none", "full"]`` -> Recompute members; ``"both"`` means none and full, ``"all"`` adds
+    selective.
 
     Raises:
         ConfigError: an unknown choice.
     """
     out: list[Recompute] = []
     for choice in choices:
-        if choice == "both":
-            out.extend((Recompute.NONE, Recompute.FULL))
+        if choice in ("both", "all"):
+            out.extend((Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL) if choice == "all"
+                       else (Recompute.NONE, Recompute.FULL))
             continue
         try:
             out.append(Recompute(choice))
         except ValueError:
             raise ConfigError(
-                f"unknown recompute {choice!r}; choose from: none, full, both") from None
+                f"unknown recompute {choice!r}; choose from: none, selective, full, both, all") from None
     return tuple(dict.fromkeys(out))
 
 
 def search_request(
-    model: str,
+    model: str | Sequence[str],
     *,
     space: str = "tiny",
     devices: int,
@@ -167,6 +175,8 @@ def search_request(
     seq_len: int | None = None,
     micro_batches: Iterable[int] = (1, 2, 4, 8),
     recompute: Iterable[str] = ("both",),
+    tp: Iterable[int] | None = None,
+    schedules: Iterable[str] = ("1f1b", "interleaved", "gpipe"),
     cluster: str | None = None,
     objective: str = "throughput",
     area_budget: str | float | None = None,
@@ -176,31 +186,39 @@ def search_request(
     """Load and check everything a search needs, without running it.
 
     Args:
-        model: a model preset name or the path of an HF ``config.json``.
+        model: a model preset name or the path of an HF ``config.json``; or several (the
+            objective is then the geometric mean over the models).
         space: a bundled space name (``tiny``, ``phaze``) or the path of a space YAML file.
         devices: accelerators in the cluster.
         global_batch: samples per iteration.
-        seq_len: tokens per sample (default: the model's context length).
+        seq_len: tokens per sample (default: each model's context length).
         micro_batches: micro-batch sizes to try.
-        recompute: ``none``, ``full`` or ``both``.
+        recompute: ``none``, ``selective``, ``full``, ``both`` (none and full) or ``all``.
+        tp: TP widths to try (default: every power of two up to the devices of one node that
+            divides every model's heads and FFN size).
+        schedules: pipeline schedules to try (``1f1b``, ``interleaved``, ``gpipe``).
         cluster: hardware preset (or YAML) whose links the cluster uses (default: the space's base).
-        objective: ``throughput`` (samples/s) or ``throughput-per-watt`` (per watt of TDP, WHAM).
+        objective: ``throughput`` (samples/s), ``throughput-per-watt`` (per watt of TDP, WHAM) or
+            ``pareto`` (front of throughput, area and TDP).
         area_budget: keep designs of at most this area (``"280 mm2"``; default: the space's rule).
         power_budget: keep designs of at most this TDP (``"300 W"``).
         baseline: hardware preset evaluated the same way for comparison (None: none).
 
     Raises:
-        ConfigError: unknown model / space / preset, bad file, non-positive sizes.
+        ConfigError: unknown model / space / preset, bad file, non-positive sizes, a TP width
+            a model cannot be split by.
     """
     if devices <= 0:
         raise ConfigError(f"--devices must be positive, got {devices}")
     if global_batch <= 0:
         raise ConfigError(f"--global-batch must be positive, got {global_batch}")
-    spec = load_model(model)
-    if seq_len is not None:
-        if seq_len <= 0:
-            raise ConfigError(f"--seq-len must be positive, got {seq_len}")
-        spec = spec.with_seq_len(seq_len)
+    names = [model] if isinstance(model, str) else list(model)
+    if not names:
+        raise ConfigError("--model is required")
+    if seq_len is not None and seq_len <= 0:
+        raise ConfigError(f"--seq-len must be positive, got {seq_len}")
+    specs = tuple(load_model(name) if seq_len is None else load_model(name).with_seq_len(seq_len)
+                  for name in names)
     search_space = load_space(space)
     links = load_cluster(cluster or search_space.base, devices)
     try:
@@ -217,36 +235,67 @@ def search_request(
         designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
     if not designs:
         raise ConfigError(f"no design of space {space!r} is within the area and power budgets")
+    if tp is None:
+        node = min(links.devices_per_node, devices)
+        widths = set.intersection(*(set(workflow.valid_tp_widths(spec, devices, node)) for spec in specs))
+        tps = tuple(sorted(widths)) or (1,)
+    else:
+        tps = tuple(dict.fromkeys(tp))
+        for width in tps:
+            if width <= 0 or width > devices:
+                raise ConfigError(f"--tp {width} must be between 1 and the {devices} devices")
+            for spec in specs:
+                check_tp(spec, width)
+    plan_space = PlanSpace(tps=tps, micro_batches=tuple(micro_batches),
+                           recomputes=parse_recompute(recompute),
+                           schedules=_enum_choices(PipelineSchedule, schedules, "schedule"))
     reference = load_accelerator(baseline) if baseline else None
-    return SearchRequest(spec, designs, links, global_batch, tuple(micro_batches),
-                         parse_recompute(recompute), goal, reference)
+    return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
 
-def search(model: str, *, progress: Progress | None = None, jobs: int | None = 1,
+def search(model: str | Sequence[str], *, progress: Progress | None = None, jobs: int | None = 1,
            executor: str = "local", scheduler: str | None = None, store: str | None = None,
+           strategy: str = "exhaustive", trials: int | None = None, seed: int = 0, exact_top: int = 0,
            **options: Any) -> SearchResult:
     """Search a space of accelerators for the one that trains ``model`` fastest.
 
-    Takes the arguments of :func:`search_request` (``space``, ``devices``,
-    ``global_batch``, ``seq_len``, ``micro_batches``, ``recompute``, ``cluster``),
-    ``progress`` (called with each design's result as it finishes), and where to run:
-    ``jobs`` local worker processes (1: in this process), or ``executor="dask"`` (a
-    local Dask cluster, or the one at ``scheduler``). With ``store`` (an SQLite file) every
-    result is written as it finishes, and a re-run of the same search resumes from it.
+    Takes the arguments of :func:`search_request` (``space``, ``devices``, ``global_batch``,
+    ``seq_len``, ``micro_batches``, ``recompute``, ``tp``, ``schedules``, ``cluster``,
+    ``objective``, budgets, ``baseline``), ``progress`` (called with a
+    :class:`~archplace.search.runner.Tick` after every finished batch), how to explore
+    (``strategy``: ``exhaustive`` with provable pruning, ``exhaustive-all`` without, ``phaze``,
+    ``wham``, ``optuna``; ``trials`` caps the designs evaluated; ``seed``), and where to run:
+    ``jobs`` local worker processes (1: in this process), or ``executor="dask"`` (a local Dask
+    cluster, or the one at ``scheduler``). With ``store`` (an SQLite file) every result is
+    written as it finishes, and a re-run of the same search resumes from it.  ``exact_top``
+    re-evaluates the best designs with CP-SAT layer schedules.
 
     Returns:
-        Every evaluated design, best first (``result.best`` is None when nothing fits).
+        The evaluated designs, best first (``result.best`` is None when nothing fits).
 
     Raises:
-        ConfigError: bad input (see :func:`search_request`), an unreachable scheduler.
+        ConfigError: bad input (see :func:`search_request`), an unknown strategy, an
+            unreachable scheduler.
         ExtractionError: the model code cannot be traced.
     """
     request = search_request(model, **options)
+    chosen = make_strategy(strategy)
+    if trials is not None and trials <= 0:
+        raise ConfigError(f"--trials must be positive, got {trials}")
+    if exact_top < 0:
+        raise ConfigError(f"--exact-top must be >= 0, got {exact_top}")
     results = ResultStore(Path(store)) if store else None
+    run = partial(run_search, request, chosen, progress=progress, store=results, exact_top=exact_top,
+                  seed=seed, budget=trials)
     if jobs == 1 and executor == "local" and not scheduler:
-        return run_search(request, progress, store=results)
+        return run()
     with make_executor(executor, jobs, scheduler) as pool:
-        return run_search(request, progress, pool, results)
+        return run(executor=pool)
+
+
+def search_each(models: Sequence[str], **options: Any) -> list[SearchResult]:
+    """:func:`search` of each model on its own (the per-model objective), in the order given."""
+    return [search(name, **options) for name in models]
 
 
 def results(store: str, *, top: int | None = None) -> list[StoredResult]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,10 +24,11 @@ from archplace.report.tables import (
     search_table,
     write_results_csv,
 )
-from archplace.search.evaluate import DesignResult
 from archplace.search.executor import make_executor
-from archplace.search.exhaustive import run_search
+from archplace.search.objective import score
+from archplace.search.runner import Tick, run_search
 from archplace.search.store import ResultStore
+from archplace.search.strategies import make_strategy
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Joint search of accelerator architecture and parallel placement for LLM training.")
@@ -33,14 +36,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 @app.command()
 def search(
-    model: Annotated[str, typer.Option(help="Model preset or path of an HF config.json.")],
+    model: Annotated[list[str], typer.Option(
+        help="Model preset or path of an HF config.json (repeatable: the objective is the geometric "
+             "mean over the models, or see --per-model).")],
     devices: Annotated[int, typer.Option(help="Accelerators in the cluster.")],
     global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per iteration.")],
-    space: Annotated[str, typer.Option(help="Search space: 'tiny' or a space YAML file.")] = "tiny",
+    space: Annotated[str, typer.Option(help="Search space: 'tiny', 'phaze' or a space YAML file.")] = "tiny",
+    strategy: Annotated[str, typer.Option(
+        help="exhaustive (provable pruning) | exhaustive-all | phaze | wham | optuna.")] = "exhaustive",
+    trials: Annotated[int | None, typer.Option(help="Most designs to evaluate.")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed (optuna).")] = 0,
     seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
     micro_batch: Annotated[list[int] | None, typer.Option(
         "--micro-batch", help="Micro-batch size to try (repeatable) [1 2 4 8].")] = None,
-    recompute: Annotated[str, typer.Option(help="none | full | both.")] = "both",
+    recompute: Annotated[str, typer.Option(help="none | selective | full | both | all.")] = "both",
+    tp: Annotated[list[int] | None, typer.Option(
+        help="TP width to try (repeatable) [valid widths within a node].")] = None,
     cluster: Annotated[str | None, typer.Option(
         help="Hardware preset or YAML whose links form the cluster [the space's base].")] = None,
     top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,
@@ -51,42 +62,66 @@ def search(
         help="Dask scheduler address, e.g. tcp://host:8786 (implies --executor dask).")] = None,
     store: Annotated[Path | None, typer.Option(
         help="SQLite file: results written as they finish; re-running resumes.")] = None,
-    objective: Annotated[str, typer.Option(help="throughput | throughput-per-watt.")] = "throughput",
+    objective: Annotated[str, typer.Option(help="throughput | throughput-per-watt | pareto.")] = "throughput",
     area_budget: Annotated[str | None, typer.Option(help="Largest die area, e.g. '280 mm2'.")] = None,
     power_budget: Annotated[str | None, typer.Option(help="Largest TDP per chip, e.g. '300 W'.")] = None,
     baseline: Annotated[str, typer.Option(help="Preset to compare with ('none' to skip).")] = "tpuv4",
+    exact_top: Annotated[int, typer.Option(
+        help="Re-evaluate the best K designs with exact CP-SAT layer schedules.")] = 1,
+    per_model: Annotated[bool, typer.Option(
+        "--per-model", help="With several --model: search each model on its own.")] = False,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
-    err = Console(stderr=True)
     if top <= 0:
         raise ArchplaceError(f"--top must be positive, got {top}")
-    request = api.search_request(model, space=space, devices=devices, global_batch=global_batch,
-                                 seq_len=seq_len, micro_batches=micro_batch or (1, 2, 4, 8),
-                                 recompute=[recompute], cluster=cluster, objective=objective,
-                                 area_budget=area_budget, power_budget=power_budget,
-                                 baseline=None if baseline == "none" else baseline)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("evaluating designs", total=len(request.designs), rate="")
-
-        def advance(result: DesignResult) -> None:
-            bar.advance(task)
-            elapsed = bar.tasks[0].elapsed or 0.0
-            rate = bar.tasks[0].completed / elapsed if elapsed else 0.0
-            best = result.throughput_samples_per_s
-            bar.update(task, rate=f"{rate:.1f} designs/s, last {best:,.0f} samples/s")
-
-        with make_executor(executor, jobs, scheduler) as pool:
-            result = run_search(request, advance, pool, ResultStore(store) if store else None)
-    _stdout().print(search_table(result, top))
+    options: dict[str, Any] = dict(space=space, devices=devices, global_batch=global_batch, seq_len=seq_len,
+                   micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
+                   objective=objective, area_budget=area_budget, power_budget=power_budget,
+                   baseline=None if baseline == "none" else baseline)
+    groups = [[name] for name in model] if per_model else [model]
+    outcomes = []
+    with make_executor(executor, jobs, scheduler) as pool:
+        for names in groups:
+            request = api.search_request(names, **options)
+            chosen = make_strategy(strategy)
+            if trials is not None and trials <= 0:
+                raise ArchplaceError(f"--trials must be positive, got {trials}")
+            with _search_progress(len(request.designs)) as advance:
+                outcomes.append(run_search(request, chosen, progress=advance, executor=pool,
+                                           store=ResultStore(store) if store else None,
+                                           exact_top=max(exact_top, 0), seed=seed, budget=trials))
+    err = Console(stderr=True)
+    for result in outcomes:
+        _stdout().print(search_table(result, top))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        data = outcomes[0].to_dict() if len(outcomes) == 1 else {"per_model": [r.to_dict() for r in outcomes]}
+        out.write_text(json.dumps(data, indent=2) + "\n")
         err.print(f"wrote {out}")
-    if result.best is None:
-        reason = result.evaluated[0].infeasible_reason if result.evaluated else "no design"
-        raise ArchplaceError(f"no design of the space can train {model}: {reason}")
+    for result in outcomes:
+        if result.best is None:
+            reason = result.evaluated[0].infeasible_reason if result.evaluated else "no design"
+            raise ArchplaceError(f"no design of the space can train {result.model}: {reason}")
+
+
+@contextmanager
+def _search_progress(total: int) -> Iterator[Callable[[Tick], None]]:
+    """A progress bar on stderr: designs done (evaluated + pruned) of ``total``, designs/s,
+    pruned count and the best so far."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[status]}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("designs", total=total, status="")
+
+        def advance(tick: Tick) -> None:
+            elapsed = bar.tasks[0].elapsed or 0.0
+            rate = tick.evaluated / elapsed if elapsed else 0.0
+            best = (f"best {tick.best.accelerator.name} {score(tick.best, tick.objective):,.4g}"
+                    if tick.best is not None else "nothing fits yet")
+            bar.update(task, completed=tick.evaluated + tick.pruned,
+                       status=f"{rate:.1f} designs/s, {tick.pruned} pruned, {best}")
+
+        yield advance
 
 
 def _stdout() -> Console:

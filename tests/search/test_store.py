@@ -27,7 +27,7 @@ hbm: [32 GiB]
 area_min_fraction: 0.0
 """
 SEARCH = ["--model", "gpt2-xl", "--seq-len", "512", "--devices", "256", "--global-batch", "512",
-          "--jobs", "1"]
+          "--jobs", "1", "--strategy", "exhaustive-all", "--exact-top", "0"]
 
 
 def rows(db: Path) -> dict[str, float]:
@@ -81,7 +81,8 @@ def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_local_and_dask_give_identical_stores(tmp_path: Path) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(SPACE.replace("[1, 2, 4, 8, 16]", "[2, 8]").replace("[32, 64, 128]", "[64, 128]"))
-    options = dict(space=str(space), devices=64, global_batch=128, seq_len=256, micro_batches=(1, 2))
+    options = dict(space=str(space), devices=64, global_batch=128, seq_len=256, micro_batches=(1, 2),
+                   strategy="exhaustive-all")
     local = tmp_path / "local.db"
     dask = tmp_path / "dask.db"
     api.search("gpt2-xl", jobs=2, store=str(local), **options)

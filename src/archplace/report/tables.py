@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from archplace.search.evaluate import DesignResult
-from archplace.search.exhaustive import SearchResult
+from archplace.search.request import SearchResult
 from archplace.search.store import StoredResult
 
 _MIB = 2.0**20

@@ -2,13 +2,14 @@
 
 Everything that does not depend on the design (the extracted layer chains) is
 computed once by the caller and passed in; layer schedules depend on the core
-configuration and the micro-batch but not on HBM size or recompute, so each
-distinct layer graph is scheduled once per (design, micro-batch).
+configuration, the TP width, the micro-batch and SP but not on HBM size or recompute, so
+each distinct layer graph is scheduled once per (core configuration, tp, micro-batch, sp).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +20,10 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import tdp_w
-from archplace.placement.costs import layer_costs
-from archplace.placement.plan import LayerCost, PlanResult, Recompute, TrainingSetup
-from archplace.placement.solver import optimal_plan
+from archplace.placement.costs import CostKey, Makespan, costs_by_key, list_makespan_s
+from archplace.placement.plan import LayerCost, PlanResult, TrainingSetup
+from archplace.placement.solver import plan_search
+from archplace.placement.workflow import PlanSpace
 from archplace.workload.layers import LayerChain
 
 
@@ -34,16 +36,34 @@ class DesignResult:
         area_mm2: its die area.
         best: its best plan over every micro-batch and recompute choice, or None.
         infeasible_reason: why no plan fits, when ``best`` is None.
+        model: the model trained ("" when the search has one model).
+        components: for a search over several models, the result of each model; then
+            ``best`` is the first model's plan (None unless every model fits) and the
+            figures are geometric means over the models (so the ranking does not depend on
+            each model's scale).
     """
 
     accelerator: Accelerator
     area_mm2: float
     best: PlanResult | None
     infeasible_reason: str | None = None
+    model: str = ""
+    components: tuple[DesignResult, ...] = ()
+
+    @classmethod
+    def combine(cls, parts: Sequence[DesignResult]) -> DesignResult:
+        """One result of a design from its results on several models (same design)."""
+        first = parts[0]
+        failed = [p for p in parts if p.best is None]
+        reason = f"{failed[0].model}: {failed[0].infeasible_reason}" if failed else None
+        return cls(first.accelerator, first.area_mm2, None if failed else first.best, reason,
+                   components=tuple(parts))
 
     @property
     def throughput_samples_per_s(self) -> float:
-        """Samples/s of the best plan, 0 when infeasible."""
+        """Samples/s of the best plan, 0 when infeasible (geometric mean over models)."""
+        if self.components:
+            return geomean([c.throughput_samples_per_s for c in self.components])
         return self.best.throughput_samples_per_s if self.best else 0.0
 
     @property
@@ -55,15 +75,24 @@ class DesignResult:
     def throughput_per_watt(self) -> float:
         """Samples/s per watt of TDP of the devices the best plan uses (WHAM's objective); 0 when
         infeasible."""
+        if self.components:
+            return geomean([c.throughput_per_watt for c in self.components])
         if self.best is None:
             return 0.0
         return self.best.throughput_samples_per_s / (self.tdp_w * self.best.plan.devices)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (issue #2 schema)."""
+        """JSON form (issue #2 schema; with several models, the geometric means and ``models``:
+        the result of each model)."""
         out: dict[str, Any] = {"accelerator": self.accelerator.to_dict(), "area_mm2": self.area_mm2,
                                "tdp_w": self.tdp_w, "throughput_per_watt": self.throughput_per_watt}
-        if self.best is None:
+        if self.model:
+            out["model"] = self.model
+        if self.components:
+            out.update({"throughput_samples_per_s": self.throughput_samples_per_s,
+                        "feasible": self.best is not None, "infeasible_reason": self.infeasible_reason,
+                        "models": [c.to_dict() for c in self.components]})
+        elif self.best is None:
             out.update({"plan": None, "iteration_time_s": None, "throughput_samples_per_s": 0.0,
                         "mfu": 0.0, "infeasible_reason": self.infeasible_reason})
         else:
@@ -74,9 +103,19 @@ class DesignResult:
     def from_dict(cls, data: dict[str, Any]) -> DesignResult:
         """Inverse of :meth:`to_dict` (for results read back from a store)."""
         acc = Accelerator(**data["accelerator"])
+        model = str(data.get("model", ""))
+        if "models" in data:
+            return cls.combine([cls.from_dict(part) for part in data["models"]])
         if data.get("plan") is None:
-            return cls(acc, float(data["area_mm2"]), None, data.get("infeasible_reason"))
-        return cls(acc, float(data["area_mm2"]), PlanResult.from_dict(data))
+            return cls(acc, float(data["area_mm2"]), None, data.get("infeasible_reason"), model)
+        return cls(acc, float(data["area_mm2"]), PlanResult.from_dict(data), model=model)
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean; 0 when any value is 0."""
+    if any(v <= 0 for v in values):
+        return 0.0
+    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
 
 
 def core_key(acc: Accelerator) -> Accelerator:
@@ -90,63 +129,53 @@ def core_key(acc: Accelerator) -> Accelerator:
 
 def evaluate_designs(
     accs: Sequence[Accelerator],
-    chains: Mapping[int, LayerChain],
+    chains: Mapping[CostKey, LayerChain],
     cluster: Cluster,
     global_batch: int,
-    recomputes: Sequence[Recompute],
+    space: PlanSpace,
     cost: CostModel,
+    makespan: Makespan = list_makespan_s,
 ) -> list[DesignResult]:
-    """Best plan of each design over every micro-batch in ``chains`` and every recompute choice.
+    """Best plan of each design over the plan space (every chain of ``chains`` and every option
+    of ``space`` except its TP widths and micro-batches, which ``chains``' keys fix).
 
     Layer costs (costs and schedules of every layer graph) are computed once for the
     designs sharing a :func:`core_key` and reused for each of their HBM capacities.
 
     Args:
         accs: the designs.
-        chains: layer chain per micro-batch size.
+        chains: layer chain per (tp, micro_batch, sp).
         cluster: devices and links.
         global_batch: samples per iteration.
-        recomputes: recompute choices to try.
+        space: recompute policies, schedules, chunks, ZeRO and DP-overlap settings to try.
         cost: per-operator cost model.
+        makespan: layer scheduler (default: the list scheduler; CP-SAT for exact figures).
 
     Returns:
-        For each design, in order, its best plan (highest throughput; ties: fewer
-        devices), or the reason nothing fits.
+        For each design, in order, its best plan (:func:`archplace.placement.solver.plan_search`:
+        fastest; ties: fewer devices, ...), or the reason nothing fits.
     """
-    shared: dict[tuple[Accelerator, int], list[LayerCost]] = {}
+    shared: dict[Accelerator, dict[CostKey, list[LayerCost]]] = {}
     out = []
     for acc in accs:
-        best: PlanResult | None = None
-        reasons: list[str] = []
-        for micro_batch, chain in sorted(chains.items()):
-            if global_batch % micro_batch:
-                reasons.append(f"micro-batch {micro_batch} does not divide global batch {global_batch}")
-                continue
-            key = (core_key(acc), micro_batch)
-            if key not in shared:
-                shared[key] = layer_costs(chain, acc, cost)
-            setup = TrainingSetup(cluster, global_batch, chain.seq_len, acc.hbm_bytes,
-                                  acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s)
-            for recompute in recomputes:
-                try:
-                    result = optimal_plan(shared[key], setup, micro_batch=micro_batch, recompute=recompute)
-                except InfeasibleError as exc:
-                    reasons.append(f"b={micro_batch} recompute={recompute.value}: {exc}")
-                    continue
-                if best is None or _better(result, best):
-                    best = result
-        reason = None if best else (reasons[-1] if reasons else "no micro-batch to evaluate")
-        out.append(DesignResult(acc, area_mm2(acc), best, reason))
+        key = core_key(acc)
+        if key not in shared:
+            shared[key] = costs_by_key(chains, acc, cost, makespan)
+        setup = TrainingSetup(cluster, global_batch, _seq_len(chains), acc.hbm_bytes,
+                              acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s)
+        try:
+            (best,) = plan_search(shared[key], setup, recomputes=space.recomputes,
+                                  schedules=space.schedules, chunks=space.chunks, zero=space.zero,
+                                  dp_overlap=space.dp_overlap, top_k=1)
+        except InfeasibleError as exc:
+            out.append(DesignResult(acc, area_mm2(acc), None, str(exc)))
+            continue
+        out.append(DesignResult(acc, area_mm2(acc), best))
     return out
 
 
-def evaluate_design(acc: Accelerator, chains: Mapping[int, LayerChain], cluster: Cluster,
-                    global_batch: int, recomputes: Sequence[Recompute], cost: CostModel) -> DesignResult:
-    """:func:`evaluate_designs` of one design."""
-    return evaluate_designs([acc], chains, cluster, global_batch, recomputes, cost)[0]
-
-
-def _better(a: PlanResult, b: PlanResult) -> bool:
-    if a.iteration_time_s != b.iteration_time_s:
-        return a.iteration_time_s < b.iteration_time_s
-    return a.plan.devices < b.plan.devices
+def _seq_len(chains: Mapping[CostKey, LayerChain]) -> int:
+    lengths = {chain.seq_len for chain in chains.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"layer chains of one evaluation must share a sequence length, got {lengths}")
+    return lengths.pop()

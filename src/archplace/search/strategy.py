@@ -37,8 +37,10 @@ class StrategyContext:
         score: the scalar objective of a result (0 when infeasible; higher is better).
         seed: random seed for stochastic strategies.
         budget: the most designs to evaluate (None: the strategy's own default / no limit).
-        bound: an upper bound of ``score`` for a design, or None when no bound is known
-            (pruning strategies use it; ``bound(acc) >= score(evaluate([acc])[0])`` always).
+        bounds: upper bounds of ``score`` for a batch of designs (computed in parallel), or
+            None when no bound is known; ``bounds([acc])[0] >= score(evaluate([acc])[0])``
+            always (pruning strategies use them; :mod:`archplace.search.bounds`).
+        parallelism: evaluations that can run at once (size batches to a multiple of it).
     """
 
     designs: tuple[Accelerator, ...]
@@ -47,7 +49,8 @@ class StrategyContext:
     score: Callable[[DesignResult], float]
     seed: int = 0
     budget: int | None = None
-    bound: Callable[[Accelerator], float] | None = None
+    bounds: Callable[[Sequence[Accelerator]], list[float]] | None = None
+    parallelism: int = 1
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,10 @@ class StrategyOutcome:
 class Strategy(Protocol):
     """A way of exploring the design space (exhaustive, phaze, wham, optuna)."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Short name (``exhaustive``, ``phaze``, ...)."""
+        ...
 
     def run(self, ctx: StrategyContext) -> StrategyOutcome:
         """Explore ``ctx.designs`` with ``ctx.evaluate`` and return what was evaluated."""

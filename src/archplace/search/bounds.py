@@ -1,0 +1,118 @@
+"""Upper bounds on a design's objective, for pruning that cannot lose the optimum.
+
+A design is evaluated by scheduling every layer graph (list scheduler) and running the
+placement engine over the plan space.  Both steps only add time to a floor that is cheap to
+compute, so a bound can rule a design out before its schedules are computed:
+
+1. **Layer floor.**  For every layer graph, ``L_l = lower_bound_s`` of its scheduling
+   problem (:mod:`archplace.schedule.bounds`: critical path at each operator's fastest
+   latency, and total work over the cores of each type).  Each operator's fastest latency is
+   the cost model's roofline of peak FLOP/s and HBM bandwidth, so ``L_l`` is where the chip's
+   peak FLOP/s and HBM bandwidth enter.  The list schedule the evaluation uses takes at least
+   ``L_l`` (the optimum does).
+2. **Pipeline floor.**  Whatever the plan -- TP width t, p stages, DP degree d with
+   ``t p d <= N``, micro-batch b, m >= G / (b d) micro-batches per pipeline, any schedule,
+   recomputation, ZeRO or overlap -- each device runs the forward and backward passes of its
+   layers for each of its m micro-batches, so the iteration takes at least
+   ``m * sum_l (L_l^F + L_l^B) / p >= G t sum_l (L_l^F + L_l^B) / (b N_used)``
+   (the bottleneck stage is at least the average stage; communication, bubbles, recomputation
+   and the optimizer step only add).  Hence samples/s per device used is at most
+   ``b / (t sum_l (L_l^F + L_l^B))``, maximised over the (t, b, SP) keys of the plan space.
+3. **Memory floor.**  Model state is 2 + 4 + K bytes per parameter (weights, fp32 gradients, K
+   optimizer bytes; :mod:`archplace.placement.memory`).  With ``t p d <= N`` and ZeRO-1 the
+   busiest device holds at least ``6 P_t / p + K P_t / (p d) >= (6 + K) t P_t / N`` bytes, where
+   ``P_t`` is the parameters per TP rank (the smallest over the plan space's TP widths); a
+   design whose HBM is smaller cannot train the model at all.
+
+So ``throughput <= N * per_device`` and ``throughput / (TDP * devices used) <= per_device /
+TDP`` (the per-watt objective of WHAM).  Pruning a design whose bound is below the incumbent's
+score therefore never changes the answer; ties are not pruned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from archplace.cost.model import CostModel
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.power import tdp_w
+from archplace.placement.costs import CostKey
+from archplace.placement.memory import (
+    GRADIENT_BYTES_PER_PARAM,
+    OPTIMIZER_STATE_BYTES_PER_PARAM,
+    WEIGHT_BYTES_PER_PARAM,
+)
+from archplace.placement.plan import Optimizer
+from archplace.schedule.bounds import lower_bound_s
+from archplace.schedule.problem import ScheduleProblem
+from archplace.workload.graph import OpGraph
+from archplace.workload.layers import LayerChain
+
+
+@dataclass(frozen=True)
+class DesignBound:
+    """Upper bounds for one core configuration (any HBM capacity).
+
+    Attributes:
+        samples_per_s_per_device: samples/s per device used, at most (point 2 above).
+        devices: devices in the cluster.
+        model_state_floor_bytes: per-device memory no plan can go below (point 3).
+    """
+
+    samples_per_s_per_device: float
+    devices: int
+    model_state_floor_bytes: float
+
+    def throughput(self, acc: Accelerator) -> float:
+        """Upper bound of samples/s of ``acc`` (0 when its HBM is below the memory floor)."""
+        if acc.hbm_bytes < self.model_state_floor_bytes:
+            return 0.0
+        return self.samples_per_s_per_device * self.devices
+
+    def per_watt(self, acc: Accelerator) -> float:
+        """Upper bound of samples/s per watt of TDP of the devices used."""
+        if acc.hbm_bytes < self.model_state_floor_bytes:
+            return 0.0
+        return self.samples_per_s_per_device / tdp_w(acc)
+
+
+def _graph_floor_s(graph: OpGraph, acc: Accelerator, cost: CostModel, memo: dict[int, float]) -> float:
+    key = id(graph)
+    if key not in memo:
+        memo[key] = lower_bound_s(ScheduleProblem.from_graph(graph, acc, cost)) if graph.ops else 0.0
+    return memo[key]
+
+
+def chain_floor_s(chain: LayerChain, acc: Accelerator, cost: CostModel) -> float:
+    """``sum_l (L_l^F + L_l^B)``: no schedule runs one micro-batch through every layer of
+    ``chain`` on one device of ``acc`` faster (seconds; repeated layer graphs bounded once)."""
+    memo: dict[int, float] = {}
+    return math.fsum(_graph_floor_s(layer.fwd, acc, cost, memo) + _graph_floor_s(layer.bwd, acc, cost, memo)
+                     for layer in chain.layers)
+
+
+def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices: int, cost: CostModel,
+                 optimizer: Optimizer = Optimizer.ADAM) -> DesignBound:
+    """Bounds of ``acc``'s core configuration over the plan space given by ``chains``' keys.
+
+    Args:
+        acc: the design (its HBM capacity is not used).
+        chains: layer chain per (tp, micro_batch, sp) that the evaluation will plan with.
+        devices: devices in the cluster, N.
+        cost: the cost model the evaluation uses.
+        optimizer: whose state sets the memory floor.
+
+    Raises:
+        ValueError: ``chains`` is empty.
+    """
+    if not chains:
+        raise ValueError("design_bound needs at least one layer chain")
+    per_device = 0.0
+    for (tp, micro_batch, _sp), chain in chains.items():
+        floor_s = chain_floor_s(chain, acc, cost)
+        per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
+    params = min(chain.model_params * tp for (tp, _b, _sp), chain in chains.items())  # >= P: per-rank x t
+    state = WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
+    return DesignBound(per_device, devices, state * params / devices)

@@ -1,0 +1,170 @@
+"""What a search is asked (:class:`SearchRequest`) and what it answers (:class:`SearchResult`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+from archplace.errors import ConfigError
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.cluster import Cluster
+from archplace.placement.costs import CostKey
+from archplace.placement.plan import Recompute
+from archplace.placement.workflow import PlanSpace
+from archplace.search.evaluate import DesignResult
+from archplace.search.objective import Objective, pareto_front, score
+from archplace.workload.cache import cached_chain
+from archplace.workload.extract import ExtractOptions
+from archplace.workload.layers import LayerChain
+from archplace.workload.zoo import ModelSpec
+
+DEFAULT_PLAN_SPACE = PlanSpace(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
+"""Plan options of a search unless given: TP 1 (the CLI widens it to the valid widths within a
+node), micro-batches 1, 2, 4, 8, recompute none or full, every schedule, SP, ZeRO-1 and DP
+overlap on and off."""
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """What to search.
+
+    Attributes:
+        models: the models to train (several: the objective is their geometric mean).
+        designs: accelerators to consider (already within the area and power budgets).
+        cluster: devices and links (shared by every design).
+        global_batch: samples per iteration.
+        plan_space: parallel-plan options searched for every design (``tps`` must be given).
+        objective: what "best" means.
+        baseline: a reference design evaluated the same way (e.g. the tpuv4 preset), or None.
+
+    Raises:
+        ConfigError: no model or design, non-positive sizes, empty option lists.
+    """
+
+    models: tuple[ModelSpec, ...]
+    designs: tuple[Accelerator, ...]
+    cluster: Cluster
+    global_batch: int
+    plan_space: PlanSpace = DEFAULT_PLAN_SPACE
+    objective: Objective = Objective.THROUGHPUT
+    baseline: Accelerator | None = None
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ConfigError("a search needs at least one model")
+        if len({m.name for m in self.models}) != len(self.models):
+            raise ConfigError(f"a model is given twice: {[m.name for m in self.models]}")
+        if not self.designs:
+            raise ConfigError("the search space has no design")
+        if self.global_batch <= 0:
+            raise ConfigError(f"global batch must be positive, got {self.global_batch}")
+        space = self.plan_space
+        if not space.micro_batches or any(b <= 0 for b in space.micro_batches):
+            raise ConfigError(f"micro-batches must be positive, got {list(space.micro_batches)}")
+        if not space.tps or any(t <= 0 for t in space.tps):
+            raise ConfigError(f"TP widths must be given and positive, got {space.tps}")
+        for name in ("recomputes", "schedules", "sps", "zero", "dp_overlap"):
+            if not getattr(space, name):
+                raise ConfigError(f"the plan space needs at least one value of {name}")
+
+    @property
+    def cost_keys(self) -> tuple[CostKey, ...]:
+        """The (tp, micro_batch, sp) layer-cost keys of the plan space (SP only with tp > 1)."""
+        space = self.plan_space
+        assert space.tps is not None  # checked in __post_init__
+        return tuple((t, b, sp) for t in space.tps for b in sorted(set(space.micro_batches))
+                     for sp in space.sps if t > 1 or not sp)
+
+    def chains(self, model: ModelSpec) -> dict[CostKey, LayerChain]:
+        """Layer chains of ``model`` for every cost key (graph cache; extraction once per key)."""
+        return {(t, b, sp): cached_chain(model, ExtractOptions(micro_batch=b, seq_len=model.seq_len,
+                                                               tp=t, sp=sp))
+                for t, b, sp in self.cost_keys}
+
+
+def request_identity(request: SearchRequest) -> dict[str, Any]:
+    """Everything that determines a search's results, as JSON (the store's search key).
+
+    The strategy is not part of it: a design's result does not depend on how it was reached,
+    so strategies share finished evaluations through the store.
+    """
+    space = request.plan_space
+    return {"models": [{"config": json.loads(m.config_json), "seq_len": m.seq_len} for m in request.models],
+            "designs": [acc.to_dict() for acc in request.designs], "cluster": request.cluster.to_dict(),
+            "global_batch": request.global_batch, "cost_keys": [list(k) for k in request.cost_keys],
+            "recomputes": [r.value for r in space.recomputes],
+            "schedules": [s.value for s in space.schedules], "chunks": list(space.chunks),
+            "zero": list(space.zero), "dp_overlap": list(space.dp_overlap),
+            "version": version("archplace")}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Every evaluated design, best first (:func:`archplace.search.objective.rank`).
+
+    Attributes:
+        evaluated: the designs evaluated, ranked.
+        model: model name(s), comma-separated.
+        devices, global_batch: the cluster size and batch.
+        objective: what was maximised.
+        baseline: the reference design's result, or None.
+        strategy: how the space was explored.
+        considered: designs in the space (within budgets).
+        pruned: designs skipped by a bound that proves they cannot win.
+        note: how the strategy stopped.
+        exact: the best designs re-evaluated with CP-SAT layer schedules (proven optimal
+            within a time limit), best first; empty when not asked for.
+    """
+
+    evaluated: tuple[DesignResult, ...]
+    model: str = ""
+    devices: int = 0
+    global_batch: int = 0
+    objective: Objective = Objective.THROUGHPUT
+    baseline: DesignResult | None = None
+    strategy: str = "exhaustive"
+    considered: int = 0
+    pruned: int = 0
+    note: str = ""
+    exact: tuple[DesignResult, ...] = ()
+
+    @property
+    def best(self) -> DesignResult | None:
+        """The best feasible design (fastest of the front for ``pareto``), or None."""
+        if self.evaluated and self.evaluated[0].best is not None:
+            return self.evaluated[0]
+        return None
+
+    @property
+    def front(self) -> tuple[DesignResult, ...]:
+        """Pareto front of (throughput, area, TDP) over the evaluated designs."""
+        return pareto_front(self.evaluated)
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        """Objective of the best design / objective of the baseline (None without either)."""
+        best = self.best
+        if best is None or self.baseline is None or self.baseline.best is None:
+            return None
+        return score(best, self.objective) / score(self.baseline, self.objective)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``{"best": {...} | null, "baseline": {...} | null, "speedup_vs_baseline": ..,
+        "strategy": .., "considered": .., "pruned": .., "evaluated": [...]}`` (plus ``"front"``
+        for the pareto objective and ``"exact"`` when CP-SAT re-evaluation was asked for)."""
+        best = self.best
+        out: dict[str, Any] = {
+            "model": self.model, "devices": self.devices, "global_batch": self.global_batch,
+            "objective": self.objective.value, "strategy": self.strategy, "considered": self.considered,
+            "evaluated_count": len(self.evaluated), "pruned": self.pruned, "note": self.note,
+            "best": best.to_dict() if best else None,
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+            "speedup_vs_baseline": self.speedup_vs_baseline}
+        if self.objective is Objective.PARETO:
+            out["front"] = [r.to_dict() for r in self.front]
+        if self.exact:
+            out["exact"] = [r.to_dict() for r in self.exact]
+        out["evaluated"] = [r.to_dict() for r in self.evaluated]
+        return out

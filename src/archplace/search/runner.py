@@ -1,0 +1,234 @@
+"""Run a search: a strategy explores the space; evaluations go through an executor and a store.
+
+The runner owns everything strategies share: the layer chains (extracted once per model and
+(tp, micro-batch, SP) key), one task per core configuration (so a design's HBM variants share
+their layer schedules), the SQLite store (each finished design is written at once, and a
+re-run reads finished designs back instead of evaluating them), the bounds used for pruning,
+the progress reports, the baseline design and the CP-SAT re-evaluation of the reported designs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+from archplace.cost.model import SystolicCostModel
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.cluster import Cluster
+from archplace.placement.costs import CostKey, list_makespan_s
+from archplace.placement.workflow import PlanSpace
+from archplace.schedule.base import SolveOptions
+from archplace.schedule.problem import ScheduleProblem
+from archplace.schedule.solve import solve_problem
+from archplace.search.bounds import DesignBound, design_bound
+from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
+from archplace.search.objective import Objective, rank, score
+from archplace.search.request import SearchRequest, SearchResult, request_identity
+from archplace.search.store import ResultStore
+from archplace.search.strategy import Strategy, StrategyContext
+from archplace.workload.layers import LayerChain
+
+log = logging.getLogger(__name__)
+
+Chains = Mapping[str, Mapping[CostKey, LayerChain]]
+"""Layer chains by model name, then by (tp, micro_batch, sp)."""
+
+EXACT_TIME_LIMIT_S = 2.0
+"""CP-SAT time limit per layer graph when re-evaluating reported designs exactly."""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Progress of a search, reported after every finished (or pruned) batch of designs.
+
+    Attributes:
+        evaluated: designs evaluated so far (including those read back from the store).
+        pruned: designs ruled out by a bound so far.
+        total: designs in the space.
+        best: the best design so far, or None.
+        objective: what "best" means.
+    """
+
+    evaluated: int
+    pruned: int
+    total: int
+    best: DesignResult | None
+    objective: Objective
+
+
+Progress = Callable[[Tick], None]
+
+
+def exact_makespan_s(problem: ScheduleProblem) -> float:
+    """Makespan of CP-SAT's schedule (proven optimal unless the time limit stops it), never worse
+    than the list schedule's."""
+    exact = solve_problem(problem, "cpsat", SolveOptions(time_limit_s=EXACT_TIME_LIMIT_S, workers=1))
+    return min(exact.makespan_s, list_makespan_s(problem))
+
+
+def _evaluate_task(accs: list[Accelerator], chains: Chains, cluster: Cluster, global_batch: int,
+                   space: PlanSpace, exact: bool) -> list[DesignResult]:
+    """Designs sharing a core configuration, in a worker (a fresh cost model per task)."""
+    cost = SystolicCostModel(cluster)
+    makespan = exact_makespan_s if exact else list_makespan_s
+    per_model = [evaluate_designs(accs, by_key, cluster, global_batch, space, cost, makespan)
+                 for by_key in chains.values()]
+    if len(per_model) == 1:
+        return per_model[0]
+    named = [[dataclasses.replace(r, model=name) for r in results]
+             for name, results in zip(chains, per_model, strict=True)]
+    return [DesignResult.combine(parts) for parts in zip(*named, strict=True)]
+
+
+def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster) -> list[list[DesignBound]]:
+    """Bounds of each core configuration, one per model."""
+    cost = SystolicCostModel(cluster)
+    return [[design_bound(acc, by_key, cluster.devices, cost) for by_key in chains.values()] for acc in cores]
+
+
+def _bound_score(bounds: Sequence[DesignBound], acc: Accelerator, objective: Objective) -> float:
+    if objective is Objective.PER_WATT:
+        return geomean([b.per_watt(acc) for b in bounds])
+    return geomean([b.throughput(acc) for b in bounds])
+
+
+class _Session:
+    """One search run: the evaluate and bounds callables handed to the strategy."""
+
+    def __init__(self, request: SearchRequest, chains: Chains, executor: Executor | None,
+                 store: ResultStore | None, progress: Progress | None) -> None:
+        self.request = request
+        self.chains = chains
+        self.executor = executor
+        self.store = store
+        self.progress = progress
+        self.key = store.begin(request_identity(request)) if store is not None else ""
+        self.done: dict[str, DesignResult] = {}
+        if store is not None:
+            finished = store.finished(self.key)
+            self.done = {name: DesignResult.from_dict(data) for name, data in finished.items()}
+        self.results: dict[str, DesignResult] = {}
+        self.pruned = 0
+        self.best: DesignResult | None = None
+        self.bound_cache: dict[Accelerator, list[DesignBound]] = {}
+
+    def _run(self, fn: Callable[..., list[Any]], batches: Sequence[list[Any]], *args: object
+             ) -> Iterator[tuple[list[Any], list[Any]]]:
+        """``fn(batch, *args)`` for each batch, on the executor; yields (batch, result) as each
+        finishes, so results are stored before the next one is waited for."""
+        if self.executor is None:
+            for batch in batches:
+                yield batch, fn(batch, *args)
+            return
+        futures = {self.executor.submit(fn, batch, *args): batch for batch in batches}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+    def _finish(self, result: DesignResult, fresh: bool) -> None:
+        name = result.accelerator.name
+        self.results[name] = result
+        if fresh and self.store is not None:
+            self.store.record(self.key, name, result.to_dict(), result.throughput_samples_per_s,
+                              result.area_mm2, result.best is not None)
+        if result.best is not None and (self.best is None or rank([result, self.best],
+                                                                  self.request.objective)[0] is result):
+            self.best = result
+
+    def tick(self) -> None:
+        if self.progress is not None:
+            self.progress(Tick(len(self.results), self.pruned, len(self.request.designs), self.best,
+                               self.request.objective))
+
+    def evaluate(self, designs: Sequence[Accelerator]) -> list[DesignResult]:
+        """Strategy callback: results in input order; earlier results are not recomputed."""
+        todo: dict[Accelerator, list[Accelerator]] = {}
+        for acc in designs:
+            name = acc.name
+            if name in self.results:
+                continue
+            if name in self.done:
+                self._finish(self.done[name], fresh=False)
+                continue
+            group = todo.setdefault(core_key(acc), [])
+            if acc not in group:
+                group.append(acc)
+        req = self.request
+        for _batch, results in self._run(_evaluate_task, list(todo.values()), self.chains, req.cluster,
+                                         req.global_batch, req.plan_space, False):
+            for result in results:
+                self._finish(result, fresh=True)
+            self.tick()
+        if not todo:
+            self.tick()
+        return [self.results[acc.name] for acc in designs]
+
+    def bounds(self, designs: Sequence[Accelerator]) -> list[float]:
+        """Strategy callback: upper bounds of the objective (:mod:`archplace.search.bounds`)."""
+        cores = list(dict.fromkeys(core_key(acc) for acc in designs if core_key(acc) not in self.bound_cache))
+        jobs = _parallelism(self.executor)
+        size = max(1, -(-len(cores) // (4 * jobs)))
+        batches = [cores[i:i + size] for i in range(0, len(cores), size)]
+        for batch, found in self._run(_bound_task, batches, self.chains, self.request.cluster):
+            self.bound_cache.update(zip(batch, found, strict=True))
+        return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]
+
+
+def _parallelism(executor: Executor | None) -> int:
+    if executor is None:
+        return 1
+    workers = getattr(executor, "_max_workers", None)
+    return int(workers) if isinstance(workers, int) and workers > 0 else 2
+
+
+def model_chains(request: SearchRequest) -> dict[str, dict[CostKey, LayerChain]]:
+    """Layer chains of every model of ``request`` (extracted once, from the graph cache)."""
+    return {model.name: request.chains(model) for model in request.models}
+
+
+def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress | None = None,
+               executor: Executor | None = None, store: ResultStore | None = None,
+               exact_top: int = 0, seed: int = 0, budget: int | None = None) -> SearchResult:
+    """Explore ``request``'s designs with ``strategy``.
+
+    Args:
+        request: the search.
+        strategy: exhaustive, phaze, wham, optuna (:mod:`archplace.search.strategies`).
+        progress: called in this process after every finished batch.
+        executor: where evaluations run (default: in this process, one after another).
+        store: SQLite store; each result is written as it finishes, and designs already in
+            the store for the same request are read back instead of evaluated.
+        exact_top: re-evaluate the best this-many designs with CP-SAT layer schedules.
+        seed: random seed of stochastic strategies.
+        budget: the most designs the strategy may evaluate (None: its default).
+
+    Raises:
+        ConfigError, ExtractionError: bad model or options.
+    """
+    chains = model_chains(request)
+    session = _Session(request, chains, executor, store, progress)
+    context = StrategyContext(designs=request.designs, objective=request.objective, evaluate=session.evaluate,
+                              score=lambda r: score(r, request.objective), seed=seed, budget=budget,
+                              bounds=session.bounds, parallelism=_parallelism(executor))
+    outcome = strategy.run(context)
+    session.pruned = outcome.pruned
+    session.tick()
+    ranked = rank(list(session.results.values()), request.objective)
+    log.info("%s: %d designs evaluated, %d pruned", strategy.name, len(ranked), outcome.pruned)
+    baseline = None
+    if request.baseline is not None:
+        baseline = _evaluate_task([request.baseline], chains, request.cluster, request.global_batch,
+                                  request.plan_space, False)[0]
+    exact: tuple[DesignResult, ...] = ()
+    if exact_top > 0:
+        top = [r for r in ranked[:exact_top] if r.best is not None]
+        batches = [[r.accelerator] for r in top]
+        found = {b[0].name: res[0] for b, res in session._run(
+            _evaluate_task, batches, chains, request.cluster, request.global_batch, request.plan_space, True)}
+        exact = rank([found[r.accelerator.name] for r in top], request.objective)
+    return SearchResult(ranked, ", ".join(m.name for m in request.models), request.cluster.devices,
+                        request.global_batch, request.objective, baseline, strategy.name,
+                        len(request.designs), outcome.pruned, outcome.note, exact)

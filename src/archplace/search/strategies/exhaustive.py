@@ -1,0 +1,80 @@
+"""Exhaustive search with pruning that cannot lose the optimum.
+
+Every design's objective is bounded from above first (:mod:`archplace.search.bounds`; cheap: no
+layer is scheduled).  Designs are then evaluated in batches in decreasing order of their bound,
+and the search stops as soon as the next bound is below the incumbent's objective: no design
+left can beat (or tie) it.  For the ``pareto`` objective a design is skipped when an evaluated
+design dominates its best case (bound throughput, its own area and TDP), since it then
+dominates the design itself.  With ``prune=False`` every design is evaluated (plain evaluation,
+the reference the pruned search must reproduce).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.area import area_mm2
+from archplace.hardware.power import tdp_w
+from archplace.search.evaluate import DesignResult
+from archplace.search.objective import Objective, dominates, pareto_key
+from archplace.search.strategy import StrategyContext, StrategyOutcome
+
+BATCH_PER_WORKER = 4
+"""Designs per worker in each batch: larger batches keep workers busy, smaller ones prune sooner."""
+
+_SAFETY = 1e-9
+"""Relative slack: a design is pruned only when its bound is below the incumbent by more than
+rounding could explain."""
+
+
+@dataclass(frozen=True)
+class ExhaustiveStrategy:
+    """Every design of the space, best bound first, skipping designs that provably cannot win.
+
+    Attributes:
+        prune: use the bounds (default); False evaluates every design.
+    """
+
+    prune: bool = True
+    name: str = "exhaustive"
+
+    def run(self, ctx: StrategyContext) -> StrategyOutcome:
+        """Evaluate the space; ``pruned`` counts the designs skipped by their bound."""
+        designs = list(ctx.designs)
+        if not self.prune or ctx.bounds is None:
+            return StrategyOutcome(tuple(ctx.evaluate(designs)), 0, f"{len(designs)} designs evaluated")
+        bounds = dict(zip((d.name for d in designs), ctx.bounds(designs), strict=True))
+        order = sorted(designs, key=lambda d: (-bounds[d.name], d.name))
+        batch = max(1, BATCH_PER_WORKER * ctx.parallelism)
+        evaluated: list[DesignResult] = []
+        pruned = 0
+        i = 0
+        while i < len(order):
+            chunk: list[Accelerator] = []
+            while i < len(order) and len(chunk) < batch:
+                acc = order[i]
+                i += 1
+                if self._beaten(acc, bounds[acc.name], evaluated, ctx):
+                    pruned += 1
+                else:
+                    chunk.append(acc)
+            if ctx.objective is not Objective.PARETO and not chunk:
+                pruned += len(order) - i  # bounds only fall from here on
+                break
+            evaluated.extend(ctx.evaluate(chunk))
+        note = f"{len(evaluated)} designs evaluated, {pruned} pruned by their bound"
+        return StrategyOutcome(tuple(evaluated), pruned, note)
+
+    @staticmethod
+    def _beaten(acc: Accelerator, bound: float, evaluated: list[DesignResult], ctx: StrategyContext) -> bool:
+        """True when an evaluated design provably beats every outcome of ``acc``."""
+        if ctx.objective is Objective.PARETO:
+            if bound <= 0:
+                return True
+            if not evaluated:
+                return False
+            best_case = (bound * (1 + _SAFETY), area_mm2(acc), tdp_w(acc))
+            return any(r.best is not None and dominates(pareto_key(r), best_case) for r in evaluated)
+        incumbent = max((ctx.score(r) for r in evaluated), default=0.0)
+        return bound * (1 + _SAFETY) < incumbent or (bound <= 0 and incumbent > 0)

@@ -1,0 +1,200 @@
+"""WHAM's critical-path growth heuristic, as a beam search over the design grid.
+
+Source.  Adnan et al., "Workload-Aware Hardware Accelerator Mining for Distributed Deep Learning
+Training" (arXiv 2404.14632, 2024), abstract and sections 4-5: starting from a small
+configuration, WHAM repeatedly gives more of a resource (tensor cores, their dimensions, vector
+cores, buffer) to the operators on the critical path, within the area and power budgets; for
+pipeline- and tensor-parallel training a local search keeps the top-k designs of every stage,
+and a global search picks, from those sets, the design that maximises training throughput (or
+throughput per TDP) across the stages.  We did not find WHAM's search code among the sources
+we could read (the ``wham`` package vendored in github.com/msr-fiddle/phaze holds only its
+operator scheduler), so the rule below follows the paper's description, adapted as follows.
+
+Adaptation (ours):
+
+* Moves.  A design is a point of the grid (tensor cores, array size, vector cores, buffer,
+  HBM).  A move grows one of the first four resources by one step: the next larger value of
+  that field present in ``ctx.designs`` with the other fields unchanged.  If that design is not
+  in ``ctx.designs`` the move goes to the nearest larger value that is (this only skips designs
+  removed by a lower area bound, such as PHAZE's ``0.3 * A_max`` floor; with an upper area or
+  power budget a larger value is over budget too, so the move is simply blocked).
+* Benefit of a move.  In WHAM a move is chosen by how much it shortens the critical path of the
+  bottleneck pipeline stage.  In our plans the bottleneck stage's time is what sets the
+  iteration time, and the placement solver re-balances the stages (and re-chooses TP, PP, DP,
+  micro-batch and recompute) for every design, so "the move that shortens the bottleneck stage
+  most" is measured directly as "the move whose design has the best objective": every possible
+  move of the beam is evaluated (one batch, in parallel) and ranked by ``ctx.score``.  WHAM's
+  per-stage top-k followed by a global choice across stages thus becomes one beam of the top-k
+  whole designs, each already scored by its best plan over all stages.  ``PlanResult`` exposes
+  the iteration breakdown but no per-stage times, and the bottleneck time is already what the
+  score measures, so ties are broken by smaller die area, then name (WHAM prefers spending
+  fewer resources).
+* Start.  WHAM starts from the smallest configuration.  Here the start is the set of *minimal*
+  designs of ``ctx.designs`` (those with no other candidate at most as large in every
+  resource), all with the largest HBM capacity; when the smallest grid point is a candidate it
+  is the only minimal design, as in WHAM.  With a lower area bound the smallest point is
+  excluded and several minimal designs replace it; starting from all of them keeps every
+  candidate reachable by growth (area and power grow with every resource, so the designs
+  between a minimal design and a candidate are candidates too).  They are evaluated as the
+  first batch and the best ``beam`` of them form the beam.
+* HBM.  HBM capacity adds no die area (``archplace.hardware.area``) and no power
+  (``archplace.hardware.power`` depends on HBM bandwidth, not capacity), and more capacity
+  never removes a plan, so every design is taken at the largest capacity offered and HBM is
+  not a resource the search grows.  (For ``throughput-per-watt`` a larger HBM can, rarely,
+  make the solver prefer a faster plan on more devices; we accept that.)  The capacity is the
+  largest offered for the same resources, normally the largest of the space.
+* Stop.  After each step the search stops when no evaluated move beats the incumbent (the best
+  score so far; while nothing feasible has been found every move counts as progress), when no
+  move is left, or when ``ctx.budget`` designs have been evaluated.  The result is the best
+  evaluated design.  For ``pareto`` the beam is ranked by throughput (``ctx.score``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.area import area_mm2
+from archplace.search.evaluate import DesignResult
+from archplace.search.objective import Objective
+from archplace.search.strategy import StrategyContext, StrategyOutcome
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BEAM = 3
+"""Designs kept per step (WHAM's top-k; the paper keeps several designs per stage)."""
+
+# (tensor cores, (array rows, array cols), vector cores, buffer bytes): the resources WHAM grows.
+GridKey = tuple[Any, ...]
+
+RESOURCES = ("tensor_cores", "array", "vector_cores", "buffer")
+"""The resources a move can grow, in the order candidates are listed."""
+
+
+def grid_key(acc: Accelerator) -> GridKey:
+    """The grown resources of a design (HBM capacity excluded)."""
+    return (acc.tensor_cores, (acc.array_rows, acc.array_cols), acc.vector_cores, acc.buffer_bytes)
+
+
+def _size(value: Any) -> tuple[float, ...]:
+    """Sort key of a resource value: arrays by MACs, then rows; the others by value."""
+    if isinstance(value, tuple):
+        return (value[0] * value[1], value[0], value[1])
+    return (float(value),)
+
+
+class DesignGrid:
+    """The candidates indexed by their resources, each at the largest HBM capacity it is offered with.
+
+    Args:
+        designs: the candidates (``ctx.designs``); of designs with the same resources and HBM
+            capacity, the first is kept.
+    """
+
+    def __init__(self, designs: Sequence[Accelerator]) -> None:
+        self.by_key: dict[GridKey, Accelerator] = {}
+        for acc in designs:
+            kept = self.by_key.get(grid_key(acc))
+            if kept is None or acc.hbm_bytes > kept.hbm_bytes:
+                self.by_key[grid_key(acc)] = acc
+        self.values: list[list[Any]] = [sorted({key[axis] for key in self.by_key}, key=_size)
+                                        for axis in range(len(RESOURCES))]
+        self._rank = [{value: i for i, value in enumerate(values)} for values in self.values]
+        self._area = {acc: area_mm2(acc) for acc in self.by_key.values()}
+
+    def area(self, acc: Accelerator) -> float:
+        """Die area of a candidate, mm²."""
+        return self._area[acc]
+
+    def minimal(self) -> list[Accelerator]:
+        """Candidates no other candidate is at most as large as in every resource, by area."""
+        positions = {key: tuple(self._rank[axis][key[axis]] for axis in range(len(RESOURCES)))
+                     for key in self.by_key}
+        out = [acc for key, acc in self.by_key.items()
+               if not any(other != key and all(a <= b for a, b in zip(pos, positions[key], strict=True))
+                          for other, pos in positions.items())]
+        return sorted(out, key=lambda acc: (self.area(acc), acc.name))
+
+    def moves(self, acc: Accelerator) -> list[Accelerator]:
+        """Designs one resource step larger than ``acc`` (order: :data:`RESOURCES`)."""
+        key = grid_key(acc)
+        out = []
+        for axis in range(len(RESOURCES)):
+            for value in self.values[axis][self._rank[axis][key[axis]] + 1:]:
+                found = self.by_key.get(key[:axis] + (value,) + key[axis + 1:])
+                if found is not None:
+                    out.append(found)
+                    break
+        return out
+
+
+class WhamStrategy:
+    """WHAM's growth heuristic as a beam search (module docstring).
+
+    Args:
+        beam: designs kept per step (top-k).
+
+    Raises:
+        ValueError: a beam smaller than 1.
+    """
+
+    name = "wham"
+
+    def __init__(self, beam: int = DEFAULT_BEAM) -> None:
+        if beam < 1:
+            raise ValueError(f"wham: beam must be at least 1, got {beam}")
+        self.beam = beam
+
+    def run(self, ctx: StrategyContext) -> StrategyOutcome:
+        """Grow the beam one resource step at a time until no move improves the best design."""
+        grid = DesignGrid(ctx.designs)
+        budget = ctx.budget
+        results: list[DesignResult] = []
+        seen: set[Accelerator] = set()
+
+        def rank_key(result: DesignResult) -> tuple[float, float, str]:
+            return (-ctx.score(result), grid.area(result.accelerator), result.accelerator.name)
+
+        def evaluate(candidates: list[Accelerator]) -> list[DesignResult]:
+            fresh = [acc for acc in dict.fromkeys(candidates) if acc not in seen]
+            if budget is not None:
+                fresh = fresh[: max(0, budget - len(results))]
+            seen.update(fresh)
+            out = ctx.evaluate(fresh) if fresh else []
+            results.extend(out)
+            return out
+
+        def exhausted() -> bool:
+            return budget is not None and len(results) >= budget
+
+        starts = grid.minimal()
+        step = evaluate(starts)
+        incumbent = max((ctx.score(r) for r in step), default=0.0)
+        steps = 0
+        reason = "no candidate design" if not starts else ""
+        while not reason:
+            if exhausted():
+                reason = f"budget of {budget} designs exhausted"
+                break
+            beam = sorted(step, key=rank_key)[: self.beam]
+            candidates = [move for member in beam for move in grid.moves(member.accelerator)
+                          if move not in seen]
+            if not candidates:
+                reason = "no move left within the budgets"
+                break
+            step = evaluate(candidates)
+            steps += 1
+            best = max(ctx.score(r) for r in step)
+            if best > incumbent or incumbent == 0.0:  # nothing feasible yet: keep growing
+                incumbent = max(incumbent, best)
+            elif exhausted():
+                reason = f"budget of {budget} designs exhausted"
+            else:
+                reason = "no move improves the best design"
+        pareto = " (pareto: grown by throughput)" if ctx.objective is Objective.PARETO else ""
+        note = (f"stopped after {steps} growth steps and {len(results)} designs (beam {self.beam}, "
+                f"{len(starts)} start designs): {reason}{pareto}")
+        log.info("wham: %s", note)
+        return StrategyOutcome(tuple(results), note=note)

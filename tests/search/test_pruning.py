@@ -1,0 +1,100 @@
+"""Exhaustive search with pruning: the bounds hold, and pruning never changes the answer."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from archplace import api
+from archplace.cost.model import SystolicCostModel
+from archplace.hardware.power import tdp_w
+from archplace.hardware.presets import load_accelerator
+from archplace.search.bounds import DesignBound, design_bound
+from archplace.search.evaluate import DesignResult
+from archplace.search.objective import Objective, score
+from archplace.search.request import SearchResult
+from archplace.search.runner import model_chains
+
+OPTIONS = dict(space="tiny", devices=256, global_batch=512, seq_len=512, micro_batches=(1, 2, 4),
+               baseline=None)
+GIB = 2.0**30
+
+
+@pytest.fixture(scope="module")
+def every() -> SearchResult:
+    """Plain evaluation of every tiny design (the reference)."""
+    return api.search("gpt2-xl", strategy="exhaustive-all", **OPTIONS)
+
+
+def test_bound_is_above_every_design(every: SearchResult) -> None:
+    request = api.search_request("gpt2-xl", **OPTIONS)
+    chains = model_chains(request)["gpt2-xl"]
+    cost = SystolicCostModel(request.cluster)
+    assert len(every.evaluated) == len(request.designs) == 43
+    for result in every.evaluated:
+        bound = design_bound(result.accelerator, chains, request.cluster.devices, cost)
+        assert bound.throughput(result.accelerator) >= result.throughput_samples_per_s
+        assert bound.per_watt(result.accelerator) >= result.throughput_per_watt
+        if result.best is not None:  # the floor is within a small factor, not vacuous
+            assert bound.throughput(result.accelerator) < 20 * result.throughput_samples_per_s
+
+
+@pytest.mark.parametrize("objective", ["throughput", "throughput-per-watt"])
+def test_pruned_search_returns_the_plain_answer(objective: str) -> None:
+    plain = api.search("gpt2-xl", strategy="exhaustive-all", objective=objective, **OPTIONS)
+    pruned = api.search("gpt2-xl", strategy="exhaustive", objective=objective, **OPTIONS)
+    assert plain.best is not None and pruned.best is not None
+    assert pruned.best.to_dict() == plain.best.to_dict()  # same design, same plan, same figures
+    assert pruned.pruned > 0 and len(pruned.evaluated) + pruned.pruned == len(plain.evaluated)
+    best = score(plain.best, Objective(objective))
+    names = {r.accelerator.name for r in pruned.evaluated}
+    for result in plain.evaluated:  # everything pruned was strictly worse
+        if result.accelerator.name not in names:
+            assert score(result, Objective(objective)) < best
+
+
+def test_pruned_pareto_front_is_the_plain_front() -> None:
+    plain = api.search("gpt2-xl", strategy="exhaustive-all", objective="pareto", **OPTIONS)
+    pruned = api.search("gpt2-xl", strategy="exhaustive", objective="pareto", **OPTIONS)
+    assert [r.to_dict() for r in pruned.front] == [r.to_dict() for r in plain.front]
+    assert len(plain.front) >= 2 and pruned.pruned > 0
+    assert pruned.to_dict()["front"][0] == plain.front[0].to_dict()
+
+
+def test_memory_floor_proves_infeasibility() -> None:
+    """18 B/param of llama2-7b over 8 devices is 15.1 GB: an 8 GiB chip cannot train it."""
+    request = api.search_request("llama2-7b", space="tiny", devices=8, global_batch=8, seq_len=128,
+                                 micro_batches=(1,), tp=[1], baseline=None)
+    chains = model_chains(request)["llama2-7b"]
+    acc = load_accelerator("tpuv4")
+    bound = design_bound(acc, chains, 8, SystolicCostModel(request.cluster))
+    params = next(iter(chains.values())).model_params
+    assert bound.model_state_floor_bytes == pytest.approx(18 * params / 8)
+    assert bound.throughput(dataclasses.replace(acc, hbm_bytes=8 * GIB)) == 0.0
+    assert bound.throughput(dataclasses.replace(acc, hbm_bytes=32 * GIB)) > 0.0
+
+
+def test_bound_combinations() -> None:
+    acc = load_accelerator("tpuv4")
+    bound = DesignBound(samples_per_s_per_device=2.0, devices=16, model_state_floor_bytes=1.0)
+    assert bound.throughput(acc) == 32.0
+    assert math.isclose(bound.per_watt(acc) * tdp_w(acc), 2.0)
+
+
+def test_two_models_rank_by_geometric_mean() -> None:
+    both = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive-all", **OPTIONS)
+    alone = {name: {r.accelerator.name: r for r in api.search(name, strategy="exhaustive-all",
+                                                               **OPTIONS).evaluated}
+             for name in ("gpt2-xl", "opt-350m")}
+    assert both.model == "gpt2-xl, opt-350m"
+    for result in both.evaluated[:5]:
+        parts = [alone[name][result.accelerator.name].throughput_samples_per_s for name in alone]
+        assert result.throughput_samples_per_s == pytest.approx(math.sqrt(parts[0] * parts[1]), rel=1e-12)
+        assert [c.model for c in result.components] == ["gpt2-xl", "opt-350m"]
+    data = both.best.to_dict() if both.best else {}
+    assert [m["model"] for m in data["models"]] == ["gpt2-xl", "opt-350m"]
+    assert DesignResult.from_dict(data).to_dict() == data
+    pruned = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive", **OPTIONS)
+    assert pruned.best is not None and pruned.best.to_dict() == data
