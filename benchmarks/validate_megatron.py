@@ -20,8 +20,9 @@ def main() -> None:
             path.parent.mkdir()
             path.write_text(json.dumps(run.hf_config()))
             result = api.evaluate(str(path), "a100-80gb", devices=run.gpus, global_batch=run.global_batch,
-                                  tp=run.tp, pp=run.pp, dp=run.dp, micro_batch=1, recompute="full",
-                                  schedule="1f1b")
+                                  tp=run.tp, pp=run.pp, dp=run.dp, micro_batch=run.micro_batch,
+                                  recompute="full", schedule=run.schedule, chunks=run.chunks,
+                                  dp_overlap=run.dp_overlap)
             ours = run.tflop_per_gpu_of(result.iteration_time_s)
             error = (ours - run.tflop_per_gpu) / run.tflop_per_gpu
             print(f"{run.name:>6} t={run.tp} p={run.pp} d={run.dp:<3} {run.gpus:>5} GPUs: "

@@ -84,15 +84,20 @@ def test_tp2_uses_inter_node_links_and_scales_mfu():
     plan = Plan(tp=2, pp=2, dp=2, micro_batch=2, recompute=Recompute.NONE,
                 stages=((0, 1), (2, 2)))
     r = evaluate_plan(LAYERS, SETUP, plan)
-    # p2p spans tp + 1 = 3 > 2 ranks: 2 * (1e-5 + 2e6 / 1e10) = 4.2e-4 per micro-batch.
-    # DP: 2 ranks at stride 4 span 5: inter-node, 2.12e-5 as before.
+    # p2p spans tp + 1 = 3 > 2 ranks: inter-node, with the scatter/gather of Narayanan et al.
+    # 2021, section 4.1: each TP rank sends 1e6 B at 1e10 B/s, then a 2-rank all-gather on the
+    # intra-node link (1e-6 s + 1e6 B / 1e11 B/s): 2 * (1e-5 + 1e-4 + 1e-6 + 1e-5) = 2.42e-4
+    # per micro-batch. DP: 2 ranks at stride 4 span 5: inter-node, 2.12e-5 as before.
     b = r.breakdown_s
-    assert b["bubble"] == pytest.approx(9.00042, rel=REL)
-    assert b["pp_comm"] == pytest.approx(8.4e-4, rel=REL)
+    assert b["bubble"] == pytest.approx(9.000242, rel=REL)
+    assert b["pp_comm"] == pytest.approx(4.84e-4, rel=REL)
     assert b["dp_comm"] == pytest.approx(2.12e-5, rel=REL)
-    assert r.iteration_time_s == pytest.approx(27.00128129, rel=REL)
+    assert r.iteration_time_s == pytest.approx(27.00074729, rel=REL)
     check_breakdown_sums(r)
-    assert r.mfu == pytest.approx(4 * 10.5e12 * 2 / (27.00128129 * 8 * 1e12), rel=REL)
+    assert r.mfu == pytest.approx(4 * 10.5e12 * 2 / (27.00074729 * 8 * 1e12), rel=REL)
+    # with sequence parallelism the boundary is already sharded: no scatter/gather
+    sp = evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, sp=True))
+    assert sp.breakdown_s["pp_comm"] == pytest.approx(8.4e-4, rel=REL)
 
 
 def test_tp1_pp3_dp1_full_recompute():
@@ -299,9 +304,11 @@ def test_zero_sgd_and_overlap():
     plan = Plan(tp=1, pp=1, dp=4, micro_batch=2, recompute=Recompute.NONE, stages=((0, 2),),
                 zero=True)
     r = evaluate_plan(LAYERS, setup, plan)
-    # m = 1, one stage: T = 10.5, K = 1. DP group of 4 ranks, span 4 > 2: inter-node. All-reduce
-    # (reduce-scatter + all-gather) of 4 * 3500 bytes: 2 * 3/4 * 14000 / 1e3 + 2 * 3 * 1e-5.
-    ar = 21.0 + 6e-5
+    # m = 1, one stage: T = 10.5, K = 1. DP group of 4 ranks, 2 in each of 2 nodes: hierarchical
+    # all-reduce (reduce-scatter + all-gather) of 4 * 3500 bytes: inside the node
+    # 2 * 1/2 * 14000 / 1e11 + 2 * 1e-6, across the nodes each rank's half on its own port
+    # 2 * 1/2 * 7000 / 1e3 + 2 * 1e-5.
+    ar = 1.4e-7 + 2e-6 + 7.0 + 2e-5
     assert r.breakdown_s["dp_comm"] == pytest.approx(ar, rel=REL)
     # SGD step (22 B / param) on 1/4 of the parameters
     assert r.breakdown_s["optimizer"] == pytest.approx(22 * 3500 / 4 / 1e12, rel=REL)
@@ -309,7 +316,7 @@ def test_zero_sgd_and_overlap():
     assert (mem.weights, mem.gradients, mem.optimizer) == (7000.0, 14000.0, 8 * 3500 / 4)
     overlapped = evaluate_plan(LAYERS, setup, dataclasses.replace(plan, dp_overlap=True))
     # the backward pass of the last micro-batch (2 + 4 + 1 s) hides part of the reduction
-    assert overlapped.breakdown_s["dp_comm"] == pytest.approx(ar - 7.0, rel=REL)
+    assert overlapped.breakdown_s["dp_comm"] == pytest.approx(ar - 7.0, rel=1e-9)
     assert overlapped.iteration_time_s == pytest.approx(r.iteration_time_s - 7.0, rel=REL)
     check_breakdown_sums(overlapped)
     plain = evaluate_plan(LAYERS, setup, dataclasses.replace(plan, zero=False))
@@ -345,3 +352,30 @@ def test_layer_cost_checks_tp_share():
         dataclasses.replace(LAYERS[0], tp_comm_fwd_s=2.0)
     with pytest.raises(ConfigError, match="selective_activation_bytes"):
         dataclasses.replace(LAYERS[0], selective_activation_bytes=-1.0)
+
+
+def test_dp_allreduce_is_hierarchical_when_a_node_holds_several_replicas():
+    from archplace.placement.timing import dp_allreduce_cost
+
+    # DGX A100-like: 8 devices per node, NVLink 3e11 B/s and 3 us, one 2.5e10 B/s port per device.
+    dgx = Cluster(devices=32, devices_per_node=8, intra_node_bandwidth_bytes_per_s=3e11,
+                  inter_node_bandwidth_bytes_per_s=2.5e10, intra_node_latency_s=3e-6,
+                  inter_node_latency_s=6e-6)
+    # tp = pp = 1, dp = 32: 8 replicas in each of 4 nodes
+    const, per_byte = dp_allreduce_cost(dgx, tp=1, pp=1, dp=32)
+    assert const == pytest.approx(2 * 7 * 3e-6 + 2 * 3 * 6e-6, rel=REL)
+    assert per_byte == pytest.approx(2 * 7 / 8 / 3e11 + 2 * 3 / 4 / (8 * 2.5e10), rel=REL)
+    # tp = 8: one replica per node, the flat ring on the inter-node link
+    assert dp_allreduce_cost(dgx, tp=8, pp=1, dp=4) == (2 * 3 * 6e-6, 2 * 3 / 4 / 2.5e10)
+    # the whole group inside one node: the flat ring on NVLink
+    assert dp_allreduce_cost(dgx, tp=2, pp=1, dp=4) == (2 * 3 * 3e-6, 2 * 3 / 4 / 3e11)
+    assert dp_allreduce_cost(dgx, tp=2, pp=1, dp=1) == (0.0, 0.0)
+
+
+def test_scatter_gather_p2p_link():
+    # tp = 2 across nodes: 1e-5 + 1e-6 start-up, 1 / (1 / (2 * 1e10) + 1 / (2 * 1e11)) B/s
+    alpha, beta = p2p_link(CLUSTER, tp=2, pp=2, segment=0, scatter_gather=True)
+    assert alpha == pytest.approx(1.1e-5, rel=REL)
+    assert beta == pytest.approx(1 / 5.5e-11, rel=REL)
+    assert p2p_link(CLUSTER, tp=1, pp=2, segment=0, scatter_gather=True) == p2p_link(
+        CLUSTER, tp=1, pp=2, segment=0)

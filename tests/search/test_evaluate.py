@@ -9,8 +9,8 @@ import pytest
 from archplace.cost.model import SystolicCostModel
 from archplace.hardware.presets import load_accelerator, load_cluster
 from archplace.placement.plan import Recompute
-from archplace.search import evaluate as evaluate_module
 from archplace.placement.workflow import PlanSpace
+from archplace.search import evaluate as evaluate_module
 from archplace.search.evaluate import core_key, evaluate_designs
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.zoo import load_model

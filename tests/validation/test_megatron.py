@@ -1,8 +1,10 @@
 """`evaluate` against published Megatron-LM measurements (Narayanan et al., SC 2021, Table 1).
 
 Each run is evaluated as trained: its TP and PP sizes, DP over the rest of the GPUs, full
-recomputation, 1F1B, micro-batch 1, Megatron's even split of the blocks, on the
-`a100-80gb` preset. The error of the achieved teraFLOP/s per GPU is printed (pytest -s).
+recomputation, the micro-batch size, pipeline schedule (1F1B, or interleaved for 76.1B) and
+gradient-reduction overlap of the paper's artifact script (see ``MegatronRun``), Megatron's
+even split of the blocks, on the `a100-80gb` preset. The error of the achieved teraFLOP/s per
+GPU is printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from archplace import api
 from archplace.placement.megatron import TABLE_1, MegatronRun
 
 TOLERANCE = 0.15
-# Pipeline-parallel runs are over-predicted (+16 % / +22 %): kept visible as expected
-# failures until the model explains them (strict: a fix makes them fail loudly).
-PIPELINED = {"39.1B": 0.17, "76.1B": 0.22}
+# Rows over-predicted beyond the tolerance, kept visible as strict expected failures (a fix makes
+# them fail loudly). The error grows with the hidden size: every GEMM runs at the full 312 TFLOP/s
+# of the 16x16-array template (no kernel-efficiency loss), while the traced HF GPT-2 graph runs
+# the element-wise ops unfused (Megatron-LM fuses them, paper section 4.2). The two errors cancel
+# for small hidden sizes, where element-wise traffic weighs most, and not for large ones.
+OVER_PREDICTED = {"18.4B": 0.18, "76.1B": 0.20}
 
 
 def predicted_tflop_per_gpu(run: MegatronRun, tmp_path: Path) -> float:
@@ -26,15 +31,15 @@ def predicted_tflop_per_gpu(run: MegatronRun, tmp_path: Path) -> float:
     path.parent.mkdir()
     path.write_text(json.dumps(run.hf_config()))
     result = api.evaluate(str(path), "a100-80gb", devices=run.gpus, global_batch=run.global_batch,
-                          tp=run.tp, pp=run.pp, dp=run.dp, micro_batch=1, recompute="full",
-                          schedule="1f1b")
+                          tp=run.tp, pp=run.pp, dp=run.dp, micro_batch=run.micro_batch, recompute="full",
+                          schedule=run.schedule, chunks=run.chunks, dp_overlap=run.dp_overlap)
     return run.tflop_per_gpu_of(result.iteration_time_s)
 
 
 @pytest.mark.parametrize("run", [
     pytest.param(run, id=run.name, marks=pytest.mark.xfail(
-        strict=True, reason=f"pipelined run over-predicted by about {PIPELINED[run.name]:.0%}"))
-    if run.name in PIPELINED else pytest.param(run, id=run.name)
+        strict=True, reason=f"over-predicted by about {OVER_PREDICTED[run.name]:.0%}"))
+    if run.name in OVER_PREDICTED else pytest.param(run, id=run.name)
     for run in TABLE_1
 ])
 def test_evaluate_matches_megatron(run: MegatronRun, tmp_path: Path) -> None:

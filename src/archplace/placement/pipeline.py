@@ -8,7 +8,8 @@ interleaved); segment c runs on pipeline device c % pp. Per micro-batch, segment
 with compute = sum(fwd_s + bwd_s) of its layers (TP collectives included), recompute = sum(fwd_s)
 under full recomputation, sum(selective_recompute_s) under selective recomputation, else 0, and
 p2p = 2 (alpha + boundary_bytes / beta) for the activation sent onwards and its gradient
-received back (0 for the last segment; links in :mod:`archplace.placement.timing`).
+received back (0 for the last segment; links in :mod:`archplace.placement.timing`; with tp > 1
+and no sequence parallelism the scatter/gather of Narayanan et al. 2021, section 4.1, applies).
 
 Iteration time (every stage advances at the pace of the slowest segment, T = max_c T_c)::
 
@@ -147,7 +148,7 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster) -> tu
         else:
             recompute = 0.0
         p2p = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes, pp=plan.pp,
-                                   segment=c, chunks=plan.chunks)
+                                   segment=c, chunks=plan.chunks, scatter_gather=not plan.sp)
                if c < n_segments - 1 else 0.0)
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
                                tp_comm_s=tp_comm, backward_s=bwd + recompute))

@@ -51,6 +51,7 @@ from archplace.placement.plan import (
 )
 from archplace.placement.tables import INFINITE_SHARDS, FloatArray, SegmentTables
 from archplace.placement.timing import (
+    dp_allreduce_cost,
     dp_allreduce_time_s,
     optimizer_step_time_s,
 )
@@ -203,14 +204,13 @@ class Search:
                                                            setup.optimizer) * params / shards,
                                      dtype=np.float64)
         if not variant.overlap:
-            cluster = setup.cluster
-            span = fam.tp * p * (d - 1) + 1
-            intra = span <= cluster.devices_per_node
-            alpha = np.where(intra, cluster.intra_node_latency_s, cluster.inter_node_latency_s)
-            beta = np.where(intra, cluster.intra_node_bandwidth_bytes_per_s,
-                            cluster.inter_node_bandwidth_bytes_per_s)
-            ar = 2.0 * (d - 1) / d * (GRADIENT_BYTES_PER_PARAM * params) / beta + 2.0 * (d - 1) * alpha
-            out = out + np.where(d > 1, ar, 0.0)
+            pp_b, dp_b = np.broadcast_arrays(np.asarray(p), np.asarray(d))
+            pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
+            cost = {pair: dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=pair[0], dp=pair[1])
+                    for pair in set(pairs)}
+            const = np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+            per_byte = np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+            out = out + (const + per_byte * (GRADIENT_BYTES_PER_PARAM * params))
         return out
 
     def run(self) -> list[Found]:
@@ -290,7 +290,7 @@ class Search:
     def _tables(self, state: _FamilyState) -> SegmentTables:
         if state.tables is None:
             fam = state.family
-            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute)
+            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute, fam.sp)
         return state.tables
 
     def _visit(self, f: int, variant: Variant, p: int, d: int, m: int) -> None:

@@ -22,7 +22,7 @@ from archplace.placement.memory import (
     chain_reserve_bytes,
 )
 from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
-from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, group_span
+from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, dp_allreduce_cost, p2p_link
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -90,11 +90,12 @@ class SegmentTables:
     """
 
     def __init__(self, layers: Sequence[LayerCost], setup: TrainingSetup, tp: int,
-                 recompute: Recompute) -> None:
+                 recompute: Recompute, sp: bool = False) -> None:
         n = len(layers)
         self.n = n
         self.setup = setup
         self.tp = tp
+        self.sp = sp
         self.recompute = recompute
         idx = np.arange(n)
         upper: BoolArray = idx[None, :] >= idx[:, None]
@@ -152,8 +153,9 @@ class SegmentTables:
     def position_links(self, pp: int, chunks: int) -> list[tuple[float, float] | None]:
         """Link after each of the pp * chunks segments (None for the last), as ``p2p_link``."""
         cluster = self.setup.cluster
-        neighbour = cluster.link(group_span(2, self.tp))
-        wrap = cluster.link(group_span(pp, self.tp))
+        scatter = not self.sp
+        neighbour = p2p_link(cluster, tp=self.tp, pp=pp, segment=0, scatter_gather=scatter)
+        wrap = p2p_link(cluster, tp=self.tp, pp=pp, segment=pp - 1, chunks=2, scatter_gather=scatter)
         s = pp * chunks
         return [None if c == s - 1 else wrap if chunks > 1 and c % pp == pp - 1 else neighbour
                 for c in range(s)]
@@ -260,9 +262,8 @@ class SegmentTables:
         if dp == 1:
             allreduce = np.zeros_like(charged)
         else:
-            alpha, beta = setup.cluster.link(group_span(dp, self.tp * pp))
-            allreduce = (2.0 * (dp - 1) / dp * (GRADIENT_BYTES_PER_PARAM * charged) / beta
-                         + 2.0 * (dp - 1) * alpha)
+            const_s, per_byte_s = dp_allreduce_cost(setup.cluster, tp=self.tp, pp=pp, dp=dp)
+            allreduce = const_s + per_byte_s * (GRADIENT_BYTES_PER_PARAM * charged)
         if overlap:
             window = chunks * self.backward if chunks > 1 else self.backward
             exposed = np.maximum(0.0, allreduce - window)

@@ -9,8 +9,10 @@ and its messages use the link ``Cluster.link`` returns for that span (alpha-beta
 
 * pipeline neighbours are ``tp`` ranks apart (span tp + 1); with interleaving the boundary from
   the last device back to the first (chunk c -> c + 1 with c % pp = pp - 1) spans
-  tp * (pp - 1) + 1 ranks;
-* a data-parallel group has ``dp`` ranks at stride tp * pp.
+  tp * (pp - 1) + 1 ranks; with tp > 1 and no sequence parallelism the boundary tensor is
+  scattered over the TP ranks and gathered again (:func:`p2p_link`);
+* a data-parallel group has ``dp`` ranks at stride tp * pp, reduced hierarchically when it has
+  several members in each of several nodes (:func:`dp_allreduce_cost`).
 """
 
 from __future__ import annotations
@@ -41,38 +43,83 @@ def group_span(size: int, stride: int) -> int:
     return stride * (size - 1) + 1
 
 
-def p2p_link(cluster: Cluster, *, tp: int, pp: int, segment: int, chunks: int = 1
-             ) -> tuple[float, float]:
+def p2p_link(cluster: Cluster, *, tp: int, pp: int, segment: int, chunks: int = 1,
+             scatter_gather: bool = False) -> tuple[float, float]:
     """(alpha_s, beta_bytes_per_s) of the boundary after pipeline segment ``segment``: the
     neighbour link (span tp + 1), or with interleaving the wrap-around link from the last device
-    to the first (span tp * (pp - 1) + 1) after every chunk on the last device."""
-    if chunks > 1 and segment % pp == pp - 1:
-        return cluster.link(group_span(pp, tp))
-    return cluster.link(group_span(2, tp))
+    to the first (span tp * (pp - 1) + 1) after every chunk on the last device.
+
+    With ``scatter_gather`` and tp > 1 (Narayanan et al., SC 2021, section 4.1, Megatron-LM's
+    default when the boundary tensor is replicated over the TP group, i.e. without sequence
+    parallelism), each of the tp ranks sends only its 1/tp slice on its own link and the
+    receiving TP group all-gathers the slices over the TP group's link (a ring all-gather,
+    (tp - 1) start-ups and (tp - 1)/tp of the bytes). One transfer of b bytes then costs
+    alpha + b / (tp beta) + (tp - 1) alpha_tp + (tp - 1)/tp b / beta_tp, returned as one
+    affine link: alpha' = alpha + (tp - 1) alpha_tp, 1/beta' = 1/(tp beta) + (tp - 1)/(tp beta_tp).
+    """
+    span = group_span(pp, tp) if chunks > 1 and segment % pp == pp - 1 else group_span(2, tp)
+    alpha, beta = cluster.link(span)
+    if not scatter_gather or tp == 1:
+        return alpha, beta
+    alpha_tp, beta_tp = cluster.link(group_span(tp, 1))
+    return (alpha + (tp - 1) * alpha_tp,
+            1.0 / (1.0 / (tp * beta) + (tp - 1) / (tp * beta_tp)))
 
 
 def pipeline_p2p_time_s(cluster: Cluster, tp: int, boundary_bytes: float, *, pp: int = 2,
-                        segment: int = 0, chunks: int = 1) -> float:
+                        segment: int = 0, chunks: int = 1, scatter_gather: bool = False) -> float:
     """Time of one segment boundary per micro-batch, in seconds: send the activation forward and
     receive its gradient backward, 2 * (alpha + bytes / beta), on the link of :func:`p2p_link`."""
-    alpha, beta = p2p_link(cluster, tp=tp, pp=pp, segment=segment, chunks=chunks)
+    alpha, beta = p2p_link(cluster, tp=tp, pp=pp, segment=segment, chunks=chunks,
+                           scatter_gather=scatter_gather)
     return 2.0 * (alpha + boundary_bytes / beta)
 
 
-def dp_allreduce_time_s(cluster: Cluster, *, tp: int, pp: int, dp: int, params: float) -> float:
-    """Ring all-reduce of ``params`` parameters' fp32 gradients over the ``dp`` replicas, seconds.
+def dp_allreduce_cost(cluster: Cluster, *, tp: int, pp: int, dp: int) -> tuple[float, float]:
+    """(start-up seconds, seconds per gradient byte) of the DP all-reduce of :func:`dp_allreduce_time_s`.
 
-    2 (d - 1) / d * bytes / beta + 2 (d - 1) * alpha (Thakur, Rabenseifner and Gropp 2005;
-    Patarasuk and Yuan 2009), bytes = 4 B * params, on the link the DP group (dp ranks at stride
-    tp * pp) spans. ZeRO-1 replaces it by a reduce-scatter of the gradients and an all-gather of
-    the updated parameters, each half of it: the same time (Rajbhandari et al. 2020, section
-    7.2.1: the same 2 x volume). Zero when dp = 1.
+    A group of dp ranks at stride s = tp * pp. When the whole group is inside one node, or has one
+    member per node, it is one ring on that link: 2 (d - 1) alpha + 2 (d - 1)/d * bytes / beta.
+    When it has g = devices_per_node / s > 1 members in each of k = d / g nodes (s divides the
+    node size and g divides d), every member has its own inter-node port (a DGX A100 node has one
+    200 Gb/s HDR InfiniBand adapter per GPU [DGXA100]), so the reduction is hierarchical: a
+    reduce-scatter inside the node, an all-reduce across the k nodes of each member's 1/g shard
+    on its own port, an all-gather inside the node (Jia et al., "Highly Scalable Deep Learning
+    Training System with Mixed-Precision", arXiv:1807.11205, 2018, section 3.3; NCCL likewise
+    runs one ring per NIC):
+
+        2 (g - 1) alpha_intra + 2 (k - 1) alpha_inter
+        + 2 (g - 1)/g * bytes / beta_intra + 2 (k - 1)/k * (bytes / g) / beta_inter
+
+    Returns (0, 0) when dp = 1.
     """
     if dp == 1:
-        return 0.0
-    alpha, beta = cluster.link(group_span(dp, tp * pp))
-    grad_bytes = GRADIENT_BYTES_PER_PARAM * float(params)
-    return 2.0 * (dp - 1) / dp * grad_bytes / beta + 2.0 * (dp - 1) * alpha
+        return 0.0, 0.0
+    stride = tp * pp
+    node = cluster.devices_per_node
+    g = node // stride if stride < node and node % stride == 0 else 1
+    if g <= 1 or g >= dp or dp % g:
+        alpha, beta = cluster.link(group_span(dp, stride))
+        return 2.0 * (dp - 1) * alpha, 2.0 * (dp - 1) / dp / beta
+    k = dp // g
+    alpha_in, beta_in = cluster.link(group_span(g, stride))
+    alpha_out, beta_out = cluster.link(node + 1)
+    return (2.0 * (g - 1) * alpha_in + 2.0 * (k - 1) * alpha_out,
+            2.0 * (g - 1) / g / beta_in + 2.0 * (k - 1) / k / (g * beta_out))
+
+
+def dp_allreduce_time_s(cluster: Cluster, *, tp: int, pp: int, dp: int, params: float) -> float:
+    """All-reduce of ``params`` parameters' fp32 gradients over the ``dp`` replicas, seconds.
+
+    Ring all-reduce (Thakur, Rabenseifner and Gropp 2005; Patarasuk and Yuan 2009) of
+    bytes = 4 B * params on the link the DP group (dp ranks at stride tp * pp) spans, or the
+    hierarchical form when the group has several members in each of several nodes (see
+    :func:`dp_allreduce_cost`). ZeRO-1 replaces it by a reduce-scatter of the gradients and an
+    all-gather of the updated parameters, each half of it: the same time (Rajbhandari et al.
+    2020, section 7.2.1: the same 2 x volume). Zero when dp = 1.
+    """
+    const_s, per_byte_s = dp_allreduce_cost(cluster, tp=tp, pp=pp, dp=dp)
+    return const_s + per_byte_s * (GRADIENT_BYTES_PER_PARAM * float(params)) if dp > 1 else 0.0
 
 
 def exposed_dp_time_s(allreduce_s: float, backward_s: float, overlap: bool) -> float:
