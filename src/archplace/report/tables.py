@@ -29,21 +29,36 @@ def _design_row(label: str, r: DesignResult) -> list[str]:
 
 
 def search_table(result: SearchResult, top: int) -> Table:
-    """The ``top`` best designs (chip, area, TDP, plan, samples/s, per watt, MFU), then the baseline."""
-    table = Table(title=f"best designs for {result.model} on {result.devices} devices, "
-                        f"global batch {result.global_batch} (objective: {result.objective.value})")
+    """The ``top`` best designs (chip, area, TDP, plan, samples/s, per watt, MFU) -- the Pareto
+    front for the ``pareto`` objective -- then the baseline; the caption says how the space was
+    explored, the CP-SAT re-evaluation and the ratio to the baseline."""
+    pareto = result.objective.value == "pareto"
+    table = Table(title=f"{'Pareto front' if pareto else 'best designs'} for {result.model} on "
+                        f"{result.devices} devices, global batch {result.global_batch} "
+                        f"(objective: {result.objective.value})")
     for name in ("#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
                  "tp/pp/dp", "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU"):
         table.add_column(name, justify="left" if name == "design" else "right")
-    for i, r in enumerate(result.evaluated[:top], 1):
+    rows = result.front if pareto else result.evaluated
+    for i, r in enumerate(rows[:top], 1):
         table.add_row(*_design_row(str(i), r))
+    lines = [f"strategy {result.strategy}: {result.note or f'{len(result.evaluated)} designs evaluated'} "
+             f"({result.considered} in the space)"]
+    best = result.best
+    if result.exact and best is not None:
+        exact = next((r for r in result.exact if r.accelerator.name == best.accelerator.name), None)
+        if exact is not None:
+            lines.append(f"with exact CP-SAT layer schedules: {exact.throughput_samples_per_s:,.1f} "
+                         f"samples/s (list schedules: {best.throughput_samples_per_s:,.1f})")
     if result.baseline is not None:
         table.add_section()
         table.add_row(*_design_row("base", result.baseline))
         speedup = result.speedup_vs_baseline
         if speedup is not None:
-            table.caption = (f"best / {result.baseline.accelerator.name}: {speedup:.2f}× "
-                             f"{result.objective.value} on the same cluster, model and plan search")
+            lines.append(f"best / {result.baseline.accelerator.name}: {speedup:.2f}× "
+                         f"{'throughput' if pareto else result.objective.value} on the same cluster, "
+                         f"model and plan search")
+    table.caption = "\n".join(lines)
     return table
 
 
