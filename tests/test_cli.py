@@ -64,6 +64,57 @@ def test_search_end_to_end(model_and_space: tuple[Path, Path], tmp_path: Path,
     by_cores = {e["accelerator"]["tensor_cores"]: e for e in data["evaluated"]}
     assert by_cores[8]["throughput_samples_per_s"] >= by_cores[2]["throughput_samples_per_s"]
     assert best["accelerator"]["tensor_cores"] == 8
+    # CP-SAT layer schedules are never longer than the list schedules: never slower
+    (exact,) = data["exact"]
+    assert exact["accelerator"]["name"] == best["accelerator"]["name"]
+    assert exact["throughput_samples_per_s"] >= best["throughput_samples_per_s"] * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["exhaustive", "exhaustive-all", "phaze", "wham", "optuna"])
+def test_every_strategy_from_the_cli(strategy: str, model_and_space: tuple[Path, Path], tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    model, space = model_and_space
+    out = tmp_path / f"{strategy}.json"
+    code, stdout, _ = run(["search", "--model", str(model), "--space", str(space), "--devices", "16",
+                           "--global-batch", "64", "--micro-batch", "1", "--strategy", strategy,
+                           "--trials", "2", "--exact-top", "0", "--out", str(out)], capsys)
+    data = json.loads(out.read_text())
+    assert code == 0 and f"strategy {strategy}" in stdout
+    assert data["strategy"] == strategy and data["considered"] == 2
+    assert data["evaluated_count"] + data["pruned"] <= 2
+    assert data["best"]["accelerator"]["tensor_cores"] == 8  # 4x the MACs, same chip otherwise
+
+
+def test_pareto_and_several_models(model_and_space: tuple[Path, Path], tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    model, space = model_and_space
+    other = tmp_path / "wide-gpt" / "config.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps({**TINY_GPT, "n_embd": 512, "n_head": 8}))
+    common = ["--space", str(space), "--devices", "16", "--global-batch", "64", "--micro-batch", "1",
+              "--exact-top", "0"]
+    out = tmp_path / "pareto.json"
+    code, stdout, _ = run(["search", "--model", str(model), *common, "--objective", "pareto",
+                           "--out", str(out)], capsys)
+    data = json.loads(out.read_text())
+    assert code == 0 and "Pareto front" in stdout
+    # the small chip has less area and TDP, the large one more throughput: both on the front
+    assert sorted(r["accelerator"]["tensor_cores"] for r in data["front"]) == [2, 8]
+    assert data["front"][0]["accelerator"]["tensor_cores"] == 8
+
+    both = tmp_path / "both.json"
+    code, _, _ = run(["search", "--model", str(model), "--model", str(other), *common, "--out", str(both)],
+                     capsys)
+    combined = json.loads(both.read_text())["best"]
+    assert code == 0 and len(combined["models"]) == 2
+    each = tmp_path / "each.json"
+    code, _, _ = run(["search", "--model", str(model), "--model", str(other), "--per-model", *common,
+                      "--out", str(each)], capsys)
+    alone = [r["best"]["throughput_samples_per_s"] for r in json.loads(each.read_text())["per_model"]]
+    assert code == 0 and len(alone) == 2
+    parts = [m["throughput_samples_per_s"] for m in combined["models"]]
+    assert combined["throughput_samples_per_s"] == pytest.approx((parts[0] * parts[1]) ** 0.5)
+    assert parts == pytest.approx(alone)  # the same chip wins for both models here
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -77,6 +128,14 @@ def test_search_end_to_end(model_and_space: tuple[Path, Path], tmp_path: Path,
      "unknown recompute"),
     (["search", "--model", "gpt2-xl", "--devices", "eight", "--global-batch", "8"], "--devices"),
     (["search", "--devices", "8", "--global-batch", "8"], "--model"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--strategy", "random"],
+     "unknown strategy 'random'"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--objective", "fast"],
+     "unknown objective 'fast'"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--tp", "2"],
+     "TP width 2 does not divide the 25 attention heads"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--trials", "0"],
+     "--trials must be positive"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,7 +37,8 @@ from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import load_model, model_preset_summaries
 
 __all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "layer_problem", "models",
-           "plan", "results", "schedule_layer", "search", "search_each", "search_request", "solve_problem"]
+           "plan", "plan_layer_graph", "results", "schedule_layer", "search", "search_each",
+           "search_request", "solve_problem"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -305,3 +306,58 @@ def results(store: str, *, top: int | None = None) -> list[StoredResult]:
         ConfigError: the file is missing or not a result store.
     """
     return list(open_existing(Path(store)).top(limit=top))
+
+
+def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, global_batch: int,
+                     micro_batch: int = 1, recompute: str = "none", schedule: str = "1f1b", tp: int = 1,
+                     zero: bool = False, dp_overlap: bool = False, sp: bool = False,
+                     seq_len: int | None = None, optimizer: str = "adam") -> PlanResult:
+    """The fastest plan of a layer DAG (a two-tower or multi-modal model, or a profiled layer graph)
+    on ``devices`` chips of ``hardware``: exact over pipeline depth, DP degree and stages (Piper's
+    downset DP, Tarnawski et al., NeurIPS 2021; :func:`archplace.placement.dag.dag_plan`).
+
+    Args:
+        graph: a :class:`~archplace.placement.dag.LayerGraph`, or the path of a YAML/JSON layer
+            graph file (:func:`~archplace.placement.dag.load_layer_graph_file`); its costs are per
+            micro-batch of ``micro_batch`` samples and per TP rank of a ``tp``-wide group, SI units.
+        hardware: hardware preset or YAML file (chip and cluster links).
+        devices, global_batch: cluster size and samples per iteration.
+        micro_batch, recompute, schedule (``1f1b`` or ``gpipe``), tp, zero, dp_overlap, sp: the
+            fixed plan options (sp only recorded: the costs already reflect it).
+        seq_len: tokens per sample for tokens/s [the file's ``seq_len``, else 1].
+        optimizer: ``adam`` or ``sgd``.
+
+    Returns:
+        The plan; ``plan.stage_layers`` names the layers of every stage.
+
+    Raises:
+        ConfigError: a bad file or option, an unknown preset, the interleaved schedule.
+        InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
+    """
+    from archplace.placement.dag import LayerGraph, dag_plan, load_layer_graph_file
+    from archplace.placement.plan import Optimizer, TrainingSetup
+
+    for name, value in (("--devices", devices), ("--global-batch", global_batch),
+                        ("--micro-batch", micro_batch), ("--tp", tp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(graph, LayerGraph):
+        layers, file_seq_len = graph, None
+    else:
+        layers, file_seq_len = load_layer_graph_file(graph)
+    tokens = seq_len if seq_len is not None else file_seq_len or 1
+    if tokens <= 0:
+        raise ConfigError(f"--seq-len must be positive, got {tokens}")
+    acc = load_accelerator(hardware)
+    cluster = load_cluster(hardware, devices)
+    try:
+        opt = Optimizer(optimizer)
+    except ValueError:
+        raise ConfigError(f"unknown optimizer {optimizer!r}; choose from: "
+                          f"{', '.join(o.value for o in Optimizer)}") from None
+    setup = TrainingSetup(cluster, global_batch, tokens, acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s,
+                          acc.peak_flop_per_s, optimizer=opt)
+    return dag_plan(layers, setup, micro_batch=micro_batch,
+                    recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
+                    schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0], tp=tp,
+                    zero=zero, dp_overlap=dp_overlap, sp=sp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from archplace import api
-from archplace.placement.plan import PlanResult
+from archplace.errors import ConfigError, InfeasibleError
+from archplace.placement.dag import load_layer_graph_file
+from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PlanResult, Recompute
 
 _GIB = 2.0**30
 
@@ -58,10 +61,62 @@ def _detail_tables(result: PlanResult) -> list[Table]:
     stages, pp = result.plan.stages, result.plan.pp
     for m in result.memory:  # interleaved: device j holds chunks j, j + pp, j + 2 pp, ...
         layers = ", ".join(f"{first}–{last}" for first, last in stages[m.stage::pp])
+        if result.plan.stage_layers:  # a layer-graph plan names its layers
+            layers = ", ".join(name for names in result.plan.stage_layers[m.stage::pp] for name in names)
         memory.add_row(str(m.stage), layers, *(f"{v / _GIB:.2f}" for v in
                                                  (m.weights, m.gradients, m.optimizer, m.activations,
                                                   m.total)))
     return [breakdown, memory]
+
+
+def _single(values: list[int] | None, option: str) -> int:
+    if not values:
+        return 1
+    if len(values) > 1:
+        raise ConfigError(f"{option} takes one value with --layer-graph (the costs are for one), "
+                          f"got {len(values)}")
+    return values[0]
+
+
+def _plan_layer_graph(path: Path, hardware: str, *, devices: int, global_batch: int, seq_len: int | None,
+                      tp: list[int] | None, micro_batch: list[int] | None, recompute: list[str] | None,
+                      schedule: list[str] | None, zero: bool, optimizer: str, top: int) -> list[PlanResult]:
+    """The ``top`` best plans of a layer graph file over the recompute policies, schedules (1F1B and
+    GPipe by default), ZeRO-1 and DP-overlap settings, each exact (``api.plan_layer_graph``).
+    When nothing fits, the error of the most memory-frugal option is raised."""
+    if top <= 0:
+        raise ConfigError(f"--top must be positive, got {top}")
+    width, batch = _single(tp, "--tp"), _single(micro_batch, "--micro-batch")
+    graph, file_seq_len = load_layer_graph_file(path)
+    recomputes = list(dict.fromkeys(recompute or [r.value for r in RECOMPUTE_ORDER]))
+    schedules = list(dict.fromkeys(schedule or ["1f1b", "gpipe"]))
+    found: list[tuple[tuple[object, ...], PlanResult]] = []
+    closest: tuple[tuple[object, ...], InfeasibleError] | None = None
+    for rc in recomputes:
+        for kind in schedules:
+            for z in ((False, True) if zero else (False,)):
+                for overlap in (False, True):
+                    try:
+                        result = api.plan_layer_graph(
+                            graph, hardware, devices=devices, global_batch=global_batch, micro_batch=batch,
+                            recompute=rc, schedule=kind, tp=width, zero=z, dp_overlap=overlap,
+                            seq_len=seq_len if seq_len is not None else file_seq_len, optimizer=optimizer)
+                    except InfeasibleError as exc:
+                        frugal = (str(exc).startswith("no plan fits"),
+                                  RECOMPUTE_ORDER.index(Recompute(rc)), kind == "1f1b", z, not overlap)
+                        if closest is None or frugal > closest[0]:
+                            closest = (frugal, exc)
+                        continue
+                    plan = result.plan
+                    rank = (result.iteration_time_s, plan.devices, plan.pp,
+                            RECOMPUTE_ORDER.index(plan.recompute), SCHEDULE_ORDER.index(plan.schedule),
+                            plan.zero, plan.dp_overlap)
+                    found.append((rank, result))
+    if not found:
+        assert closest is not None
+        raise closest[1]
+    found.sort(key=lambda row: row[0])
+    return [result for _, result in found[:top]]
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +124,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def plan(
-        model: Model, hardware: Hardware, devices: Devices, global_batch: GlobalBatch,
+        hardware: Hardware, devices: Devices, global_batch: GlobalBatch,
+        model: Annotated[str | None, typer.Option(
+            help="Model preset or path of an HF config.json (or give --layer-graph).")] = None,
+        layer_graph: Annotated[Path | None, typer.Option(
+            "--layer-graph", help="YAML/JSON file of a layer DAG with its costs, instead of --model "
+                                  "(one --tp and --micro-batch: those of the costs).")] = None,
         seq_len: SeqLen = None,
         tp: Annotated[list[int] | None, typer.Option(help="TP widths to try (repeatable) [all valid].")]
         = None,
@@ -86,15 +146,25 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """Best parallel plans (TP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES chips."""
-        results = api.plan(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
-                           tps=tp, micro_batches=micro_batch, recomputes=recompute, schedules=schedule,
-                           sp=not no_sp, zero=not no_zero, optimizer=optimizer, top_k=top)
+        if (model is None) == (layer_graph is None):
+            raise ConfigError("give either --model or --layer-graph")
+        if layer_graph is not None:
+            results = _plan_layer_graph(layer_graph, hardware, devices=devices, global_batch=global_batch,
+                                        seq_len=seq_len, tp=tp, micro_batch=micro_batch, recompute=recompute,
+                                        schedule=schedule, zero=not no_zero, optimizer=optimizer, top=top)
+            name = str(layer_graph)
+        else:
+            assert model is not None
+            results = api.plan(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
+                               tps=tp, micro_batches=micro_batch, recomputes=recompute, schedules=schedule,
+                               sp=not no_sp, zero=not no_zero, optimizer=optimizer, top_k=top)
+            name = model
         if as_json:
             typer.echo(json.dumps({"plans": [r.to_dict() for r in results], **results[0].to_dict()},
                                   indent=2))
             return
         console = Console(width=160)
-        console.print(_summary_table(results, f"best plans for {model} on {devices} × {hardware}, "
+        console.print(_summary_table(results, f"best plans for {name} on {devices} × {hardware}, "
                                               f"global batch {global_batch}"))
         for table in _detail_tables(results[0]):
             console.print(table)

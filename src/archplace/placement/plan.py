@@ -217,12 +217,17 @@ class Plan:
             costs, which the caller builds for it, and is recorded here.
         zero: ZeRO-1 optimizer-state sharding over the dp replicas (Rajbhandari et al. 2020).
         dp_overlap: the DP gradient reduction overlaps the last micro-batch's backward pass.
+        stage_layers: optional layer names of every range of ``stages``, in chain order; set by
+            the layer-DAG planner (:func:`archplace.placement.dag.dag_plan`), whose ``stages``
+            index a topological order of the DAG's layers, so that the plan names its layers.
+            Empty for chain plans.
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
             unknown recompute policy or schedule, chunks inconsistent with the schedule
             (interleaving also needs pp >= 2), ``len(stages) != pp * chunks``, or stages that do
-            not start at layer 0, are empty or are not contiguous. (Whether the stages cover a
+            not start at layer 0, are empty or are not contiguous, or ``stage_layers`` that do
+            not give one name per layer of every range. (Whether the stages cover a
             given chain and the plan fits a cluster and batch is checked by ``evaluate_plan``.)
     """
 
@@ -237,6 +242,7 @@ class Plan:
     sp: bool = False
     zero: bool = False
     dp_overlap: bool = False
+    stage_layers: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch", "chunks"):
@@ -276,6 +282,19 @@ class Plan:
             if last < first:
                 raise ConfigError(f"plan: stage {j} is empty (layers {first}..{last})")
             expected = last + 1
+        if self.stage_layers:
+            try:
+                names = tuple(tuple(str(name) for name in stage) for stage in self.stage_layers)
+            except TypeError:
+                raise ConfigError(f"plan: stage_layers must be lists of layer names, "
+                                  f"got {self.stage_layers!r}") from None
+            object.__setattr__(self, "stage_layers", names)
+            sizes = [last - first + 1 for first, last in stages]
+            if [len(stage) for stage in names] != sizes:
+                raise ConfigError(f"plan: stage_layers must name the {sizes} layers of the stages, "
+                                  f"got {[len(stage) for stage in names]} names")
+        else:
+            object.__setattr__(self, "stage_layers", ())
 
     @property
     def devices(self) -> int:
@@ -284,14 +303,18 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form. ``stages`` lists pp * chunks layer ranges in chain order and
-        ``stage_device`` the pipeline device of each (range c runs on device c % pp)."""
-        return {
+        ``stage_device`` the pipeline device of each (range c runs on device c % pp); a DAG
+        plan adds ``stage_layers``, the layer names of every range."""
+        out: dict[str, Any] = {
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
             "recompute": self.recompute.value, "schedule": self.schedule.value,
             "chunks": self.chunks, "sp": self.sp, "zero": self.zero,
             "dp_overlap": self.dp_overlap, "stages": [list(s) for s in self.stages],
             "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
+        if self.stage_layers:
+            out["stage_layers"] = [list(names) for names in self.stage_layers]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -306,7 +329,8 @@ class Plan:
                        stages=tuple((int(a), int(b)) for a, b in data["stages"]),
                        schedule=PipelineSchedule(data.get("schedule", "1f1b")),
                        chunks=int(data.get("chunks", 1)), sp=bool(data.get("sp", False)),
-                       zero=bool(data.get("zero", False)), dp_overlap=bool(data.get("dp_overlap", False)))
+                       zero=bool(data.get("zero", False)), dp_overlap=bool(data.get("dp_overlap", False)),
+                       stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan {data!r}: {exc}") from None
 

@@ -16,8 +16,10 @@ the smaller TP width, fewer chunks, the smaller micro-batch, less recomputation 
 selective, full), the schedule (1F1B, interleaved, GPipe), SP off, ZeRO off, overlap off, and
 finally the lexicographically smallest stages.
 
-Layer chains only: the prefix DP of Piper (Tarnawski et al. 2021) over downsets of a layer
-DAG is not needed by the chain-shaped models archplace extracts.
+Layer chains: the states of the DP are the chain's prefixes (suffixes). Models whose layers form
+a DAG (two-tower, multi-modal, a user's profiled layer graph) are planned exactly by
+:func:`archplace.placement.dag.dag_plan`, Piper's DP over downsets (Tarnawski et al., NeurIPS
+2021), with the same time and memory model; on a chain it gives this module's plan.
 """
 
 from __future__ import annotations

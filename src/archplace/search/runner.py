@@ -184,6 +184,19 @@ def _parallelism(executor: Executor | None) -> int:
     return int(workers) if isinstance(workers, int) and workers > 0 else 2
 
 
+def _plan_chains(result: DesignResult, chains: Chains) -> Chains:
+    """The chains of the (tp, micro_batch, sp) key of each model's best plan in ``result``: the
+    exact re-evaluation schedules only those layer graphs with CP-SAT."""
+    parts = result.components or (result,)
+    out: dict[str, dict[CostKey, LayerChain]] = {}
+    for name, part in zip(chains, parts, strict=True):
+        assert part.best is not None
+        plan = part.best.plan
+        key = (plan.tp, plan.micro_batch, plan.sp)
+        out[name] = {key: chains[name][key]}
+    return out
+
+
 def model_chains(request: SearchRequest) -> dict[str, dict[CostKey, LayerChain]]:
     """Layer chains of every model of ``request`` (extracted once, from the graph cache)."""
     return {model.name: request.chains(model) for model in request.models}
@@ -201,7 +214,9 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
         executor: where evaluations run (default: in this process, one after another).
         store: SQLite store; each result is written as it finishes, and designs already in
             the store for the same request are read back instead of evaluated.
-        exact_top: re-evaluate the best this-many designs with CP-SAT layer schedules.
+        exact_top: re-evaluate the best this-many designs with CP-SAT layer schedules (for the
+            TP width, micro-batch and SP setting of each one's best plan; the rest of the plan
+            is searched again).
         seed: random seed of stochastic strategies.
         budget: the most designs the strategy may evaluate (None: its default).
 
@@ -225,10 +240,9 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
     exact: tuple[DesignResult, ...] = ()
     if exact_top > 0:
         top = [r for r in ranked[:exact_top] if r.best is not None]
-        batches = [[r.accelerator] for r in top]
-        found = {b[0].name: res[0] for b, res in session._run(
-            _evaluate_task, batches, chains, request.cluster, request.global_batch, request.plan_space, True)}
-        exact = rank([found[r.accelerator.name] for r in top], request.objective)
+        found = [_evaluate_task([r.accelerator], _plan_chains(r, chains), request.cluster,
+                                request.global_batch, request.plan_space, True)[0] for r in top]
+        exact = rank(found, request.objective)
     return SearchResult(ranked, ", ".join(m.name for m in request.models), request.cluster.devices,
                         request.global_batch, request.objective, baseline, strategy.name,
                         len(request.designs), outcome.pruned, outcome.note, exact)

@@ -24,7 +24,7 @@ def make_strategy(name: str) -> Strategy:
     if name in ("exhaustive", "exhaustive-all"):
         from archplace.search.strategies.exhaustive import ExhaustiveStrategy
 
-        return ExhaustiveStrategy(prune=name == "exhaustive")
+        return ExhaustiveStrategy(prune=name == "exhaustive", name=name)
     if name == "phaze":
         from archplace.search.strategies.phaze import PhazeStrategy
 

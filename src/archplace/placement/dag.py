@@ -1,0 +1,846 @@
+"""Exact placement of a layer DAG: Piper's dynamic program over downsets.
+
+Source: J. Tarnawski et al., Piper: Multidimensional Planner for DNN Parallelization, NeurIPS
+2021 (section 4: the stages of a pipeline over a DAG of layers are the differences of a chain
+of *downsets* D_1 c D_2 c ... c D_p = all layers, a downset being a set of layers closed under
+predecessors, and a dynamic program over (downset, stages used) finds the best such chain).
+
+Model. A layer graph is a tuple of :class:`~archplace.placement.plan.LayerCost` and data-flow
+edges between them. A plan's stage j is D_j minus D_{j-1}; it sends to the later stages the
+cut of D_j: the outputs of the layers of D_j that have a successor outside D_j, each output
+sent once, i.e. sum(boundary_bytes) of those layers (:func:`cut_bytes`; for a chain this is the
+last layer's ``boundary_bytes``, the chain model). Time and memory are exactly those of
+:func:`~archplace.placement.pipeline.evaluate_plan` on the *linearized* plan
+(:func:`linearize`): the layers ordered stage by stage, inside a stage in the order of the
+graph's lexicographically smallest topological order pi (which is a topological order of the
+whole graph, because an edge never goes from a later stage to an earlier one), with the last
+layer of every stage but the last carrying its downset's cut bytes as ``boundary_bytes``.
+
+Dynamic program (:func:`dag_plan`). The stage figures that decide the iteration time and the
+fit are those of ``evaluate_plan``: the stage's time per micro-batch T (``stage_times`` of the
+linearized stage: its compute, recompute and p2p of its cut, no p2p for the last stage), its
+memory at its position's in-flight count (``stage_memory``), and its DP + optimizer tail (the
+timing module's all-reduce, exposure and optimizer step of its parameters). They are computed
+by calling those functions on the stage's linearized layers, so they equal the figures of the
+final plan bit for bit. The DP runs backwards over states (downset D already placed, r stages
+left): with 1F1B the stage r positions from the end holds min(r, m) micro-batches whatever p is
+(GPipe: m), so one DP serves every pipeline depth. It keeps, per state, the Pareto front of
+(max T, max second figure) over the ways of splitting the complement of D into r stages that
+fit, where the second figure is the parameter count without DP overlap (the tail grows with it,
+so the front serves every DP degree) and the stage's tail itself with overlap (then per p and
+d). Both maxima combine by max, so dominated partial plans can be dropped and the front of
+(empty set, p) is exact. Every candidate (p, d) takes the best point of its front for
+(m + p - 1) * T + tail, exactly as :mod:`archplace.placement.search` does for chains.
+
+Ties: points of one candidate within a relative 1e-12 are ties and go to the smallest stage
+order (stages compared one after the other as sorted tuples of layer indices; for a chain this
+is the lexicographically smallest ``(first, last)`` stages of ``optimal_plan``); between
+candidates the exact iteration time of ``evaluate_plan`` decides, then fewer devices, then
+smaller p. The cost is O(R * pairs * front) with pairs the number of nested downset pairs
+(n^2 / 2 for a chain, far more for wide graphs), so the number of downsets and of pairs is
+limited (:data:`MAX_DOWNSETS`, :data:`MAX_STAGE_PAIRS`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import yaml
+
+from archplace.errors import ConfigError, InfeasibleError
+from archplace.placement.memory import in_flight_micro_batches, sequential_sum, stage_memory
+from archplace.placement.pipeline import evaluate_plan, stage_times
+from archplace.placement.plan import (
+    LayerCost,
+    PipelineSchedule,
+    Plan,
+    PlanResult,
+    Recompute,
+    TrainingSetup,
+)
+from archplace.placement.timing import (
+    check_positive_int,
+    dp_allreduce_time_s,
+    exposed_dp_time_s,
+    micro_batch_count,
+    optimizer_step_time_s,
+)
+from archplace.units import format_bytes
+
+logger = logging.getLogger(__name__)
+
+MAX_DOWNSETS = 200_000
+"""Most downsets :func:`downsets` enumerates before giving up (ConfigError)."""
+
+MAX_STAGE_PAIRS = 2_000_000
+"""Most nested downset pairs (candidate stages) :func:`dag_plan` considers (ConfigError)."""
+
+TIE_RTOL = 1e-12
+"""Front points of one candidate within this relative distance are ties (split by stage order)."""
+
+
+# ---------------------------------------------------------------------------------- the graph
+
+@dataclass(frozen=True, slots=True)
+class LayerGraph:
+    """A DAG of layers.
+
+    Attributes:
+        layers: the layers' costs (per micro-batch and TP rank, SI units); names must be unique.
+        edges: data flow as (from, to) layer indices. A chain is ``edges = ((0, 1), (1, 2), ...)``
+            (:meth:`chain`). Duplicate edges are dropped.
+
+    Raises:
+        ConfigError: no layer, a non-LayerCost layer, duplicate names, an edge that is not a
+            pair of layer indices in range, a self loop or a cycle.
+    """
+
+    layers: tuple[LayerCost, ...]
+    edges: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        layers = tuple(self.layers)
+        if not layers:
+            raise ConfigError("layer graph: at least one layer is needed")
+        for layer in layers:
+            if not isinstance(layer, LayerCost):
+                raise ConfigError(f"layer graph: layers must be LayerCost, got {type(layer).__name__}")
+        seen: set[str] = set()
+        for layer in layers:
+            if layer.name in seen:
+                raise ConfigError(f"layer graph: duplicate layer name {layer.name!r}")
+            seen.add(layer.name)
+        n = len(layers)
+        edges: list[tuple[int, int]] = []
+        for edge in self.edges:
+            try:
+                a, b = edge
+            except (TypeError, ValueError):
+                raise ConfigError(f"layer graph: an edge must be a (from, to) pair, got {edge!r}") from None
+            for end in (a, b):
+                if isinstance(end, bool) or not isinstance(end, numbers.Integral) or not 0 <= end < n:
+                    raise ConfigError(f"layer graph: edge {edge!r} names layer {end!r}, "
+                                      f"not an index in 0..{n - 1}")
+            if a == b:
+                raise ConfigError(f"layer graph: self loop on layer {layers[int(a)].name!r}")
+            edges.append((int(a), int(b)))
+        unique = tuple(dict.fromkeys(edges))
+        graph = nx.DiGraph(unique)
+        if not nx.is_directed_acyclic_graph(graph):
+            cycle = [layers[a].name for a, _ in nx.find_cycle(graph)]
+            raise ConfigError(f"layer graph has a cycle: {' -> '.join([*cycle, cycle[0]])}")
+        object.__setattr__(self, "layers", layers)
+        object.__setattr__(self, "edges", unique)
+
+    @classmethod
+    def chain(cls, layers: Sequence[LayerCost]) -> LayerGraph:
+        """The chain of ``layers`` (edges i -> i + 1)."""
+        return cls(tuple(layers), tuple((i, i + 1) for i in range(len(layers) - 1)))
+
+    @property
+    def n(self) -> int:
+        """Number of layers."""
+        return len(self.layers)
+
+    def digraph(self) -> nx.DiGraph:
+        """The graph as a networkx DiGraph on nodes 0..n-1."""
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(self.n))
+        graph.add_edges_from(self.edges)
+        return graph
+
+    def topological_order(self) -> tuple[int, ...]:
+        """The lexicographically smallest topological order of the layer indices (pi); the
+        identity for a chain or any graph whose indices already follow the data flow."""
+        return tuple(nx.lexicographical_topological_sort(self.digraph()))
+
+
+def _predecessor_masks(graph: LayerGraph, order: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(predecessors, successors) of every layer as bitmasks over positions in ``order``."""
+    position = {layer: k for k, layer in enumerate(order)}
+    preds = [0] * graph.n
+    succs = [0] * graph.n
+    for a, b in graph.edges:
+        preds[position[b]] |= 1 << position[a]
+        succs[position[a]] |= 1 << position[b]
+    return preds, succs
+
+
+def _downset_masks(graph: LayerGraph, order: Sequence[int], limit: int) -> list[int]:
+    """Every downset as a bitmask over positions in ``order`` (a topological order), sorted by
+    size, then by mask: each layer in turn is added to every downset found so far that holds
+    all its predecessors (those come earlier in ``order``), so every mask is a downset and
+    every downset is found once."""
+    preds, _ = _predecessor_masks(graph, order)
+    masks = [0]
+    for k in range(graph.n):
+        need = preds[k]
+        bit = 1 << k
+        masks.extend([mask | bit for mask in masks if mask & need == need])
+        if len(masks) > limit:  # the count never shrinks as layers are added
+            raise ConfigError(f"layer graph: more than {limit:,} downsets after {k + 1} of "
+                              f"{graph.n} layers (too many parallel branches for an exact plan)")
+    masks.sort(key=lambda mask: (mask.bit_count(), mask))
+    return masks
+
+
+def downsets(graph: LayerGraph, *, limit: int = MAX_DOWNSETS) -> list[frozenset[int]]:
+    """Every downset (set of layer indices closed under predecessors) of ``graph``, the empty
+    set and the full set included, sorted by size and then by positions in the topological
+    order. A chain of n layers has n + 1 (its prefixes); a diamond 0 -> {1, 2} -> 3 has 6.
+
+    Raises:
+        ConfigError: more than ``limit`` downsets.
+    """
+    order = graph.topological_order()
+    return [frozenset(order[k] for k in range(graph.n) if mask >> k & 1)
+            for mask in _downset_masks(graph, order, limit)]
+
+
+def cut_bytes(graph: LayerGraph, downset: Iterable[int]) -> float:
+    """Bytes a pipeline stage ending with ``downset`` sends onwards per micro-batch: the sum of
+    ``boundary_bytes`` of the layers of the downset with at least one successor outside it (each
+    output sent once), summed left to right in the topological order.
+
+    Raises:
+        ConfigError: ``downset`` is not a downset of ``graph``.
+    """
+    members = set(downset)
+    for a, b in graph.edges:
+        if b in members and a not in members:
+            raise ConfigError(f"cut_bytes: {sorted(members)} is not a downset (layer "
+                              f"{graph.layers[b].name!r} without its predecessor {graph.layers[a].name!r})")
+    outside = {a for a, b in graph.edges if a in members and b not in members}
+    return sequential_sum(graph.layers[k].boundary_bytes for k in graph.topological_order() if k in outside)
+
+
+def linearize(graph: LayerGraph, stages: Sequence[Iterable[int]]
+              ) -> tuple[list[LayerCost], tuple[tuple[int, int], ...], tuple[tuple[str, ...], ...]]:
+    """The chain on which a DAG plan is scored: (layers, stage ranges, layer names per stage).
+
+    Args:
+        graph: the layer graph.
+        stages: layer indices of every stage, in pipeline order; every prefix union must be a
+            downset and together they must cover every layer once.
+
+    Returns:
+        The layers stage by stage, inside a stage in topological order (``topological_order``),
+        the last layer of every stage but the last with ``boundary_bytes`` = the cut bytes of
+        the stages so far (:func:`cut_bytes`); the ``(first, last)`` range of every stage in
+        that chain; and the layer names of every stage.
+
+    Raises:
+        ConfigError: an empty stage, a layer in two stages or in none, an unknown index, or a
+            stage that needs a layer of a later stage.
+    """
+    order = graph.topological_order()
+    rank = {layer: k for k, layer in enumerate(order)}
+    placed: set[int] = set()
+    chain: list[LayerCost] = []
+    ranges: list[tuple[int, int]] = []
+    names: list[tuple[str, ...]] = []
+    preds: dict[int, list[int]] = {}
+    for a, b in graph.edges:
+        preds.setdefault(b, []).append(a)
+    for j, stage in enumerate(stages):
+        members = list(dict.fromkeys(stage))
+        if not members:
+            raise ConfigError(f"stage {j} is empty")
+        for k in members:
+            if k not in rank:
+                raise ConfigError(f"stage {j}: no layer {k!r} (layers 0..{graph.n - 1})")
+            if k in placed:
+                raise ConfigError(f"stage {j}: layer {graph.layers[k].name!r} is already in an earlier stage")
+        members.sort(key=rank.__getitem__)
+        placed.update(members)
+        for k in members:
+            missing = [a for a in preds.get(k, ()) if a not in placed]
+            if missing:
+                raise ConfigError(f"stage {j}: layer {graph.layers[k].name!r} needs "
+                                  f"{graph.layers[missing[0]].name!r} of a later stage")
+        if ranges:  # the previous stage sends the cut of everything placed before this stage
+            before = placed.difference(members)
+            chain[-1] = replace(chain[-1], boundary_bytes=cut_bytes(graph, before))
+        first = len(chain)
+        chain.extend(graph.layers[k] for k in members)
+        ranges.append((first, len(chain) - 1))
+        names.append(tuple(graph.layers[k].name for k in members))
+    if not ranges:
+        raise ConfigError("a plan needs at least one stage")
+    if len(placed) != graph.n:
+        left = [graph.layers[k].name for k in order if k not in placed]
+        raise ConfigError(f"stages leave {len(left)} layers out, e.g. {left[0]!r}")
+    return chain, tuple(ranges), tuple(names)
+
+
+# ------------------------------------------------------------------------------- the file
+
+_REQUIRED = ("name", "fwd_s", "bwd_s", "params", "activation_bytes", "input_bytes", "boundary_bytes",
+             "working_bytes", "fwd_flop", "bwd_flop")
+_FIELDS = tuple(f.name for f in fields(LayerCost))
+
+
+def _number(where: str, name: str, value: object, integer: bool) -> float | int:
+    if isinstance(value, str):
+        try:
+            value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
+        except ValueError:
+            raise ConfigError(f"{where}: {name} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
+    if integer:
+        if not float(value).is_integer():
+            raise ConfigError(f"{where}: {name} must be an integer, got {value!r}")
+        return int(float(value))
+    return float(value)
+
+
+def layer_graph_from_dict(data: object, source: str = "layer graph") -> tuple[LayerGraph, int | None]:
+    """A layer graph from its file form (see :func:`load_layer_graph`); also returns the
+    optional ``seq_len``.
+
+    Raises:
+        ConfigError: one line naming ``source`` and the fault.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping with 'layers' and 'edges', got "
+                          f"{type(data).__name__}")
+    unknown = sorted(set(data) - {"layers", "edges", "seq_len"})
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (expected layers, edges, seq_len)")
+    for key in ("layers", "edges"):
+        if key not in data:
+            raise ConfigError(f"{source}: missing {key!r}")
+        if not isinstance(data[key], list):
+            raise ConfigError(f"{source}: {key!r} must be a list")
+    seq_len: int | None = None
+    if data.get("seq_len") is not None:
+        seq_len = int(_number(source, "seq_len", data["seq_len"], integer=True))
+        if seq_len < 1:
+            raise ConfigError(f"{source}: seq_len must be a positive integer, got {seq_len}")
+    layers: list[LayerCost] = []
+    index: dict[str, int] = {}
+    for k, record in enumerate(data["layers"]):
+        where = f"{source}: layer {k}"
+        if not isinstance(record, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of LayerCost fields")
+        if "name" in record:
+            where = f"{source}: layer {record['name']!r}"
+        missing = [name for name in _REQUIRED if name not in record]
+        if missing:
+            raise ConfigError(f"{where}: missing field {missing[0]!r}")
+        extra = sorted(set(record) - set(_FIELDS))
+        if extra:
+            raise ConfigError(f"{where}: unknown field {extra[0]!r}")
+        name = str(record["name"])
+        if name in index:
+            raise ConfigError(f"{source}: duplicate layer name {name!r}")
+        values: dict[str, Any] = {"name": name}
+        for key, value in record.items():
+            if key == "name" or (key == "selective_activation_bytes" and value is None):
+                continue
+            values[key] = _number(where, key, value, integer=key == "params")
+        try:
+            layers.append(LayerCost(**values))
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        index[name] = k
+    edges: list[tuple[int, int]] = []
+    for edge in data["edges"]:
+        if not isinstance(edge, list | tuple) or len(edge) != 2:
+            raise ConfigError(f"{source}: an edge must be a [from, to] pair of layer names, got {edge!r}")
+        for end in edge:
+            if str(end) not in index:
+                raise ConfigError(f"{source}: edge {list(edge)!r} names unknown layer {end!r}")
+        edges.append((index[str(edge[0])], index[str(edge[1])]))
+    try:
+        return LayerGraph(tuple(layers), tuple(edges)), seq_len
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def load_layer_graph_file(path: str | Path) -> tuple[LayerGraph, int | None]:
+    """Read a layer graph file; returns the graph and its optional ``seq_len``.
+
+    Format (YAML, or JSON for ``*.json``)::
+
+        seq_len: 2048            # optional: tokens per sample, for tokens/s
+        layers:                  # one record per layer, LayerCost fields in SI units,
+          - name: text.embed     # per micro-batch and per TP rank
+            fwd_s: 1.0e-3
+            bwd_s: 2.0e-3
+            params: 50000000
+            activation_bytes: 1.0e+8
+            input_bytes: 1.6e+4
+            boundary_bytes: 8.0e+6
+            working_bytes: 4.0e+7
+            fwd_flop: 1.0e+11
+            bwd_flop: 2.0e+11
+            # optional: selective_activation_bytes, selective_recompute_s,
+            #           tp_comm_fwd_s, tp_comm_bwd_s
+        edges:                   # data flow, [from, to] layer names
+          - [text.embed, text.block0]
+
+    Raises:
+        ConfigError: an unreadable or malformed file, a missing or unknown field, a negative
+            value, an unknown layer name in an edge, or a cycle (one line, naming the file).
+    """
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read layer graph {str(file)!r}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = " ".join(str(exc).split())
+        raise ConfigError(f"{file.name}: not valid {'JSON' if file.suffix == '.json' else 'YAML'}: "
+                          f"{first}") from None
+    return layer_graph_from_dict(data, file.name)
+
+
+def load_layer_graph(path: str | Path) -> LayerGraph:
+    """The layer graph of a file (see :func:`load_layer_graph_file`)."""
+    return load_layer_graph_file(path)[0]
+
+
+# ---------------------------------------------------------------------------- the structure
+
+@dataclass(slots=True)
+class _Structure:
+    """Downsets (bitmasks over topological positions, sorted by size: 0 first, full last) and
+    every nested pair (i, j), D_i strict subset of D_j, as a candidate stage D_j minus D_i."""
+
+    order: tuple[int, ...]
+    masks: list[int]
+    cut: list[float]
+    pairs_from: list[list[int]]  # pair ids by first downset, second downset ascending
+    pair_to: list[int]
+    pair_stage: list[int]  # stage mask
+
+
+@lru_cache(maxsize=8)
+def _structure(graph: LayerGraph, max_downsets: int, max_pairs: int) -> _Structure:
+    order = graph.topological_order()
+    masks = _downset_masks(graph, order, max_downsets)
+    n, count = graph.n, len(masks)
+    _, succs = _predecessor_masks(graph, order)
+    boundary = [graph.layers[k].boundary_bytes for k in order]
+    cut = []
+    for mask in masks:
+        total = 0.0
+        for k in range(n):  # left to right in topological order, as cut_bytes
+            if mask >> k & 1 and succs[k] & ~mask:
+                total += boundary[k]
+        cut.append(total)
+    words = (n + 63) // 64
+    table = np.zeros((count, words), dtype=np.uint64)
+    for i, mask in enumerate(masks):
+        for w in range(words):
+            table[i, w] = (mask >> (64 * w)) & 0xFFFF_FFFF_FFFF_FFFF
+    pairs_from: list[list[int]] = []
+    pair_to: list[int] = []
+    pair_stage: list[int] = []
+    for i, mask in enumerate(masks):
+        row = table[i]
+        above = np.flatnonzero(np.all((table[i + 1:] & row) == row, axis=1)) + (i + 1)
+        if len(pair_to) + len(above) > max_pairs:
+            raise ConfigError(f"layer graph: more than {max_pairs:,} candidate stages (nested "
+                              f"pairs of its {count:,} downsets); too many parallel branches for "
+                              f"an exact plan")
+        ids = list(range(len(pair_to), len(pair_to) + len(above)))
+        pairs_from.append(ids)
+        for j in above.tolist():
+            pair_to.append(j)
+            pair_stage.append(masks[j] & ~mask)
+    logger.debug("layer graph: %d layers, %d downsets, %d candidate stages", n, count, len(pair_to))
+    return _Structure(order, masks, cut, pairs_from, pair_to, pair_stage)
+
+
+# ---------------------------------------------------------------------------- stage figures
+
+@dataclass(slots=True)
+class _Figures:
+    """Stage figures of every candidate stage for one (graph, setup, tp, micro-batch, recompute)."""
+
+    graph: LayerGraph
+    setup: TrainingSetup
+    tp: int
+    micro_batch: int
+    recompute: Recompute
+    structure: _Structure
+    options: dict[str, Any]  # schedule, sp, zero, dp_overlap: every plan option but the split
+    time: list[float] = field(default_factory=list)      # seconds per micro-batch (T)
+    params: list[int] = field(default_factory=list)
+    backward: list[float] = field(default_factory=list)  # backward + recompute, seconds
+    capacities: dict[tuple[int, int], int] = field(default_factory=dict)
+    kcap: int = 1
+
+    def members(self, stage: int) -> list[LayerCost]:
+        """The stage's layers in topological order."""
+        order, layers = self.structure.order, self.graph.layers
+        out = []
+        while stage:
+            low = stage & -stage
+            out.append(layers[order[low.bit_length() - 1]])
+            stage ^= low
+        return out
+
+    def build(self) -> None:
+        st = self.structure
+        full = len(st.masks) - 1
+        plans: dict[tuple[int, bool], Plan] = {}
+        cache: dict[tuple[int, float | None], tuple[float, float]] = {}
+        for to, stage in zip(st.pair_to, st.pair_stage, strict=True):
+            last = to == full
+            cut = None if last else st.cut[to]
+            key = (stage, cut)
+            figures = cache.get(key)
+            layers = self.members(stage)
+            if figures is None:
+                size = len(layers)
+                plan = plans.get((size, last))
+                if plan is None:  # one stage scored as the last, or as the first of two
+                    plan = Plan(tp=self.tp, pp=1 if last else 2, dp=1, micro_batch=self.micro_batch,
+                                recompute=self.recompute,
+                                stages=((0, size - 1),) if last else ((0, size - 1), (size, size)),
+                                **self.options)
+                    plans[(size, last)] = plan
+                if cut is not None:
+                    layers[-1] = replace(layers[-1], boundary_bytes=cut)
+                    layers.append(layers[-1])
+                time = stage_times(layers, plan, self.setup.cluster)[0]
+                figures = (time.total_s, time.backward_s)
+                cache[key] = figures
+            self.time.append(figures[0])
+            self.backward.append(figures[1])
+            params = 0
+            for layer in self.members(stage):
+                params += layer.params
+            self.params.append(params)
+
+    def capacity(self, pid: int, shards: int) -> int:
+        """Largest in-flight count (at most ``kcap``) with which the stage fits in HBM, 0: none."""
+        stage = self.structure.pair_stage[pid]
+        key = (stage, shards)
+        known = self.capacities.get(key)
+        if known is not None:
+            return known
+        layers = self.members(stage)
+        hbm = self.setup.hbm_bytes
+
+        def fits(k: int) -> bool:
+            return stage_memory(layers, stage=0, in_flight=k, recompute=self.recompute,
+                                optimizer=self.setup.optimizer, zero_shards=shards).total <= hbm
+        if not fits(1):
+            value = 0
+        elif fits(self.kcap):
+            value = self.kcap
+        else:  # fits(lo), not fits(hi); memory grows with the in-flight count
+            lo, hi = 1, self.kcap
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+            value = lo
+        self.capacities[key] = value
+        return value
+
+    def memory(self, pid: int, in_flight: int, shards: int) -> float:
+        """``StageMemory.total`` of the stage holding ``in_flight`` micro-batches."""
+        return stage_memory(self.members(self.structure.pair_stage[pid]), stage=0, in_flight=in_flight,
+                            recompute=self.recompute, optimizer=self.setup.optimizer,
+                            zero_shards=shards).total
+
+    def stage_key(self, pid: int) -> tuple[int, ...]:
+        """Sorted layer indices of the stage (the tie-break order)."""
+        order = self.structure.order
+        stage = self.structure.pair_stage[pid]
+        return tuple(sorted(order[k] for k in range(self.graph.n) if stage >> k & 1))
+
+
+Front = list[tuple[float, float]]
+
+
+def _pareto(points: list[tuple[float, float]]) -> Front:
+    """Points not dominated in (first, second), first ascending and second descending."""
+    points.sort()
+    out: Front = []
+    best = np.inf
+    for first, second in points:
+        if second < best:
+            out.append((first, second))
+            best = second
+    return out
+
+
+@dataclass(slots=True)
+class _Candidate:
+    p: int
+    d: int
+    m: int
+    profile: tuple[int, ...]  # in-flight count of the stage r positions from the end, r = 1..p
+
+
+def _fronts(fig: _Figures, profile: Sequence[int], shards: int, second: Sequence[float]) -> list[list[Front]]:
+    """V[r][i] (r = 1..len(profile)): Pareto front of (max T, max second) over the splits of the
+    complement of downset i into r stages that fit, the stage r' positions from the end holding
+    ``profile[r' - 1]`` micro-batches. V[0] is unused."""
+    st = fig.structure
+    count = len(st.masks)
+    full = count - 1
+    sizes = [mask.bit_count() for mask in st.masks]
+    n = fig.graph.n
+    fronts: list[list[Front]] = [[]]
+    last: list[Front] = []
+    for i in range(count):
+        front: Front = []
+        if i != full:
+            pid = st.pairs_from[i][-1]  # the pair (i, full)
+            if fig.capacity(pid, shards) >= profile[0]:
+                front = [(fig.time[pid], second[pid])]
+        last.append(front)
+    fronts.append(last)
+    for r in range(2, len(profile) + 1):
+        need = profile[r - 1]
+        previous = fronts[r - 1]
+        current: list[Front] = []
+        for i in range(count):
+            if n - sizes[i] < r:
+                current.append([])
+                continue
+            points: list[tuple[float, float]] = []
+            for pid in st.pairs_from[i][:-1]:
+                later = previous[st.pair_to[pid]]
+                if not later or fig.capacity(pid, shards) < need:
+                    continue
+                t, s = fig.time[pid], second[pid]
+                points.extend((t if t > t2 else t2, s if s > s2 else s2) for t2, s2 in later)
+            current.append(_pareto(points))
+        fronts.append(current)
+    return fronts
+
+
+def _first_stages(fig: _Figures, fronts: list[list[Front]], profile: Sequence[int], shards: int,
+                  second: Sequence[float], p: int, point: tuple[float, float]) -> list[int]:
+    """Pair ids of the smallest stage order (see the module docstring) among the p-stage splits
+    that fit with max T <= tau and max second <= y, point = (tau, y)."""
+    st = fig.structure
+    full = len(st.masks) - 1
+    tau, y = point
+    i = 0
+    chosen: list[int] = []
+    for r in range(p, 0, -1):
+        best: tuple[tuple[int, ...], int] | None = None
+        for pid in st.pairs_from[i]:
+            j = st.pair_to[pid]
+            if (j == full) != (r == 1):
+                continue
+            if fig.time[pid] > tau or second[pid] > y or fig.capacity(pid, shards) < profile[r - 1]:
+                continue
+            if r > 1 and not any(t2 <= tau and s2 <= y for t2, s2 in fronts[r - 1][j]):
+                continue
+            key = fig.stage_key(pid)
+            if best is None or key < best[0]:
+                best = (key, pid)
+        if best is None:  # pragma: no cover - the point is on the front
+            raise AssertionError("front point without a split")
+        chosen.append(best[1])
+        i = st.pair_to[best[1]]
+    return chosen
+
+
+def _tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, backward_s: float,
+          overlap: bool, shards: int) -> float:
+    """Exposed DP reduction + optimizer step of a stage, as ``pipeline.device_tails`` (one chunk)."""
+    allreduce = dp_allreduce_time_s(setup.cluster, tp=tp, pp=p, dp=d, params=params)
+    return (exposed_dp_time_s(allreduce, backward_s, overlap)
+            + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s, setup.optimizer, shards))
+
+
+def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recompute: Recompute | str,
+             tp: int = 1, schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
+             zero: bool = False, dp_overlap: bool = False, sp: bool = False,
+             max_downsets: int = MAX_DOWNSETS, max_stage_pairs: int = MAX_STAGE_PAIRS) -> PlanResult:
+    """The fastest plan of a layer DAG for fixed TP width, micro-batch, recompute policy,
+    schedule, ZeRO-1, DP overlap and SP: over every pipeline depth p, DP degree d (tp p d <=
+    devices, the batch rule of ``setup``) and chain of p downsets (Piper, Tarnawski et al. 2021;
+    module docstring), under the memory limit.
+
+    Args:
+        graph: the layers (costs per micro-batch of ``micro_batch`` samples and per TP rank of a
+            ``tp``-wide group, SI units) and their data-flow edges.
+        setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
+        micro_batch, recompute, tp, zero, dp_overlap, sp: the fixed options (sp is recorded).
+        schedule: ``gpipe`` or ``1f1b``.
+        max_downsets, max_stage_pairs: size limits of the exact search.
+
+    Returns:
+        ``evaluate_plan`` of the linearized best plan (:func:`linearize`); ``plan.stages`` index
+        that chain and ``plan.stage_layers`` names the layers of every stage. Ties as in the
+        module docstring; on a chain the plan equals ``optimal_plan``'s.
+
+    Raises:
+        ConfigError: a non-positive micro_batch or tp, an unknown policy, the interleaved
+            schedule, or a graph with more downsets or candidate stages than the limits.
+        InfeasibleError: no valid (p, d) exists ("no valid plan: ..."), or no plan fits in HBM;
+            then the message names the candidate with the smallest peak memory per device and
+            its need against HBM.
+    """
+    check_positive_int("micro_batch", micro_batch)
+    check_positive_int("tp", tp)
+    try:
+        policy = Recompute(recompute)
+        kind = PipelineSchedule(schedule)
+    except ValueError as exc:
+        raise ConfigError(f"dag_plan: {exc}") from None
+    if kind is PipelineSchedule.INTERLEAVED:
+        raise ConfigError("layer-graph plans support the gpipe and 1f1b schedules, not interleaved")
+    zero, dp_overlap, sp = bool(zero), bool(dp_overlap), bool(sp)
+    devices = setup.cluster.devices
+    if tp > devices:
+        raise InfeasibleError(f"no valid plan: tp={tp} exceeds the cluster's {devices} devices")
+    if setup.dp_must_divide_batch and setup.global_batch % micro_batch:
+        raise InfeasibleError(f"no valid plan: micro-batch {micro_batch} does not divide the "
+                              f"global batch {setup.global_batch}")
+    candidates: list[_Candidate] = []
+    for p in range(1, min(graph.n, devices // tp) + 1):
+        for d in range(1, devices // (tp * p) + 1):
+            try:
+                m = micro_batch_count(setup, micro_batch=micro_batch, dp=d, pp=p, schedule=kind)
+            except ConfigError:
+                continue
+            profile = tuple(in_flight_micro_batches(p - r, p, m, kind) for r in range(1, p + 1))
+            candidates.append(_Candidate(p, d, m, profile))
+    if not candidates:
+        raise InfeasibleError(f"no valid plan: no (pp, dp) suits {devices} devices, tp={tp}, "
+                              f"micro-batch {micro_batch} and the global batch {setup.global_batch}")
+    structure = _structure(graph, max_downsets, max_stage_pairs)
+    fig = _Figures(graph, setup, tp, micro_batch, policy, structure,
+                   {"schedule": kind, "sp": sp, "zero": zero, "dp_overlap": dp_overlap},
+                   kcap=max(max(c.profile) for c in candidates))
+    fig.build()
+
+    # groups of candidates sharing one DP: same shards and second figure, nested profiles
+    groups: list[tuple[int, tuple[int, int] | None, tuple[int, ...], list[_Candidate]]] = []
+    for cand in sorted(candidates, key=lambda c: -c.p):
+        shards = cand.d if zero else 1
+        key = (cand.p, cand.d) if dp_overlap else None
+        for g_shards, g_key, g_profile, members in groups:
+            if g_shards == shards and g_key == key and g_profile[:cand.p] == cand.profile:
+                members.append(cand)
+                break
+        else:
+            groups.append((shards, key, cand.profile, [cand]))
+
+    rows: list[tuple[float, int, int, tuple[tuple[int, ...], ...], PlanResult]] = []
+    for shards, key, profile, members in groups:
+        if key is None:
+            second: Sequence[float] = [float(x) for x in fig.params]
+        else:
+            p, d = key
+            second = [_tail(setup, tp=tp, p=p, d=d, params=params, backward_s=backward, overlap=True,
+                            shards=shards)
+                      for params, backward in zip(fig.params, fig.backward, strict=True)]
+        fronts = _fronts(fig, profile, shards, second)
+        for cand in members:
+            front = fronts[cand.p][0]
+            if not front:
+                continue
+            k_factor = cand.m + cand.p - 1
+            if key is None:
+                values = [k_factor * tau + _tail(setup, tp=tp, p=cand.p, d=cand.d, params=y, backward_s=0.0,
+                                                 overlap=False, shards=shards) for tau, y in front]
+            else:
+                values = [k_factor * tau + y for tau, y in front]
+            best = min(values)
+            splits = [_first_stages(fig, fronts, profile, shards, second, cand.p, point)
+                      for point, value in zip(front, values, strict=True)
+                      if value <= best * (1 + TIE_RTOL)]
+            keyed = min((tuple(fig.stage_key(pid) for pid in split), split) for split in splits)
+            result = _evaluate(graph, setup, fig, cand, keyed[0])
+            rows.append((result.iteration_time_s, tp * cand.p * cand.d, cand.p, keyed[0], result))
+    if not rows:
+        _raise_closest(fig, candidates, kind, zero)
+    rows.sort(key=lambda row: row[:4])
+    return rows[0][4]
+
+
+def _evaluate(graph: LayerGraph, setup: TrainingSetup, fig: _Figures, cand: _Candidate,
+              stages: tuple[tuple[int, ...], ...]) -> PlanResult:
+    chain, ranges, names = linearize(graph, stages)
+    plan = Plan(tp=fig.tp, pp=cand.p, dp=cand.d, micro_batch=fig.micro_batch, recompute=fig.recompute,
+                stages=ranges, stage_layers=names, **fig.options)
+    return evaluate_plan(chain, setup, plan)
+
+
+def _least_peak(fig: _Figures, cand: _Candidate, zero: bool) -> tuple[float, list[int]]:
+    """The smallest peak per-device memory over the splits of the graph into ``cand.p`` stages
+    (min-max DP over downsets) and a split attaining it; inf and [] when there is no split."""
+    st = fig.structure
+    count = len(st.masks)
+    full = count - 1
+    p, shards = cand.p, (cand.d if zero else 1)
+    # least[r][i]: smallest peak over splits of the complement of downset i into r stages
+    least: list[list[float]] = [[np.inf] * count for _ in range(p + 1)]
+    choice: list[list[int]] = [[-1] * count for _ in range(p + 1)]
+    for r in range(1, p + 1):
+        need = cand.profile[r - 1]
+        for i in range(count - 1):
+            for pid in st.pairs_from[i]:
+                j = st.pair_to[pid]
+                if (j == full) != (r == 1) or (r > 1 and least[r - 1][j] == np.inf):
+                    continue
+                peak = max(fig.memory(pid, need, shards), least[r - 1][j] if r > 1 else 0.0)
+                if peak < least[r][i]:
+                    least[r][i], choice[r][i] = peak, pid
+    if least[p][0] == np.inf:
+        return np.inf, []
+    split, i = [], 0
+    for r in range(p, 0, -1):
+        split.append(choice[r][i])
+        i = st.pair_to[choice[r][i]]
+    return least[p][0], split
+
+
+def _raise_closest(fig: _Figures, candidates: Sequence[_Candidate], kind: PipelineSchedule,
+                   zero: bool) -> None:
+    """Raise InfeasibleError naming the candidate with the smallest peak per-device memory, then
+    the fewest devices, then the smallest p. Memory never grows with d, so the largest valid d
+    of every p gives the least peak of that p; the smallest d reaching it is then looked for."""
+    by_p: dict[int, list[_Candidate]] = {}
+    for cand in candidates:
+        by_p.setdefault(cand.p, []).append(cand)
+    peaks = {p: _least_peak(fig, max(group, key=lambda c: c.d), zero)[0] for p, group in by_p.items()}
+    least = min(peaks.values())
+    hbm = format_bytes(fig.setup.hbm_bytes)
+    if least == np.inf:  # pragma: no cover - every graph has a split for p = 1
+        raise InfeasibleError(f"no plan fits in {hbm} HBM")
+    best: tuple[int, int, _Candidate, list[int]] | None = None
+    for p, group in sorted(by_p.items()):
+        if peaks[p] != least:
+            continue
+        for cand in sorted(group, key=lambda c: c.d):
+            peak, split = _least_peak(fig, cand, zero)
+            if peak <= least:
+                if best is None or (fig.tp * p * cand.d, p) < best[:2]:
+                    best = (fig.tp * p * cand.d, p, cand, split)
+                break
+    assert best is not None
+    _, p, cand, split = best
+    st = fig.structure
+    needs = [fig.memory(pid, cand.profile[p - 1 - j], cand.d if zero else 1) for j, pid in enumerate(split)]
+    worst = needs.index(max(needs))
+    names = ", ".join(layer.name for layer in fig.members(st.pair_stage[split[worst]]))
+    raise InfeasibleError(
+        f"no plan fits in {hbm} HBM: best candidate pp={p} dp={cand.d} needs {format_bytes(least)} on "
+        f"stage {worst} (layers {names}; tp={fig.tp}, micro_batch={fig.micro_batch}, "
+        f"recompute={fig.recompute.value}, schedule={kind.value}{', zero' if zero and cand.d > 1 else ''})")
