@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,19 @@ def test_two_models_rank_by_geometric_mean() -> None:
     assert DesignResult.from_dict(data).to_dict() == data
     pruned = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive", **OPTIONS)
     assert pruned.best is not None and pruned.best.to_dict() == data
+
+
+def test_pruned_search_resumes_from_its_store(tmp_path: Path) -> None:
+    """A re-run reads every evaluated design back (none evaluated again) and prunes the same."""
+    db = tmp_path / "run.db"
+    first = api.search("gpt2-xl", strategy="exhaustive", store=str(db), **OPTIONS)
+
+    def finished() -> dict[str, float]:
+        with sqlite3.connect(db) as connection:
+            return dict(connection.execute("SELECT design, finished FROM results").fetchall())
+
+    stamps = finished()
+    again = api.search("gpt2-xl", strategy="exhaustive", store=str(db), **OPTIONS)
+    assert finished() == stamps and len(stamps) == len(first.evaluated)
+    assert again.best is not None and first.best is not None
+    assert again.best.to_dict() == first.best.to_dict() and again.pruned == first.pruned
