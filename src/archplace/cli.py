@@ -118,8 +118,9 @@ def _search_progress(total: int) -> Iterator[Callable[[Tick], None]]:
             rate = tick.evaluated / elapsed if elapsed else 0.0
             best = (f"best {tick.best.accelerator.name} {score(tick.best, tick.objective):,.4g}"
                     if tick.best is not None else "nothing fits yet")
+            bounded = f"{tick.bounded} core configurations bounded, " if tick.bounded else ""
             bar.update(task, completed=tick.evaluated + tick.pruned,
-                       status=f"{rate:.1f} designs/s, {tick.pruned} pruned, {best}")
+                       status=f"{bounded}{rate:.1f} designs/s, {tick.pruned} pruned, {best}")
 
         yield advance
 

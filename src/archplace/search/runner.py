@@ -51,6 +51,7 @@ class Tick:
         total: designs in the space.
         best: the best design so far, or None.
         objective: what "best" means.
+        bounded: core configurations bounded so far (:mod:`archplace.search.bounds`).
     """
 
     evaluated: int
@@ -58,6 +59,7 @@ class Tick:
     total: int
     best: DesignResult | None
     objective: Objective
+    bounded: int = 0
 
 
 Progress = Callable[[Tick], None]
@@ -141,7 +143,7 @@ class _Session:
     def tick(self) -> None:
         if self.progress is not None:
             self.progress(Tick(len(self.results), self.pruned, len(self.request.designs), self.best,
-                               self.request.objective))
+                               self.request.objective, len(self.bound_cache)))
 
     def evaluate(self, designs: Sequence[Accelerator]) -> list[DesignResult]:
         """Strategy callback: results in input order; earlier results are not recomputed."""
@@ -174,6 +176,7 @@ class _Session:
         batches = [cores[i:i + size] for i in range(0, len(cores), size)]
         for batch, found in self._run(_bound_task, batches, self.chains, self.request.cluster):
             self.bound_cache.update(zip(batch, found, strict=True))
+            self.tick()
         return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]
 
 
