@@ -335,8 +335,6 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
     """
     from archplace.placement.dag import LayerGraph, dag_plan, load_layer_graph_file
-    from archplace.placement.plan import Optimizer, TrainingSetup
-
     for name, value in (("--devices", devices), ("--global-batch", global_batch),
                         ("--micro-batch", micro_batch), ("--tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -348,15 +346,8 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
     tokens = seq_len if seq_len is not None else file_seq_len or 1
     if tokens <= 0:
         raise ConfigError(f"--seq-len must be positive, got {tokens}")
-    acc = load_accelerator(hardware)
-    cluster = load_cluster(hardware, devices)
-    try:
-        opt = Optimizer(optimizer)
-    except ValueError:
-        raise ConfigError(f"unknown optimizer {optimizer!r}; choose from: "
-                          f"{', '.join(o.value for o in Optimizer)}") from None
-    setup = TrainingSetup(cluster, global_batch, tokens, acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s,
-                          acc.peak_flop_per_s, optimizer=opt)
+    _, setup = workflow.training_setup(hardware, devices=devices, global_batch=global_batch, seq_len=tokens,
+                                       optimizer=optimizer)
     return dag_plan(layers, setup, micro_batch=micro_batch,
                     recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
                     schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0], tp=tp,

@@ -67,6 +67,7 @@ from archplace.placement.plan import (
     Recompute,
     TrainingSetup,
 )
+from archplace.placement.solver import check_tp_and_micro_batch
 from archplace.placement.timing import (
     check_positive_int,
     dp_allreduce_time_s,
@@ -705,12 +706,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     if kind is PipelineSchedule.INTERLEAVED:
         raise ConfigError("layer-graph plans support the gpipe and 1f1b schedules, not interleaved")
     zero, dp_overlap, sp = bool(zero), bool(dp_overlap), bool(sp)
+    check_tp_and_micro_batch(setup, tp, micro_batch)
     devices = setup.cluster.devices
-    if tp > devices:
-        raise InfeasibleError(f"no valid plan: tp={tp} exceeds the cluster's {devices} devices")
-    if setup.dp_must_divide_batch and setup.global_batch % micro_batch:
-        raise InfeasibleError(f"no valid plan: micro-batch {micro_batch} does not divide the "
-                              f"global batch {setup.global_batch}")
     candidates: list[_Candidate] = []
     for p in range(1, min(graph.n, devices // tp) + 1):
         for d in range(1, devices // (tp * p) + 1):

@@ -145,6 +145,17 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     return [row[3] for row in results[:top_k]]
 
 
+def check_tp_and_micro_batch(setup: TrainingSetup, tp: int, micro_batch: int) -> None:
+    """Raise InfeasibleError ("no valid plan: ...") when the TP width exceeds the cluster or the
+    micro-batch does not divide the global batch (when ``setup`` requires it)."""
+    devices = setup.cluster.devices
+    if tp > devices:
+        raise InfeasibleError(f"no valid plan: tp={tp} exceeds the cluster's {devices} devices")
+    if setup.dp_must_divide_batch and setup.global_batch % micro_batch:
+        raise InfeasibleError(f"no valid plan: micro-batch {micro_batch} does not divide the "
+                              f"global batch {setup.global_batch}")
+
+
 def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_batch: int,
                  recompute: Recompute | str, tp: int = 1,
                  schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
@@ -177,12 +188,7 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
     if interleaved != (chunks > 1):
         raise ConfigError(f"chunks={chunks} does not suit the {kind.value} schedule "
                           f"(interleaved needs chunks >= 2, the others chunks = 1)")
-    devices = setup.cluster.devices
-    if tp > devices:
-        raise InfeasibleError(f"no valid plan: tp={tp} exceeds the cluster's {devices} devices")
-    if setup.dp_must_divide_batch and setup.global_batch % micro_batch:
-        raise InfeasibleError(f"no valid plan: micro-batch {micro_batch} does not divide the "
-                              f"global batch {setup.global_batch}")
+    check_tp_and_micro_batch(setup, tp, micro_batch)
     return plan_search({(tp, micro_batch, bool(sp)): layers}, setup, recomputes=(policy,),
                        schedules=(kind,), chunks=(chunks,) if interleaved else (),
                        zero=(bool(zero),), dp_overlap=(bool(dp_overlap),), top_k=1)[0]

@@ -62,6 +62,18 @@ def problem(model: str, hardware: str, *, devices: int, global_batch: int, seq_l
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
+    acc, setup = training_setup(hardware, devices=devices, global_batch=global_batch, seq_len=spec.seq_len,
+                                optimizer=optimizer, dp_must_divide_batch=dp_must_divide_batch)
+    return Problem(spec, acc, setup)
+
+
+def training_setup(hardware: str, *, devices: int, global_batch: int, seq_len: int, optimizer: str = "adam",
+                   dp_must_divide_batch: bool = True) -> tuple[Accelerator, TrainingSetup]:
+    """The chip of a hardware preset (or YAML) and the training setup of ``devices`` of them.
+
+    Raises:
+        ConfigError: an unknown preset or optimizer, a preset without cluster links.
+    """
     acc = load_accelerator(hardware)
     cluster = load_cluster(hardware, devices)
     try:
@@ -69,10 +81,9 @@ def problem(model: str, hardware: str, *, devices: int, global_batch: int, seq_l
     except ValueError:
         raise ConfigError(f"unknown optimizer {optimizer!r}; choose from: "
                           f"{', '.join(o.value for o in Optimizer)}") from None
-    setup = TrainingSetup(cluster, global_batch, spec.seq_len, acc.hbm_bytes,
-                          acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s, optimizer=opt,
-                          dp_must_divide_batch=dp_must_divide_batch)
-    return Problem(spec, acc, setup)
+    setup = TrainingSetup(cluster, global_batch, seq_len, acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s,
+                          acc.peak_flop_per_s, optimizer=opt, dp_must_divide_batch=dp_must_divide_batch)
+    return acc, setup
 
 
 def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple[int, ...]:
