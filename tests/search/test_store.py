@@ -35,6 +35,14 @@ def rows(db: Path) -> dict[str, float]:
         return dict(connection.execute("SELECT design, finished FROM results").fetchall())
 
 
+def rows_so_far(db: Path) -> dict[str, float]:
+    """Rows of a store another process may still be creating (file there, schema not yet)."""
+    try:
+        return rows(db)
+    except sqlite3.OperationalError:
+        return {}
+
+
 def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
@@ -45,7 +53,7 @@ def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if db.exists() and len(rows(db)) >= 2:
+        if db.exists() and len(rows_so_far(db)) >= 2:
             break
         time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
