@@ -51,6 +51,12 @@ def bench(name: str, problem: ScheduleProblem, repeats: int, highs_limit_s: floa
     print(f"  list:  {listed.makespan_s * 1e3:.4f} ms, {100 * gap:+.2f} % vs optimum, "
           f"{list_s * 1e3:.1f} ms -> {'PASS' if gap <= TARGET_LIST_GAP else 'FAIL'} "
           f"(target within {100 * TARGET_LIST_GAP:.0f} %)")
+    many = ScheduleProblem(problem.ops, 4096, 4096)
+    started = time.perf_counter()
+    list_schedule(many)
+    many_s = time.perf_counter() - started
+    print(f"  list on 4096+4096 cores: {many_s * 1e3:.1f} ms, {many_s / list_s:.2f}x the time on "
+          f"{problem.tensor_cores}+{problem.vector_cores} (the core count should not matter)")
     if highs_limit_s is None:
         return
     highs = solve_problem(problem, "highs", SolveOptions(time_limit_s=highs_limit_s, workers=2))

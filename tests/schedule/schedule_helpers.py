@@ -151,3 +151,20 @@ def problems(draw: st.DrawFn, max_ops: int = 40, max_cores: int = 4,
                            tuple(sorted(preds))))
     return ScheduleProblem(tuple(ops), draw(st.integers(1, max_cores)),
                            draw(st.integers(1, max_cores)))
+
+
+def synthetic_layer(width: int = 25, blocks: int = 5) -> ScheduleProblem:
+    """A transformer-like layer of ``blocks * width * 2`` ops: chains with fan-in and fan-out."""
+    ops: list[SchedOp] = []
+    previous: list[int] = []
+    for b in range(blocks):
+        current: list[int] = []
+        for w in range(width):
+            i = len(ops)
+            preds = tuple(sorted({previous[(w + d) % len(previous)] for d in (0, 1, 3)})) \
+                if previous else ()
+            ops.append(SchedOp(i, T, 1.0 + (i % 7), 0.3 + (i % 5) * 0.1, preds))
+            ops.append(SchedOp(i + 1, V, 0.5 + (i % 3), 0.4 + (b % 2) * 0.2, (i,)))
+            current.append(i + 1)
+        previous = current
+    return ScheduleProblem(tuple(ops), 8, 2)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import math
 import random
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schedule_helpers import TOL, F, T, V, optimum_s, problems, validate
+from schedule_helpers import TOL, F, T, V, optimum_s, problems, synthetic_layer, validate
 
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
@@ -198,44 +197,15 @@ def test_deterministic(problem: ScheduleProblem) -> None:
     assert list_schedule(problem) == list_schedule(problem)
 
 
-def layer_problem(width: int = 25, blocks: int = 5) -> ScheduleProblem:
-    """A transformer-like layer of ``blocks * width * 2`` ops: chains with fan-in and fan-out."""
-    ops: list[SchedOp] = []
-    previous: list[int] = []
-    for b in range(blocks):
-        current: list[int] = []
-        for w in range(width):
-            i = len(ops)
-            preds = tuple(sorted({previous[(w + d) % len(previous)] for d in (0, 1, 3)})) \
-                if previous else ()
-            ops.append(SchedOp(i, T, 1.0 + (i % 7), 0.3 + (i % 5) * 0.1, preds))
-            ops.append(SchedOp(i + 1, V, 0.5 + (i % 3), 0.4 + (b % 2) * 0.2, (i,)))
-            current.append(i + 1)
-        previous = current
-    return ScheduleProblem(tuple(ops), 8, 2)
-
-
-def time_per_schedule_s(problem: ScheduleProblem, runs: int = 5, **kwargs: int) -> float:
-    list_schedule(problem, **kwargs)
-    started = time.perf_counter()
-    for _ in range(runs):
-        list_schedule(problem, **kwargs)
-    return (time.perf_counter() - started) / runs
-
-
-def test_layer_of_250_ops_schedules_in_tens_of_ms() -> None:
-    problem = layer_problem()
+def test_layer_of_250_ops_and_many_cores_schedule_validly() -> None:
+    # The time this takes (and that 4096 cores cost no more than 8) is measured by
+    # benchmarks/bench_schedule.py, not asserted here.
+    problem = synthetic_layer()
     assert len(problem.ops) == 250
     validate(problem, list_schedule(problem))
-    assert time_per_schedule_s(problem) < 0.2  # ~60 ms here: 2 greedy + up to 24 target passes
-    assert time_per_schedule_s(problem, max_targets=0) < 0.02
-
-
-def test_many_cores_cost_no_more() -> None:
-    small = layer_problem()
-    big = ScheduleProblem(small.ops, 4096, 4096)
+    validate(problem, list_schedule(problem, max_targets=0))
+    big = ScheduleProblem(problem.ops, 4096, 4096)
     validate(big, list_schedule(big))
-    assert time_per_schedule_s(big, runs=2) < 3 * time_per_schedule_s(small, runs=2) + 0.01
 
 
 # ----------------------------------------------------------------------------- problem
