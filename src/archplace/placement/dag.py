@@ -27,9 +27,10 @@ left): with 1F1B the stage r positions from the end holds min(r, m) micro-batche
 (GPipe: m), so one DP serves every pipeline depth. It keeps, per state, the Pareto front of
 (max T, max second figure) over the ways of splitting the complement of D into r stages that
 fit, where the second figure is the parameter count without DP overlap (the tail grows with it,
-so the front serves every DP degree) and the stage's tail itself with overlap (then per p and
-d). Both maxima combine by max, so dominated partial plans can be dropped and the front of
-(empty set, p) is exact. Every candidate (p, d) takes the best point of its front for
+so the front serves every DP degree) and the stage's tail itself with overlap (then per
+all-reduce cost: the (p, d) whose DP groups span the same kind of link share one DP). Both
+maxima combine by max, so dominated partial plans can be dropped and the front of (empty set, p)
+is exact. Every candidate (p, d) takes the best point of its front for
 (m + p - 1) * T + tail, exactly as :mod:`archplace.placement.search` does for chains.
 
 Ties: points of one candidate within a relative 1e-12 are ties and go to the smallest stage
@@ -57,7 +58,12 @@ import numpy as np
 import yaml
 
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.placement.memory import in_flight_micro_batches, sequential_sum, stage_memory
+from archplace.placement.memory import (
+    GRADIENT_BYTES_PER_PARAM,
+    in_flight_micro_batches,
+    sequential_sum,
+    stage_memory,
+)
 from archplace.placement.pipeline import evaluate_plan, stage_times
 from archplace.placement.plan import (
     LayerCost,
@@ -69,7 +75,9 @@ from archplace.placement.plan import (
 )
 from archplace.placement.solver import check_tp_and_micro_batch
 from archplace.placement.timing import (
+    OPTIMIZER_STEP_BYTES_PER_PARAM,
     check_positive_int,
+    dp_allreduce_cost,
     dp_allreduce_time_s,
     exposed_dp_time_s,
     micro_batch_count,
@@ -600,14 +608,16 @@ def _fronts(fig: _Figures, profile: Sequence[int], shards: int, second: Sequence
     full = count - 1
     sizes = [mask.bit_count() for mask in st.masks]
     n = fig.graph.n
+    capacity = [fig.capacity(pid, shards) for pid in range(len(st.pair_to))]
+    time, pair_to = fig.time, st.pair_to
     fronts: list[list[Front]] = [[]]
     last: list[Front] = []
     for i in range(count):
         front: Front = []
         if i != full:
             pid = st.pairs_from[i][-1]  # the pair (i, full)
-            if fig.capacity(pid, shards) >= profile[0]:
-                front = [(fig.time[pid], second[pid])]
+            if capacity[pid] >= profile[0]:
+                front = [(time[pid], second[pid])]
         last.append(front)
     fronts.append(last)
     for r in range(2, len(profile) + 1):
@@ -620,10 +630,10 @@ def _fronts(fig: _Figures, profile: Sequence[int], shards: int, second: Sequence
                 continue
             points: list[tuple[float, float]] = []
             for pid in st.pairs_from[i][:-1]:
-                later = previous[st.pair_to[pid]]
-                if not later or fig.capacity(pid, shards) < need:
+                later = previous[pair_to[pid]]
+                if not later or capacity[pid] < need:
                     continue
-                t, s = fig.time[pid], second[pid]
+                t, s = time[pid], second[pid]
                 points.extend((t if t > t2 else t2, s if s > s2 else s2) for t2, s2 in later)
             current.append(_pareto(points))
         fronts.append(current)
@@ -665,6 +675,20 @@ def _tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, backw
     allreduce = dp_allreduce_time_s(setup.cluster, tp=tp, pp=p, dp=d, params=params)
     return (exposed_dp_time_s(allreduce, backward_s, overlap)
             + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s, setup.optimizer, shards))
+
+
+def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], params: Sequence[int],
+                      backward_s: Sequence[float], shards: int) -> list[float]:
+    """``_tail`` with overlap of many stages at once, for an all-reduce of (constant s, s per
+    byte) ``cost`` ((0, 0) when dp = 1). Same operations in the same order as the scalar
+    functions of :mod:`archplace.placement.timing`, so the figures are equal bit for bit."""
+    count = np.asarray(params, dtype=np.float64)
+    const_s, per_byte_s = cost
+    allreduce = const_s + per_byte_s * (GRADIENT_BYTES_PER_PARAM * count) if cost != (0.0, 0.0) \
+        else np.zeros_like(count)
+    exposed = np.maximum(0.0, allreduce - np.asarray(backward_s, dtype=np.float64))
+    step = OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * count / shards / setup.hbm_bandwidth_bytes_per_s
+    return (exposed + step).tolist()
 
 
 def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recompute: Recompute | str,
@@ -726,11 +750,15 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
                    kcap=max(max(c.profile) for c in candidates))
     fig.build()
 
-    # groups of candidates sharing one DP: same shards and second figure, nested profiles
-    groups: list[tuple[int, tuple[int, int] | None, tuple[int, ...], list[_Candidate]]] = []
+    # Groups of candidates sharing one DP: same shards and second figure, nested profiles. With
+    # overlap the second figure depends on (p, d) only through the all-reduce's (constant, per
+    # byte) cost, which many (p, d) share (every DP group spanning the same kind of link).
+    groups: list[tuple[int, tuple[float, float] | None, tuple[int, ...], list[_Candidate]]] = []
     for cand in sorted(candidates, key=lambda c: -c.p):
         shards = cand.d if zero else 1
-        key = (cand.p, cand.d) if dp_overlap else None
+        key = None
+        if dp_overlap:
+            key = dp_allreduce_cost(setup.cluster, tp=tp, pp=cand.p, dp=cand.d) if cand.d > 1 else (0.0, 0.0)
         for g_shards, g_key, g_profile, members in groups:
             if g_shards == shards and g_key == key and g_profile[:cand.p] == cand.profile:
                 members.append(cand)
@@ -743,10 +771,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         if key is None:
             second: Sequence[float] = [float(x) for x in fig.params]
         else:
-            p, d = key
-            second = [_tail(setup, tp=tp, p=p, d=d, params=params, backward_s=backward, overlap=True,
-                            shards=shards)
-                      for params, backward in zip(fig.params, fig.backward, strict=True)]
+            second = _overlapped_tails(setup, key, fig.params, fig.backward, shards)
         fronts = _fronts(fig, profile, shards, second)
         for cand in members:
             front = fronts[cand.p][0]
