@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 
 from archplace import api
 from archplace.errors import ArchplaceError
+from archplace.outputs import check_output, write_output, write_text_output
 from archplace.report.tables import (
     hardware_table,
     models_table,
@@ -74,6 +75,12 @@ def search(
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     if top <= 0:
         raise ArchplaceError(f"--top must be positive, got {top}")
+    if exact_top < 0:
+        raise ArchplaceError(f"--exact-top must be 0 or more, got {exact_top}")
+    if trials is not None and trials <= 0:
+        raise ArchplaceError(f"--trials must be positive, got {trials}")
+    if out is not None:
+        check_output(out, "--out")  # now, not after the search
     options: dict[str, Any] = dict(space=space, devices=devices, global_batch=global_batch, seq_len=seq_len,
                    micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
                    objective=objective, area_budget=area_budget, power_budget=power_budget,
@@ -84,19 +91,16 @@ def search(
         for names in groups:
             request = api.search_request(names, **options)
             chosen = make_strategy(strategy)
-            if trials is not None and trials <= 0:
-                raise ArchplaceError(f"--trials must be positive, got {trials}")
             with _search_progress(len(request.designs)) as advance:
                 outcomes.append(run_search(request, chosen, progress=advance, executor=pool,
                                            store=ResultStore(store) if store else None,
-                                           exact_top=max(exact_top, 0), seed=seed, budget=trials))
+                                           exact_top=exact_top, seed=seed, budget=trials))
     err = Console(stderr=True)
     for result in outcomes:
         _stdout().print(search_table(result, top))
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         data = outcomes[0].to_dict() if len(outcomes) == 1 else {"per_model": [r.to_dict() for r in outcomes]}
-        out.write_text(json.dumps(data, indent=2) + "\n")
+        write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
         err.print(f"wrote {out}")
     for result in outcomes:
         if result.best is None:
@@ -110,7 +114,8 @@ def _search_progress(total: int) -> Iterator[Callable[[Tick], None]]:
     pruned count and the best so far."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[status]}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    console = Console(stderr=True)
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("designs", total=total, status="")
 
         def advance(tick: Tick) -> None:
@@ -139,11 +144,12 @@ def results(
     """Show the results in a search store, best first."""
     if top <= 0:
         raise ArchplaceError(f"--top must be positive, got {top}")
+    if csv is not None:
+        check_output(csv, "--csv")
     rows = api.results(str(store))
     _stdout().print(results_table(rows[:top], str(store)))
     if csv is not None:
-        csv.parent.mkdir(parents=True, exist_ok=True)
-        write_results_csv(rows, csv)
+        write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))
         Console(stderr=True).print(f"wrote {csv}")
 
 

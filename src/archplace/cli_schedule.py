@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from archplace.errors import ConfigError
+from archplace.outputs import check_output, write_text_output
 from archplace.schedule.base import ScheduleResult, SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import BACKENDS, layer_problem, solve_problem
@@ -46,14 +47,6 @@ def read_problem(path: Path) -> ScheduleProblem:
         return ScheduleProblem.from_dict(data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _table(problem: ScheduleProblem, result: ScheduleResult, source: str) -> Table:
@@ -110,14 +103,18 @@ def schedule(
                                 seq_len=seq_len)
         source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
     if dump_problem is not None:
-        _write(dump_problem, json.dumps(problem.to_dict(), indent=1) + "\n")
+        write_text_output(dump_problem, "--dump-problem", json.dumps(problem.to_dict(), indent=1) + "\n")
+    if gantt is not None:
+        check_output(gantt, "--gantt")
     result = solve_problem(problem, backend, options)
     if gantt is not None:
         from archplace.schedule.gantt import draw_gantt
 
-        gantt.parent.mkdir(parents=True, exist_ok=True)
-        draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
-                   f"{result.makespan_s * 1e3:.3f} ms ({result.backend})")
+        try:
+            draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
+                       f"{result.makespan_s * 1e3:.3f} ms ({result.backend})")
+        except OSError as exc:
+            raise ConfigError(f"--gantt {gantt}: cannot write ({exc.strerror or exc})") from None
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=1))
     else:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.table import Table
 
@@ -112,10 +111,10 @@ def results_table(rows: list[StoredResult], title: str) -> Table:
     return table
 
 
-def write_results_csv(rows: list[StoredResult], path: Path) -> None:
-    """Every stored result as one CSV row (chip fields, plan, figures)."""
+def write_results_csv(rows: list[StoredResult], handle: IO[str]) -> None:
+    """Every stored result as one CSV row (chip fields, plan, figures), to a text file opened
+    with ``newline=""``."""
     flat = [_flat(row) for row in rows]
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["design"])
-        writer.writeheader()
-        writer.writerows(flat)
+    writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["design"])
+    writer.writeheader()
+    writer.writerows(flat)

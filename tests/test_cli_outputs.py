@@ -1,0 +1,72 @@
+"""Output paths of the CLI: a path that cannot be written fails at once, in one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from archplace.cli import main
+from archplace.schedule.problem import SchedOp, ScheduleProblem
+from archplace.workload.graph import CoreType
+
+SEARCH = ["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8"]
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    code = exc.value.code
+    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+
+
+@pytest.fixture
+def problem_file(tmp_path: Path) -> Path:
+    problem = ScheduleProblem((SchedOp(0, CoreType.TENSOR, 2.0, 1.0, ()),), 2, 1)
+    path = tmp_path / "problem.json"
+    path.write_text(json.dumps(problem.to_dict()))
+    return path
+
+
+def bad_paths(tmp_path: Path) -> list[tuple[Path, str]]:
+    """A directory, and a file whose parent is a regular file."""
+    blocker = tmp_path / "plain.txt"
+    blocker.write_text("x")
+    return [(tmp_path, "is a directory"), (blocker / "out.json", "cannot create")]
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_search_out_is_checked_before_the_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for path, reason in bad_paths(tmp_path):
+        # --space huge would fail too, but only once the search is set up: the --out check comes first
+        code, err = run([*SEARCH, "--space", "huge", "--out", str(path)], capsys)
+        line = one_line(err)
+        assert code == 2 and line.startswith(f"archplace: error: --out {path}") and reason in line
+
+
+def test_results_csv_and_schedule_files(tmp_path: Path, problem_file: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    for path, reason in bad_paths(tmp_path):
+        code, err = run(["results", str(tmp_path / "missing.db"), "--csv", str(path)], capsys)
+        assert code == 2 and f"--csv {path}" in one_line(err) and reason in err
+        for option in ("--gantt", "--dump-problem"):
+            code, err = run(["schedule", "--problem", str(problem_file), option, str(path)], capsys)
+            assert code == 2 and f"{option} {path}" in one_line(err) and reason in err
+
+
+def test_good_paths_are_created(tmp_path: Path, problem_file: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    dumped = tmp_path / "new" / "dir" / "dump.json"
+    code, _ = run(["schedule", "--problem", str(problem_file), "--dump-problem", str(dumped)], capsys)
+    assert code == 0 and ScheduleProblem.from_dict(json.loads(dumped.read_text())).ops[0].single_s == 2.0
+
+
+def test_negative_exact_top(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run([*SEARCH, "--exact-top", "-1"], capsys)
+    assert code == 2 and "--exact-top must be 0 or more, got -1" in one_line(err)
