@@ -103,10 +103,14 @@ def test_pareto_and_several_models(model_and_space: tuple[Path, Path], tmp_path:
     assert data["front"][0]["accelerator"]["tensor_cores"] == 8
 
     both = tmp_path / "both.json"
-    code, _, _ = run(["search", "--model", str(model), "--model", str(other), *common, "--out", str(both)],
-                     capsys)
+    code, table, _ = run(["search", "--model", str(model), "--model", str(other), *common,
+                          "--out", str(both)], capsys)
     combined = json.loads(both.read_text())["best"]
     assert code == 0 and len(combined["models"]) == 2
+    # the table shows the geometric mean and one plan per model
+    assert f"{combined['throughput_samples_per_s']:,.1f}" in table and "geometric means over" in table
+    plans = " | ".join(f"{m['plan']['tp']}/{m['plan']['pp']}/{m['plan']['dp']}" for m in combined["models"])
+    assert plans in table
     each = tmp_path / "each.json"
     code, _, _ = run(["search", "--model", str(model), "--model", str(other), "--per-model", *common,
                       "--out", str(each)], capsys)

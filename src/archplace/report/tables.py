@@ -7,7 +7,7 @@ from typing import IO, Any
 
 from rich.table import Table
 
-from archplace.search.evaluate import DesignResult
+from archplace.search.evaluate import DesignResult, geomean
 from archplace.search.request import SearchResult
 from archplace.search.store import StoredResult
 
@@ -22,9 +22,12 @@ def _design_row(label: str, r: DesignResult) -> list[str]:
             f"{a.hbm_bytes / _GIB:.0f} GiB", f"{r.area_mm2:.1f}", f"{r.tdp_w:.0f}"]
     if r.best is None:
         return [*chip, "infeasible", "", "", "0", "", ""]
-    p = r.best.plan
-    return [*chip, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch), p.recompute.value,
-            f"{r.best.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}", f"{r.best.mfu:.1%}"]
+    parts = r.components or (r,)  # several models: one plan each, figures are geometric means
+    plans = [c.best.plan for c in parts if c.best is not None]
+    mfu = geomean([c.best.mfu for c in parts if c.best is not None])
+    return [*chip, " | ".join(f"{p.tp}/{p.pp}/{p.dp}" for p in plans),
+            " | ".join(str(p.micro_batch) for p in plans), " | ".join(p.recompute.value for p in plans),
+            f"{r.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}", f"{mfu:.1%}"]
 
 
 def search_table(result: SearchResult, top: int) -> Table:
@@ -43,6 +46,11 @@ def search_table(result: SearchResult, top: int) -> Table:
         table.add_row(*_design_row(str(i), r))
     lines = [f"strategy {result.strategy}: {result.note or f'{len(result.evaluated)} designs evaluated'} "
              f"({result.considered} in the space)"]
+    models = next((r.components for r in result.evaluated if r.components), ())
+    if models:
+        names = ", ".join(c.model for c in models)
+        lines.append(f"samples/s, samples/s/W and MFU are geometric means over {names}; "
+                     f"tp/pp/dp, micro-batch and recompute per model in that order")
     best = result.best
     if result.exact and best is not None:
         exact = next((r for r in result.exact if r.accelerator.name == best.accelerator.name), None)
