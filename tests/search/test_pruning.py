@@ -116,3 +116,24 @@ def test_pruned_search_resumes_from_its_store(tmp_path: Path) -> None:
     assert finished() == stamps and len(stamps) == len(first.evaluated)
     assert again.best is not None and first.best is not None
     assert again.best.to_dict() == first.best.to_dict() and again.pruned == first.pruned
+
+
+def test_designs_below_the_memory_floor_are_never_evaluated(tmp_path: Path) -> None:
+    """llama2-7b on 8 devices needs 18 B/param / 8 = 14.1 GiB per device of model state: the 8 GiB
+    designs are pruned even before anything fits; the 32 GiB ones are evaluated and win."""
+    space = tmp_path / "space.yaml"
+    space.write_text("base: tpuv4\ntensor_cores: [2, 4]\narray_dim: [64, 128]\nvector_cores: [1]\n"
+                     "buffer: [32 MiB]\nhbm: [8 GiB, 32 GiB]\narea_min_fraction: 0.0\n")
+    options = dict(space=str(space), devices=8, global_batch=8, seq_len=128, micro_batches=(1,), tp=[1],
+                   recompute=["full"], baseline=None)
+    result = api.search("llama2-7b", **options)
+    assert result.best is not None and result.best.accelerator.hbm_bytes == 32 * GIB
+    assert result.considered == 8 and result.pruned >= 4
+    assert all(r.accelerator.hbm_bytes == 32 * GIB for r in result.evaluated)
+
+    space.write_text(space.read_text().replace("hbm: [8 GiB, 32 GiB]", "hbm: [4 GiB, 8 GiB]"))
+    nothing = api.search("llama2-7b", **options)
+    assert nothing.best is None and nothing.pruned == 7
+    (only,) = nothing.evaluated  # the design with the most HBM, to say why in numbers
+    assert only.accelerator.hbm_bytes == 8 * GIB
+    assert only.infeasible_reason is not None and "8.0 GiB" in only.infeasible_reason

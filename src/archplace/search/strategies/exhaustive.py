@@ -5,7 +5,9 @@ layer is scheduled).  Designs are then evaluated in batches in decreasing order 
 and the search stops as soon as the next bound is below the incumbent's objective: no design
 left can beat (or tie) it.  For the ``pareto`` objective a design is skipped when an evaluated
 design dominates its best case (bound throughput, its own area and TDP), since it then
-dominates the design itself.  With ``prune=False`` every design is evaluated (plain evaluation,
+dominates the design itself.  A design whose HBM is below the memory floor is never evaluated;
+when that is every design, only the one with the most HBM is, so that the result says in numbers
+why the model does not fit.  With ``prune=False`` every design is evaluated (plain evaluation,
 the reference the pruned search must reproduce).
 """
 
@@ -50,6 +52,13 @@ class ExhaustiveStrategy:
         evaluated: list[DesignResult] = []
         pruned = 0
         i = 0
+        if order and bounds[order[0].name] <= 0:
+            # No design can hold the model state. Evaluate only the one with the most HBM, so the
+            # result says in numbers why it does not fit.
+            closest = max(order, key=lambda d: (d.hbm_bytes, bounds[d.name], d.name))
+            note = (f"1 design evaluated, {len(order) - 1} pruned: no design's HBM holds the model "
+                    f"state (memory floor)")
+            return StrategyOutcome(tuple(ctx.evaluate([closest])), len(order) - 1, note)
         while i < len(order):
             chunk: list[Accelerator] = []
             while i < len(order) and len(chunk) < batch:
@@ -69,12 +78,12 @@ class ExhaustiveStrategy:
     @staticmethod
     def _beaten(acc: Accelerator, bound: float, evaluated: list[DesignResult], ctx: StrategyContext) -> bool:
         """True when an evaluated design provably beats every outcome of ``acc``."""
+        if bound <= 0:  # cannot train at all (memory floor): never the answer
+            return True
         if ctx.objective is Objective.PARETO:
-            if bound <= 0:
-                return True
             if not evaluated:
                 return False
             best_case = (bound * (1 + _SAFETY), area_mm2(acc), tdp_w(acc))
             return any(r.best is not None and dominates(pareto_key(r), best_case) for r in evaluated)
         incumbent = max((ctx.score(r) for r in evaluated), default=0.0)
-        return bound * (1 + _SAFETY) < incumbent or (bound <= 0 and incumbent > 0)
+        return bound * (1 + _SAFETY) < incumbent
