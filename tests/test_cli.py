@@ -175,3 +175,10 @@ def test_listings(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and all(m in out for m in ("gpt2-xl", "bert-large", "opt-350m", "llama2-7b"))
     code, out, _ = run(["hardware"], capsys)
     assert code == 0 and "tpuv4" in out
+
+
+def test_help_keeps_bracketed_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["search", "--help"], capsys)
+    assert code == 0 and "[the usable CPUs]" in " ".join(out.split())
+    code, out, _ = run(["plan", "--help"], capsys)
+    assert code == 0 and "Tokens per sample [" in " ".join(out.split())

@@ -31,7 +31,9 @@ from archplace.search.runner import Tick, run_search
 from archplace.search.store import ResultStore
 from archplace.search.strategies import make_strategy
 
+# rich_markup_mode=None: help texts show defaults in [brackets], which rich markup would eat.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="Joint search of accelerator architecture and parallel placement for LLM training.")
 
 
