@@ -137,6 +137,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
                         ("--chunks", chunks)):
         if value <= 0:
             raise ConfigError(f"{name} must be positive, got {value}")
+    _check_sp(sp, tp)
     prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
                             seq_len=seq_len, optimizer=optimizer)
     return workflow.evaluate(
@@ -144,6 +145,13 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
         recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
         schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0],
         chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap, stages=stages)
+
+
+def _check_sp(sp: bool, tp: int) -> None:
+    """Sequence parallelism splits the activations over the TP group (Korthikanti et al. 2022,
+    section 4.2.2): with tp = 1 there is nothing to split, and Megatron-LM turns it off."""
+    if sp and tp == 1:
+        raise ConfigError("--sp needs --tp > 1: sequence parallelism splits activations over the TP group")
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
@@ -343,6 +351,7 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         layers, file_seq_len = graph, None
     else:
         layers, file_seq_len = load_layer_graph_file(graph)
+    _check_sp(sp, tp)
     tokens = seq_len if seq_len is not None else file_seq_len or 1
     if tokens <= 0:
         raise ConfigError(f"--seq-len must be positive, got {tokens}")

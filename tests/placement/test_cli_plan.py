@@ -74,6 +74,7 @@ def test_evaluate_even_split_table(model: str, capsys: pytest.CaptureFixture[str
     (["--tp", "1", "--pp", "1", "--dp", "0", "--micro-batch", "1"], "--dp must be positive"),
     (["--tp", "1", "--pp", "8", "--dp", "1", "--micro-batch", "1"], "cannot split 4 blocks into 8"),
     (["--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--stages", "0-x"], "--stages"),
+    (["--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--sp"], "--sp needs --tp > 1"),
 ])
 def test_evaluate_bad_input(model: str, extra: list[str], message: str,
                             capsys: pytest.CaptureFixture[str]) -> None:

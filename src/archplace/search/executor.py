@@ -8,6 +8,7 @@ results are identical.  Dask comes with the optional extra
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -50,9 +51,15 @@ def _dask(scheduler: str | None, jobs: int) -> Any:
         with client:
             yield client.get_executor()
         return
-    with LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client.get_executor()
+    quiet = logging.getLogger("distributed")  # its INFO start-up chatter, 30-odd lines
+    level = quiet.level
+    quiet.setLevel(max(level, logging.WARNING))
+    try:
+        with LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            yield client.get_executor()
+    finally:
+        quiet.setLevel(level)
 
 
 def make_executor(kind: str = "local", jobs: int | None = None,
