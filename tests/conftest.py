@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No per-example deadline: a slow or busy CI machine must not turn a correct test red. Shrunk
+# failures are still reported with their example.
+settings.register_profile("archplace", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("archplace")
 
 
 @pytest.fixture(autouse=True, scope="session")
