@@ -121,6 +121,21 @@ def test_pareto_and_several_models(model_and_space: tuple[Path, Path], tmp_path:
     assert parts == pytest.approx(alone)  # the same chip wins for both models here
 
 
+def test_search_with_fused_layers(model_and_space: tuple[Path, Path], tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    model, space = model_and_space
+    common = ["search", "--model", str(model), "--space", str(space), "--devices", "16", "--global-batch",
+              "64", "--micro-batch", "1", "--exact-top", "0", "--baseline", "none"]
+    figures = {}
+    for fuse in ([], ["--fuse"]):
+        out = tmp_path / f"fuse{len(fuse)}.json"
+        code, stdout, _ = run([*common, *fuse, "--out", str(out)], capsys)
+        data = json.loads(out.read_text())
+        assert code == 0 and data["fuse"] is bool(fuse) and ("(--fuse)" in stdout) is bool(fuse)
+        figures[bool(fuse)] = data["best"]["throughput_samples_per_s"]
+    assert figures[True] > figures[False]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["search", "--model", "gpt5", "--devices", "8", "--global-batch", "8"], "unknown model 'gpt5'"),
     (["search", "--model", "nowhere/config.json", "--devices", "8", "--global-batch", "8"], "not found"),

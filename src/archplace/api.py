@@ -86,13 +86,15 @@ def _enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[A
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
          tps: Iterable[int] | None = None, micro_batches: Iterable[int] | None = None,
          recomputes: Iterable[str] | None = None, schedules: Iterable[str] | None = None,
-         sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1) -> list[PlanResult]:
+         sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1,
+         fuse: bool = False) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
     recompute (none / selective / full), pipeline schedule (GPipe, 1F1B, interleaved with
     2 or 4 chunks), SP and ZeRO-1 (unless switched off), DP all-reduce overlap, every
-    pipeline depth, stage split and DP degree.
+    pipeline depth, stage split and DP degree. ``fuse``: layers costed with element-wise
+    operators fused into their producing matmul (:class:`archplace.placement.workflow.PlanSpace`).
 
     Raises:
         ConfigError: unknown model / preset / option, non-positive sizes.
@@ -111,6 +113,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
         schedules=(_enum_choices(PipelineSchedule, schedules, "schedule") if schedules
                    else default.schedules),
         zero=(False, True) if zero else (False,),
+        fuse=bool(fuse),
     )
     for b in space.micro_batches:
         if b <= 0:
@@ -121,8 +124,10 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
 def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: int, pp: int, dp: int,
              micro_batch: int, seq_len: int | None = None, recompute: str = "none",
              schedule: str = "1f1b", chunks: int = 1, sp: bool = False, zero: bool = False,
-             dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam") -> PlanResult:
-    """Iteration time, throughput, MFU, breakdown and memory of one fixed plan.
+             dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
+             fuse: bool = False) -> PlanResult:
+    """Iteration time, throughput, MFU, breakdown and memory of one fixed plan (``fuse`` as in
+    :func:`plan`).
 
     Stages are Megatron-LM's even split of the blocks unless ``stages`` gives the layer
     ranges (``"0-12,13-25,..."``; embedding = 0, head = last).
@@ -144,7 +149,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
         prob, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
         recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
         schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0],
-        chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap, stages=stages)
+        chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap, stages=stages, fuse=bool(fuse))
 
 
 def _check_sp(sp: bool, tp: int) -> None:
@@ -191,6 +196,7 @@ def search_request(
     area_budget: str | float | None = None,
     power_budget: str | float | None = None,
     baseline: str | None = "tpuv4",
+    fuse: bool = False,
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -212,6 +218,9 @@ def search_request(
         area_budget: keep designs of at most this area (``"280 mm2"``; default: the space's rule).
         power_budget: keep designs of at most this TDP (``"300 W"``).
         baseline: hardware preset evaluated the same way for comparison (None: none).
+        fuse: cost the layers with element-wise operators fused into the matmul producing
+            their input (as fused kernels or a compiler would run them); default: as the
+            model's eager code runs them.
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, non-positive sizes, a TP width
@@ -257,7 +266,8 @@ def search_request(
                 check_tp(spec, width)
     plan_space = PlanSpace(tps=tps, micro_batches=tuple(micro_batches),
                            recomputes=parse_recompute(recompute),
-                           schedules=_enum_choices(PipelineSchedule, schedules, "schedule"))
+                           schedules=_enum_choices(PipelineSchedule, schedules, "schedule"),
+                           fuse=bool(fuse))
     reference = load_accelerator(baseline) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
@@ -270,7 +280,7 @@ def search(model: str | Sequence[str], *, progress: Progress | None = None, jobs
 
     Takes the arguments of :func:`search_request` (``space``, ``devices``, ``global_batch``,
     ``seq_len``, ``micro_batches``, ``recompute``, ``tp``, ``schedules``, ``cluster``,
-    ``objective``, budgets, ``baseline``), ``progress`` (called with a
+    ``objective``, budgets, ``baseline``, ``fuse``), ``progress`` (called with a
     :class:`~archplace.search.runner.Tick` after every finished batch), how to explore
     (``strategy``: ``exhaustive`` with provable pruning, ``exhaustive-all`` without, ``phaze``,
     ``wham``, ``optuna``; ``trials`` caps the designs evaluated; ``seed``), and where to run:

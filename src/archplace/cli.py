@@ -73,6 +73,9 @@ def search(
         help="Re-evaluate the best K designs with exact CP-SAT layer schedules.")] = 1,
     per_model: Annotated[bool, typer.Option(
         "--per-model", help="With several --model: search each model on its own.")] = False,
+    fuse: Annotated[bool, typer.Option(
+        "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
+    = False,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     if top <= 0:
@@ -86,7 +89,7 @@ def search(
     options: dict[str, Any] = dict(space=space, devices=devices, global_batch=global_batch, seq_len=seq_len,
                    micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
                    objective=objective, area_budget=area_budget, power_budget=power_budget,
-                   baseline=None if baseline == "none" else baseline)
+                   baseline=None if baseline == "none" else baseline, fuse=fuse)
     groups = [[name] for name in model] if per_model else [model]
     outcomes = []
     with make_executor(executor, jobs, scheduler) as pool:

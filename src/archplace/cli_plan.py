@@ -24,6 +24,8 @@ GlobalBatch = Annotated[int, typer.Option("--global-batch", help="Samples per it
 SeqLen = Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")]
 Optim = Annotated[str, typer.Option(help="adam (18 B/param) | sgd.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+Fuse = Annotated[bool, typer.Option(
+    "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
 
 
 def _plan_label(result: PlanResult) -> str:
@@ -143,12 +145,15 @@ def register(app: typer.Typer) -> None:
         no_zero: Annotated[bool, typer.Option("--no-zero", help="Never shard the optimizer.")] = False,
         optimizer: Optim = "adam",
         top: Annotated[int, typer.Option(help="Plans to show.")] = 5,
+        fuse: Fuse = False,
         as_json: AsJson = False,
     ) -> None:
         """Best parallel plans (TP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES chips."""
         if (model is None) == (layer_graph is None):
             raise ConfigError("give either --model or --layer-graph")
         if layer_graph is not None:
+            if fuse:
+                raise ConfigError("--fuse applies to --model (a layer graph file carries its own costs)")
             results = _plan_layer_graph(layer_graph, hardware, devices=devices, global_batch=global_batch,
                                         seq_len=seq_len, tp=tp, micro_batch=micro_batch, recompute=recompute,
                                         schedule=schedule, zero=not no_zero, optimizer=optimizer, top=top)
@@ -157,7 +162,7 @@ def register(app: typer.Typer) -> None:
             assert model is not None
             results = api.plan(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
                                tps=tp, micro_batches=micro_batch, recomputes=recompute, schedules=schedule,
-                               sp=not no_sp, zero=not no_zero, optimizer=optimizer, top_k=top)
+                               sp=not no_sp, zero=not no_zero, optimizer=optimizer, top_k=top, fuse=fuse)
             name = model
         if as_json:
             typer.echo(json.dumps({"plans": [r.to_dict() for r in results], **results[0].to_dict()},
@@ -187,13 +192,14 @@ def register(app: typer.Typer) -> None:
         stages: Annotated[str | None, typer.Option(
             help="Layer ranges per stage, e.g. 0-12,13-25 [even split of the blocks].")] = None,
         optimizer: Optim = "adam",
+        fuse: Fuse = False,
         as_json: AsJson = False,
     ) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
         result = api.evaluate(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
                               tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,
                               schedule=schedule, chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap,
-                              stages=stages, optimizer=optimizer)
+                              stages=stages, optimizer=optimizer, fuse=fuse)
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=2))
             return

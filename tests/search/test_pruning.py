@@ -137,3 +137,35 @@ def test_designs_below_the_memory_floor_are_never_evaluated(tmp_path: Path) -> N
     (only,) = nothing.evaluated  # the design with the most HBM, to say why in numbers
     assert only.accelerator.hbm_bytes == 8 * GIB
     assert only.infeasible_reason is not None and "8.0 GiB" in only.infeasible_reason
+
+
+def test_fused_search_bounds_hold_and_pruning_is_lossless(tmp_path: Path) -> None:
+    """With --fuse the layer graphs hold fused (matmul + epilogue) operators: the bounds must
+    still be above every design, and the pruned search must return the plain answer."""
+    space = tmp_path / "space.yaml"
+    space.write_text("base: tpuv4\ntensor_cores: [2, 4, 8]\narray_dim: [64, 128]\nvector_cores: [1, 2]\n"
+                     "buffer: [32 MiB]\nhbm: [32 GiB]\narea_min_fraction: 0.0\n")
+    options = dict(OPTIONS, space=str(space), fuse=True)
+    plain = api.search("gpt2-xl", strategy="exhaustive-all", **options)
+    request = api.search_request("gpt2-xl", **options)
+    chains = model_chains(request)["gpt2-xl"]
+    assert any(op.fused for chain in chains.values() for layer in chain.layers
+               for graph in (layer.fwd, layer.bwd) for op in graph.ops)
+    cost = SystolicCostModel(request.cluster)
+    for result in plain.evaluated:
+        bound = design_bound(result.accelerator, chains, request.cluster.devices, cost)
+        assert bound.throughput(result.accelerator) >= result.throughput_samples_per_s
+    pruned = api.search("gpt2-xl", strategy="exhaustive", **options)
+    assert plain.best is not None and pruned.best is not None and pruned.fuse and plain.to_dict()["fuse"]
+    assert pruned.best.to_dict() == plain.best.to_dict()
+    eager = api.search("gpt2-xl", strategy="exhaustive-all", **dict(options, fuse=False))
+    assert eager.best is not None
+    assert plain.best.throughput_samples_per_s > eager.best.throughput_samples_per_s
+
+
+def test_store_key_tells_fused_from_eager() -> None:
+    from archplace.search.request import request_identity
+
+    eager = request_identity(api.search_request("gpt2-xl", **OPTIONS))
+    fused = request_identity(api.search_request("gpt2-xl", fuse=True, **OPTIONS))
+    assert eager != fused and {k for k in eager if eager[k] != fused[k]} == {"fuse"}

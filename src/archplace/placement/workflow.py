@@ -100,14 +100,18 @@ def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple
     return tuple(widths)
 
 
-def layer_costs_for(prob: Problem, keys: Sequence[CostKey]) -> dict[CostKey, list[LayerCost]]:
-    """Layer costs of ``prob``'s model on its chip for each (tp, micro_batch, sp) key.
+def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False
+                    ) -> dict[CostKey, list[LayerCost]]:
+    """Layer costs of ``prob``'s model on its chip for each (tp, micro_batch, sp) key; with
+    ``fuse``, of the graphs whose element-wise operators are fused into the matmul producing
+    their input (:func:`archplace.workload.fusion.fuse_elementwise`).
 
     Raises:
         ConfigError: a TP width the model cannot be split by.
     """
     chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key[1], seq_len=prob.spec.seq_len,
-                                                          tp=key[0], sp=key[2] and key[0] > 1))
+                                                          tp=key[0], sp=key[2] and key[0] > 1,
+                                                          fuse=fuse))
               for key in keys}
     return costs_by_key(chains, prob.acc, SystolicCostModel(prob.setup.cluster))
 
@@ -117,6 +121,9 @@ class PlanSpace:
     """The options ``plan`` searches (each a tuple of the values to try).
 
     ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
+    ``fuse`` is not searched: True costs every layer with its element-wise operators fused into
+    the matmul producing their input (as Megatron-LM's fused kernels or a compiler would), False
+    as the model's eager code runs them.
     """
 
     tps: tuple[int, ...] | None = None
@@ -127,6 +134,7 @@ class PlanSpace:
     chunks: tuple[int, ...] = (2, 4)
     zero: tuple[bool, ...] = (False, True)
     dp_overlap: tuple[bool, ...] = (False, True)
+    fuse: bool = False
 
 
 def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[PlanResult]:
@@ -145,7 +153,7 @@ def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[
         if t > devices:
             raise ConfigError(f"TP width {t} exceeds the {devices} devices")
     keys = [(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps if t > 1 or not sp]
-    costs = layer_costs_for(prob, keys)
+    costs = layer_costs_for(prob, keys, fuse=space.fuse)
     return plan_search(costs, prob.setup, recomputes=space.recomputes, schedules=space.schedules,
                        chunks=space.chunks, zero=space.zero, dp_overlap=space.dp_overlap, top_k=top_k)
 
@@ -190,15 +198,17 @@ def parse_stages(text: str, n_layers: int) -> tuple[tuple[int, int], ...]:
 
 def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
              schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero: bool = False,
-             dp_overlap: bool = False, stages: str | None = None) -> PlanResult:
-    """Score one fixed plan (stages: Megatron's even split unless given as ``"0-12,13-25,..."``).
+             dp_overlap: bool = False, stages: str | None = None, fuse: bool = False) -> PlanResult:
+    """Score one fixed plan (stages: Megatron's even split unless given as ``"0-12,13-25,..."``);
+    ``fuse`` as in :class:`PlanSpace`.
 
     Raises:
         ConfigError: an invalid plan.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     check_tp(prob.spec, tp)
-    costs = layer_costs_for(prob, [(tp, micro_batch, sp and tp > 1)])[(tp, micro_batch, sp and tp > 1)]
+    key = (tp, micro_batch, sp and tp > 1)
+    costs = layer_costs_for(prob, [key], fuse=fuse)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
     ranges = parse_stages(stages, n) if stages else even_stages(n, pieces)

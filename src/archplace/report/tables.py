@@ -46,6 +46,8 @@ def search_table(result: SearchResult, top: int) -> Table:
         table.add_row(*_design_row(str(i), r))
     lines = [f"strategy {result.strategy}: {result.note or f'{len(result.evaluated)} designs evaluated'} "
              f"({result.considered} in the space)"]
+    if result.fuse:
+        lines.append("layers costed with element-wise operators fused into their matmul (--fuse)")
     models = next((r.components for r in result.evaluated if r.components), ())
     if models:
         names = ", ".join(c.model for c in models)

@@ -80,7 +80,7 @@ class SearchRequest:
     def chains(self, model: ModelSpec) -> dict[CostKey, LayerChain]:
         """Layer chains of ``model`` for every cost key (graph cache; extraction once per key)."""
         return {(t, b, sp): cached_chain(model, ExtractOptions(micro_batch=b, seq_len=model.seq_len,
-                                                               tp=t, sp=sp))
+                                                               tp=t, sp=sp, fuse=self.plan_space.fuse))
                 for t, b, sp in self.cost_keys}
 
 
@@ -96,7 +96,7 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
             "global_batch": request.global_batch, "cost_keys": [list(k) for k in request.cost_keys],
             "recomputes": [r.value for r in space.recomputes],
             "schedules": [s.value for s in space.schedules], "chunks": list(space.chunks),
-            "zero": list(space.zero), "dp_overlap": list(space.dp_overlap),
+            "zero": list(space.zero), "dp_overlap": list(space.dp_overlap), "fuse": space.fuse,
             "version": version("archplace")}
 
 
@@ -116,6 +116,7 @@ class SearchResult:
         note: how the strategy stopped.
         exact: the best designs re-evaluated with CP-SAT layer schedules (proven optimal
             within a time limit), best first; empty when not asked for.
+        fuse: the layers were costed with element-wise operators fused into their matmul.
     """
 
     evaluated: tuple[DesignResult, ...]
@@ -129,6 +130,7 @@ class SearchResult:
     pruned: int = 0
     note: str = ""
     exact: tuple[DesignResult, ...] = ()
+    fuse: bool = False
 
     @property
     def best(self) -> DesignResult | None:
@@ -157,7 +159,8 @@ class SearchResult:
         best = self.best
         out: dict[str, Any] = {
             "model": self.model, "devices": self.devices, "global_batch": self.global_batch,
-            "objective": self.objective.value, "strategy": self.strategy, "considered": self.considered,
+            "objective": self.objective.value, "fuse": self.fuse, "strategy": self.strategy,
+            "considered": self.considered,
             "evaluated_count": len(self.evaluated), "pruned": self.pruned, "note": self.note,
             "best": best.to_dict() if best else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,

@@ -248,4 +248,4 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
         exact = rank(found, request.objective)
     return SearchResult(ranked, ", ".join(m.name for m in request.models), request.cluster.devices,
                         request.global_batch, request.objective, baseline, strategy.name,
-                        len(request.designs), outcome.pruned, outcome.note, exact)
+                        len(request.designs), outcome.pruned, outcome.note, exact, request.plan_space.fuse)
