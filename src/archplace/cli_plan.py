@@ -68,7 +68,23 @@ def _detail_tables(result: PlanResult) -> list[Table]:
         memory.add_row(str(m.stage), layers, *(f"{v / _GIB:.2f}" for v in
                                                  (m.weights, m.gradients, m.optimizer, m.activations,
                                                   m.total)))
-    return [breakdown, memory]
+    return [breakdown, _stage_time_table(result), memory]
+
+
+def _stage_time_table(result: PlanResult) -> Table:
+    """Time per micro-batch of every segment (stage or interleaved chunk); * marks the slowest."""
+    table = Table(title="time per micro-batch of each stage (ms; * the slowest, which sets the pace)")
+    for column in ("segment", "device", "layers", "compute", "of it TP comm", "recompute", "p2p", "total"):
+        table.add_column(column, justify="right")
+    plan = result.plan
+    slowest = max((t.total_s for t in result.stage_times), default=0.0)
+    for i, (t, (first, last)) in enumerate(zip(result.stage_times, plan.stages, strict=True)):
+        layers = ", ".join(plan.stage_layers[i]) if plan.stage_layers else f"{first}–{last}"
+        mark = " *" if t.total_s == slowest else ""
+        table.add_row(str(i), str(i % plan.pp), layers,
+                      *(f"{v * 1e3:.3f}" for v in (t.compute_s, t.tp_comm_s, t.recompute_s, t.p2p_s)),
+                      f"{t.total_s * 1e3:.3f}{mark}")
+    return table
 
 
 def _single(values: list[int] | None, option: str) -> int:

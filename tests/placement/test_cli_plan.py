@@ -79,10 +79,15 @@ def test_evaluate_even_split_table(model: str, capsys: pytest.CaptureFixture[str
     code, out, _ = run(["evaluate", *common(model), "--tp", "2", "--pp", "2", "--dp", "4",
                         "--micro-batch", "1", "--recompute", "selective", "--sp"], capsys)
     assert code == 0 and "iteration time breakdown" in out and "memory per device" in out
+    assert "time per micro-batch of each stage" in out
     code, out, _ = run(["evaluate", *common(model), "--tp", "2", "--pp", "2", "--dp", "4",
                         "--micro-batch", "1", "--json"], capsys)
-    stages = json.loads(out)["plan"]["stages"]
-    assert stages == [[0, 2], [3, 5]]  # embedding + 2 blocks | 2 blocks + head
+    data = json.loads(out)
+    assert data["plan"]["stages"] == [[0, 2], [3, 5]]  # embedding + 2 blocks | 2 blocks + head
+    times = data["stage_times_s"]
+    assert [t["segment"] for t in times] == [0, 1] and times[1]["p2p"] == 0.0 < times[0]["p2p"]
+    slowest = max(t["total"] for t in times)  # the pipeline's pace: the bubble is (pp - 1) slots of it
+    assert data["breakdown_s"]["bubble"] == pytest.approx(slowest, rel=1e-12)
 
 
 @pytest.mark.parametrize("extra, message", [

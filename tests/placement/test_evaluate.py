@@ -15,6 +15,7 @@ from archplace.placement.plan import (
     Optimizer,
     PipelineSchedule,
     Plan,
+    PlanResult,
     Recompute,
     TrainingSetup,
 )
@@ -78,6 +79,12 @@ def test_tp1_pp2_dp2_no_recompute():
     d = r.to_dict()
     assert d["plan"]["stages"] == [[0, 1], [2, 2]]
     assert [s["total"] for s in d["memory_per_device_bytes"]] == [54670.0, 9550.0]
+    # per stage and micro-batch: stage 0 computes 9 s and sends 4.2e-5 s; stage 1 computes 1.5 s
+    s0, s1 = d["stage_times_s"]
+    assert (s0["segment"], s0["compute"], s0["recompute"], s0["backward"]) == (0, 9.0, 0.0, 6.0)
+    assert s0["p2p"] == pytest.approx(4.2e-5, rel=REL) and s0["total"] == pytest.approx(9.000042, rel=REL)
+    assert (s1["segment"], s1["compute"], s1["p2p"], s1["total"]) == (1, 1.5, 0.0, 1.5)
+    assert PlanResult.from_dict(d) == r
 
 
 def test_tp2_uses_inter_node_links_and_scales_mfu():

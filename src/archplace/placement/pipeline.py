@@ -41,7 +41,6 @@ v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm and optimize
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
@@ -61,6 +60,7 @@ from archplace.placement.plan import (
     PlanResult,
     Recompute,
     StageMemory,
+    StageTime,
     TrainingSetup,
 )
 from archplace.placement.timing import (
@@ -74,30 +74,6 @@ from archplace.units import format_bytes
 
 BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "pp_comm", "dp_comm", "optimizer")
 """Keys of ``PlanResult.breakdown_s``, in the order they are summed."""
-
-
-@dataclass(frozen=True, slots=True)
-class StageTime:
-    """Time of one pipeline segment per micro-batch, in seconds.
-
-    Attributes:
-        compute_s: sum of the forward and backward times of its layers (TP collectives included).
-        recompute_s: recomputation in the backward pass (see the module docstring).
-        p2p_s: activation send + gradient receive at its output boundary (0 for the last one).
-        tp_comm_s: the part of ``compute_s`` spent in TP collectives.
-        backward_s: sum of the backward times of its layers + ``recompute_s``.
-    """
-
-    compute_s: float
-    recompute_s: float
-    p2p_s: float
-    tp_comm_s: float = 0.0
-    backward_s: float = 0.0
-
-    @property
-    def total_s(self) -> float:
-        """compute + recompute + p2p."""
-        return self.compute_s + self.recompute_s + self.p2p_s
 
 
 def micro_batches(setup: TrainingSetup, plan: Plan) -> int:
@@ -278,4 +254,5 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         mfu=model_flop / (iteration_s * plan.devices * setup.peak_flop_per_s),
         breakdown_s=breakdown,
         memory=memory,
+        stage_times=times,
     )

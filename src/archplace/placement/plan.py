@@ -366,6 +366,41 @@ class StageMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class StageTime:
+    """Time of one pipeline segment (a stage; interleaved: one chunk) per micro-batch, in seconds.
+
+    Attributes:
+        compute_s: sum of the forward and backward times of its layers (TP collectives included).
+        recompute_s: recomputation in the backward pass (see :mod:`archplace.placement.pipeline`).
+        p2p_s: activation send + gradient receive at its output boundary (0 for the last one).
+        tp_comm_s: the part of ``compute_s`` spent in TP collectives.
+        backward_s: sum of the backward times of its layers + ``recompute_s``.
+    """
+
+    compute_s: float
+    recompute_s: float
+    p2p_s: float
+    tp_comm_s: float = 0.0
+    backward_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        """compute + recompute + p2p: the segment's slot in the pipeline schedule."""
+        return self.compute_s + self.recompute_s + self.p2p_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, seconds per micro-batch."""
+        return {"compute": self.compute_s, "recompute": self.recompute_s, "p2p": self.p2p_s,
+                "tp_comm": self.tp_comm_s, "backward": self.backward_s, "total": self.total_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageTime:
+        """Inverse of :meth:`to_dict` (``total`` is derived)."""
+        return cls(float(data["compute"]), float(data["recompute"]), float(data["p2p"]),
+                   float(data.get("tp_comm", 0.0)), float(data.get("backward", 0.0)))
+
+
+@dataclass(frozen=True, slots=True)
 class PlanResult:
     """A plan with its score.
 
@@ -378,6 +413,8 @@ class PlanResult:
         breakdown_s: parts of the iteration time, keys of
             :data:`archplace.placement.pipeline.BREAKDOWN_KEYS`; they sum to it exactly.
         memory: per-device memory of every pipeline device (stage).
+        stage_times: time per micro-batch of every segment of ``plan.stages`` (a stage, or an
+            interleaved chunk), in order; the slowest sets the pipeline's pace.
     """
 
     plan: Plan
@@ -387,9 +424,11 @@ class PlanResult:
     mfu: float
     breakdown_s: dict[str, float] = field(default_factory=dict)
     memory: tuple[StageMemory, ...] = ()
+    stage_times: tuple[StageTime, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (issue #6 schema)."""
+        """JSON form (issue #6 schema, plus ``"stage_times_s"``: per segment of ``plan.stages``,
+        seconds per micro-batch)."""
         return {
             "plan": self.plan.to_dict(),
             "iteration_time_s": self.iteration_time_s,
@@ -398,6 +437,7 @@ class PlanResult:
             "mfu": self.mfu,
             "breakdown_s": dict(self.breakdown_s),
             "memory_per_device_bytes": [m.to_dict() for m in self.memory],
+            "stage_times_s": [{"segment": i, **t.to_dict()} for i, t in enumerate(self.stage_times)],
         }
 
     @classmethod
@@ -412,6 +452,7 @@ class PlanResult:
                        throughput_samples_per_s=float(data["throughput_samples_per_s"]),
                        tokens_per_s=float(data["tokens_per_s"]), mfu=float(data["mfu"]),
                        breakdown_s={k: float(v) for k, v in data["breakdown_s"].items()},
-                       memory=tuple(StageMemory.from_dict(m) for m in data["memory_per_device_bytes"]))
+                       memory=tuple(StageMemory.from_dict(m) for m in data["memory_per_device_bytes"]),
+                       stage_times=tuple(StageTime.from_dict(t) for t in data.get("stage_times_s", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan result: {exc}") from None
