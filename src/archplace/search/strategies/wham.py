@@ -25,10 +25,9 @@ Adaptation (ours):
   most" is measured directly as "the move whose design has the best objective": every possible
   move of the beam is evaluated (one batch, in parallel) and ranked by ``ctx.score``.  WHAM's
   per-stage top-k followed by a global choice across stages thus becomes one beam of the top-k
-  whole designs, each already scored by its best plan over all stages.  ``PlanResult`` exposes
-  the iteration breakdown but no per-stage times, and the bottleneck time is already what the
-  score measures, so ties are broken by smaller die area, then name (WHAM prefers spending
-  fewer resources).
+  whole designs, each already scored by its best plan over all stages.  The bottleneck stage's
+  time (``PlanResult.stage_times``) is already what the score measures, so ties are broken by
+  smaller die area, then name (WHAM prefers spending fewer resources).
 * Start.  WHAM starts from the smallest configuration.  Here the start is the set of *minimal*
   designs of ``ctx.designs`` (those with no other candidate at most as large in every
   resource), all with the largest HBM capacity; when the smallest grid point is a candidate it
