@@ -24,6 +24,7 @@ from archplace.placement import workflow
 from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
 from archplace.placement.workflow import PlanSpace
 from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
+from archplace.search.evaluate import DesignResult
 from archplace.search.executor import make_executor
 from archplace.search.objective import Objective
 from archplace.search.request import SearchRequest, SearchResult
@@ -324,6 +325,33 @@ def results(store: str, *, top: int | None = None) -> list[StoredResult]:
         ConfigError: the file is missing or not a result store.
     """
     return list(open_existing(Path(store)).top(limit=top))
+
+
+def plot_design_space(source: SearchResult | str, path: str | Path) -> None:
+    """Draw samples/s against die area and against TDP of every evaluated design, the Pareto
+    front of (throughput, area, TDP), the best design and the baseline
+    (:func:`archplace.report.plots.design_space_figure`).
+
+    Args:
+        source: a search's result, or the path of a result store (every stored design; the
+            best is the store's fastest).
+        path: the image to write; its suffix picks the format (``.png``, ``.svg``, ``.pdf``, ...).
+
+    Raises:
+        ConfigError: the store is missing or not a result store.
+        OSError, ValueError: the image cannot be written, or its format is unknown.
+    """
+    from archplace.report.plots import draw_design_space  # matplotlib only when asked for
+
+    if isinstance(source, SearchResult):
+        draw_design_space(source.evaluated, path, best=source.best, baseline=source.baseline,
+                          title=f"{source.model} on {source.devices} devices, global batch "
+                                f"{source.global_batch} ({source.strategy})")
+        return
+    rows = results(source)
+    designs = [DesignResult.from_dict(row.result) for row in rows]
+    best = designs[0] if designs and designs[0].best is not None else None
+    draw_design_space(designs, path, best=best, title=f"{source}: {len(rows)} stored designs")
 
 
 def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, global_batch: int,

@@ -27,6 +27,7 @@ from archplace.report.tables import (
 )
 from archplace.search.executor import make_executor
 from archplace.search.objective import score
+from archplace.search.request import SearchResult
 from archplace.search.runner import Tick, run_search
 from archplace.search.store import ResultStore
 from archplace.search.strategies import make_strategy
@@ -59,6 +60,8 @@ def search(
         help="Hardware preset or YAML whose links form the cluster [the space's base].")] = None,
     top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Draw samples/s against area and TDP of every evaluated design (PNG, SVG or PDF).")] = None,
     jobs: Annotated[int | None, typer.Option(help="Worker processes [the usable CPUs].")] = None,
     executor: Annotated[str, typer.Option(help="local (process pool) | dask.")] = "local",
     scheduler: Annotated[str | None, typer.Option(
@@ -86,6 +89,8 @@ def search(
         raise ArchplaceError(f"--trials must be positive, got {trials}")
     if out is not None:
         check_output(out, "--out")  # now, not after the search
+    if plot is not None:
+        _check_plot(plot)
     options: dict[str, Any] = dict(space=space, devices=devices, global_batch=global_batch, seq_len=seq_len,
                    micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
                    objective=objective, area_budget=area_budget, power_budget=power_budget,
@@ -107,10 +112,41 @@ def search(
         data = outcomes[0].to_dict() if len(outcomes) == 1 else {"per_model": [r.to_dict() for r in outcomes]}
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
         err.print(f"wrote {out}")
+    if plot is not None:
+        for result, path in zip(outcomes, _plot_paths(plot, outcomes), strict=True):
+            _draw(result, path)
+            err.print(f"wrote {path}")
     for result in outcomes:
         if result.best is None:
             reason = result.evaluated[0].infeasible_reason if result.evaluated else "no design"
             raise ArchplaceError(f"no design of the space can train {result.model}: {reason}")
+
+
+def _plot_paths(plot: Path, outcomes: list[SearchResult]) -> list[Path]:
+    """``plot`` itself, or with --per-model one file per model: ``name-MODEL.suffix``."""
+    if len(outcomes) == 1:
+        return [plot]
+    return [plot.with_name(f"{plot.stem}-{Path(r.model).name}{plot.suffix}") for r in outcomes]
+
+
+def _check_plot(path: Path) -> None:
+    """Refuse, before any work, a --plot path that cannot be written or whose suffix names no
+    format matplotlib writes."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    check_output(path, "--plot")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise ArchplaceError(f"--plot {path}: unknown image format {path.suffix or '(no suffix)'!r}; "
+                             f"choose from: {', '.join(sorted(formats))}")
+
+
+def _draw(source: SearchResult | Path, path: Path) -> None:
+    """:func:`api.plot_design_space`, with a one-line error when the file cannot be written."""
+    try:
+        api.plot_design_space(source if isinstance(source, SearchResult) else str(source), path)
+    except (OSError, ValueError) as exc:  # ValueError: a suffix matplotlib cannot write
+        raise ArchplaceError(f"--plot {path}: cannot write ({exc})") from None
 
 
 @contextmanager
@@ -145,17 +181,24 @@ def results(
     store: Annotated[Path, typer.Argument(help="Result store written by search --store.")],
     top: Annotated[int, typer.Option(help="Rows to show.")] = 10,
     csv: Annotated[Path | None, typer.Option(help="Also write every row as CSV here.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Draw samples/s against area and TDP of every stored design (PNG, SVG or PDF).")] = None,
 ) -> None:
     """Show the results in a search store, best first."""
     if top <= 0:
         raise ArchplaceError(f"--top must be positive, got {top}")
     if csv is not None:
         check_output(csv, "--csv")
+    if plot is not None:
+        _check_plot(plot)
     rows = api.results(str(store))
     _stdout().print(results_table(rows[:top], str(store)))
     if csv is not None:
         write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))
         Console(stderr=True).print(f"wrote {csv}")
+    if plot is not None:
+        _draw(store, plot)
+        Console(stderr=True).print(f"wrote {plot}")
 
 
 @app.command()
