@@ -72,8 +72,9 @@ def search(
     area_budget: Annotated[str | None, typer.Option(help="Largest die area, e.g. '280 mm2'.")] = None,
     power_budget: Annotated[str | None, typer.Option(help="Largest TDP per chip, e.g. '300 W'.")] = None,
     baseline: Annotated[str, typer.Option(help="Preset to compare with ('none' to skip).")] = "tpuv4",
-    exact_top: Annotated[int, typer.Option(
-        help="Re-evaluate the best K designs with exact CP-SAT layer schedules.")] = 1,
+    exact_top: Annotated[int | None, typer.Option(
+        help="Re-evaluate the best K designs with exact CP-SAT layer schedules [--top: the designs "
+             "shown].")] = None,
     per_model: Annotated[bool, typer.Option(
         "--per-model", help="With several --model: search each model on its own.")] = False,
     fuse: Annotated[bool, typer.Option(
@@ -83,6 +84,8 @@ def search(
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     if top <= 0:
         raise ArchplaceError(f"--top must be positive, got {top}")
+    if exact_top is None:
+        exact_top = top
     if exact_top < 0:
         raise ArchplaceError(f"--exact-top must be 0 or more, got {exact_top}")
     if trials is not None and trials <= 0:

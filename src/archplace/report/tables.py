@@ -38,12 +38,24 @@ def search_table(result: SearchResult, top: int) -> Table:
     table = Table(title=f"{'Pareto front' if pareto else 'best designs'} for {result.model} on "
                         f"{result.devices} devices, global batch {result.global_batch} "
                         f"(objective: {result.objective.value})")
-    for name in ("#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
-                 "tp/pp/dp", "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU"):
-        table.add_column(name, justify="left" if name == "design" else "right")
+    exact = {r.accelerator.name: r for r in result.exact}
+    columns = ["#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
+               "tp/pp/dp", "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU"]
+    if exact:
+        columns.append("CP-SAT samples/s")
     rows = result.front if pareto else result.evaluated
+    longest = max((len(r.accelerator.name) for r in rows[:top]), default=0)
+    for name in columns:
+        if name == "design":  # never truncate a design's name
+            table.add_column(name, justify="left", min_width=longest, no_wrap=True)
+        else:
+            table.add_column(name, justify="right")
     for i, r in enumerate(rows[:top], 1):
-        table.add_row(*_design_row(str(i), r))
+        cells = _design_row(str(i), r)
+        if exact:
+            found = exact.get(r.accelerator.name)
+            cells.append(f"{found.throughput_samples_per_s:,.1f}" if found is not None else "")
+        table.add_row(*cells)
     lines = [f"strategy {result.strategy}: {result.note or f'{len(result.evaluated)} designs evaluated'} "
              f"({result.considered} in the space)"]
     if result.fuse:
@@ -53,12 +65,9 @@ def search_table(result: SearchResult, top: int) -> Table:
         names = ", ".join(c.model for c in models)
         lines.append(f"samples/s, samples/s/W and MFU are geometric means over {names}; "
                      f"tp/pp/dp, micro-batch and recompute per model in that order")
-    best = result.best
-    if result.exact and best is not None:
-        exact = next((r for r in result.exact if r.accelerator.name == best.accelerator.name), None)
-        if exact is not None:
-            lines.append(f"with exact CP-SAT layer schedules: {exact.throughput_samples_per_s:,.1f} "
-                         f"samples/s (list schedules: {best.throughput_samples_per_s:,.1f})")
+    if exact:
+        lines.append(f"CP-SAT samples/s: the best {len(exact)} designs' plans re-evaluated with exact "
+                     f"(CP-SAT) layer schedules instead of list schedules")
     if result.baseline is not None:
         table.add_section()
         table.add_row(*_design_row("base", result.baseline))
