@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from archplace import api
 from archplace.cost.model import SystolicCostModel
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
@@ -16,9 +17,10 @@ from archplace.placement.plan import Plan, PlanResult, Recompute
 from archplace.search.evaluate import DesignResult, evaluate_designs
 from archplace.search.objective import Objective, score
 from archplace.search.request import SearchRequest
+from archplace.search.runner import run_search
 from archplace.search.strategies.phaze import PhazeStrategy, area_buckets, converged
 from archplace.search.strategies.wham import WhamStrategy
-from archplace.search.strategy import StrategyContext
+from archplace.search.strategy import StrategyContext, StrategyOutcome
 from archplace.workload.zoo import load_model
 
 GIB = 2.0**30
@@ -183,6 +185,37 @@ def test_wham_greedy_growth_by_hand() -> None:
     assert "4 growth steps" in outcome.note and "no move improves" in outcome.note
 
 
+def test_wham_keeps_the_moves_that_shorten_the_bottleneck_stage() -> None:
+    """With ``ctx.pace`` only the moves that shorten the beam design's bottleneck stage are
+    evaluated, the best ``moves_per_design`` of them by the gain (here: pace by hand, in seconds)."""
+    designs = [design(tc, dim, vc, buf, hbm) for tc in (1, 2, 4) for dim in (8, 16) for vc in (1, 2)
+               for buf in (1, 2) for hbm in (1, 2) if tc * dim <= 32]
+    recorder = Recorder(designs, additive)
+
+    def pace_s(acc: Accelerator) -> float:  # tensor cores and array size help, vector cores do not
+        return 8.0 / (acc.tensor_cores * acc.array_rows) + (0.5 if acc.buffer_bytes > MIB else 0.0)
+
+    asked: list[list[tuple[str, str]]] = []
+
+    def pace(pairs: Sequence[tuple[Accelerator, DesignResult]]) -> list[float | None]:
+        asked.append([(acc.name, result.accelerator.name) for acc, result in pairs])
+        return [pace_s(acc) if result.best is not None else None for acc, result in pairs]
+
+    ctx = dataclasses.replace(context(designs, recorder), pace=pace)
+    outcome = WhamStrategy(beam=1, moves_per_design=1).run(ctx)
+    names = [[acc.name for acc in call] for call in recorder.calls]
+    # start 1 s; moves: tc2 0.5 s, d16 0.5 s (tie: smaller area first), vc2 1 s (no gain), b2 1.5 s
+    assert asked[0] == [("tc1-d8-vc1-b1-h2", "tc1-d8-vc1-b1-h2"), ("tc2-d8-vc1-b1-h2", "tc1-d8-vc1-b1-h2"),
+                        ("tc1-d16-vc1-b1-h2", "tc1-d8-vc1-b1-h2"), ("tc1-d8-vc2-b1-h2", "tc1-d8-vc1-b1-h2"),
+                        ("tc1-d8-vc1-b2-h2", "tc1-d8-vc1-b1-h2")]
+    first = min(("tc2-d8-vc1-b1-h2", "tc1-d16-vc1-b1-h2"),
+                key=lambda name: (area_mm2(next(d for d in designs if d.name == name)), name))
+    assert names[:2] == [["tc1-d8-vc1-b1-h2"], [first]]
+    assert all(len(call) == 1 for call in recorder.calls)  # one move per step
+    assert "moves timed" in outcome.note
+    assert len(recorder.evaluated) < len({d.name for d in designs if d.hbm_bytes == 2 * GIB})
+
+
 TABLE = {(1, 8): 10.0, (2, 8): 14.0, (4, 8): 20.0, (1, 16): 15.0, (2, 16): 13.0, (4, 16): 25.0,
          (1, 32): 12.0, (2, 32): 11.0}
 TABLE_DESIGNS = [design(tc, dim) for tc, dim in TABLE]  # tensor cores x dim <= 64
@@ -288,3 +321,42 @@ def test_real_run_on_the_tiny_space(strategy: PhazeStrategy | WhamStrategy, tiny
     assert 0.0 < best.throughput_samples_per_s / tiny_optimum <= 1.0
     assert sum(calls) == len(outcome.evaluated) == len({r.accelerator for r in outcome.evaluated})
     assert max(calls) > 1  # evaluations were batched
+
+
+class PaceProbe:
+    """A strategy that evaluates the given designs and asks the runner for every pairwise pace."""
+
+    name = "pace-probe"
+
+    def __init__(self, designs: Sequence[Accelerator]) -> None:
+        self.designs = list(designs)
+        self.paces: dict[tuple[str, str], float | None] = {}
+        self.results: list[DesignResult] = []
+
+    def run(self, ctx: StrategyContext) -> StrategyOutcome:
+        self.results = ctx.evaluate(self.designs)
+        assert ctx.pace is not None
+        pairs = [(acc, r) for r in self.results for acc in self.designs]
+        self.paces = {(r.accelerator.name, acc.name): pace
+                      for (acc, r), pace in zip(pairs, ctx.pace(pairs), strict=True)}
+        return StrategyOutcome(tuple(self.results))
+
+
+def test_runner_pace_is_the_slowest_stage_of_the_plan_on_that_design() -> None:
+    request = api.search_request("gpt2-xl", space="tiny", devices=256, global_batch=512, seq_len=512,
+                                 micro_batches=(1, 2), baseline=None)
+    # two chips that differ only in their tensor cores
+    small = next(acc for acc in request.designs if acc.tensor_cores == 2)
+    large = next(acc for acc in request.designs if acc.tensor_cores == 8 and
+                 (acc.array_rows, acc.vector_cores, acc.buffer_bytes) ==
+                 (small.array_rows, small.vector_cores, small.buffer_bytes))
+    probe = PaceProbe([small, large])
+    run_search(request, probe)
+    for result in probe.results:  # its own plan on its own chip: the evaluation's own figure
+        assert result.best is not None
+        own = probe.paces[(result.accelerator.name, result.accelerator.name)]
+        assert own == max(t.total_s for t in result.best.stage_times)
+    # the small chip's plan runs faster on four times the tensor cores, and the large chip's
+    # plan slower on a quarter of them
+    assert probe.paces[(small.name, large.name)] < probe.paces[(small.name, small.name)]
+    assert probe.paces[(large.name, small.name)] > probe.paces[(large.name, large.name)]

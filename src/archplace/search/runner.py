@@ -19,7 +19,8 @@ from typing import Any
 from archplace.cost.model import SystolicCostModel
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
-from archplace.placement.costs import CostKey, list_makespan_s
+from archplace.placement.costs import CostKey, costs_by_key, list_makespan_s
+from archplace.placement.pipeline import stage_times
 from archplace.placement.workflow import PlanSpace
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
@@ -90,6 +91,26 @@ def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster) -> l
     """Bounds of each core configuration, one per model."""
     cost = SystolicCostModel(cluster)
     return [[design_bound(acc, by_key, cluster.devices, cost) for by_key in chains.values()] for acc in cores]
+
+
+def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster
+               ) -> list[float | None]:
+    """:meth:`_Session.pace` of a batch, in a worker."""
+    cost = SystolicCostModel(cluster)
+    out: list[float | None] = []
+    for acc, result in pairs:
+        if result.best is None:
+            out.append(None)
+            continue
+        paces = []
+        for part, (name, by_key) in zip(result.components or (result,), _plan_chains(result, chains).items(),
+                                        strict=True):
+            assert part.best is not None, name
+            plan = part.best.plan
+            layers = costs_by_key(by_key, acc, cost)[(plan.tp, plan.micro_batch, plan.sp)]
+            paces.append(max(t.total_s for t in stage_times(layers, plan, cluster)))
+        out.append(geomean(paces))
+    return out
 
 
 def _bound_score(bounds: Sequence[DesignBound], acc: Accelerator, objective: Objective) -> float:
@@ -179,6 +200,18 @@ class _Session:
             self.tick()
         return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]
 
+    def pace(self, pairs: Sequence[tuple[Accelerator, DesignResult]]) -> list[float | None]:
+        """Strategy callback: for each (design, result), the pace of the result's best plan run on
+        the design (its slowest pipeline segment per micro-batch, s; geometric mean over the
+        models), with list layer schedules; None when the result is infeasible."""
+        jobs = _parallelism(self.executor)
+        size = max(1, -(-len(pairs) // jobs))
+        batches = [list(pairs[i:i + size]) for i in range(0, len(pairs), size)]
+        found: dict[int, list[float | None]] = {}
+        for batch, paces in self._run(_pace_task, batches, self.chains, self.request.cluster):
+            found[id(batch)] = paces
+        return [pace for batch in batches for pace in found[id(batch)]]
+
 
 def _parallelism(executor: Executor | None) -> int:
     if executor is None:
@@ -230,7 +263,7 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
     session = _Session(request, chains, executor, store, progress)
     context = StrategyContext(designs=request.designs, objective=request.objective, evaluate=session.evaluate,
                               score=lambda r: score(r, request.objective), seed=seed, budget=budget,
-                              bounds=session.bounds, parallelism=_parallelism(executor))
+                              bounds=session.bounds, parallelism=_parallelism(executor), pace=session.pace)
     outcome = strategy.run(context)
     session.pruned = outcome.pruned
     session.tick()

@@ -41,6 +41,10 @@ class StrategyContext:
             None when no bound is known; ``bounds([acc])[0] >= score(evaluate([acc])[0])``
             always (pruning strategies use them; :mod:`archplace.search.bounds`).
         parallelism: evaluations that can run at once (size batches to a multiple of it).
+        pace: for (design, result) pairs, the pace of the result's best plan if run on the design:
+            its slowest pipeline segment per micro-batch in seconds (geometric mean over the
+            models; cheap, no plan search), None for an infeasible result; or None when not
+            available.  WHAM uses it to measure how much a move shortens the bottleneck stage.
     """
 
     designs: tuple[Accelerator, ...]
@@ -51,6 +55,7 @@ class StrategyContext:
     budget: int | None = None
     bounds: Callable[[Sequence[Accelerator]], list[float]] | None = None
     parallelism: int = 1
+    pace: Callable[[Sequence[tuple[Accelerator, DesignResult]]], list[float | None]] | None = None
 
 
 @dataclass(frozen=True)

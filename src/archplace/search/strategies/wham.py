@@ -18,16 +18,19 @@ Adaptation (ours):
   in ``ctx.designs`` the move goes to the nearest larger value that is (this only skips designs
   removed by a lower area bound, such as PHAZE's ``0.3 * A_max`` floor; with an upper area or
   power budget a larger value is over budget too, so the move is simply blocked).
-* Benefit of a move.  In WHAM a move is chosen by how much it shortens the critical path of the
-  bottleneck pipeline stage.  In our plans the bottleneck stage's time is what sets the
-  iteration time, and the placement solver re-balances the stages (and re-chooses TP, PP, DP,
-  micro-batch and recompute) for every design, so "the move that shortens the bottleneck stage
-  most" is measured directly as "the move whose design has the best objective": every possible
-  move of the beam is evaluated (one batch, in parallel) and ranked by ``ctx.score``.  WHAM's
-  per-stage top-k followed by a global choice across stages thus becomes one beam of the top-k
-  whole designs, each already scored by its best plan over all stages.  The bottleneck stage's
-  time (``PlanResult.stage_times``) is already what the score measures, so ties are broken by
-  smaller die area, then name (WHAM prefers spending fewer resources).
+* Benefit of a move (local search).  As in WHAM, a move is judged by how much it shortens the
+  bottleneck pipeline stage: for a beam design, its best plan is kept fixed and re-timed on
+  every move's design (``ctx.pace``: the layers of that plan's TP width and micro-batch are
+  re-costed and list-scheduled on the grown chip, and the slowest stage per micro-batch is
+  taken; no plan search).  The moves that shorten it (for ``throughput-per-watt``: that raise
+  pace^-1 / TDP) are ranked by the gain and the best ``moves_per_design`` of each beam design
+  are kept (WHAM's top-k per stage).  Without ``ctx.pace``, or while the beam design has no
+  feasible plan, every move is kept.
+* Global search.  The kept moves are evaluated in full (one batch, in parallel): the placement
+  engine re-balances the stages and re-chooses TP, PP, DP, micro-batch and recompute for every
+  design, which is WHAM's choice across stages.  The beam is the best ``beam`` of them by
+  ``ctx.score``; ties go to smaller die area, then name (WHAM prefers spending fewer
+  resources).
 * Start.  WHAM starts from the smallest configuration.  Here the start is the set of *minimal*
   designs of ``ctx.designs`` (those with no other candidate at most as large in every
   resource), all with the largest HBM capacity; when the smallest grid point is a candidate it
@@ -56,6 +59,7 @@ from typing import Any
 
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
+from archplace.hardware.power import tdp_w
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective
 from archplace.search.strategy import StrategyContext, StrategyOutcome
@@ -63,7 +67,10 @@ from archplace.search.strategy import StrategyContext, StrategyOutcome
 log = logging.getLogger(__name__)
 
 DEFAULT_BEAM = 3
-"""Designs kept per step (WHAM's top-k; the paper keeps several designs per stage)."""
+"""Designs kept per step (the paper keeps several designs per stage)."""
+
+DEFAULT_MOVES = 2
+"""Moves kept per beam design by their estimated shortening of the bottleneck stage (top-k)."""
 
 # (tensor cores, (array rows, array cols), vector cores, buffer bytes): the resources WHAM grows.
 GridKey = tuple[Any, ...]
@@ -133,18 +140,51 @@ class WhamStrategy:
     """WHAM's growth heuristic as a beam search (module docstring).
 
     Args:
-        beam: designs kept per step (top-k).
+        beam: designs kept per step.
+        moves_per_design: moves of each beam design evaluated per step, the ones that shorten
+            its bottleneck stage most (top-k).
 
     Raises:
-        ValueError: a beam smaller than 1.
+        ValueError: a beam or move count smaller than 1.
     """
 
     name = "wham"
 
-    def __init__(self, beam: int = DEFAULT_BEAM) -> None:
+    def __init__(self, beam: int = DEFAULT_BEAM, moves_per_design: int = DEFAULT_MOVES) -> None:
         if beam < 1:
             raise ValueError(f"wham: beam must be at least 1, got {beam}")
+        if moves_per_design < 1:
+            raise ValueError(f"wham: moves_per_design must be at least 1, got {moves_per_design}")
         self.beam = beam
+        self.moves_per_design = moves_per_design
+
+    def _promising(self, ctx: StrategyContext, beam: list[DesignResult], grid: DesignGrid,
+                   seen: set[Accelerator]) -> tuple[list[Accelerator], int]:
+        """The moves of the beam worth a full evaluation (module docstring: local search), and
+        the number of moves estimated."""
+        moves = {id(member): [m for m in grid.moves(member.accelerator) if m not in seen] for member in beam}
+        timed = [member for member in beam if ctx.pace is not None and member.best is not None]
+        timed_ids = {id(member) for member in timed}
+        pairs = [(acc, member) for member in timed for acc in (member.accelerator, *moves[id(member)])]
+        paces = iter(ctx.pace(pairs) if ctx.pace is not None and pairs else [])
+        kept: list[Accelerator] = []
+        for member in beam:
+            if id(member) not in timed_ids:
+                kept.extend(moves[id(member)])
+                continue
+            base = next(paces)
+            gains = []
+            for acc in moves[id(member)]:
+                pace = next(paces)
+                if base is None or pace is None or pace <= 0:
+                    continue
+                gain = base / pace
+                if ctx.objective is Objective.PER_WATT:
+                    gain *= tdp_w(member.accelerator) / tdp_w(acc)
+                if gain > 1.0:
+                    gains.append((-gain, grid.area(acc), acc.name, acc))
+            kept.extend(entry[3] for entry in sorted(gains)[: self.moves_per_design])
+        return kept, len(pairs) - len(timed)
 
     def run(self, ctx: StrategyContext) -> StrategyOutcome:
         """Grow the beam one resource step at a time until no move improves the best design."""
@@ -171,17 +211,18 @@ class WhamStrategy:
         starts = grid.minimal()
         step = evaluate(starts)
         incumbent = max((ctx.score(r) for r in step), default=0.0)
-        steps = 0
+        steps = estimated = 0
         reason = "no candidate design" if not starts else ""
         while not reason:
             if exhausted():
                 reason = f"budget of {budget} designs exhausted"
                 break
             beam = sorted(step, key=rank_key)[: self.beam]
-            candidates = [move for member in beam for move in grid.moves(member.accelerator)
-                          if move not in seen]
+            candidates, count = self._promising(ctx, beam, grid, seen)
+            estimated += count
             if not candidates:
-                reason = "no move left within the budgets"
+                reason = ("no move shortens the bottleneck stage" if count else
+                          "no move left within the budgets")
                 break
             step = evaluate(candidates)
             steps += 1
@@ -194,6 +235,6 @@ class WhamStrategy:
                 reason = "no move improves the best design"
         pareto = " (pareto: grown by throughput)" if ctx.objective is Objective.PARETO else ""
         note = (f"stopped after {steps} growth steps and {len(results)} designs (beam {self.beam}, "
-                f"{len(starts)} start designs): {reason}{pareto}")
+                f"{len(starts)} start designs, {estimated} moves timed): {reason}{pareto}")
         log.info("wham: %s", note)
         return StrategyOutcome(tuple(results), note=note)
