@@ -4,7 +4,8 @@ The runner owns everything strategies share: the layer chains (extracted once pe
 (tp, micro-batch, SP) key), one task per core configuration (so a design's HBM variants share
 their layer schedules), the SQLite store (each finished design is written at once, and a
 re-run reads finished designs back instead of evaluating them), the bounds used for pruning,
-the progress reports, the baseline design and the CP-SAT re-evaluation of the reported designs.
+the re-timing of a plan on another design (``pace``, for WHAM's moves), the progress reports,
+the baseline design and the CP-SAT re-evaluation of the reported designs.
 """
 
 from __future__ import annotations
