@@ -84,6 +84,10 @@ def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     assert exc.value.code in (0, None) and fresh["best"]["accelerator"]["name"] in out
     assert len((tmp_path / "r.csv").read_text().splitlines()) == total + 1
+    # the per-watt figure and TDP of the best design, as the search reported them
+    assert f"{fresh['best']['throughput_per_watt']:.3g}" in out and f"{fresh['best']['tdp_w']:.0f}" in out
+    header = (tmp_path / "r.csv").read_text().splitlines()[0].split(",")
+    assert {"tdp_w", "throughput_per_watt"} <= set(header)
 
 
 def test_local_and_dask_give_identical_stores(tmp_path: Path) -> None:

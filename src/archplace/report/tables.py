@@ -105,6 +105,7 @@ def _flat(row: StoredResult) -> dict[str, Any]:
     acc, plan = row.result["accelerator"], row.result.get("plan") or {}
     return {"design": row.design, "feasible": row.feasible, "area_mm2": row.area_mm2,
             "throughput_samples_per_s": row.throughput_samples_per_s, "mfu": row.result.get("mfu"),
+            "tdp_w": row.result.get("tdp_w"), "throughput_per_watt": row.result.get("throughput_per_watt"),
             "iteration_time_s": row.result.get("iteration_time_s"),
             "tensor_cores": acc["tensor_cores"], "array_rows": acc["array_rows"],
             "array_cols": acc["array_cols"], "vector_cores": acc["vector_cores"],
@@ -114,18 +115,25 @@ def _flat(row: StoredResult) -> dict[str, Any]:
             "infeasible_reason": row.result.get("infeasible_reason")}
 
 
+def _maybe(value: float | None, spec: str) -> str:
+    """``value`` formatted, or empty when a stored row lacks it."""
+    return "" if value is None else format(value, spec)
+
+
 def results_table(rows: list[StoredResult], title: str) -> Table:
-    """Stored search results: design, area, plan, samples/s, MFU."""
+    """Stored search results: design, area, TDP, plan, samples/s, samples/s/W, MFU."""
     table = Table(title=title)
-    for name in ("#", "design", "area mm²", "tp/pp/dp", "micro-batch", "recompute", "samples/s", "MFU"):
+    for name in ("#", "design", "area mm²", "TDP W", "tp/pp/dp", "micro-batch", "recompute", "samples/s",
+                 "samples/s/W", "MFU"):
         table.add_column(name, justify="left" if name == "design" else "right")
     for i, row in enumerate(rows, 1):
         f = _flat(row)
+        chip = [str(i), row.design, f"{row.area_mm2:.1f}", _maybe(f["tdp_w"], ".0f")]
         if not row.feasible:
-            table.add_row(str(i), row.design, f"{row.area_mm2:.1f}", "infeasible", "", "", "0", "")
+            table.add_row(*chip, "infeasible", "", "", "0", "0", "")
             continue
-        table.add_row(str(i), row.design, f"{row.area_mm2:.1f}", f"{f['tp']}/{f['pp']}/{f['dp']}",
-                      str(f["micro_batch"]), str(f["recompute"]), f"{row.throughput_samples_per_s:,.1f}",
+        table.add_row(*chip, f"{f['tp']}/{f['pp']}/{f['dp']}", str(f["micro_batch"]), str(f["recompute"]),
+                      f"{row.throughput_samples_per_s:,.1f}", _maybe(f["throughput_per_watt"], ".3g"),
                       f"{f['mfu']:.1%}")
     return table
 
