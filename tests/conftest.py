@@ -21,3 +21,13 @@ def _private_graph_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     patch.setenv("ARCHPLACE_CACHE_DIR", str(directory))
     yield directory
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def small_space_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 12-design space YAML on the tpuv4 base (tensor cores 2, 4, 8; arrays 64, 128; vector
+    cores 1, 2; 32 MiB buffer; 32 GiB HBM; no area floor), for fast real searches."""
+    path = tmp_path_factory.mktemp("space") / "space.yaml"
+    path.write_text("base: tpuv4\ntensor_cores: [2, 4, 8]\narray_dim: [64, 128]\nvector_cores: [1, 2]\n"
+                    "buffer: [32 MiB]\nhbm: [32 GiB]\narea_min_fraction: 0.0\n")
+    return path

@@ -13,24 +13,13 @@ from archplace.report.plots import FRONT_LABEL, design_space_figure
 from archplace.search.objective import pareto_front
 from archplace.search.request import SearchResult
 
-SPACE = """\
-base: tpuv4
-tensor_cores: [2, 4, 8]
-array_dim: [64, 128]
-vector_cores: [1, 2]
-buffer: [32 MiB]
-hbm: [32 GiB]
-area_min_fraction: 0.0
-"""
 SEARCH = ["--model", "gpt2-xl", "--seq-len", "512", "--devices", "256", "--global-batch", "512",
           "--micro-batch", "1", "--jobs", "1", "--exact-top", "0"]
 
 
 @pytest.fixture(scope="module")
-def space(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("space") / "space.yaml"
-    path.write_text(SPACE)
-    return path
+def space(small_space_file: Path) -> Path:
+    return small_space_file
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from archplace import api
@@ -10,23 +12,12 @@ from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.search.objective import Objective, score
 
-SPACE = """\
-base: tpuv4
-tensor_cores: [2, 4, 8]
-array_dim: [64, 128]
-vector_cores: [1, 2]
-buffer: [32 MiB]
-hbm: [32 GiB]
-area_min_fraction: 0.0
-"""
 OPTIONS = dict(devices=64, global_batch=128, seq_len=256, micro_batches=(1, 2))
 
 
 @pytest.fixture(scope="module")
-def space(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("space") / "space.yaml"
-    path.write_text(SPACE)
-    return str(path)
+def space(small_space_file: Path) -> str:
+    return str(small_space_file)
 
 
 def test_objectives_rank_and_baseline(space: str) -> None:

@@ -139,13 +139,10 @@ def test_designs_below_the_memory_floor_are_never_evaluated(tmp_path: Path) -> N
     assert only.infeasible_reason is not None and "8.0 GiB" in only.infeasible_reason
 
 
-def test_fused_search_bounds_hold_and_pruning_is_lossless(tmp_path: Path) -> None:
+def test_fused_search_bounds_hold_and_pruning_is_lossless(small_space_file: Path) -> None:
     """With --fuse the layer graphs hold fused (matmul + epilogue) operators: the bounds must
     still be above every design, and the pruned search must return the plain answer."""
-    space = tmp_path / "space.yaml"
-    space.write_text("base: tpuv4\ntensor_cores: [2, 4, 8]\narray_dim: [64, 128]\nvector_cores: [1, 2]\n"
-                     "buffer: [32 MiB]\nhbm: [32 GiB]\narea_min_fraction: 0.0\n")
-    options = dict(OPTIONS, space=str(space), fuse=True)
+    options = dict(OPTIONS, space=str(small_space_file), fuse=True)
     plain = api.search("gpt2-xl", strategy="exhaustive-all", **options)
     request = api.search_request("gpt2-xl", **options)
     chains = model_chains(request)["gpt2-xl"]

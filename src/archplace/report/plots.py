@@ -75,6 +75,7 @@ def draw_design_space(results: Sequence[DesignResult], path: str | Path, *, titl
 
     Raises:
         OSError: the file cannot be written.
+        ValueError: matplotlib writes no format of that suffix.
     """
     figure = design_space_figure(results, title=title, best=best, baseline=baseline)
     figure.savefig(str(path), dpi=120)
