@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from schedule_helpers import TOL, F, T, V, optimum_s, problems, validate
 
-from archplace.errors import ConfigError
+from archplace.errors import ConfigError, SolverError
 from archplace.schedule.base import SolveOptions, TickScale
 from archplace.schedule.list_scheduler import list_schedule
 from archplace.schedule.milp import GurobiScheduler, HighsScheduler, _Formulation, describe
@@ -112,3 +112,32 @@ def test_gurobi_adapter_builds_and_reads_back(monkeypatch: pytest.MonkeyPatch) -
     validate(problem, result.schedule)
     assert result.backend == "gurobi" and not result.optimal
     assert result.makespan_s == list_schedule(problem).makespan_s
+
+
+# A worker that prints on both streams, from Python and straight to the file descriptors
+# (as HiGHS's C code does), before and after it solves: the result must come through intact.
+_NOISY = ("import os, sys; print('Running HiGHS 1.16 banner'); os.write(1, b'\\x80binary noise\\n'); "
+          "os.write(2, b'log line\\n'); from archplace.schedule._highs_worker import main; "
+          "main(sys.argv[1:]); print('trailing chatter')")
+
+
+def test_highs_result_is_not_corrupted_by_worker_output() -> None:
+    problem = ScheduleProblem((SchedOp(0, T, 3.0, 1.0), SchedOp(1, V, 1.0, 1.0, (0,)),
+                               SchedOp(2, T, 2.0, 1.5)), 2, 1)
+    result = HighsScheduler((sys.executable, "-c", _NOISY)).solve(problem, OPTIONS)
+    validate(problem, result.schedule)
+    assert result.optimal and result.makespan_s == pytest.approx(optimum_s(problem), abs=TOL)
+
+
+def test_highs_worker_failure_names_its_last_output_line() -> None:
+    failing = (sys.executable, "-c", "import sys; print('about to fail'); sys.exit('solver crashed: 42')")
+    problem = ScheduleProblem((SchedOp(0, T, 1.0, 1.0),), 1, 1)
+    with pytest.raises(SolverError, match=r"highs worker failed \(exit status 1\): solver crashed: 42"):
+        HighsScheduler(failing).solve(problem, OPTIONS)
+
+
+def test_highs_worker_that_writes_no_result_is_an_error() -> None:
+    silent = (sys.executable, "-c", "print('done, nothing written')")
+    problem = ScheduleProblem((SchedOp(0, T, 1.0, 1.0),), 1, 1)
+    with pytest.raises(SolverError, match="exit status 0.*done, nothing written"):
+        HighsScheduler(silent).solve(problem, OPTIONS)

@@ -1,9 +1,13 @@
-"""Worker process of the ``highs`` backend: ``python -m archplace.schedule._highs_worker``.
+"""Worker process of the ``highs`` backend:
+``python -m archplace.schedule._highs_worker JOB RESULT``.
 
-Reads a pickled ``(ScheduleProblem, SolveOptions)`` on stdin, solves it with PHAZE's
-MILP on HiGHS (:func:`archplace.schedule.milp.phaze_solve`) and writes the pickled
-:class:`~archplace.schedule.base.ScheduleResult` on stdout.  It runs in its own
-process because the highspy and OR-Tools wheels ship incompatible copies of
+Reads a pickled ``(ScheduleProblem, SolveOptions)`` from the file ``JOB``, solves it
+with PHAZE's MILP on HiGHS (:func:`archplace.schedule.milp.phaze_solve`) and writes the
+pickled :class:`~archplace.schedule.base.ScheduleResult` to the file ``RESULT``.  The
+result goes through a file, never stdout: HiGHS (highspy 1.16 and later) prints a
+banner and its log to file descriptor 1 from C code, which no Python-level redirect
+catches.  Whatever the worker prints is only kept for the error message.  It runs in
+its own process because the highspy and OR-Tools wheels ship incompatible copies of
 ``libhighs.so.1`` (see :mod:`archplace.schedule.milp`).  Only ever fed by
 :class:`~archplace.schedule.milp.HighsScheduler` (pickle is trusted here).
 """
@@ -12,16 +16,19 @@ from __future__ import annotations
 
 import pickle
 import sys
+from pathlib import Path
 
 from archplace.schedule.milp import phaze_solve
 
 
-def main() -> None:
-    """Solve the problem on stdin, write the result on stdout."""
-    problem, options = pickle.loads(sys.stdin.buffer.read())
+def main(argv: list[str] | None = None) -> None:
+    """Solve the problem in the file ``argv[0]``, write the result to the file ``argv[1]``."""
+    job, out = argv if argv is not None else sys.argv[1:]
+    problem, options = pickle.loads(Path(job).read_bytes())
     result = phaze_solve(problem, options, "highs")
-    sys.stdout.buffer.write(pickle.dumps(result))
-    sys.stdout.buffer.flush()
+    partial = Path(out + ".part")
+    partial.write_bytes(pickle.dumps(result))
+    partial.replace(out)  # the parent sees a whole result or none
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ import math
 import pickle
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -362,10 +364,22 @@ def phaze_solve(problem: ScheduleProblem, options: SolveOptions, engine: str) ->
 
 class HighsScheduler:
     """PHAZE's MILP on HiGHS (highspy), solved in a worker process
-    (``python -m archplace.schedule._highs_worker``; module docstring)."""
+    (``python -m archplace.schedule._highs_worker``; module docstring).
+
+    The problem goes to the worker and the result comes back through files in a private
+    temporary directory; the worker's stdout and stderr (HiGHS prints a banner and its
+    log there) are captured and only used to explain a failure.
+
+    Args:
+        worker: the command that starts the worker, before its two file arguments
+            (default: this interpreter running :mod:`archplace.schedule._highs_worker`).
+    """
 
     name = "highs"
     GRACE_S = 60.0  # beyond the time limit, before the worker is killed
+
+    def __init__(self, worker: tuple[str, ...] | None = None) -> None:
+        self.worker = worker or (sys.executable, "-m", "archplace.schedule._highs_worker")
 
     def solve(self, problem: ScheduleProblem, options: SolveOptions) -> ScheduleResult:
         """Schedule ``problem``.  The time limit and the reported ``solve_time_s`` cover the
@@ -373,22 +387,28 @@ class HighsScheduler:
         limit by :attr:`GRACE_S` is killed and the list schedule is returned, not proven.
 
         Raises:
-            SolverError: the worker process failed.
+            SolverError: the worker process failed or wrote no result; the message ends
+                with the last line the worker printed on stderr (else on stdout).
         """
         started = time.perf_counter()
-        try:
-            done = subprocess.run([sys.executable, "-m", "archplace.schedule._highs_worker"],
-                                  input=pickle.dumps((problem, options)), capture_output=True,
-                                  timeout=options.time_limit_s + self.GRACE_S, check=False)
-        except subprocess.TimeoutExpired:
-            schedule = list_schedule(problem)
-            bound = min(lower_bound_s(problem), schedule.makespan_s)
-            return ScheduleResult(self.name, schedule.makespan_s, bound, False, schedule,
-                                  time.perf_counter() - started)
-        if done.returncode != 0:
-            lines = done.stderr.decode(errors="replace").strip().splitlines()
-            raise SolverError(f"highs worker failed: {lines[-1] if lines else done.returncode}")
-        result: ScheduleResult = pickle.loads(done.stdout)
+        with tempfile.TemporaryDirectory(prefix="archplace-highs-") as work:
+            job, out = Path(work) / "job.pickle", Path(work) / "result.pickle"
+            job.write_bytes(pickle.dumps((problem, options)))
+            try:
+                done = subprocess.run([*self.worker, str(job), str(out)], stdin=subprocess.DEVNULL,
+                                      capture_output=True, timeout=options.time_limit_s + self.GRACE_S,
+                                      check=False)
+            except subprocess.TimeoutExpired:
+                schedule = list_schedule(problem)
+                bound = min(lower_bound_s(problem), schedule.makespan_s)
+                return ScheduleResult(self.name, schedule.makespan_s, bound, False, schedule,
+                                      time.perf_counter() - started)
+            if done.returncode != 0 or not out.is_file():
+                last = next((lines[-1].strip() for lines in (
+                    stream.decode(errors="replace").strip().splitlines()
+                    for stream in (done.stderr, done.stdout)) if lines), "no output")
+                raise SolverError(f"highs worker failed (exit status {done.returncode}): {last}")
+            result: ScheduleResult = pickle.loads(out.read_bytes())
         return result  # solve_time_s: the worker's, without its ~0.2 s start
 
 
