@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench check-pins lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,11 +20,33 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+# Fails when a package installed in .venv is not pinned (or pinned at another version).
+check-pins: $(STAMP)
+	$(BIN)/python tools/check_pins.py constraints.txt
+
+# Re-resolve every dependency from pyproject.toml's ranges (all extras) in a throw-away
+# venv and rewrite constraints.txt with exact pins of what got installed.  torch stays at
+# the CPU build 2.13.0: any other release pulls gigabytes of CUDA packages.
+LOCK_VENV := .lock-venv
+TORCH_PIN := torch==2.13.0
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	echo '$(TORCH_PIN)' > $(LOCK_VENV)/torch.txt
+	$(LOCK_VENV)/bin/pip install --quiet -c $(LOCK_VENV)/torch.txt -e '.[dev,cluster]'
+	{ echo '# Every package `pip install -c constraints.txt -e ".[dev,cluster]"` installs, pinned.'; \
+	  echo '# Written by `make lock` (re-resolves pyproject.toml'"'"'s ranges); do not edit by hand.'; \
+	  echo '# torch is the CPU build 2.13.0: the tracing was tested against it, and any other'; \
+	  echo '# release pulls gigabytes of CUDA packages.'; \
+	  $(LOCK_VENV)/bin/pip freeze --exclude-editable | sed 's/+cpu$$//' | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .mypy_cache .ruff_cache
