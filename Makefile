@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench check-pins lock clean
+.PHONY: setup demo test test-slow lint bench check-pins lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,8 +16,12 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/archplace search --model gpt2-xl --space tiny --devices 1024 --global-batch 4096 --out results/demo.json
 
+# The suite without the tests marked slow (under 8 minutes on 2 cores); CI also runs test-slow.
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/pytest -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from archplace.cli import app, main
 
 FUZZ_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_EXAMPLES", "1000"))
-SLOW_EXAMPLES = 4000
+SLOW_EXAMPLES = 2000
 CASE_LIMIT_S = 120  # a case running longer than this counts as a hang
 # In the default run these options are always given (drawn like the others), so that a search
 # runs on the 2-design space in this process, not on the default 43-design space in a pool.
