@@ -240,9 +240,10 @@ class _GuardedLoader(yaml.SafeLoader):
         super().__init__(text)
         self._name = name
         self._limits = limits
-        self._depth = 0
+        self._depth = 0  # lists and mappings open around the node being composed
         self._values = 0
-        self._sizes: dict[int, tuple[int, int]] = {}  # id(node): (values, height), once composed
+        # id(node): (values, height in lists and mappings), once the node is composed
+        self._sizes: dict[int, tuple[int, int]] = {}
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()
@@ -256,12 +257,13 @@ class _GuardedLoader(yaml.SafeLoader):
                 self._count(values, event)
                 self._check_depth(self._depth + height, event, alias=True)
             return super().compose_node(parent, index)
-        self._depth += 1
+        collection = isinstance(event, yaml.CollectionStartEvent)
+        self._depth += collection
         self._check_depth(self._depth, event)
         before = self._values
         self._count(1, event)
         node = super().compose_node(parent, index)
-        self._depth -= 1
+        self._depth -= collection
         if node is None:
             return None
         children: list[yaml.Node] = []
@@ -270,7 +272,7 @@ class _GuardedLoader(yaml.SafeLoader):
         elif isinstance(node, yaml.MappingNode):
             children = [part for pair in node.value for part in pair]
             self._check_unique_keys(node)
-        height = 1 + max((self._sizes[id(child)][1] for child in children), default=0)
+        height = collection + max((self._sizes[id(child)][1] for child in children), default=0)
         self._sizes[id(node)] = (self._values - before, height)
         return node
 

@@ -53,10 +53,10 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or os.sep in text or text.endswith((".yaml", ".yml"))
 
 
-def _is_file(path: Path) -> bool:
-    """``path.is_file()``, False for a name the OS refuses (too long, a NUL character)."""
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the OS refuses (too long, a NUL character)."""
     try:
-        return path.is_file()
+        return path.exists()
     except (OSError, ValueError):
         return False
 
@@ -81,7 +81,7 @@ def resolve(name_or_path: str | os.PathLike[str], folder: str, kind: str) -> Con
     if name_or_path in names:
         return ConfigFile(f"{name_or_path}.yaml", bundled_dir(folder).joinpath(f"{name_or_path}.yaml"), kind)
     path = Path(name_or_path)
-    if _looks_like_path(name_or_path) or _is_file(path):
+    if _looks_like_path(name_or_path) or _exists(path):  # read_mapping says what is wrong with it
         return ConfigFile(name_or_path, path, kind)
     raise ConfigError(f"unknown {kind} '{name_or_path}'; choose from: {', '.join(names)}")
 
