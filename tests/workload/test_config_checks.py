@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from archplace.cli import main
 from archplace.errors import ConfigError
-from archplace.workload.config_checks import MAX_LAYERS, MAX_PARAMETERS, MAX_POSITIONS, MOE_MODEL_TYPES
+from archplace.workload.config_checks import (
+    KNOWN_ACTIVATIONS,
+    MAX_LAYERS,
+    MAX_PARAMETERS,
+    MAX_POSITIONS,
+    MOE_MODEL_TYPES,
+)
 from archplace.workload.zoo import ModelSpec, load_model, model_preset_names, validate_config
 
 # One small good config per family the zoo reads, and the generic path (Qwen2).
@@ -148,12 +154,15 @@ def test_unknown_activation_is_named(family: str) -> None:
     message = refused(dict(GOOD[family], activation_function="gelu_newest"))
     assert "field 'activation_function' must name an activation transformers knows, got \"gelu_newest\"" \
         in message and "gelu_new, " in message
-    assert "field 'hidden_act'" in refused(dict(GOOD["llama"], hidden_act=7))
+    for value in (7, ["silu"], {"name": "silu"}, True):
+        assert "field 'hidden_act' must name an activation transformers knows, got " in \
+            refused(dict(GOOD["llama"], hidden_act=value))
 
 
 def test_every_transformers_activation_is_accepted() -> None:
     from transformers.activations import ACT2FN
 
+    assert set(ACT2FN) >= KNOWN_ACTIVATIONS  # the list that avoids importing torch is not stale
     for name in ACT2FN:
         validate_config("cfg.json", dict(GOOD["llama"], hidden_act=name))
 

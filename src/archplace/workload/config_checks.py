@@ -49,6 +49,14 @@ MAX_PARAMETERS = 1e14
 ACTIVATION_FIELDS = ("activation_function", "hidden_act")
 """Fields naming the activation function, looked up in ``transformers.activations.ACT2FN``."""
 
+KNOWN_ACTIVATIONS = frozenset({
+    "gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
+    "gelu_pytorch_tanh", "hardswish", "laplace", "leaky_relu", "linear", "mish", "prelu", "quick_gelu",
+    "relu", "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "xielu"})
+"""The keys of ``ACT2FN`` in transformers 5.23 (tested to be keys of the installed one), so that a
+known name is accepted without importing transformers' activations, which imports torch
+(seconds); any other name is looked up in ``ACT2FN`` itself."""
+
 EXPERT_COUNT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 """Fields holding the number of experts of a mixture-of-experts layer."""
 
@@ -171,7 +179,7 @@ def _finite_everywhere(where: str, value: object, path: str) -> None:
 def _check_activation(where: str, config: Mapping[str, Any]) -> None:
     for field in ACTIVATION_FIELDS:
         value = config.get(field)
-        if value is None:
+        if value is None or (isinstance(value, str) and value in KNOWN_ACTIVATIONS):
             continue
         from transformers.activations import ACT2FN
 
