@@ -273,3 +273,40 @@ def test_sequence_length_within_the_context() -> None:
         ModelSpec("g", json.dumps(GOOD["gpt2"]), 512)
     with pytest.raises(ConfigError, match="sequence length must be a whole number >= 1, got True"):
         ModelSpec("g", json.dumps(GOOD["gpt2"]), True)
+
+
+@pytest.mark.parametrize(("family", "change", "message"), [
+    ("gpt2", {"tie_word_embeddings": "x"}, "transformers refuses the config: Validation error for field "
+                                           "'tie_word_embeddings': TypeError: Field 'tie_word_embeddings' "
+                                           "expected bool, got str"),
+    ("llama", {"head_dim": 7}, "transformers refuses the config: Class validation error for validator "
+                               "'validate_rope': ValueError: RoPE requires an even rotary dimension"),
+    ("llama", {"rope_scaling": {"type": "bogus", "factor": 2.0}},
+     "field 'rope_scaling' has an unknown RoPE type \"bogus\"; choose from: default, dynamic, linear"),
+    ("llama", {"rope_theta": "x"}, "field 'rope_theta' must be a number > 0, got \"x\""),
+    ("llama", {"rope_theta": 0}, "field 'rope_theta' must be a number > 0, got 0"),
+    ("llama", {"torch_dtype": "float99"}, "field 'torch_dtype' must name a torch dtype (e.g. \"bfloat16\"), "
+                                          "got \"float99\""),
+    ("llama", {"pad_token_id": 1000}, "field 'pad_token_id' must be a token id in [-1000, 1000) (the "
+                                      "vocabulary), got 1000"),
+])
+def test_what_only_transformers_or_the_model_would_trip_on(family: str, change: dict[str, Any], message: str,
+                                                           tmp_path: Path) -> None:
+    """Each of these passed the field checks before and failed inside transformers or torch with a
+    traceback (strict-dataclass errors, KeyError for the RoPE type, AssertionError for the padding row)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(GOOD[family], **change)))
+    with pytest.raises(ConfigError) as info:
+        load_model(str(path))
+    assert str(info.value).startswith(f"{path}: {message}"), info.value
+    assert "\n" not in str(info.value)
+
+
+def test_transformers_warnings_stay_off_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A BOS/EOS id outside the vocabulary makes transformers log a warning; the model never uses
+    them, so the config is accepted and stderr stays empty (or the one error line alone)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(GOOD["llama"], bos_token_id=5000, eos_token_id=[5001, 2],
+                                    pad_token_id=-1)))
+    assert load_model(str(path)).vocab_size == 1000
+    assert capfd.readouterr().err == ""

@@ -16,11 +16,17 @@ them first, with one line naming the field:
   ``ACT2FN``;
 * dropout probabilities are numbers in [0, 1] (torch's ``nn.Dropout`` rule), normalisation
   epsilons are numbers >= 0;
-* every number anywhere is finite;
+* every number anywhere is finite; ``pad_token_id`` (the embedding's padding row) is a token
+  of the vocabulary (``-vocab <= id < vocab``, as ``nn.Embedding`` requires);
 * the size stays within what archplace can trace and place: at most :data:`MAX_LAYERS`
   blocks, :data:`MAX_POSITIONS` positions and about :data:`MAX_PARAMETERS` parameters;
 * mixture-of-experts configs are refused (:func:`refuse_mixture_of_experts`): their experts'
-  FLOP and memory would be lost by the dense cost model.
+  FLOP and memory would be lost by the dense cost model;
+* for a user's config.json, :func:`check_with_transformers` also builds transformers' own
+  config object (no model, no weights), which checks the types of every field it declares
+  (``"tie_word_embeddings": "x"``) and its cross-field rules (an odd RoPE head size), and
+  checks the RoPE type and base and the dtype name that only the model's construction would
+  trip on.
 """
 
 from __future__ import annotations
@@ -160,8 +166,63 @@ def check_model_config(where: str, config: Mapping[str, Any], family: Family) ->
         raise ConfigError(f"{where}: the model would have about {Decimal(params):.3g} parameters "
                           f"({layers:,} layers of hidden size {show(hidden)}); archplace accepts at most "
                           f"{MAX_PARAMETERS:.0e}")
+    pad = config.get("pad_token_id")
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not -vocab <= pad < vocab):
+        raise ConfigError(f"{where}: field 'pad_token_id' must be a token id in [-{vocab}, {vocab}) (the "
+                          f"vocabulary), got {show(pad)}")
     _check_activation(where, config)
     _check_probabilities(where, config)
+
+
+def check_with_transformers(where: str, config: Mapping[str, Any]) -> None:
+    """Build transformers' config object from ``config`` (imports torch; no model is built) and
+    refuse what it refuses, then what only building the model would trip on: an unknown RoPE
+    type, a RoPE base that is not a positive number, a dtype name torch does not have.
+    transformers' warnings (e.g. a BOS id outside the vocabulary, which the model never uses)
+    are silenced here, so that stderr keeps to one line.
+
+    Raises:
+        ConfigError: transformers' message on one line, or the field at fault.
+    """
+    import warnings
+
+    import torch
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.utils import logging as hf_logging
+
+    for field in ("torch_dtype", "dtype"):
+        value = config.get(field)
+        if value is not None and value != "auto" and not (
+                isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
+            raise ConfigError(f"{where}: field {field!r} must name a torch dtype (e.g. \"bfloat16\"), "
+                              f"got {show(value)}")
+    fields = {key: value for key, value in config.items() if key != "model_type"}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf_config = AutoConfig.for_model(config["model_type"], **fields)
+    except Exception as exc:  # transformers raises many types (strict dataclass errors, ValueError ...)
+        raise ConfigError(f"{where}: transformers refuses the config: {' '.join(str(exc).split())}") \
+            from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    rope = getattr(hf_config, "rope_parameters", None)
+    if not isinstance(rope, Mapping):
+        return
+    named = next((f for f in ("rope_parameters", "rope_scaling") if config.get(f) is not None),
+                 "rope_parameters")
+    for params in [rope] if "rope_type" in rope else [v for v in rope.values() if isinstance(v, Mapping)]:
+        kind = params.get("rope_type")
+        if kind is not None and kind != "default" and kind not in ROPE_INIT_FUNCTIONS:
+            raise ConfigError(f"{where}: field {named!r} has an unknown RoPE type {show(kind)}; choose from: "
+                              f"default, {', '.join(sorted(ROPE_INIT_FUNCTIONS))}")
+        theta = params.get("rope_theta")
+        if theta is not None and (
+                isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0):
+            raise ConfigError(f"{where}: field 'rope_theta' must be a number > 0, got {show(theta)}")
 
 
 def _finite_everywhere(where: str, value: object, path: str) -> None:

@@ -16,7 +16,11 @@ from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.inputs import read_mapping
-from archplace.workload.config_checks import check_model_config, refuse_mixture_of_experts
+from archplace.workload.config_checks import (
+    check_model_config,
+    check_with_transformers,
+    refuse_mixture_of_experts,
+)
 
 
 @dataclass(frozen=True)
@@ -179,14 +183,17 @@ def family_of(model_type: object) -> Family | None:
     return GENERIC_DECODER if model_type in CONFIG_MAPPING else None
 
 
-def validate_config(where: str, config: dict[str, Any], *, typos: bool = False) -> Family:
+def validate_config(where: str, config: dict[str, Any], *, user_file: bool = False) -> Family:
     """Check an HF config before transformers sees it; returns its family.
 
     Args:
         where: how to name the config in messages (its file, or ``model 'name'``).
         config: the HF config fields.
-        typos: also refuse a field that looks like a misspelling (:func:`check_fields`), before
-            the fields are checked, so that a misspelt field is named rather than reported missing.
+        user_file: for a user's file: also refuse a field that looks like a misspelling
+            (:func:`check_fields`), before the fields are checked, so that a misspelt field is
+            named rather than reported missing; and after them, what transformers' own config
+            refuses (:func:`~archplace.workload.config_checks.check_with_transformers`). Both
+            import torch, so the bundled presets skip them.
 
     Raises:
         ConfigError: a mixture-of-experts model, an unknown ``model_type``, a misspelt field,
@@ -199,9 +206,11 @@ def validate_config(where: str, config: dict[str, Any], *, typos: bool = False) 
         raise ConfigError(
             f"{where}: unknown architecture model_type={model_type!r}; supported: "
             f"{', '.join(sorted(FAMILIES))} and other architectures transformers knows")
-    if typos:
+    if user_file:
         check_fields(where, config)
     check_model_config(where, config, family)
+    if user_file:
+        check_with_transformers(where, config)
     return family
 
 
@@ -281,7 +290,7 @@ def load_model(name_or_path: str) -> ModelSpec:
             "or give the path of a Hugging Face config.json"
         )
     config = read_mapping(path, "model config", syntax="json", label=name_or_path)
-    family = validate_config(name_or_path, config, typos=True)
+    family = validate_config(name_or_path, config, user_file=True)
     seq_len = config[family.context_field]
     return ModelSpec(path.stem if path.stem != "config" else path.parent.name or "config",
                      _canonical(config), seq_len, str(path))
