@@ -101,6 +101,16 @@ def test_billion_laughs_is_refused_before_anything_walks_it(tmp_path: Path) -> N
     assert time.perf_counter() - started < 2.0
 
 
+def test_long_text_aliased_many_times(tmp_path: Path) -> None:
+    """Few values, but writing the names out would take gigabytes: the text is counted too."""
+    path = tmp_path / "f.yaml"
+    path.write_text("name: &n " + "x" * 1000 + "\nlayers: [" + ", ".join(["*n"] * 100) + "]\n")
+    total = len("name") + len("layers") + 101 * 1000  # keys count too
+    assert len(read(path, max_bytes=total)["layers"]) == 100
+    assert f"more than {total - 1:,} characters of text once its YAML aliases are expanded (line 2, column" \
+        in refused(path, max_bytes=total - 1)
+
+
 def test_alias_that_deepens_past_the_cap(tmp_path: Path) -> None:
     path = tmp_path / "f.yaml"
     path.write_text("a: &a " + "[" * 40 + "]" * 40 + "\nb: " + "[" * 30 + "*a" + "]" * 30 + "\n")

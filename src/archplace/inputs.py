@@ -15,10 +15,11 @@ lists, text, whole numbers, finite floats, booleans and None) or raises one
 * a syntax error, with the parser's line and column;
 * nesting deeper than :data:`MAX_DEPTH` levels (Python's ``json`` and PyYAML recurse and
   raise RecursionError near 1,000 levels);
-* more than :data:`MAX_VALUES` values, counting a YAML alias as the values it stands for
-  (a "billion laughs" document is small and loads fast, because PyYAML shares aliased
-  nodes, but anything that walks the data explodes); a YAML alias inside its own anchor
-  (a data structure that contains itself);
+* more than :data:`MAX_VALUES` values, or more than :data:`MAX_FILE_BYTES` characters of
+  text, counting a YAML alias as the values and text it stands for (a "billion laughs"
+  document is small and loads fast, because PyYAML shares aliased nodes, but anything that
+  walks or writes out the data explodes); a YAML alias inside its own anchor (a data
+  structure that contains itself);
 * a non-finite number anywhere (``NaN``/``Infinity`` are accepted by Python's ``json``;
   ``1e400`` reads as infinity), a YAML value that is not plain data (a date, binary, a set)
   or a mapping key that is not text, naming the field;
@@ -61,7 +62,7 @@ class Limits:
     """Caps on one document (defaults: :data:`MAX_FILE_BYTES`, :data:`MAX_DEPTH`, :data:`MAX_VALUES`).
 
     Attributes:
-        max_bytes: largest file, bytes.
+        max_bytes: largest file, bytes; also the most characters of text, YAML aliases expanded.
         max_depth: deepest nesting, levels.
         max_values: most values, YAML aliases expanded.
     """
@@ -242,8 +243,9 @@ class _GuardedLoader(yaml.SafeLoader):
         self._limits = limits
         self._depth = 0  # lists and mappings open around the node being composed
         self._values = 0
-        # id(node): (values, height in lists and mappings), once the node is composed
-        self._sizes: dict[int, tuple[int, int]] = {}
+        self._chars = 0
+        # id(node): (values, height in lists and mappings, characters of text), once composed
+        self._sizes: dict[int, tuple[int, int, int]] = {}
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()
@@ -253,15 +255,15 @@ class _GuardedLoader(yaml.SafeLoader):
                 if id(target) not in self._sizes:
                     raise ConfigError(f"{self._name}: recursive YAML alias *{event.anchor} (it refers "
                                       f"to a node that contains it; {_mark(event.start_mark)})")
-                values, height = self._sizes[id(target)]
-                self._count(values, event)
+                values, height, chars = self._sizes[id(target)]
+                self._count(values, chars, event)
                 self._check_depth(self._depth + height, event, alias=True)
             return super().compose_node(parent, index)
         collection = isinstance(event, yaml.CollectionStartEvent)
         self._depth += collection
         self._check_depth(self._depth, event)
-        before = self._values
-        self._count(1, event)
+        before = (self._values, self._chars)
+        self._count(1, len(event.value) if isinstance(event, yaml.ScalarEvent) else 0, event)
         node = super().compose_node(parent, index)
         self._depth -= collection
         if node is None:
@@ -273,7 +275,7 @@ class _GuardedLoader(yaml.SafeLoader):
             children = [part for pair in node.value for part in pair]
             self._check_unique_keys(node)
         height = collection + max((self._sizes[id(child)][1] for child in children), default=0)
-        self._sizes[id(node)] = (self._values - before, height)
+        self._sizes[id(node)] = (self._values - before[0], height, self._chars - before[1])
         return node
 
     def _check_unique_keys(self, node: yaml.MappingNode) -> None:
@@ -286,8 +288,13 @@ class _GuardedLoader(yaml.SafeLoader):
                                       f"({_mark(key.start_mark)})")
                 seen.add((key.tag, key.value))
 
-    def _count(self, values: int, event: yaml.Event) -> None:
+    def _count(self, values: int, chars: int, event: yaml.Event) -> None:
+        """Add a node's values and text characters (an alias: its anchor's) to the totals."""
         self._values += values
+        self._chars += chars
+        if self._chars > self._limits.max_bytes:  # one long text aliased many times
+            raise ConfigError(f"{self._name}: more than {self._limits.max_bytes:,} characters of text once "
+                              f"its YAML aliases are expanded ({_mark(event.start_mark)})")
         if self._values > self._limits.max_values:
             raise ConfigError(f"{self._name}: more than {self._limits.max_values:,} values once its YAML "
                               f"aliases are expanded ({_mark(event.start_mark)})")
