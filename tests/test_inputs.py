@@ -198,6 +198,14 @@ def test_paths_that_are_not_readable_files(tmp_path: Path) -> None:
             read(Path("/dev/zero"), "json")
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "secret.yaml"
+    path.write_text("a: 1\n")
+    path.chmod(0)
+    assert refused(path) == f"test file '{path}': cannot read (Permission denied)"
+
+
 @given(st.binary(max_size=300))
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_arbitrary_bytes_give_a_mapping_or_one_line(tmp_path: Path, content: bytes) -> None:
