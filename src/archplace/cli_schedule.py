@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from archplace.errors import ConfigError
+from archplace.inputs import read_mapping
 from archplace.outputs import check_output, write_text_output
 from archplace.schedule.base import ScheduleResult, SolveOptions
 from archplace.schedule.problem import ScheduleProblem
@@ -33,16 +34,10 @@ def read_problem(path: Path) -> ScheduleProblem:
     """The problem in the JSON file ``path`` (format of :meth:`ScheduleProblem.to_dict`).
 
     Raises:
-        ConfigError: the file cannot be read, is not JSON, or is not a valid problem.
+        ConfigError: a file :func:`archplace.inputs.read_mapping` refuses (missing, oversized,
+            binary, not JSON, too deep), or not a valid problem.
     """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_mapping(path, "schedule problem", syntax="json")
     try:
         return ScheduleProblem.from_dict(data)
     except ConfigError as exc:

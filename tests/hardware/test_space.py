@@ -191,7 +191,7 @@ def test_missing_field(tmp_path: Path) -> None:
 
 
 def test_malformed_yaml(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="malformed YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML"):
         load_space(write(tmp_path, "base: [tpuv4\n"))
 
 

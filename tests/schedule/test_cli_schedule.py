@@ -105,9 +105,9 @@ def test_model_layer_is_solved_to_proven_optimality(tiny_model: Path, tmp_path: 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--problem", "{missing}"], "cannot read"),
+        (["--problem", "{missing}"], "not found"),
         (["--problem", "{bad_json}"], "not valid JSON"),
-        (["--problem", "{bad_problem}"], "malformed"),
+        (["--problem", "{bad_problem}"], "ops[0]: missing field 'core_type'"),
         (["--problem", "{problem}", "--backend", "quantum"], "unknown schedule backend"),
         (["--problem", "{problem}", "--time-limit", "0"], "time limit"),
         (["--problem", "{problem}", "--model", "gpt2-xl"], "either --problem"),

@@ -123,7 +123,7 @@ def test_config_json_path(tmp_path: Path):
 @pytest.mark.parametrize("content, message", [
     ("{not json", "not valid JSON"),
     ('{"model_type": "nosuch", "n_layer": 2}', "unknown architecture"),
-    ('{"model_type": "gpt2", "n_layer": 0, "n_positions": 64}', "n_layer must be a positive"),
+    ('{"model_type": "gpt2", "n_layer": 0, "n_positions": 64}', "'n_layer' must be a whole number >= 1"),
     ("[1, 2]", "JSON object"),
 ])
 def test_bad_config_files(tmp_path: Path, content: str, message: str):

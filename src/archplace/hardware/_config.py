@@ -18,17 +18,18 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from archplace import inputs
 from archplace.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigFile:
-    """A YAML file to read: where it is and how to name it in messages."""
+    """A YAML file to read: where it is, how to name it in messages, and what it is
+    (``hardware preset``, ``search space``)."""
 
     label: str
     location: Traversable | Path
+    kind: str = "hardware file"
 
 
 def bundled_dir(folder: str) -> Traversable:
@@ -52,6 +53,14 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or os.sep in text or text.endswith((".yaml", ".yml"))
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the OS refuses (too long, a NUL character)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve(name_or_path: str | os.PathLike[str], folder: str, kind: str) -> ConfigFile:
     """Find a bundled file by name, or a user file by path.
 
@@ -61,7 +70,8 @@ def resolve(name_or_path: str | os.PathLike[str], folder: str, kind: str) -> Con
         kind: what is looked up, for messages (``hardware preset``, ``search space``).
 
     Raises:
-        ConfigError: an unknown name (listing the known ones) or a missing file.
+        ConfigError: an unknown name (listing the known ones). A path is not opened here: a
+            missing or unreadable file is reported by :func:`read_mapping`.
     """
     if isinstance(name_or_path, os.PathLike):
         name_or_path = os.fspath(name_or_path)
@@ -69,39 +79,21 @@ def resolve(name_or_path: str | os.PathLike[str], folder: str, kind: str) -> Con
         raise ConfigError(f"{kind}: expected a name or a file path, got {name_or_path!r}")
     names = bundled_names(folder)
     if name_or_path in names:
-        return ConfigFile(f"{name_or_path}.yaml", bundled_dir(folder).joinpath(f"{name_or_path}.yaml"))
+        return ConfigFile(f"{name_or_path}.yaml", bundled_dir(folder).joinpath(f"{name_or_path}.yaml"), kind)
     path = Path(name_or_path)
-    if _looks_like_path(name_or_path) or path.is_file():
-        if not path.is_file():
-            raise ConfigError(f"{kind} file '{name_or_path}' does not exist")
-        return ConfigFile(name_or_path, path)
+    if _looks_like_path(name_or_path) or _exists(path):  # read_mapping says what is wrong with it
+        return ConfigFile(name_or_path, path, kind)
     raise ConfigError(f"unknown {kind} '{name_or_path}'; choose from: {', '.join(names)}")
 
 
 def read_mapping(config: ConfigFile) -> dict[str, Any]:
-    """Parse the YAML file into a mapping with string keys.
+    """Parse the YAML file into a mapping with string keys (:func:`archplace.inputs.read_mapping`).
 
     Raises:
-        ConfigError: unreadable file, malformed YAML, or a top level that is not a mapping.
+        ConfigError: a missing, unreadable, oversized, binary or malformed file, or a top
+            level that is not a mapping.
     """
-    try:
-        text = config.location.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{config.label}: cannot read the file ({exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{config.label}: malformed YAML: {_yaml_problem(exc)}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{config.label}: expected a mapping of fields at the top level")
-    return data
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        return f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
-    return " ".join(str(exc).split())
+    return inputs.read_mapping(config.location, config.kind, syntax="yaml", label=config.label)
 
 
 def section(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:

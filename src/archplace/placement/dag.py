@@ -44,7 +44,6 @@ limited (:data:`MAX_DOWNSETS`, :data:`MAX_STAGE_PAIRS`).
 
 from __future__ import annotations
 
-import json
 import logging
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,9 +54,9 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
-import yaml
 
 from archplace.errors import ConfigError, InfeasibleError
+from archplace.inputs import read_mapping, syntax_of
 from archplace.placement.memory import (
     GRADIENT_BYTES_PER_PARAM,
     in_flight_micro_batches,
@@ -400,21 +399,13 @@ def load_layer_graph_file(path: str | Path) -> tuple[LayerGraph, int | None]:
           - [text.embed, text.block0]
 
     Raises:
-        ConfigError: an unreadable or malformed file, a missing or unknown field, a negative
+        ConfigError: a file :func:`archplace.inputs.read_mapping` refuses (missing, oversized,
+            binary, malformed, too deep), a missing or unknown field, a negative
             value, an unknown layer name in an edge, or a cycle (one line, naming the file).
     """
-    file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read layer graph {str(file)!r}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = " ".join(str(exc).split())
-        raise ConfigError(f"{file.name}: not valid {'JSON' if file.suffix == '.json' else 'YAML'}: "
-                          f"{first}") from None
-    return layer_graph_from_dict(data, file.name)
+    label = str(path)
+    return layer_graph_from_dict(read_mapping(Path(path), "layer graph", syntax=syntax_of(path), label=label),
+                                 label)
 
 
 def load_layer_graph(path: str | Path) -> LayerGraph:

@@ -20,7 +20,9 @@ The JSON form (:meth:`ScheduleProblem.to_dict`, read by ``archplace schedule
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,26 +158,85 @@ class ScheduleProblem:
     def from_dict(cls, data: Any) -> ScheduleProblem:
         """Inverse of :meth:`to_dict`.
 
+        Ids and predecessors are whole numbers (``3`` or ``3.0``, not ``true``); latencies are
+        finite numbers >= 0 (not text, not booleans); ``core_type`` is ``tensor``, ``vector`` or
+        ``fused``; no other keys are allowed.
+
         Raises:
-            ConfigError: a missing key, a wrong type or an invalid value.
+            ConfigError: one line naming the field: a missing or unknown key, a wrong type or an
+                invalid value (``schedule problem: ops[3].single_s must be a finite number >= 0,
+                got "1e-3"``).
         """
-        try:
-            ops = tuple(
-                SchedOp(_whole(d["id"], "id"), CoreType(d["core_type"]), float(d["single_s"]),
-                        float(d["all_s"]), tuple(_whole(p, "preds") for p in d["preds"]),
-                        str(d.get("name", "")))
-                for d in data["ops"]
-            )
-            return cls(ops, data["tensor_cores"], data["vector_cores"])
-        except ConfigError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise ConfigError(f"schedule problem: malformed data ({type(exc).__name__}: {exc})") \
-                from None
+        _keys(data, "schedule problem", ("tensor_cores", "vector_cores", "ops"), ())
+        raw_ops = data["ops"]
+        if not isinstance(raw_ops, list):
+            raise ConfigError(f"schedule problem: ops must be a list of ops, got {_show(raw_ops)}")
+        ops = []
+        for i, raw in enumerate(raw_ops):
+            where = f"ops[{i}]"
+            _keys(raw, f"schedule problem: {where}", ("id", "core_type", "single_s", "all_s", "preds"),
+                  ("name",))
+            core_type, kinds = raw["core_type"], [t.value for t in SUPPORTED_CORE_TYPES]
+            if core_type not in kinds:
+                raise ConfigError(f"schedule problem: {where}.core_type must be one of {', '.join(kinds)}, "
+                                  f"got {_show(core_type)}")
+            preds = raw["preds"]
+            if not isinstance(preds, list):
+                raise ConfigError(f"schedule problem: {where}.preds must be a list of op ids, "
+                                  f"got {_show(preds)}")
+            name = raw.get("name", "")
+            if not isinstance(name, str):
+                raise ConfigError(f"schedule problem: {where}.name must be text, got {_show(name)}")
+            try:
+                ids = tuple(_whole(p, f"{where}.preds[{k}]") for k, p in enumerate(preds))
+                ops.append(SchedOp(_whole(raw["id"], f"{where}.id"), CoreType(core_type),
+                                   _latency(raw["single_s"], f"{where}.single_s"),
+                                   _latency(raw["all_s"], f"{where}.all_s"), ids, name))
+            except ConfigError as exc:
+                raise ConfigError(f"schedule problem: {exc}") from None
+        return cls(tuple(ops), data["tensor_cores"], data["vector_cores"])
+
+
+def _show(value: Any) -> str:
+    """``value`` as written in JSON, cut to 60 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+    """``data`` is a mapping with every ``required`` key and no key outside ``required + optional``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with {', '.join(required)}, got {_show(data)}")
+    for key in required:
+        if key not in data:
+            raise ConfigError(f"{where}: missing field {key!r}")
+    for key in data:
+        if key not in required and key not in optional:
+            raise ConfigError(f"{where}: unknown field {key!r}; expected: {', '.join(required + optional)}")
 
 
 def _whole(value: Any, name: str) -> int:
-    """``value`` as an int if it is a whole number (JSON ``3`` or ``3.0``), else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ValueError(f"{name} must be whole numbers, got {value!r}")
+    """``value`` as an int if it is a whole number (JSON ``3`` or ``3.0``).
+
+    Raises:
+        ConfigError: a boolean, text, a fraction or a non-finite number.
+    """
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or (isinstance(value, float) and not value.is_integer())):
+        raise ConfigError(f"{name} must be a whole number, got {_show(value)}")
     return int(value)
+
+
+def _latency(value: Any, name: str) -> float:
+    """``value`` as seconds: a finite number >= 0 (not text, not a boolean).
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value < 0):
+        raise ConfigError(f"{name} must be a finite number >= 0, got {_show(value)}")
+    return float(value)

@@ -14,9 +14,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from archplace.errors import ConfigError
+from archplace.inputs import read_mapping
+from archplace.workload.config_checks import (
+    check_model_config,
+    check_with_transformers,
+    refuse_mixture_of_experts,
+)
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,9 @@ class Family:
         heads_field: field holding the number of attention heads.
         kv_heads_field: field holding the number of key/value heads (grouped-query
             attention), or None when every head has its own.
-        ffn_field: field holding the FFN (intermediate) size; ``None`` in the config means 4x hidden.
+        ffn_field: field holding the FFN (intermediate) size.
+        ffn_optional: whether the FFN field may be null or absent, meaning 4x hidden (GPT-2's
+            ``n_inner``); elsewhere transformers' default would not be 4x hidden, so it is required.
     """
 
     task: str
@@ -41,12 +47,14 @@ class Family:
     heads_field: str
     kv_heads_field: str | None
     ffn_field: str
+    ffn_optional: bool = False
 
 
-_DECODER = dict(layers_field="num_hidden_layers", context_field="max_position_embeddings",
-                hidden_field="hidden_size", heads_field="num_attention_heads")
+_DECODER: dict[str, Any] = dict(layers_field="num_hidden_layers", context_field="max_position_embeddings",
+                                hidden_field="hidden_size", heads_field="num_attention_heads")
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family("causal-lm", "n_layer", "n_positions", "n_embd", "n_head", None, "n_inner"),
+    "gpt2": Family("causal-lm", "n_layer", "n_positions", "n_embd", "n_head", None, "n_inner",
+                   ffn_optional=True),
     "bert": Family("masked-lm", **_DECODER, kv_heads_field=None, ffn_field="intermediate_size"),
     "opt": Family("causal-lm", **_DECODER, kv_heads_field=None, ffn_field="ffn_dim"),
     "llama": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
@@ -67,7 +75,8 @@ class ModelSpec:
         source: where the hyperparameters come from.
 
     Raises:
-        ConfigError: unknown ``model_type``, a missing or non-positive layer count or sequence length.
+        ConfigError: a config :func:`validate_config` refuses; a sequence length that is not a
+            whole number >= 1 or exceeds the model's context length.
     """
 
     name: str
@@ -76,20 +85,14 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        cfg = self.config
-        model_type = cfg.get("model_type")
-        if family_of(model_type) is None:
-            raise ConfigError(
-                f"model {self.name!r}: unknown architecture model_type={model_type!r}; "
-                f"supported: {', '.join(sorted(FAMILIES))}"
-            )
-        layers = cfg.get(self.family.layers_field)
-        if not isinstance(layers, int) or layers <= 0:
-            raise ConfigError(
-                f"model {self.name!r}: {self.family.layers_field} must be a positive integer, got {layers!r}"
-            )
-        if self.seq_len <= 0:
-            raise ConfigError(f"model {self.name!r}: sequence length must be positive, got {self.seq_len}")
+        family = validate_config(f"model {self.name!r}", self.config)
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len <= 0:
+            raise ConfigError(f"model {self.name!r}: sequence length must be a whole number >= 1, "
+                              f"got {self.seq_len!r}")
+        context = self.config[family.context_field]
+        if self.seq_len > context:
+            raise ConfigError(f"model {self.name!r}: sequence length {self.seq_len} exceeds its context "
+                              f"length {context} ({family.context_field})")
 
     @property
     def config(self) -> dict[str, Any]:
@@ -180,6 +183,37 @@ def family_of(model_type: object) -> Family | None:
     return GENERIC_DECODER if model_type in CONFIG_MAPPING else None
 
 
+def validate_config(where: str, config: dict[str, Any], *, user_file: bool = False) -> Family:
+    """Check an HF config before transformers sees it; returns its family.
+
+    Args:
+        where: how to name the config in messages (its file, or ``model 'name'``).
+        config: the HF config fields.
+        user_file: for a user's file: also refuse a field that looks like a misspelling
+            (:func:`check_fields`), before the fields are checked, so that a misspelt field is
+            named rather than reported missing; and after them, what transformers' own config
+            refuses (:func:`~archplace.workload.config_checks.check_with_transformers`). Both
+            import torch, so the bundled presets skip them.
+
+    Raises:
+        ConfigError: a mixture-of-experts model, an unknown ``model_type``, a misspelt field,
+            or a field :func:`archplace.workload.config_checks.check_model_config` refuses.
+    """
+    refuse_mixture_of_experts(where, config)
+    model_type = config.get("model_type")
+    family = family_of(model_type)
+    if family is None:
+        raise ConfigError(
+            f"{where}: unknown architecture model_type={model_type!r}; supported: "
+            f"{', '.join(sorted(FAMILIES))} and other architectures transformers knows")
+    if user_file:
+        check_fields(where, config)
+    check_model_config(where, config, family)
+    if user_file:
+        check_with_transformers(where, config)
+    return family
+
+
 def check_fields(where: str, config: dict[str, Any]) -> None:
     """Refuse a config whose field looks like a misspelling of one its architecture defines.
 
@@ -207,10 +241,8 @@ def _canonical(config: dict[str, Any]) -> str:
 
 
 def _presets() -> dict[str, dict[str, Any]]:
-    text = resources.files("archplace.workload").joinpath("presets/models.yaml").read_text()
-    data = yaml.safe_load(text)
-    assert isinstance(data, dict)
-    return data
+    source = resources.files("archplace.workload").joinpath("presets/models.yaml")
+    return read_mapping(source, "model presets", syntax="yaml", label="presets/models.yaml")
 
 
 def model_preset_names() -> list[str]:
@@ -230,12 +262,21 @@ def model_preset_summaries() -> list[dict[str, Any]]:
     return out
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the OS refuses (too long, a NUL character)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """Load a bundled preset by name, or an HF ``config.json`` by path.
 
     Raises:
-        ConfigError: unknown preset (lists the valid ones), missing or malformed
-            file, unknown architecture.
+        ConfigError: unknown preset (lists the valid ones), a file
+            :func:`archplace.inputs.read_mapping` refuses, or a config :func:`validate_config`
+            refuses.
     """
     presets = _presets()
     if name_or_path in presets:
@@ -243,29 +284,13 @@ def load_model(name_or_path: str) -> ModelSpec:
         return ModelSpec(name_or_path, _canonical(entry["config"]), int(entry["seq_len"]),
                          str(entry.get("source", "")))
     path = Path(name_or_path)
-    if path.suffix != ".json" and not path.exists():
+    if path.suffix != ".json" and not _exists(path):
         raise ConfigError(
             f"unknown model {name_or_path!r}; choose a preset ({', '.join(sorted(presets))}) "
             "or give the path of a Hugging Face config.json"
         )
-    if not path.is_file():
-        raise ConfigError(f"model config file not found: {path}")
-    try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path}: expected a JSON object of config fields")
-    spec_type = config.get("model_type")
-    family = family_of(spec_type)
-    if family is None:
-        raise ConfigError(
-            f"{path}: unknown architecture model_type={spec_type!r}; supported: "
-            f"{', '.join(sorted(FAMILIES))} and other architectures transformers knows")
-    check_fields(str(path), config)
-    context = config.get(family.context_field)
-    seq_len = int(context) if isinstance(context, int) and context > 0 else 0
-    if seq_len <= 0:
-        raise ConfigError(f"{path}: {family.context_field} must be a positive integer, got {context!r}")
+    config = read_mapping(path, "model config", syntax="json", label=name_or_path)
+    family = validate_config(name_or_path, config, user_file=True)
+    seq_len = config[family.context_field]
     return ModelSpec(path.stem if path.stem != "config" else path.parent.name or "config",
                      _canonical(config), seq_len, str(path))

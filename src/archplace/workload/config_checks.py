@@ -1,0 +1,262 @@
+"""Checks of a Hugging Face model config before anything is built from it.
+
+transformers accepts many configs it then fails on deep inside a model's ``__init__`` (a
+hidden size the heads do not divide, a float where a count belongs, an unknown activation
+name), or silently builds something else (``"n_layer": true`` is the integer 1; Llama's
+head size is ``hidden // heads`` even when that leaves a remainder). These checks refuse
+them first, with one line naming the field:
+
+* counts (layers, hidden size, heads, key/value heads, FFN size, vocabulary, positions, and
+  ``head_dim``, ``word_embed_proj_dim``, ``type_vocab_size``, ``sliding_window`` when set)
+  are whole numbers >= 1: not booleans, not text, and not floats -- not even ``4.0``, which
+  torch refuses as a tensor size (``nn.Linear(4.0, 8)`` raises TypeError);
+* the heads divide the hidden size (unless the config sets ``head_dim``), the key/value heads
+  divide the heads;
+* the activation (``activation_function`` / ``hidden_act``) is a key of transformers'
+  ``ACT2FN``;
+* dropout probabilities are numbers in [0, 1] (torch's ``nn.Dropout`` rule), normalisation
+  epsilons are numbers >= 0;
+* every number anywhere is finite; ``pad_token_id`` (the embedding's padding row) is a token
+  of the vocabulary (``-vocab <= id < vocab``, as ``nn.Embedding`` requires);
+* the size stays within what archplace can trace and place: at most :data:`MAX_LAYERS`
+  blocks, :data:`MAX_POSITIONS` positions and about :data:`MAX_PARAMETERS` parameters;
+* mixture-of-experts configs are refused (:func:`refuse_mixture_of_experts`): their experts'
+  FLOP and memory would be lost by the dense cost model;
+* for a user's config.json, :func:`check_with_transformers` also builds transformers' own
+  config object (no model, no weights), which checks the types of every field it declares
+  (``"tie_word_embeddings": "x"``) and its cross-field rules (an odd RoPE head size), and
+  checks the RoPE type and base and the dtype name that only the model's construction would
+  trip on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from archplace.errors import ConfigError
+
+if TYPE_CHECKING:
+    from archplace.workload.zoo import Family
+
+MAX_LAYERS = 1_000
+"""Most transformer blocks accepted (the largest real models have about 200; GPT-3 has 96)."""
+
+MAX_POSITIONS = 2**24
+"""Most positions (context length, tokens) accepted: 16,777,216 (real models: up to ~10 M)."""
+
+MAX_PARAMETERS = 1e14
+"""Largest model accepted, parameters (estimated from the config; GPT-3 has 1.75e11)."""
+
+ACTIVATION_FIELDS = ("activation_function", "hidden_act")
+"""Fields naming the activation function, looked up in ``transformers.activations.ACT2FN``."""
+
+KNOWN_ACTIVATIONS = frozenset({
+    "gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
+    "gelu_pytorch_tanh", "hardswish", "laplace", "leaky_relu", "linear", "mish", "prelu", "quick_gelu",
+    "relu", "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "xielu"})
+"""The keys of ``ACT2FN`` in transformers 5.23 (tested to be keys of the installed one), so that a
+known name is accepted without importing transformers' activations, which imports torch
+(seconds); any other name is looked up in ``ACT2FN`` itself."""
+
+EXPERT_COUNT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+"""Fields holding the number of experts of a mixture-of-experts layer."""
+
+MOE_MODEL_TYPES = frozenset({"mixtral", "dbrx", "deepseek_v2", "deepseek_v3", "deepseek_v32",
+                             "deepseek_v4", "gpt_oss", "jamba", "llama4", "llama4_text",
+                             "switch_transformers", "nllb-moe"})
+"""HF ``model_type`` values of mixture-of-experts architectures (besides every ``*moe*`` one)."""
+
+_OPTIONAL_COUNTS = ("head_dim", "word_embed_proj_dim", "type_vocab_size", "sliding_window")
+_DROPOUT = re.compile(r"(dropout|pdrop|dropout_prob|dropout_rate)$")
+_EPSILON = re.compile(r"(^|_)(eps|epsilon)$")
+
+
+def show(value: object) -> str:
+    """``value`` as it is written in JSON (``true``, ``"12"``, ``4.5``, ``NaN``), cut to 60 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def count_field(where: str, config: Mapping[str, Any], field: str, *, required: bool = True) -> int | None:
+    """The whole number >= 1 in ``config[field]``; None when absent or null and not ``required``.
+
+    Raises:
+        ConfigError: absent or null when required; a boolean, text, a float (even 4.0) or a
+            number below 1.
+    """
+    value = config.get(field)
+    if value is None:
+        if required:
+            raise ConfigError(f"{where}: missing field {field!r} (a whole number >= 1)")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: field {field!r} must be a whole number >= 1, got {show(value)}")
+    return value
+
+
+def refuse_mixture_of_experts(where: str, config: Mapping[str, Any]) -> None:
+    """Refuse a mixture-of-experts config: experts > 1 in one of :data:`EXPERT_COUNT_FIELDS`,
+    ``num_experts_per_tok`` > 1, a ``moe_intermediate_size``, or a MoE ``model_type``.
+
+    Raises:
+        ConfigError: "mixture-of-experts models are not supported yet (config has ...)", or an
+            expert field that is not a whole number.
+    """
+    for field in (*EXPERT_COUNT_FIELDS, "num_experts_per_tok", "moe_intermediate_size"):
+        value = config.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{where}: field {field!r} must be a whole number >= 0, got {show(value)}")
+        if value > (0 if field == "moe_intermediate_size" else 1):
+            raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
+                              f"(config has {field}={value})")
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and ("moe" in model_type or model_type in MOE_MODEL_TYPES):
+        raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
+                          f"(config has model_type={model_type!r})")
+
+
+def check_model_config(where: str, config: Mapping[str, Any], family: Family) -> None:
+    """Refuse a config transformers would reject or build wrongly (see the module docstring).
+
+    Args:
+        where: how to name the config in messages (its file, or ``model 'name'``).
+        config: the HF config fields.
+        family: the field map of the config's ``model_type``.
+
+    Raises:
+        ConfigError: one line naming the first bad field and its value.
+    """
+    _finite_everywhere(where, config, "")
+    layers = count_field(where, config, family.layers_field)
+    assert layers is not None
+    if layers > MAX_LAYERS:
+        raise ConfigError(f"{where}: field {family.layers_field!r} is {show(layers)}; archplace accepts "
+                          f"at most {MAX_LAYERS:,} layers (the largest real models have about 200)")
+    hidden = count_field(where, config, family.hidden_field)
+    heads = count_field(where, config, family.heads_field)
+    vocab = count_field(where, config, "vocab_size")
+    positions = count_field(where, config, family.context_field)
+    ffn = count_field(where, config, family.ffn_field, required=not family.ffn_optional)
+    assert hidden is not None and heads is not None and vocab is not None and positions is not None
+    if positions > MAX_POSITIONS:
+        raise ConfigError(f"{where}: field {family.context_field!r} is {show(positions)}; archplace "
+                          f"accepts at most {MAX_POSITIONS:,} positions")
+    optional = {field: count_field(where, config, field, required=False) for field in _OPTIONAL_COUNTS}
+    if optional["head_dim"] is None and hidden % heads:
+        raise ConfigError(f"{where}: field {family.heads_field!r} ({heads}) must divide field "
+                          f"{family.hidden_field!r} ({hidden}), or set 'head_dim'")
+    if family.kv_heads_field is not None:
+        kv_heads = count_field(where, config, family.kv_heads_field, required=False)
+        if kv_heads is not None and heads % kv_heads:
+            raise ConfigError(f"{where}: field {family.kv_heads_field!r} ({kv_heads}) must divide field "
+                              f"{family.heads_field!r} ({heads})")
+    # exact integers: a count may have hundreds of digits, beyond float range
+    params = layers * (4 * hidden * hidden + 3 * hidden * (ffn or 4 * hidden)) + (vocab + positions) * hidden
+    if params > MAX_PARAMETERS:
+        raise ConfigError(f"{where}: the model would have about {Decimal(params):.3g} parameters "
+                          f"({layers:,} layers of hidden size {show(hidden)}); archplace accepts at most "
+                          f"{MAX_PARAMETERS:.0e}")
+    pad = config.get("pad_token_id")
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not -vocab <= pad < vocab):
+        raise ConfigError(f"{where}: field 'pad_token_id' must be a token id in [-{vocab}, {vocab}) (the "
+                          f"vocabulary), got {show(pad)}")
+    _check_activation(where, config)
+    _check_probabilities(where, config)
+
+
+def check_with_transformers(where: str, config: Mapping[str, Any]) -> None:
+    """Build transformers' config object from ``config`` (imports torch; no model is built) and
+    refuse what it refuses, then what only building the model would trip on: an unknown RoPE
+    type, a RoPE base that is not a positive number, a dtype name torch does not have.
+    transformers' warnings (e.g. a BOS id outside the vocabulary, which the model never uses)
+    are silenced here, so that stderr keeps to one line.
+
+    Raises:
+        ConfigError: transformers' message on one line, or the field at fault.
+    """
+    import warnings
+
+    import torch
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.utils import logging as hf_logging
+
+    for field in ("torch_dtype", "dtype"):
+        value = config.get(field)
+        if value is not None and value != "auto" and not (
+                isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
+            raise ConfigError(f"{where}: field {field!r} must name a torch dtype (e.g. \"bfloat16\"), "
+                              f"got {show(value)}")
+    fields = {key: value for key, value in config.items() if key != "model_type"}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf_config = AutoConfig.for_model(config["model_type"], **fields)
+    except Exception as exc:  # transformers raises many types (strict dataclass errors, ValueError ...)
+        raise ConfigError(f"{where}: transformers refuses the config: {' '.join(str(exc).split())}") \
+            from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    rope = getattr(hf_config, "rope_parameters", None)
+    if not isinstance(rope, Mapping):
+        return
+    named = next((f for f in ("rope_parameters", "rope_scaling") if config.get(f) is not None),
+                 "rope_parameters")
+    for params in [rope] if "rope_type" in rope else [v for v in rope.values() if isinstance(v, Mapping)]:
+        kind = params.get("rope_type")
+        if kind is not None and kind != "default" and kind not in ROPE_INIT_FUNCTIONS:
+            raise ConfigError(f"{where}: field {named!r} has an unknown RoPE type {show(kind)}; choose from: "
+                              f"default, {', '.join(sorted(ROPE_INIT_FUNCTIONS))}")
+        theta = params.get("rope_theta")
+        if theta is not None and (
+                isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0):
+            raise ConfigError(f"{where}: field 'rope_theta' must be a number > 0, got {show(theta)}")
+
+
+def _finite_everywhere(where: str, value: object, path: str) -> None:
+    """Every float in the (nested) config is finite; NaN and infinities are refused by path."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: field {path!r} must be a finite number, got {show(value)}")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _finite_everywhere(where, item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _finite_everywhere(where, item, f"{path}[{i}]")
+
+
+def _check_activation(where: str, config: Mapping[str, Any]) -> None:
+    for field in ACTIVATION_FIELDS:
+        value = config.get(field)
+        if value is None or (isinstance(value, str) and value in KNOWN_ACTIVATIONS):
+            continue
+        from transformers.activations import ACT2FN
+
+        if not isinstance(value, str) or value not in ACT2FN:
+            raise ConfigError(f"{where}: field {field!r} must name an activation transformers knows, got "
+                              f"{show(value)}; choose from: {', '.join(sorted(ACT2FN))}")
+
+
+def _check_probabilities(where: str, config: Mapping[str, Any]) -> None:
+    for field, value in config.items():
+        if value is None:
+            continue
+        if _DROPOUT.search(field):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ConfigError(f"{where}: field {field!r} must be a probability in [0, 1], "
+                                  f"got {show(value)}")
+        elif _EPSILON.search(field) and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+            raise ConfigError(f"{where}: field {field!r} must be a number >= 0, got {show(value)}")
