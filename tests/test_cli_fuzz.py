@@ -36,7 +36,7 @@ SLOW_EXAMPLES = 2000
 CASE_LIMIT_S = 120  # a case running longer than this counts as a hang
 # In the default run these options are always given (drawn like the others), so that a search
 # runs on the 2-design space in this process, not on the default 43-design space in a pool.
-FAST_ALWAYS = {("search",): {"--space", "--jobs"}}
+FAST_ALWAYS = {("search",): {"--space", "--jobs"}, ("estimate",): {"--model", "--hardware"}}
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "src" / "archplace" / "hardware" / "presets"
@@ -227,21 +227,17 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
 
 
 def _command_params() -> dict[tuple[str, ...], list[Any]]:
-    """Every (sub)command path of the CLI with its parameters (a group's own included)."""
+    """Every (sub)command path of the CLI with its parameters."""
     found: dict[tuple[str, ...], list[Any]] = {}
 
-    def walk(path: tuple[str, ...], command: Any, inherited: list[Any]) -> None:
-        params = inherited + list(command.params)
+    def walk(path: tuple[str, ...], command: Any) -> None:
         subcommands = getattr(command, "commands", None)
-        if subcommands:
-            if path and getattr(command, "invoke_without_command", False):
-                found[path] = params
-            for name, sub in subcommands.items():
-                walk((*path, name), sub, params if path else [])
-        else:
-            found[path] = params
+        if path and (not subcommands or getattr(command, "invoke_without_command", False)):
+            found[path] = list(command.params)  # a group's own options: the group run alone
+        for name, sub in (subcommands or {}).items():
+            walk((*path, name), sub)
 
-    walk((), typer.main.get_command(app), [])
+    walk((), typer.main.get_command(app))
     return found
 
 
