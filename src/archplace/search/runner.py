@@ -30,7 +30,7 @@ from archplace.search.bounds import DesignBound, design_bound
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
 from archplace.search.objective import Objective, rank, score
 from archplace.search.request import SearchRequest, SearchResult, request_identity
-from archplace.search.store import ResultStore
+from archplace.search.store import ResultStore, SearchLabel, request_key
 from archplace.search.strategy import Strategy, StrategyContext
 from archplace.workload.layers import LayerChain
 
@@ -130,11 +130,15 @@ class _Session:
         self.executor = executor
         self.store = store
         self.progress = progress
-        self.key = store.begin(request_identity(request)) if store is not None else ""
+        self.key = ""
         self.done: dict[str, DesignResult] = {}
         if store is not None:
-            finished = store.finished(self.key)
-            self.done = {name: DesignResult.from_dict(data) for name, data in finished.items()}
+            identity = request_identity(request)
+            self.key = request_key(identity)
+            self.done = store.finished(self.key)  # read (and checked) before the store is written
+            label = SearchLabel(tuple(m.name for m in request.models), request.objective,
+                                request.cluster.devices, request.global_batch)
+            store.begin(identity, label)
         self.results: dict[str, DesignResult] = {}
         self.pruned = 0
         self.best: DesignResult | None = None
