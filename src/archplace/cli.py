@@ -107,7 +107,8 @@ def search(
             with _search_progress(len(request.designs)) as advance:
                 outcomes.append(run_search(request, chosen, progress=advance, executor=pool,
                                            store=ResultStore(store) if store else None,
-                                           exact_top=exact_top, seed=seed, budget=trials))
+                                           exact_top=exact_top, seed=seed, budget=trials,
+                                           keep=max(top, exact_top)))
     err = Console(stderr=True)
     for result in outcomes:
         _stdout().print(search_table(result, top))
