@@ -107,7 +107,8 @@ def search(
             with _search_progress(len(request.designs)) as advance:
                 outcomes.append(run_search(request, chosen, progress=advance, executor=pool,
                                            store=ResultStore(store) if store else None,
-                                           exact_top=exact_top, seed=seed, budget=trials))
+                                           exact_top=exact_top, seed=seed, budget=trials,
+                                           keep=max(top, exact_top)))
     err = Console(stderr=True)
     for result in outcomes:
         _stdout().print(search_table(result, top))
@@ -144,10 +145,11 @@ def _check_plot(path: Path) -> None:
                              f"choose from: {', '.join(sorted(formats))}")
 
 
-def _draw(source: SearchResult | Path, path: Path) -> None:
+def _draw(source: SearchResult | Path, path: Path, search: str | None = None) -> None:
     """:func:`api.plot_design_space`, with a one-line error when the file cannot be written."""
     try:
-        api.plot_design_space(source if isinstance(source, SearchResult) else str(source), path)
+        api.plot_design_space(source if isinstance(source, SearchResult) else str(source), path,
+                              search=search)
     except (OSError, ValueError) as exc:  # ValueError: a suffix matplotlib cannot write
         raise ArchplaceError(f"--plot {path}: cannot write ({exc})") from None
 
@@ -181,26 +183,35 @@ def _stdout() -> Console:
 
 @app.command()
 def results(
-    store: Annotated[Path, typer.Argument(help="Result store written by search --store.")],
-    top: Annotated[int, typer.Option(help="Rows to show.")] = 10,
+    store: Annotated[Path, typer.Argument(help="Result store written by search --store (only read).")],
+    top: Annotated[int, typer.Option(help="Rows to show per search.")] = 10,
+    search_id: Annotated[str | None, typer.Option(
+        "--search", help="Only the search whose id (the search column) starts with this.")] = None,
     csv: Annotated[Path | None, typer.Option(help="Also write every row as CSV here.")] = None,
     plot: Annotated[Path | None, typer.Option(
-        help="Draw samples/s against area and TDP of every stored design (PNG, SVG or PDF).")] = None,
+        help="Draw samples/s against area and TDP of every design of the search (PNG, SVG or PDF).")] = None,
 ) -> None:
-    """Show the results in a search store, best first."""
+    """Show the results in a search store: each search's designs, best first by its objective."""
     if top <= 0:
         raise ArchplaceError(f"--top must be positive, got {top}")
+    for path, option in ((csv, "--csv"), (plot, "--plot")):
+        if path is not None and path.resolve() == store.resolve():
+            raise ArchplaceError(f"{option} {path}: that is the result store, which results only reads")
     if csv is not None:
         check_output(csv, "--csv")
     if plot is not None:
         _check_plot(plot)
-    rows = api.results(str(store))
-    _stdout().print(results_table(rows[:top], str(store)))
+    rows = api.results(store, search=search_id)
+    searches = list(dict.fromkeys(row.search for row in rows))
+    if plot is not None and len(searches) > 1:
+        raise ArchplaceError(f"--plot draws one search, and {store} holds {len(searches)} "
+                             f"({', '.join(s.short_id for s in searches)}): choose one with --search ID")
+    _stdout().print(results_table(rows, str(store), top))
     if csv is not None:
         write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))
         Console(stderr=True).print(f"wrote {csv}")
     if plot is not None:
-        _draw(store, plot)
+        _draw(store, plot, search=search_id)
         Console(stderr=True).print(f"wrote {plot}")
 
 

@@ -3,14 +3,19 @@ honest optimality and bounds, time-outs without exceptions."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
 from schedule_helpers import TOL, F, T, V, optimum_s, problems, validate
 
 from archplace.errors import ConfigError
-from archplace.schedule.base import SolveOptions, TickScale
+from archplace.schedule.base import ScheduleResult, SolveOptions, TickScale
 from archplace.schedule.bounds import heads_tails_s, lower_bound_s
 from archplace.schedule.cpsat import CpSatScheduler, auto_workers, chains
 from archplace.schedule.list_scheduler import list_schedule
@@ -123,3 +128,67 @@ def test_options_are_checked() -> None:
         with pytest.raises(ConfigError):
             SolveOptions(**bad)  # type: ignore[arg-type]
     assert auto_workers(3) == 3 and auto_workers(0) >= 4
+
+
+def layered(seed: int, n: int = 40) -> ScheduleProblem:
+    """A random layer-like DAG (matmuls 4x the vector ops, "all" mode 1.5-4x faster) that CP-SAT
+    does not prove optimal in a few tenths of a second on 4 tensor and 2 vector cores."""
+    rng = random.Random(seed)
+    ops = []
+    for i in range(n):
+        kind = T if rng.random() < 0.4 else V
+        single = rng.choice([1, 2, 3, 5, 8]) * (4 if kind is T else 1) + rng.random()
+        all_s = single / rng.choice([1.5, 2, 4])
+        preds = {p for p in (i - 1 - rng.randrange(4), i - 2 - rng.randrange(6))
+                 if p >= 0 and rng.random() < 0.8}
+        ops.append(SchedOp(i, kind, single, all_s, tuple(sorted(preds))))
+    return ScheduleProblem(tuple(ops), 4, 2)
+
+
+def fingerprint(result: ScheduleResult) -> tuple[object, ...]:
+    return (result.makespan_s, result.lower_bound_s, result.optimal,
+            tuple((o.start_s, o.mode, o.core) for o in result.schedule.ops))
+
+
+@contextmanager
+def busy_cpu() -> Iterator[None]:
+    """Load the machine with a spinning thread while the body runs."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.parametrize(("workers", "seed", "work", "less"), [
+    (1, 2, 0.03, 0.01),  # how the search re-evaluates its best designs
+    pytest.param(2, 9, 0.06, 0.03, marks=pytest.mark.slow),  # interleaved workers
+])
+def test_a_deterministic_time_limit_gives_the_same_answer_under_any_load(workers: int, seed: int, work: float,
+                                                                         less: float) -> None:
+    problem = layered(seed)
+    # a wall-clock limit of 1 ms is ignored: only the work limit stops CP-SAT
+    options = SolveOptions(workers=workers, deterministic_time=work, time_limit_s=1e-3)
+    quiet = CpSatScheduler().solve(problem, options)
+    with busy_cpu():
+        loaded = CpSatScheduler().solve(problem, options)
+    validate(problem, quiet.schedule)
+    assert fingerprint(quiet) == fingerprint(loaded)
+    # the limit is what stops the search (not a proof of optimality any run would reach)
+    shorter = CpSatScheduler().solve(problem, dataclasses.replace(options, deterministic_time=less))
+    assert not quiet.optimal and fingerprint(shorter) != fingerprint(quiet)
+
+
+def test_deterministic_time_is_checked() -> None:
+    for bad in (0.0, -1.0, math.nan, math.inf, True, "1"):
+        with pytest.raises(ConfigError, match="deterministic_time must be a positive number"):
+            SolveOptions(deterministic_time=bad)  # type: ignore[arg-type]
+    assert SolveOptions(deterministic_time=2).deterministic_time == 2

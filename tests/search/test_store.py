@@ -15,7 +15,6 @@ import pytest
 
 from archplace import api
 from archplace.cli import main
-from archplace.search.store import ResultStore
 
 SPACE = """\
 base: tpuv4
@@ -77,8 +76,7 @@ def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         sorted(r["accelerator"]["name"] for r in fresh["evaluated"])
     capsys.readouterr()
 
-    code_rows = ResultStore(db).top()
-    assert next(iter(code_rows)).design == fresh["best"]["accelerator"]["name"]
+    assert api.results(db)[0].design == fresh["best"]["accelerator"]["name"]
     with pytest.raises(SystemExit) as exc:
         main(["results", str(db), "--top", "3", "--csv", str(tmp_path / "r.csv")])
     out = capsys.readouterr().out
@@ -106,12 +104,3 @@ def test_local_and_dask_give_identical_stores(tmp_path: Path) -> None:
 
     assert content(local) == content(dask) and len(content(local)) == 16
 
-
-def test_results_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for path, message in ((tmp_path / "none.db", "not found"), (tmp_path / "bad.db", "not a usable")):
-        if message == "not a usable":
-            path.write_text("this is not sqlite, just text " * 20)
-        with pytest.raises(SystemExit) as exc:
-            main(["results", str(path)])
-        err = capsys.readouterr().err
-        assert exc.value.code == 2 and message in err and len(err.strip().splitlines()) == 1

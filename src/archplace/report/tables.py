@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from typing import IO, Any
 
 from rich.table import Table
@@ -101,47 +102,92 @@ def hardware_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def _flat(row: StoredResult) -> dict[str, Any]:
-    acc, plan = row.result["accelerator"], row.result.get("plan") or {}
-    return {"design": row.design, "feasible": row.feasible, "area_mm2": row.area_mm2,
-            "throughput_samples_per_s": row.throughput_samples_per_s, "mfu": row.result.get("mfu"),
-            "tdp_w": row.result.get("tdp_w"), "throughput_per_watt": row.result.get("throughput_per_watt"),
-            "iteration_time_s": row.result.get("iteration_time_s"),
-            "tensor_cores": acc["tensor_cores"], "array_rows": acc["array_rows"],
-            "array_cols": acc["array_cols"], "vector_cores": acc["vector_cores"],
-            "vector_lanes": acc["vector_lanes"], "buffer_bytes": acc["buffer_bytes"],
-            "hbm_bytes": acc["hbm_bytes"], "tp": plan.get("tp"), "pp": plan.get("pp"), "dp": plan.get("dp"),
-            "micro_batch": plan.get("micro_batch"), "recompute": plan.get("recompute"),
-            "infeasible_reason": row.result.get("infeasible_reason")}
+def _per_model(values: list[Any]) -> Any:
+    """One model's value as is; several models' values joined in model order; None for none."""
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else " | ".join(str(v) for v in values)
 
 
-def _maybe(value: float | None, spec: str) -> str:
-    """``value`` formatted, or empty when a stored row lacks it."""
-    return "" if value is None else format(value, spec)
+def _flat(row: StoredResult, rank: int) -> dict[str, Any]:
+    """A stored result as one CSV row: its search, its rank in it, the chip, the plan, the figures
+    (plan fields per model in model order when the search had several)."""
+    r = row.outcome
+    acc = r.accelerator
+    bests = [c.best for c in (r.components or (r,)) if c.best is not None] if r.best is not None else []
+    plans = [b.plan for b in bests]
+    label = row.search.label
+    return {"search": row.search.short_id, "models": ", ".join(label.models),
+            "objective": label.objective.value, "rank": rank, "design": row.design,
+            "feasible": row.feasible, "area_mm2": row.area_mm2,
+            "throughput_samples_per_s": row.throughput_samples_per_s,
+            "mfu": geomean([b.mfu for b in bests]) if bests else 0.0, "tdp_w": r.tdp_w,
+            "throughput_per_watt": r.throughput_per_watt,
+            "iteration_time_s": _per_model([b.iteration_time_s for b in bests]),
+            "tensor_cores": acc.tensor_cores, "array_rows": acc.array_rows, "array_cols": acc.array_cols,
+            "vector_cores": acc.vector_cores, "vector_lanes": acc.vector_lanes,
+            "buffer_bytes": acc.buffer_bytes, "hbm_bytes": acc.hbm_bytes,
+            "tp": _per_model([p.tp for p in plans]), "pp": _per_model([p.pp for p in plans]),
+            "dp": _per_model([p.dp for p in plans]),
+            "micro_batch": _per_model([p.micro_batch for p in plans]),
+            "recompute": _per_model([p.recompute.value for p in plans]),
+            "infeasible_reason": r.infeasible_reason}
 
 
-def results_table(rows: list[StoredResult], title: str) -> Table:
-    """Stored search results: design, area, TDP, plan, samples/s, samples/s/W, MFU."""
+def _ranked(rows: list[StoredResult]) -> list[tuple[int, StoredResult]]:
+    """Each row with its rank in its search (rows come search by search, each best first)."""
+    seen: dict[str, int] = {}
+    out = []
+    for row in rows:
+        seen[row.search.key] = seen.get(row.search.key, 0) + 1
+        out.append((seen[row.search.key], row))
+    return out
+
+
+def results_table(rows: list[StoredResult], title: str, top: int | None = None) -> Table:
+    """Stored results in the order of :func:`archplace.api.results` (search by search, each best
+    first), at most ``top`` per search: rank, search (id and models), design, area, TDP, plan,
+    samples/s, samples/s/W, MFU; the caption describes each search."""
     table = Table(title=title)
-    for name in ("#", "design", "area mm²", "TDP W", "tp/pp/dp", "micro-batch", "recompute", "samples/s",
-                 "samples/s/W", "MFU"):
-        table.add_column(name, justify="left" if name == "design" else "right")
-    for i, row in enumerate(rows, 1):
-        f = _flat(row)
-        chip = [str(i), row.design, f"{row.area_mm2:.1f}", _maybe(f["tdp_w"], ".0f")]
-        if not row.feasible:
+    for name in ("#", "search", "design", "area mm²", "TDP W", "tp/pp/dp", "micro-batch", "recompute",
+                 "samples/s", "samples/s/W", "MFU"):
+        table.add_column(name, justify="left" if name in ("search", "design") else "right",
+                         no_wrap=name == "design")
+    ranked = _ranked(rows)
+    counts = Counter(row.search.key for row in rows)
+    captions: list[str] = []
+    for rank, row in ranked:
+        search = row.search
+        if rank == 1:
+            if captions:
+                table.add_section()
+            label = search.label
+            captions.append(f"search {search.short_id}: {', '.join(label.models)} on {label.devices} "
+                            f"devices, global batch {label.global_batch}, ranked by {label.objective.value} "
+                            f"({counts[search.key]} designs stored)")
+        if top is not None and rank > top:
+            continue
+        r = row.outcome
+        chip = [str(rank), f"{search.short_id} {', '.join(search.label.models)}", row.design,
+                f"{row.area_mm2:.1f}", f"{r.tdp_w:.0f}"]
+        if r.best is None:
             table.add_row(*chip, "infeasible", "", "", "0", "0", "")
             continue
-        table.add_row(*chip, f"{f['tp']}/{f['pp']}/{f['dp']}", str(f["micro_batch"]), str(f["recompute"]),
-                      f"{row.throughput_samples_per_s:,.1f}", _maybe(f["throughput_per_watt"], ".3g"),
-                      f"{f['mfu']:.1%}")
+        bests = [c.best for c in (r.components or (r,)) if c.best is not None]
+        plans = [b.plan for b in bests]
+        table.add_row(*chip, " | ".join(f"{p.tp}/{p.pp}/{p.dp}" for p in plans),
+                      " | ".join(str(p.micro_batch) for p in plans),
+                      " | ".join(p.recompute.value for p in plans),
+                      f"{row.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}",
+                      f"{geomean([b.mfu for b in bests]):.1%}")
+    table.caption = "\n".join(captions)
     return table
 
 
 def write_results_csv(rows: list[StoredResult], handle: IO[str]) -> None:
-    """Every stored result as one CSV row (chip fields, plan, figures), to a text file opened
-    with ``newline=""``."""
-    flat = [_flat(row) for row in rows]
-    writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["design"])
+    """Every stored result as one CSV row (search, rank in it, chip fields, plan, figures), in the
+    order of :func:`archplace.api.results`, to a text file opened with ``newline=""``."""
+    flat = [_flat(row, rank) for rank, row in _ranked(rows)]
+    writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["search", "rank", "design"])
     writer.writeheader()
     writer.writerows(flat)

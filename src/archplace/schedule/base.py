@@ -32,7 +32,8 @@ class SolveOptions:
 
     Attributes:
         time_limit_s: wall-clock limit of the solver, seconds (> 0).  On time-out an
-            exact backend returns its best schedule with ``optimal=False``.
+            exact backend returns its best schedule with ``optimal=False``.  Not used by
+            CP-SAT when ``deterministic_time`` is given.
         seed: random seed of the solver.
         workers: solver threads; 0 = automatic (CP-SAT: max(4, CPU count), see
             :mod:`archplace.schedule.cpsat`; HiGHS and Gurobi: their default).
@@ -40,16 +41,24 @@ class SolveOptions:
             time scale of the exact backends (module docstring), >= 16.  With 2^20 the
             rounding costs < 0.01 % of the bound on transformer blocks, and proofs were
             as fast as with 2^16 (measured on 6 backward blocks, 12 seeds each).
+        deterministic_time: CP-SAT only: a limit on the solver's work instead of the wall
+            clock (its ``max_deterministic_time``, in CP-SAT's deterministic seconds: a count
+            of work that is about a second of one core, whatever the machine's load), > 0, or
+            None (the default) for the wall-clock ``time_limit_s``.  With it CP-SAT's answer
+            depends only on the problem, the seed and ``workers`` (several workers then
+            interleave their search deterministically), never on load
+            (:mod:`archplace.schedule.cpsat`).  The other backends ignore it.
 
     Raises:
-        ConfigError: a non-positive or non-finite time limit, negative workers, a
-            resolution below 16.
+        ConfigError: a non-positive or non-finite time limit or deterministic time, negative
+            workers, a resolution below 16.
     """
 
     time_limit_s: float = 10.0
     seed: int = 0
     workers: int = 0
     resolution: int = 1 << 20
+    deterministic_time: float | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.time_limit_s, int | float) and math.isfinite(self.time_limit_s)
@@ -63,6 +72,11 @@ class SolveOptions:
         if (isinstance(self.resolution, bool) or not isinstance(self.resolution, int)
                 or self.resolution < 16):
             raise ConfigError(f"resolution must be a whole number >= 16, got {self.resolution!r}")
+        work = self.deterministic_time
+        if work is not None and not (isinstance(work, int | float) and not isinstance(work, bool)
+                                     and math.isfinite(work) and work > 0):
+            raise ConfigError(f"deterministic_time must be a positive number of CP-SAT's deterministic "
+                              f"seconds or None, got {work!r}")
 
 
 @dataclass(frozen=True, slots=True)

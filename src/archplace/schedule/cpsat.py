@@ -42,6 +42,12 @@ where without them CP-SAT needs seconds to minutes instead of ~0.1 s):
 CP-SAT runs with the overload checker and timetable edge finding in its
 cumulative propagators (on llama2-7b's backward block this cut the worst of 20
 solves from seconds to ~0.1 s) and, by default, max(4, CPU count) workers.
+It stops at the wall-clock ``SolveOptions.time_limit_s``, or, when
+``SolveOptions.deterministic_time`` is given, at that much of CP-SAT's
+deterministic time (a count of work) with no clock at all: then, for a fixed
+seed and number of workers (several workers interleaved deterministically,
+``interleave_search``), the answer is the same on any load (the search's
+re-evaluation of its best designs runs this way).
 The list schedule is the hint (a complete feasible solution).  After the solve
 the start order and modes are replayed by
 :func:`~archplace.schedule.timeline.serial_schedule` with the true latencies,
@@ -195,7 +201,8 @@ class CpSatScheduler:
     name = "cpsat"
 
     def solve(self, problem: ScheduleProblem, options: SolveOptions) -> ScheduleResult:
-        """Schedule ``problem`` optimally, or as well as ``options.time_limit_s`` allows.
+        """Schedule ``problem`` optimally, or as well as ``options.time_limit_s`` (or
+        ``options.deterministic_time``, a reproducible work limit) allows.
 
         Raises:
             SolverError: CP-SAT reports the model invalid or infeasible (a bug: the hint
@@ -209,10 +216,15 @@ class CpSatScheduler:
         built = _Model(scale.problem, upper, min(scale.lower_bound_ticks(), upper))
         built.hint(scale.upper)
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(
-            1e-3, options.time_limit_s - (time.perf_counter() - started))
+        workers = auto_workers(options.workers)
+        if options.deterministic_time is None:
+            solver.parameters.max_time_in_seconds = max(
+                1e-3, options.time_limit_s - (time.perf_counter() - started))
+        else:  # a reproducible run: a work limit, no clock, workers interleaved deterministically
+            solver.parameters.max_deterministic_time = options.deterministic_time
+            solver.parameters.interleave_search = workers > 1
         solver.parameters.random_seed = options.seed
-        solver.parameters.num_workers = auto_workers(options.workers)
+        solver.parameters.num_workers = workers
         solver.parameters.use_overload_checker_in_cumulative = True
         solver.parameters.use_timetable_edge_finding_in_cumulative = True
         status = solver.solve(built.model)

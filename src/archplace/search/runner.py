@@ -6,6 +6,10 @@ their layer schedules), the SQLite store (each finished design is written at onc
 re-run reads finished designs back instead of evaluating them), the bounds used for pruning,
 the re-timing of a plan on another design (``pace``, for WHAM's moves), the progress reports,
 the baseline design and the CP-SAT re-evaluation of the reported designs.
+
+Nothing a search returns depends on the executor, its number of workers or the machine's load:
+strategies decide from whole batches of results (in input order), and the CP-SAT re-evaluation
+stops at a work limit (:data:`EXACT_WORK_LIMIT`), not at a wall-clock time.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.cost.model import SystolicCostModel
+from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.costs import CostKey, costs_by_key, list_makespan_s
@@ -30,7 +35,7 @@ from archplace.search.bounds import DesignBound, design_bound
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
 from archplace.search.objective import Objective, rank, score
 from archplace.search.request import SearchRequest, SearchResult, request_identity
-from archplace.search.store import ResultStore
+from archplace.search.store import ResultStore, SearchLabel, request_key
 from archplace.search.strategy import Strategy, StrategyContext
 from archplace.workload.layers import LayerChain
 
@@ -39,8 +44,16 @@ log = logging.getLogger(__name__)
 Chains = Mapping[str, Mapping[CostKey, LayerChain]]
 """Layer chains by model name, then by (tp, micro_batch, sp)."""
 
-EXACT_TIME_LIMIT_S = 2.0
-"""CP-SAT time limit per layer graph when re-evaluating reported designs exactly."""
+EXACT_WORK_LIMIT = 0.25
+"""CP-SAT's deterministic time limit per layer graph when re-evaluating the reported designs
+exactly (:class:`~archplace.schedule.base.SolveOptions` ``deterministic_time``).  A work limit,
+not a time limit, so the figures do not depend on the machine's load; one CP-SAT worker per solve.
+Its wall-clock cost varies by problem: on the hardest layer graphs of gpt2-xl and llama2-7b
+searches (2 to 16 tensor cores, a loaded 2-core machine) 0.4 to 2.5 s, where 0.5 took up to 18 s
+(and gained at most 4 % of the makespan, on llama2-7b's backward block)."""
+
+EXACT_OPTIONS = SolveOptions(workers=1, deterministic_time=EXACT_WORK_LIMIT)
+"""How the re-evaluation runs CP-SAT (seed 0)."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +81,9 @@ Progress = Callable[[Tick], None]
 
 
 def exact_makespan_s(problem: ScheduleProblem) -> float:
-    """Makespan of CP-SAT's schedule (proven optimal unless the time limit stops it), never worse
-    than the list schedule's."""
-    exact = solve_problem(problem, "cpsat", SolveOptions(time_limit_s=EXACT_TIME_LIMIT_S, workers=1))
+    """Makespan of CP-SAT's schedule (proven optimal unless the work limit stops it), never worse
+    than the list schedule's; the same on any load (:data:`EXACT_OPTIONS`)."""
+    exact = solve_problem(problem, "cpsat", EXACT_OPTIONS)
     return min(exact.makespan_s, list_makespan_s(problem))
 
 
@@ -86,6 +99,12 @@ def _evaluate_task(accs: list[Accelerator], chains: Chains, cluster: Cluster, gl
     named = [[dataclasses.replace(r, model=name) for r in results]
              for name, results in zip(chains, per_model, strict=True)]
     return [DesignResult.combine(parts) for parts in zip(*named, strict=True)]
+
+
+def _exact_task(items: list[tuple[Accelerator, Chains]], cluster: Cluster, global_batch: int,
+                space: PlanSpace) -> list[DesignResult]:
+    """Designs re-evaluated with CP-SAT layer schedules, each with the chains of its best plans."""
+    return [_evaluate_task([acc], chains, cluster, global_batch, space, True)[0] for acc, chains in items]
 
 
 def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster) -> list[list[DesignBound]]:
@@ -130,11 +149,15 @@ class _Session:
         self.executor = executor
         self.store = store
         self.progress = progress
-        self.key = store.begin(request_identity(request)) if store is not None else ""
+        self.key = ""
         self.done: dict[str, DesignResult] = {}
         if store is not None:
-            finished = store.finished(self.key)
-            self.done = {name: DesignResult.from_dict(data) for name, data in finished.items()}
+            identity = request_identity(request)
+            self.key = request_key(identity)
+            self.done = store.finished(self.key)  # read (and checked) before the store is written
+            label = SearchLabel(tuple(m.name for m in request.models), request.objective,
+                                request.cluster.devices, request.global_batch)
+            store.begin(identity, label)
         self.results: dict[str, DesignResult] = {}
         self.pruned = 0
         self.best: DesignResult | None = None
@@ -143,7 +166,8 @@ class _Session:
     def _run(self, fn: Callable[..., list[Any]], batches: Sequence[list[Any]], *args: object
              ) -> Iterator[tuple[list[Any], list[Any]]]:
         """``fn(batch, *args)`` for each batch, on the executor; yields (batch, result) as each
-        finishes, so results are stored before the next one is waited for."""
+        finishes, so results are stored before the next one is waited for.  Callers must not let
+        the finishing order matter (they collect every batch before deciding anything)."""
         if self.executor is None:
             for batch in batches:
                 yield batch, fn(batch, *args)
@@ -201,6 +225,17 @@ class _Session:
             self.tick()
         return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]
 
+    def exact(self, results: Sequence[DesignResult]) -> list[DesignResult]:
+        """``results`` re-evaluated with CP-SAT layer schedules for each model's best plan's
+        (tp, micro-batch, SP) key, on the executor (one design per task), in input order."""
+        req = self.request
+        batches = [[(r.accelerator, _plan_chains(r, self.chains))] for r in results]
+        found: dict[int, DesignResult] = {}
+        for batch, (result,) in self._run(_exact_task, batches, req.cluster, req.global_batch,
+                                          req.plan_space):
+            found[id(batch)] = result
+        return [found[id(batch)] for batch in batches]
+
     def pace(self, pairs: Sequence[tuple[Accelerator, DesignResult]]) -> list[float | None]:
         """Strategy callback: for each (design, result), the pace of the result's best plan run on
         the design (its slowest pipeline segment per micro-batch, s; geometric mean over the
@@ -241,7 +276,8 @@ def model_chains(request: SearchRequest) -> dict[str, dict[CostKey, LayerChain]]
 
 def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress | None = None,
                executor: Executor | None = None, store: ResultStore | None = None,
-               exact_top: int = 0, seed: int = 0, budget: int | None = None) -> SearchResult:
+               exact_top: int = 0, seed: int = 0, budget: int | None = None,
+               keep: int | None = None) -> SearchResult:
     """Explore ``request``'s designs with ``strategy``.
 
     Args:
@@ -253,18 +289,29 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
             the store for the same request are read back instead of evaluated.
         exact_top: re-evaluate the best this-many designs with CP-SAT layer schedules (for the
             TP width, micro-batch and SP setting of each one's best plan; the rest of the plan
-            is searched again).
+            is searched again), each layer graph with CP-SAT's work limit
+            :data:`EXACT_WORK_LIMIT`, so the figures do not depend on the load.
         seed: random seed of stochastic strategies.
         budget: the most designs the strategy may evaluate (None: its default).
+        keep: how many of the best designs must be exactly the best of the space, in order (the
+            rows a caller shows; the pruned exhaustive strategy proves that many); default
+            ``max(1, exact_top)``.
 
     Raises:
-        ConfigError, ExtractionError: bad model or options.
+        ConfigError, ExtractionError: bad model or options, a negative ``exact_top``, ``keep``
+            below 1, a store that is not a result store.
     """
+    if isinstance(exact_top, bool) or not isinstance(exact_top, int) or exact_top < 0:
+        raise ConfigError(f"exact_top must be a whole number >= 0, got {exact_top!r}")
+    keep = max(1, exact_top) if keep is None else keep
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ConfigError(f"keep must be a whole number >= 1, got {keep!r}")
     chains = model_chains(request)
     session = _Session(request, chains, executor, store, progress)
     context = StrategyContext(designs=request.designs, objective=request.objective, evaluate=session.evaluate,
                               score=lambda r: score(r, request.objective), seed=seed, budget=budget,
-                              bounds=session.bounds, parallelism=_parallelism(executor), pace=session.pace)
+                              bounds=session.bounds, parallelism=_parallelism(executor), pace=session.pace,
+                              keep=keep)
     outcome = strategy.run(context)
     session.pruned = outcome.pruned
     session.tick()
@@ -276,10 +323,7 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
                                   request.plan_space, False)[0]
     exact: tuple[DesignResult, ...] = ()
     if exact_top > 0:
-        top = [r for r in ranked[:exact_top] if r.best is not None]
-        found = [_evaluate_task([r.accelerator], _plan_chains(r, chains), request.cluster,
-                                request.global_batch, request.plan_space, True)[0] for r in top]
-        exact = rank(found, request.objective)
+        exact = rank(session.exact([r for r in ranked[:exact_top] if r.best is not None]), request.objective)
     return SearchResult(ranked, ", ".join(m.name for m in request.models), request.cluster.devices,
                         request.global_batch, request.objective, baseline, strategy.name,
                         len(request.designs), outcome.pruned, outcome.note, exact, request.plan_space.fuse)

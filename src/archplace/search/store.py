@@ -1,132 +1,397 @@
-"""SQLite store of a search: one row per evaluated design, written as each finishes.
+"""SQLite store of searches: one row per evaluated design, written as each finishes.
 
-A search is identified by a key derived from its request (model, designs,
-cluster, batch, options), so re-running the same command against the same
-store resumes it: finished designs are read back, not evaluated again.
-Each row is committed on its own, so a killed search loses at most the
-evaluations that were still running.
+A search is identified by a key derived from its request (model, designs, cluster, batch,
+options: :func:`archplace.search.request.request_identity`), so re-running the same command
+against the same store resumes it: finished designs are read back, not evaluated again.  Each
+row is committed on its own, so a killed search loses at most the evaluations still running.
+A store holds any number of searches; each is shown by the first :data:`SHORT_ID` hex digits of
+its key, its models and the objective of its latest run.
+
+The file says that it is a store: SQLite's ``application_id`` is :data:`APPLICATION_ID` and its
+``user_version`` the schema version :data:`SCHEMA_VERSION` (both read from the 100-byte file
+header, without SQLite, before anything is opened).  A search writes only to a file that is
+missing or empty (0 bytes; it is then initialised, in one transaction) or that is a store of
+this schema version passing SQLite's ``quick_check``; anything else -- text, another
+application's database, another schema version, a truncated or corrupt database -- is refused
+with a :class:`~archplace.errors.ConfigError` before a byte is written.  Readers
+(``read_only=True``, ``archplace results``) open the file read-only and never create it.  Every
+row read is checked: its result JSON must parse into a
+:class:`~archplace.search.evaluate.DesignResult` that agrees with the row's columns.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.errors import ArchplaceError, ConfigError
+from archplace.search.evaluate import DesignResult
+from archplace.search.objective import Objective
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS searches (
-    key TEXT PRIMARY KEY,
-    request TEXT NOT NULL,
-    created REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS results (
-    search TEXT NOT NULL REFERENCES searches(key),
-    design TEXT NOT NULL,
-    throughput_samples_per_s REAL NOT NULL,
-    area_mm2 REAL NOT NULL,
-    feasible INTEGER NOT NULL,
-    result TEXT NOT NULL,
-    finished REAL NOT NULL,
-    PRIMARY KEY (search, design)
-);
-"""
+APPLICATION_ID = 0x41504C43
+"""SQLite ``application_id`` of a result store ("APLC")."""
+
+SCHEMA_VERSION = 1
+"""SQLite ``user_version`` of the stores this module reads and writes (0: the unversioned
+stores of archplace before the version was recorded)."""
+
+SHORT_ID = 8
+"""Hex digits of a search's key shown as its id."""
+
+_MAGIC = b"SQLite format 3\x00"
+_READONLY_ROLLBACK = 776  # SQLITE_READONLY_ROLLBACK: a hot journal that a read-only connection cannot replay
+_COLUMNS = {
+    "searches": ("key", "request", "models", "objective", "devices", "global_batch", "created"),
+    "results": ("search", "design", "throughput_samples_per_s", "area_mm2", "feasible", "result", "finished"),
+}
+_SCHEMA = (
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+    """CREATE TABLE searches (
+        key TEXT PRIMARY KEY,
+        request TEXT NOT NULL,
+        models TEXT NOT NULL,
+        objective TEXT NOT NULL,
+        devices INTEGER NOT NULL,
+        global_batch INTEGER NOT NULL,
+        created REAL NOT NULL
+    )""",
+    """CREATE TABLE results (
+        search TEXT NOT NULL REFERENCES searches(key),
+        design TEXT NOT NULL,
+        throughput_samples_per_s REAL NOT NULL,
+        area_mm2 REAL NOT NULL,
+        feasible INTEGER NOT NULL,
+        result TEXT NOT NULL,
+        finished REAL NOT NULL,
+        PRIMARY KEY (search, design)
+    )""",
+)
 
 
 def request_key(request: dict[str, Any]) -> str:
-    """Stable identifier of a search request (canonical JSON, SHA-256)."""
-    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:32]
+    """Stable identifier of a search request (canonical JSON, SHA-256, 32 hex digits)."""
+    return hashlib.sha256(_canonical(request).encode()).hexdigest()[:32]
+
+
+def _canonical(request: dict[str, Any]) -> str:
+    return json.dumps(request, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class SearchLabel:
+    """How a search is shown: its models, objective, devices and global batch (samples)."""
+
+    models: tuple[str, ...]
+    objective: Objective
+    devices: int
+    global_batch: int
+
+
+@dataclass(frozen=True)
+class StoredSearch:
+    """One search of a store: its key (32 hex digits), label and creation time (Unix s)."""
+
+    key: str
+    label: SearchLabel
+    created: float
+
+    @property
+    def short_id(self) -> str:
+        """The first :data:`SHORT_ID` hex digits of the key (what ``archplace results`` shows)."""
+        return self.key[:SHORT_ID]
 
 
 @dataclass(frozen=True)
 class StoredResult:
-    """One row: the design's name, its figures and the full result JSON."""
+    """One row: its search, the design's name and figures (samples/s, mm²), the result JSON and
+    the result it describes."""
 
+    search: StoredSearch
     design: str
     throughput_samples_per_s: float
     area_mm2: float
     feasible: bool
     result: dict[str, Any]
+    outcome: DesignResult
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing field {exc}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _describe(path: Path, exc: sqlite3.Error) -> str:
+    if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
+        return (f"{path}: a search was interrupted while writing to it (its unfinished write is in "
+                f"{path.name}-journal); resume that search on the store to recover the file")
+    return f"{path}: not a usable result store ({_one_line(exc)})"
 
 
 @dataclass(frozen=True)
 class ResultStore:
-    """An SQLite file of search results.
+    """An SQLite file of search results (module docstring).
+
+    Attributes:
+        path: the file.
+        read_only: only read (``archplace results``): the file must exist and is opened
+            read-only; otherwise it may be missing or empty, and is created or initialised
+            by :meth:`begin`.
 
     Raises:
-        ConfigError: the file is not an SQLite database, or cannot be opened.
+        ConfigError: the file is not a result store of this schema version (not SQLite, another
+            application's database, another version, corrupt), cannot be read, or (read-only)
+            is missing or empty.  Nothing is written in any case.
     """
 
     path: Path
+    read_only: bool = False
 
-    def _connect(self) -> sqlite3.Connection:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+        if self._check_header():
+            self._check_content()
+
+    def _check_header(self) -> bool:
+        """Check what can be checked without SQLite; False when the file is missing or empty."""
+        path = self.path
         try:
-            connection = sqlite3.connect(self.path, timeout=30.0)
-            connection.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"{self.path}: not a usable result store ({exc})") from None
-        return connection
+            if not path.exists():
+                if self.read_only:
+                    raise ConfigError(f"result store not found: {path}")
+                if not path.parent.is_dir():
+                    raise ConfigError(f"cannot create the result store {path}: {path.parent} is not a "
+                                      f"directory")
+                if not os.access(path.parent, os.W_OK):
+                    raise ConfigError(f"cannot create the result store {path}: {path.parent} is not writable")
+                return False
+            if not path.is_file():
+                raise ConfigError(f"{path}: not a file, so not a result store")
+            if not self.read_only and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+                raise ConfigError(f"{path}: the result store is not writable (the file and its directory "
+                                  f"must be: SQLite writes a journal beside it)")
+            with path.open("rb") as handle:
+                header = handle.read(100)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the result store {path}: {exc.strerror or exc}") from None
+        if not header:
+            if self.read_only:
+                raise ConfigError(f"{path}: the file is empty, not a result store")
+            return False
+        if len(header) < 100 or not header.startswith(_MAGIC):
+            raise ConfigError(f"{path}: not an SQLite database, so not a result store")
+        application = int.from_bytes(header[68:72], "big")
+        version = int.from_bytes(header[60:64], "big")
+        if application != APPLICATION_ID:
+            tables = self._tables_or_none()
+            if application == 0 and version == 0 and tables == set(_COLUMNS):
+                raise ConfigError(f"{path}: a result store of schema version 0 (an older archplace); this "
+                                  f"archplace reads version {SCHEMA_VERSION}: use a new store file")
+            found = f"tables: {', '.join(sorted(tables))}" if tables else "no tables"
+            raise ConfigError(f"{path}: an SQLite database of another application (application id "
+                              f"{application}, {found}), not a result store")
+        if version != SCHEMA_VERSION:
+            newer = "a newer" if version > SCHEMA_VERSION else "an older"
+            raise ConfigError(f"{path}: a result store of schema version {version} ({newer} archplace); "
+                              f"this archplace reads version {SCHEMA_VERSION}")
+        return True
 
-    def begin(self, request: dict[str, Any]) -> str:
-        """Register a search (idempotent); returns its key."""
+    def _tables_or_none(self) -> set[str]:
+        """Tables of the database, or an empty set when SQLite cannot list them."""
+        try:
+            with self._connect("ro") as db:
+                return {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except ConfigError:
+            return set()
+
+    def _check_content(self) -> None:
+        """Tables and columns of this schema, no row of an unknown search, SQLite's quick_check."""
+        # A writer may open read-write: that replays the journal of an interrupted write of
+        # this (checked) store, which a read-only connection cannot do.
+        with self._connect("ro" if self.read_only else "rw") as db:
+            for table, columns in _COLUMNS.items():
+                found = tuple(row[1] for row in db.execute(f"PRAGMA table_info({table})"))
+                if found != columns:
+                    raise ConfigError(f"{self.path}: corrupt result store (table {table!r} has columns "
+                                      f"{list(found)}, expected {list(columns)})")
+            check = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if check != ["ok"]:
+                raise ConfigError(f"{self.path}: corrupt result store (SQLite quick_check: "
+                                  f"{' '.join(str(check[0]).split())})")
+            orphans = db.execute("SELECT count(*) FROM results WHERE search NOT IN "
+                                 "(SELECT key FROM searches)").fetchone()[0]
+            if orphans:
+                raise ConfigError(f"{self.path}: corrupt result store ({orphans} results of no stored "
+                                  f"search)")
+
+    @contextmanager
+    def _connect(self, mode: str) -> Iterator[sqlite3.Connection]:
+        """A connection in SQLite URI ``mode`` (``ro``, ``rw``, ``rwc``), autocommit; every SQLite
+        error becomes a ConfigError."""
+        uri = f"{self.path.resolve().as_uri()}?mode={mode}"
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+            try:
+                yield db
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise ConfigError(_describe(self.path, exc)) from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{self.path}: corrupt result store (text that is not UTF-8)") from None
+
+    def _exists(self) -> bool:
+        """The file is there and not empty (a search's store before :meth:`begin` may be neither)."""
+        return self.path.is_file() and self.path.stat().st_size > 0
+
+    def begin(self, request: dict[str, Any], label: SearchLabel) -> str:
+        """Register a search (initialising a new store first); returns its key.  A search already
+        in the store keeps its key and creation time and takes ``label`` (the objective of its
+        latest run).
+
+        Raises:
+            ConfigError: a read-only store, or the file changed into something else since it was
+                checked.
+        """
+        if self.read_only:
+            raise ConfigError(f"{self.path}: opened read-only")
         key = request_key(request)
-        with closing(self._connect()) as db, db:
-            db.execute("INSERT OR IGNORE INTO searches VALUES (?, ?, ?)",
-                       (key, json.dumps(request, sort_keys=True), time.time()))
+        with self._connect("rwc") as db, db:
+            db.execute("BEGIN IMMEDIATE")
+            application = db.execute("PRAGMA application_id").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if (application, version, tables) == (0, 0, 0):
+                for statement in _SCHEMA:
+                    db.execute(statement)
+            elif (application, version) != (APPLICATION_ID, SCHEMA_VERSION):
+                raise ConfigError(f"{self.path}: no longer a result store of schema version {SCHEMA_VERSION}")
+            db.execute("INSERT INTO searches VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+                       "models = excluded.models, objective = excluded.objective",
+                       (key, _canonical(request), json.dumps(list(label.models)), label.objective.value,
+                        label.devices, label.global_batch, time.time()))
         return key
-
-    def finished(self, key: str) -> dict[str, dict[str, Any]]:
-        """Result JSON of every design already evaluated in search ``key``, by design name."""
-        with closing(self._connect()) as db:
-            rows = db.execute("SELECT design, result FROM results WHERE search = ?", (key,)).fetchall()
-        return {design: json.loads(result) for design, result in rows}
 
     def record(self, key: str, design: str, result: dict[str, Any], throughput_samples_per_s: float,
                area_mm2: float, feasible: bool) -> None:
         """Write one design's result and commit it at once."""
-        with closing(self._connect()) as db, db:
+        if self.read_only:
+            raise ConfigError(f"{self.path}: opened read-only")
+        with self._connect("rw") as db:
             db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (key, design, throughput_samples_per_s, area_mm2, int(feasible),
-                        json.dumps(result), time.time()))
+                       (key, design, throughput_samples_per_s, area_mm2, int(feasible), json.dumps(result),
+                        time.time()))
 
-    def searches(self) -> list[tuple[str, dict[str, Any]]]:
-        """(key, request) of every search in the store, oldest first."""
-        with closing(self._connect()) as db:
-            rows = db.execute("SELECT key, request FROM searches ORDER BY created").fetchall()
-        return [(key, json.loads(request)) for key, request in rows]
+    def searches(self) -> list[StoredSearch]:
+        """Every search in the store, oldest first.
 
-    def top(self, key: str | None = None, limit: int | None = None) -> Iterator[StoredResult]:
-        """Results best first (feasible, then throughput desc, area asc), of one search or all."""
-        query = "SELECT design, throughput_samples_per_s, area_mm2, feasible, result FROM results"
-        args: tuple[Any, ...] = ()
-        if key is not None:
-            query += " WHERE search = ?"
-            args = (key,)
-        query += " ORDER BY feasible DESC, throughput_samples_per_s DESC, area_mm2 ASC, design ASC"
-        if limit is not None:
-            query += " LIMIT ?"
-            args = (*args, limit)
-        with closing(self._connect()) as db:
-            rows = db.execute(query, args).fetchall()
-        for design, throughput, area, feasible, result in rows:
-            yield StoredResult(design, throughput, area, bool(feasible), json.loads(result))
+        Raises:
+            ConfigError: a corrupt search row.
+        """
+        if not self._exists():
+            return []
+        with self._connect("ro") as db:
+            rows = db.execute("SELECT * FROM searches ORDER BY created, key").fetchall()
+        return [self._search(*row) for row in rows]
 
+    def select(self, prefix: str | None = None) -> list[StoredSearch]:
+        """The searches whose key starts with ``prefix`` (any case), oldest first; every search
+        for None.
 
-def open_existing(path: Path) -> ResultStore:
-    """A store that must already exist (for ``archplace results``).
+        Raises:
+            ConfigError: an empty ``prefix``, or one that matches no search or several.
+        """
+        searches = self.searches()
+        if prefix is None:
+            return searches
+        wanted = prefix.strip().lower()
+        if not wanted:
+            raise ConfigError("a search id must not be empty")
+        chosen = [s for s in searches if s.key.startswith(wanted)]
+        known = ", ".join(f"{s.short_id} ({', '.join(s.label.models)})" for s in searches) or "none"
+        if not chosen:
+            raise ConfigError(f"no search {prefix!r} in {self.path}; its searches: {known}")
+        if len(chosen) > 1:
+            raise ConfigError(f"search id {prefix!r} matches {len(chosen)} searches of {self.path} "
+                              f"({', '.join(s.key[:len(wanted) + 4] for s in chosen)}): give more digits")
+        return chosen
 
-    Raises:
-        ConfigError: the file is missing or not a result store.
-    """
-    if not path.is_file():
-        raise ConfigError(f"result store not found: {path}")
-    store = ResultStore(path)
-    store.searches()  # fails cleanly on a file that is not SQLite
-    return store
+    def finished(self, key: str) -> dict[str, DesignResult]:
+        """Every design already evaluated in search ``key``, by name (empty for a new store).
+
+        Raises:
+            ConfigError: a corrupt row.
+        """
+        found = {s.key: s for s in self.searches()}
+        if key not in found:
+            return {}
+        return {row.design: row.outcome for row in self.rows(found[key])}
+
+    def rows(self, search: StoredSearch) -> list[StoredResult]:
+        """The results of ``search``, by design name.
+
+        Raises:
+            ConfigError: a corrupt row.
+        """
+        if not self._exists():
+            return []
+        with self._connect("ro") as db:
+            rows = db.execute("SELECT design, throughput_samples_per_s, area_mm2, feasible, result "
+                              "FROM results WHERE search = ? ORDER BY design", (search.key,)).fetchall()
+        return [self._result(search, *row) for row in rows]
+
+    def _search(self, key: Any, request: Any, models: Any, objective: Any, devices: Any, global_batch: Any,
+                created: Any) -> StoredSearch:
+        where = f"{self.path}: corrupt result store (search {str(key)[:SHORT_ID]!r}"
+        try:
+            identity = json.loads(request)
+            names = json.loads(models)
+            if not isinstance(identity, dict) or request_key(identity) != key:
+                raise ValueError("its request does not match its key")
+            if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+                raise ValueError(f"models must be a list of names, got {models!r}")
+            for name, value in (("devices", devices), ("global_batch", global_batch)):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+            if not isinstance(created, int | float):
+                raise ValueError(f"created must be a time, got {created!r}")
+            label = SearchLabel(tuple(names), Objective(objective), devices, global_batch)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ConfigError(f"{where}: {_one_line(exc)})") from None
+        return StoredSearch(key, label, float(created))
+
+    def _result(self, search: StoredSearch, design: Any, throughput: Any, area: Any, feasible: Any,
+                text: Any) -> StoredResult:
+        where = f"{self.path}: corrupt result store (search {search.short_id}, design {design!r}"
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError(f"the result is not a JSON object: {text!r:.40}")
+            outcome = DesignResult.from_dict(data)
+            for name, value in (("throughput_samples_per_s", throughput), ("area_mm2", area)):
+                if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                    raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if feasible not in (0, 1) or isinstance(feasible, float):
+                raise ValueError(f"feasible must be 0 or 1, got {feasible!r}")
+            disagree = [name for name, column, value in (
+                ("design", design, outcome.accelerator.name),
+                ("feasible", bool(feasible), outcome.best is not None),
+                ("throughput_samples_per_s", throughput, outcome.throughput_samples_per_s),
+                ("area_mm2", area, outcome.area_mm2))
+                if column != value and not (isinstance(value, float) and math.isclose(column, value))]
+            if disagree:
+                raise ValueError(f"its result JSON disagrees with the row's {', '.join(disagree)}")
+        except (ArchplaceError, LookupError, TypeError, ValueError, AttributeError, ArithmeticError,
+                RecursionError) as exc:  # whatever the JSON holds: the row is corrupt
+            raise ConfigError(f"{where}: {_one_line(exc)})") from None
+        return StoredResult(search, design, float(throughput), float(area), bool(feasible), data, outcome)

@@ -45,6 +45,8 @@ class StrategyContext:
             its slowest pipeline segment per micro-batch in seconds (geometric mean over the
             models; cheap, no plan search), None for an infeasible result; or None when not
             available.  WHAM uses it to measure how much a move shortens the bottleneck stage.
+        keep: how many of the best designs the caller shows (>= 1): a pruning strategy prunes only
+            designs that provably rank below the ``keep``-th best, so those are exact.
     """
 
     designs: tuple[Accelerator, ...]
@@ -56,6 +58,7 @@ class StrategyContext:
     bounds: Callable[[Sequence[Accelerator]], list[float]] | None = None
     parallelism: int = 1
     pace: Callable[[Sequence[tuple[Accelerator, DesignResult]]], list[float | None]] | None = None
+    keep: int = 1
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective, dominates, pareto_key
 from archplace.search.strategy import StrategyContext, StrategyOutcome
 
-BATCH_PER_WORKER = 4
-"""Designs per worker in each batch: larger batches keep workers busy, smaller ones prune sooner."""
+BATCH = 8
+"""Designs per batch: larger batches keep more workers busy, smaller ones prune sooner.  Fixed, so
+that the designs evaluated are the same for any number of workers."""
 
 _SAFETY = 1e-9
 """Relative slack: a design is pruned only when its bound is below the incumbent by more than
@@ -32,14 +33,17 @@ rounding could explain."""
 
 @dataclass(frozen=True)
 class ExhaustiveStrategy:
-    """Every design of the space, best bound first, skipping designs that provably cannot win.
+    """Every design of the space, best bound first, skipping designs that provably cannot be among
+    the best ``ctx.keep``.
 
     Attributes:
         prune: use the bounds (default); False evaluates every design.
+        batch: designs per batch (>= 1; module docstring).
     """
 
     prune: bool = True
     name: str = "exhaustive"
+    batch: int = BATCH
 
     def run(self, ctx: StrategyContext) -> StrategyOutcome:
         """Evaluate the space; ``pruned`` counts the designs skipped by their bound."""
@@ -48,10 +52,6 @@ class ExhaustiveStrategy:
             return StrategyOutcome(tuple(ctx.evaluate(designs)), 0, f"{len(designs)} designs evaluated")
         bounds = dict(zip((d.name for d in designs), ctx.bounds(designs), strict=True))
         order = sorted(designs, key=lambda d: (-bounds[d.name], d.name))
-        batch = max(1, BATCH_PER_WORKER * ctx.parallelism)
-        evaluated: list[DesignResult] = []
-        pruned = 0
-        i = 0
         if order and bounds[order[0].name] <= 0:
             # No design can hold the model state. Evaluate only the one with the most HBM, so the
             # result says in numbers why it does not fit.
@@ -59,12 +59,16 @@ class ExhaustiveStrategy:
             note = (f"1 design evaluated, {len(order) - 1} pruned: no design's HBM holds the model "
                     f"state (memory floor)")
             return StrategyOutcome(tuple(ctx.evaluate([closest])), len(order) - 1, note)
+        evaluated: list[DesignResult] = []
+        pruned = 0
+        i = 0
         while i < len(order):
+            incumbent = self._incumbent(evaluated, ctx)
             chunk: list[Accelerator] = []
-            while i < len(order) and len(chunk) < batch:
+            while i < len(order) and len(chunk) < max(1, self.batch):
                 acc = order[i]
                 i += 1
-                if self._beaten(acc, bounds[acc.name], evaluated, ctx):
+                if self._beaten(acc, bounds[acc.name], incumbent, evaluated, ctx):
                     pruned += 1
                 else:
                     chunk.append(acc)
@@ -76,14 +80,19 @@ class ExhaustiveStrategy:
         return StrategyOutcome(tuple(evaluated), pruned, note)
 
     @staticmethod
-    def _beaten(acc: Accelerator, bound: float, evaluated: list[DesignResult], ctx: StrategyContext) -> bool:
-        """True when an evaluated design provably beats every outcome of ``acc``."""
+    def _incumbent(evaluated: list[DesignResult], ctx: StrategyContext) -> float:
+        """The ``ctx.keep``-th best score of ``evaluated`` (0 while fewer designs are feasible)."""
+        scores = sorted((ctx.score(r) for r in evaluated if r.best is not None), reverse=True)
+        keep = max(1, ctx.keep)
+        return scores[keep - 1] if len(scores) >= keep else 0.0
+
+    @staticmethod
+    def _beaten(acc: Accelerator, bound: float, incumbent: float, evaluated: list[DesignResult],
+                ctx: StrategyContext) -> bool:
+        """True when ``ctx.keep`` evaluated designs (pareto: one) provably beat every outcome of ``acc``."""
         if bound <= 0:  # cannot train at all (memory floor): never the answer
             return True
         if ctx.objective is Objective.PARETO:
-            if not evaluated:
-                return False
             best_case = (bound * (1 + _SAFETY), area_mm2(acc), tdp_w(acc))
             return any(r.best is not None and dominates(pareto_key(r), best_case) for r in evaluated)
-        incumbent = max((ctx.score(r) for r in evaluated), default=0.0)
         return bound * (1 + _SAFETY) < incumbent
