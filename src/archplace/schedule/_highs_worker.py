@@ -10,14 +10,18 @@ process because the highspy and OR-Tools wheels ship incompatible copies of
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 
-from archplace.schedule.milp import phaze_solve
+from archplace.lifetime import guard_child
+from archplace.schedule.milp import PARENT_ENV, phaze_solve
 
 
 def main() -> None:
-    """Solve the problem on stdin, write the result on stdout."""
+    """Solve the problem on stdin, write the result on stdout.  The worker ends when the
+    process named by the environment variable :data:`PARENT_ENV` (else its parent) does."""
+    guard_child(int(os.environ.get(PARENT_ENV, os.getppid())))
     problem, options = pickle.loads(sys.stdin.buffer.read())
     result = phaze_solve(problem, options, "highs")
     sys.stdout.buffer.write(pickle.dumps(result))

@@ -64,6 +64,7 @@ import time
 from ortools.sat.python import cp_model
 
 from archplace.errors import SolverError
+from archplace.lifetime import call_interruptibly
 from archplace.schedule.base import ScheduleResult, SolveOptions, TickScale
 from archplace.schedule.bounds import heads_tails_s
 from archplace.schedule.list_scheduler import list_schedule, lower_bound_s
@@ -195,7 +196,8 @@ class CpSatScheduler:
     name = "cpsat"
 
     def solve(self, problem: ScheduleProblem, options: SolveOptions) -> ScheduleResult:
-        """Schedule ``problem`` optimally, or as well as ``options.time_limit_s`` allows.
+        """Schedule ``problem`` optimally, or as well as ``options.time_limit_s`` allows.  An
+        interrupt while CP-SAT runs stops it at once (:func:`archplace.lifetime.call_interruptibly`).
 
         Raises:
             SolverError: CP-SAT reports the model invalid or infeasible (a bug: the hint
@@ -215,7 +217,11 @@ class CpSatScheduler:
         solver.parameters.num_workers = auto_workers(options.workers)
         solver.parameters.use_overload_checker_in_cumulative = True
         solver.parameters.use_timetable_edge_finding_in_cumulative = True
-        status = solver.solve(built.model)
+        # CP-SAT would take SIGINT itself, end the solve as if out of time and leave SIGINT at
+        # SIG_DFL (a second Ctrl-C then kills Python outright); the CLI's handler stays in charge
+        # instead, and an interrupt stops the search at once.
+        solver.parameters.catch_sigint_signal = False
+        status = call_interruptibly(lambda: solver.solve(built.model), solver.stop_search)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             starts = [solver.value(s) for s in built.starts]
             modes: list[Mode] = [
