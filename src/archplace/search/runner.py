@@ -30,7 +30,7 @@ from archplace.search.bounds import DesignBound, design_bound
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
 from archplace.search.objective import Objective, rank, score
 from archplace.search.request import SearchRequest, SearchResult, request_identity
-from archplace.search.store import ResultStore
+from archplace.search.store import ResultStore, request_key
 from archplace.search.strategy import Strategy, StrategyContext
 from archplace.workload.layers import LayerChain
 
@@ -237,6 +237,11 @@ def _plan_chains(result: DesignResult, chains: Chains) -> Chains:
 def model_chains(request: SearchRequest) -> dict[str, dict[CostKey, LayerChain]]:
     """Layer chains of every model of ``request`` (extracted once, from the graph cache)."""
     return {model.name: request.chains(model) for model in request.models}
+
+
+def stored_designs(store: ResultStore, request: SearchRequest) -> int:
+    """Designs of ``request`` already in ``store``: those a re-run reads back instead of evaluating."""
+    return len(store.finished(request_key(request_identity(request))))
 
 
 def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress | None = None,
