@@ -84,14 +84,14 @@ class _Interrupts:
     """
 
     def __init__(self) -> None:
-        self.raised = False
+        self.arrived = False
         self.done = threading.Event()
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if isinstance(sys.exc_info()[1], Interrupted):
             return
-        if not self.raised:
-            self.raised = True
+        if not self.arrived:
+            self.arrived = True
             threading.Thread(target=self._redeliver, name="archplace-interrupt", daemon=True).start()
         if not _swallowing(frame):
             raise Interrupted()
@@ -139,7 +139,7 @@ def raising_interrupts() -> Iterator[None]:
         yield
     finally:
         restored = previous if previous is not None else signal.SIG_DFL  # None: set outside Python
-        signal.signal(signal.SIGINT, signal.SIG_IGN if handler.raised else restored)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if handler.arrived else restored)
         handler.done.set()
         sys.unraisablehook = hook
 

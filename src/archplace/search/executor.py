@@ -35,9 +35,12 @@ def default_jobs() -> int:
 
 class _WorkerProcess(SpawnProcess):
     """A spawned worker that starts with SIGINT blocked (:func:`archplace.lifetime.sigint_blocked`)
-    until its initializer, :func:`archplace.lifetime.guard_child`, ignores it."""
+    until its initializer, :func:`archplace.lifetime.guard_child`, ignores it.  Daemonic: a
+    worker the pool never recorded (an interrupt taken the instant after its start, when the
+    signal is unblocked) is terminated when this process exits instead of waited for."""
 
     def start(self) -> None:
+        self.daemon = True
         with sigint_blocked():
             super().start()
 
