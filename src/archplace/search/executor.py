@@ -8,8 +8,9 @@ The local pool's workers never outlive the search (:mod:`archplace.lifetime`): t
 SIGINT from their start (a Ctrl-C reaches the whole process group), end when their parent
 ends (``kill -9`` included), and when the search stops early -- an interrupt, an error --
 the work not yet started is cancelled and the workers are terminated at once instead of
-finishing their tasks.  The workers of a local Dask cluster end with their parent too
-(Dask's own watch of the parent).
+finishing their tasks.  The workers of a local Dask cluster start with SIGINT blocked and
+end with their parent too (Dask's own watch of the parent); the cluster is closed on the way
+out.  One job runs in this process, with no pool at all.
 """
 
 from __future__ import annotations
