@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 
 from archplace import api
 from archplace.errors import ArchplaceError
+from archplace.lifetime import Interrupted, raising_interrupts
 from archplace.outputs import check_output, write_output, write_text_output
 from archplace.report.tables import (
     hardware_table,
@@ -27,8 +28,8 @@ from archplace.report.tables import (
 )
 from archplace.search.executor import make_executor
 from archplace.search.objective import score
-from archplace.search.request import SearchResult
-from archplace.search.runner import Tick, run_search
+from archplace.search.request import SearchRequest, SearchResult
+from archplace.search.runner import Tick, run_search, stored_designs
 from archplace.search.store import ResultStore
 from archplace.search.strategies import make_strategy
 
@@ -100,15 +101,22 @@ def search(
                    baseline=None if baseline == "none" else baseline, fuse=fuse)
     groups = [[name] for name in model] if per_model else [model]
     outcomes = []
-    with make_executor(executor, jobs, scheduler) as pool:
-        for names in groups:
-            request = api.search_request(names, **options)
-            chosen = make_strategy(strategy)
-            with _search_progress(len(request.designs)) as advance:
-                outcomes.append(run_search(request, chosen, progress=advance, executor=pool,
-                                           store=ResultStore(store) if store else None,
-                                           exact_top=exact_top, seed=seed, budget=trials,
-                                           keep=max(top, exact_top)))
+    requests: list[SearchRequest] = []
+    evaluated: list[int] = []  # designs evaluated (or read back) so far, per request
+    try:
+        with make_executor(executor, jobs, scheduler) as pool:
+            for names in groups:
+                request = api.search_request(names, **options)
+                requests.append(request)
+                evaluated.append(0)
+                chosen = make_strategy(strategy)
+                with _search_progress(len(request.designs)) as advance:
+                    outcomes.append(run_search(request, chosen, progress=_counting(advance, evaluated),
+                                               executor=pool, store=ResultStore(store) if store else None,
+                                               exact_top=exact_top, seed=seed, budget=trials,
+                                               keep=max(top, exact_top)))
+    except Interrupted:  # the workers are stopped by now: say what is kept
+        raise Interrupted(_interrupted_search(store, requests, sum(evaluated))) from None
     err = Console(stderr=True)
     for result in outcomes:
         _stdout().print(search_table(result, top))
@@ -124,6 +132,32 @@ def search(
         if result.best is None:
             reason = result.evaluated[0].infeasible_reason if result.evaluated else "no design"
             raise ArchplaceError(f"no design of the space can train {result.model}: {reason}")
+
+
+def _counting(advance: Callable[[Tick], None], evaluated: list[int]) -> Callable[[Tick], None]:
+    """``advance``, also keeping the designs evaluated of the current request in ``evaluated[-1]``."""
+
+    def progress(tick: Tick) -> None:
+        evaluated[-1] = tick.evaluated
+        advance(tick)
+
+    return progress
+
+
+def _designs(count: int) -> str:
+    return f"{count} design{'' if count == 1 else 's'}"
+
+
+def _interrupted_search(store: Path | None, requests: list[SearchRequest], evaluated: int) -> str:
+    """What an interrupted search keeps: the designs in the store (those of the requests begun;
+    a re-run reads them back), or without a store how many were evaluated, for nothing."""
+    if store is None:
+        return f"{_designs(evaluated)} evaluated; use --store FILE to keep results across runs"
+    try:
+        kept = sum(stored_designs(ResultStore(store), r) for r in requests) if store.is_file() else 0
+    except ArchplaceError:  # not a store after all: it was never written to
+        return f"nothing stored in {store}"
+    return f"{_designs(kept)} stored in {store}; re-run the same command to resume"
 
 
 def _plot_paths(plot: Path, outcomes: list[SearchResult]) -> list[Path]:
@@ -243,13 +277,17 @@ _register_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: bad input gives one line on stderr and exit status 2, never a traceback."""
+    """Entry point: bad input gives one line on stderr and exit status 2, never a traceback; an
+    interrupt (Ctrl-C, SIGINT) stops the work and any worker processes and gives one line
+    ``archplace: interrupted (what was kept)`` and exit status 130."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = typer.main.get_command(app)
     try:
-        code = command.main(args=argv, prog_name="archplace", standalone_mode=False)
-    except typer.Abort:
-        sys.stderr.write("archplace: interrupted\n")
+        with raising_interrupts():
+            code = command.main(args=argv, prog_name="archplace", standalone_mode=False)
+    except (Interrupted, KeyboardInterrupt, typer.Abort) as exc:
+        detail = exc.detail if isinstance(exc, Interrupted) else ""
+        sys.stderr.write(f"archplace: interrupted{f' ({detail})' if detail else ''}\n")
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

@@ -14,15 +14,20 @@ its own process because the highspy and OR-Tools wheels ship incompatible copies
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 from pathlib import Path
 
-from archplace.schedule.milp import phaze_solve
+from archplace.lifetime import guard_child
+from archplace.schedule.milp import PARENT_ENV, phaze_solve
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Solve the problem in the file ``argv[0]``, write the result to the file ``argv[1]``."""
+    """Solve the problem in the file ``argv[0]``, write the result to the file ``argv[1]``.
+    The worker ends when the process named by the environment variable :data:`PARENT_ENV`
+    (else its parent) does."""
+    guard_child(int(os.environ.get(PARENT_ENV, os.getppid())))
     job, out = argv if argv is not None else sys.argv[1:]
     problem, options = pickle.loads(Path(job).read_bytes())
     result = phaze_solve(problem, options, "highs")

@@ -70,6 +70,7 @@ import time
 from ortools.sat.python import cp_model
 
 from archplace.errors import SolverError
+from archplace.lifetime import call_interruptibly
 from archplace.schedule.base import ScheduleResult, SolveOptions, TickScale
 from archplace.schedule.bounds import heads_tails_s
 from archplace.schedule.list_scheduler import list_schedule, lower_bound_s
@@ -202,7 +203,8 @@ class CpSatScheduler:
 
     def solve(self, problem: ScheduleProblem, options: SolveOptions) -> ScheduleResult:
         """Schedule ``problem`` optimally, or as well as ``options.time_limit_s`` (or
-        ``options.deterministic_time``, a reproducible work limit) allows.
+        ``options.deterministic_time``, a reproducible work limit) allows.  An interrupt
+        while CP-SAT runs stops it at once (:func:`archplace.lifetime.call_interruptibly`).
 
         Raises:
             SolverError: CP-SAT reports the model invalid or infeasible (a bug: the hint
@@ -227,7 +229,11 @@ class CpSatScheduler:
         solver.parameters.num_workers = workers
         solver.parameters.use_overload_checker_in_cumulative = True
         solver.parameters.use_timetable_edge_finding_in_cumulative = True
-        status = solver.solve(built.model)
+        # CP-SAT would take SIGINT itself, end the solve as if out of time and leave SIGINT at
+        # SIG_DFL (a second Ctrl-C then kills Python outright); the CLI's handler stays in charge
+        # instead, and an interrupt stops the search at once.
+        solver.parameters.catch_sigint_signal = False
+        status = call_interruptibly(lambda: solver.solve(built.model), solver.stop_search)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             starts = [solver.value(s) for s in built.starts]
             modes: list[Mode] = [

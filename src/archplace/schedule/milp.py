@@ -36,6 +36,7 @@ undefined symbols.
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import subprocess
 import sys
@@ -56,6 +57,9 @@ from archplace.schedule.timeline import Mode, Schedule, serial_schedule, topolog
 from archplace.workload.graph import CoreType
 
 _TYPES = (CoreType.TENSOR, CoreType.VECTOR)
+
+PARENT_ENV = "ARCHPLACE_HIGHS_PARENT"
+"""Environment variable naming the process id the HiGHS worker must not outlive."""
 
 
 @dataclass
@@ -384,7 +388,9 @@ class HighsScheduler:
     def solve(self, problem: ScheduleProblem, options: SolveOptions) -> ScheduleResult:
         """Schedule ``problem``.  The time limit and the reported ``solve_time_s`` cover the
         solve in the worker, not the worker's start (~0.2 s).  A worker that overruns the
-        limit by :attr:`GRACE_S` is killed and the list schedule is returned, not proven.
+        limit by :attr:`GRACE_S` is killed and the list schedule is returned, not proven.  The
+        worker is killed on an interrupt too, and ends by itself if this process dies
+        (:func:`archplace.lifetime.guard_child`).
 
         Raises:
             SolverError: the worker process failed or wrote no result; the message ends
@@ -394,10 +400,13 @@ class HighsScheduler:
         with tempfile.TemporaryDirectory(prefix="archplace-highs-") as work:
             job, out = Path(work) / "job.pickle", Path(work) / "result.pickle"
             job.write_bytes(pickle.dumps((problem, options)))
+            # The worker gets its own process group (a Ctrl-C reaches only this process, which
+            # kills the worker) and this process's id (it ends when this process does).
             try:
                 done = subprocess.run([*self.worker, str(job), str(out)], stdin=subprocess.DEVNULL,
                                       capture_output=True, timeout=options.time_limit_s + self.GRACE_S,
-                                      check=False)
+                                      check=False, process_group=0,
+                                      env={**os.environ, PARENT_ENV: str(os.getpid())})
             except subprocess.TimeoutExpired:
                 schedule = list_schedule(problem)
                 bound = min(lower_bound_s(problem), schedule.makespan_s)

@@ -1,21 +1,30 @@
-"""Where design evaluations run: a local process pool (default) or a Dask cluster.
+"""Where design evaluations run: in this process, a local process pool (default) or a Dask cluster.
 
-Both are :class:`concurrent.futures.Executor` objects, so the search code is the
-same either way; evaluations are pure functions of their arguments, so the
-results are identical.  Dask comes with the optional extra
-``pip install 'archplace[cluster]'``.
+The pool and Dask are :class:`concurrent.futures.Executor` objects, so the search code is the
+same either way; evaluations are pure functions of their arguments, so the results are
+identical.  Dask comes with the optional extra ``pip install 'archplace[cluster]'``.
+
+The local pool's workers never outlive the search (:mod:`archplace.lifetime`): they ignore
+SIGINT from their start (a Ctrl-C reaches the whole process group), end when their parent
+ends (``kill -9`` included), and when the search stops early -- an interrupt, an error --
+the work not yet started is cancelled and the workers are terminated at once instead of
+finishing their tasks.  The workers of a local Dask cluster start with SIGINT blocked and
+end with their parent too (Dask's own watch of the parent); the cluster is closed on the way
+out.  One job runs in this process, with no pool at all.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.process import BaseProcess
 
 from archplace.errors import ConfigError
+from archplace.lifetime import guard_child, sigint_blocked, stop_processes
 
 EXECUTORS = ("local", "dask")
 
@@ -25,19 +34,49 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+class _WorkerProcess(SpawnProcess):
+    """A spawned worker that starts with SIGINT blocked (:func:`archplace.lifetime.sigint_blocked`)
+    until its initializer, :func:`archplace.lifetime.guard_child`, ignores it.  Daemonic: a
+    worker the pool never recorded (an interrupt taken the instant after its start, when the
+    signal is unblocked) is terminated when this process exits instead of waited for."""
+
+    def start(self) -> None:
+        self.daemon = True
+        with sigint_blocked():
+            super().start()
+
+
+class _WorkerContext(SpawnContext):
+    """Spawn (workers start clean: no copy of the parent's torch threads) with :class:`_WorkerProcess`."""
+
+    Process = _WorkerProcess
+
+
+def _workers(pool: ProcessPoolExecutor) -> list[BaseProcess]:
+    """The pool's worker processes (a private attribute of the stdlib pool, there since 3.9)."""
+    processes = getattr(pool, "_processes", None)
+    return list(processes.values()) if isinstance(processes, dict) else []
+
+
 @contextmanager
-def _local(jobs: int) -> Any:
-    if jobs == 1:  # no process start-up for a serial run
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            yield pool
+def _local(jobs: int) -> Iterator[Executor | None]:
+    if jobs == 1:  # in this process: nothing to start, and an interrupt stops the work at once
+        yield None
         return
-    # spawn: workers start clean (no copy of the parent's torch threads)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_WorkerContext(), initializer=guard_child,
+                               initargs=(os.getpid(),))
+    try:
         yield pool
+    except BaseException:  # an interrupt or an error: stop now, do not finish the queued work
+        workers = _workers(pool)
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_processes(workers)
+        raise
+    pool.shutdown(wait=True)
 
 
 @contextmanager
-def _dask(scheduler: str | None, jobs: int) -> Any:
+def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -55,20 +94,27 @@ def _dask(scheduler: str | None, jobs: int) -> Any:
     level = quiet.level
     quiet.setLevel(max(level, logging.WARNING))
     try:
-        with LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+        with ExitStack() as stack:
+            # SIGINT blocked meanwhile: the cluster's threads and, through them, its worker
+            # processes start with it blocked and keep it so (a Ctrl-C reaches the whole process
+            # group): this process takes it, in the main thread, and closes the cluster.
+            with sigint_blocked():
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None,
+                    silence_logs=logging.ERROR))  # ERROR: no warnings of tasks cancelled on close
+            client = stack.enter_context(Client(cluster))
             yield client.get_executor()
     finally:
         quiet.setLevel(level)
 
 
 def make_executor(kind: str = "local", jobs: int | None = None,
-                  scheduler: str | None = None) -> AbstractContextManager[Executor]:
-    """A context manager yielding the executor.
+                  scheduler: str | None = None) -> AbstractContextManager[Executor | None]:
+    """A context manager yielding the executor, or None to run in this process.
 
     Args:
-        kind: ``local`` (process pool) or ``dask`` (a local Dask cluster, or the one at
-            ``scheduler``).
+        kind: ``local`` (a process pool; None, this process, for one job) or ``dask`` (a local
+            Dask cluster, or the one at ``scheduler``).
         jobs: worker processes (default: the usable CPUs).
         scheduler: address of a running Dask scheduler, e.g. ``tcp://10.0.0.5:8786``
             (implies ``dask``).

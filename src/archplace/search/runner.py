@@ -274,6 +274,11 @@ def model_chains(request: SearchRequest) -> dict[str, dict[CostKey, LayerChain]]
     return {model.name: request.chains(model) for model in request.models}
 
 
+def stored_designs(store: ResultStore, request: SearchRequest) -> int:
+    """Designs of ``request`` already in ``store``: those a re-run reads back instead of evaluating."""
+    return len(store.finished(request_key(request_identity(request))))
+
+
 def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress | None = None,
                executor: Executor | None = None, store: ResultStore | None = None,
                exact_top: int = 0, seed: int = 0, budget: int | None = None,
