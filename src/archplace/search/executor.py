@@ -75,6 +75,27 @@ def _local(jobs: int) -> Iterator[Executor | None]:
     pool.shutdown(wait=True)
 
 
+def _check_address(scheduler: str) -> None:
+    """Refuse a scheduler address that is not ``tcp://HOST:PORT`` (or another Dask scheme)
+    before a client is made: a client made from a malformed address raises from deep inside
+    Dask and then blocks the interpreter's exit for 20 s closing itself.
+
+    Raises:
+        ConfigError: the address does not parse, or its port is outside 1..65535.
+    """
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        scheme, location = parse_address(scheduler)
+        port = parse_host_port(location)[1] if scheme in ("tcp", "tls") else 1
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"Dask scheduler address {scheduler!r} is not of the form tcp://HOST:PORT "
+                          f"({exc})") from None
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"Dask scheduler address {scheduler!r}: port {port} is outside 1..65535")
+
+
 @contextmanager
 def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
     try:
@@ -83,6 +104,7 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
         raise ConfigError("the dask executor needs the optional extra: "
                           "pip install -c constraints.txt -e '.[cluster]'") from None
     if scheduler:
+        _check_address(scheduler)
         try:
             client = Client(scheduler, timeout="10s")
         except (OSError, TimeoutError) as exc:
