@@ -211,6 +211,7 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--schedule": _words(["gpipe", "1f1b", "interleaved"]),
         "--executor": _words(["local"] + (["dask"] if slow else [])),
         "--scheduler": st.sampled_from(["", "nonsense", "tcp://"]),
+        "--search": _words(["0", "a", "deadbeef", "f"]),
         "--baseline": _words(["tpuv4", "none", "a100-80gb"]),
         "--layer": _words(["embedding", "block", "head"]),
         "--phase": _words(["fwd", "bwd"]),
