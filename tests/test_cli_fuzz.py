@@ -173,7 +173,7 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
     """Value generator of each option name."""
     models = ["gpt2-xl", "bert-large", "opt-350m", "llama2-7b"] if slow else []
     return {
-        "--model": _input_file(files, ["config"], models + ["not-a-model"]),
+        "--model": _input_file(files, ["config"], models),
         "--hardware": _input_file(files, ["hardware"], ["tpuv4", "a100-80gb", "h100-80gb", "phaze-ref"]),
         "--cluster": _input_file(files, ["hardware"], ["tpuv4", "a100-80gb"]),
         "--space": _input_file(files, ["space"], ["tiny"] if slow else []),
