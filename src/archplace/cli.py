@@ -82,14 +82,9 @@ def search(
     = False,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
-    if top <= 0:
-        raise ArchplaceError(f"--top must be positive, got {top}")
     if exact_top is None:
         exact_top = top
-    if exact_top < 0:
-        raise ArchplaceError(f"--exact-top must be 0 or more, got {exact_top}")
-    if trials is not None and trials <= 0:
-        raise ArchplaceError(f"--trials must be positive, got {trials}")
+    api.check_run_options(top=top, trials=trials, seed=seed, exact_top=exact_top, jobs=jobs)
     if out is not None:
         check_output(out, "--out")  # now, not after the search
     if plot is not None:
