@@ -53,6 +53,7 @@ from archplace.placement.tables import INFINITE_SHARDS, FloatArray, SegmentTable
 from archplace.placement.timing import (
     dp_allreduce_cost,
     dp_allreduce_time_s,
+    dp_degrees,
     optimizer_step_time_s,
 )
 
@@ -168,22 +169,23 @@ class Search:
         v = variant.chunks
         interleaved = variant.schedule is PipelineSchedule.INTERLEAVED
         depths = np.arange(2 if interleaved else 1, min(n // v, devices // fam.tp) + 1)
-        widths = devices // (fam.tp * depths)
-        p = np.repeat(depths, widths).astype(np.int64)
-        d = (np.arange(len(p)) - np.repeat(np.cumsum(widths) - widths, widths) + 1).astype(np.int64)
-        per_step = fam.micro_batch * d
         g = setup.global_batch
-        if setup.dp_must_divide_batch:
-            valid = g % per_step == 0
-            m = g // per_step
+        if setup.dp_must_divide_batch:  # d among the divisors of g / b: a small grid on any cluster
+            widths = np.array(dp_degrees(setup, fam.micro_batch, devices // fam.tp), dtype=np.int64)
+            p = np.repeat(depths, len(widths)).astype(np.int64)
+            d = np.tile(widths, len(depths))
+            m = (g // fam.micro_batch) // d if len(d) else d
+            valid = fam.tp * p * d <= devices
             if interleaved:
                 valid &= m % p == 0
-        else:
-            valid = np.ones(len(p), dtype=bool)
-            m = -(-g // per_step)
-            if interleaved:
-                m = p * -(-m // p)
-        return p[valid], d[valid], m[valid]
+            return p[valid], d[valid], m[valid]
+        widths = devices // (fam.tp * depths)  # padded batches: every d up to the devices
+        p = np.repeat(depths, widths).astype(np.int64)
+        d = (np.arange(len(p)) - np.repeat(np.cumsum(widths) - widths, widths) + 1).astype(np.int64)
+        m = -(-g // (fam.micro_batch * d))
+        if interleaved:
+            m = p * -(-m // p)
+        return p, d, m
 
     def _bound0(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                 d: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> FloatArray:
