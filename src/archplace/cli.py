@@ -17,7 +17,7 @@ from typer.exceptions import TyperException
 
 from archplace import api
 from archplace.errors import ArchplaceError
-from archplace.outputs import check_output, write_output, write_text_output
+from archplace.outputs import check_image_output, check_output, write_output, write_text_output
 from archplace.report.tables import (
     hardware_table,
     models_table,
@@ -129,14 +129,8 @@ def _plot_paths(plot: Path, outcomes: list[SearchResult]) -> list[Path]:
 
 def _check_plot(path: Path) -> None:
     """Refuse, before any work, a --plot path that cannot be written or whose suffix names no
-    format matplotlib writes."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    check_output(path, "--plot")
-    formats = FigureCanvasBase.get_supported_filetypes()
-    if path.suffix.lstrip(".").lower() not in formats:
-        raise ArchplaceError(f"--plot {path}: unknown image format {path.suffix or '(no suffix)'!r}; "
-                             f"choose from: {', '.join(sorted(formats))}")
+    format matplotlib writes (a path without a suffix too: the suffix picks the format)."""
+    check_image_output(path, "--plot")
 
 
 def _draw(source: SearchResult | Path, path: Path) -> None:

@@ -65,7 +65,7 @@ from archplace.placement.memory import (
     sequential_sum,
     stage_memory,
 )
-from archplace.placement.pipeline import evaluate_plan, stage_times
+from archplace.placement.pipeline import check_finite_times, evaluate_plan, stage_times
 from archplace.placement.plan import (
     LayerCost,
     PipelineSchedule,
@@ -735,6 +735,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     zero, dp_overlap, sp = bool(zero), bool(dp_overlap), bool(sp)
     check_tp_and_micro_batch(setup, tp, micro_batch)
     _check_flop_rates(graph, setup.peak_flop_per_s)
+    check_finite_times(graph.layers)
     devices = setup.cluster.devices
     candidates: list[_Candidate] = []
     for p in range(1, min(graph.n, devices // tp) + 1):

@@ -41,6 +41,7 @@ v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm and optimize
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 from archplace.errors import ConfigError, InfeasibleError, InternalError, SolverError
@@ -209,6 +210,23 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     return out
 
 
+def check_finite_times(layers: Sequence[LayerCost]) -> None:
+    """Refuse layer costs whose times add up beyond the largest float: every figure of a plan
+    (segment sums, the iteration time) would be infinite, and a plan search would mistake that
+    for "nothing fits".
+
+    Raises:
+        ConfigError: naming the slowest layer and the overflow.
+    """
+    total = sequential_sum(layer.fwd_s + layer.bwd_s + max(layer.fwd_s, layer.selective_recompute_s)
+                           for layer in layers)
+    if not math.isfinite(total):
+        slowest = max(layers, key=lambda layer: layer.fwd_s + layer.bwd_s)
+        raise ConfigError(f"layer times overflow: {len(layers)} layers (the slowest, {slowest.name!r}, "
+                          f"fwd_s {slowest.fwd_s:.3g} s + bwd_s {slowest.bwd_s:.3g} s) add up beyond "
+                          f"{sys.float_info.max:.3g} s")
+
+
 def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan) -> PlanResult:
     """Iteration time, breakdown, throughput, MFU and memory of one plan (module docstring).
 
@@ -250,7 +268,8 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         raise ConfigError("iteration time is zero: every layer time and parameter count is zero")
     if not math.isfinite(iteration_s):
         parts = ", ".join(f"{key} {breakdown[key]:.3g} s" for key in BREAKDOWN_KEYS)
-        raise SolverError(f"iteration time overflows ({parts}): layer times too large to add up")
+        raise SolverError(f"iteration time overflows ({parts}): the layer times of "
+                          f"{setup.global_batch:,} samples add up beyond {sys.float_info.max:.3g} s")
     model_flop = (setup.global_batch / plan.micro_batch
                   * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * plan.tp)
     throughput = setup.global_batch / iteration_s

@@ -221,6 +221,10 @@ class Search:
         Blocks (one family x variant) enter the heap with their level-0 bounds; the first time a
         block surfaces its bounds are refined to level 1 at once (vectorised) and it re-enters.
         """
+        with np.errstate(over="ignore"):  # an overflowing bound is +inf, which orders correctly
+            return self._run()
+
+    def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[_Block] = []
         grids: dict[tuple[int, int, PipelineSchedule, int, int], tuple[npt.NDArray[np.int64], ...]] = {}

@@ -31,7 +31,7 @@ import numpy as np
 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.kernels import Block, first_split, fits_greedily, min_max
-from archplace.placement.pipeline import evaluate_plan
+from archplace.placement.pipeline import check_finite_times, evaluate_plan
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
@@ -91,7 +91,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         ``evaluate_plan`` results; ties as in the module docstring.
 
     Raises:
-        ConfigError: malformed costs or options.
+        ConfigError: malformed costs or options, layer times that overflow when added up.
         InfeasibleError: no valid (tp, pp, dp, micro-batch) combination exists ("no valid
             plan: ..."), or nothing fits in HBM; then the message names the closest candidate
             among the most memory-frugal options offered (most recomputation, 1F1B, ZeRO-1,
@@ -122,6 +122,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
             raise ConfigError(f"costs key {key!r}: sp must be a bool")
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
+        check_finite_times(layers)
         families.extend(Family(tp, micro_batch, sp, rc, tuple(layers)) for rc in recompute_list)
     variants = [Variant(schedule, v, z, o)
                 for schedule in schedule_list

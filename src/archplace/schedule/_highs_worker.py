@@ -10,6 +10,7 @@ process because the highspy and OR-Tools wheels ship incompatible copies of
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 
@@ -17,11 +18,17 @@ from archplace.schedule.milp import phaze_solve
 
 
 def main() -> None:
-    """Solve the problem on stdin, write the result on stdout."""
+    """Solve the problem on stdin, write the result on stdout.  HiGHS's C++ code may print (its
+    banner) on file descriptor 1, which would corrupt the pickle: during the solve that
+    descriptor points at stderr, and the result goes to the original stdout."""
     problem, options = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout.flush()
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
     result = phaze_solve(problem, options, "highs")
-    sys.stdout.buffer.write(pickle.dumps(result))
-    sys.stdout.buffer.flush()
+    sys.stdout.flush()
+    with os.fdopen(result_fd, "wb") as out:
+        out.write(pickle.dumps(result))
 
 
 if __name__ == "__main__":
