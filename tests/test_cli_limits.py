@@ -241,7 +241,8 @@ def test_api_names_parameters_not_flags(model: str) -> None:
     with pytest.raises(ConfigError, match=r"^devices must be a whole number from 1 to 1,048,576, got True$"):
         api.evaluate(model, "tpuv4", devices=True, global_batch=8, tp=1, pp=1, dp=1,  # type: ignore[arg-type]
                      micro_batch=1)
-    with pytest.raises(ConfigError, match=r"^micro_batch must be a whole number from 1 to 1,048,576, got 2.0$"):
+    with pytest.raises(ConfigError,
+                       match=r"^micro_batch must be a whole number from 1 to 1,048,576, got 2.0$"):
         api.graph(model, micro_batch=2.0)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="seed must be a whole number from 0 to 4,294,967,295"):
         api.search(model, devices=8, global_batch=8, seed=2**32)
@@ -251,7 +252,8 @@ def test_api_names_parameters_not_flags(model: str) -> None:
 
 # ------------------------------------------------------------------------ sizes that explode
 
-def test_a_chain_too_long_is_refused_before_tracing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_chain_too_long_is_refused_before_tracing(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "deep" / "config.json"
     config.parent.mkdir()
     config.write_text(json.dumps({**TINY_GPT, "n_layer": 10_000}))
