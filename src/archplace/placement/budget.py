@@ -64,11 +64,11 @@ class WorkMeter:
 
     __slots__ = ("cells", "devices", "layers", "limit")
 
-    def __init__(self, *, layers: int, devices: int, limit: int = MAX_DP_CELLS) -> None:
+    def __init__(self, *, layers: int, devices: int, limit: int | None = None) -> None:
         self.cells = 0
         self.layers = layers
         self.devices = devices
-        self.limit = limit
+        self.limit = MAX_DP_CELLS if limit is None else limit
 
     def charge(self, cells: int) -> None:
         """Add ``cells``.
