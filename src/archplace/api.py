@@ -22,7 +22,6 @@ from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
 from archplace.hardware.space import load_space
 from archplace.placement import workflow
-from archplace.placement.budget import check_chain_length
 from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
 from archplace.placement.workflow import PlanSpace
 from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
@@ -266,8 +265,6 @@ def search_request(
     if tp is not None:
         limits.whole_each("tp", tp, 1, limits.MAX_DEVICES)
     specs = tuple(_model_spec(name, seq_len, batches) for name in names)
-    for spec in specs:  # embedding, blocks and head: refused before tracing
-        check_chain_length(spec.num_layers + 2)
     search_space = load_space(space)
     links = load_cluster(cluster or search_space.base, devices)
     try:
