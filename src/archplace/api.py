@@ -38,9 +38,9 @@ from archplace.workload.extract import ExtractOptions, check_tp
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import ModelSpec, load_model, model_preset_summaries
 
-__all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "layer_problem", "models",
-           "plan", "plan_layer_graph", "results", "schedule_layer", "search", "search_each",
-           "search_request", "solve_problem"]
+__all__ = ["check_run_options", "estimate_matmul", "estimate_model", "evaluate", "graph", "hardware",
+           "layer_problem", "models", "plan", "plan_layer_graph", "results", "schedule_layer", "search",
+           "search_each", "search_request", "solve_problem"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -424,7 +424,8 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         The plan; ``plan.stage_layers`` names the layers of every stage.
 
     Raises:
-        ConfigError: a bad file or option, an unknown preset, the interleaved schedule.
+        ConfigError: a bad file or option, a size out of range (:mod:`archplace.limits`), an
+            unknown preset, the interleaved schedule, FLOP faster than the chip's peak.
         InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
     """
     from archplace.placement.dag import LayerGraph, dag_plan, load_layer_graph_file
