@@ -102,12 +102,16 @@ def finite(name: str, value: object, low: float, high: float, *, low_open: bool 
     ``low_open``).
 
     Raises:
-        ConfigError: "``name`` must be a number from LOW to HIGH, got VALUE" (NaN and infinities
-            included).
+        ConfigError: "``name`` must be a finite number above LOW (at least LOW) and at most HIGH,
+            got VALUE", for NaN, infinities and non-numbers too.
     """
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    number = float(value) if ok and abs(value) < 1e308 else math.inf  # type: ignore[arg-type]
-    if not ok or not math.isfinite(number) or number > high or number < low or (low_open and number == low):
+    number = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the float range
+            number = math.inf
+    if not math.isfinite(number) or number > high or number < low or (low_open and number == low):
         bound = f"above {low:g}" if low_open else f"at least {low:g}"
         raise ConfigError(f"{name} must be a finite number {bound} and at most {high:g}, "
                           f"got {shown(value)}")

@@ -9,7 +9,8 @@ What grows (measured with ``archplace plan`` on GPT-2 configs with a tiny hidden
   2,002-layer chain, 1.4 GB for the whole plan, 17 GB for 10,000 layers. The search keeps the
   tables of at most :data:`TABLE_BYTES` (512 MiB) and rebuilds evicted ones on demand (they are
   pure functions of the layers, so the answer does not change), and refuses chains of more than
-  :data:`MAX_CHAIN_LAYERS` layers, whose tables of one family alone would not fit.
+  :data:`MAX_CHAIN_LAYERS` layers: there the base tables of one family alone take 200 MB (7 n x n
+  arrays), the temporaries of one DP about as much, and both grow with n^2.
 * Time: every min-max DP over a split of n layers into s segments visits about
   ``(s - 1) (n - s + 1)^2`` cells, and deep pipelines on large clusters need many DPs (a
   502-layer chain: 2e9 cells in 15 s on 16,384 devices, 8e9 cells in 31 s on 65,536 devices,
