@@ -145,8 +145,10 @@ def test_search_with_fused_layers(model_and_space: tuple[Path, Path], tmp_path: 
 @pytest.mark.parametrize("argv, message", [
     (["search", "--model", "gpt5", "--devices", "8", "--global-batch", "8"], "unknown model 'gpt5'"),
     (["search", "--model", "nowhere/config.json", "--devices", "8", "--global-batch", "8"], "not found"),
-    (["search", "--model", "gpt2-xl", "--devices", "0", "--global-batch", "8"], "--devices must be positive"),
-    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "-4"], "--global-batch must be"),
+    (["search", "--model", "gpt2-xl", "--devices", "0", "--global-batch", "8"],
+     "devices must be a whole number from 1 to 1,048,576, got 0"),
+    (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "-4"],
+     "global_batch must be a whole number from 1 to 1,073,741,824, got -4"),
     (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--space", "huge"],
      "tiny"),
     (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--recompute", "some"],
@@ -160,7 +162,7 @@ def test_search_with_fused_layers(model_and_space: tuple[Path, Path], tmp_path: 
     (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--tp", "2"],
      "TP width 2 does not divide the 25 attention heads"),
     (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--trials", "0"],
-     "--trials must be positive"),
+     "trials must be a whole number from 1 to 1,000,000, got 0"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:

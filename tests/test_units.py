@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,9 +11,11 @@ from hypothesis import strategies as st
 from archplace.errors import ConfigError
 from archplace.units import (
     format_bytes,
+    parse_area_mm2,
     parse_bandwidth,
     parse_bytes,
     parse_frequency,
+    parse_power_w,
     parse_time,
 )
 
@@ -114,3 +118,36 @@ def test_binary_prefixes_are_powers_of_1024(count: int, unit: str) -> None:
 )
 def test_format_bytes(value: float, text: str) -> None:
     assert format_bytes(value) == text
+
+
+PARSERS = {parse_bytes: "B", parse_bandwidth: "B/s", parse_frequency: "Hz", parse_time: "s",
+           parse_area_mm2: "mm2", parse_power_w: "W"}
+
+
+@pytest.mark.parametrize("parser", list(PARSERS))
+@pytest.mark.parametrize("text", ["1e400", "-1e400", "1e308 P{unit}", 10**400, float("inf"), float("nan"),
+                                  -float("inf")])
+def test_quantities_that_are_not_finite_are_refused(parser, text: str | float) -> None:
+    if isinstance(text, str):
+        unit = PARSERS[parser]
+        if "{unit}" in text:  # time and area have no prefixes: there the number itself overflows
+            text = "1e400 " + unit if parser in (parse_time, parse_area_mm2) else text.format(unit=unit)
+    with pytest.raises(ConfigError, match=r"^field: must be finite, got "):
+        parser(text, "field")
+
+
+def test_a_huge_integer_is_shown_by_its_size() -> None:
+    with pytest.raises(ConfigError, match=r"^hbm: must be finite, got a number of about 400 digits$"):
+        parse_bytes(10**400, "hbm")
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["", "k", "M", "G", "T", "P"]))
+def test_parsers_return_finite_numbers_or_refuse(number: float, prefix: str) -> None:
+    for parser, unit in ((parse_bytes, "B"), (parse_frequency, "Hz"), (parse_power_w, "W"),
+                         (parse_bandwidth, "B/s")):
+        try:
+            value = parser(f"{number!r} {prefix}{unit}")
+        except ConfigError as exc:
+            assert "must be finite" in str(exc) or "cannot parse" in str(exc)
+            continue
+        assert math.isfinite(value)

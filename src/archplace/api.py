@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from archplace import limits
 from archplace.cost.estimate import estimate_matmul, estimate_model
 from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
@@ -34,11 +35,11 @@ from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, check_tp
 from archplace.workload.summary import chain_summary
-from archplace.workload.zoo import load_model, model_preset_summaries
+from archplace.workload.zoo import ModelSpec, load_model, model_preset_summaries
 
-__all__ = ["estimate_matmul", "estimate_model", "evaluate", "graph", "hardware", "layer_problem", "models",
-           "plan", "plan_layer_graph", "results", "schedule_layer", "search", "search_each",
-           "search_request", "solve_problem"]
+__all__ = ["check_run_options", "estimate_matmul", "estimate_model", "evaluate", "graph", "hardware",
+           "layer_problem", "models", "plan", "plan_layer_graph", "results", "schedule_layer", "search",
+           "search_each", "search_request", "solve_problem"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -61,15 +62,38 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
         "operators"}], "total": {"params", "fwd_flop", "bwd_flop"}}``; bytes per micro-batch.
 
     Raises:
-        ConfigError: unknown model, bad sizes, a TP width that does not divide the heads,
-            KV heads or FFN size.
+        ConfigError: unknown model, sizes out of range (:mod:`archplace.limits`), a TP width that
+            does not divide the heads, KV heads or FFN size, ``sp`` with ``tp`` = 1.
         ExtractionError: the model code cannot be traced.
     """
+    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
+    _check_sp(sp, tp)
+    spec = _model_spec(model, seq_len, (micro_batch,))
+    options = ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp, sp=sp, fuse=fuse)
+    return chain_summary(cached_chain(spec, options), sp=sp)
+
+
+def _model_spec(model: str, seq_len: int | None, micro_batches: Iterable[int]) -> ModelSpec:
+    """``model`` at ``seq_len`` tokens (default: its context), with the sequence and every
+    micro-batch's token count within :mod:`archplace.limits`.
+
+    Raises:
+        ConfigError: an unknown model, or a size out of range.
+    """
+    limits.optional_whole("seq_len", seq_len, 1, limits.MAX_SEQ_LEN)
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
-    options = ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp, sp=sp, fuse=fuse)
-    return chain_summary(cached_chain(spec, options), sp=sp)
+    limits.whole(f"sequence length of {spec.name!r}", spec.seq_len, 1, limits.MAX_SEQ_LEN)
+    for b in micro_batches:
+        limits.micro_batch_tokens(b, spec.seq_len)
+    return spec
+
+
+def _check_cluster(devices: int, global_batch: int) -> None:
+    limits.whole("devices", devices, 1, limits.MAX_DEVICES)
+    limits.whole("global_batch", global_batch, 1, limits.MAX_GLOBAL_BATCH)
 
 
 def _enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[Any, ...]:
@@ -97,17 +121,24 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     operators fused into their producing matmul (:class:`archplace.placement.workflow.PlanSpace`).
 
     Raises:
-        ConfigError: unknown model / preset / option, non-positive sizes.
+        ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
+            devices, TP widths 1..2**20, global batch 1..2**30, micro-batches 1..2**20, top_k
+            1..1,000, ...), a chain too long or a plan space too large to search
+            (:mod:`archplace.placement.budget`).
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
-
-
+    _check_cluster(devices, global_batch)
+    widths = limits.whole_each("tp", tps, 1, limits.MAX_DEVICES) if tps else None
+    batches = (limits.whole_each("micro_batch", micro_batches, 1, limits.MAX_MICRO_BATCH)
+               if micro_batches else workflow.PlanSpace().micro_batches)
+    limits.whole("top_k", top_k, 1, limits.MAX_TOP)
+    _model_spec(model, seq_len, batches)
     prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
                             seq_len=seq_len, optimizer=optimizer)
     default = workflow.PlanSpace()
     space = workflow.PlanSpace(
-        tps=tuple(tps) if tps else None,
-        micro_batches=tuple(micro_batches) if micro_batches else default.micro_batches,
+        tps=widths,
+        micro_batches=batches,
         sps=(False, True) if sp else (False,),
         recomputes=_enum_choices(Recompute, recomputes, "recompute") if recomputes else default.recomputes,
         schedules=(_enum_choices(PipelineSchedule, schedules, "schedule") if schedules
@@ -115,9 +146,6 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
         zero=(False, True) if zero else (False,),
         fuse=bool(fuse),
     )
-    for b in space.micro_batches:
-        if b <= 0:
-            raise ConfigError(f"--micro-batch must be positive, got {b}")
     return workflow.plan(prob, space, top_k)
 
 
@@ -133,16 +161,17 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     ranges (``"0-12,13-25,..."``; embedding = 0, head = last).
 
     Raises:
-        ConfigError: unknown model / preset / option, an invalid plan.
+        ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
+            devices, tp, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
+            ...), an invalid plan.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
-
-
-    for name, value in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--micro-batch", micro_batch),
-                        ("--chunks", chunks)):
-        if value <= 0:
-            raise ConfigError(f"{name} must be positive, got {value}")
+    _check_cluster(devices, global_batch)
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("chunks", chunks)):
+        limits.whole(name, value, 1, limits.MAX_DEVICES)
+    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     _check_sp(sp, tp)
+    _model_spec(model, seq_len, (micro_batch,))
     prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
                             seq_len=seq_len, optimizer=optimizer)
     return workflow.evaluate(
@@ -223,20 +252,18 @@ def search_request(
             model's eager code runs them.
 
     Raises:
-        ConfigError: unknown model / space / preset, bad file, non-positive sizes, a TP width
+        ConfigError: unknown model / space / preset, bad file, sizes out of range
+            (:mod:`archplace.limits`), a budget that is not a positive finite quantity, a TP width
             a model cannot be split by.
     """
-    if devices <= 0:
-        raise ConfigError(f"--devices must be positive, got {devices}")
-    if global_batch <= 0:
-        raise ConfigError(f"--global-batch must be positive, got {global_batch}")
+    _check_cluster(devices, global_batch)
     names = [model] if isinstance(model, str) else list(model)
     if not names:
         raise ConfigError("--model is required")
-    if seq_len is not None and seq_len <= 0:
-        raise ConfigError(f"--seq-len must be positive, got {seq_len}")
-    specs = tuple(load_model(name) if seq_len is None else load_model(name).with_seq_len(seq_len)
-                  for name in names)
+    batches = limits.whole_each("micro_batches", micro_batches, 1, limits.MAX_MICRO_BATCH)
+    if tp is not None:
+        limits.whole_each("tp", tp, 1, limits.MAX_DEVICES)
+    specs = tuple(_model_spec(name, seq_len, batches) for name in names)
     search_space = load_space(space)
     links = load_cluster(cluster or search_space.base, devices)
     try:
@@ -246,10 +273,10 @@ def search_request(
                           f"{', '.join(o.value for o in Objective)}") from None
     designs = search_space.designs()
     if area_budget is not None:
-        limit_mm2 = parse_area_mm2(area_budget, "--area-budget")
+        limit_mm2 = _positive(parse_area_mm2(area_budget, "area_budget"), "area_budget", area_budget)
         designs = tuple(d for d in designs if area_mm2(d) <= limit_mm2)
     if power_budget is not None:
-        limit_w = parse_power_w(power_budget, "--power-budget")
+        limit_w = _positive(parse_power_w(power_budget, "power_budget"), "power_budget", power_budget)
         designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
     if not designs:
         raise ConfigError(f"no design of space {space!r} is within the area and power budgets")
@@ -264,12 +291,35 @@ def search_request(
                 raise ConfigError(f"--tp {width} must be between 1 and the {devices} devices")
             for spec in specs:
                 check_tp(spec, width)
-    plan_space = PlanSpace(tps=tps, micro_batches=tuple(micro_batches),
+    plan_space = PlanSpace(tps=tps, micro_batches=batches,
                            recomputes=parse_recompute(recompute),
                            schedules=_enum_choices(PipelineSchedule, schedules, "schedule"),
                            fuse=bool(fuse))
     reference = load_accelerator(baseline) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
+
+
+def _positive(value: float, name: str, given: object) -> float:
+    if not value > 0:
+        raise ConfigError(f"{name}: must be positive, got {given!r}")
+    return value
+
+
+def check_run_options(*, trials: int | None = None, seed: int = 0, exact_top: int = 0,
+                      jobs: int | None = None, top: int = 1) -> None:
+    """Check how a search is run, before any work (:mod:`archplace.limits`): ``trials``
+    1..10**6 (or None), ``seed`` 0..2**32 - 1 (NumPy's and Optuna's range), ``exact_top`` and
+    ``top`` up to 1,000 (``top`` >= 1), ``jobs`` 1..4 per usable CPU (or None).
+
+    Raises:
+        ConfigError: the first value out of range, named.
+    """
+    limits.whole("top", top, 1, limits.MAX_TOP)
+    limits.optional_whole("trials", trials, 1, limits.MAX_TRIALS)
+    limits.whole("seed", seed, 0, limits.MAX_SEED)
+    limits.whole("exact_top", exact_top, 0, limits.MAX_TOP)
+    if jobs is not None:
+        limits.jobs(jobs)
 
 
 def search(model: str | Sequence[str], *, progress: Progress | None = None, jobs: int | None = 1,
@@ -293,16 +343,13 @@ def search(model: str | Sequence[str], *, progress: Progress | None = None, jobs
         The evaluated designs, best first (``result.best`` is None when nothing fits).
 
     Raises:
-        ConfigError: bad input (see :func:`search_request`), an unknown strategy, an
-            unreachable scheduler.
+        ConfigError: bad input (see :func:`search_request` and :func:`check_run_options`), an
+            unknown strategy, an unreachable scheduler.
         ExtractionError: the model code cannot be traced.
     """
+    check_run_options(trials=trials, seed=seed, exact_top=exact_top, jobs=jobs)
     request = search_request(model, **options)
     chosen = make_strategy(strategy)
-    if trials is not None and trials <= 0:
-        raise ConfigError(f"--trials must be positive, got {trials}")
-    if exact_top < 0:
-        raise ConfigError(f"--exact-top must be >= 0, got {exact_top}")
     results = ResultStore(Path(store)) if store else None
     run = partial(run_search, request, chosen, progress=progress, store=results, exact_top=exact_top,
                   seed=seed, budget=trials)
@@ -401,22 +448,21 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         The plan; ``plan.stage_layers`` names the layers of every stage.
 
     Raises:
-        ConfigError: a bad file or option, an unknown preset, the interleaved schedule.
+        ConfigError: a bad file or option, a size out of range (:mod:`archplace.limits`), an
+            unknown preset, the interleaved schedule, FLOP faster than the chip's peak.
         InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
     """
     from archplace.placement.dag import LayerGraph, dag_plan, load_layer_graph_file
-    for name, value in (("--devices", devices), ("--global-batch", global_batch),
-                        ("--micro-batch", micro_batch), ("--tp", tp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    _check_cluster(devices, global_batch)
+    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
     if isinstance(graph, LayerGraph):
         layers, file_seq_len = graph, None
     else:
         layers, file_seq_len = load_layer_graph_file(graph)
     _check_sp(sp, tp)
-    tokens = seq_len if seq_len is not None else file_seq_len or 1
-    if tokens <= 0:
-        raise ConfigError(f"--seq-len must be positive, got {tokens}")
+    tokens = limits.whole("seq_len", seq_len if seq_len is not None else file_seq_len or 1, 1,
+                          limits.MAX_SEQ_LEN)
     _, setup = workflow.training_setup(hardware, devices=devices, global_batch=global_batch, seq_len=tokens,
                                        optimizer=optimizer)
     return dag_plan(layers, setup, micro_batch=micro_batch,

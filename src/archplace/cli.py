@@ -18,7 +18,7 @@ from typer.exceptions import TyperException
 from archplace import api
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
-from archplace.outputs import check_output, write_output, write_text_output
+from archplace.outputs import check_image_output, check_output, write_output, write_text_output
 from archplace.report.tables import (
     hardware_table,
     models_table,
@@ -83,14 +83,9 @@ def search(
     = False,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
-    if top <= 0:
-        raise ArchplaceError(f"--top must be positive, got {top}")
     if exact_top is None:
         exact_top = top
-    if exact_top < 0:
-        raise ArchplaceError(f"--exact-top must be 0 or more, got {exact_top}")
-    if trials is not None and trials <= 0:
-        raise ArchplaceError(f"--trials must be positive, got {trials}")
+    api.check_run_options(top=top, trials=trials, seed=seed, exact_top=exact_top, jobs=jobs)
     if out is not None:
         check_output(out, "--out")  # now, not after the search
     if plot is not None:
@@ -169,14 +164,8 @@ def _plot_paths(plot: Path, outcomes: list[SearchResult]) -> list[Path]:
 
 def _check_plot(path: Path) -> None:
     """Refuse, before any work, a --plot path that cannot be written or whose suffix names no
-    format matplotlib writes."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    check_output(path, "--plot")
-    formats = FigureCanvasBase.get_supported_filetypes()
-    if path.suffix.lstrip(".").lower() not in formats:
-        raise ArchplaceError(f"--plot {path}: unknown image format {path.suffix or '(no suffix)'!r}; "
-                             f"choose from: {', '.join(sorted(formats))}")
+    format matplotlib writes (a path without a suffix too: the suffix picks the format)."""
+    check_image_output(path, "--plot")
 
 
 def _draw(source: SearchResult | Path, path: Path, search: str | None = None) -> None:

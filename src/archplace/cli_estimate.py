@@ -23,6 +23,7 @@ from rich.table import Table
 
 from archplace.cost.estimate import ModelEstimate, estimate_matmul, estimate_model, layer_rows
 from archplace.errors import ConfigError
+from archplace.limits import MAX_ARRAY_DIM
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
 
 estimate_app = typer.Typer(
@@ -30,7 +31,7 @@ estimate_app = typer.Typer(
     help="Per-layer time, bound and energy of a model on a hardware preset (or of one matmul).",
 )
 
-_ARRAY = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+_ARRAY = re.compile(r"^\s*(\d{1,18})\s*[xX×]\s*(\d{1,18})\s*$")
 
 
 def _console() -> Console:
@@ -83,6 +84,8 @@ def _array(text: str) -> tuple[int, int]:
     rows, cols = int(match.group(1)), int(match.group(2))
     if rows <= 0 or cols <= 0:
         raise ConfigError(f"--array: rows and cols must be positive, got {text!r}")
+    if max(rows, cols) > MAX_ARRAY_DIM:
+        raise ConfigError(f"--array: rows and cols must be at most {MAX_ARRAY_DIM:,}, got {text!r}")
     return rows, cols
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from archplace import api
+from archplace import api, limits
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.dag import load_layer_graph_file
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PlanResult, Recompute
@@ -102,8 +102,7 @@ def _plan_layer_graph(path: Path, hardware: str, *, devices: int, global_batch: 
     """The ``top`` best plans of a layer graph file over the recompute policies, schedules (1F1B and
     GPipe by default), ZeRO-1 and DP-overlap settings, each exact (``api.plan_layer_graph``).
     When nothing fits, the error of the most memory-frugal option is raised."""
-    if top <= 0:
-        raise ConfigError(f"--top must be positive, got {top}")
+    limits.whole("top", top, 1, limits.MAX_TOP)
     width, batch = _single(tp, "--tp"), _single(micro_batch, "--micro-batch")
     graph, file_seq_len = load_layer_graph_file(path)
     recomputes = list(dict.fromkeys(recompute or [r.value for r in RECOMPUTE_ORDER]))

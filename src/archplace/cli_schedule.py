@@ -24,7 +24,7 @@ from rich.table import Table
 
 from archplace.errors import ConfigError
 from archplace.inputs import read_mapping
-from archplace.outputs import check_output, write_text_output
+from archplace.outputs import check_image_output, write_text_output
 from archplace.schedule.base import ScheduleResult, SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import BACKENDS, layer_problem, solve_problem
@@ -81,7 +81,9 @@ def schedule(
     dump_problem: Annotated[Path | None, typer.Option(
         "--dump-problem", help="Write the problem being solved here (the --problem format).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
-    gantt: Annotated[Path | None, typer.Option(help="Draw the schedule per core into this PNG.")] = None,
+    gantt: Annotated[Path | None, typer.Option(
+        help="Draw the schedule per core into this image (the suffix picks the format: .png, .svg, "
+             ".pdf, ...; PNG without a suffix).")] = None,
 ) -> None:
     """Schedule one layer's operators on the tensor and vector cores (minimum makespan)."""
     if backend not in BACKENDS:
@@ -99,15 +101,15 @@ def schedule(
         source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
     if dump_problem is not None:
         write_text_output(dump_problem, "--dump-problem", json.dumps(problem.to_dict(), indent=1) + "\n")
-    if gantt is not None:
-        check_output(gantt, "--gantt")
+    image_format = (check_image_output(gantt, "--gantt", default_format="png") if gantt is not None
+                    else None)
     result = solve_problem(problem, backend, options)
-    if gantt is not None:
+    if gantt is not None and image_format is not None:
         from archplace.schedule.gantt import draw_gantt
 
         try:
             draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
-                       f"{result.makespan_s * 1e3:.3f} ms ({result.backend})")
+                       f"{result.makespan_s * 1e3:.3f} ms ({result.backend})", image_format=image_format)
         except OSError as exc:
             raise ConfigError(f"--gantt {gantt}: cannot write ({exc.strerror or exc})") from None
     if as_json:

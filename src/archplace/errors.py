@@ -25,3 +25,8 @@ class InfeasibleError(ArchplaceError):
 
 class SolverError(ArchplaceError):
     """A scheduling or placement solver failed in a way that is not a bug in the input."""
+
+
+class InternalError(RuntimeError):
+    """An invariant of archplace's own models is violated (MFU above 1, a schedule longer than
+    its horizon, ...): a bug, not bad input, so it keeps its traceback."""

@@ -5,6 +5,7 @@ errors."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -28,6 +29,41 @@ def check_output(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path}: cannot create {parent} ({exc.strerror or exc})") from None
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"{option} {path}: not writable")
+
+
+def check_image_output(path: Path, option: str, *, default_format: str | None = None) -> str:
+    """Check an image path before the work that draws it: writable (:func:`check_output`), and its
+    suffix names a format matplotlib writes (``.png``, ``.svg``, ``.pdf``, ...; any case).
+
+    Args:
+        path: the image file.
+        option: the option or parameter that named it, for messages.
+        default_format: the format of a path without a suffix (written at exactly that path);
+            None refuses such a path.
+
+    Returns:
+        The format to pass to ``savefig(path, format=...)``, so that exactly ``path`` is written
+        (matplotlib appends ``.png`` to a suffix-less name otherwise).
+
+    Raises:
+        ConfigError: naming ``option``: not writable, no suffix (without a default), or an
+            unknown suffix (``.pgf`` too when no TeX system is installed), with the formats to
+            choose from.
+    """
+    import matplotlib  # only when drawing
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    check_output(path, option)
+    formats = dict(FigureCanvasBase.get_supported_filetypes())
+    if shutil.which(matplotlib.rcParams["pgf.texsystem"]) is None:
+        formats.pop("pgf", None)  # PGF runs a TeX system, which is not installed
+    suffix = path.suffix.lstrip(".").lower()
+    if not suffix and default_format is not None:
+        return default_format
+    if suffix not in formats:
+        raise ConfigError(f"{option} {path}: unknown image format {path.suffix or '(no suffix)'!r}; "
+                          f"choose from: {', '.join(sorted(formats))}")
+    return suffix
 
 
 def write_output(path: Path, option: str, write: Callable[[IO[str]], None]) -> None:

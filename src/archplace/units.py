@@ -2,14 +2,18 @@
 
 Inside archplace every quantity is an SI base unit (bytes, seconds, hertz,
 bytes/s).  ``"80 GiB"``, ``"1.2 TB/s"`` and ``"1.05 GHz"`` are parsed here,
-once, and nowhere else.
+once, and nowhere else.  Every parser returns a finite number: NaN, infinities
+and values that overflow a float once scaled (``"1e400 mm2"``, ``"1e300 PB"``)
+are refused; the sign is left to the caller.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from archplace.errors import ConfigError
+from archplace.limits import shown
 
 _NUMBER_UNIT = re.compile(
     r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*((?:[A-Za-z/µ][A-Za-z0-9/µ]*)?)\s*$")
@@ -18,15 +22,24 @@ _SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 
 
+def _finite(value: float, what: str, text: object) -> float:
+    if not math.isfinite(value):
+        raise ConfigError(f"{what}: must be finite, got {shown(text)}")
+    return value
+
+
 def _split(text: str | int | float, what: str) -> tuple[float, str]:
     if isinstance(text, bool):
         raise ConfigError(f"{what}: expected a number with a unit, got {text!r}")
     if isinstance(text, int | float):
-        return float(text), ""
+        try:
+            return _finite(float(text), what, text), ""
+        except OverflowError:  # an int beyond the float range
+            raise ConfigError(f"{what}: must be finite, got {shown(text)}") from None
     match = _NUMBER_UNIT.match(str(text))
     if not match:
         raise ConfigError(f"{what}: cannot parse {text!r} as a number with a unit")
-    return float(match.group(1)), match.group(2)
+    return _finite(float(match.group(1)), what, text), match.group(2)
 
 
 def _scale(prefix: str, what: str, text: object, allow_binary: bool) -> float:
@@ -44,12 +57,12 @@ def parse_bytes(text: str | int | float, what: str = "size") -> float:
     number is bytes.
 
     Raises:
-        ConfigError: unparsable text or an unknown unit.
+        ConfigError: unparsable text, an unknown unit, or a value that is not finite.
     """
     value, unit = _split(text, what)
     if unit and not unit.endswith("B"):
         raise ConfigError(f"{what}: expected a byte unit such as 'GiB' or 'MB', got {text!r}")
-    return value * _scale(unit[:-1], what, text, allow_binary=True)
+    return _finite(value * _scale(unit[:-1], what, text, allow_binary=True), what, text)
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
@@ -58,7 +71,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     A bare number is bytes/s. Bits per second (``"200 Gb/s"``) are converted to bytes.
 
     Raises:
-        ConfigError: unparsable text or an unknown unit.
+        ConfigError: unparsable text, an unknown unit, or a value that is not finite.
     """
     value, unit = _split(text, what)
     if not unit:
@@ -67,9 +80,9 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
         raise ConfigError(f"{what}: expected a unit per second such as 'TB/s', got {text!r}")
     base = unit[:-2]
     if base.endswith("B"):
-        return value * _scale(base[:-1], what, text, allow_binary=True)
+        return _finite(value * _scale(base[:-1], what, text, allow_binary=True), what, text)
     if base.endswith("b"):
-        return value * _scale(base[:-1], what, text, allow_binary=True) / 8.0
+        return _finite(value * _scale(base[:-1], what, text, allow_binary=True) / 8.0, what, text)
     raise ConfigError(f"{what}: expected B/s or b/s, got {text!r}")
 
 
@@ -77,32 +90,32 @@ def parse_frequency(text: str | int | float, what: str = "frequency") -> float:
     """Parse a frequency in hertz: ``"1.05 GHz"`` -> 1.05e9. A bare number is hertz.
 
     Raises:
-        ConfigError: unparsable text or an unknown unit.
+        ConfigError: unparsable text, an unknown unit, or a value that is not finite.
     """
     value, unit = _split(text, what)
     if unit and not unit.endswith("Hz"):
         raise ConfigError(f"{what}: expected a unit such as 'GHz', got {text!r}")
-    return value * _scale(unit[:-2] if unit else "", what, text, allow_binary=False)
+    return _finite(value * _scale(unit[:-2] if unit else "", what, text, allow_binary=False), what, text)
 
 
 def parse_time(text: str | int | float, what: str = "time") -> float:
     """Parse a duration in seconds: ``"2 us"`` -> 2e-6, ``"1.5 ms"`` -> 1.5e-3. A bare number is seconds.
 
     Raises:
-        ConfigError: unparsable text or an unknown unit.
+        ConfigError: unparsable text, an unknown unit, or a value that is not finite.
     """
     value, unit = _split(text, what)
     factors = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
     if unit not in factors:
         raise ConfigError(f"{what}: expected s, ms, us or ns, got {text!r}")
-    return value * factors[unit]
+    return _finite(value * factors[unit], what, text)
 
 
 def parse_area_mm2(text: str | int | float, what: str = "area") -> float:
     """Parse an area in mm²: ``"280 mm2"``, ``"280 mm²"``, ``280`` -> 280.0.
 
     Raises:
-        ConfigError: unparsable text or another unit.
+        ConfigError: unparsable text, another unit, or a value that is not finite.
     """
     cleaned = str(text).replace("mm²", "mm2") if isinstance(text, str) else text
     value, unit = _split(cleaned, what)
@@ -115,12 +128,12 @@ def parse_power_w(text: str | int | float, what: str = "power") -> float:
     """Parse a power in watts: ``"400 W"``, ``"0.4 kW"``, ``400`` -> 400.0.
 
     Raises:
-        ConfigError: unparsable text or another unit.
+        ConfigError: unparsable text, another unit, or a value that is not finite.
     """
     value, unit = _split(text, what)
     if unit and not unit.endswith("W"):
         raise ConfigError(f"{what}: expected a unit such as 'W' or 'kW', got {text!r}")
-    return value * _scale(unit[:-1] if unit else "", what, text, allow_binary=False)
+    return _finite(value * _scale(unit[:-1] if unit else "", what, text, allow_binary=False), what, text)
 
 
 def format_bytes(value_bytes: float) -> str:

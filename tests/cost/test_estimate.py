@@ -19,7 +19,7 @@ from archplace.workload.zoo import load_model
 TINY_GPT = {"model_type": "gpt2", "n_layer": 3, "n_embd": 128, "n_head": 4, "n_positions": 128,
             "vocab_size": 1024}
 PHASE_KEYS = {"single_core_s", "all_cores_s", "bound", "seconds_by_bound", "energy_j", "flop",
-              "hbm_bytes", "mfu"}
+              "hbm_bytes", "mfu", "array_flop"}
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -72,7 +72,7 @@ def test_matmul_table(capsys: pytest.CaptureFixture[str]) -> None:
     (["--array", "8x8", "--dataflow", "xs"], "unknown dataflow"),
     (["--array", "8x8", "--clock", "1 GB"], "--clock"),
     (["--array", "8x8", "--buffer", "-1 MiB"], "buffer must be positive"),
-    (["--array", "8x8", "--cores", "0"], "cores must be a positive"),
+    (["--array", "8x8", "--cores", "0"], "cores must be a whole number from 1 to 1,048,576, got 0"),
 ])
 def test_matmul_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["estimate", "matmul", "--m", "4", "--k", "4", "--n", "4", *argv], capsys)
@@ -114,8 +114,9 @@ def test_model_table(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> No
     ([], "estimate needs --model and --hardware"),
     (["--model", "gpt5", "--hardware", "tpuv4"], "unknown model 'gpt5'"),
     (["--model", "gpt2-xl", "--hardware", "tpuv9"], "choose from: a100-80gb, h100-80gb, phaze-ref, tpuv4"),
-    (["--model", "gpt2-xl", "--hardware", "tpuv4", "--tp", "0"], "--tp must be positive"),
-    (["--model", "gpt2-xl", "--hardware", "tpuv4", "--micro-batch", "-1"], "--micro-batch must be positive"),
+    (["--model", "gpt2-xl", "--hardware", "tpuv4", "--tp", "0"], "tp must be a whole number from 1"),
+    (["--model", "gpt2-xl", "--hardware", "tpuv4", "--micro-batch", "-1"],
+     "micro_batch must be a whole number from 1 to 1,048,576, got -1"),
 ])
 def test_model_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["estimate", *argv], capsys)

@@ -408,5 +408,5 @@ def test_api_takes_a_graph_object() -> None:
     from_file = api.plan_layer_graph(EXAMPLE, "a100-80gb", devices=16, global_batch=8, seq_len=2048)
     from_graph = api.plan_layer_graph(graph, "a100-80gb", devices=16, global_batch=8, seq_len=2048)
     assert from_file == from_graph
-    with pytest.raises(ConfigError, match="--devices must be a positive integer"):
+    with pytest.raises(ConfigError, match="devices must be a whole number from 1 to 1,048,576, got 0"):
         api.plan_layer_graph(graph, "a100-80gb", devices=0, global_batch=8)

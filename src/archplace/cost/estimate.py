@@ -11,7 +11,10 @@ Layer figures (for one micro-batch, per device of the TP group):
   take most of ``all_cores_s``;
 * ``energy_j``: dynamic energy of the operators plus static power x ``all_cores_s``
   (:mod:`archplace.hardware.power`);
-* ``mfu``: the layer's FLOP / (``all_cores_s`` x peak FLOP/s).
+* ``mfu``: the FLOP of the layer's matmuls / (``all_cores_s`` x peak FLOP/s): the peak counts
+  the systolic arrays only, so the vector cores' work is left out of the numerator
+  (:func:`archplace.cost.model.array_flop`); it is at most 1, since no matmul runs faster than
+  all the arrays' MACs (checked: :class:`~archplace.errors.InternalError` otherwise).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from archplace import limits
 from archplace.cost import gemm
-from archplace.cost.model import EstimatingCostModel
+from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
-from archplace.errors import ConfigError
+from archplace.errors import ConfigError, InternalError
 from archplace.hardware.accelerator import Accelerator, Dataflow
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import static_power_w
@@ -43,9 +47,10 @@ class PhaseEstimate:
         bound: what limits most of ``all_cores_s``.
         seconds_by_bound: ``all_cores_s`` split by the operators' bounds.
         energy_j: dynamic + static energy, joules.
-        flop: FLOP of the pass.
+        flop: FLOP of the pass (matmuls and vector work).
         hbm_bytes: bytes moved between HBM and the chip.
-        mfu: ``flop / (all_cores_s · peak)``, 0 for an empty pass.
+        mfu: matmul FLOP / ``(all_cores_s · peak)``, 0 for an empty pass; in [0, 1].
+        array_flop: FLOP of the pass's matmuls (:func:`archplace.cost.model.array_flop`).
     """
 
     single_core_s: float
@@ -56,6 +61,7 @@ class PhaseEstimate:
     flop: float
     hbm_bytes: float
     mfu: float
+    array_flop: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict."""
@@ -108,15 +114,32 @@ class ModelEstimate:
         for phase in ("fwd", "bwd"):
             seconds = self.total(phase, "all_cores_s")
             flop = self.total(phase, "flop")
+            matmul = self.total(phase, "array_flop")
             totals[phase] = {
                 "single_core_s": self.total(phase, "single_core_s"), "all_cores_s": seconds,
                 "energy_j": self.total(phase, "energy_j"), "flop": flop,
-                "mfu": flop / (seconds * self.peak_flop_per_s) if seconds > 0 else 0.0,
+                "mfu": utilisation("MFU", matmul, seconds * self.peak_flop_per_s),
             }
         return {"model": self.model, "hardware": self.hardware, "tp": self.tp,
                 "micro_batch": self.micro_batch, "seq_len": self.seq_len,
                 "peak_flop_per_s": self.peak_flop_per_s,
                 "layers": [layer.to_dict() for layer in self.layers], "total": totals}
+
+
+def utilisation(what: str, done: float, capacity: float) -> float:
+    """``done / capacity`` (0 when the capacity is 0), a fraction of the peak that cannot exceed 1.
+
+    Raises:
+        InternalError: the ratio exceeds 1 (beyond rounding): the cost model ran work faster than
+            the hardware's peak, a bug.
+    """
+    if capacity <= 0:
+        return 0.0
+    ratio = done / capacity
+    if not ratio <= 1.0 + 1e-9:
+        raise InternalError(f"{what} {ratio:.6g} > 1: {done:.6g} done against a capacity of "
+                            f"{capacity:.6g} (a bug in the cost model)")
+    return min(ratio, 1.0)
 
 
 def estimate_graph(graph: OpGraph, acc: Accelerator, cost: EstimatingCostModel) -> PhaseEstimate:
@@ -136,9 +159,9 @@ def estimate_graph(graph: OpGraph, acc: Accelerator, cost: EstimatingCostModel) 
         by_bound[est.bound_all.value] += est.all_cores_s
     bound = Bound(max(by_bound, key=lambda b: by_bound[b]))
     energy += static_power_w(acc) * every
-    flop = graph.flop
-    mfu = flop / (every * acc.peak_flop_per_s) if every > 0 else 0.0
-    return PhaseEstimate(single, every, bound, by_bound, energy, flop, hbm, mfu)
+    matmul = array_flop(graph.ops)
+    mfu = utilisation("MFU", matmul, every * acc.peak_flop_per_s)
+    return PhaseEstimate(single, every, bound, by_bound, energy, graph.flop, hbm, mfu, matmul)
 
 
 def estimate_layers(chain: LayerChain, acc: Accelerator, cost: EstimatingCostModel | None = None,
@@ -178,8 +201,10 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
     The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
 
     Raises:
-        ConfigError: unknown model or preset, a non-positive size, a TP width the model
-            cannot be split by (or that this version's tracer does not support).
+        ConfigError: unknown model or preset, a size out of range (:mod:`archplace.limits`: tp
+            1..2**20, micro_batch 1..2**20, seq_len 1..2**20, at most 2**26 tokens per
+            micro-batch), a TP width the model cannot be split by (or that this version's
+            tracer does not support).
         ExtractionError: the model could not be traced.
     """
     from archplace.hardware.presets import load_accelerator, load_cluster
@@ -187,14 +212,14 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
     from archplace.workload.extract import ExtractOptions
     from archplace.workload.zoo import load_model
 
-    for name, value in (("--tp", tp), ("--micro-batch", micro_batch)):
-        if value <= 0:
-            raise ConfigError(f"{name} must be positive, got {value}")
-    if seq_len is not None and seq_len <= 0:
-        raise ConfigError(f"--seq-len must be positive, got {seq_len}")
+    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
+    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    limits.optional_whole("seq_len", seq_len, 1, limits.MAX_SEQ_LEN)
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
+    limits.whole(f"sequence length of {spec.name!r}", spec.seq_len, 1, limits.MAX_SEQ_LEN)
+    limits.micro_batch_tokens(micro_batch, spec.seq_len)
     acc = load_accelerator(hardware)
     cluster = _cluster_or_none(hardware, tp, load_cluster)
     chain = cached_chain(spec, ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp))
@@ -249,15 +274,21 @@ def estimate_matmul(m: int, k: int, n: int, rows: int, cols: int, *, batch: int 
     ``rows x cols`` (:mod:`archplace.cost.gemm`); an unbounded buffer and bandwidth by default.
 
     Raises:
-        ConfigError: a non-positive size, clock, buffer or bandwidth, or an unknown dataflow.
+        ConfigError: a size out of range (m, k, n and batch 1..2**31 - 1, rows and cols
+            1..2**16, cores 1..2**20, bytes_per_element 1, 2, 4 or 8), a clock that is not
+            positive and finite, a buffer or bandwidth that is not positive (infinite: unbounded),
+            or an unknown dataflow.
     """
-    for name, value in (("m", m), ("k", k), ("n", n), ("rows", rows), ("cols", cols),
-                        ("batch", batch), ("cores", cores), ("bytes_per_element", bytes_per_element)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"matmul: {name} must be a positive whole number, got {value!r}")
-    for name, fvalue in (("clock", clock_hz), ("buffer", buffer_bytes),
-                         ("hbm bandwidth", hbm_bandwidth_bytes_per_s)):
-        if not fvalue > 0:
+    for name, value, high in (("m", m, limits.MAX_GEMM_DIM), ("k", k, limits.MAX_GEMM_DIM),
+                              ("n", n, limits.MAX_GEMM_DIM), ("batch", batch, limits.MAX_GEMM_DIM),
+                              ("rows", rows, limits.MAX_ARRAY_DIM), ("cols", cols, limits.MAX_ARRAY_DIM),
+                              ("cores", cores, limits.MAX_DEVICES)):
+        limits.whole(f"matmul: {name}", value, 1, high)
+    if bytes_per_element not in (1, 2, 4, 8) or isinstance(bytes_per_element, bool):
+        raise ConfigError(f"matmul: bytes_per_element must be 1, 2, 4 or 8, got {bytes_per_element!r}")
+    limits.finite("matmul: clock", clock_hz, 0.0, 1e15, low_open=True)
+    for name, fvalue in (("buffer", buffer_bytes), ("hbm bandwidth", hbm_bandwidth_bytes_per_s)):
+        if isinstance(fvalue, bool) or not isinstance(fvalue, int | float) or not fvalue > 0:
             raise ConfigError(f"matmul: {name} must be positive, got {fvalue!r}")
     try:
         flow = Dataflow(dataflow)
@@ -269,7 +300,7 @@ def estimate_matmul(m: int, k: int, n: int, rows: int, cols: int, *, batch: int 
                           hbm_bandwidth_bytes_per_s=hbm_bandwidth_bytes_per_s,
                           bytes_per_element=bytes_per_element)
     cycles = gemm.matmul_cycles(batch, m, k, n, rows, cols, cores, os_)
-    utilization = batch * m * k * n / (cores * rows * cols * cycles)
+    utilization = utilisation("array utilisation", batch * m * k * n, cores * rows * cols * cycles)
     return MatmulEstimate(cycles, est.hbm_bytes, est.all_cores_s, est.compute_all_s, est.memory_s,
                           est.bound_all, utilization, est.energy_j)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from archplace.cost.model import CostModel
+from archplace.cost.model import CostModel, array_flop
 from archplace.hardware.accelerator import Accelerator
 from archplace.placement.plan import LayerCost
 from archplace.schedule.list_scheduler import list_schedule
@@ -52,7 +52,8 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
     Returns:
         Layer costs in chain order. ``tp_comm_*_s`` is the collectives' summed latency
         (at most the makespan); ``selective_recompute_s`` the makespan of the attention
-        core's forward operators.
+        core's forward operators; ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls
+        (:func:`archplace.cost.model.array_flop`, what MFU counts).
     """
     times: dict[int, _GraphTimes] = {}
 
@@ -85,7 +86,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
             activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
             boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
-            fwd_flop=layer.fwd_flop, bwd_flop=layer.bwd_flop,
+            fwd_flop=array_flop(layer.fwd.ops), bwd_flop=array_flop(layer.bwd.ops),
             selective_activation_bytes=layer.selective_activation_bytes,
             selective_recompute_s=selective_s(layer),
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,

@@ -45,6 +45,7 @@ limited (:data:`MAX_DOWNSETS`, :data:`MAX_STAGE_PAIRS`).
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -63,7 +64,7 @@ from archplace.placement.memory import (
     sequential_sum,
     stage_memory,
 )
-from archplace.placement.pipeline import evaluate_plan, stage_times
+from archplace.placement.pipeline import check_finite_times, evaluate_plan, stage_times
 from archplace.placement.plan import (
     LayerCost,
     PipelineSchedule,
@@ -78,6 +79,7 @@ from archplace.placement.timing import (
     check_positive_int,
     dp_allreduce_cost,
     dp_allreduce_time_s,
+    dp_degrees,
     exposed_dp_time_s,
     micro_batch_count,
     optimizer_step_time_s,
@@ -706,7 +708,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
 
     Raises:
         ConfigError: a non-positive micro_batch or tp, an unknown policy, the interleaved
-            schedule, or a graph with more downsets or candidate stages than the limits.
+            schedule, a layer whose FLOP would run faster than the chip's peak (MFU above 1),
+            or a graph with more downsets or candidate stages than the limits.
         InfeasibleError: no valid (p, d) exists ("no valid plan: ..."), or no plan fits in HBM;
             then the message names the candidate with the smallest peak memory per device and
             its need against HBM.
@@ -722,10 +725,12 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         raise ConfigError("layer-graph plans support the gpipe and 1f1b schedules, not interleaved")
     zero, dp_overlap, sp = bool(zero), bool(dp_overlap), bool(sp)
     check_tp_and_micro_batch(setup, tp, micro_batch)
+    _check_flop_rates(graph, setup.peak_flop_per_s)
+    check_finite_times(graph.layers)
     devices = setup.cluster.devices
     candidates: list[_Candidate] = []
     for p in range(1, min(graph.n, devices // tp) + 1):
-        for d in range(1, devices // (tp * p) + 1):
+        for d in dp_degrees(setup, micro_batch, devices // (tp * p)):
             try:
                 m = micro_batch_count(setup, micro_batch=micro_batch, dp=d, pp=p, schedule=kind)
             except ConfigError:
@@ -785,6 +790,25 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         _raise_closest(fig, candidates, kind, zero)
     rows.sort(key=lambda row: row[:4])
     return rows[0][4]
+
+
+def _check_flop_rates(graph: LayerGraph, peak_flop_per_s: float) -> None:
+    """Refuse a layer whose ``fwd_flop`` (``bwd_flop``) could not run in its ``fwd_s``
+    (``bwd_s``) at the chip's peak: the plan's MFU would exceed 1 (a profile taken on a faster
+    chip than the one planned for, or FLOP counted per TP group instead of per rank).
+
+    Raises:
+        ConfigError: naming the layer, its FLOP, its time and the peak.
+    """
+    for layer in graph.layers:
+        for phase, flop, seconds in (("fwd", layer.fwd_flop, layer.fwd_s),
+                                     ("bwd", layer.bwd_flop, layer.bwd_s)):
+            if flop > seconds * peak_flop_per_s * (1 + 1e-9):
+                raise ConfigError(
+                    f"layer {layer.name!r}: {phase}_flop {flop:.4g} FLOP in {phase}_s {seconds:.4g} s "
+                    f"is {flop / seconds if seconds > 0 else math.inf:.4g} FLOP/s, above the chip's "
+                    f"peak of {peak_flop_per_s:.4g} FLOP/s (MFU would exceed 1; give FLOP and times "
+                    f"per TP rank, measured on this chip)")
 
 
 def _evaluate(graph: LayerGraph, setup: TrainingSetup, fig: _Figures, cand: _Candidate,

@@ -40,9 +40,11 @@ v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm and optimize
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Sequence
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.errors import ConfigError, InfeasibleError, InternalError, SolverError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.memory import (
     chain_reserve_bytes,
@@ -208,16 +210,37 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     return out
 
 
+def check_finite_times(layers: Sequence[LayerCost]) -> None:
+    """Refuse layer costs whose times add up beyond the largest float: every figure of a plan
+    (segment sums, the iteration time) would be infinite, and a plan search would mistake that
+    for "nothing fits".
+
+    Raises:
+        ConfigError: naming the slowest layer and the overflow.
+    """
+    total = sequential_sum(layer.fwd_s + layer.bwd_s + max(layer.fwd_s, layer.selective_recompute_s)
+                           for layer in layers)
+    if not math.isfinite(total):
+        slowest = max(layers, key=lambda layer: layer.fwd_s + layer.bwd_s)
+        raise ConfigError(f"layer times overflow: {len(layers)} layers (the slowest, {slowest.name!r}, "
+                          f"fwd_s {slowest.fwd_s:.3g} s + bwd_s {slowest.bwd_s:.3g} s) add up beyond "
+                          f"{sys.float_info.max:.3g} s")
+
+
 def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan) -> PlanResult:
     """Iteration time, breakdown, throughput, MFU and memory of one plan (module docstring).
 
     MFU = model FLOP per iteration / (iteration time * tp * pp * dp * peak FLOP/s), with model
     FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp (layer FLOP
-    are per TP rank and micro-batch; recomputation and batch padding are not model FLOP).
+    are per TP rank and micro-batch; recomputation and batch padding are not model FLOP). It is
+    at most 1 when every layer's FLOP take at least ``flop / peak`` of its time (true of the
+    cost models' layers; layer-graph files are checked by ``dag_plan``).
 
     Raises:
         ConfigError: an invalid plan (see :func:`validate_plan`), or all-zero costs.
         InfeasibleError: a device does not fit in ``setup.hbm_bytes`` (see :func:`check_fits`).
+        SolverError: the iteration time is not finite (layer times that overflow when summed).
+        InternalError: MFU above 1 (a bug).
     """
     validate_plan(plan, len(layers), setup)
     m = micro_batches(setup, plan)
@@ -243,15 +266,23 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     iteration_s = sequential_sum(breakdown[key] for key in BREAKDOWN_KEYS)
     if not iteration_s > 0:
         raise ConfigError("iteration time is zero: every layer time and parameter count is zero")
+    if not math.isfinite(iteration_s):
+        parts = ", ".join(f"{key} {breakdown[key]:.3g} s" for key in BREAKDOWN_KEYS)
+        raise SolverError(f"iteration time overflows ({parts}): the layer times of "
+                          f"{setup.global_batch:,} samples add up beyond {sys.float_info.max:.3g} s")
     model_flop = (setup.global_batch / plan.micro_batch
                   * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * plan.tp)
     throughput = setup.global_batch / iteration_s
+    mfu = model_flop / (iteration_s * plan.devices * setup.peak_flop_per_s)
+    if not mfu <= 1.0 + 1e-9:
+        raise InternalError(f"MFU {mfu:.6g} > 1 for {plan}: the layers' FLOP run faster than the peak "
+                            f"(a bug in the time model)")
     return PlanResult(
         plan=plan,
         iteration_time_s=iteration_s,
         throughput_samples_per_s=throughput,
         tokens_per_s=throughput * setup.seq_len,
-        mfu=model_flop / (iteration_s * plan.devices * setup.peak_flop_per_s),
+        mfu=min(mfu, 1.0),
         breakdown_s=breakdown,
         memory=memory,
         stage_times=times,

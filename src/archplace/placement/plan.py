@@ -82,7 +82,9 @@ class LayerCost:
         input_bytes: bytes of the layer input (all that full recompute keeps).
         boundary_bytes: bytes of the output tensor sent to the next layer.
         working_bytes: transient working set of running the layer.
-        fwd_flop, bwd_flop: model FLOP of the layer (for MFU; recompute not counted).
+        fwd_flop, bwd_flop: model FLOP of the layer on the tensor cores, i.e. of its matmuls
+            (for MFU, whose peak counts the arrays only; recompute not counted). Running them
+            takes at least ``flop / peak``, so MFU is at most 1.
         selective_activation_bytes: bytes saved for backward under selective recomputation
             (Korthikanti et al. 2022, section 5: the attention core is dropped); None means the
             same as ``activation_bytes`` (a layer without attention).

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from archplace.placement.budget import TABLE_BYTES, WorkMeter, check_chain_length, dp_cells
 from archplace.placement.kernels import first_split, fits_greedily, min_max
 from archplace.placement.memory import GRADIENT_BYTES_PER_PARAM, interleaved_in_flight_chunks
 from archplace.placement.plan import (
@@ -53,6 +54,7 @@ from archplace.placement.tables import INFINITE_SHARDS, FloatArray, SegmentTable
 from archplace.placement.timing import (
     dp_allreduce_cost,
     dp_allreduce_time_s,
+    dp_degrees,
     optimizer_step_time_s,
 )
 
@@ -109,6 +111,7 @@ class _FamilyState:
     layer_base_sum: float = 0.0
     layer_params_max: float = 0.0
     params_sum: float = 0.0
+    table_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -145,6 +148,11 @@ class Search:
         self.top_k = top_k
         self.variants = list(variants)
         self.states = []
+        longest = max((len(fam.layers) for fam in families), default=0)
+        check_chain_length(longest)
+        self.meter = WorkMeter(layers=longest, devices=setup.cluster.devices)
+        self._resident: list[_FamilyState] = []  # families holding tables, least recently used first
+        self._held = 0  # bytes of their tables
         for fam in families:
             state = _FamilyState(fam)
             base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
@@ -168,22 +176,23 @@ class Search:
         v = variant.chunks
         interleaved = variant.schedule is PipelineSchedule.INTERLEAVED
         depths = np.arange(2 if interleaved else 1, min(n // v, devices // fam.tp) + 1)
-        widths = devices // (fam.tp * depths)
-        p = np.repeat(depths, widths).astype(np.int64)
-        d = (np.arange(len(p)) - np.repeat(np.cumsum(widths) - widths, widths) + 1).astype(np.int64)
-        per_step = fam.micro_batch * d
         g = setup.global_batch
-        if setup.dp_must_divide_batch:
-            valid = g % per_step == 0
-            m = g // per_step
+        if setup.dp_must_divide_batch:  # d among the divisors of g / b: a small grid on any cluster
+            widths = np.array(dp_degrees(setup, fam.micro_batch, devices // fam.tp), dtype=np.int64)
+            p = np.repeat(depths, len(widths)).astype(np.int64)
+            d = np.tile(widths, len(depths))
+            m = (g // fam.micro_batch) // d if len(d) else d
+            valid = fam.tp * p * d <= devices
             if interleaved:
                 valid &= m % p == 0
-        else:
-            valid = np.ones(len(p), dtype=bool)
-            m = -(-g // per_step)
-            if interleaved:
-                m = p * -(-m // p)
-        return p[valid], d[valid], m[valid]
+            return p[valid], d[valid], m[valid]
+        widths = devices // (fam.tp * depths)  # padded batches: every d up to the devices
+        p = np.repeat(depths, widths).astype(np.int64)
+        d = (np.arange(len(p)) - np.repeat(np.cumsum(widths) - widths, widths) + 1).astype(np.int64)
+        m = -(-g // (fam.micro_batch * d))
+        if interleaved:
+            m = p * -(-m // p)
+        return p, d, m
 
     def _bound0(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                 d: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> FloatArray:
@@ -219,6 +228,10 @@ class Search:
         Blocks (one family x variant) enter the heap with their level-0 bounds; the first time a
         block surfaces its bounds are refined to level 1 at once (vectorised) and it re-enters.
         """
+        with np.errstate(over="ignore"):  # an overflowing bound is +inf, which orders correctly
+            return self._run()
+
+    def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[_Block] = []
         grids: dict[tuple[int, int, PipelineSchedule, int, int], tuple[npt.NDArray[np.int64], ...]] = {}
@@ -288,10 +301,35 @@ class Search:
         return self._tables(self.states[family])
 
     def _tables(self, state: _FamilyState) -> SegmentTables:
+        """The family's tables, built on first use; the tables of all families together are kept
+        within :data:`~archplace.placement.budget.TABLE_BYTES` by evicting the least recently
+        used (and, if one family's alone exceed it, its caches)."""
+        resident = self._resident
+        if resident:  # the family used last may have grown its caches since
+            self._account(resident[-1])
         if state.tables is None:
             fam = state.family
-            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute, fam.sp)
+            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute, fam.sp, self.meter)
+        if not resident or resident[-1] is not state:
+            at = next((i for i, other in enumerate(resident) if other is state), None)
+            if at is not None:
+                del resident[at]
+            resident.append(state)
+        self._account(state)
+        while self._held > TABLE_BYTES and len(resident) > 1:
+            evicted = resident.pop(0)
+            self._held -= evicted.table_bytes
+            evicted.tables, evicted.table_bytes = None, 0
+        if self._held > TABLE_BYTES:
+            state.tables.drop_caches()
+            self._account(state)
         return state.tables
+
+    def _account(self, state: _FamilyState) -> None:
+        """Bring the count of table bytes held up to date for ``state``."""
+        now = state.tables.nbytes() if state.tables is not None else 0
+        self._held += now - state.table_bytes
+        state.table_bytes = now
 
     def _visit(self, f: int, variant: Variant, p: int, d: int, m: int) -> None:
         state = self.states[f]
@@ -390,6 +428,7 @@ class Search:
             def t_block(c: int, rows: slice, cols: slice, y_cap: float = y_cap) -> FloatArray:
                 ok = (capacity[rows, cols] >= in_flight[c]) & (second[rows, cols] < y_cap)
                 return np.where(ok, times[c][rows, cols], np.inf)
+            self.meter.charge(dp_cells(n, s))
             tau = min_max(t_block, n, s)
             if not np.isfinite(tau) or (stop is not None and stop(tau)):
                 break
@@ -397,6 +436,7 @@ class Search:
             def y_block(c: int, rows: slice, cols: slice, tau: float = tau) -> FloatArray:
                 ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= tau)
                 return np.where(ok, second[rows, cols], np.inf)
+            self.meter.charge(dp_cells(n, s))
             y = min_max(y_block, n, s)
             points.append((tau, y))
             y_cap = y
@@ -417,6 +457,7 @@ class Search:
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
             ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= tau)
             return np.where(ok, second[rows, cols], np.inf)
+        self.meter.charge(dp_cells(tab.n, found.p * v) + found.p * v * tab.n)
         return first_split(block, tab.n, found.p * v, y)
 
     def plan(self, found: Found, stages: tuple[tuple[int, int], ...]) -> Plan:

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from archplace.errors import ConfigError, InfeasibleError
+from archplace.placement.budget import TableCache, dp_cells
 from archplace.placement.kernels import Block, first_split, fits_greedily, min_max
-from archplace.placement.pipeline import evaluate_plan
+from archplace.placement.pipeline import check_finite_times, evaluate_plan
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
@@ -91,7 +92,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         ``evaluate_plan`` results; ties as in the module docstring.
 
     Raises:
-        ConfigError: malformed costs or options.
+        ConfigError: malformed costs or options, layer times that overflow when added up.
         InfeasibleError: no valid (tp, pp, dp, micro-batch) combination exists ("no valid
             plan: ..."), or nothing fits in HBM; then the message names the closest candidate
             among the most memory-frugal options offered (most recomputation, 1F1B, ZeRO-1,
@@ -122,6 +123,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
             raise ConfigError(f"costs key {key!r}: sp must be a bool")
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
+        check_finite_times(layers)
         families.extend(Family(tp, micro_batch, sp, rc, tuple(layers)) for rc in recompute_list)
     variants = [Variant(schedule, v, z, o)
                 for schedule in schedule_list
@@ -220,6 +222,7 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
     fam = families[f]
     tab = search.tables_of(f)
     block = _memory_blocks(tab, variant, p, d, m)
+    search.meter.charge(dp_cells(tab.n, p * variant.chunks) + p * variant.chunks * tab.n)
     stages = first_split(block, tab.n, p * variant.chunks, peak)
     needs = [float(block(c, slice(a, a + 1), slice(e, e + 1))[0, 0])
              for c, (a, e) in enumerate(stages)]
@@ -262,7 +265,8 @@ def _closest(search: Search, families: Sequence[Family],
             estimate = n / float(np.sum(1.0 / (mean_state + k * mean_saved + 1.0)))
             todo.append((estimate, float(loose[p * variant.chunks]), index, f, p, d, m))
     todo.sort()
-    caches: dict[int, dict[tuple[int, int, int], FloatArray]] = {}
+    cache = TableCache()
+    meter = search.meter
     ties: list[tuple[int, int, int, int, int]] = []  # (index, f, p, d, m) reaching ``least``
     least = np.inf
     for _, bound, index, f, p, d, m in todo:
@@ -270,13 +274,15 @@ def _closest(search: Search, families: Sequence[Family],
             continue
         variant = options[index][1]
         tab = search.tables_of(f)
-        block = _memory_blocks(tab, variant, p, d, m, caches.setdefault(f, {}))
+        block = _memory_blocks(tab, variant, p, d, m, (cache, f))
         if variant.chunks == 1 and np.isfinite(least):
+            meter.charge(2 * p * tab.n)
             if not fits_greedily(_column(block), tab.n, p, least):
                 continue  # every split of this depth needs more than the least peak so far
             if not fits_greedily(_column(block), tab.n, p, float(np.nextafter(least, -np.inf))):
                 ties.append((index, f, p, d, m))  # exactly the least peak
                 continue
+        meter.charge(dp_cells(tab.n, p * variant.chunks))
         peak = min_max(block, tab.n, p * variant.chunks)
         if peak < least:
             least, ties = peak, []
@@ -290,7 +296,8 @@ def _closest(search: Search, families: Sequence[Family],
         p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
         for row in np.flatnonzero(p_all == p).tolist():
             d_row, m_row = int(d_all[row]), int(m_all[row])
-            block = _memory_blocks(tab, variant, p, d_row, m_row, caches.setdefault(f, {}))
+            block = _memory_blocks(tab, variant, p, d_row, m_row, (cache, f))
+            meter.charge(dp_cells(tab.n, p * variant.chunks) + p * tab.n)
             if d_row == d or (fits_greedily(_column(block), tab.n, p, least) if variant.chunks == 1
                               else min_max(block, tab.n, p * variant.chunks) <= least):
                 candidate = (least, fam.tp * p * d_row, p, f, d_row, m_row, variant)
@@ -308,9 +315,9 @@ def _column(block: Block) -> Callable[[int, int, int], FloatArray]:
 
 
 def _memory_blocks(tab: SegmentTables, variant: Variant, p: int, d: int, m: int,
-                   cache: dict[tuple[int, int, int], FloatArray] | None = None) -> Block:
+                   cache: tuple[TableCache, int] | None = None) -> Block:
     """The DP block function of a candidate's per-device memory need, in bytes (full tables per
-    in-flight count kept in ``cache`` when given)."""
+    in-flight count kept in ``cache``, a table cache and the family's index, when given)."""
     in_flight = in_flight_per_position(variant.schedule, p, m, variant.chunks)
     shards = d if variant.zero else 1
     if cache is None:
@@ -318,10 +325,10 @@ def _memory_blocks(tab: SegmentTables, variant: Variant, p: int, d: int, m: int,
             return tab.memory(in_flight[c], shards, variant.chunks, rows, cols)
         return block
 
+    tables, family = cache
+
     def cached(c: int, rows: slice, cols: slice) -> FloatArray:
         key = (in_flight[c], shards, variant.chunks)
-        table = cache.get(key)
-        if table is None:
-            table = cache[key] = tab.memory(*key)
+        table: FloatArray = tables.get((family, *key), lambda: tab.memory(*key))
         return table[rows, cols]
     return cached

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from archplace.placement.budget import WorkMeter
 from archplace.placement.memory import (
     GRADIENT_BYTES_PER_PARAM,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
@@ -36,13 +37,18 @@ INFINITE_SHARDS = 0
 used for bounds only."""
 
 
-def _threshold_counts(values: FloatArray, upper: BoolArray) -> tuple[FloatArray, IntArray]:
+THRESHOLD_BLOCK = 1 << 22
+"""Most (layer x threshold) entries :func:`_min_max_by_count` sweeps at once: a chain of n layers
+has up to n (n + 1) / 2 distinct segment values, and one block for all of them would take
+n^3 / 2 integers (32 GB at 2,000 distinct layers)."""
+
+
+def _threshold_counts(values: FloatArray, thresholds: FloatArray) -> IntArray:
     """For a table that grows with its segment (sub-segments never exceed it) and does not depend
-    on the segment's position: every distinct value tau and the fewest segments splitting the chain
-    with each <= tau (a greedy sweep from the left, exact for such tables; n + 1 when a single
-    layer exceeds tau)."""
+    on the segment's position: for each value tau of ``thresholds`` the fewest segments
+    splitting the chain with each <= tau (a greedy sweep from the left, exact for such tables;
+    n + 1 when a single layer exceeds tau), non-increasing in tau."""
     n = values.shape[0]
-    thresholds = np.unique(values[upper])
     reach = np.empty((n, len(thresholds)), dtype=np.int64)
     for i in range(n):  # last layer e with values[i, e] <= tau, or i - 1 when none
         reach[i] = i - 1 + np.searchsorted(values[i, i:], thresholds, side="right")
@@ -60,19 +66,29 @@ def _threshold_counts(values: FloatArray, upper: BoolArray) -> tuple[FloatArray,
         advance = active & ~stuck
         count[advance] += 1
         position[advance] = nxt[advance]
-    return thresholds, count
+    return count
 
 
-def _min_max_by_count(values: FloatArray, upper: BoolArray) -> FloatArray:
+def _min_max_by_count(values: FloatArray, upper: BoolArray, meter: WorkMeter | None = None) -> FloatArray:
     """out[s] (s = 0..n): the smallest possible maximum of ``values`` over splits of the chain
-    into s segments (inf for s = 0); see :func:`_threshold_counts`."""
+    into s segments (inf for s = 0): the least distinct value tau whose greedy count
+    (:func:`_threshold_counts`) is at most s, with the values swept in increasing blocks of
+    :data:`THRESHOLD_BLOCK` entries, stopping once every s has its value."""
     n = values.shape[0]
-    thresholds, count = _threshold_counts(values, upper)
+    thresholds = np.unique(values[upper])
     out = np.full(n + 1, np.inf)
-    for s in range(1, n + 1):
-        hits = np.flatnonzero(count <= s)
-        if len(hits):
-            out[s] = thresholds[hits[0]]
+    segments = np.arange(1, n + 1)
+    step = max(1, THRESHOLD_BLOCK // n)
+    for lo in range(0, len(thresholds), step):
+        block = thresholds[lo:lo + step]
+        if meter is not None:
+            meter.charge(2 * n * len(block))
+        count = _threshold_counts(values, block)
+        first = np.searchsorted(-count, -segments, side="left")  # first tau with count <= s
+        open_ = np.isinf(out[1:]) & (first < len(block))
+        out[1:][open_] = block[first[open_]]
+        if not np.isinf(out[1:]).any():
+            break
     return out
 
 
@@ -90,9 +106,12 @@ class SegmentTables:
     """
 
     def __init__(self, layers: Sequence[LayerCost], setup: TrainingSetup, tp: int,
-                 recompute: Recompute, sp: bool = False) -> None:
+                 recompute: Recompute, sp: bool = False, meter: WorkMeter | None = None) -> None:
         n = len(layers)
         self.n = n
+        self.meter = meter
+        if meter is not None:
+            meter.charge(8 * n * n)  # the cumulative sums below
         self.setup = setup
         self.tp = tp
         self.sp = sp
@@ -136,6 +155,18 @@ class SegmentTables:
         self._t_bound: FloatArray | None = None
         self._loose: FloatArray | None = None
 
+    def nbytes(self) -> int:
+        """Bytes of the tables held, caches included."""
+        arrays = [self.upper, self.base, self.backward, self.boundary, self.params, self.saved, self.extra,
+                  self.working, *self._mid.values(), *self._state.values(), *self._kmax.values()]
+        return sum(array.nbytes for array in arrays)
+
+    def drop_caches(self) -> None:
+        """Forget the cached time, state and capacity tables (rebuilt when next asked for)."""
+        self._mid.clear()
+        self._state.clear()
+        self._kmax.clear()
+
     # ---------------------------------------------------------------- time
 
     def segment_time(self, link: tuple[float, float] | None) -> FloatArray:
@@ -164,7 +195,7 @@ class SegmentTables:
         """out[s]: a lower bound on the bottleneck segment time of any split into s segments
         (the exact minimum of ``base``, ignoring memory and p2p)."""
         if self._t_bound is None:
-            self._t_bound = _min_max_by_count(self.base, self.upper)
+            self._t_bound = _min_max_by_count(self.base, self.upper, self.meter)
         return self._t_bound
 
     # ---------------------------------------------------------------- memory
@@ -213,12 +244,16 @@ class SegmentTables:
             approx = np.floor((hbm - rest) / saved)
         approx = np.where(saved > 0, approx, np.where(rest <= hbm, UNBOUNDED, 0))
         k = np.clip(np.nan_to_num(approx, nan=0.0, posinf=UNBOUNDED, neginf=0.0), 0, UNBOUNDED)
-        for _ in range(64):
+        rounds = 0
+        while rounds < 64:
+            rounds += 1
             grow = (k < UNBOUNDED) & (saved > 0) & (total(k + 1.0) <= hbm)
             shrink = (k >= 1) & (total(k) > hbm)
             if not (grow.any() or shrink.any()):
                 break
             k = np.where(grow, k + 1.0, np.where(shrink, k - 1.0, k))
+        if self.meter is not None:
+            self.meter.charge(4 * (rounds + 1) * self.n * self.n)
         table = np.where(self.upper, k, -1).astype(np.int64)
         self._kmax[key] = table
         return table
@@ -244,7 +279,7 @@ class SegmentTables:
         working) per segment."""
         if self._loose is None:
             loose = (self.state(INFINITE_SHARDS) + (self.saved + self.extra)) + self.working
-            self._loose = _min_max_by_count(loose, self.upper)
+            self._loose = _min_max_by_count(loose, self.upper, self.meter)
         return self._loose
 
     # ---------------------------------------------------------------- DP + optimizer tail

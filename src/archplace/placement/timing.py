@@ -166,6 +166,32 @@ def micro_batch_count(setup: TrainingSetup, *, micro_batch: int, dp: int, pp: in
     return pp * -(-m // pp) if interleaved else m
 
 
+def divisors(q: int) -> list[int]:
+    """The divisors of ``q`` >= 1, ascending (trial division up to sqrt(q): 32,768 steps for the
+    largest global batch, 2**30)."""
+    small, large = [], []
+    k = 1
+    while k * k <= q:
+        if q % k == 0:
+            small.append(k)
+            if k * k != q:
+                large.append(q // k)
+        k += 1
+    return small + large[::-1]
+
+
+def dp_degrees(setup: TrainingSetup, micro_batch: int, limit: int) -> list[int]:
+    """The DP degrees d <= ``limit`` for which :func:`micro_batch_count` can succeed: with
+    ``setup.dp_must_divide_batch`` the divisors of global_batch / micro_batch (none when
+    micro_batch does not divide it), otherwise 1..limit. Enumerating divisors keeps plans on
+    up to 2**20 devices from walking a million DP degrees."""
+    if not setup.dp_must_divide_batch:
+        return list(range(1, limit + 1))
+    if setup.global_batch % micro_batch:
+        return []
+    return [d for d in divisors(setup.global_batch // micro_batch) if d <= limit]
+
+
 def check_positive_int(name: str, value: object) -> int:
     """``value`` as an int, or ConfigError naming ``name`` when it is not a positive integer."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -15,6 +15,7 @@ from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.presets import load_accelerator, load_cluster
+from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey, costs_by_key
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import (
@@ -141,11 +142,13 @@ def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[
     """The ``top_k`` best plans of ``prob`` over ``space``, best first.
 
     Raises:
-        ConfigError: an invalid option (e.g. a TP width that does not divide the heads).
+        ConfigError: an invalid option (e.g. a TP width that does not divide the heads), a chain
+            too long or a search too large (:mod:`archplace.placement.budget`).
         InfeasibleError: no plan fits, with the closest candidate's numbers.
     """
     if top_k <= 0:
         raise ConfigError(f"--top must be positive, got {top_k}")
+    check_chain_length(prob.spec.num_layers + 2)  # embedding, blocks, head: refused before tracing
     devices = prob.setup.cluster.devices
     tps = space.tps if space.tps is not None else valid_tp_widths(prob.spec, devices)
     for t in tps:

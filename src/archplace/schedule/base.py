@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from archplace import limits
 from archplace.errors import ConfigError
 from archplace.schedule.list_scheduler import Schedule, list_schedule, lower_bound_s
 from archplace.schedule.problem import ScheduleProblem
@@ -50,8 +51,10 @@ class SolveOptions:
             (:mod:`archplace.schedule.cpsat`).  The other backends ignore it.
 
     Raises:
-        ConfigError: a non-positive or non-finite time limit or deterministic time, negative
-            workers, a resolution below 16.
+        ConfigError: a time limit that is not a finite number in (0, 86,400] s, a non-positive
+            or non-finite deterministic time, workers outside 0..256, a seed outside
+            0..2**31 - 1 (CP-SAT's and HiGHS's seeds are int32), a resolution below 16
+            (ranges: :mod:`archplace.limits`).
     """
 
     time_limit_s: float = 10.0
@@ -61,14 +64,9 @@ class SolveOptions:
     deterministic_time: float | None = None
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.time_limit_s, int | float) and math.isfinite(self.time_limit_s)
-                and self.time_limit_s > 0):
-            raise ConfigError(f"time limit must be a positive number of seconds, "
-                              f"got {self.time_limit_s!r}")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
-            raise ConfigError(f"workers must be a whole number >= 0, got {self.workers!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be a whole number, got {self.seed!r}")
+        limits.finite("time limit (s)", self.time_limit_s, 0.0, limits.MAX_TIME_LIMIT_S, low_open=True)
+        limits.whole("workers", self.workers, 0, limits.MAX_SOLVER_THREADS)
+        limits.whole("seed", self.seed, 0, limits.MAX_SOLVER_SEED)
         if (isinstance(self.resolution, bool) or not isinstance(self.resolution, int)
                 or self.resolution < 16):
             raise ConfigError(f"resolution must be a whole number >= 16, got {self.resolution!r}")

@@ -24,8 +24,15 @@ COLORS = {CoreType.TENSOR: "#4C72B0", CoreType.VECTOR: "#DD8452", CoreType.FUSED
 
 
 def draw_gantt(problem: ScheduleProblem, schedule: Schedule, path: str | Path,
-               title: str = "") -> None:
-    """Write the Gantt chart of ``schedule`` (a schedule of ``problem``) to ``path`` (PNG)."""
+               title: str = "", image_format: str = "png") -> None:
+    """Write the Gantt chart of ``schedule`` (a schedule of ``problem``) to exactly ``path``, in
+    ``image_format`` (any format matplotlib writes: ``png``, ``svg``, ``pdf``, ...; check a
+    user's path with :func:`archplace.outputs.check_image_output` first).
+
+    Raises:
+        OSError: the file cannot be written.
+        ValueError: a format matplotlib does not know.
+    """
     used = {t: min(problem.cores(t), MAX_ROWS_SHOWN) for t in (CoreType.TENSOR, CoreType.VECTOR)}
     for op, placed in zip(problem.ops, schedule.ops, strict=True):
         if placed.mode == "single" and placed.end_s > placed.start_s:
@@ -74,4 +81,4 @@ def draw_gantt(problem: ScheduleProblem, schedule: Schedule, path: str | Path,
                    f"({problem.tensor_cores} tensor, {problem.vector_cores} vector cores; "
                    "hatched: on all cores)")
     figure.tight_layout()
-    figure.savefig(str(path), dpi=120)
+    figure.savefig(str(path), dpi=120, format=image_format)

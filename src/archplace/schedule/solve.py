@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from archplace import limits
 from archplace.errors import ConfigError
 from archplace.schedule.base import Scheduler, ScheduleResult, SolveOptions
 from archplace.schedule.list_scheduler import list_schedule, lower_bound_s
@@ -85,8 +86,9 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         seq_len: tokens per sample [the model's default].
 
     Raises:
-        ConfigError: an unknown layer or phase, a bad model or hardware, a TP width the
-            model does not allow, or tp > 1 on hardware without a cluster section.
+        ConfigError: an unknown layer or phase, a bad model or hardware, a size out of range
+            (:mod:`archplace.limits`), a TP width the model does not allow, or tp > 1 on
+            hardware without a cluster section.
         ExtractionError: the model cannot be traced.
     """
     from archplace.cost.model import SystolicCostModel
@@ -98,11 +100,13 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
     if phase not in PHASES:
         raise ConfigError(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ConfigError(f"TP width must be a whole number >= 1, got {tp!r}")
+    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
+    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    limits.optional_whole("seq_len", seq_len, 1, limits.MAX_SEQ_LEN)
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
+    limits.micro_batch_tokens(micro_batch, spec.seq_len)
     acc = load_accelerator(hardware)
     cost = SystolicCostModel(cluster=load_cluster(hardware, tp)) if tp > 1 else SystolicCostModel()
     chain = extract_chain(spec, ExtractOptions(micro_batch, spec.seq_len, tp=tp))

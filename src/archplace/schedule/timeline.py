@@ -14,7 +14,10 @@ A :class:`Timeline` appends ops one at a time:
 * zero duration: at its predecessors' end, holding nothing.
 
 Ops are only ever appended after everything they could conflict with, so the
-result is always a valid schedule.  Appending the ops of ANY valid schedule in
+result is always a valid schedule -- with a finite makespan: latencies whose sum
+overflows a float are refused when the schedule is finished, so that neither the
+list scheduler nor the exact backends (which retime their answers here) ever
+report an infinite makespan, let alone call it optimal.  Appending the ops of ANY valid schedule in
 the order of its start times, each in its mode, reproduces it no later (an op
 finds a free core by its old start time, because the ops still running then in
 the new schedule were running then in the old one); :func:`serial_schedule`
@@ -26,10 +29,13 @@ number of cores.
 from __future__ import annotations
 
 import heapq
+import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from archplace.errors import SolverError
 from archplace.schedule.problem import SchedOp, ScheduleProblem
 from archplace.workload.graph import CoreType
 
@@ -87,6 +93,7 @@ class Timeline:
     """
 
     def __init__(self, problem: ScheduleProblem) -> None:
+        self._ops = problem.ops
         self._counts = {t: problem.cores(t) for t in _TYPES}
         self._busy: dict[CoreType, list[tuple[float, int]]] = {t: [] for t in _TYPES}
         self._unused = dict.fromkeys(_TYPES, 0)
@@ -160,10 +167,18 @@ class Timeline:
         return core
 
     def schedule(self) -> Schedule:
-        """The finished schedule (every op must be placed)."""
+        """The finished schedule (every op must be placed).
+
+        Raises:
+            SolverError: the makespan is not finite (latencies whose sum overflows a float).
+        """
         placed = [p for p in self.placed if p is not None]
         if len(placed) != len(self.placed):
             raise ValueError("schedule requested before every op was placed")
+        if not math.isfinite(self.chip_free_s):
+            longest = max(max(op.single_s, op.all_s) for op in self._ops)
+            raise SolverError(f"the schedule's makespan overflows: {len(self._ops)} ops with latencies up "
+                              f"to {longest:.3g} s add up beyond {sys.float_info.max:.3g} s")
         return Schedule(self.chip_free_s, tuple(placed))
 
 

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+from archplace import limits
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
+from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey
 from archplace.placement.plan import Recompute
 from archplace.placement.workflow import PlanSpace
@@ -40,7 +42,10 @@ class SearchRequest:
         baseline: a reference design evaluated the same way (e.g. the tpuv4 preset), or None.
 
     Raises:
-        ConfigError: no model or design, non-positive sizes, empty option lists.
+        ConfigError: no model or design, sizes out of range (:mod:`archplace.limits`: devices,
+            TP widths 1..2**20, global batch 1..2**30, micro-batches 1..2**20, at most 2**26
+            tokens per micro-batch), a chain longer than the plan search takes, empty option
+            lists.
     """
 
     models: tuple[ModelSpec, ...]
@@ -58,13 +63,17 @@ class SearchRequest:
             raise ConfigError(f"a model is given twice: {[m.name for m in self.models]}")
         if not self.designs:
             raise ConfigError("the search space has no design")
-        if self.global_batch <= 0:
-            raise ConfigError(f"global batch must be positive, got {self.global_batch}")
+        limits.whole("devices", self.cluster.devices, 1, limits.MAX_DEVICES)
+        limits.whole("global_batch", self.global_batch, 1, limits.MAX_GLOBAL_BATCH)
         space = self.plan_space
-        if not space.micro_batches or any(b <= 0 for b in space.micro_batches):
-            raise ConfigError(f"micro-batches must be positive, got {list(space.micro_batches)}")
-        if not space.tps or any(t <= 0 for t in space.tps):
-            raise ConfigError(f"TP widths must be given and positive, got {space.tps}")
+        batches = limits.whole_each("micro_batches", space.micro_batches, 1, limits.MAX_MICRO_BATCH)
+        if space.tps is None:
+            raise ConfigError("the plan space's TP widths must be given")
+        limits.whole_each("tp", space.tps, 1, limits.MAX_DEVICES)
+        for spec in self.models:
+            check_chain_length(spec.num_layers + 2)
+            for b in batches:
+                limits.micro_batch_tokens(b, spec.seq_len)
         for name in ("recomputes", "schedules", "sps", "zero", "dp_overlap"):
             if not getattr(space, name):
                 raise ConfigError(f"the plan space needs at least one value of {name}")
