@@ -70,3 +70,21 @@ def test_good_paths_are_created(tmp_path: Path, problem_file: Path,
 def test_negative_exact_top(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run([*SEARCH, "--exact-top", "-1"], capsys)
     assert code == 2 and "exact_top must be a whole number from 0 to 1,000, got -1" in one_line(err)
+
+
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+def test_an_output_that_is_the_store_is_refused(tmp_path: Path, option: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "run.png"  # a name any output option would accept
+    code, err = run([*SEARCH, "--store", str(store), option, str(store)], capsys)
+    assert code == 2
+    expected = f"archplace: error: {option} {store} is the result store (--store): choose another file"
+    assert one_line(err) == expected
+    assert not store.exists()
+
+
+def test_an_unknown_strategy_is_refused_before_a_scheduler_is_reached(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # an unreachable scheduler would take 10 s to time out: the strategy is checked first
+    code, err = run([*SEARCH, "--strategy", "nope", "--scheduler", "tcp://127.0.0.1:9"], capsys)
+    assert code == 2 and "unknown strategy 'nope'" in one_line(err)

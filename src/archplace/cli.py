@@ -90,6 +90,8 @@ def search(
         check_output(out, "--out")  # now, not after the search
     if plot is not None:
         _check_plot(plot)
+    _check_not_the_store(store, {"--out": out, "--plot": plot})
+    make_strategy(strategy)  # an unknown name is refused before any work
     options: dict[str, Any] = dict(space=space, devices=devices, global_batch=global_batch, seq_len=seq_len,
                    micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
                    objective=objective, area_budget=area_budget, power_budget=power_budget,
@@ -99,10 +101,10 @@ def search(
     requests: list[SearchRequest] = []
     evaluated: list[int] = []  # designs evaluated (or read back) so far, per request
     try:
+        for names in groups:  # every request checked (and its model traced) before a pool starts
+            requests.append(api.search_request(names, **options))
         with make_executor(executor, jobs, scheduler) as pool:
-            for names in groups:
-                request = api.search_request(names, **options)
-                requests.append(request)
+            for request in requests:
                 evaluated.append(0)
                 chosen = make_strategy(strategy)
                 with _search_progress(len(request.designs)) as advance:
@@ -153,6 +155,16 @@ def _interrupted_search(store: Path | None, requests: list[SearchRequest], evalu
     except ArchplaceError:  # not a store after all: it was never written to
         return f"nothing stored in {store}"
     return f"{_designs(kept)} stored in {store}; re-run the same command to resume"
+
+
+def _check_not_the_store(store: Path | None, outputs: dict[str, Path | None]) -> None:
+    """Refuse an output path that names the result store itself (writing it would destroy the
+    store)."""
+    if store is None:
+        return
+    for option, path in outputs.items():
+        if path is not None and path.resolve() == store.resolve():
+            raise ArchplaceError(f"{option} {path} is the result store (--store): choose another file")
 
 
 def _plot_paths(plot: Path, outcomes: list[SearchResult]) -> list[Path]:
