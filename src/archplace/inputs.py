@@ -363,3 +363,13 @@ def _type_name(value: object) -> str:
     names = {list: "a list", str: "text", bool: "a boolean", int: "a number", float: "a number",
              bytes: "binary data", set: "a set"}
     return names.get(type(value), f"a {type(value).__name__}")
+
+
+def show_value(value: object) -> str:
+    """``value`` as it is written in JSON (``true``, ``"12"``, ``4.5``, ``NaN``), cut to 60
+    characters: how error messages quote what the user wrote."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -20,7 +20,6 @@ The JSON form (:meth:`ScheduleProblem.to_dict`, read by ``archplace schedule
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 from archplace.cost.model import CostModel
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
+from archplace.inputs import show_value
 from archplace.workload.graph import CoreType, OpGraph
 
 SUPPORTED_CORE_TYPES = (CoreType.TENSOR, CoreType.VECTOR, CoreType.FUSED)
@@ -170,7 +170,7 @@ class ScheduleProblem:
         _keys(data, "schedule problem", ("tensor_cores", "vector_cores", "ops"), ())
         raw_ops = data["ops"]
         if not isinstance(raw_ops, list):
-            raise ConfigError(f"schedule problem: ops must be a list of ops, got {_show(raw_ops)}")
+            raise ConfigError(f"schedule problem: ops must be a list of ops, got {show_value(raw_ops)}")
         ops = []
         for i, raw in enumerate(raw_ops):
             where = f"ops[{i}]"
@@ -179,14 +179,14 @@ class ScheduleProblem:
             core_type, kinds = raw["core_type"], [t.value for t in SUPPORTED_CORE_TYPES]
             if core_type not in kinds:
                 raise ConfigError(f"schedule problem: {where}.core_type must be one of {', '.join(kinds)}, "
-                                  f"got {_show(core_type)}")
+                                  f"got {show_value(core_type)}")
             preds = raw["preds"]
             if not isinstance(preds, list):
                 raise ConfigError(f"schedule problem: {where}.preds must be a list of op ids, "
-                                  f"got {_show(preds)}")
+                                  f"got {show_value(preds)}")
             name = raw.get("name", "")
             if not isinstance(name, str):
-                raise ConfigError(f"schedule problem: {where}.name must be text, got {_show(name)}")
+                raise ConfigError(f"schedule problem: {where}.name must be text, got {show_value(name)}")
             try:
                 ids = tuple(_whole(p, f"{where}.preds[{k}]") for k, p in enumerate(preds))
                 ops.append(SchedOp(_whole(raw["id"], f"{where}.id"), CoreType(core_type),
@@ -197,19 +197,10 @@ class ScheduleProblem:
         return cls(tuple(ops), data["tensor_cores"], data["vector_cores"])
 
 
-def _show(value: Any) -> str:
-    """``value`` as written in JSON, cut to 60 characters."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
     """``data`` is a mapping with every ``required`` key and no key outside ``required + optional``."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with {', '.join(required)}, got {_show(data)}")
+        raise ConfigError(f"{where}: expected a mapping with {', '.join(required)}, got {show_value(data)}")
     for key in required:
         if key not in data:
             raise ConfigError(f"{where}: missing field {key!r}")
@@ -226,7 +217,7 @@ def _whole(value: Any, name: str) -> int:
     """
     if (isinstance(value, bool) or not isinstance(value, int | float)
             or (isinstance(value, float) and not value.is_integer())):
-        raise ConfigError(f"{name} must be a whole number, got {_show(value)}")
+        raise ConfigError(f"{name} must be a whole number, got {show_value(value)}")
     return int(value)
 
 
@@ -238,5 +229,5 @@ def _latency(value: Any, name: str) -> float:
     """
     if (isinstance(value, bool) or not isinstance(value, int | float)
             or not math.isfinite(value) or value < 0):
-        raise ConfigError(f"{name} must be a finite number >= 0, got {_show(value)}")
+        raise ConfigError(f"{name} must be a finite number >= 0, got {show_value(value)}")
     return float(value)

@@ -31,7 +31,6 @@ them first, with one line naming the field:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from archplace.errors import ConfigError
+from archplace.inputs import show_value as show
 
 if TYPE_CHECKING:
     from archplace.workload.zoo import Family
@@ -74,15 +74,6 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "dbrx", "deepseek_v2", "deepseek_v3", "d
 _OPTIONAL_COUNTS = ("head_dim", "word_embed_proj_dim", "type_vocab_size", "sliding_window")
 _DROPOUT = re.compile(r"(dropout|pdrop|dropout_prob|dropout_rate)$")
 _EPSILON = re.compile(r"(^|_)(eps|epsilon)$")
-
-
-def show(value: object) -> str:
-    """``value`` as it is written in JSON (``true``, ``"12"``, ``4.5``, ``NaN``), cut to 60 characters."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def count_field(where: str, config: Mapping[str, Any], field: str, *, required: bool = True) -> int | None:
