@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,30 @@ def test_an_unknown_strategy_is_refused_before_a_scheduler_is_reached(
     # an unreachable scheduler would take 10 s to time out: the strategy is checked first
     code, err = run([*SEARCH, "--strategy", "nope", "--scheduler", "tcp://127.0.0.1:9"], capsys)
     assert code == 2 and "unknown strategy 'nope'" in one_line(err)
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_an_output_interrupted_while_written_is_left_as_it_was(tmp_path: Path, failure: type) -> None:
+    from archplace.errors import ConfigError
+    from archplace.outputs import write_output
+
+    path = tmp_path / "out.json"
+    path.write_text("the previous results\n")
+
+    def half(handle: Any) -> None:
+        handle.write("half of the new")
+        raise failure(28, "No space left on device")
+
+    with pytest.raises(ConfigError if failure is OSError else failure):
+        write_output(path, "--out", half)
+    assert path.read_text() == "the previous results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no partial file left
+
+
+def test_an_output_is_replaced_whole(tmp_path: Path) -> None:
+    from archplace.outputs import write_text_output
+
+    path = tmp_path / "out.csv"
+    path.write_text("old, longer than the new text\n")
+    write_text_output(path, "--csv", "new\n")
+    assert path.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]

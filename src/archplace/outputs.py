@@ -8,7 +8,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from archplace.errors import ConfigError
 
@@ -74,10 +74,27 @@ def write_output(path: Path, option: str, write: Callable[[IO[str]], None]) -> N
     """
     check_output(path, option)
     try:
-        with path.open("w", newline="") as handle:
-            write(handle)
+        replace_atomically(path, write)
     except OSError as exc:
         raise ConfigError(f"{option} {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def replace_atomically(path: Path, write: Callable[[IO[Any]], None], *, binary: bool = False) -> None:
+    """Write a file through a temporary file beside it, renamed over ``path`` only once ``write``
+    has returned: an interrupt, a failure or a full disk leaves ``path`` as it was (or absent)
+    and no partial file behind.  The file gets the mode the umask gives a new file.
+
+    Raises:
+        OSError: the file cannot be created or written (the temporary file is removed).
+    """
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with partial.open("xb") if binary else partial.open("x", newline="") as handle:
+            write(handle)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def write_text_output(path: Path, option: str, text: str) -> None:

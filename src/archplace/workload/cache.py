@@ -19,11 +19,11 @@ import json
 import logging
 import os
 import pickle
-import tempfile
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+from archplace.outputs import replace_atomically
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.layers import LayerChain
 from archplace.workload.zoo import ModelSpec
@@ -82,9 +82,8 @@ class GraphCache:
         path = self.path(spec, options)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as handle:
-                pickle.dump(chain, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(handle.name, path)
+            replace_atomically(path, lambda out: pickle.dump(chain, out, protocol=pickle.HIGHEST_PROTOCOL),
+                               binary=True)
         except OSError as exc:
             log.warning("cannot write graph cache file %s (%s)", path, exc)
 
