@@ -10,6 +10,8 @@ import pytest
 
 from archplace.cli import main
 from archplace.schedule.problem import SchedOp, ScheduleProblem
+from archplace.search.objective import Objective
+from archplace.search.store import ResultStore, SearchLabel
 from archplace.workload.graph import CoreType
 
 SEARCH = ["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8"]
@@ -53,8 +55,10 @@ def test_search_out_is_checked_before_the_search(tmp_path: Path, capsys: pytest.
 
 def test_results_csv_and_schedule_files(tmp_path: Path, problem_file: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "run.db"
+    ResultStore(store).begin({"a search": 1}, SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
     for path, reason in bad_paths(tmp_path):
-        code, err = run(["results", str(tmp_path / "missing.db"), "--csv", str(path)], capsys)
+        code, err = run(["results", str(store), "--csv", str(path)], capsys)
         assert code == 2 and f"--csv {path}" in one_line(err) and reason in err
         for option in ("--gantt", "--dump-problem"):
             code, err = run(["schedule", "--problem", str(problem_file), option, str(path)], capsys)
@@ -116,3 +120,11 @@ def test_an_output_is_replaced_whole(tmp_path: Path) -> None:
     path.write_text("old, longer than the new text\n")
     write_text_output(path, "--csv", "new\n")
     assert path.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_results_on_a_bad_store_makes_no_output_directory(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "new" / "dir" / "rows.csv"
+    code, err = run(["results", str(tmp_path / "missing.db"), "--csv", str(csv)], capsys)
+    assert code == 2 and "result store not found" in one_line(err)
+    assert not (tmp_path / "new").exists()

@@ -232,15 +232,15 @@ def results(
     for path, option in ((csv, "--csv"), (plot, "--plot")):
         if path is not None and path.resolve() == store.resolve():
             raise ArchplaceError(f"{option} {path}: that is the result store, which results only reads")
-    if csv is not None:
-        check_output(csv, "--csv")
-    if plot is not None:
-        _check_plot(plot)
-    rows = api.results(store, search=search_id)
+    rows = api.results(store, search=search_id)  # a bad store is refused before any output is made
     searches = list(dict.fromkeys(row.search for row in rows))
     if plot is not None and len(searches) > 1:
         raise ArchplaceError(f"--plot draws one search, and {store} holds {len(searches)} "
                              f"({', '.join(s.short_id for s in searches)}): choose one with --search ID")
+    if csv is not None:
+        check_output(csv, "--csv")
+    if plot is not None:
+        _check_plot(plot)
     _stdout().print(results_table(rows, str(store), top))
     if csv is not None:
         write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))
