@@ -9,7 +9,10 @@ names come from the CLI itself, so a new option without a generator here fails
 :func:`test_every_option_has_a_generator`.
 
 The default run draws ``FUZZ_EXAMPLES`` cases (1,000) on small inputs; the ``slow`` run draws
-more and adds bigger presets, process pools and the HiGHS backend.
+``SLOW_EXAMPLES`` (2,000) and adds bigger presets, process pools, Dask and the HiGHS backend.
+Both are derandomized (the same cases on every run, so CI never turns red by chance); the
+environment variables ``ARCHPLACE_FUZZ_EXAMPLES`` and ``ARCHPLACE_FUZZ_SLOW_EXAMPLES`` change
+the counts.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from hypothesis import strategies as st
 from archplace.cli import app, main
 
 FUZZ_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_EXAMPLES", "1000"))
-SLOW_EXAMPLES = 2000
+SLOW_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_SLOW_EXAMPLES", "2000"))
 CASE_LIMIT_S = 120  # a case running longer than this counts as a hang
 # In the default run these options are always given (drawn like the others), so that a search
 # runs on the 2-design space in this process, not on the default 43-design space in a pool.
@@ -344,7 +347,8 @@ def test_cli_fuzz(files: Files, capfd: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_cli_fuzz_slow(files: Files, capfd: pytest.CaptureFixture[str]) -> None:
-    @settings(max_examples=SLOW_EXAMPLES, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=SLOW_EXAMPLES, suppress_health_check=list(HealthCheck), derandomize=True,
+              database=None)
     @given(argv_cases(files, slow=True))
     def run(argv: list[str]) -> None:
         check_case(argv, files, capfd)
