@@ -105,8 +105,18 @@ def test_phaze_batches_ahead_without_moving_the_stopping_point() -> None:
     outcome = PhazeStrategy(hysteresis=3).run(context(LINE, recorder, parallelism=4))
     assert [[acc.tensor_cores for acc in call] for call in recorder.calls] == [[12, 11, 10, 9], [8, 7, 6, 5]]
     assert "(6 of 12 designs)" in outcome.note and "2 more evaluated ahead" in outcome.note
-    # The designs evaluated ahead are returned too, so the better tc5 is not lost.
-    assert best_of(outcome.evaluated).accelerator.tensor_cores == 5
+    # The designs evaluated ahead are set aside: the result is PHAZE's sequential one, the same
+    # for any batch (so the better tc5, found only ahead of the stop, is not reported).
+    serial = PhazeStrategy(hysteresis=3, batch=1).run(context(LINE, Recorder(LINE, recorder.throughput)))
+    assert [r.accelerator for r in outcome.evaluated] == [r.accelerator for r in serial.evaluated]
+    assert [r.accelerator.tensor_cores for r in outcome.evaluated] == [12, 11, 10, 9, 8, 7]
+
+
+@pytest.mark.parametrize("batch", [2, 3, 5, 8, 12])
+def test_phaze_returns_the_same_designs_for_any_batch(batch: int) -> None:
+    runs = [PhazeStrategy(hysteresis=3, batch=b).run(
+        context(LINE, Recorder(LINE, lambda acc: LINE_THROUGHPUT[acc.tensor_cores]))) for b in (1, batch)]
+    assert [r.accelerator for r in runs[0].evaluated] == [r.accelerator for r in runs[1].evaluated]
 
 
 def test_phaze_bucket_holds_hbm_variants_and_uses_its_best() -> None:
@@ -319,7 +329,7 @@ def test_real_run_on_the_tiny_space(strategy: PhazeStrategy | WhamStrategy, tiny
     best = best_of(outcome.evaluated)
     assert best.best is not None
     assert 0.0 < best.throughput_samples_per_s / tiny_optimum <= 1.0
-    assert sum(calls) == len(outcome.evaluated) == len({r.accelerator for r in outcome.evaluated})
+    assert sum(calls) >= len(outcome.evaluated) == len({r.accelerator for r in outcome.evaluated})
     assert max(calls) > 1  # evaluations were batched
 
 

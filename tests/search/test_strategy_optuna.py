@@ -143,10 +143,13 @@ def test_same_seed_same_sequence() -> None:
     assert runs[0] != runs[2]
 
 
-def test_default_batch_follows_parallelism() -> None:
-    evaluate = FakeEvaluate()
-    OptunaStrategy().run(context(evaluate, budget=14, parallelism=3))
-    assert [len(call) for call in evaluate.calls] == [6, 6, 2]
+@pytest.mark.parametrize("parallelism", [1, 2, 3, 8])
+def test_the_designs_visited_do_not_depend_on_the_workers(parallelism: int) -> None:
+    reference, evaluate = FakeEvaluate(), FakeEvaluate()
+    OptunaStrategy().run(context(reference, budget=14, parallelism=1))
+    OptunaStrategy().run(context(evaluate, budget=14, parallelism=parallelism))
+    assert [len(call) for call in evaluate.calls] == [4, 4, 4, 2]  # DEFAULT_BATCH, whatever the workers
+    assert evaluate.calls == reference.calls
 
 
 def test_full_budget_finds_the_optimum_and_quiets_optuna(studies: list[optuna.Study]) -> None:

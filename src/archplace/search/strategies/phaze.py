@@ -30,10 +30,10 @@ Adaptations (ours):
   boundaries, so evaluating a whole bucket at once changes nothing; to use parallel workers we
   also evaluate ahead: each call to ``ctx.evaluate`` gets whole buckets until it holds at least
   ``batch`` designs (default ``ctx.parallelism``), and the rule is then replayed bucket by
-  bucket in order.  The stopping point is PHAZE's; the designs of the same batch after it
-  (fewer than ``batch`` plus one bucket) are still returned, since they are already paid for
-  (they can only improve the result).  ``batch=1`` (the default when ``ctx.parallelism`` is 1)
-  reproduces PHAZE's evaluation sequence exactly.
+  bucket in order.  The stopping point is PHAZE's, and the designs of the same batch after it
+  (fewer than ``batch`` plus one bucket) are set aside, not returned: the result is PHAZE's
+  sequential one whatever the batch, so it never depends on the number of workers.  ``batch=1``
+  (the default when ``ctx.parallelism`` is 1) reproduces PHAZE's evaluation calls exactly.
 * Budget.  PHAZE has none; with ``ctx.budget`` the search also stops after that many designs,
   cutting the last bucket short if needed.
 * Order inside a bucket: descending area, then name (PHAZE keeps its file order).
@@ -147,7 +147,7 @@ class PhazeStrategy:
                     break
         note = self._note(ctx, results, total, budget, stop_after, checked)
         log.info("phaze: %s", note)
-        return StrategyOutcome(tuple(results), note=note)
+        return StrategyOutcome(tuple(results[:stop_after]), note=note)
 
     def _note(self, ctx: StrategyContext, results: list[DesignResult], total: int, budget: int,
               stop_after: int | None, checked: int) -> str:
@@ -155,7 +155,8 @@ class PhazeStrategy:
                   if ctx.objective is Objective.PARETO else "")
         if stop_after is not None:
             ahead = len(results) - stop_after
-            extra = f"; {ahead} more evaluated ahead in the last batch" if ahead else ""
+            extra = (f"; {ahead} more evaluated ahead in the last batch, set aside (the result does "
+                     f"not depend on the batch)") if ahead else ""
             return (f"converged after {checked} area buckets ({stop_after} of {total} designs): best "
                     f"score non-increasing over the last {self.hysteresis} buckets{extra}{pareto}")
         if len(results) >= total:
