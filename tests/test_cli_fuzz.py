@@ -333,24 +333,24 @@ def check_case(argv: list[str], files: Files, capfd: pytest.CaptureFixture[str])
             f"stderr is not one error line for: archplace {shown}\n{err}"
 
 
-@pytest.mark.filterwarnings("ignore")
-def test_cli_fuzz(files: Files, capfd: pytest.CaptureFixture[str]) -> None:
-    @settings(max_examples=FUZZ_EXAMPLES, suppress_health_check=list(HealthCheck), derandomize=True,
+def fuzz(files: Files, capfd: pytest.CaptureFixture[str], examples: int, slow: bool) -> None:
+    """Check ``examples`` derandomized cases (the same ones on every run)."""
+
+    @settings(max_examples=examples, suppress_health_check=list(HealthCheck), derandomize=True,
               database=None)
-    @given(argv_cases(files, slow=False))
+    @given(argv_cases(files, slow=slow))
     def run(argv: list[str]) -> None:
         check_case(argv, files, capfd)
 
     run()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_cli_fuzz(files: Files, capfd: pytest.CaptureFixture[str]) -> None:
+    fuzz(files, capfd, FUZZ_EXAMPLES, slow=False)
 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_cli_fuzz_slow(files: Files, capfd: pytest.CaptureFixture[str]) -> None:
-    @settings(max_examples=SLOW_EXAMPLES, suppress_health_check=list(HealthCheck), derandomize=True,
-              database=None)
-    @given(argv_cases(files, slow=True))
-    def run(argv: list[str]) -> None:
-        check_case(argv, files, capfd)
-
-    run()
+    fuzz(files, capfd, SLOW_EXAMPLES, slow=True)
