@@ -189,6 +189,7 @@ def test_infeasible_search_says_why(model_and_space: tuple[Path, Path], tmp_path
                         "--global-batch", "1", "--micro-batch", "1", "--seq-len", "128",
                         "--out", str(out)], capsys)
     assert code == 2 and "GiB" in err and "HBM" in err
+    assert len(err.strip().splitlines()) == 1  # the error only: no "wrote FILE" line
     data = json.loads(out.read_text())
     assert data["best"] is None and data["evaluated"][0]["infeasible_reason"]
 

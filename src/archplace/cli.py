@@ -117,18 +117,21 @@ def search(
     err = Console(stderr=True)
     for result in outcomes:
         _stdout().print(search_table(result, top))
+    failed = next((r for r in outcomes if r.best is None), None)
+    # On failure the files are still written (the JSON says why each design failed), but the
+    # one line on stderr is the error.
+    say = err.print if failed is None else (lambda _: None)
     if out is not None:
         data = outcomes[0].to_dict() if len(outcomes) == 1 else {"per_model": [r.to_dict() for r in outcomes]}
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
-        err.print(f"wrote {out}")
+        say(f"wrote {out}")
     if plot is not None:
         for result, path in zip(outcomes, _plot_paths(plot, outcomes), strict=True):
             _draw(result, path)
-            err.print(f"wrote {path}")
-    for result in outcomes:
-        if result.best is None:
-            reason = result.evaluated[0].infeasible_reason if result.evaluated else "no design"
-            raise ArchplaceError(f"no design of the space can train {result.model}: {reason}")
+            say(f"wrote {path}")
+    if failed is not None:
+        reason = failed.evaluated[0].infeasible_reason if failed.evaluated else "no design"
+        raise ArchplaceError(f"no design of the space can train {failed.model}: {reason}")
 
 
 def _counting(advance: Callable[[Tick], None], evaluated: list[int]) -> Callable[[Tick], None]:
