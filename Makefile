@@ -48,7 +48,7 @@ lock:
 	  echo '# Written by `make lock` (re-resolves pyproject.toml'"'"'s ranges); do not edit by hand.'; \
 	  echo '# torch is the CPU build 2.13.0: the tracing was tested against it, and any other'; \
 	  echo '# release pulls gigabytes of CUDA packages.'; \
-	  $(LOCK_VENV)/bin/pip freeze --exclude-editable | sed 's/+cpu$$//' | sort -f; } > constraints.txt.new
+	  $(LOCK_VENV)/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sed 's/+cpu$$//' | sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf $(LOCK_VENV)
 
