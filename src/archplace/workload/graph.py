@@ -32,6 +32,7 @@ class OpKind(enum.StrEnum):
     NORM = "norm"
     EMBEDDING = "embedding"
     COLLECTIVE = "collective"
+    ATTENTION = "attention"
 
 
 class CoreType(enum.StrEnum):
@@ -91,7 +92,11 @@ class Operator:
     @property
     def core_type(self) -> CoreType:
         """Matmuls run on tensor cores (with fused element-wise work: tensor + vector core,
-        ``FUSED``), everything else on vector cores."""
+        ``FUSED``); a fused attention operator (FlashAttention: its two matmuls on a tensor
+        core, its online softmax on a vector core) is ``FUSED`` too; everything else runs on
+        vector cores."""
+        if self.kind is OpKind.ATTENTION:
+            return CoreType.FUSED
         if self.kind is OpKind.MATMUL:
             return CoreType.FUSED if self.fused_elements else CoreType.TENSOR
         return CoreType.VECTOR

@@ -1,0 +1,41 @@
+"""How the traced model's kernels run: the attention implementation and kernel fusion.
+
+These choices change both the time of a layer and the activations it saves, so they are part
+of every workload (graph extraction, its cache key, and every command that traces a model).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Attention(enum.StrEnum):
+    """Attention implementation a layer is traced and costed with.
+
+    EAGER: Hugging Face's explicit code: the s x s scores, mask, softmax (fp32) and dropout as
+        separate memory-bound operators, each saving its output for the backward pass (how
+        PHAZE traced models).
+    SDPA: one fused attention operator per direction (PyTorch's scaled_dot_product_attention),
+        IO-aware like FlashAttention but computing every score block (the mask is applied, not
+        skipped).
+    FLASH: FlashAttention-2 (Dao 2023): one fused operator per direction, causal blocks
+        skipped, scores recomputed in the backward pass, only the output and the log-sum-exp
+        saved. The default for training.
+    """
+
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLASH = "flash"
+
+
+class Kernels(enum.StrEnum):
+    """Element-wise kernel fusion.
+
+    FUSED: as Megatron-LM trains: bias+GeLU, bias+dropout+add, fused layer norm / RMSNorm,
+        masked softmax and fused cross-entropy, each one kernel that saves only what its
+        backward needs. The default for training.
+    UNFUSED: the Hugging Face model code's operators one by one, as traced.
+    """
+
+    FUSED = "fused"
+    UNFUSED = "unfused"
