@@ -1,0 +1,159 @@
+"""The validation data and harness themselves: the published runs are complete and their
+columns agree with each other under the publishers' FLOP formulas; ``evaluate_kwargs`` passes
+exactly the keywords ``api.evaluate`` accepts."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+from runs import (
+    DEFAULT_VARIANT,
+    VARIANTS,
+    Run,
+    evaluate_kwargs,
+    korthikanti_mfu,
+    load_runs,
+    narayanan_eq3,
+)
+
+RUNS = load_runs()
+BY_CASE = {run.case: run for run in RUNS}
+
+# Parameters of api.evaluate before issue #12's merge, and the ones it gains.
+OLD_API = frozenset({"model", "hardware", "devices", "global_batch", "tp", "pp", "dp", "micro_batch",
+                     "seq_len", "recompute", "schedule", "chunks", "sp", "zero", "dp_overlap", "stages",
+                     "optimizer", "fuse"})
+NEW_API = (OLD_API - {"zero"}) | {"attention", "kernels", "zero_stage", "grad_reduce_dtype"}
+
+
+def test_at_least_14_runs_on_a100_and_h100() -> None:
+    assert len(RUNS) >= 14
+    assert {run.hardware for run in RUNS} == {"a100-80gb", "h100-80gb"}
+
+
+def test_all_ten_rows_of_narayanan_table_1() -> None:
+    """Table 1 of Narayanan et al. 2021: (layers, hidden, GPUs, TFLOP/s) of the ten models."""
+    rows = sorted((run.model.layers, run.model.hidden, run.plan.gpus, run.published.value)
+                  for run in RUNS if run.case.startswith("narayanan-"))
+    assert rows == [(24, 2304, 32, 137.0), (30, 3072, 64, 138.0), (36, 4096, 128, 142.0),
+                    (40, 6144, 256, 135.0), (48, 8192, 512, 138.0), (60, 10240, 1024, 140.0),
+                    (80, 12288, 1536, 148.0), (96, 16384, 1920, 155.0), (105, 20480, 2520, 163.0),
+                    (128, 25600, 3072, 163.0)]
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if r.case.startswith("narayanan-")], ids=lambda r: r.case)
+def test_narayanan_parameter_counts_match_the_model_names(run: Run) -> None:
+    """Table 1 names each model by P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) (eq. 2),
+    rounded to 0.1 billion."""
+    m = run.model
+    params = 12 * m.layers * m.hidden**2 * (1 + 13 / (12 * m.hidden)
+                                              + (m.vocab + m.seq_len) / (12 * m.layers * m.hidden))
+    named = float(run.case.removeprefix("narayanan-").removesuffix("b"))
+    assert params / 1e9 == pytest.approx(named, abs=0.051)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if r.published.mfu_percent is not None],
+                         ids=lambda r: r.case)
+def test_korthikanti_iteration_times_agree_with_their_mfu(run: Run) -> None:
+    """Table 5's MFU = model FLOP / (time x GPUs x 312 TFLOP/s): ties the transcribed times to
+    the Table 3 plans (GPUs, global batch, architecture). Times are rounded to 0.01 s, so the
+    tolerance is 1 % (22B: 1.10 s)."""
+    pub = run.published
+    assert pub.peak_flop_per_s is not None and pub.mfu_percent is not None
+    mfu = korthikanti_mfu(run) / (pub.value * run.plan.gpus * pub.peak_flop_per_s)
+    assert 100 * mfu == pytest.approx(pub.mfu_percent, rel=0.01)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if r.published.tokens_per_s_per_gpu is not None],
+                         ids=lambda r: r.case)
+def test_mosaic_mfu_agrees_with_published_tokens_per_second(run: Run) -> None:
+    """llm-foundry's MFU column = tokens/s/GPU x (6 N + 12 l h s) / peak, within rounding."""
+    pub = run.published
+    assert pub.tokens_per_s_per_gpu is not None and pub.params is not None
+    assert pub.peak_flop_per_s is not None
+    m = run.model
+    flop_per_token = 6 * pub.params + 12 * m.layers * m.hidden * m.seq_len
+    assert 100 * pub.tokens_per_s_per_gpu * flop_per_token / pub.peak_flop_per_s == pytest.approx(
+        pub.value, rel=0.005)
+
+
+def test_published_time_and_error_by_hand() -> None:
+    """1.7B: eq. (3) = 96·512·2048·24·2304²·(1 + 2048/13824 + 51200/884736) FLOP at 137 TFLOP/s
+    on 32 GPUs; a prediction twice as fast is a +100 % throughput error and doubles the figure."""
+    run = BY_CASE["narayanan-1.7b"]
+    flop = 96 * 512 * 2048 * 24 * 2304**2 * (1 + 2048 / 13824 + 51200 / 884736)
+    assert narayanan_eq3(run) == pytest.approx(flop, rel=1e-12)
+    time_s = flop / (137e12 * 32)
+    assert run.published_iteration_time_s() == pytest.approx(time_s, rel=1e-12)
+    assert run.error_of(time_s / 2) == pytest.approx(1.0)
+    assert run.figure_of(time_s / 2) == pytest.approx(274.0)
+    timed = BY_CASE["korthikanti-175b"]
+    assert timed.published_iteration_time_s() == 13.75
+    assert timed.error_of(13.75 * 1.25) == pytest.approx(-0.2)
+    assert timed.figure_of(20.0) == 20.0
+
+
+def test_evaluate_kwargs_before_the_merge() -> None:
+    """Old API: no attention / kernels / grad dtype keywords; FSDP falls back to ZeRO-1."""
+    run = BY_CASE["mpt-7b-h100"]
+    kwargs = evaluate_kwargs(run, "m.json", DEFAULT_VARIANT, accepted=OLD_API)
+    assert kwargs == {"model": "m.json", "hardware": "h100-80gb", "devices": 8, "global_batch": 48,
+                      "tp": 1, "pp": 1, "dp": 8, "micro_batch": 6, "seq_len": 2048, "recompute": "none",
+                      "schedule": "1f1b", "chunks": 1, "sp": False, "dp_overlap": True, "zero": True}
+    assert set(kwargs) <= OLD_API
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_evaluate_kwargs_after_the_merge(variant: str) -> None:
+    run = BY_CASE["mpt-7b-h100"]
+    kwargs = evaluate_kwargs(run, "m.json", variant, accepted=NEW_API)
+    assert set(kwargs) <= NEW_API
+    assert kwargs["attention"] == VARIANTS[variant]["attention"]
+    assert kwargs["kernels"] == VARIANTS[variant]["kernels"]
+    assert kwargs["zero_stage"] == 3
+    assert kwargs["grad_reduce_dtype"] == "fp32"
+    megatron = evaluate_kwargs(BY_CASE["narayanan-76.1b"], "m.json", variant, accepted=NEW_API)
+    assert megatron["zero_stage"] == 0 and "grad_reduce_dtype" not in megatron
+    assert (megatron["schedule"], megatron["chunks"], megatron["dp"]) == ("interleaved", 3, 32)
+
+
+def test_evaluate_kwargs_match_the_current_api() -> None:
+    """Read from the real signature, every keyword built is one ``api.evaluate`` takes."""
+    from archplace import api
+
+    accepted = set(inspect.signature(api.evaluate).parameters)
+    for run in RUNS:
+        for variant in VARIANTS:
+            assert set(evaluate_kwargs(run, "m.json", variant)) <= accepted
+
+
+def test_malformed_runs_are_refused(tmp_path: Path) -> None:
+    entry = {"case": "x", "source": "s", "hardware": "a100-80gb",
+             "model": dataclasses.asdict(RUNS[0].model), "plan": dataclasses.asdict(RUNS[0].plan),
+             "published": {"value": 1.0, "unit": "mfu_percent", "flop_formula": "narayanan_eq3"}}
+    path = tmp_path / "runs.yaml"
+    path.write_text(json.dumps({"runs": [entry]}))
+    with pytest.raises(ValueError, match="peak_flop_per_s"):
+        load_runs(path)
+    path.write_text(json.dumps({"runs": [{**entry, "published": {**entry["published"],
+                                                                  "unit": "tflop_per_gpu"}}] * 2}))
+    with pytest.raises(ValueError, match="duplicate"):
+        load_runs(path)
+
+
+def test_paper_flop_formula_matches_traced_graphs(tmp_path: Path) -> None:
+    """Eq. (3) counts forward + recomputed forward + backward (2x) = 4 forward passes of the
+    matmuls; the traced graphs of the 1.7B model must give the same count within 2 %."""
+    from archplace.workload.extract import ExtractOptions, extract_chain
+    from archplace.workload.zoo import load_model
+
+    run = BY_CASE["narayanan-1.7b"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(run.model.hf_config()))
+    chain = extract_chain(load_model(str(path)), ExtractOptions(1, run.model.seq_len))
+    fwd_matmul = sum(layer.fwd.matmul_flop() for layer in chain.layers)
+    assert narayanan_eq3(run) == pytest.approx(4 * fwd_matmul * run.plan.global_batch, rel=0.02)
