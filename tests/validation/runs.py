@@ -295,8 +295,11 @@ def predict(run: Run, directory: Path, variant: str = DEFAULT_VARIANT) -> Outcom
     return Outcome(run, variant, result.iteration_time_s)
 
 
-def summary(outcomes: list[Outcome]) -> tuple[float, float]:
-    """(mean |error|, max |error|) over the outcomes; a run without a prediction counts as
-    infinitely wrong (it cannot pass a threshold)."""
-    errors = [math.inf if o.error is None else abs(o.error) for o in outcomes]
-    return sum(errors) / len(errors), max(errors)
+def summary(outcomes: list[Outcome]) -> tuple[float, float, int]:
+    """(mean |error|, max |error|) over the outcomes with a prediction (NaN if none has one), and
+    the number without a prediction (each a miss that no threshold may excuse)."""
+    errors = [abs(o.error) for o in outcomes if o.error is not None]
+    missing = len(outcomes) - len(errors)
+    if not errors:
+        return math.nan, math.nan, missing
+    return sum(errors) / len(errors), max(errors), missing
