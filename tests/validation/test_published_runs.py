@@ -114,8 +114,10 @@ def test_evaluate_kwargs_after_the_merge(variant: str) -> None:
     assert set(kwargs) <= NEW_API
     assert kwargs["attention"] == VARIANTS[variant]["attention"]
     assert kwargs["kernels"] == VARIANTS[variant]["kernels"]
-    assert kwargs["zero_stage"] == 3
-    assert kwargs["grad_reduce_dtype"] == "fp32"
+    assert kwargs["zero_stage"] == 3 and "grad_reduce_dtype" not in kwargs  # not stated: API default
+    stated = dataclasses.replace(run, plan=dataclasses.replace(run.plan, grad_reduce_dtype="bf16"))
+    assert evaluate_kwargs(stated, "m.json", variant, accepted=NEW_API)["grad_reduce_dtype"] == "bf16"
+    assert "grad_reduce_dtype" not in evaluate_kwargs(stated, "m.json", variant, accepted=OLD_API)
     megatron = evaluate_kwargs(BY_CASE["narayanan-76.1b"], "m.json", variant, accepted=NEW_API)
     assert megatron["zero_stage"] == 0 and "grad_reduce_dtype" not in megatron
     assert (megatron["schedule"], megatron["chunks"], megatron["dp"]) == ("interleaved", 3, 32)
