@@ -4,7 +4,8 @@
 
     archplace estimate --model M --hardware H [--tp T] [--micro-batch B] [--seq-len S] [--json]
     archplace estimate matmul --m M --k K --n N --array RxC [--dataflow ws|os] [--batch B]
-                              [--cores P] [--clock F] [--buffer SIZE] [--hbm-bandwidth BW] [--json]
+                              [--array-timing overlapped|scalesim] [--cores P] [--clock F]
+                              [--buffer SIZE] [--hbm-bandwidth BW] [--json]
 
 The figures and formulas are those of :mod:`archplace.cost.estimate`.
 """
@@ -97,6 +98,9 @@ def matmul(
     array: Annotated[str, typer.Option(help="Array shape ROWSxCOLS, e.g. 128x128.")],
     dataflow: Annotated[str, typer.Option(help="ws (weight stationary) or os (output stationary).")] = "ws",
     batch: Annotated[int, typer.Option(help="Independent GEMMs (bmm batch).")] = 1,
+    array_timing: Annotated[str, typer.Option(
+        "--array-timing", help="overlapped (double-buffered weights) or scalesim (SCALE-Sim's count).")
+    ] = "overlapped",
     cores: Annotated[int, typer.Option(help="Arrays working together.")] = 1,
     clock: Annotated[str, typer.Option(help="Array clock, e.g. '1.05 GHz'.")] = "1 GHz",
     buffer: Annotated[str | None, typer.Option(help="Global buffer, e.g. '128 MiB' [unbounded].")] = None,
@@ -109,6 +113,7 @@ def matmul(
     rows, cols = _array(array)
     result = estimate_matmul(
         m, k, n, rows, cols, batch=batch, cores=cores, dataflow=dataflow.lower(),
+        array_timing=array_timing.lower(),
         clock_hz=parse_frequency(clock, "--clock"),
         buffer_bytes=math.inf if buffer is None else parse_bytes(buffer, "--buffer"),
         hbm_bandwidth_bytes_per_s=(math.inf if hbm_bandwidth is None

@@ -14,7 +14,7 @@ from archplace.cost import batched, gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
 from archplace.hardware.space import load_space
 from archplace.workload.graph import Operator, OpKind, Phase
 
@@ -22,6 +22,7 @@ ROWS = np.array([1, 2, 3, 16, 128, 32], dtype=np.int64)
 COLS = np.array([1, 5, 3, 16, 128, 16], dtype=np.int64)
 CORES = np.array([1, 3, 4096, 432, 8, 7], dtype=np.int64)
 OS = np.array([False, True, False, True, False, False])
+SCALESIM = np.array([True, True, False, False, True, False])
 
 
 @settings(max_examples=150, deadline=None)
@@ -30,6 +31,7 @@ OS = np.array([False, True, False, True, False, False])
 def test_formulas_match_scalar(batch: int, m: int, k: int, n: int, cap: int) -> None:
     caps = np.array([cap, 7, gemm.UNBOUNDED_ELEMENTS, cap // 3 + 1, 10**6, 123456], dtype=np.int64)
     single, every = batched.matmul_cycles(batch, m, k, n, ROWS, COLS, CORES, OS)
+    single_ss, every_ss = batched.matmul_cycles(batch, m, k, n, ROWS, COLS, CORES, OS, SCALESIM)
     traffic = batched.matmul_hbm_elements(batch, m, k, n, ROWS, COLS, caps)
     feed = batched.matmul_feed_elements(batch, m, k, n, ROWS, COLS, OS)
     exposed = batched.exposed_elements(m, k, n, ROWS, COLS, OS)
@@ -37,9 +39,24 @@ def test_formulas_match_scalar(batch: int, m: int, k: int, n: int, cap: int) -> 
         r, c, p, o = int(ROWS[i]), int(COLS[i]), int(CORES[i]), bool(OS[i])
         assert single[i] == gemm.matmul_cycles(batch, m, k, n, r, c, 1, o)
         assert every[i] == gemm.matmul_cycles(batch, m, k, n, r, c, p, o)
+        timing = ArrayTiming.SCALESIM if SCALESIM[i] else ArrayTiming.OVERLAPPED
+        assert single_ss[i] == gemm.matmul_cycles(batch, m, k, n, r, c, 1, o, timing)
+        assert every_ss[i] == gemm.matmul_cycles(batch, m, k, n, r, c, p, o, timing)
         assert traffic[i] == gemm.matmul_hbm_elements(batch, m, k, n, r, c, int(caps[i]))
         assert feed[i] == gemm.matmul_feed_elements(batch, m, k, n, r, c, o)
         assert exposed[i] == gemm.exposed_elements(m, k, n, r, c, o)
+
+
+@settings(max_examples=100, deadline=None)
+@given(folds=st.lists(st.integers(0, 10**5), min_size=6, max_size=6), m=st.integers(0, 10**5),
+       k=st.integers(0, 10**5))
+def test_scalesim_cycles_match_scalar(folds: list[int], m: int, k: int) -> None:
+    counts = np.array(folds, dtype=np.int64)
+    ws = batched.ws_cycles_scalesim(counts, m, ROWS, COLS)
+    os_ = batched.os_cycles_scalesim(counts, k, ROWS, COLS)
+    for i, f in enumerate(folds):
+        assert ws[i] == gemm.ws_cycles_scalesim(f, m, int(ROWS[i]), int(COLS[i]))
+        assert os_[i] == gemm.os_cycles_scalesim(f, k, int(ROWS[i]), int(COLS[i]))
 
 
 def test_buffer_elements_match_scalar() -> None:
@@ -75,6 +92,8 @@ def test_model_many_equals_scalar_on_phaze_space() -> None:
     designs = list(load_space("phaze").designs()[::41])
     designs.append(replace(designs[0], dataflow=Dataflow.OS, name="os"))
     designs.append(replace(designs[-2], buffer_bytes=math.inf, name="inf"))
+    designs += [replace(acc, array_timing=ArrayTiming.SCALESIM, name=f"{acc.name}-scalesim")
+                for acc in designs[::3]]
     configs = CoreConfigArray.from_accelerators(designs)
     vectorised, scalar = SystolicCostModel(), SystolicCostModel(cache_size=0)
     for op in operators():

@@ -19,8 +19,11 @@ from archplace.cost.gemm import (
     matmul_cycles_ws,
     matmul_hbm_elements,
     os_cycles,
+    os_cycles_scalesim,
     ws_cycles,
+    ws_cycles_scalesim,
 )
+from archplace.hardware.accelerator import ArrayTiming
 
 from .systolic_sim import Hazard, Matrix, simulate_os, simulate_ws
 
@@ -117,18 +120,48 @@ def test_all_cores_hand_counts() -> None:
     assert matmul_cycles_all_cores(1, 30, 7, 40, 10, 20, 4, os=True) == os_cycles(2, 7, 10, 20)
 
 
+def test_scalesim_hand_counts() -> None:
+    # 1024^3 on 128x128 WS: 64 folds, each loads (128), streams (1024), crosses (127), skews (127)
+    assert matmul_cycles(1, 1024, 1024, 1024, 128, 128, 1, False, ArrayTiming.SCALESIM) == 64 * (
+        128 + 1024 + 127 + 127)
+    # OS: 64 tiles of k = 1024 operand pairs plus 127 + 127 cycles of skew each
+    assert matmul_cycles(1, 1024, 1024, 1024, 128, 128, 1, True, ArrayTiming.SCALESIM) == 64 * (
+        1024 + 254)
+    # IS on 4x8: ceil(10/4) * ceil(9/8) = 6 folds of 2*4 + 8 + 11 - 2 = 25 cycles
+    assert gemm.is_cycles_scalesim(9, 10, 11, 4, 8) == 6 * 25
+    # all cores: 4 folds on 8 cores -> 2 row groups of 50 rows, 1 fold each (the WS mapping)
+    assert matmul_cycles(1, 100, 256, 256, 128, 128, 8, False, ArrayTiming.SCALESIM) == (
+        ws_cycles_scalesim(1, 50, 128, 128))
+    assert ws_cycles_scalesim(0, 5, 4, 4) == 0 and os_cycles_scalesim(3, 0, 4, 4) == 0
+    assert gemm.is_cycles_scalesim(0, 5, 5, 4, 4) == 0
+    with pytest.raises(ValueError):
+        ws_cycles_scalesim(1, 1, 0, 4)
+
+
+@given(folds=st.integers(1, 10**4), m=st.integers(1, 10**5), rows=st.integers(1, 512),
+       cols=st.integers(1, 512))
+def test_scalesim_ws_never_faster_than_overlapped(folds: int, m: int, rows: int, cols: int) -> None:
+    # SCALE-Sim serialises what double-buffered weights overlap: at least R - 1 more per fold
+    # set, and the ratio of a long run tends to (2R + C + m - 2) / max(m, C).
+    scalesim = ws_cycles_scalesim(folds, m, rows, cols)
+    overlapped = ws_cycles(folds, m, rows, cols)
+    assert scalesim >= overlapped + rows - 1
+    assert scalesim == folds * (2 * rows + cols + m - 2)
+
+
 dims = st.integers(0, 3000)
 
 
 @given(batch=st.integers(0, 64), m=dims, k=dims, n=dims, rows=st.sampled_from([1, 2, 8, 128]),
-       cols=st.sampled_from([1, 4, 16, 256]), cores=st.integers(1, 4096), os_=st.booleans())
+       cols=st.sampled_from([1, 4, 16, 256]), cores=st.integers(1, 4096), os_=st.booleans(),
+       timing=st.sampled_from(ArrayTiming))
 def test_all_cores_bounds(batch: int, m: int, k: int, n: int, rows: int, cols: int, cores: int,
-                          os_: bool) -> None:
-    single = matmul_cycles(batch, m, k, n, rows, cols, 1, os_)
-    parallel = matmul_cycles(batch, m, k, n, rows, cols, cores, os_)
+                          os_: bool, timing: ArrayTiming) -> None:
+    single = matmul_cycles(batch, m, k, n, rows, cols, 1, os_, timing)
+    parallel = matmul_cycles(batch, m, k, n, rows, cols, cores, os_, timing)
     assert parallel <= single
     assert parallel * cores >= single  # no more total work than one core does
-    assert matmul_cycles(batch, m, k, n, rows, cols, cores + 1, os_) <= parallel
+    assert matmul_cycles(batch, m, k, n, rows, cols, cores + 1, os_, timing) <= parallel
     if batch and m and k and n:
         assert single * rows * cols >= batch * m * k * n  # never faster than every MAC busy
 

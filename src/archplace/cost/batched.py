@@ -38,28 +38,57 @@ def os_cycles(tiles: IntArray, k: int, rows: IntArray, cols: IntArray) -> IntArr
     return np.where((tiles > 0) & (k > 0), cycles, 0)
 
 
+def ws_cycles_scalesim(folds: IntArray, m: IntArray | int, rows: IntArray, cols: IntArray) -> IntArray:
+    """:func:`archplace.cost.gemm.ws_cycles_scalesim` elementwise."""
+    m_arr = np.asarray(m, dtype=np.int64)
+    cycles = folds * (2 * rows + cols + m_arr - 2)
+    return np.where((folds > 0) & (m_arr > 0), cycles, 0)
+
+
+def os_cycles_scalesim(tiles: IntArray, k: int, rows: IntArray, cols: IntArray) -> IntArray:
+    """:func:`archplace.cost.gemm.os_cycles_scalesim` elementwise."""
+    cycles = tiles * (k + rows + cols - 2)
+    return np.where((tiles > 0) & (k > 0), cycles, 0)
+
+
+def _ws(folds: IntArray, m: IntArray | int, rows: IntArray, cols: IntArray,
+        scalesim: BoolArray) -> IntArray:
+    """WS cycles under each configuration's array timing."""
+    return np.where(scalesim, ws_cycles_scalesim(folds, m, rows, cols), ws_cycles(folds, m, rows, cols))
+
+
+def _os(tiles: IntArray, k: int, rows: IntArray, cols: IntArray, scalesim: BoolArray) -> IntArray:
+    """OS cycles under each configuration's array timing."""
+    return np.where(scalesim, os_cycles_scalesim(tiles, k, rows, cols), os_cycles(tiles, k, rows, cols))
+
+
 def matmul_cycles(batch: int, m: int, k: int, n: int, rows: IntArray, cols: IntArray,
-                  cores: IntArray, output_stationary: BoolArray) -> tuple[IntArray, IntArray]:
+                  cores: IntArray, output_stationary: BoolArray,
+                  scalesim: BoolArray | None = None) -> tuple[IntArray, IntArray]:
     """(single-core, all-cores) cycles of a batched GEMM: :func:`archplace.cost.gemm.matmul_cycles`
-    with one core and with ``cores`` cores, for each configuration."""
+    with one core and with ``cores`` cores, for each configuration.
+
+    ``scalesim[i]`` selects SCALE-Sim's timing (``ArrayTiming.SCALESIM``) for configuration
+    ``i``; ``None`` means the overlapped timing everywhere."""
     zeros = np.zeros(len(rows), dtype=np.int64)
     if batch <= 0 or m <= 0 or k <= 0 or n <= 0:
         return zeros, zeros
+    ss = np.zeros(len(rows), dtype=np.bool_) if scalesim is None else scalesim
     folds = batch * ceil_div(k, rows) * ceil_div(n, cols)
     tiles = batch * ceil_div(m, rows) * ceil_div(n, cols)
-    ws_single = ws_cycles(folds, m, rows, cols)
-    ws_all = ws_cycles(ceil_div(folds, cores), m, rows, cols)  # p = 1
+    ws_single = _ws(folds, m, rows, cols, ss)
+    ws_all = _ws(ceil_div(folds, cores), m, rows, cols, ss)  # p = 1
     p = 2
     max_cores = int(cores.max())
     while p <= max_cores and p <= m:
-        candidate = ws_cycles(ceil_div(folds, np.maximum(cores // p, 1)), -(-m // p), rows, cols)
+        candidate = _ws(ceil_div(folds, np.maximum(cores // p, 1)), -(-m // p), rows, cols, ss)
         ws_all = np.where(cores >= p, np.minimum(ws_all, candidate), ws_all)
         p *= 2
     widest = np.minimum(cores, m)  # p = min(cores, m): every core (or row) its own group
-    whole = ws_cycles(ceil_div(folds, np.maximum(cores // widest, 1)), ceil_div(m, widest), rows, cols)
+    whole = _ws(ceil_div(folds, np.maximum(cores // widest, 1)), ceil_div(m, widest), rows, cols, ss)
     ws_all = np.where(widest > 1, np.minimum(ws_all, whole), ws_all)
-    os_single = os_cycles(tiles, k, rows, cols)
-    os_all = os_cycles(ceil_div(tiles, cores), k, rows, cols)
+    os_single = _os(tiles, k, rows, cols, ss)
+    os_all = _os(ceil_div(tiles, cores), k, rows, cols, ss)
     return (np.where(output_stationary, os_single, ws_single),
             np.where(output_stationary, os_all, ws_all))
 

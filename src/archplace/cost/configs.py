@@ -3,7 +3,7 @@
 :class:`CoreConfigArray` holds the fields of N accelerators that the cost model
 reads, one array of length N per field.  The cost of a matmul depends only on the
 tensor-core side of a design (core count, array shape, buffer, HBM bandwidth,
-clock, data type, dataflow) and that of a vector op only on the vector side, so
+clock, data type, dataflow, array timing) and that of a vector op only on the vector side, so
 each side is reduced once to its distinct rows (``np.unique``) and operators are
 costed on those; in PHAZE's space 9 477 designs have 728 distinct tensor sides and
 104 distinct vector sides.
@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -41,6 +41,7 @@ class TensorSide:
     clock_hz: FloatArray
     bytes_per_element: IntArray
     output_stationary: NDArray[np.bool_]
+    scalesim_timing: NDArray[np.bool_]
     inverse: IntArray
 
     @property
@@ -66,7 +67,9 @@ class VectorSide:
 
 
 _TENSOR_FIELDS = ("tensor_cores", "array_rows", "array_cols", "buffer_bytes",
-                  "hbm_bandwidth_bytes_per_s", "clock_hz", "bytes_per_element", "output_stationary")
+                  "hbm_bandwidth_bytes_per_s", "clock_hz", "bytes_per_element", "output_stationary",
+                  "scalesim_timing")
+_FLAGS = ("output_stationary", "scalesim_timing")
 _VECTOR_FIELDS = ("vector_cores", "vector_lanes", "hbm_bandwidth_bytes_per_s", "clock_hz")
 
 
@@ -90,6 +93,7 @@ class CoreConfigArray:
     clock_hz: FloatArray
     bytes_per_element: IntArray
     output_stationary: NDArray[np.bool_]
+    scalesim_timing: NDArray[np.bool_]
 
     def __post_init__(self) -> None:
         lengths = {len(getattr(self, name)) for name in self._fields()}
@@ -99,7 +103,7 @@ class CoreConfigArray:
             raise ConfigError("core configs: no designs")
         for name in self._fields():
             array = getattr(self, name)
-            if name != "output_stationary" and not np.all(array > 0):
+            if name not in _FLAGS and not np.all(array > 0):
                 raise ConfigError(f"core configs: {name} must be positive")
             array.setflags(write=False)
 
@@ -107,7 +111,7 @@ class CoreConfigArray:
     def _fields() -> tuple[str, ...]:
         return ("tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
                 "buffer_bytes", "hbm_bandwidth_bytes_per_s", "clock_hz", "bytes_per_element",
-                "output_stationary")
+                "output_stationary", "scalesim_timing")
 
     @classmethod
     def from_accelerators(cls, accelerators: Sequence[Accelerator]) -> CoreConfigArray:
@@ -133,6 +137,8 @@ class CoreConfigArray:
             clock_hz=floats("clock_hz"), bytes_per_element=ints("bytes_per_element"),
             output_stationary=np.array([a.dataflow is Dataflow.OS for a in accelerators],
                                        dtype=np.bool_),
+            scalesim_timing=np.array([a.array_timing is ArrayTiming.SCALESIM for a in accelerators],
+                                     dtype=np.bool_),
         )
 
     def __len__(self) -> int:
@@ -159,7 +165,8 @@ class CoreConfigArray:
             tensor_cores=u[:, 0].astype(np.int64), array_rows=u[:, 1].astype(np.int64),
             array_cols=u[:, 2].astype(np.int64), buffer_bytes=u[:, 3].copy(),
             hbm_bandwidth_bytes_per_s=u[:, 4].copy(), clock_hz=u[:, 5].copy(),
-            bytes_per_element=u[:, 6].astype(np.int64), output_stationary=u[:, 7] > 0.5, inverse=inv,
+            bytes_per_element=u[:, 6].astype(np.int64), output_stationary=u[:, 7] > 0.5,
+            scalesim_timing=u[:, 8] > 0.5, inverse=inv,
         )
 
     @functools.cached_property

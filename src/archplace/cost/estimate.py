@@ -31,7 +31,7 @@ from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
 from archplace.errors import ConfigError, InternalError
-from archplace.hardware.accelerator import Accelerator, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import static_power_w
 from archplace.workload.graph import OpGraph
@@ -269,7 +269,8 @@ class MatmulEstimate:
 def estimate_matmul(m: int, k: int, n: int, rows: int, cols: int, *, batch: int = 1, cores: int = 1,
                     dataflow: str | Dataflow = Dataflow.WS, clock_hz: float = 1e9,
                     buffer_bytes: float = math.inf, hbm_bandwidth_bytes_per_s: float = math.inf,
-                    bytes_per_element: int = 2) -> MatmulEstimate:
+                    bytes_per_element: int = 2,
+                    array_timing: str | ArrayTiming = ArrayTiming.OVERLAPPED) -> MatmulEstimate:
     """Cycles, HBM bytes and latency of ``[batch, m, k] x [batch, k, n]`` on ``cores`` arrays of
     ``rows x cols`` (:mod:`archplace.cost.gemm`); an unbounded buffer and bandwidth by default.
 
@@ -277,7 +278,7 @@ def estimate_matmul(m: int, k: int, n: int, rows: int, cols: int, *, batch: int 
         ConfigError: a size out of range (m, k, n and batch 1..2**31 - 1, rows and cols
             1..2**16, cores 1..2**20, bytes_per_element 1, 2, 4 or 8), a clock that is not
             positive and finite, a buffer or bandwidth that is not positive (infinite: unbounded),
-            or an unknown dataflow.
+            or an unknown dataflow or array timing.
     """
     for name, value, high in (("m", m, limits.MAX_GEMM_DIM), ("k", k, limits.MAX_GEMM_DIM),
                               ("n", n, limits.MAX_GEMM_DIM), ("batch", batch, limits.MAX_GEMM_DIM),
@@ -294,12 +295,17 @@ def estimate_matmul(m: int, k: int, n: int, rows: int, cols: int, *, batch: int 
         flow = Dataflow(dataflow)
     except ValueError:
         raise ConfigError(f"matmul: unknown dataflow {dataflow!r}; choose from: ws, os") from None
+    try:
+        timing = ArrayTiming(array_timing)
+    except ValueError:
+        raise ConfigError(f"matmul: unknown array_timing {array_timing!r}; "
+                          "choose from: overlapped, scalesim") from None
     os_ = flow is Dataflow.OS
     est = matmul_estimate(batch, m, k, n, rows=rows, cols=cols, cores=cores, output_stationary=os_,
                           clock_hz=clock_hz, buffer_bytes=buffer_bytes,
                           hbm_bandwidth_bytes_per_s=hbm_bandwidth_bytes_per_s,
-                          bytes_per_element=bytes_per_element)
-    cycles = gemm.matmul_cycles(batch, m, k, n, rows, cols, cores, os_)
+                          bytes_per_element=bytes_per_element, array_timing=timing)
+    cycles = gemm.matmul_cycles(batch, m, k, n, rows, cols, cores, os_, timing)
     utilization = utilisation("array utilisation", batch * m * k * n, cores * rows * cols * cycles)
     return MatmulEstimate(cycles, est.hbm_bytes, est.all_cores_s, est.compute_all_s, est.memory_s,
                           est.bound_all, utilization, est.energy_j)

@@ -28,6 +28,25 @@ cycles::
 
     os_cycles(T, k) = (T - 1)·max(k, R) + k + 2R + C - 2             (T tiles, k >= 1)
 
+**SCALE-Sim timing** (``ArrayTiming.SCALESIM``; Samajdar et al., ISPASS 2020, and the
+``scalesim`` 2.0.2 package, ``compute/systolic_compute_{ws,os,is}.py``): SCALE-Sim
+builds, per fold, the cycle-by-cycle demand of each array edge and concatenates the
+folds with no overlap.  A WS fold spends R cycles shifting its weights in, m cycles
+streaming inputs, C - 1 cycles for the last input to cross the array and R - 1
+cycles of skew before the last partial sum leaves the bottom row; an OS tile
+streams k operand pairs with R - 1 + C - 1 cycles of skew (its outputs are read
+out in the skew); IS is WS with the input tile stationary (m and n swapped)::
+
+    ws_cycles_scalesim(F, m) = F · (2R + C + m - 2)
+    os_cycles_scalesim(T, k) = T · (k + R + C - 2)
+    is_cycles_scalesim(m, k, n) = ⌈k/R⌉·⌈m/C⌉ · (2R + C + n - 2)
+
+These are the lengths (in cycles) of SCALE-Sim's demand matrices; its compute report's
+"Total Cycles" is the 0-based index of the last of them, one less (with no memory
+stall; ``tests/cost/test_scalesim.py`` runs SCALE-Sim itself).  Against the
+overlapped WS count, a fold costs ``2R + C + m - 2`` instead of ``max(m, C)``: the
+ratio tends to ``1 + (2R + C - 2)/m`` for many folds (m >= C).
+
 **All cores** (P arrays): WS splits the m rows into ``p`` groups (``p`` a power of
 two or P itself, ``p <= m``) and deals the folds round-robin to the ``P // p``
 arrays of each group, keeping the best split; OS deals whole tiles to the arrays
@@ -51,6 +70,8 @@ moves nothing.
 from __future__ import annotations
 
 import math
+
+from archplace.hardware.accelerator import ArrayTiming
 
 # The buffer capacity, in elements, that stands for "unbounded" (every GEMM fits).
 UNBOUNDED_ELEMENTS = 2**62
@@ -111,6 +132,45 @@ def os_cycles(tiles: int, k: int, rows: int, cols: int) -> int:
     return (tiles - 1) * max(k, rows) + k + 2 * rows + cols - 2
 
 
+def ws_cycles_scalesim(folds: int, m: int, rows: int, cols: int) -> int:
+    """SCALE-Sim's cycles of ``folds`` weight-stationary folds of ``m`` rows each (docstring).
+
+    Raises:
+        ValueError: a non-positive array size.
+    """
+    _check_array(rows, cols)
+    if folds <= 0 or m <= 0:
+        return 0
+    return folds * (2 * rows + cols + m - 2)
+
+
+def os_cycles_scalesim(tiles: int, k: int, rows: int, cols: int) -> int:
+    """SCALE-Sim's cycles of ``tiles`` output-stationary tiles reducing over ``k`` (docstring).
+
+    Raises:
+        ValueError: a non-positive array size.
+    """
+    _check_array(rows, cols)
+    if tiles <= 0 or k <= 0:
+        return 0
+    return tiles * (k + rows + cols - 2)
+
+
+def is_cycles_scalesim(m: int, k: int, n: int, rows: int, cols: int) -> int:
+    """SCALE-Sim's cycles of ``[m, k] x [k, n]`` input stationary on one array (docstring).
+
+    Input stationary is not an :class:`~archplace.hardware.accelerator.Dataflow` of the
+    cost model; the count is kept to check SCALE-Sim's third dataflow.
+
+    Raises:
+        ValueError: a non-positive array size.
+    """
+    _check_array(rows, cols)
+    if m <= 0 or k <= 0 or n <= 0:
+        return 0
+    return ceil_div(k, rows) * ceil_div(m, cols) * (2 * rows + cols + n - 2)
+
+
 def matmul_cycles_ws(m: int, k: int, n: int, rows: int, cols: int) -> int:
     """Cycles of one ``[m, k] x [k, n]`` GEMM on one weight-stationary array.
 
@@ -145,12 +205,15 @@ def m_splits(cores: int, m: int) -> list[int]:
 
 
 def matmul_cycles(
-    batch: int, m: int, k: int, n: int, rows: int, cols: int, cores: int = 1, os: bool = False
+    batch: int, m: int, k: int, n: int, rows: int, cols: int, cores: int = 1, os: bool = False,
+    timing: ArrayTiming = ArrayTiming.OVERLAPPED,
 ) -> int:
     """Cycles of ``[batch, m, k] x [batch, k, n]`` on ``cores`` arrays (module docstring).
 
     With ``cores = 1`` this is the single-core count; the batch's folds (WS) or tiles
-    (OS) run back to back.
+    (OS) run back to back.  ``timing`` picks the per-array count (:func:`ws_cycles` /
+    :func:`os_cycles`, or SCALE-Sim's :func:`ws_cycles_scalesim` /
+    :func:`os_cycles_scalesim`); the mapping onto the arrays is the same for both.
 
     Raises:
         ValueError: a non-positive array size or core count.
@@ -160,24 +223,27 @@ def matmul_cycles(
         raise ValueError(f"cores must be positive, got {cores}")
     if batch <= 0 or m <= 0 or k <= 0 or n <= 0:
         return 0
+    scalesim = timing is ArrayTiming.SCALESIM
     if os:
         tiles = batch * tile_count(m, n, rows, cols)
-        return os_cycles(ceil_div(tiles, cores), k, rows, cols)
+        os_count = os_cycles_scalesim if scalesim else os_cycles
+        return os_count(ceil_div(tiles, cores), k, rows, cols)
     tasks = batch * fold_count(k, n, rows, cols)
-    return min(ws_cycles(ceil_div(tasks, cores // p), ceil_div(m, p), rows, cols)
+    ws_count = ws_cycles_scalesim if scalesim else ws_cycles
+    return min(ws_count(ceil_div(tasks, cores // p), ceil_div(m, p), rows, cols)
                for p in m_splits(cores, m))
 
 
 def matmul_cycles_single_core(batch: int, m: int, k: int, n: int, rows: int, cols: int,
-                              os: bool = False) -> int:
+                              os: bool = False, timing: ArrayTiming = ArrayTiming.OVERLAPPED) -> int:
     """Cycles of a batched GEMM on ONE array (:func:`matmul_cycles` with one core)."""
-    return matmul_cycles(batch, m, k, n, rows, cols, 1, os)
+    return matmul_cycles(batch, m, k, n, rows, cols, 1, os, timing)
 
 
 def matmul_cycles_all_cores(batch: int, m: int, k: int, n: int, rows: int, cols: int, cores: int,
-                            os: bool = False) -> int:
+                            os: bool = False, timing: ArrayTiming = ArrayTiming.OVERLAPPED) -> int:
     """Cycles of a batched GEMM spread over ``cores`` arrays (:func:`matmul_cycles`)."""
-    return matmul_cycles(batch, m, k, n, rows, cols, cores, os)
+    return matmul_cycles(batch, m, k, n, rows, cols, cores, os, timing)
 
 
 def buffer_elements(buffer_bytes: float, bytes_per_element: int) -> int:

@@ -47,7 +47,7 @@ from archplace.cost.vector import (
     vector_cycles,
     vector_hbm_bytes,
 )
-from archplace.hardware.accelerator import Accelerator, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import (
     HBM_PATH_ENERGY_J_PER_BYTE,
@@ -82,6 +82,7 @@ def matmul_estimate(
     output_stationary: bool = False, clock_hz: float, buffer_bytes: float = math.inf,
     hbm_bandwidth_bytes_per_s: float = math.inf, bytes_per_element: int = 2,
     traced_bytes: float = 0.0, fused_elements: int = 0, vector_cores: int = 1, vector_lanes: int = 1,
+    array_timing: ArrayTiming = ArrayTiming.OVERLAPPED,
 ) -> OpEstimate:
     """Estimate of the GEMM ``[batch, m, k] x [batch, k, n]`` (formulas in the module docstring).
 
@@ -97,6 +98,7 @@ def matmul_estimate(
             operands (a bias, a fused epilogue's other inputs) is added to the traffic.
         fused_elements: element-wise epilogue work on the vector cores.
         vector_cores, vector_lanes: the vector side, for the epilogue.
+        array_timing: the arrays' cycle model (:class:`ArrayTiming`, :mod:`archplace.cost.gemm`).
     """
     b = batch
     if b <= 0 or m <= 0 or k <= 0 or n <= 0:
@@ -108,8 +110,8 @@ def matmul_estimate(
     hbm_bytes = e * traffic + extra
     memory_s = hbm_bytes / bw
     exposed_s = e * gemm.exposed_elements(m, k, n, rows, cols, os_) / bw
-    compute_single = gemm.matmul_cycles(b, m, k, n, rows, cols, 1, os_) / clock + exposed_s
-    compute_all = (gemm.matmul_cycles(b, m, k, n, rows, cols, cores, os_) / clock
+    compute_single = gemm.matmul_cycles(b, m, k, n, rows, cols, 1, os_, array_timing) / clock + exposed_s
+    compute_all = (gemm.matmul_cycles(b, m, k, n, rows, cols, cores, os_, array_timing) / clock
                    + exposed_s * min(cores, tasks))
     compute_single = max(compute_single,
                          vector_cycles(fused_elements, vector_lanes, 1, SIMPLE_CYCLES_PER_ELEMENT) / clock)
@@ -183,7 +185,7 @@ class SystolicCostModel:
             vec = (acc.vector_cores, acc.vector_lanes) if getattr(op, "fused_elements", 0) else ()
             return (acc.tensor_cores, acc.array_rows, acc.array_cols, acc.buffer_bytes,
                     acc.hbm_bandwidth_bytes_per_s, acc.clock_hz, acc.bytes_per_element,
-                    acc.dataflow, *vec)
+                    acc.dataflow, acc.array_timing, *vec)
         if op.kind is OpKind.COLLECTIVE:
             return ()
         return (acc.vector_cores, acc.vector_lanes, acc.hbm_bandwidth_bytes_per_s, acc.clock_hz)
@@ -196,7 +198,7 @@ class SystolicCostModel:
             hbm_bandwidth_bytes_per_s=acc.hbm_bandwidth_bytes_per_s,
             bytes_per_element=acc.bytes_per_element, traced_bytes=op.bytes_read + op.bytes_written,
             fused_elements=int(getattr(op, "fused_elements", 0) or 0),
-            vector_cores=acc.vector_cores, vector_lanes=acc.vector_lanes,
+            vector_cores=acc.vector_cores, vector_lanes=acc.vector_lanes, array_timing=acc.array_timing,
         )
 
     def _vector(self, op: Operator, acc: Accelerator) -> OpEstimate:
@@ -279,7 +281,7 @@ def _matmul_many(op: Operator, configs: CoreConfigArray) -> ManyEstimates:
     hbm_bytes = e * traffic + extra
     memory_s = hbm_bytes / bw
     exposed_s = e * batched.exposed_elements(m, k, n, rows, cols, os_) / bw
-    single_cyc, all_cyc = batched.matmul_cycles(b, m, k, n, rows, cols, cores, os_)
+    single_cyc, all_cyc = batched.matmul_cycles(b, m, k, n, rows, cols, cores, os_, side.scalesim_timing)
     tasks = batched.task_count(b, m, k, n, rows, cols, os_)
     compute_single = single_cyc / clock + exposed_s
     compute_all = all_cyc / clock + exposed_s * np.minimum(cores, tasks)

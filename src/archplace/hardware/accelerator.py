@@ -3,7 +3,8 @@
 A chip is ``tensor_cores`` systolic arrays of ``array_rows x array_cols`` MACs,
 ``vector_cores`` SIMD cores of ``vector_lanes`` lanes, a global on-chip buffer
 shared by the cores, and HBM.  ``dataflow`` says how the arrays run a matmul
-(weight stationary or output stationary, :mod:`archplace.cost.gemm`).
+(weight stationary or output stationary, :mod:`archplace.cost.gemm`) and
+``array_timing`` which cycle model times it (:class:`ArrayTiming`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,30 @@ class Dataflow(enum.StrEnum):
 
     WS = "ws"  # weight stationary: a K x N weight tile stays in the array, inputs stream
     OS = "os"  # output stationary: an M x N output tile stays in the array, both operands stream
+
+
+class ArrayTiming(enum.StrEnum):
+    """Which cycle model times a matmul on a systolic array (:mod:`archplace.cost.gemm`).
+
+    * ``OVERLAPPED`` (default): a fold's weight load and pipeline fill overlap the
+      previous fold -- every PE has a shadow weight register.  This is how a
+      weight-stationary TPU matrix unit is built: "The matrix unit holds one 64 KiB
+      tile of weights plus one for double-buffering (to hide the 256 cycles it takes
+      to shift a tile in)" (Jouppi et al., "In-Datacenter Performance Analysis of a
+      Tensor Processing Unit", ISCA 2017, sec. 2).  The training MXUs of TPUv2-v4
+      (Norrie et al., IEEE Micro 2021; Jouppi et al., ISCA 2023) descend from that
+      unit; that they keep the shadow weight tile is an assumption (neither paper
+      gives the register-level design), so the default models the published one.
+    * ``SCALESIM``: SCALE-Sim's count (Samajdar et al., "A Systematic Methodology
+      for Characterizing Scalability of DNN Accelerators using SCALE-Sim", ISPASS
+      2020; the ``scalesim`` 2.0.2 package): each fold loads its weights, streams
+      its operands and drains its outputs before the next fold starts, with no
+      overlap between folds.  The reference simulator of the field; choose it to
+      compare with published SCALE-Sim results.
+    """
+
+    OVERLAPPED = "overlapped"
+    SCALESIM = "scalesim"
 
 
 def _positive(owner: str, **values: float) -> None:
@@ -53,10 +78,12 @@ class Accelerator:
         bytes_per_element: width of the training data type (2 for bf16/fp16).
         dataflow: ``Dataflow.WS`` (default) or ``Dataflow.OS``; the text ``"ws"``/``"os"``
             is accepted and converted.
+        array_timing: ``ArrayTiming.OVERLAPPED`` (default) or ``ArrayTiming.SCALESIM``; the
+            text ``"overlapped"``/``"scalesim"`` is accepted and converted.
 
     Raises:
         ConfigError: a non-positive field, a count that is not a whole number, or an
-            unknown dataflow.
+            unknown dataflow or array timing.
     """
 
     name: str
@@ -71,6 +98,7 @@ class Accelerator:
     clock_hz: float
     bytes_per_element: int = 2
     dataflow: Dataflow = Dataflow.WS
+    array_timing: ArrayTiming = ArrayTiming.OVERLAPPED
 
     def __post_init__(self) -> None:
         owner = f"accelerator {self.name!r}"
@@ -92,6 +120,13 @@ class Accelerator:
                 choices = ", ".join(d.value for d in Dataflow)
                 raise ConfigError(f"{owner}: unknown dataflow {self.dataflow!r}; "
                                   f"choose from: {choices}") from None
+        if not isinstance(self.array_timing, ArrayTiming):
+            try:
+                object.__setattr__(self, "array_timing", ArrayTiming(self.array_timing))
+            except ValueError:
+                choices = ", ".join(t.value for t in ArrayTiming)
+                raise ConfigError(f"{owner}: unknown array_timing {self.array_timing!r}; "
+                                  f"choose from: {choices}") from None
 
     @property
     def macs(self) -> int:
@@ -109,7 +144,8 @@ class Accelerator:
         return float(self.vector_cores * self.vector_lanes) * self.clock_hz
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (SI units, the dataflow as text), for JSON."""
+        """Plain dict of the fields (SI units, the dataflow and array timing as text), for JSON."""
         d = asdict(self)
         d["dataflow"] = self.dataflow.value
+        d["array_timing"] = self.array_timing.value
         return d

@@ -17,6 +17,7 @@ an ``accelerator`` section and an optional ``cluster`` section::
       clock: 1.05 GHz
       bytes_per_element: 2
       dataflow: ws                       # optional: ws (default) | os
+      array_timing: overlapped           # optional: overlapped (default) | scalesim
     cluster:
       devices_per_node: 4
       intra_node_bandwidth: 300 GB/s     # per device and direction
@@ -40,7 +41,7 @@ from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.hardware import _config
-from archplace.hardware.accelerator import Accelerator, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster, Topology
 from archplace.hardware.power import tdp_w
@@ -53,7 +54,7 @@ _ACCELERATOR_FIELDS = (
     "name", "tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
     "buffer", "hbm", "hbm_bandwidth", "clock", "bytes_per_element",
 )
-_ACCELERATOR_OPTIONAL = ("dataflow",)
+_ACCELERATOR_OPTIONAL = ("dataflow", "array_timing")
 _DATASHEET_FIELDS = ("peak_tflop_per_s", "tdp_w")
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
@@ -105,6 +106,8 @@ def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
         clock_hz=_config.quantity(section["clock"], parse_frequency, f"{where}.clock"),
         bytes_per_element=count("bytes_per_element"),
         dataflow=_dataflow(section.get("dataflow", Dataflow.WS.value), f"{where}.dataflow"),
+        array_timing=parse_array_timing(section.get("array_timing", ArrayTiming.OVERLAPPED.value),
+                                        f"{where}.array_timing"),
     )
 
 
@@ -115,6 +118,21 @@ def _dataflow(raw: Any, where: str) -> Dataflow:
     except ValueError:
         choices = ", ".join(d.value for d in Dataflow)
         raise ConfigError(f"{where}: unknown dataflow {text!r}; choose from: {choices}") from None
+
+
+def parse_array_timing(raw: Any, where: str) -> ArrayTiming:
+    """An :class:`ArrayTiming` from its text (bare or ``{value: ..., source: ...}``).
+
+    Raises:
+        ConfigError: not text, or not one of ``overlapped``, ``scalesim`` (the message
+            names ``where`` and lists the choices).
+    """
+    text = _config.text_field(raw, where)
+    try:
+        return ArrayTiming(text)
+    except ValueError:
+        choices = ", ".join(t.value for t in ArrayTiming)
+        raise ConfigError(f"{where}: unknown array_timing {text!r}; choose from: {choices}") from None
 
 
 def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster:

@@ -14,6 +14,7 @@ field::
     area_max_mm2: null          # optional; default: area of the base preset
     area_min_fraction: 0.3      # optional; default 0.3
     vector_lanes_per_col: 1     # optional; default 1 (PHAZE)
+    array_timing: overlapped    # optional; one value or a list; default: the base preset's
 
 As in PHAZE (Wang et al., ICML 2024): the vector lanes of a vector core are tied
 to the array width, ``vector_lanes = array_dim * vector_lanes_per_col`` -- PHAZE
@@ -22,6 +23,11 @@ uses 8 (128 x 8 = 1024 for 128-wide arrays).  A design is kept when
 ``area_min_fraction * A_max <= area <= A_max``, where ``A_max`` defaults to the
 area of the base preset (the TPUv4-like chip) and the lower bound is waived for
 designs with a single tensor core.
+
+``array_timing`` picks the systolic cycle model of every design (``overlapped``, the
+default, or ``scalesim``; :class:`~archplace.hardware.accelerator.ArrayTiming`); a list
+makes it a searched dimension, for comparing the two models on the same space.
+Designs timed with SCALE-Sim's count carry ``-scalesim`` at the end of their name.
 """
 
 from __future__ import annotations
@@ -35,16 +41,16 @@ from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.hardware import _config
-from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.accelerator import Accelerator, ArrayTiming
 from archplace.hardware.area import area_mm2
-from archplace.hardware.presets import load_accelerator
+from archplace.hardware.presets import load_accelerator, parse_array_timing
 from archplace.units import parse_bytes
 
 _FOLDER = "spaces"
 _KIND = "search space"
 _LIST_FIELDS = ("tensor_cores", "array_dim", "vector_cores", "buffer", "hbm")
 _OPTIONAL_FIELDS = ("source", "description", "area_max_mm2", "area_min_fraction",
-                    "vector_lanes_per_col")
+                    "vector_lanes_per_col", "array_timing")
 
 # Relative slack on the area comparisons, so the base design itself is never lost to rounding.
 _AREA_RTOL = 1e-9
@@ -75,10 +81,13 @@ def hbm_label(hbm_bytes: float) -> str:
 
 
 def design_name(tensor_cores: int, array_dim: int, vector_cores: int,
-                buffer_bytes: float, hbm_bytes: float) -> str:
-    """Readable unique name of a design, e.g. ``tc8-128x128-vc2-buf128MiB-hbm32GiB``."""
+                buffer_bytes: float, hbm_bytes: float,
+                array_timing: ArrayTiming = ArrayTiming.OVERLAPPED) -> str:
+    """Readable unique name of a design, e.g. ``tc8-128x128-vc2-buf128MiB-hbm32GiB``
+    (``...-hbm32GiB-scalesim`` with SCALE-Sim's array timing)."""
+    suffix = "" if array_timing is ArrayTiming.OVERLAPPED else f"-{array_timing.value}"
     return (f"tc{tensor_cores}-{array_dim}x{array_dim}-vc{vector_cores}"
-            f"-buf{buffer_label(buffer_bytes)}-hbm{hbm_label(hbm_bytes)}")
+            f"-buf{buffer_label(buffer_bytes)}-hbm{hbm_label(hbm_bytes)}{suffix}")
 
 
 def _check_values(space: str, field: str, values: tuple[Any, ...], integral: bool) -> None:
@@ -117,11 +126,14 @@ class SearchSpace:
         source: where the value lists come from.
         vector_lanes_per_col: vector lanes per array column (1 in PHAZE, 8 for a TPU's
             sublanes).
+        array_timings: values of ``Accelerator.array_timing``; ``None`` means the base
+            design's alone.
 
     Raises:
         ConfigError: an empty list, a repeated, non-positive or (for counts) non-integer
-            value, a non-positive ``area_max_mm2``, a fraction outside [0, 1] or a
-            ``vector_lanes_per_col`` that is not a positive whole number.
+            value, a non-positive ``area_max_mm2``, a fraction outside [0, 1], a
+            ``vector_lanes_per_col`` that is not a positive whole number, or an empty,
+            repeated or unknown array timing.
     """
 
     name: str
@@ -136,6 +148,7 @@ class SearchSpace:
     area_min_fraction: float = 0.3
     source: str = ""
     vector_lanes_per_col: int = 1
+    array_timings: tuple[ArrayTiming, ...] | None = None
 
     def __post_init__(self) -> None:
         if (isinstance(self.vector_lanes_per_col, bool) or not isinstance(self.vector_lanes_per_col, int)
@@ -153,6 +166,13 @@ class SearchSpace:
         ):
             raise ConfigError(f"search space '{self.name}': area_max_mm2 must be positive, "
                               f"got {self.area_max_mm2!r}")
+        if self.array_timings is not None:
+            if not self.array_timings or not all(isinstance(t, ArrayTiming) for t in self.array_timings):
+                raise ConfigError(f"search space '{self.name}': array_timing values must be some of "
+                                  f"{', '.join(t.value for t in ArrayTiming)}, got {self.array_timings!r}")
+            if len(set(self.array_timings)) != len(self.array_timings):
+                raise ConfigError(f"search space '{self.name}': array_timing has repeated values "
+                                  f"{[t.value for t in self.array_timings]}")
         if not (isinstance(self.area_min_fraction, int | float)
                 and 0.0 <= self.area_min_fraction <= 1.0):
             raise ConfigError(f"search space '{self.name}': area_min_fraction must be in "
@@ -171,10 +191,17 @@ class SearchSpace:
         return self.area_min_fraction * self.area_budget_mm2
 
     @property
+    def timings(self) -> tuple[ArrayTiming, ...]:
+        """The array timings of the designs: ``array_timings``, else the base design's."""
+        if self.array_timings is None:
+            return (self.base_accelerator.array_timing,)
+        return self.array_timings
+
+    @property
     def size_before_area_rule(self) -> int:
         """Number of value combinations before the area rule."""
         return (len(self.tensor_cores) * len(self.array_dims) * len(self.vector_cores)
-                * len(self.buffer_bytes) * len(self.hbm_bytes))
+                * len(self.buffer_bytes) * len(self.hbm_bytes) * len(self.timings))
 
     def admits(self, acc: Accelerator) -> bool:
         """Whether ``acc`` satisfies the area rule of this space."""
@@ -183,22 +210,22 @@ class SearchSpace:
     def designs(self) -> tuple[Accelerator, ...]:
         """Every design of the space that satisfies the area rule.
 
-        Order: nested loops over tensor_cores, array_dim, vector_cores, buffer, hbm, each
-        in the order of its list (deterministic).  Each design is named by
-        :func:`design_name`; the unsearched fields (clock, HBM bandwidth, data type,
+        Order: nested loops over tensor_cores, array_dim, vector_cores, buffer, hbm and
+        array timing, each in the order of its list (deterministic).  Each design is named
+        by :func:`design_name`; the unsearched fields (clock, HBM bandwidth, data type,
         dataflow) are those of ``base_accelerator``.
         """
         budget, floor = self.area_budget_mm2, self.area_floor_mm2
         out: list[Accelerator] = []
-        for tc, dim, vc, buf, hbm in itertools.product(
+        for tc, dim, vc, buf, hbm, timing in itertools.product(
             self.tensor_cores, self.array_dims, self.vector_cores,
-            self.buffer_bytes, self.hbm_bytes,
+            self.buffer_bytes, self.hbm_bytes, self.timings,
         ):
             acc = replace(
-                self.base_accelerator, name=design_name(tc, dim, vc, buf, hbm), tensor_cores=tc,
+                self.base_accelerator, name=design_name(tc, dim, vc, buf, hbm, timing), tensor_cores=tc,
                 array_rows=dim, array_cols=dim, vector_cores=vc,
                 vector_lanes=dim * self.vector_lanes_per_col,
-                buffer_bytes=buf, hbm_bytes=hbm,
+                buffer_bytes=buf, hbm_bytes=hbm, array_timing=timing,
             )
             if _admits(area_mm2(acc), tc, budget, floor):
                 out.append(acc)
@@ -241,6 +268,14 @@ def _bytes_list(raw: Any, where: str) -> tuple[float, ...]:
     return tuple(_config.quantity(v, parse_bytes, f"{where}[{i}]") for i, v in enumerate(values))
 
 
+def _timing_list(raw: Any, where: str) -> tuple[ArrayTiming, ...]:
+    """One array timing or a list of them (``scalesim`` or ``[overlapped, scalesim]``)."""
+    if not isinstance(raw, list):
+        return (parse_array_timing(raw, where),)
+    values = _config.value_list(raw, where)
+    return tuple(parse_array_timing(v, f"{where}[{i}]") for i, v in enumerate(values))
+
+
 def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
     """The search space of a bundled name (``tiny``, ``phaze``) or of a YAML file.
 
@@ -271,6 +306,7 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
     source = _config.text_field(data["source"], f"{label}: source") if "source" in data else ""
     lanes_per_col = (_config.positive_int(data["vector_lanes_per_col"], f"{label}: vector_lanes_per_col")
                      if "vector_lanes_per_col" in data else 1)
+    timings = _timing_list(data["array_timing"], f"{label}: array_timing") if "array_timing" in data else None
     stem = Path(config.label).stem
     try:
         return SearchSpace(
@@ -286,6 +322,7 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
             area_min_fraction=float(fraction),
             source=source,
             vector_lanes_per_col=lanes_per_col,
+            array_timings=timings,
         )
     except ConfigError as exc:
         if str(exc).startswith(label):
