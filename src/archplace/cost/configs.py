@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, Dataflow
+from archplace.hardware.accelerator import Accelerator, Dataflow, KernelEfficiency
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -74,7 +74,8 @@ _VECTOR_FIELDS = ("vector_cores", "vector_lanes", "hbm_bandwidth_bytes_per_s", "
 class CoreConfigArray:
     """Fields of N accelerators as arrays of length N (units as in :class:`Accelerator`).
 
-    Build it with :meth:`from_accelerators`.  Arrays are read-only.
+    Build it with :meth:`from_accelerators`.  Arrays are read-only.  ``efficiencies`` holds each
+    design's declared :class:`KernelEfficiency` (None: the cycle model); empty means all None.
 
     Raises:
         ConfigError: arrays of different lengths, no designs, or a non-positive size.
@@ -90,6 +91,7 @@ class CoreConfigArray:
     clock_hz: FloatArray
     bytes_per_element: IntArray
     output_stationary: NDArray[np.bool_]
+    efficiencies: tuple[KernelEfficiency | None, ...] = ()
 
     def __post_init__(self) -> None:
         lengths = {len(getattr(self, name)) for name in self._fields()}
@@ -102,6 +104,9 @@ class CoreConfigArray:
             if name != "output_stationary" and not np.all(array > 0):
                 raise ConfigError(f"core configs: {name} must be positive")
             array.setflags(write=False)
+        if self.efficiencies and len(self.efficiencies) != len(self.tensor_cores):
+            raise ConfigError(f"core configs: {len(self.efficiencies)} efficiencies for "
+                              f"{len(self.tensor_cores)} designs")
 
     @staticmethod
     def _fields() -> tuple[str, ...]:
@@ -133,6 +138,8 @@ class CoreConfigArray:
             clock_hz=floats("clock_hz"), bytes_per_element=ints("bytes_per_element"),
             output_stationary=np.array([a.dataflow is Dataflow.OS for a in accelerators],
                                        dtype=np.bool_),
+            efficiencies=(tuple(a.efficiency for a in accelerators)
+                          if any(a.efficiency is not None for a in accelerators) else ()),
         )
 
     def __len__(self) -> int:
@@ -144,6 +151,7 @@ class CoreConfigArray:
         digest = hashlib.blake2b(digest_size=16)
         for name in self._fields():
             digest.update(np.ascontiguousarray(getattr(self, name)).tobytes())
+        digest.update(repr(self.efficiencies).encode())
         return digest.hexdigest()
 
     def _unique(self, fields: tuple[str, ...]) -> tuple[FloatArray, IntArray]:

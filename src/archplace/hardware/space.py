@@ -198,7 +198,7 @@ class SearchSpace:
                 self.base_accelerator, name=design_name(tc, dim, vc, buf, hbm), tensor_cores=tc,
                 array_rows=dim, array_cols=dim, vector_cores=vc,
                 vector_lanes=dim * self.vector_lanes_per_col,
-                buffer_bytes=buf, hbm_bytes=hbm,
+                buffer_bytes=buf, hbm_bytes=hbm, efficiency=None,  # designs keep the cycle model
             )
             if _admits(area_mm2(acc), tc, budget, floor):
                 out.append(acc)
