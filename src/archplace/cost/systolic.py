@@ -72,9 +72,13 @@ class ManyEstimates:
 
 
 def op_key(op: Operator) -> tuple[Any, ...]:
-    """What an operator's cost depends on (its dimensions, bytes, kind and target)."""
-    return (op.kind, op.target, op.batch, op.m, op.k, op.n, op.elements, op.bytes_read,
-            op.bytes_written, getattr(op, "group", 1), getattr(op, "fused_elements", 0))
+    """What an operator's cost depends on (its dimensions, bytes, kind and target; for a fused
+    attention operator also its FLOP and phase, which set its declared efficiency)."""
+    key = (op.kind, op.target, op.batch, op.m, op.k, op.n, op.elements, op.bytes_read,
+           op.bytes_written, getattr(op, "group", 1), getattr(op, "fused_elements", 0))
+    if op.kind is OpKind.ATTENTION:
+        return (*key, op.flop, op.phase)
+    return key
 
 
 def matmul_estimate(
