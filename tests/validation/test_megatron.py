@@ -19,11 +19,11 @@ from archplace.placement.megatron import TABLE_1, MegatronRun
 
 TOLERANCE = 0.15
 # Rows over-predicted beyond the tolerance, kept visible as strict expected failures (a fix makes
-# them fail loudly). The error grows with the hidden size: every GEMM runs at the full 312 TFLOP/s
-# of the 16x16-array template (no kernel-efficiency loss), while the traced HF GPT-2 graph runs
-# the element-wise ops unfused (Megatron-LM fuses them, paper section 4.2). The two errors cancel
-# for small hidden sizes, where element-wise traffic weighs most, and not for large ones.
-OVER_PREDICTED = {"18.4B": 0.18, "76.1B": 0.20}
+# them fail loudly). 18.4B and 76.1B (18 % and 20 % too fast while every GEMM ran at the full
+# 312 TFLOP/s of the 16x16-array template) are within the tolerance since the a100-80gb preset
+# declares its kernel and link efficiency (cost/efficiency.py; figures cited in the preset, none
+# taken from these runs), so none is listed.
+OVER_PREDICTED: dict[str, float] = {}
 
 
 def predicted_tflop_per_gpu(run: MegatronRun, tmp_path: Path) -> float:
