@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from archplace import limits
-from archplace.cost.estimate import estimate_matmul, estimate_model
+from archplace.cost.estimate import estimate_matmul, estimate_model, estimate_preset_matmul
 from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
@@ -37,7 +37,8 @@ from archplace.workload.extract import ExtractOptions, check_tp
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import ModelSpec, load_model, model_preset_summaries
 
-__all__ = ["check_run_options", "estimate_matmul", "estimate_model", "evaluate", "graph", "hardware",
+__all__ = ["check_run_options", "estimate_matmul", "estimate_model", "estimate_preset_matmul",
+           "evaluate", "graph", "hardware",
            "layer_problem", "models", "plan", "plan_layer_graph", "results", "schedule_layer", "search",
            "search_each", "search_request", "solve_problem"]
 

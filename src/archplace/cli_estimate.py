@@ -2,10 +2,11 @@
 
 ::
 
-    archplace estimate --model M --hardware H [--tp T] [--micro-batch B] [--seq-len S] [--json]
+    archplace estimate --model M --hardware H [--tp T] [--micro-batch B] [--seq-len S] [--ops] [--json]
     archplace estimate matmul --m M --k K --n N --array RxC [--dataflow ws|os] [--batch B]
                               [--array-timing overlapped|scalesim] [--cores P] [--clock F]
                               [--buffer SIZE] [--hbm-bandwidth BW] [--json]
+    archplace estimate matmul --m M --k K --n N --hardware H [--batch B] [--json]
 
 The figures and formulas are those of :mod:`archplace.cost.estimate`.
 """
@@ -22,7 +23,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from archplace.cost.estimate import ModelEstimate, estimate_matmul, estimate_model, layer_rows
+from archplace.cost.estimate import (
+    EFFICIENCY_NOTES,
+    ModelEstimate,
+    estimate_matmul,
+    estimate_model,
+    estimate_preset_matmul,
+    layer_rows,
+    op_rows,
+)
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
@@ -47,9 +56,11 @@ def estimate(
     tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per micro-batch.")] = 1,
     seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
+    ops: Annotated[bool, typer.Option("--ops", help="Also list every operator.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Per-layer forward/backward time on one core and on all cores, bound and energy."""
+    """Per-layer forward/backward time on one core and on all cores, bound, energy, achieved
+    TFLOP/s and fraction of peak (per operator with --ops)."""
     if ctx.invoked_subcommand is not None:
         return
     if model is None or hardware is None:
@@ -58,23 +69,46 @@ def estimate(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
+        if ops:
+            _console().print(_ops_table(result))
         _console().print(_model_table(result))
+
+
+def _caption(result: ModelEstimate) -> str:
+    return f"{result.hardware}: {EFFICIENCY_NOTES[result.efficiency_model]}"
 
 
 def _model_table(result: ModelEstimate) -> Table:
     table = Table(title=f"{result.model} on {result.hardware}: tp={result.tp}, micro-batch "
-                        f"{result.micro_batch}, sequence {result.seq_len} (per layer, per device)")
-    for column in ("layer", "×", "pass", "one core ms", "all cores ms", "bound", "energy mJ", "MFU"):
+                        f"{result.micro_batch}, sequence {result.seq_len} (per layer, per device)",
+                  caption=_caption(result))
+    for column in ("layer", "×", "pass", "one core ms", "all cores ms", "bound", "energy mJ", "MFU",
+                   "TFLOP/s", "of peak"):
         table.add_column(column, justify="left" if column in ("layer", "pass", "bound") else "right")
     for row in layer_rows(result):
         table.add_row(row["layer"], str(row["count"]), row["phase"], f"{1e3 * row['single_core_s']:.3f}",
                       f"{1e3 * row['all_cores_s']:.3f}", row["bound"], f"{1e3 * row['energy_j']:.2f}",
-                      f"{100 * row['mfu']:.1f}%")
+                      f"{100 * row['mfu']:.1f}%", f"{row['achieved_flop_per_s'] / 1e12:.1f}",
+                      f"{100 * row['fraction_of_peak']:.1f}%")
     totals = result.to_dict()["total"]
     for phase in ("fwd", "bwd"):
         t = totals[phase]
         table.add_row("total", "", phase, f"{1e3 * t['single_core_s']:.3f}", f"{1e3 * t['all_cores_s']:.3f}",
-                      "", f"{1e3 * t['energy_j']:.2f}", f"{100 * t['mfu']:.1f}%")
+                      "", f"{1e3 * t['energy_j']:.2f}", f"{100 * t['mfu']:.1f}%",
+                      f"{t['achieved_flop_per_s'] / 1e12:.1f}", f"{100 * t['fraction_of_peak']:.1f}%")
+    return table
+
+
+def _ops_table(result: ModelEstimate) -> Table:
+    table = Table(title=f"{result.model} on {result.hardware}: operators (per device, all cores)",
+                  caption=_caption(result))
+    for column in ("layer", "pass", "operator", "kind", "µs", "GFLOP", "TFLOP/s", "of peak", "bound"):
+        table.add_column(column, justify="left" if column in ("layer", "pass", "operator", "kind",
+                                                              "bound") else "right")
+    for row in op_rows(result):
+        table.add_row(row["layer"], row["phase"], row["name"], row["kind"], f"{1e6 * row['all_cores_s']:.2f}",
+                      f"{row['flop'] / 1e9:.3f}", f"{row['achieved_flop_per_s'] / 1e12:.1f}",
+                      f"{100 * row['fraction_of_peak']:.1f}%", row["bound"])
     return table
 
 
@@ -95,7 +129,9 @@ def matmul(
     m: Annotated[int, typer.Option("--m", help="Rows of the input (tokens).")],
     k: Annotated[int, typer.Option("--k", help="Reduction dimension.")],
     n: Annotated[int, typer.Option("--n", help="Columns of the output.")],
-    array: Annotated[str, typer.Option(help="Array shape ROWSxCOLS, e.g. 128x128.")],
+    array: Annotated[str | None, typer.Option(help="Array shape ROWSxCOLS, e.g. 128x128.")] = None,
+    hardware: Annotated[str | None, typer.Option(
+        help="Hardware preset or YAML file instead of --array (its declared efficiency, if any).")] = None,
     dataflow: Annotated[str, typer.Option(help="ws (weight stationary) or os (output stationary).")] = "ws",
     batch: Annotated[int, typer.Option(help="Independent GEMMs (bmm batch).")] = 1,
     array_timing: Annotated[str, typer.Option(
@@ -109,7 +145,20 @@ def matmul(
     bytes_per_element: Annotated[int, typer.Option("--bytes-per-element", help="Operand width.")] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
-    """Compute cycles, HBM bytes and latency of one matmul on systolic arrays."""
+    """Compute cycles, HBM bytes and latency of one matmul on systolic arrays (or, with
+    --hardware, its latency and achieved TFLOP/s on a preset)."""
+    if hardware is not None:
+        if array is not None:
+            raise ConfigError("estimate matmul: give --array or --hardware, not both")
+        on_preset = estimate_preset_matmul(hardware, m, k, n, batch=batch).to_dict()
+        if as_json:
+            typer.echo(json.dumps(on_preset))
+            return
+        _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {hardware}", on_preset,
+                       EFFICIENCY_NOTES[on_preset["efficiency_model"]])
+        return
+    if array is None:
+        raise ConfigError("estimate matmul needs --array ROWSxCOLS or --hardware PRESET")
     rows, cols = _array(array)
     result = estimate_matmul(
         m, k, n, rows, cols, batch=batch, cores=cores, dataflow=dataflow.lower(),
@@ -124,7 +173,11 @@ def matmul(
     if as_json:
         typer.echo(json.dumps(data))
         return
-    table = Table(title=f"[{batch}x] {m}x{k} @ {k}x{n} on {cores} x {rows}x{cols} ({dataflow.lower()})")
+    _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {cores} x {rows}x{cols} ({dataflow.lower()})", data)
+
+
+def _print_figures(title: str, data: dict[str, object], caption: str | None = None) -> None:
+    table = Table(title=title, caption=caption)
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in data.items():

@@ -19,7 +19,7 @@ from archplace.workload.zoo import load_model
 TINY_GPT = {"model_type": "gpt2", "n_layer": 3, "n_embd": 128, "n_head": 4, "n_positions": 128,
             "vocab_size": 1024}
 PHASE_KEYS = {"single_core_s", "all_cores_s", "bound", "seconds_by_bound", "energy_j", "flop",
-              "hbm_bytes", "mfu", "array_flop"}
+              "hbm_bytes", "mfu", "array_flop", "achieved_flop_per_s", "fraction_of_peak", "ops"}
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -108,6 +108,47 @@ def test_model_json(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_model_table(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["estimate", "--model", str(tiny_model), "--hardware", "a100-80gb"], capsys)
     assert code == 0 and "block" in out and "total" in out
+    assert "TFLOP/s" in out and "of peak" in out and "declared efficiency" in out
+
+
+def test_model_ops_and_efficiency_fields(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["estimate", "--model", str(tiny_model), "--hardware", "tpuv4", "--ops"], capsys)
+    assert code == 0 and "operators" in out and "cycle model" in out and "µs" in out
+    code, out, _ = run(["estimate", "--model", str(tiny_model), "--hardware", "a100-80gb", "--json"], capsys)
+    data = json.loads(out)
+    assert data["efficiency_model"] == "declared" and "cuBLAS" in data["efficiency_note"]
+    peak = data["peak_flop_per_s"]
+    for layer in data["layers"]:
+        for phase in ("fwd", "bwd"):
+            figures = layer[phase]
+            assert figures["achieved_flop_per_s"] == pytest.approx(figures["flop"] / figures["all_cores_s"])
+            assert figures["fraction_of_peak"] == pytest.approx(figures["achieved_flop_per_s"] / peak)
+            assert figures["ops"] and sum(o["all_cores_s"] for o in figures["ops"]) == pytest.approx(
+                figures["all_cores_s"])
+            for o in figures["ops"]:
+                assert 0 <= o["fraction_of_peak"] <= 1
+                if o["all_cores_s"] > 0:
+                    assert o["achieved_flop_per_s"] == pytest.approx(o["flop"] / o["all_cores_s"])
+    assert 0 < data["total"]["fwd"]["fraction_of_peak"] <= 1
+
+
+def test_matmul_on_a_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["estimate", "matmul", "--m", "4096", "--k", "4096", "--n", "4096", "--hardware",
+                        "a100-80gb", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    # 0.859 x 512 / 540 (5 waves of 108 tiles of 256x128) of 311.87 TFLOP/s = 254.0 TFLOP/s
+    assert data["efficiency_model"] == "declared" and data["bound"] == "compute"
+    assert data["achieved_flop_per_s"] == pytest.approx(0.859 * 512 / 540 * 311.87e12, rel=1e-4)
+    code, out, _ = run(["estimate", "matmul", "--m", "4096", "--k", "4096", "--n", "4096", "--hardware",
+                        "tpuv4", "--json"], capsys)
+    data = json.loads(out)
+    assert data["efficiency_model"] == "cycle" and data["gemm_efficiency"] is None
+    code, _, err = run(["estimate", "matmul", "--m", "4", "--k", "4", "--n", "4", "--hardware", "tpuv4",
+                        "--array", "2x2"], capsys)
+    assert code == 2 and "not both" in err
+    code, _, err = run(["estimate", "matmul", "--m", "4", "--k", "4", "--n", "4"], capsys)
+    assert code == 2 and "--array" in err
 
 
 @pytest.mark.parametrize(("argv", "message"), [

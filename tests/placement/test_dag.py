@@ -340,7 +340,10 @@ def test_cli_plan_layer_graph(capsys: pytest.CaptureFixture[str]) -> None:
     times = [plan["iteration_time_s"] for plan in data["plans"]]
     assert times == sorted(times) and len(times) == 3 and data["iteration_time_s"] == times[0]
     plan = data["plan"]
-    assert plan["pp"] == 2 and plan["dp"] == 8 and plan["schedule"] in ("1f1b", "gpipe")
+    # a100-80gb's links run at the NCCL bus bandwidth (0.767 of NVLink, 0.96 of InfiniBand): the
+    # pp 2 / dp 8 plan over two nodes (0.0611 s at line rate) now loses to one node of 8 replicas
+    # (pp 1, 0.0613 s), whose gradient all-reduce stays on NVLink
+    assert plan["pp"] == 1 and plan["dp"] == 8 and plan["schedule"] in ("1f1b", "gpipe")
     assert sorted(name for stage in plan["stage_layers"] for name in stage) == sorted(
         x.name for x in load_layer_graph_file(EXAMPLE)[0].layers)
     assert data["tokens_per_s"] == pytest.approx(2048 * data["throughput_samples_per_s"])

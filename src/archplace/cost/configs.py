@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, KernelEfficiency
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -77,7 +77,8 @@ _VECTOR_FIELDS = ("vector_cores", "vector_lanes", "hbm_bandwidth_bytes_per_s", "
 class CoreConfigArray:
     """Fields of N accelerators as arrays of length N (units as in :class:`Accelerator`).
 
-    Build it with :meth:`from_accelerators`.  Arrays are read-only.
+    Build it with :meth:`from_accelerators`.  Arrays are read-only.  ``efficiencies`` holds each
+    design's declared :class:`KernelEfficiency` (None: the cycle model); empty means all None.
 
     Raises:
         ConfigError: arrays of different lengths, no designs, or a non-positive size.
@@ -94,6 +95,7 @@ class CoreConfigArray:
     bytes_per_element: IntArray
     output_stationary: NDArray[np.bool_]
     scalesim_timing: NDArray[np.bool_]
+    efficiencies: tuple[KernelEfficiency | None, ...] = ()
 
     def __post_init__(self) -> None:
         lengths = {len(getattr(self, name)) for name in self._fields()}
@@ -106,6 +108,9 @@ class CoreConfigArray:
             if name not in _FLAGS and not np.all(array > 0):
                 raise ConfigError(f"core configs: {name} must be positive")
             array.setflags(write=False)
+        if self.efficiencies and len(self.efficiencies) != len(self.tensor_cores):
+            raise ConfigError(f"core configs: {len(self.efficiencies)} efficiencies for "
+                              f"{len(self.tensor_cores)} designs")
 
     @staticmethod
     def _fields() -> tuple[str, ...]:
@@ -139,6 +144,8 @@ class CoreConfigArray:
                                        dtype=np.bool_),
             scalesim_timing=np.array([a.array_timing is ArrayTiming.SCALESIM for a in accelerators],
                                      dtype=np.bool_),
+            efficiencies=(tuple(a.efficiency for a in accelerators)
+                          if any(a.efficiency is not None for a in accelerators) else ()),
         )
 
     def __len__(self) -> int:
@@ -150,6 +157,7 @@ class CoreConfigArray:
         digest = hashlib.blake2b(digest_size=16)
         for name in self._fields():
             digest.update(np.ascontiguousarray(getattr(self, name)).tobytes())
+        digest.update(repr(self.efficiencies).encode())
         return digest.hexdigest()
 
     def _unique(self, fields: tuple[str, ...]) -> tuple[FloatArray, IntArray]:

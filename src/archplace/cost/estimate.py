@@ -14,7 +14,13 @@ Layer figures (for one micro-batch, per device of the TP group):
 * ``mfu``: the FLOP of the layer's matmuls / (``all_cores_s`` x peak FLOP/s): the peak counts
   the systolic arrays only, so the vector cores' work is left out of the numerator
   (:func:`archplace.cost.model.array_flop`); it is at most 1, since no matmul runs faster than
-  all the arrays' MACs (checked: :class:`~archplace.errors.InternalError` otherwise).
+  all the arrays' MACs (checked: :class:`~archplace.errors.InternalError` otherwise);
+* ``achieved_flop_per_s``: all the FLOP of the pass / ``all_cores_s``, and ``fraction_of_peak``
+  that over the chip's peak; the same two figures per operator (``ops``).
+
+A chip whose preset declares its efficiency (``efficiency`` section) is costed by
+:mod:`archplace.cost.efficiency` (what cuBLAS, FlashAttention and NCCL sustain); any other
+design runs on the cycle model, whose counts give its efficiency.  ``efficiency_model`` says which.
 """
 
 from __future__ import annotations
@@ -37,6 +43,46 @@ from archplace.hardware.power import static_power_w
 from archplace.workload.graph import OpGraph
 from archplace.workload.layers import LayerChain
 
+DECLARED = "declared"
+CYCLE = "cycle"
+EFFICIENCY_NOTES = {
+    DECLARED: "declared efficiency (the preset's efficiency section: cuBLAS, FlashAttention, NCCL)",
+    CYCLE: "cycle model (no declared efficiency: the cycle counts give it)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OpFigures:
+    """One operator of a pass: its all-cores latency and what it achieves.
+
+    Attributes:
+        name, target, kind: the operator.
+        all_cores_s: latency on all cores of its type, seconds.
+        flop: its FLOP.
+        achieved_flop_per_s: ``flop / all_cores_s`` (0 for a zero-time operator).
+        fraction_of_peak: that over the chip's peak FLOP/s.
+        bound: what limits it.
+    """
+
+    name: str
+    target: str
+    kind: str
+    all_cores_s: float
+    flop: float
+    achieved_flop_per_s: float
+    fraction_of_peak: float
+    bound: Bound
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["bound"] = self.bound.value
+        return d
+
+
+def _rate(flop: float, seconds: float) -> float:
+    return flop / seconds if seconds > 0 else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class PhaseEstimate:
@@ -51,6 +97,8 @@ class PhaseEstimate:
         hbm_bytes: bytes moved between HBM and the chip.
         mfu: matmul FLOP / ``(all_cores_s · peak)``, 0 for an empty pass; in [0, 1].
         array_flop: FLOP of the pass's matmuls (:func:`archplace.cost.model.array_flop`).
+        achieved_flop_per_s: ``flop / all_cores_s``; fraction_of_peak: that over the peak.
+        ops: per-operator figures, in graph order.
     """
 
     single_core_s: float
@@ -62,11 +110,15 @@ class PhaseEstimate:
     hbm_bytes: float
     mfu: float
     array_flop: float = 0.0
+    achieved_flop_per_s: float = 0.0
+    fraction_of_peak: float = 0.0
+    ops: tuple[OpFigures, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["bound"] = self.bound.value
+        d["ops"] = [o.to_dict() for o in self.ops]
         return d
 
 
@@ -94,6 +146,7 @@ class ModelEstimate:
         tp, micro_batch, seq_len: what the chain was traced for.
         peak_flop_per_s: the accelerator's peak.
         layers: distinct layers in chain order (identical blocks collapsed, ``count`` > 1).
+        efficiency_model: ``"declared"`` (the preset's efficiency section) or ``"cycle"``.
     """
 
     model: str
@@ -103,6 +156,7 @@ class ModelEstimate:
     seq_len: int
     peak_flop_per_s: float
     layers: tuple[LayerEstimate, ...]
+    efficiency_model: str = CYCLE
 
     def total(self, phase: str, field: str) -> float:
         """Σ over the chain (counts included) of a phase's field, e.g. ``total("fwd", "all_cores_s")``."""
@@ -119,10 +173,13 @@ class ModelEstimate:
                 "single_core_s": self.total(phase, "single_core_s"), "all_cores_s": seconds,
                 "energy_j": self.total(phase, "energy_j"), "flop": flop,
                 "mfu": utilisation("MFU", matmul, seconds * self.peak_flop_per_s),
+                "achieved_flop_per_s": _rate(flop, seconds),
+                "fraction_of_peak": _rate(flop, seconds) / self.peak_flop_per_s,
             }
         return {"model": self.model, "hardware": self.hardware, "tp": self.tp,
                 "micro_batch": self.micro_batch, "seq_len": self.seq_len,
-                "peak_flop_per_s": self.peak_flop_per_s,
+                "peak_flop_per_s": self.peak_flop_per_s, "efficiency_model": self.efficiency_model,
+                "efficiency_note": EFFICIENCY_NOTES[self.efficiency_model],
                 "layers": [layer.to_dict() for layer in self.layers], "total": totals}
 
 
@@ -150,8 +207,13 @@ def estimate_graph(graph: OpGraph, acc: Accelerator, cost: EstimatingCostModel) 
     """
     single = every = energy = hbm = 0.0
     by_bound = {b.value: 0.0 for b in Bound}
+    rows: list[OpFigures] = []
+    peak = acc.peak_flop_per_s
     for op in graph.ops:
         est = cost.estimate(op, acc)
+        rate = _rate(op.flop, est.all_cores_s)
+        rows.append(OpFigures(op.name, op.target, op.kind.value, est.all_cores_s, op.flop, rate,
+                              rate / peak, est.bound_all))
         single += est.single_core_s
         every += est.all_cores_s
         energy += est.energy_j
@@ -161,7 +223,9 @@ def estimate_graph(graph: OpGraph, acc: Accelerator, cost: EstimatingCostModel) 
     energy += static_power_w(acc) * every
     matmul = array_flop(graph.ops)
     mfu = utilisation("MFU", matmul, every * acc.peak_flop_per_s)
-    return PhaseEstimate(single, every, bound, by_bound, energy, graph.flop, hbm, mfu, matmul)
+    rate = _rate(graph.flop, every)
+    return PhaseEstimate(single, every, bound, by_bound, energy, graph.flop, hbm, mfu, matmul, rate,
+                         rate / peak, tuple(rows))
 
 
 def estimate_layers(chain: LayerChain, acc: Accelerator, cost: EstimatingCostModel | None = None,
@@ -191,7 +255,8 @@ def estimate_layers(chain: LayerChain, acc: Accelerator, cost: EstimatingCostMod
         layers.append(LayerEstimate(name, 1, estimate_graph(layer.fwd, acc, model),
                                     estimate_graph(layer.bwd, acc, model)))
     return ModelEstimate(chain.model, acc.name, chain.tp, chain.micro_batch, chain.seq_len,
-                         acc.peak_flop_per_s, tuple(layers))
+                         acc.peak_flop_per_s, tuple(layers),
+                         CYCLE if acc.efficiency is None else DECLARED)
 
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
@@ -318,4 +383,70 @@ def layer_rows(estimate: ModelEstimate) -> Iterable[dict[str, Any]]:
             p: PhaseEstimate = getattr(layer, phase)
             yield {"layer": layer.name, "count": layer.count, "phase": phase,
                    "single_core_s": p.single_core_s, "all_cores_s": p.all_cores_s,
-                   "bound": p.bound.value, "energy_j": p.energy_j, "mfu": p.mfu}
+                   "bound": p.bound.value, "energy_j": p.energy_j, "mfu": p.mfu,
+                   "achieved_flop_per_s": p.achieved_flop_per_s, "fraction_of_peak": p.fraction_of_peak}
+
+
+def op_rows(estimate: ModelEstimate) -> Iterable[dict[str, Any]]:
+    """Flat rows (one per operator of every distinct layer and phase) for a table."""
+    for layer in estimate.layers:
+        for phase in ("fwd", "bwd"):
+            for o in getattr(layer, phase).ops:
+                yield {"layer": layer.name, "phase": phase, **o.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class PresetMatmul:
+    """One GEMM on a hardware preset (``archplace estimate matmul --hardware``).
+
+    Attributes:
+        hardware: the preset's chip name.
+        efficiency_model: ``"declared"`` or ``"cycle"``.
+        latency_s: all-cores latency; compute_s, memory_s: its two sides.
+        bound: compute or memory.
+        achieved_flop_per_s: ``2·batch·m·k·n / latency_s``; fraction_of_peak: over the peak.
+        gemm_efficiency: the declared shape efficiency (None on the cycle model).
+    """
+
+    hardware: str
+    efficiency_model: str
+    latency_s: float
+    compute_s: float
+    memory_s: float
+    bound: Bound
+    achieved_flop_per_s: float
+    fraction_of_peak: float
+    gemm_efficiency: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["bound"] = self.bound.value
+        return d
+
+
+def estimate_preset_matmul(hardware: str, m: int, k: int, n: int, *, batch: int = 1) -> PresetMatmul:
+    """Latency and achieved FLOP/s of ``[batch, m, k] x [batch, k, n]`` on a hardware preset, with
+    its declared efficiency when it has one (:mod:`archplace.cost.efficiency`).
+
+    Raises:
+        ConfigError: an unknown preset, or a size out of range (1..2**31 - 1).
+    """
+    from archplace.cost.efficiency import gemm_efficiency
+    from archplace.hardware.presets import load_accelerator
+    from archplace.workload.graph import Operator, OpKind, Phase
+
+    for name, value in (("m", m), ("k", k), ("n", n), ("batch", batch)):
+        limits.whole(f"matmul: {name}", value, 1, limits.MAX_GEMM_DIM)
+    acc = load_accelerator(hardware)
+    e = acc.bytes_per_element
+    flop = 2.0 * batch * m * k * n
+    op = Operator(id=0, name="matmul", target="aten.bmm.default", kind=OpKind.MATMUL, phase=Phase.FWD,
+                  batch=batch, m=m, k=k, n=n, elements=batch * m * n, flop=flop,
+                  bytes_read=float(e * batch * (m * k + k * n)), bytes_written=float(e * batch * m * n))
+    est = SystolicCostModel().estimate(op, acc)
+    rate = _rate(flop, est.all_cores_s)
+    shape = None if acc.efficiency is None else gemm_efficiency(batch, m, n, acc.efficiency)
+    return PresetMatmul(acc.name, CYCLE if acc.efficiency is None else DECLARED, est.all_cores_s,
+                        est.compute_all_s, est.memory_s, est.bound_all, rate,
+                        rate / acc.peak_flop_per_s, shape)

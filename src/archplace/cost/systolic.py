@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.cost import batched, gemm
+from archplace.cost import batched, efficiency, gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.types import ZERO_ESTIMATE, OpEstimate, OpLatency, collective_estimate, compute_or_memory
 from archplace.cost.vector import (
@@ -72,9 +72,13 @@ class ManyEstimates:
 
 
 def op_key(op: Operator) -> tuple[Any, ...]:
-    """What an operator's cost depends on (its dimensions, bytes, kind and target)."""
-    return (op.kind, op.target, op.batch, op.m, op.k, op.n, op.elements, op.bytes_read,
-            op.bytes_written, getattr(op, "group", 1), getattr(op, "fused_elements", 0))
+    """What an operator's cost depends on (its dimensions, bytes, kind and target; for a fused
+    attention operator also its FLOP and phase, which set its declared efficiency)."""
+    key = (op.kind, op.target, op.batch, op.m, op.k, op.n, op.elements, op.bytes_read,
+           op.bytes_written, getattr(op, "group", 1), getattr(op, "fused_elements", 0))
+    if op.kind is OpKind.ATTENTION:
+        return (*key, op.flop, op.phase)
+    return key
 
 
 def matmul_estimate(
@@ -167,7 +171,9 @@ class SystolicCostModel:
             self._hits += 1
             return cached
         self._misses += 1
-        if op.kind is OpKind.MATMUL:
+        if acc.efficiency is not None and op.kind is not OpKind.COLLECTIVE:
+            result = self._declared(op, acc)
+        elif op.kind is OpKind.MATMUL:
             result = self._matmul(op, acc)
         elif op.kind is OpKind.COLLECTIVE:
             result = self._collective(op)
@@ -179,8 +185,20 @@ class SystolicCostModel:
             self._cache[key] = result
         return result
 
+    def _declared(self, op: Operator, acc: Accelerator) -> OpEstimate:
+        """A chip that declares its efficiency (:mod:`archplace.cost.efficiency`); the cycle
+        model still gives a matmul's or vector op's HBM bytes and energy."""
+        if op.kind is OpKind.ATTENTION:
+            return efficiency.estimate(op, acc, None)
+        cycle = self._matmul(op, acc) if op.kind is OpKind.MATMUL else self._vector(op, acc)
+        return efficiency.estimate(op, acc, cycle)
+
     @staticmethod
     def _acc_key(op: Operator, acc: Accelerator) -> tuple[Any, ...]:
+        if acc.efficiency is not None and op.kind is not OpKind.COLLECTIVE:
+            return (acc.efficiency, acc.tensor_cores, acc.array_rows, acc.array_cols,
+                    acc.buffer_bytes, acc.hbm_bandwidth_bytes_per_s, acc.clock_hz,
+                    acc.bytes_per_element, acc.dataflow, acc.vector_cores, acc.vector_lanes)
         if op.kind is OpKind.MATMUL:
             vec = (acc.vector_cores, acc.vector_lanes) if getattr(op, "fused_elements", 0) else ()
             return (acc.tensor_cores, acc.array_rows, acc.array_cols, acc.buffer_bytes,
@@ -240,7 +258,11 @@ class SystolicCostModel:
             self._hits += 1
             return cached
         self._misses += 1
-        if op.kind is OpKind.MATMUL:
+        declared = configs.efficiencies
+        if op.kind is OpKind.ATTENTION and declared and all(e is not None for e in declared):
+            zeros = np.zeros(len(configs))
+            result = ManyEstimates(zeros, zeros, zeros, zeros, zeros)
+        elif op.kind is OpKind.MATMUL:
             result = _matmul_many(op, configs)
         elif op.kind is OpKind.COLLECTIVE:
             one = self._collective(op)
@@ -249,6 +271,8 @@ class SystolicCostModel:
                                    full * 0.0, full * one.energy_j)
         else:
             result = _vector_many(op, configs)
+        if declared and op.kind is not OpKind.COLLECTIVE:
+            result = _with_declared(op, configs, result)
         if self._cache_size:
             if len(self._many) >= max(1, self._cache_size // 256):
                 self._many.clear()
@@ -264,6 +288,21 @@ class SystolicCostModel:
         self._cache.clear()
         self._many.clear()
         self._hits = self._misses = 0
+
+
+def _with_declared(op: Operator, configs: CoreConfigArray, cycle: ManyEstimates) -> ManyEstimates:
+    """``cycle`` with the designs that declare an efficiency re-costed by
+    :func:`archplace.cost.efficiency.estimate_many` (the cycle model's bytes and energy kept)."""
+    out = [np.array(a, dtype=np.float64) for a in (cycle.single_core_s, cycle.all_cores_s,
+                                                    cycle.memory_s, cycle.hbm_bytes, cycle.energy_j)]
+    for declared in dict.fromkeys(e for e in configs.efficiencies if e is not None):
+        index = np.array([i for i, e in enumerate(configs.efficiencies) if e == declared], dtype=np.int64)
+        chip = efficiency.ChipColumns.from_configs(configs, index)
+        times = efficiency.estimate_many(op, declared, chip, out[3][index], out[4][index])
+        for column, values in zip(out, (times.single_core_s, times.all_cores_s, times.memory_s,
+                                        times.hbm_bytes, times.energy_j), strict=True):
+            column[index] = values
+    return ManyEstimates(*out)
 
 
 def _matmul_many(op: Operator, configs: CoreConfigArray) -> ManyEstimates:

@@ -10,6 +10,8 @@ shared by the cores, and HBM.  ``dataflow`` says how the arrays run a matmul
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,6 +62,75 @@ def _whole(owner: str, **values: int) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class KernelEfficiency:
+    """What real kernels sustain on a known chip (a preset's ``efficiency`` section).
+
+    Designs of a search space have none: their efficiency is what the cycle model's counts give.
+    The formulas that use these figures are in :mod:`archplace.cost.efficiency`.
+
+    Attributes:
+        sms: streaming multiprocessors (the wave of a GEMM is ``sms`` output tiles, one
+            thread block per SM, as for 256x128 tiles on A100 in NVIDIA's *Matrix
+            Multiplication Background User's Guide*, sec. 3.2).
+        gemm_tiles: output tiles ``(rows, cols)`` the vendor library uses; a GEMM takes the one
+            that wastes least to tile and wave quantization.
+        gemm_sustained: fraction of the peak a GEMM sustains once its tiles fill whole waves, in (0, 1].
+        hbm: fraction of the datasheet HBM bandwidth that streaming kernels reach, in (0, 1].
+        attention_fwd, attention_bwd: fraction of the peak a fused attention operator
+            (FlashAttention) reaches on its FLOP, forward and backward, in (0, 1].
+
+    Raises:
+        ConfigError: a count that is not a positive whole number, no tile, or a fraction outside (0, 1].
+    """
+
+    sms: int
+    gemm_tiles: tuple[tuple[int, int], ...]
+    gemm_sustained: float
+    hbm: float
+    attention_fwd: float
+    attention_bwd: float
+
+    def __post_init__(self) -> None:
+        owner = "efficiency"
+        _whole(owner, sms=self.sms)
+        _positive(owner, sms=self.sms)
+        tiles = tuple(tuple(t) for t in self.gemm_tiles)
+        if not tiles:
+            raise ConfigError(f"{owner}: gemm_tiles must name at least one tile")
+        for tile in tiles:
+            if len(tile) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in tile):
+                raise ConfigError(f"{owner}: gemm_tiles: expected (rows, cols) positive whole numbers, "
+                                  f"got {tile!r}")
+        object.__setattr__(self, "gemm_tiles", tiles)
+        for name in ("gemm_sustained", "hbm", "attention_fwd", "attention_bwd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    math.isfinite(value) and 0.0 < value <= 1.0):
+                raise ConfigError(f"{owner}: {name} must be a fraction in (0, 1], got {value!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> KernelEfficiency:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ConfigError: a missing or unknown field, or a bad value.
+        """
+        names = {"sms", "gemm_tiles", "gemm_sustained", "hbm", "attention_fwd", "attention_bwd"}
+        if set(data) != names:
+            raise ConfigError(f"efficiency: expected the fields {', '.join(sorted(names))}, "
+                              f"got {', '.join(sorted(map(str, data)))}")
+        return cls(sms=data["sms"], gemm_tiles=tuple(tuple(t) for t in data["gemm_tiles"]),
+                   gemm_sustained=data["gemm_sustained"], hbm=data["hbm"],
+                   attention_fwd=data["attention_fwd"], attention_bwd=data["attention_bwd"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields (tiles as lists), for JSON."""
+        d = asdict(self)
+        d["gemm_tiles"] = [list(t) for t in self.gemm_tiles]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
 class Accelerator:
     """One accelerator design, in SI units.
 
@@ -80,6 +151,8 @@ class Accelerator:
             is accepted and converted.
         array_timing: ``ArrayTiming.OVERLAPPED`` (default) or ``ArrayTiming.SCALESIM``; the
             text ``"overlapped"``/``"scalesim"`` is accepted and converted.
+        efficiency: what real kernels sustain (:class:`KernelEfficiency`, a mapping is
+            converted), or None: the cycle model (designs of a search space).
 
     Raises:
         ConfigError: a non-positive field, a count that is not a whole number, or an
@@ -99,6 +172,7 @@ class Accelerator:
     bytes_per_element: int = 2
     dataflow: Dataflow = Dataflow.WS
     array_timing: ArrayTiming = ArrayTiming.OVERLAPPED
+    efficiency: KernelEfficiency | None = None
 
     def __post_init__(self) -> None:
         owner = f"accelerator {self.name!r}"
@@ -127,6 +201,11 @@ class Accelerator:
                 choices = ", ".join(t.value for t in ArrayTiming)
                 raise ConfigError(f"{owner}: unknown array_timing {self.array_timing!r}; "
                                   f"choose from: {choices}") from None
+        if isinstance(self.efficiency, Mapping):
+            object.__setattr__(self, "efficiency", KernelEfficiency.from_dict(self.efficiency))
+        elif self.efficiency is not None and not isinstance(self.efficiency, KernelEfficiency):
+            raise ConfigError(f"{owner}: efficiency must be a KernelEfficiency or None, "
+                              f"got {self.efficiency!r}")
 
     @property
     def macs(self) -> int:
@@ -144,8 +223,10 @@ class Accelerator:
         return float(self.vector_cores * self.vector_lanes) * self.clock_hz
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (SI units, the dataflow and array timing as text), for JSON."""
+        """Plain dict of the fields (SI units, the dataflow and array timing as text, the
+        efficiency as a dict or None), for JSON."""
         d = asdict(self)
         d["dataflow"] = self.dataflow.value
         d["array_timing"] = self.array_timing.value
+        d["efficiency"] = None if self.efficiency is None else self.efficiency.to_dict()
         return d

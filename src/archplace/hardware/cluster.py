@@ -22,11 +22,16 @@ class Topology(enum.StrEnum):
 class Cluster:
     """``devices`` accelerators, ``devices_per_node`` per node.
 
-    Bandwidths are per device and per direction, in bytes/s; latencies are the
-    per-message start-up cost (the alpha of the alpha-beta model), in seconds.
+    Bandwidths are per device and per direction, in bytes/s (the datasheet line rate);
+    latencies are the per-message start-up cost (the alpha of the alpha-beta model), in
+    seconds.  ``intra_node_efficiency`` and ``inter_node_efficiency`` are the fractions of the
+    line rate that NCCL-style collectives sustain on each link (nccl-tests "bus bandwidth" over
+    the line rate; a preset's ``efficiency`` section gives them with their sources); 1 keeps
+    the line rate.  :meth:`link` returns the sustained bandwidth, so every collective,
+    pipeline send and gradient reduction is charged at it.
 
     Raises:
-        ConfigError: a non-positive field, or devices_per_node > devices.
+        ConfigError: a non-positive field, an efficiency outside (0, 1], or devices_per_node > devices.
     """
 
     devices: int
@@ -36,6 +41,8 @@ class Cluster:
     intra_node_latency_s: float
     inter_node_latency_s: float
     topology: Topology = Topology.SWITCHED
+    intra_node_efficiency: float = 1.0
+    inter_node_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("devices", "devices_per_node", "intra_node_bandwidth_bytes_per_s",
@@ -46,19 +53,27 @@ class Cluster:
         for name in ("intra_node_latency_s", "inter_node_latency_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"cluster: {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("intra_node_efficiency", "inter_node_efficiency"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(f"cluster: {name} must be a fraction in (0, 1], got {value}")
 
     def link(self, group_span_devices: int) -> tuple[float, float]:
         """(latency_s, bandwidth_bytes_per_s) of the link a group spanning that many
-        consecutive device ranks uses: intra-node if it fits in one node."""
+        consecutive device ranks uses: intra-node if it fits in one node.  The bandwidth is the
+        sustained one, line rate x the link's efficiency."""
         if group_span_devices <= self.devices_per_node:
-            return self.intra_node_latency_s, self.intra_node_bandwidth_bytes_per_s
-        return self.inter_node_latency_s, self.inter_node_bandwidth_bytes_per_s
+            return (self.intra_node_latency_s,
+                    self.intra_node_bandwidth_bytes_per_s * self.intra_node_efficiency)
+        return (self.inter_node_latency_s,
+                self.inter_node_bandwidth_bytes_per_s * self.inter_node_efficiency)
 
     def with_devices(self, devices: int) -> Cluster:
         """Same links, another device count."""
         return Cluster(devices, min(self.devices_per_node, devices),
                        self.intra_node_bandwidth_bytes_per_s, self.inter_node_bandwidth_bytes_per_s,
-                       self.intra_node_latency_s, self.inter_node_latency_s, self.topology)
+                       self.intra_node_latency_s, self.inter_node_latency_s, self.topology,
+                       self.intra_node_efficiency, self.inter_node_efficiency)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the fields (SI units), for JSON."""

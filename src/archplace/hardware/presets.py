@@ -28,6 +28,19 @@ an ``accelerator`` section and an optional ``cluster`` section::
     datasheet:                           # optional: published figures, for comparison only
       peak_tflop_per_s: 275
       tdp_w: 192
+    efficiency:                          # optional: what real kernels sustain (known chips only)
+      sms: {value: 108, source: "..."}   # every field needs its source
+      gemm_tiles: {value: [256x128, 128x256], source: "..."}
+      gemm_sustained: {value: 0.859, source: "..."}
+      hbm: {value: 0.9, source: "..."}
+      attention_fwd: {value: 0.73, source: "..."}
+      attention_bwd: {value: 0.63, source: "..."}
+      intra_node_collective: {value: 0.767, source: "..."}
+      inter_node_collective: {value: 0.96, source: "..."}
+
+Without an ``efficiency`` section the chip runs on the cycle model (its efficiency is what
+the cycle counts give); with one, :mod:`archplace.cost.efficiency` costs its operators and
+the cluster's links carry the collective efficiencies (:class:`Cluster`).
 
 Bundled presets live in ``archplace/hardware/presets/*.yaml`` and are found by
 name; any other argument containing a ``/`` or ending in ``.yaml`` is read as a
@@ -37,11 +50,12 @@ path.  Every problem raises one :class:`ConfigError` line naming the file and fi
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.hardware import _config
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, KernelEfficiency
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster, Topology
 from archplace.hardware.power import tdp_w
@@ -49,13 +63,16 @@ from archplace.units import format_bytes, parse_bandwidth, parse_bytes, parse_fr
 
 _FOLDER = "presets"
 _KIND = "hardware preset"
-_TOP_FIELDS = ("source", "description", "accelerator", "cluster", "datasheet")
+_TOP_FIELDS = ("source", "description", "accelerator", "cluster", "datasheet", "efficiency")
 _ACCELERATOR_FIELDS = (
     "name", "tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
     "buffer", "hbm", "hbm_bandwidth", "clock", "bytes_per_element",
 )
 _ACCELERATOR_OPTIONAL = ("dataflow", "array_timing")
 _DATASHEET_FIELDS = ("peak_tflop_per_s", "tdp_w")
+_KERNEL_FRACTIONS = ("gemm_sustained", "hbm", "attention_fwd", "attention_bwd")
+_LINK_FRACTIONS = ("intra_node_collective", "inter_node_collective")
+_EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -167,20 +184,91 @@ def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster
     )
 
 
+def _cited(raw: Any, where: str) -> Any:
+    """The value of an ``efficiency`` field, which must be ``{value: ..., source: "..."}``."""
+    value, source = _config.unwrap(raw, where)
+    if source is None or not source.strip():
+        raise ConfigError(f"{where}: expected {{value: ..., source: \"...\"}}: every efficiency "
+                          f"figure needs its source")
+    return value
+
+
+def _fraction(raw: Any, where: str) -> float:
+    value = _cited(raw, where)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0:
+        raise ConfigError(f"{where}: expected a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _tile(raw: Any, where: str) -> tuple[int, int]:
+    text = str(raw).lower().replace(" ", "")
+    parts = text.split("x")
+    if len(parts) != 2 or not all(p.isdigit() and 0 < len(p) <= 6 and int(p) > 0 for p in parts):
+        raise ConfigError(f"{where}: expected a tile ROWSxCOLS such as 256x128, got {raw!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def _efficiency_section(data: dict[str, Any], label: str) -> dict[str, Any] | None:
+    if "efficiency" not in data:
+        return None
+    section = _config.section(data, "efficiency", label)
+    _config.check_keys(section, f"{label}: efficiency", required=_EFFICIENCY_FIELDS)
+    return section
+
+
+def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
+    """The :class:`KernelEfficiency` of a preset's ``efficiency`` mapping (module docstring).
+
+    Raises:
+        ConfigError: a missing or unknown field, a field without its source, a count that is not
+            a positive whole number, a malformed tile, or a fraction outside (0, 1].
+    """
+    _config.check_keys(section, where, required=_EFFICIENCY_FIELDS)
+    _cited(section["sms"], f"{where}.sms")
+    sms = _config.positive_int(section["sms"], f"{where}.sms")
+    tiles = _config.value_list(_cited(section["gemm_tiles"], f"{where}.gemm_tiles"), f"{where}.gemm_tiles")
+    fractions = {name: _fraction(section[name], f"{where}.{name}") for name in _KERNEL_FRACTIONS}
+    for name in _LINK_FRACTIONS:
+        _fraction(section[name], f"{where}.{name}")
+    return KernelEfficiency(
+        sms=sms, gemm_tiles=tuple(_tile(t, f"{where}.gemm_tiles[{i}]") for i, t in enumerate(tiles)),
+        **fractions)
+
+
 def load_accelerator(name_or_path: str | os.PathLike[str]) -> Accelerator:
-    """The accelerator of a bundled preset (by name) or of a preset file (by path).
+    """The accelerator of a bundled preset (by name) or of a preset file (by path), with its
+    :class:`KernelEfficiency` when the preset has an ``efficiency`` section.
 
     Raises:
         ConfigError: unknown name (``unknown hardware preset 'x'; choose from: tpuv4``),
-            missing file, malformed YAML, missing/unknown/non-positive field, unknown unit.
+            missing file, malformed YAML, missing/unknown/non-positive field, unknown unit, or a
+            bad ``efficiency`` section (:func:`parse_efficiency`).
     """
     label, data = _read(name_or_path)
     section = _config.section(data, "accelerator", label)
-    return parse_accelerator(section, f"{label}: accelerator")
+    acc = parse_accelerator(section, f"{label}: accelerator")
+    efficiency = _efficiency_section(data, label)
+    if efficiency is None:
+        return acc
+    return replace(acc, efficiency=parse_efficiency(efficiency, f"{label}: efficiency"))
+
+
+def efficiency_sources(name_or_path: str | os.PathLike[str]) -> dict[str, str]:
+    """``{field: source}`` of a preset's ``efficiency`` section ({} without one).
+
+    Raises:
+        ConfigError: as :func:`load_accelerator`.
+    """
+    label, data = _read(name_or_path)
+    section = _efficiency_section(data, label)
+    if section is None:
+        return {}
+    return {name: str(_config.unwrap(section[name], name)[1]) for name in _EFFICIENCY_FIELDS}
 
 
 def load_cluster(name_or_path: str | os.PathLike[str], devices: int) -> Cluster:
-    """A cluster of ``devices`` accelerators with the links of a preset's ``cluster`` section.
+    """A cluster of ``devices`` accelerators with the links of a preset's ``cluster`` section,
+    and the collective efficiency of each link from its ``efficiency`` section (1 without one).
 
     ``devices_per_node`` is capped at ``devices`` (a cluster smaller than one node).
 
@@ -192,7 +280,16 @@ def load_cluster(name_or_path: str | os.PathLike[str], devices: int) -> Cluster:
         raise ConfigError(f"devices must be a positive whole number, got {devices!r}")
     label, data = _read(name_or_path)
     section = _config.section(data, "cluster", label)
-    return _parse_cluster(section, f"{label}: cluster", devices)
+    cluster = _parse_cluster(section, f"{label}: cluster", devices)
+    efficiency = _efficiency_section(data, label)
+    if efficiency is None:
+        return cluster
+    where = f"{label}: efficiency"
+    return replace(cluster,
+                   intra_node_efficiency=_fraction(efficiency["intra_node_collective"],
+                                                   f"{where}.intra_node_collective"),
+                   inter_node_efficiency=_fraction(efficiency["inter_node_collective"],
+                                                   f"{where}.inter_node_collective"))
 
 
 def preset_source(name_or_path: str | os.PathLike[str]) -> str:

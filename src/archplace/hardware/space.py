@@ -226,6 +226,7 @@ class SearchSpace:
                 array_rows=dim, array_cols=dim, vector_cores=vc,
                 vector_lanes=dim * self.vector_lanes_per_col,
                 buffer_bytes=buf, hbm_bytes=hbm, array_timing=timing,
+                efficiency=None,  # designs keep the cycle model
             )
             if _admits(area_mm2(acc), tc, budget, floor):
                 out.append(acc)
