@@ -12,7 +12,6 @@ that no s x s test can mistake another tensor for an attention score.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -152,3 +151,26 @@ def test_options_take_names_and_refuse_unknown_values():
         ExtractOptions(1, 8, attention="xformers")
     with pytest.raises(ConfigError, match="kernels must be one of fused, unfused"):
         ExtractOptions(1, 8, kernels=3)  # type: ignore[arg-type]
+
+
+def test_sequence_parallel_backward_regathers_the_saved_input(gpt: ModelSpec):
+    """Korthikanti et al. 2022 sec. 4.2.2: with SP, Megatron-LM saves the sequence-sharded input
+    of each column-parallel linear (QKV, first MLP matmul) and all-gathers it again in the
+    backward pass for the weight gradient, which overlaps the data gradient's reduce-scatter."""
+    t = 2
+    layer = block(gpt, tp=t, sp=True)
+    full = 2 * S * B * H  # the gathered hidden states, bf16
+    fwd_gathers = [op for op in layer.fwd.ops if op.target == "all_gather"]
+    assert len(fwd_gathers) == 2 and all(op.bytes_read == full for op in fwd_gathers)
+    # backward all-gathers of saved forward tensors: no predecessor in the backward graph
+    regathers = [op for op in layer.bwd.ops if op.target == "all_gather" and not op.preds]
+    assert len(regathers) == 2 and all(op.bytes_read == full for op in regathers)
+    users = {g.id: [op for op in layer.bwd.ops if g.id in op.preds] for g in regathers}
+    for gather, consumers in users.items():
+        # weight gradients [k, m] x [m, n]: the gathered tokens are the reduction dimension
+        assert consumers and all(op.kind is OpKind.MATMUL and op.k == S * B for op in consumers)
+        # nothing orders them after the data gradient's reduce-scatter: they can overlap
+        scatters = [op.id for op in layer.bwd.ops if op.target == "reduce_scatter"]
+        assert not any(s in op.preds for op in consumers for s in scatters)
+    assert layer.bwd.collectives() == {"all_gather": 4, "reduce_scatter": 2}
+    assert layer.fwd.collectives() == {"all_gather": 2, "reduce_scatter": 2}
