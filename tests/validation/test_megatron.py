@@ -24,6 +24,11 @@ TOLERANCE = 0.15
 # the element-wise ops unfused (Megatron-LM fuses them, paper section 4.2). The two errors cancel
 # for small hidden sizes, where element-wise traffic weighs most, and not for large ones.
 OVER_PREDICTED = {"18.4B": 0.18, "76.1B": 0.20}
+# Traced as HF's eager code runs (explicit attention, unfused element-wise ops), as when the
+# figures above were measured: with FlashAttention and fused kernels (the defaults) and GEMMs
+# still at the template's peak, every row is over-predicted by 38-90 % until kernel
+# efficiencies (issue #12) land; then these runs should switch to the defaults.
+AS_TRACED = {"attention": "eager", "kernels": "unfused"}
 
 
 def predicted_tflop_per_gpu(run: MegatronRun, tmp_path: Path) -> float:
@@ -32,7 +37,8 @@ def predicted_tflop_per_gpu(run: MegatronRun, tmp_path: Path) -> float:
     path.write_text(json.dumps(run.hf_config()))
     result = api.evaluate(str(path), "a100-80gb", devices=run.gpus, global_batch=run.global_batch,
                           tp=run.tp, pp=run.pp, dp=run.dp, micro_batch=run.micro_batch, recompute="full",
-                          schedule=run.schedule, chunks=run.chunks, dp_overlap=run.dp_overlap)
+                          schedule=run.schedule, chunks=run.chunks, dp_overlap=run.dp_overlap,
+                          **AS_TRACED)
     return run.tflop_per_gpu_of(result.iteration_time_s)
 
 
@@ -59,6 +65,7 @@ def test_paper_flop_formula_matches_traced_graphs(tmp_path: Path) -> None:
     run = TABLE_1[0]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(run.hf_config()))
-    chain = extract_chain(load_model(str(path)), ExtractOptions(1, run.seq_len))
+    # eager: the attention GEMMs are matmul operators, counted in full as eq. (3) does
+    chain = extract_chain(load_model(str(path)), ExtractOptions(1, run.seq_len, **AS_TRACED))
     fwd_matmul = sum(layer.fwd.matmul_flop() for layer in chain.layers)
     assert run.flop_per_iteration() == pytest.approx(4 * fwd_matmul * run.global_batch, rel=0.02)
