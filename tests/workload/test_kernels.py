@@ -166,7 +166,7 @@ def test_sequence_parallel_backward_regathers_the_saved_input(gpt: ModelSpec):
     regathers = [op for op in layer.bwd.ops if op.target == "all_gather" and not op.preds]
     assert len(regathers) == 2 and all(op.bytes_read == full for op in regathers)
     users = {g.id: [op for op in layer.bwd.ops if g.id in op.preds] for g in regathers}
-    for gather, consumers in users.items():
+    for consumers in users.values():
         # weight gradients [k, m] x [m, n]: the gathered tokens are the reduction dimension
         assert consumers and all(op.kind is OpKind.MATMUL and op.k == S * B for op in consumers)
         # nothing orders them after the data gradient's reduce-scatter: they can overlap
