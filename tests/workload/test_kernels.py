@@ -139,9 +139,11 @@ def test_llama_block_against_the_formula():
                 + 2 * sbh                          # gate/up input
                 + 2 * 2 * s * b * f + 2 * s * b * f)  # SwiGLU inputs, down-projection input
     assert layer.activation_bytes == expected
-    # more than the GPT formula: no dropout masks (-3sbh), but RoPE's second copies of Q and K
-    # and SwiGLU's three 2.7h-wide tensors instead of GeLU's two 4h-wide ones
-    assert layer.activation_bytes > 34 * sbh
+    # against the GPT formula's 34: no 1-byte dropout masks (-2), SwiGLU's three f-wide tensors
+    # (6·f/h = 16.125 with f = 11008) instead of GeLU's two 4h-wide ones (16): 32.125 + small terms
+    big = 34 - 2 - 16 + 6 * f / h
+    assert big == 32.125
+    assert layer.activation_bytes - big * sbh == 2 * 4 * s * b + 2 * 2 * s * d + 4 * a * s * b
 
 
 def test_options_take_names_and_refuse_unknown_values():
