@@ -100,6 +100,10 @@ def test_fused_kernels_are_single_operators(gpt: ModelSpec):
     # the GeLU chain (8 element-wise ops in HF's gelu_new) is one operator forward
     gelu = [op for op in fused.fwd.ops if "tanh" in op.fused]
     assert len(gelu) == 1 and len(gelu[0].fused) == 7
+    # and one backward: its element-wise ops and autograd's sums of their gradients
+    names = [(op.name, *op.fused) for op in fused.bwd.ops]
+    gelu_bwd = [group for group in names if "tanh_backward" in group]
+    assert len(gelu_bwd) == 1 and len(gelu_bwd[0]) == 9 + 2  # gelu_new's 9 backward ops, 2 sums
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "flash"])

@@ -66,19 +66,48 @@ def fuse_kernels(traced: Traced, fwd_nodes: Sequence[Any], bwd_nodes: Sequence[A
         components.setdefault(find(n), []).append(n)
     seq_group: dict[int, Any] = {}
     for root, nodes in components.items():
+        if len(nodes) < 2:
+            continue
         for n in nodes:
             if n.meta.get("seq_nr") is not None:
                 seq_group[n.meta["seq_nr"]] = root
-    backward: dict[Any, list[str]] = {}
+        # views a kernel reads through (RoPE's slices, transposes): their backward copies
+        # (slice_backward, clone) are the kernel's too
+        todo = [a for n in nodes for a in n.all_input_nodes]
+        while todo:
+            view = todo.pop()
+            if view.op != "call_function" or traced.kind.get(view) is not None \
+                    or view.meta.get("autograd_backward"):
+                continue
+            if view.meta.get("seq_nr") is not None:
+                seq_group.setdefault(view.meta["seq_nr"], root)
+            todo.extend(view.all_input_nodes)
+    backward: dict[Any, set[Any]] = {}
     for n in bwd_nodes:
-        root = seq_group.get(n.meta.get("seq_nr", -1))
+        if traced.kind[n] not in _FUSABLE:
+            continue
         accumulation = op_name(n) in ("add", "add_") and all(
             a.meta.get("autograd_backward") for a in n.all_input_nodes)
-        if root is not None and traced.kind[n] in _FUSABLE and not accumulation:
-            backward.setdefault(root, []).append(n.name)
+        if accumulation:
+            # autograd's sum of two gradients: part of the kernel when both come from it
+            owners = {_owner(traced, backward, a) for a in n.all_input_nodes}
+            root = owners.pop() if len(owners) == 1 else None
+        else:
+            root = seq_group.get(n.meta.get("seq_nr", -1))
+        if root is not None:
+            backward.setdefault(root, set()).add(n)
     return [KernelGroup(frozenset(nodes), frozenset(n.name for n in nodes),
-                        frozenset(backward.get(root, ())))
+                        frozenset(n.name for n in backward.get(root, ())))
             for root, nodes in components.items() if len(nodes) > 1]
+
+
+def _owner(traced: Traced, backward: dict[Any, set[Any]], node: Any) -> Any:
+    """The kernel (root) whose backward nodes produced ``node``, or None."""
+    storage = traced.storage(node)
+    for root, members in backward.items():
+        if storage in members:
+            return root
+    return None
 
 
 def _ends_kernel(traced: Traced, node: Any, hidden_size: int) -> bool:
