@@ -5,8 +5,9 @@ The operator (:mod:`archplace.workload.attention_op`) is one FlashAttention kern
 length s_kv.  Formulas:
 
 * **Score blocks.**  FlashAttention-2 tiles the s_q x s_kv score matrix into blocks of
-  ``BLOCK`` x ``BLOCK`` (assumption: 128, the block size of FlashAttention-2's forward kernel,
-  Dao 2023, sec. 3.3 "block sizes {64, 128} x {64, 128}", smaller for a shorter sequence).
+  ``BLOCK`` x ``BLOCK`` (assumption: 128; Dao 2023, sec. 3.3, tunes the block sizes among
+  {64, 128} x {64, 128}, and the FlashAttention source, ``csrc/flash_api.cpp``, uses key blocks
+  of 128 for head dims up to 128; smaller for a shorter sequence).
   Under a causal mask, FlashAttention-2 skips the blocks whose every column lies above the
   diagonal and applies the mask only on the blocks the diagonal crosses, which it computes in
   full (Dao 2023, sec. 3.1.1, "Causal masking"): :func:`computed_area` counts their score
@@ -27,7 +28,7 @@ length s_kv.  Formulas:
   element; backward P = exp(S - L) recomputed and dS = P (dP - D), ``BACKWARD_VECTOR_CYCLES``
   (cycle counts of :mod:`archplace.cost.vector`).  FlashAttention-2 runs the softmax between
   the two GEMMs of a block, not overlapped with them (overlapping them is FlashAttention-3's
-  contribution, Shah et al. 2024, sec. 3.1), so tensor and vector time add up.
+  contribution, Shah et al. 2024, sec. 3.1-3.2), so tensor and vector time add up.
 * **HBM traffic.**  IO-aware tiling (Dao et al. 2022, Theorem 2: Θ(N² d² / M) accesses for
   SRAM of M elements; backward Theorem 5, the same order).  The SRAM one kernel instance uses
   is the template's global buffer divided by its tensor cores (assumption: the buffer is shared
@@ -75,7 +76,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 BLOCK = 128
-"""Score-block edge of FlashAttention-2 (assumption, Dao 2023 sec. 3.3: block sizes 64 or 128)."""
+"""Score-block edge of FlashAttention-2 (assumption; see the module docstring)."""
 
 FORWARD_VECTOR_CYCLES = CYCLES_PER_ELEMENT[OpKind.SOFTMAX]
 """Online softmax per score element: max, subtract, exp, sum, rescale (:mod:`~archplace.cost.vector`)."""
