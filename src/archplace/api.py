@@ -34,6 +34,7 @@ from archplace.search.strategies import make_strategy
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, check_tp
+from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import ModelSpec, load_model, model_preset_summaries
 
@@ -54,8 +55,13 @@ def hardware() -> list[dict[str, Any]]:
 
 
 def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: int = 1,
-          sp: bool = False, fuse: bool = False) -> dict[str, Any]:
+          sp: bool = False, fuse: bool = False, attention: Attention | str = Attention.FLASH,
+          kernels: Kernels | str = Kernels.FUSED) -> dict[str, Any]:
     """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1).
+
+    ``attention`` (eager | sdpa | flash) and ``kernels`` (fused | unfused), members or names,
+    as in :class:`~archplace.workload.extract.ExtractOptions`; every function here that traces
+    a model takes them.
 
     Returns:
         ``{"model", "micro_batch", "seq_len", "tp", "sp", "layers": [{"name", "kind", "params",
@@ -64,15 +70,19 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
 
     Raises:
         ConfigError: unknown model, sizes out of range (:mod:`archplace.limits`), a TP width that
-            does not divide the heads, KV heads or FFN size, ``sp`` with ``tp`` = 1.
+            does not divide the heads, KV heads or FFN size, ``sp`` with ``tp`` = 1, an unknown
+            attention or kernels value.
         ExtractionError: the model code cannot be traced.
     """
+    attention, kernels = parse_attention(attention), parse_kernels(kernels)
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
     _check_sp(sp, tp)
     spec = _model_spec(model, seq_len, (micro_batch,))
-    options = ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp, sp=sp, fuse=fuse)
-    return chain_summary(cached_chain(spec, options), sp=sp)
+    options = ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp, sp=sp, fuse=fuse,
+                             attention=attention, kernels=kernels)
+    return {**chain_summary(cached_chain(spec, options), sp=sp), "attention": attention.value,
+            "kernels": kernels.value}
 
 
 def _model_spec(model: str, seq_len: int | None, micro_batches: Iterable[int]) -> ModelSpec:
@@ -112,14 +122,16 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          tps: Iterable[int] | None = None, micro_batches: Iterable[int] | None = None,
          recomputes: Iterable[str] | None = None, schedules: Iterable[str] | None = None,
          sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1,
-         fuse: bool = False) -> list[PlanResult]:
+         fuse: bool = False, attention: Attention | str = Attention.FLASH,
+         kernels: Kernels | str = Kernels.FUSED) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
     recompute (none / selective / full), pipeline schedule (GPipe, 1F1B, interleaved with
     2 or 4 chunks), SP and ZeRO-1 (unless switched off), DP all-reduce overlap, every
     pipeline depth, stage split and DP degree. ``fuse``: layers costed with element-wise
-    operators fused into their producing matmul (:class:`archplace.placement.workflow.PlanSpace`).
+    operators fused into their producing matmul (:class:`archplace.placement.workflow.PlanSpace`);
+    ``attention`` and ``kernels`` as in :func:`graph`.
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
@@ -128,6 +140,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
             (:mod:`archplace.placement.budget`).
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
+    attention, kernels = parse_attention(attention), parse_kernels(kernels)
     _check_cluster(devices, global_batch)
     widths = limits.whole_each("tp", tps, 1, limits.MAX_DEVICES) if tps else None
     batches = (limits.whole_each("micro_batch", micro_batches, 1, limits.MAX_MICRO_BATCH)
@@ -146,6 +159,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                    else default.schedules),
         zero=(False, True) if zero else (False,),
         fuse=bool(fuse),
+        attention=attention,
+        kernels=kernels,
     )
     return workflow.plan(prob, space, top_k)
 
@@ -154,9 +169,10 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              micro_batch: int, seq_len: int | None = None, recompute: str = "none",
              schedule: str = "1f1b", chunks: int = 1, sp: bool = False, zero: bool = False,
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
-             fuse: bool = False) -> PlanResult:
-    """Iteration time, throughput, MFU, breakdown and memory of one fixed plan (``fuse`` as in
-    :func:`plan`).
+             fuse: bool = False, attention: Attention | str = Attention.FLASH,
+             kernels: Kernels | str = Kernels.FUSED) -> PlanResult:
+    """Iteration time, throughput, MFU, breakdown and memory of one fixed plan (``fuse``,
+    ``attention`` and ``kernels`` as in :func:`plan`).
 
     Stages are Megatron-LM's even split of the blocks unless ``stages`` gives the layer
     ranges (``"0-12,13-25,..."``; embedding = 0, head = last).
@@ -167,6 +183,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
             ...), an invalid plan.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
+    attention, kernels = parse_attention(attention), parse_kernels(kernels)
     _check_cluster(devices, global_batch)
     for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("chunks", chunks)):
         limits.whole(name, value, 1, limits.MAX_DEVICES)
@@ -179,7 +196,8 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
         prob, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
         recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
         schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0],
-        chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap, stages=stages, fuse=bool(fuse))
+        chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap, stages=stages, fuse=bool(fuse),
+        attention=attention, kernels=kernels)
 
 
 def _check_sp(sp: bool, tp: int) -> None:
@@ -227,6 +245,8 @@ def search_request(
     power_budget: str | float | None = None,
     baseline: str | None = "tpuv4",
     fuse: bool = False,
+    attention: Attention | str = Attention.FLASH,
+    kernels: Kernels | str = Kernels.FUSED,
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -251,12 +271,14 @@ def search_request(
         fuse: cost the layers with element-wise operators fused into the matmul producing
             their input (as fused kernels or a compiler would run them); default: as the
             model's eager code runs them.
+        attention, kernels: as in :func:`graph` (recorded with the search).
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
             (:mod:`archplace.limits`), a budget that is not a positive finite quantity, a TP width
             a model cannot be split by.
     """
+    attention, kernels = parse_attention(attention), parse_kernels(kernels)
     _check_cluster(devices, global_batch)
     names = [model] if isinstance(model, str) else list(model)
     if not names:
@@ -295,7 +317,7 @@ def search_request(
     plan_space = PlanSpace(tps=tps, micro_batches=batches,
                            recomputes=parse_recompute(recompute),
                            schedules=_enum_choices(PipelineSchedule, schedules, "schedule"),
-                           fuse=bool(fuse))
+                           fuse=bool(fuse), attention=attention, kernels=kernels)
     reference = load_accelerator(baseline) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
@@ -331,7 +353,7 @@ def search(model: str | Sequence[str], *, progress: Progress | None = None, jobs
 
     Takes the arguments of :func:`search_request` (``space``, ``devices``, ``global_batch``,
     ``seq_len``, ``micro_batches``, ``recompute``, ``tp``, ``schedules``, ``cluster``,
-    ``objective``, budgets, ``baseline``, ``fuse``), ``progress`` (called with a
+    ``objective``, budgets, ``baseline``, ``fuse``, ``attention``, ``kernels``), ``progress`` (called with a
     :class:`~archplace.search.runner.Tick` after every finished batch), how to explore
     (``strategy``: ``exhaustive`` with provable pruning, ``exhaustive-all`` without, ``phaze``,
     ``wham``, ``optuna``; ``trials`` caps the designs evaluated; ``seed``), and where to run:

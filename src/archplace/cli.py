@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.exceptions import TyperException
 
 from archplace import api
+from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
 from archplace.outputs import check_image_output, check_output, write_output, write_text_output
@@ -81,6 +82,8 @@ def search(
     fuse: Annotated[bool, typer.Option(
         "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
     = False,
+    attention: AttentionOption = "flash",
+    kernels: KernelsOption = "fused",
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     if exact_top is None:
@@ -95,7 +98,8 @@ def search(
     options: dict[str, Any] = dict(space=space, devices=devices, global_batch=global_batch, seq_len=seq_len,
                    micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
                    objective=objective, area_budget=area_budget, power_budget=power_budget,
-                   baseline=None if baseline == "none" else baseline, fuse=fuse)
+                   baseline=None if baseline == "none" else baseline, fuse=fuse,
+                   attention=attention, kernels=kernels)
     groups = [[name] for name in model] if per_model else [model]
     outcomes = []
     requests: list[SearchRequest] = []

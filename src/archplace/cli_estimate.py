@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.cost.estimate import (
     EFFICIENCY_NOTES,
     ModelEstimate,
@@ -57,6 +58,8 @@ def estimate(
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per micro-batch.")] = 1,
     seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
     ops: Annotated[bool, typer.Option("--ops", help="Also list every operator.")] = False,
+    attention: AttentionOption = "flash",
+    kernels: KernelsOption = "fused",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Per-layer forward/backward time on one core and on all cores, bound, energy, achieved
@@ -65,7 +68,8 @@ def estimate(
         return
     if model is None or hardware is None:
         raise ConfigError("estimate needs --model and --hardware (or: archplace estimate matmul ...)")
-    result = estimate_model(model, hardware, tp=tp, micro_batch=micro_batch, seq_len=seq_len)
+    result = estimate_model(model, hardware, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
+                            attention=attention, kernels=kernels)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

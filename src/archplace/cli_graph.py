@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from archplace import api
+from archplace.cli_options import AttentionOption, KernelsOption
 
 
 def _table(summary: dict[str, Any]) -> Table:
@@ -54,10 +55,13 @@ def register(app: typer.Typer) -> None:
         tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
         sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism.")] = False,
         fuse: Annotated[bool, typer.Option("--fuse", help="Fuse element-wise ops into matmuls.")] = False,
+        attention: AttentionOption = "flash",
+        kernels: KernelsOption = "fused",
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     ) -> None:
         """Per-layer FLOP, parameters, activation bytes and collectives of MODEL's graphs."""
-        summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse)
+        summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse,
+                            attention=attention, kernels=kernels)
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
         else:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from archplace import api, limits
+from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.dag import load_layer_graph_file
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PlanResult, Recompute
@@ -161,6 +162,8 @@ def register(app: typer.Typer) -> None:
         optimizer: Optim = "adam",
         top: Annotated[int, typer.Option(help="Plans to show.")] = 5,
         fuse: Fuse = False,
+        attention: AttentionOption = "flash",
+        kernels: KernelsOption = "fused",
         as_json: AsJson = False,
     ) -> None:
         """Best parallel plans (TP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES chips."""
@@ -177,7 +180,8 @@ def register(app: typer.Typer) -> None:
             assert model is not None
             results = api.plan(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
                                tps=tp, micro_batches=micro_batch, recomputes=recompute, schedules=schedule,
-                               sp=not no_sp, zero=not no_zero, optimizer=optimizer, top_k=top, fuse=fuse)
+                               sp=not no_sp, zero=not no_zero, optimizer=optimizer, top_k=top, fuse=fuse,
+                               attention=attention, kernels=kernels)
             name = model
         if as_json:
             typer.echo(json.dumps({"plans": [r.to_dict() for r in results], **results[0].to_dict()},
@@ -208,13 +212,16 @@ def register(app: typer.Typer) -> None:
             help="Layer ranges per stage, e.g. 0-12,13-25 [even split of the blocks].")] = None,
         optimizer: Optim = "adam",
         fuse: Fuse = False,
+        attention: AttentionOption = "flash",
+        kernels: KernelsOption = "fused",
         as_json: AsJson = False,
     ) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
         result = api.evaluate(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
                               tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,
                               schedule=schedule, chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap,
-                              stages=stages, optimizer=optimizer, fuse=fuse)
+                              stages=stages, optimizer=optimizer, fuse=fuse, attention=attention,
+                              kernels=kernels)
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=2))
             return

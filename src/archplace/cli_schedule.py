@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ConfigError
 from archplace.inputs import read_mapping
 from archplace.outputs import check_image_output, write_text_output
@@ -80,6 +81,8 @@ def schedule(
     workers: Annotated[int, typer.Option(help="Solver threads; 0 = automatic.")] = 0,
     dump_problem: Annotated[Path | None, typer.Option(
         "--dump-problem", help="Write the problem being solved here (the --problem format).")] = None,
+    attention: AttentionOption = "flash",
+    kernels: KernelsOption = "fused",
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
     gantt: Annotated[Path | None, typer.Option(
         help="Draw the schedule per core into this image (the suffix picks the format: .png, .svg, "
@@ -97,7 +100,7 @@ def schedule(
     else:
         assert model is not None
         problem = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
-                                seq_len=seq_len)
+                                seq_len=seq_len, attention=attention, kernels=kernels)
         source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
     if dump_problem is not None:
         write_text_output(dump_problem, "--dump-problem", json.dumps(problem.to_dict(), indent=1) + "\n")

@@ -43,7 +43,9 @@ def chains(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, LayerChain]:
     path = tmp_path_factory.mktemp("tiny") / "config.json"
     path.write_text(json.dumps(TINY_GPT))
     spec = load_model(str(path))
-    return {fuse: extract_chain(spec, ExtractOptions(micro_batch=2, seq_len=64, fuse=fuse))
+    # HF's eager attention and unfused element-wise ops: the matmuls and epilogues under test
+    return {fuse: extract_chain(spec, ExtractOptions(micro_batch=2, seq_len=64, fuse=fuse,
+                                                     attention="eager", kernels="unfused"))
             for fuse in (False, True)}
 
 

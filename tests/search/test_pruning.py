@@ -86,8 +86,10 @@ def test_bound_combinations() -> None:
 
 
 def test_two_models_rank_by_geometric_mean() -> None:
-    both = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive-all", **OPTIONS)
-    alone = {name: {r.accelerator.name: r for r in api.search(name, strategy="exhaustive-all",
+    # TP 1 for both: together they share the TP widths valid for both (gpt2-xl's 25 heads: 1
+    # only), alone opt-350m would try 2, 4, 8 as well and may pick one of them
+    both = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive-all", tp=(1,), **OPTIONS)
+    alone = {name: {r.accelerator.name: r for r in api.search(name, strategy="exhaustive-all", tp=(1,),
                                                                **OPTIONS).evaluated}
              for name in ("gpt2-xl", "opt-350m")}
     assert both.model == "gpt2-xl, opt-350m"
@@ -98,7 +100,7 @@ def test_two_models_rank_by_geometric_mean() -> None:
     data = both.best.to_dict() if both.best else {}
     assert [m["model"] for m in data["models"]] == ["gpt2-xl", "opt-350m"]
     assert DesignResult.from_dict(data).to_dict() == data
-    pruned = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive", **OPTIONS)
+    pruned = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive", tp=(1,), **OPTIONS)
     assert pruned.best is not None and pruned.best.to_dict() == data
 
 

@@ -35,7 +35,9 @@ def test_key_covers_every_option():
     base = ExtractOptions(1, 128)
     variants = [ExtractOptions(2, 128), ExtractOptions(1, 256), ExtractOptions(1, 128, tp=5),
                 ExtractOptions(1, 128, tp=5, sp=True), ExtractOptions(1, 128, fuse=True),
-                ExtractOptions(1, 128, dtype="float32"), ExtractOptions(1, 128, training=False)]
+                ExtractOptions(1, 128, dtype="float32"), ExtractOptions(1, 128, training=False),
+                ExtractOptions(1, 128, attention="sdpa"), ExtractOptions(1, 128, attention="eager"),
+                ExtractOptions(1, 128, kernels="unfused")]
     keys = {cache_key(spec, o) for o in [base, *variants]}
     assert len(keys) == len(variants) + 1
     assert cache_key(spec, base) == cache_key(load_model("gpt2-xl"), ExtractOptions(1, 128))

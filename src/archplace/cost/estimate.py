@@ -260,8 +260,12 @@ def estimate_layers(chain: LayerChain, acc: Accelerator, cost: EstimatingCostMod
 
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
-                   seq_len: int | None = None) -> ModelEstimate:
+                   seq_len: int | None = None, attention: str = "flash",
+                   kernels: str = "fused") -> ModelEstimate:
     """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``.
+
+    ``attention`` (eager | sdpa | flash) and ``kernels`` (fused | unfused) as in
+    :class:`archplace.workload.extract.ExtractOptions`.
 
     The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
 
@@ -275,8 +279,10 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
     from archplace.hardware.presets import load_accelerator, load_cluster
     from archplace.workload.cache import cached_chain
     from archplace.workload.extract import ExtractOptions
+    from archplace.workload.options import parse_attention, parse_kernels
     from archplace.workload.zoo import load_model
 
+    attention_kind, kernel_kind = parse_attention(attention), parse_kernels(kernels)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     limits.optional_whole("seq_len", seq_len, 1, limits.MAX_SEQ_LEN)
@@ -287,7 +293,8 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
     limits.micro_batch_tokens(micro_batch, spec.seq_len)
     acc = load_accelerator(hardware)
     cluster = _cluster_or_none(hardware, tp, load_cluster)
-    chain = cached_chain(spec, ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp))
+    chain = cached_chain(spec, ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp,
+                                              attention=attention_kind, kernels=kernel_kind))
     return estimate_layers(chain, acc, SystolicCostModel(cluster))
 
 

@@ -21,6 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
+from archplace.cost.attention import (
+    BACKWARD_VECTOR_CYCLES,
+    FORWARD_VECTOR_CYCLES,
+    attention_flop,
+    computed_area,
+)
 from archplace.cost.systolic import ManyEstimates, SystolicCostModel, op_key
 from archplace.cost.types import (
     ZERO_ESTIMATE,
@@ -55,7 +61,8 @@ def array_flop(ops: Iterable[Operator]) -> float:
     1 on chips whose vector cores outrun their arrays (a 1x1 array: 100.9 %, and an embedding
     layer with no matmul at all: 1401 %).
     """
-    return float(sum(2 * op.batch * op.m * op.k * op.n for op in ops if op.kind is OpKind.MATMUL))
+    return float(sum(2 * op.batch * op.m * op.k * op.n if op.kind is OpKind.MATMUL else
+                     attention_flop(op) if op.kind is OpKind.ATTENTION else 0.0 for op in ops))
 
 
 @runtime_checkable
@@ -110,7 +117,17 @@ class RooflineCostModel:
         memory_s = hbm_bytes / acc.hbm_bandwidth_bytes_per_s
         if op.kind is OpKind.COLLECTIVE:
             return self._collective(op, hbm_bytes)
-        if op.kind is OpKind.MATMUL:
+        if op.kind is OpKind.ATTENTION:  # its GEMMs at the arrays' peak, its softmax on the lanes
+            area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
+            macs = attention_flop(op) / 2.0
+            fused = float(op.batch * area * (BACKWARD_VECTOR_CYCLES if "backward" in op.target
+                                             else FORWARD_VECTOR_CYCLES))
+            per_core = acc.array_rows * acc.array_cols * acc.clock_hz
+            lane_rate = acc.vector_lanes * acc.clock_hz
+            single = macs / per_core + fused / lane_rate
+            every = macs / (per_core * acc.tensor_cores) + fused / (lane_rate * acc.vector_cores)
+            energy = macs * MAC_ENERGY_J + fused * VECTOR_OP_ENERGY_J
+        elif op.kind is OpKind.MATMUL:
             macs = float(max(op.batch, 0) * max(op.m, 0) * max(op.k, 0) * max(op.n, 0))
             if macs == 0:
                 return ZERO_ESTIMATE

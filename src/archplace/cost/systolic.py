@@ -18,6 +18,8 @@ Per operator kind (DESIGN.md, Per-operator cost):
   ``⌈elements / (lanes · cores)⌉ · cycles_per_element / clock_hz``, bounded below by
   the op's HBM bytes over the bandwidth (``bytes_read + bytes_written``; only the
   written bytes for generators and fills, none for allocations).
+* fused attention -- :mod:`archplace.cost.attention` (FlashAttention on the arrays, the
+  vector cores and HBM).
 * collective -- :mod:`archplace.cost.collective` on the link of the model's
   cluster that a group of ``op.group`` consecutive ranks spans; ``op.target`` names
   the collective, the buffer is the larger of ``bytes_read`` and ``bytes_written``
@@ -38,7 +40,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.cost import batched, efficiency, gemm
+from archplace.cost import attention, batched, efficiency, gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.types import ZERO_ESTIMATE, OpEstimate, OpLatency, collective_estimate, compute_or_memory
 from archplace.cost.vector import (
@@ -73,9 +75,11 @@ class ManyEstimates:
 
 def op_key(op: Operator) -> tuple[Any, ...]:
     """What an operator's cost depends on (its dimensions, bytes, kind and target; for a fused
-    attention operator also its FLOP and phase, which set its declared efficiency)."""
+    attention operator also its masking, dtype, FLOP and phase, which set its declared efficiency)."""
     key = (op.kind, op.target, op.batch, op.m, op.k, op.n, op.elements, op.bytes_read,
-           op.bytes_written, getattr(op, "group", 1), getattr(op, "fused_elements", 0))
+           op.bytes_written, getattr(op, "group", 1), getattr(op, "fused_elements", 0),
+           getattr(op, "causal", False), getattr(op, "skip_masked_blocks", False),
+           getattr(op, "dtype_bytes", 0))
     if op.kind is OpKind.ATTENTION:
         return (*key, op.flop, op.phase)
     return key
@@ -177,6 +181,8 @@ class SystolicCostModel:
             result = self._matmul(op, acc)
         elif op.kind is OpKind.COLLECTIVE:
             result = self._collective(op)
+        elif op.kind is OpKind.ATTENTION:
+            result = _attention_estimate(attention.attention_arrays(op, acc))
         else:
             result = self._vector(op, acc)
         if self._cache_size:
@@ -206,6 +212,10 @@ class SystolicCostModel:
                     acc.dataflow, acc.array_timing, *vec)
         if op.kind is OpKind.COLLECTIVE:
             return ()
+        if op.kind is OpKind.ATTENTION:
+            return (acc.tensor_cores, acc.array_rows, acc.array_cols, acc.buffer_bytes,
+                    acc.hbm_bandwidth_bytes_per_s, acc.clock_hz, acc.dataflow, acc.vector_cores,
+                    acc.vector_lanes, acc.array_timing)
         return (acc.vector_cores, acc.vector_lanes, acc.hbm_bandwidth_bytes_per_s, acc.clock_hz)
 
     def _matmul(self, op: Operator, acc: Accelerator) -> OpEstimate:
@@ -269,6 +279,10 @@ class SystolicCostModel:
             full = np.full(len(configs), 1.0)
             result = ManyEstimates(full * one.single_core_s, full * one.all_cores_s, full * 0.0,
                                    full * 0.0, full * one.energy_j)
+        elif op.kind is OpKind.ATTENTION:
+            arrays = attention.attention_many(op, configs)
+            result = ManyEstimates(arrays["single_s"], arrays["all_s"], arrays["memory_s"],
+                                   arrays["hbm_bytes"], arrays["energy_j"])
         else:
             result = _vector_many(op, configs)
         if declared and op.kind is not OpKind.COLLECTIVE:
@@ -303,6 +317,12 @@ def _with_declared(op: Operator, configs: CoreConfigArray, cycle: ManyEstimates)
                                         times.hbm_bytes, times.energy_j), strict=True):
             column[index] = values
     return ManyEstimates(*out)
+def _attention_estimate(a: dict[str, float]) -> OpEstimate:
+    """An :class:`OpEstimate` from :func:`archplace.cost.attention.attention_arrays`."""
+    return OpEstimate(a["single_s"], a["all_s"], a["compute_single_s"], a["compute_all_s"],
+                      a["memory_s"], 0.0, a["hbm_bytes"], a["energy_j"],
+                      compute_or_memory(a["compute_single_s"], a["memory_s"]),
+                      compute_or_memory(a["compute_all_s"], a["memory_s"]))
 
 
 def _matmul_many(op: Operator, configs: CoreConfigArray) -> ManyEstimates:

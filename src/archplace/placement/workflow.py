@@ -30,6 +30,7 @@ from archplace.placement.plan import (
 from archplace.placement.solver import plan_search
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, check_tp
+from archplace.workload.options import Attention, Kernels
 from archplace.workload.zoo import ModelSpec, load_model
 
 MAX_TP = 64  # widest TP width tried by default
@@ -101,18 +102,21 @@ def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple
     return tuple(widths)
 
 
-def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False
+def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False,
+                    attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED
                     ) -> dict[CostKey, list[LayerCost]]:
     """Layer costs of ``prob``'s model on its chip for each (tp, micro_batch, sp) key; with
     ``fuse``, of the graphs whose element-wise operators are fused into the matmul producing
-    their input (:func:`archplace.workload.fusion.fuse_elementwise`).
+    their input (:func:`archplace.workload.fusion.fuse_elementwise`); ``attention`` and
+    ``kernels`` as in :class:`archplace.workload.extract.ExtractOptions`.
 
     Raises:
         ConfigError: a TP width the model cannot be split by.
     """
     chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key[1], seq_len=prob.spec.seq_len,
                                                           tp=key[0], sp=key[2] and key[0] > 1,
-                                                          fuse=fuse))
+                                                          fuse=fuse, attention=attention,
+                                                          kernels=kernels))
               for key in keys}
     return costs_by_key(chains, prob.acc, SystolicCostModel(prob.setup.cluster))
 
@@ -124,7 +128,9 @@ class PlanSpace:
     ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
     ``fuse`` is not searched: True costs every layer with its element-wise operators fused into
     the matmul producing their input (as Megatron-LM's fused kernels or a compiler would), False
-    as the model's eager code runs them.
+    as the model's eager code runs them.  ``attention`` and ``kernels`` (not searched either):
+    how attention and the element-wise kernels run (:class:`~archplace.workload.options.Attention`,
+    :class:`~archplace.workload.options.Kernels`).
     """
 
     tps: tuple[int, ...] | None = None
@@ -136,6 +142,8 @@ class PlanSpace:
     zero: tuple[bool, ...] = (False, True)
     dp_overlap: tuple[bool, ...] = (False, True)
     fuse: bool = False
+    attention: Attention = Attention.FLASH
+    kernels: Kernels = Kernels.FUSED
 
 
 def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[PlanResult]:
@@ -156,7 +164,8 @@ def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[
         if t > devices:
             raise ConfigError(f"TP width {t} exceeds the {devices} devices")
     keys = [(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps if t > 1 or not sp]
-    costs = layer_costs_for(prob, keys, fuse=space.fuse)
+    costs = layer_costs_for(prob, keys, fuse=space.fuse, attention=space.attention,
+                            kernels=space.kernels)
     return plan_search(costs, prob.setup, recomputes=space.recomputes, schedules=space.schedules,
                        chunks=space.chunks, zero=space.zero, dp_overlap=space.dp_overlap, top_k=top_k)
 
@@ -201,9 +210,10 @@ def parse_stages(text: str, n_layers: int) -> tuple[tuple[int, int], ...]:
 
 def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
              schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero: bool = False,
-             dp_overlap: bool = False, stages: str | None = None, fuse: bool = False) -> PlanResult:
+             dp_overlap: bool = False, stages: str | None = None, fuse: bool = False,
+             attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``"0-12,13-25,..."``);
-    ``fuse`` as in :class:`PlanSpace`.
+    ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanSpace`.
 
     Raises:
         ConfigError: an invalid plan.
@@ -211,7 +221,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     """
     check_tp(prob.spec, tp)
     key = (tp, micro_batch, sp and tp > 1)
-    costs = layer_costs_for(prob, [key], fuse=fuse)[key]
+    costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
     ranges = parse_stages(stages, n) if stages else even_stages(n, pieces)

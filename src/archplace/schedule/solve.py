@@ -72,8 +72,8 @@ def solve_problem(problem: ScheduleProblem, backend: str = "cpsat",
 
 
 def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
-                  *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None
-                  ) -> ScheduleProblem:
+                  *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
+                  attention: str = "flash", kernels: str = "fused") -> ScheduleProblem:
     """The scheduling problem of one layer's forward or backward graph.
 
     Args:
@@ -84,6 +84,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         tp: tensor-parallel width.
         micro_batch: samples per micro-batch.
         seq_len: tokens per sample [the model's default].
+        attention, kernels: eager | sdpa | flash and fused | unfused
+            (:class:`archplace.workload.extract.ExtractOptions`).
 
     Raises:
         ConfigError: an unknown layer or phase, a bad model or hardware, a size out of range
@@ -94,8 +96,10 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
     from archplace.cost.model import SystolicCostModel
     from archplace.hardware.presets import load_accelerator, load_cluster
     from archplace.workload.extract import ExtractOptions, extract_chain
+    from archplace.workload.options import parse_attention, parse_kernels
     from archplace.workload.zoo import load_model
 
+    attention_kind, kernel_kind = parse_attention(attention), parse_kernels(kernels)
     if layer not in LAYERS:
         raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
     if phase not in PHASES:
@@ -109,14 +113,16 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
     limits.micro_batch_tokens(micro_batch, spec.seq_len)
     acc = load_accelerator(hardware)
     cost = SystolicCostModel(cluster=load_cluster(hardware, tp)) if tp > 1 else SystolicCostModel()
-    chain = extract_chain(spec, ExtractOptions(micro_batch, spec.seq_len, tp=tp))
+    chain = extract_chain(spec, ExtractOptions(micro_batch, spec.seq_len, tp=tp,
+                                               attention=attention_kind, kernels=kernel_kind))
     chosen = next(item for item in chain.layers if item.kind.value == layer)
     return ScheduleProblem.from_graph(chosen.fwd if phase == "fwd" else chosen.bwd, acc, cost)
 
 
 def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
                    *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
-                   backend: str = "cpsat", options: SolveOptions | None = None) -> ScheduleResult:
+                   backend: str = "cpsat", options: SolveOptions | None = None,
+                   attention: str = "flash", kernels: str = "fused") -> ScheduleResult:
     """Build the problem of one layer (:func:`layer_problem`) and schedule it
     (:func:`solve_problem`).
 
@@ -124,5 +130,5 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
         ConfigError, ExtractionError, SolverError: as those two functions.
     """
     problem = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
-                            seq_len=seq_len)
+                            seq_len=seq_len, attention=attention, kernels=kernels)
     return solve_problem(problem, backend, options)

@@ -89,7 +89,9 @@ class SearchRequest:
     def chains(self, model: ModelSpec) -> dict[CostKey, LayerChain]:
         """Layer chains of ``model`` for every cost key (graph cache; extraction once per key)."""
         return {(t, b, sp): cached_chain(model, ExtractOptions(micro_batch=b, seq_len=model.seq_len,
-                                                               tp=t, sp=sp, fuse=self.plan_space.fuse))
+                                                               tp=t, sp=sp, fuse=self.plan_space.fuse,
+                                                               attention=self.plan_space.attention,
+                                                               kernels=self.plan_space.kernels))
                 for t, b, sp in self.cost_keys}
 
 
@@ -106,6 +108,7 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
             "recomputes": [r.value for r in space.recomputes],
             "schedules": [s.value for s in space.schedules], "chunks": list(space.chunks),
             "zero": list(space.zero), "dp_overlap": list(space.dp_overlap), "fuse": space.fuse,
+            "attention": space.attention.value, "kernels": space.kernels.value,
             "version": version("archplace")}
 
 
@@ -126,6 +129,8 @@ class SearchResult:
         exact: the best designs re-evaluated with CP-SAT layer schedules (proven optimal
             within a time limit), best first; empty when not asked for.
         fuse: the layers were costed with element-wise operators fused into their matmul.
+        attention, kernels: how attention and the element-wise kernels were costed
+            (``flash`` / ``sdpa`` / ``eager``; ``fused`` / ``unfused``).
     """
 
     evaluated: tuple[DesignResult, ...]
@@ -140,6 +145,8 @@ class SearchResult:
     note: str = ""
     exact: tuple[DesignResult, ...] = ()
     fuse: bool = False
+    attention: str = "flash"
+    kernels: str = "fused"
 
     @property
     def best(self) -> DesignResult | None:
@@ -168,7 +175,8 @@ class SearchResult:
         best = self.best
         out: dict[str, Any] = {
             "model": self.model, "devices": self.devices, "global_batch": self.global_batch,
-            "objective": self.objective.value, "fuse": self.fuse, "strategy": self.strategy,
+            "objective": self.objective.value, "fuse": self.fuse, "attention": self.attention,
+            "kernels": self.kernels, "strategy": self.strategy,
             "considered": self.considered,
             "evaluated_count": len(self.evaluated), "pruned": self.pruned, "note": self.note,
             "best": best.to_dict() if best else None,

@@ -331,4 +331,5 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
         exact = rank(session.exact([r for r in ranked[:exact_top] if r.best is not None]), request.objective)
     return SearchResult(ranked, ", ".join(m.name for m in request.models), request.cluster.devices,
                         request.global_batch, request.objective, baseline, strategy.name,
-                        len(request.designs), outcome.pruned, outcome.note, exact, request.plan_space.fuse)
+                        len(request.designs), outcome.pruned, outcome.note, exact, request.plan_space.fuse,
+                        request.plan_space.attention.value, request.plan_space.kernels.value)

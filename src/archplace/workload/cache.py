@@ -4,7 +4,7 @@ Tracing a model takes about a second per (micro-batch, TP width); a search
 needs the same graphs again and again, across runs too.  Chains are pickled
 under a key that covers everything that changes them: the model config, the
 extraction options (sequence length, micro-batch, dtype, TP width, SP, fusion,
-train mode), and the torch, transformers and archplace versions.
+attention implementation, kernel fusion, train mode), and the torch, transformers and archplace versions.
 
 The directory is ``$ARCHPLACE_CACHE_DIR`` if set, else
 ``$XDG_CACHE_HOME/archplace/graphs`` (``~/.cache/archplace/graphs``).  A file
@@ -45,7 +45,7 @@ def cache_key(spec: ModelSpec, options: ExtractOptions) -> str:
     payload = {
         "config": json.loads(spec.config_json), "options": asdict(options),
         "versions": {name: version(name) for name in ("torch", "transformers", "archplace")},
-        "format": 2,
+        "format": 3,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

@@ -20,10 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from archplace.cost.attention import attention_flop
 from archplace.errors import ConfigError, ExtractionError
-from archplace.workload.fusion import fuse_elementwise
+from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
+from archplace.workload.kernels import fuse_kernels, fused_saved
 from archplace.workload.layers import Layer, LayerChain, LayerKind
+from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.parallel import Sharding, TensorParallel, check_width, propagate
 from archplace.workload.trace import (
     FLOP_PER_ELEMENT,
@@ -53,9 +56,11 @@ class ExtractOptions:
         tp: tensor-parallel width (Megatron-LM column/row split).
         sp: sequence parallelism (Korthikanti et al. 2022); needs tp > 1 to matter.
         fuse: fuse element-wise operators into the matmul producing their input.
+        attention: attention implementation (:class:`Attention`); a string is converted.
+        kernels: element-wise kernel fusion (:class:`Kernels`); a string is converted.
 
     Raises:
-        ConfigError: a non-positive size or an unknown dtype.
+        ConfigError: a non-positive size, an unknown dtype, attention or kernels value.
     """
 
     micro_batch: int
@@ -65,8 +70,12 @@ class ExtractOptions:
     tp: int = 1
     sp: bool = False
     fuse: bool = False
+    attention: Attention = Attention.FLASH
+    kernels: Kernels = Kernels.FUSED
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "attention", parse_attention(self.attention))
+        object.__setattr__(self, "kernels", parse_kernels(self.kernels))
         if self.micro_batch <= 0:
             raise ConfigError(f"micro-batch must be positive, got {self.micro_batch}")
         if self.seq_len <= 0:
@@ -110,7 +119,7 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = build_model(spec, options.dtype, options.training)
+        model = build_model(spec, options.dtype, options.training, options.attention)
         container = find_block_container(model)
         try:
             gm, param_names = trace(model, options.micro_batch, options.seq_len)
@@ -122,10 +131,17 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     sharding = propagate(traced.calls, traced.placeholders, traced.kind, traced.storage,
                          traced.is_param, where, op_name, spec.vocab_size, spec.hidden_size,
                          TensorParallel(options.tp, options.sp))
-    built = [_make_layer(traced, where, sharding, index, kind, options.fuse, options.seq_len)
+    built = [_make_layer(traced, where, sharding, index, kind, options, spec.hidden_size)
              for index, kind in
              enumerate((LayerKind.EMBEDDING, LayerKind.BLOCK, LayerKind.HEAD))]
     (embedding, embedding_params), (block, _), (head, head_params) = built
+    if options.attention is not Attention.EAGER:
+        counts = [g.count_by_kind().get(OpKind.ATTENTION.value, 0) for g in (block.fwd, block.bwd)]
+        if counts != [1, 1]:
+            raise ExtractionError(
+                f"model {spec.name!r} does not route its attention through transformers' attention "
+                f"interface ({counts[0]} forward, {counts[1]} backward fused attention operators "
+                "per block); use attention='eager'")
     shared = sum(_param_numel(traced, sharding, p) for p in embedding_params & head_params)
     blocks = tuple(_rename(block, f"block.{i}") for i in range(spec.num_layers))
     log.info("extracted %s (tp=%d): %d fwd + %d bwd operators per block", spec.name, options.tp,
@@ -149,7 +165,8 @@ def _split_dims(dims: tuple[int, int, int, int], split: str | None, tp: int) -> 
     return tuple(math.ceil(d / tp) if i == index else d for i, d in enumerate(dims))
 
 
-def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: Phase) -> list[Operator]:
+def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: Phase,
+               skip_masked_blocks: bool) -> list[Operator]:
     """Operators of ``nodes`` (one layer, one phase), sharded, with TP collectives inserted."""
     ops: list[Operator] = []
     produced: dict[Any, int] = {}  # storage node (or its collective) -> operator id
@@ -176,7 +193,7 @@ def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: 
         for kind, tensor in sharding.before.get(n, ()):
             if (kind, tensor) not in produced:
                 collective(kind, tensor)
-        ops.append(_operator(traced, sharding, n, phase, len(ops), producer_id))
+        ops.append(_operator(traced, sharding, n, phase, len(ops), producer_id, skip_masked_blocks))
         produced[n] = len(ops) - 1
         if n in sharding.after:
             collective(sharding.after[n], n)
@@ -184,7 +201,7 @@ def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: 
 
 
 def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: int,
-              producer_id: Any) -> Operator:
+              producer_id: Any, skip_masked_blocks: bool = False) -> Operator:
     kind = traced.kind[n]
     assert kind is not None
     name = op_name(n)
@@ -197,6 +214,10 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
     val = n.meta.get("val")
     out_factor = sharding.tensor_factor(n)
     batch = m = k = nn = 0
+    preds = {p for p in (producer_id(a) for a in n.all_input_nodes) if p is not None and p < op_id}
+    if kind is OpKind.ATTENTION:
+        return _attention_operator(traced, sharding, n, phase, op_id, tuple(sorted(preds)),
+                                   bytes_read, skip_masked_blocks)
     if kind is OpKind.MATMUL:
         batch, m, k, nn = _split_dims(matmul_dims(n, name), sharding.split.get(n), sharding.tp)
         flop = 2.0 * batch * m * k * nn
@@ -213,7 +234,6 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
         flop = FLOP_PER_ELEMENT[kind] * work * factor
         bytes_written = tensor_bytes(val) * out_factor
         elements = math.ceil(first_numel(val) * out_factor)
-    preds = {p for p in (producer_id(a) for a in n.all_input_nodes) if p is not None and p < op_id}
     return Operator(
         id=op_id, name=n.name, target=str(n.target), kind=kind, phase=phase,
         batch=batch, m=m, k=k, n=nn, elements=elements, flop=flop,
@@ -221,16 +241,46 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
     )
 
 
+def _attention_operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: int,
+                        preds: tuple[int, ...], bytes_read: float,
+                        skip_masked_blocks: bool) -> Operator:
+    """A fused attention node (forward ``(q, k, v, causal, ...)`` or backward ``(dO, q, k, v,
+    O, lse, causal, ...)``) as an ``ATTENTION`` operator: batch = micro-batch x local heads,
+    m = s_q, k = head dim, n = s_kv (fields of :class:`Operator`)."""
+    backward = "backward" in op_name(n)
+    q, key = (n.args[1], n.args[2]) if backward else (n.args[0], n.args[1])
+    causal = bool(n.args[6] if backward else n.args[3])
+    q_val, k_val = q.meta["val"], key.meta["val"]
+    b, heads, s_q, d = (int(x) for x in q_val.shape)
+    s_kv = int(k_val.shape[2])
+    factor = sharding.tensor_factor(traced.storage(q))
+    val = n.meta.get("val")
+    op = Operator(
+        id=op_id, name=n.name, target=str(n.target), kind=OpKind.ATTENTION, phase=phase,
+        batch=math.ceil(b * heads * factor), m=s_q, k=d, n=s_kv,
+        elements=math.ceil(first_numel(val) * factor), flop=0.0, bytes_read=bytes_read,
+        bytes_written=tensor_bytes(val) * sharding.tensor_factor(n), preds=preds, causal=causal,
+        skip_masked_blocks=skip_masked_blocks, dtype_bytes=int(q_val.element_size()),
+    )
+    return dataclasses.replace(op, flop=attention_flop(op))
+
+
 def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: Sharding, index: int,
-                kind: LayerKind, fuse: bool, seq_len: int) -> tuple[Layer, set[Any]]:
+                kind: LayerKind, options: ExtractOptions, hidden_size: int) -> tuple[Layer, set[Any]]:
     """The layer ``index`` of the traced graph and the parameter placeholders it holds."""
+    fuse, seq_len = options.fuse, options.seq_len
+    fused_kernels = options.kernels is Kernels.FUSED
     mine = {n for n, (layer, _) in where.items() if layer == index}
     compute = [n for n in traced.calls if n in mine and traced.kind[n] is not None]
     fwd_nodes = [n for n in compute if where[n][1] is Phase.FWD]
     bwd_nodes = [n for n in compute if where[n][1] is Phase.BWD]
+    skip = options.attention is Attention.FLASH
+    groups = fuse_kernels(traced, fwd_nodes, bwd_nodes, hidden_size) if fused_kernels else []
     graphs = []
     for phase, nodes in ((Phase.FWD, fwd_nodes), (Phase.BWD, bwd_nodes)):
-        graph = renumber(_operators(traced, sharding, nodes, phase)) if nodes else OpGraph(())
+        graph = renumber(_operators(traced, sharding, nodes, phase, skip)) if nodes else OpGraph(())
+        if groups:
+            graph = merge_groups(graph, [g.fwd if phase is Phase.FWD else g.bwd for g in groups])
         graphs.append(fuse_elementwise(graph) if fuse else graph)
 
     params = {traced.storage(a) for n in fwd_nodes for a in n.all_input_nodes
@@ -238,8 +288,14 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     # Saved for backward: forward results (or non-parameter inputs) read by this layer's backward.
     saved = {traced.storage(a) for n in bwd_nodes for a in n.all_input_nodes}
     saved = {s for s in saved if not traced.is_param(s) and not s.meta.get("autograd_backward")}
+    if groups:
+        saved = fused_saved(traced, saved, groups)
     inputs = {traced.storage(a) for n in fwd_nodes for a in n.all_input_nodes}
     inputs = {s for s in inputs if not traced.is_param(s) and s not in mine}
+    if fused_kernels:
+        # A fused causal softmax (or FlashAttention) applies the mask by index and RoPE tables
+        # are shared by every layer: full recompute keeps only the hidden-state input.
+        inputs = {s for s in inputs if _last_dim(s) == hidden_size}
     # Boundary: this layer's forward results read by the forward of a later layer.
     later_fwd = [n for n, (layer, phase) in where.items() if layer > index and phase is Phase.FWD]
     outputs = {traced.storage(a) for n in later_fwd for a in n.all_input_nodes}
@@ -272,6 +328,12 @@ def _saved_bytes(node: Any) -> float:
             and op_name(node.args[0]) == "bernoulli_":
         return float(first_numel(val))
     return tensor_bytes(val)
+
+
+def _last_dim(node: Any) -> int:
+    val = node.meta.get("val")
+    shape = getattr(val, "shape", None)
+    return int(shape[-1]) if shape else -1
 
 
 def _is_square(node: Any, seq_len: int) -> bool:

@@ -10,6 +10,7 @@ repeatedly (matmul -> mul -> add -> ...).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from archplace.workload.graph import Operator, OpGraph, OpKind, renumber
@@ -56,3 +57,111 @@ def fuse_elementwise(graph: OpGraph) -> OpGraph:
     ordered = [current[i] for i in sorted(current)]
     resolved = [replace(op, preds=tuple(sorted({rep(p) for p in op.preds} - {op.id}))) for op in ordered]
     return renumber(resolved)
+
+
+FUSED_KERNEL_TARGET = "archplace.fused_kernel.default"
+"""Target of an operator standing for a fused element-wise kernel (one simple operation per
+work element; its ``elements`` count the member operators' work, see :func:`merge_groups`)."""
+
+
+def merge_groups(graph: OpGraph, groups: Sequence[Iterable[str]]) -> OpGraph:
+    """Merge each group of operators (by name) into one fused element-wise kernel operator.
+
+    The merged operator sits where the group's last member was; it reads what the members
+    read from outside the group and writes the results read outside it (or by nobody in this
+    graph: they leave the layer or are saved); its FLOP are the members' sum and its
+    ``elements`` their vector work (members' elements x cycles per element of
+    :func:`archplace.cost.vector.cycles_per_element`), so the fused kernel's lane time is
+    the members' total while its HBM traffic drops the intermediates (Megatron-LM kernel
+    fusion, Narayanan et al. 2021 sec. 4.2).  A group that would create a cycle (an outside
+    operator on a path between two members) or has fewer than two members here is left as is.
+
+    Returns:
+        A new graph; total FLOP is preserved.
+    """
+    from archplace.cost.vector import cycles_per_element
+
+    index = {op.name: op.id for op in graph.ops}
+    consumers: list[list[int]] = [[] for _ in graph.ops]
+    for op in graph.ops:
+        for p in op.preds:
+            consumers[p].append(op.id)
+    owner: dict[int, int] = {}  # member id -> id of the merged operator (its last member)
+    merged: dict[int, Operator] = {}
+    for names in groups:
+        ids = sorted(index[n] for n in names if n in index)
+        if len(ids) < 2 or any(i in owner for i in ids) or not _convex(set(ids), consumers):
+            continue
+        members = set(ids)
+        ops = [graph.ops[i] for i in ids]
+        internal = sum(graph.ops[p].bytes_written for op in ops for p in op.preds if p in members)
+        written = sum(op.bytes_written for op in ops
+                      if not consumers[op.id] or any(c not in members for c in consumers[op.id]))
+        work = sum(op.elements * cycles_per_element(op.kind, op.target) for op in ops)
+        last = ops[-1]
+        merged[last.id] = replace(
+            last, target=FUSED_KERNEL_TARGET, kind=OpKind.ELEMENTWISE, elements=int(work),
+            flop=float(sum(op.flop for op in ops)),
+            bytes_read=max(sum(op.bytes_read for op in ops) - internal, 0.0), bytes_written=written,
+            preds=tuple(sorted({p for op in ops for p in op.preds} - members)),
+            fused=tuple(op.name for op in ops[:-1]))
+        for i in ids:
+            owner[i] = last.id
+    if not merged:
+        return graph
+    kept = [merged.get(op.id, op) for op in graph.ops if op.id not in owner or op.id in merged]
+    preds = {op.id: {owner.get(p, p) for p in op.preds} - {op.id} for op in kept}
+    return renumber(_topological(kept, preds))
+
+
+def _topological(ops: list[Operator], preds: dict[int, set[int]]) -> list[Operator]:
+    """``ops`` in a topological order of ``preds`` (ties by id), with those predecessors.
+
+    Ids are left as they are, so the result is not yet an :class:`OpGraph`: pass it to
+    :func:`renumber`."""
+    import heapq
+
+    by_id = {op.id: op for op in ops}
+    waiting = {i: len(p) for i, p in preds.items()}
+    users: dict[int, list[int]] = {}
+    for i, p in preds.items():
+        for q in p:
+            users.setdefault(q, []).append(i)
+    ready = [i for i, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[Operator] = []
+    position: dict[int, int] = {}
+    while ready:
+        i = heapq.heappop(ready)
+        position[i] = len(order)
+        op = by_id[i]
+        # keep the old id while sorting; renumber() rewrites ids and translates preds
+        order.append(op)
+        for u in users.get(i, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(ops):
+        raise AssertionError("merging kernels created a cycle")  # excluded by _convex
+    return [_with_preds(op, preds[op.id], position) for op in order]
+
+
+def _with_preds(op: Operator, preds: set[int], position: dict[int, int]) -> Operator:
+    """``op`` with id = its position and preds = their positions (valid for renumber)."""
+    return replace(op, id=position[op.id], preds=tuple(sorted(position[p] for p in preds)))
+
+
+def _convex(members: set[int], consumers: list[list[int]]) -> bool:
+    """No path leaves the set and comes back (merging would create a cycle)."""
+    last = max(members)
+    outside = [c for m in members for c in consumers[m] if c not in members and c < last]
+    seen = set(outside)
+    while outside:
+        node = outside.pop()
+        for c in consumers[node]:
+            if c in members:
+                return False
+            if c < last and c not in seen:
+                seen.add(c)
+                outside.append(c)
+    return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from archplace.errors import ConfigError
 
@@ -65,6 +65,13 @@ class Operator:
         fused_elements: element-wise work (output elements) fused into this matmul's
             epilogue; a matmul with fused work runs on a tensor and a vector core.
         fused: names of the element-wise operators fused into this one.
+        causal, skip_masked_blocks, dtype_bytes: for ``ATTENTION`` operators
+            (:mod:`archplace.cost.attention`): ``batch`` = micro-batch x heads (per device),
+            ``m`` = query length s_q, ``k`` = head dim d, ``n`` = key length s_kv; ``causal``
+            the mask is causal; ``skip_masked_blocks`` the kernel skips score blocks the mask
+            hides entirely (FlashAttention-2; PyTorch SDPA computes every block);
+            ``dtype_bytes`` bytes of Q, K, V and O.  ``target`` ends in ``backward`` for the
+            backward operator.  False / 0 for other kinds.
     """
 
     id: int
@@ -84,6 +91,9 @@ class Operator:
     group: int = 1
     fused_elements: int = 0
     fused: tuple[str, ...] = ()
+    causal: bool = False
+    skip_masked_blocks: bool = False
+    dtype_bytes: int = 0
 
     def __post_init__(self) -> None:
         if any(p >= self.id or p < 0 for p in self.preds):
@@ -159,12 +169,5 @@ def renumber(ops: Sequence[Operator]) -> OpGraph:
     out = []
     for i, op in enumerate(ops):
         preds = tuple(sorted({new_id[p] for p in op.preds if p in new_id and new_id[p] < i}))
-        out.append(
-            Operator(
-                id=i, name=op.name, target=op.target, kind=op.kind, phase=op.phase,
-                batch=op.batch, m=op.m, k=op.k, n=op.n, elements=op.elements, flop=op.flop,
-                bytes_read=op.bytes_read, bytes_written=op.bytes_written, preds=preds,
-                group=op.group, fused_elements=op.fused_elements, fused=op.fused,
-            )
-        )
+        out.append(replace(op, id=i, preds=preds))
     return OpGraph(tuple(out))

@@ -7,6 +7,9 @@ of every workload (graph extraction, its cache key, and every command that trace
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
+
+from archplace.errors import ConfigError
 
 
 class Attention(enum.StrEnum):
@@ -39,3 +42,35 @@ class Kernels(enum.StrEnum):
 
     FUSED = "fused"
     UNFUSED = "unfused"
+
+
+_E = TypeVar("_E", Attention, Kernels)
+
+
+def parse_attention(value: Attention | str) -> Attention:
+    """``value`` as an :class:`Attention` (a member or its name, any case).
+
+    Raises:
+        ConfigError: naming the choices.
+    """
+    return _parse(Attention, value, "attention")
+
+
+def parse_kernels(value: Kernels | str) -> Kernels:
+    """``value`` as a :class:`Kernels` (a member or its name, any case).
+
+    Raises:
+        ConfigError: naming the choices.
+    """
+    return _parse(Kernels, value, "kernels")
+
+
+def _parse(enum_type: type[_E], value: object, field: str) -> _E:
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str):
+        for member in enum_type:
+            if member.value == value.strip().lower():
+                return member
+    choices = ", ".join(m.value for m in enum_type)
+    raise ConfigError(f"{field} must be one of {choices}, got {value!r}")

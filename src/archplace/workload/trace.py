@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from archplace.errors import ConfigError, ExtractionError
+from archplace.workload import attention_op
 from archplace.workload.graph import OpKind, Phase
+from archplace.workload.options import Attention
 from archplace.workload.zoo import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,8 @@ def classify(name: str) -> OpKind | None:
         return None
     if name in _MATMUL_OPS:
         return OpKind.MATMUL
+    if name in (attention_op.FORWARD_OP, attention_op.BACKWARD_OP):
+        return OpKind.ATTENTION
     if name in _SOFTMAX_OPS:
         return OpKind.SOFTMAX
     if name in _NORM_OPS:
@@ -199,9 +203,18 @@ def find_block_container(model: Any) -> str:
     return best
 
 
-def build_model(spec: ModelSpec, dtype: str, training: bool) -> Any:
+def build_model(spec: ModelSpec, dtype: str, training: bool,
+                attention: Attention = Attention.EAGER) -> Any:
+    """The model with one block on the meta device, in train (or eval) mode.
+
+    ``attention`` EAGER keeps HF's explicit scores and softmax; SDPA and FLASH route the
+    attention core through the fused operator of :mod:`archplace.workload.attention_op`
+    (they differ only in cost, not in the graph).
+    """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    implementation = "eager" if attention is Attention.EAGER else attention_op.register()
 
     fields = spec.config
     model_type = fields.pop("model_type")
@@ -211,12 +224,12 @@ def build_model(spec: ModelSpec, dtype: str, training: bool) -> Any:
         hf_config = AutoConfig.for_model(model_type, **fields)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"model {spec.name!r}: invalid config ({exc})") from None
-    hf_config._attn_implementation = "eager"  # scores and softmax as explicit ops
+    hf_config._attn_implementation = implementation
     auto = AutoModelForMaskedLM if spec.family.task == "masked-lm" else AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(hf_config)
     model.to(getattr(torch, dtype))
-    model.config._attn_implementation = "eager"
+    model.config._attn_implementation = implementation
     model.train(training)
     return model
 
