@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from archplace.cost import efficiency
+from archplace.cost.attention import attention_flop, computed_area
 from archplace.cost.collective import cluster_collective_time_s
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import SystolicCostModel
@@ -110,17 +111,35 @@ def test_matmul_latency_is_max_of_declared_compute_and_memory() -> None:
         assert 0 < mm.flop / est.all_cores_s / A100.peak_flop_per_s <= 0.859
 
 
+def attention_estimate_traffic(attention: Operator) -> float:
+    """Q, K, V, O (and gradients) and the log-sum-exp once, by hand (e = 2 bytes, LSE fp32)."""
+    b, s, d = attention.batch, attention.m, attention.k
+    if attention.phase is Phase.BWD:
+        return 2.0 * b * (4 * s * d + 4 * s * d * 0.53125) + 2 * 4.0 * b * s * 0.53125
+    return 2.0 * b * (2 * s * d + 2 * s * d * 0.53125) + 4.0 * b * s
+
+
 def test_vector_op_and_attention_on_a100() -> None:
     model = SystolicCostModel()
     add = op(OpKind.ELEMENTWISE, "aten.add.Tensor", elements=1 << 24)
     est = model.estimate(add, A100)
     assert est.all_cores_s == pytest.approx(6.0 * (1 << 24) / (2.039e12 * 0.90), rel=1e-12)
-    for phase, fraction in ((Phase.FWD, 0.73), (Phase.BWD, 0.63)):
-        attention = op(OpKind.ATTENTION, "aten._scaled_dot_product_flash_attention.default",
-                       elements=1 << 20, flop=1e12, phase=phase)
+    for phase, target, fraction in ((Phase.FWD, "archplace.attention", 0.73),
+                                    (Phase.BWD, "archplace.attention_backward", 0.63)):
+        # FlashAttention on b*a = 64 heads of s = 2048, d = 128, causal blocks skipped
+        attention = Operator(id=0, name="attn", target=target, kind=OpKind.ATTENTION, phase=phase,
+                             batch=64, m=2048, k=128, n=2048, elements=64 * 2048 * 128,
+                             flop=0.0, bytes_read=0.0, bytes_written=0.0, causal=True,
+                             skip_masked_blocks=True, dtype_bytes=2)
         est = model.estimate(attention, A100)
-        assert est.all_cores_s == pytest.approx(1e12 / (A100.peak_flop_per_s * fraction), rel=1e-12)
-        assert est.hbm_bytes == 6.0 * (1 << 20)
+        compute = attention_flop(attention) / (A100.peak_flop_per_s * fraction)
+        traffic = attention_estimate_traffic(attention)
+        # causal with 128-blocks: (16 * 17 / 2) / 256 = 0.53125 of the score blocks computed
+        assert computed_area(2048, 2048, True, True)[0] / 2048**2 == 0.53125
+        assert est.hbm_bytes == pytest.approx(traffic, rel=1e-12)
+        assert est.all_cores_s == pytest.approx(
+            max(compute, traffic / (A100.hbm_bandwidth_bytes_per_s * 0.90)), rel=1e-12)
+        assert est.all_cores_s == pytest.approx(compute, rel=1e-12)  # compute-bound at s = 2048
 
 
 def test_vectorised_path_equals_scalar_path() -> None:

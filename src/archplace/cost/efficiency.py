@@ -36,7 +36,13 @@ quantization, ``compute_s = flop / (peak / tensor_cores · gemm_sustained · q_t
 **Fused attention** (``OpKind.ATTENTION``, FlashAttention): its FLOP at the fraction of the peak
 FlashAttention-2 reaches (``attention_fwd`` / ``attention_bwd``), bounded below by its HBM bytes::
 
-    latency_s = max(flop / (peak · attention_fwd|bwd), (bytes_read + bytes_written) / (bw · hbm))
+    latency_s = max(flop / (peak · attention_fwd|bwd), IO-aware HBM bytes / (bw · hbm))
+
+with the FLOP of :mod:`archplace.cost.attention` and its compulsory HBM bytes: Q, K, V, O (and
+their gradients) and the log-sum-exp moved once (:func:`attention_compulsory_bytes`). The published
+FlashAttention-2 fraction is a measurement of the whole kernel, its re-reads of K and V included
+(on a GPU they are mostly served by the L2 cache), so counting Theorem 2's re-reads again would
+charge them twice.
 
 Both the scalar path (:func:`estimate`) and the vectorised one (:func:`estimate_many`) call
 :func:`op_times`, which works on NumPy columns of designs, so they agree design by design.
@@ -52,11 +58,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.cost import batched
+from archplace.cost.attention import attention_flop, computed_area, hbm_traffic_bytes
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.types import OpEstimate, compute_or_memory
 from archplace.cost.vector import SIMPLE_CYCLES_PER_ELEMENT, cycles_per_element
 from archplace.hardware.accelerator import Accelerator, KernelEfficiency
-from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE, MAC_ENERGY_J
 from archplace.workload.graph import Operator, OpKind, Phase
 
 FloatArray = NDArray[np.float64]
@@ -210,7 +216,7 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
         return single, every, memory_s
     if op.kind is OpKind.ATTENTION:
         fraction = efficiency.attention_bwd if op.phase is Phase.BWD else efficiency.attention_fwd
-        flop = float(max(op.flop, 0.0))
+        flop = attention_flop(op)
         return flop / (core_peak * fraction), flop / (chip.peak_flop_per_s * fraction), memory_s
     if op.kind is OpKind.COLLECTIVE:
         raise ValueError("collectives are costed on the cluster's links, not here")
@@ -218,33 +224,31 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
     return single, every, memory_s
 
 
-def _attention_hbm_bytes(op: Operator) -> float:
-    return float(op.bytes_read + op.bytes_written)
+def attention_compulsory_bytes(op: Operator) -> float:
+    """HBM bytes a fused attention operator must move at least: every input and output once
+    (Dao et al. 2022, Theorem 2 with an SRAM that holds a whole row block: one pass)."""
+    area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
+    fraction = area / (op.m * op.n) if op.m > 0 and op.n > 0 else 0.0
+    return float(hbm_traffic_bytes(op, np.array([np.inf]), fraction)[0])
 
 
-def _attention_energy_j(op: Operator) -> float:
-    macs = float(max(op.flop, 0.0)) / 2.0
-    return macs * MAC_ENERGY_J + _attention_hbm_bytes(op) * HBM_PATH_ENERGY_J_PER_BYTE
-
-
-def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate | None) -> OpEstimate:
+def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate) -> OpEstimate:
     """:class:`OpEstimate` of ``op`` on ``acc``, whose ``efficiency`` must be declared.
 
     Args:
         op: any operator but a collective.
         acc: a chip with ``acc.efficiency``.
-        cycle: the cycle model's estimate of ``op`` (its HBM bytes and energy are kept); None
-            for a fused attention operator, whose bytes and energy are computed here.
+        cycle: the cycle model's estimate of ``op`` (its HBM bytes and energy are kept; for a
+            fused attention operator the IO-aware traffic of :mod:`archplace.cost.attention`).
 
     Raises:
         ValueError: ``acc`` declares no efficiency, or as :func:`op_times`.
     """
     if acc.efficiency is None:
         raise ValueError(f"accelerator {acc.name!r} declares no efficiency")
-    if op.kind is OpKind.ATTENTION or cycle is None:
-        hbm, energy = _attention_hbm_bytes(op), _attention_energy_j(op)
-    else:
-        hbm, energy = cycle.hbm_bytes, cycle.energy_j
+    hbm, energy = cycle.hbm_bytes, cycle.energy_j
+    if op.kind is OpKind.ATTENTION:
+        hbm = attention_compulsory_bytes(op)
     single, every, memory = op_times(op, acc.efficiency, ChipColumns.of([acc]), np.array([hbm]))
     s, a, mem = float(single[0]), float(every[0]), float(memory[0])
     if not (math.isfinite(s) and math.isfinite(a)):
@@ -272,8 +276,7 @@ def estimate_many(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
         op: any operator but a collective.
         efficiency: the designs' declared efficiency.
         chip: their columns.
-        hbm_bytes, energy_j: the cycle model's HBM bytes and energy of ``op`` on each design
-            (ignored for a fused attention operator).
+        hbm_bytes, energy_j: the cycle model's HBM bytes and energy of ``op`` on each design.
 
     Raises:
         ValueError: as :func:`op_times`.
@@ -283,8 +286,7 @@ def estimate_many(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
         zeros = np.zeros(count)
         return ManyTimes(zeros, zeros, zeros, zeros, zeros)
     if op.kind is OpKind.ATTENTION:
-        hbm_bytes = np.full(count, _attention_hbm_bytes(op))
-        energy_j = np.full(count, _attention_energy_j(op))
+        hbm_bytes = np.full(count, attention_compulsory_bytes(op))
     single, every, memory = op_times(op, efficiency, chip, np.asarray(hbm_bytes, dtype=np.float64))
     return ManyTimes(np.maximum(single, memory), np.maximum(every, memory), memory,
                      np.asarray(hbm_bytes, dtype=np.float64), np.asarray(energy_j, dtype=np.float64))

@@ -195,8 +195,11 @@ class SystolicCostModel:
         """A chip that declares its efficiency (:mod:`archplace.cost.efficiency`); the cycle
         model still gives a matmul's or vector op's HBM bytes and energy."""
         if op.kind is OpKind.ATTENTION:
-            return efficiency.estimate(op, acc, None)
-        cycle = self._matmul(op, acc) if op.kind is OpKind.MATMUL else self._vector(op, acc)
+            cycle = _attention_estimate(attention.attention_arrays(op, acc))
+        elif op.kind is OpKind.MATMUL:
+            cycle = self._matmul(op, acc)
+        else:
+            cycle = self._vector(op, acc)
         return efficiency.estimate(op, acc, cycle)
 
     @staticmethod
@@ -269,10 +272,7 @@ class SystolicCostModel:
             return cached
         self._misses += 1
         declared = configs.efficiencies
-        if op.kind is OpKind.ATTENTION and declared and all(e is not None for e in declared):
-            zeros = np.zeros(len(configs))
-            result = ManyEstimates(zeros, zeros, zeros, zeros, zeros)
-        elif op.kind is OpKind.MATMUL:
+        if op.kind is OpKind.MATMUL:
             result = _matmul_many(op, configs)
         elif op.kind is OpKind.COLLECTIVE:
             one = self._collective(op)
