@@ -5,7 +5,7 @@ unit, and the relative throughput error (positive: predicted too fast), for the 
 with the other variant's error beside it; then mean and max |error| per variant. A run that
 cannot be evaluated (e.g. does not fit in memory) shows why and counts as a miss. Exit status 0.
 
-Run: .venv/bin/python benchmarks/validate.py [--variant flash+fused|eager+unfused] [--case NAME ...]
+Run: .venv/bin/python benchmarks/validate.py [--variant as-trained|flash+fused|eager+unfused] [--case NAME ...]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "validation"))
 
-from runs import DEFAULT_VARIANT, VARIANTS, Outcome, load_runs, predict, summary  # noqa: E402
+from runs import COMPARISON_VARIANT, DEFAULT_VARIANT, VARIANTS, Outcome, load_runs, predict, summary  # noqa: E402
 
 UNIT_LABEL = {"tflop_per_gpu": "TFLOP/s/GPU", "iteration_time_s": "s/iter", "mfu_percent": "% MFU"}
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown case(s) {', '.join(unknown)}; choose from: "
                          + ", ".join(run.case for run in runs))
         runs = tuple(run for run in runs if run.case in args.case)
-    other = next(v for v in sorted(VARIANTS) if v != args.variant)
+    other = COMPARISON_VARIANT if args.variant != COMPARISON_VARIANT else DEFAULT_VARIANT
     main_outcomes, other_outcomes = [], []
     print(f"{'case':<18} {'hardware':<10} {'plan':<28} {'published':>19} {'predicted':>9} "
           f"{args.variant:>13} {other:>13}")

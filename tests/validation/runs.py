@@ -27,12 +27,16 @@ import yaml
 DATA_FILE = Path(__file__).with_name("published_runs.yaml")
 
 VARIANTS: dict[str, dict[str, str]] = {
-    # How production trainers run (Megatron-LM, llm-foundry): FlashAttention and fused kernels.
+    # Each run's attention and kernels as it was trained (its plan's ``attention`` / ``kernels``).
+    "as-trained": {},
+    # archplace's defaults for every run: FlashAttention and fused kernels.
     "flash+fused": {"attention": "flash", "kernels": "fused"},
     # PHAZE-style graphs: HF eager attention (explicit s x s scores) and unfused element-wise ops.
     "eager+unfused": {"attention": "eager", "kernels": "unfused"},
 }
-DEFAULT_VARIANT = "flash+fused"
+DEFAULT_VARIANT = "as-trained"
+COMPARISON_VARIANT = "eager+unfused"
+"""The variant whose errors ``benchmarks/validate.py`` prints next to the default's."""
 
 UNITS = ("tflop_per_gpu", "iteration_time_s", "mfu_percent")
 
@@ -69,6 +73,8 @@ class Plan:
     sp: bool
     zero_stage: int
     dp_overlap: bool
+    attention: str = "flash"
+    kernels: str = "fused"
     grad_reduce_dtype: str | None = None
     assumptions: str | None = None
 
@@ -241,7 +247,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT,
         "schedule": plan.schedule, "chunks": plan.chunks, "sp": plan.sp,
         "dp_overlap": plan.dp_overlap,
     }
-    for name, value in VARIANTS[variant].items():
+    as_trained = {"attention": plan.attention, "kernels": plan.kernels}
+    for name, value in {**as_trained, **VARIANTS[variant]}.items():
         if name in accepted:
             kwargs[name] = value
     if "zero_stage" in accepted:
