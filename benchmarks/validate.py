@@ -5,7 +5,8 @@ unit, and the relative throughput error (positive: predicted too fast), for the 
 with the other variant's error beside it; then mean and max |error| per variant. A run that
 cannot be evaluated (e.g. does not fit in memory) shows why and counts as a miss. Exit status 0.
 
-Run: .venv/bin/python benchmarks/validate.py [--variant as-trained|flash+fused|eager+unfused] [--case NAME ...]
+Run: .venv/bin/python benchmarks/validate.py [--variant as-trained|flash+fused|eager+unfused]
+                                             [--case NAME ...]
 """
 
 from __future__ import annotations
