@@ -80,11 +80,28 @@ def test_tp1_pp2_dp2_no_recompute():
     assert d["plan"]["stages"] == [[0, 1], [2, 2]]
     assert [s["total"] for s in d["memory_per_device_bytes"]] == [54670.0, 9550.0]
     # per stage and micro-batch: stage 0 computes 9 s and sends 4.2e-5 s; stage 1 computes 1.5 s
+    # and receives the same boundary (activation in, gradient out): 4.2e-5 s too
     s0, s1 = d["stage_times_s"]
     assert (s0["segment"], s0["compute"], s0["recompute"], s0["backward"]) == (0, 9.0, 0.0, 6.0)
     assert s0["p2p"] == pytest.approx(4.2e-5, rel=REL) and s0["total"] == pytest.approx(9.000042, rel=REL)
-    assert (s1["segment"], s1["compute"], s1["p2p"], s1["total"]) == (1, 1.5, 0.0, 1.5)
+    assert (s1["segment"], s1["compute"]) == (1, 1.5)
+    assert s1["p2p"] == pytest.approx(4.2e-5, rel=REL) and s1["total"] == pytest.approx(1.500042, rel=REL)
     assert PlanResult.from_dict(d) == r
+
+
+def test_last_stage_pays_for_receiving_its_input():
+    # Two stages, the last (l1 + l2: 6 + 1.5 = 7.5 s) the bottleneck; the boundary after l0
+    # carries 1e6 B on the intra-node link (alpha 1e-6 s, beta 1e11 B/s). The last stage
+    # receives the activation and sends its gradient back: 2 (1e-6 + 1e6 / 1e11) = 2.2e-5 s
+    # per micro-batch, paid in each of the m = 2 slots and in the p - 1 = 1 bubble slot.
+    plan = Plan(tp=1, pp=2, dp=2, micro_batch=2, recompute=Recompute.NONE, stages=((0, 0), (1, 2)))
+    r = evaluate_plan(LAYERS, SETUP, plan)
+    s0, s1 = r.stage_times
+    assert s0.p2p_s == pytest.approx(2.2e-5, rel=REL) and s1.p2p_s == pytest.approx(2.2e-5, rel=REL)
+    assert s1.total_s == pytest.approx(7.500022, rel=REL)
+    assert r.breakdown_s["pp_comm"] == pytest.approx(2 * 2.2e-5, rel=REL)
+    assert r.breakdown_s["bubble"] == pytest.approx(7.500022, rel=REL)
+    check_breakdown_sums(r)
 
 
 def test_tp2_uses_inter_node_links_and_scales_mfu():
@@ -112,17 +129,18 @@ def test_tp1_pp3_dp1_full_recompute():
                 stages=((0, 0), (1, 1), (2, 2)))
     assert plan.recompute is Recompute.FULL
     r = evaluate_plan(LAYERS, SETUP, plan)
-    # m = 8. T0 = 3 + 1 + 2.2e-5, T1 = 6 + 2 + 4.2e-5, T2 = 1.5 + 0.5. Bottleneck: stage 1.
+    # m = 8. T0 = 3 + 1 + 2.2e-5 (sends l0's output), T1 = 6 + 2 + (2.2e-5 + 4.2e-5) (receives
+    # l0's, sends l1's output), T2 = 1.5 + 0.5 + 4.2e-5 (receives l1's). Bottleneck: stage 1.
     b = r.breakdown_s
     assert b["compute"] == pytest.approx(48.0, rel=REL)
     assert b["recompute"] == pytest.approx(16.0, rel=REL)
-    assert b["pp_comm"] == pytest.approx(3.36e-4, rel=REL)
-    assert b["bubble"] == pytest.approx(16.000084, rel=REL)
+    assert b["pp_comm"] == pytest.approx(8 * 6.4e-5, rel=REL)
+    assert b["bubble"] == pytest.approx(16.000128, rel=REL)
     assert b["dp_comm"] == 0.0
     assert b["optimizer"] == pytest.approx(6e-8, rel=REL)
-    assert r.iteration_time_s == pytest.approx(80.00042006, rel=REL)
+    assert r.iteration_time_s == pytest.approx(80.00064006, rel=REL)
     check_breakdown_sums(r)
-    assert r.mfu == pytest.approx(8 * 10.5e12 / (80.00042006 * 3 * 1e12), rel=REL)
+    assert r.mfu == pytest.approx(8 * 10.5e12 / (80.00064006 * 3 * 1e12), rel=REL)
     # in flight 3, 2, 1; full recompute keeps inputs plus the layer's own activations
     assert [m.activations for m in r.memory] == [3 * 10.0 + 100.0, 2 * 20.0 + 200.0,
                                                  1 * 5.0 + 50.0]
@@ -231,19 +249,20 @@ def test_interleaved_two_chunks_per_device():
     assert plan.to_dict()["stage_device"] == [0, 1, 0, 1]
     r = evaluate_plan(LAYERS4, SETUP, plan)
     # m = 8 / 2 = 4 micro-batches, v m = 8 chunk slots, K = v m + p - 1 = 9.
-    # Chunk times (p2p on the intra-node link, span 2): a 3 + 2.2e-5, b 6 + 4.2e-5 (the
-    # bottleneck), c 1.5 + 6.2e-5, d 2 (last).
+    # Chunk times (p2p on the intra-node link, span 2; every chunk pays its input and its output
+    # boundary): a 3 + 2.2e-5, b 6 + (2.2e-5 + 4.2e-5) (the bottleneck), c 1.5 + (4.2e-5 +
+    # 6.2e-5), d 2 + 6.2e-5.
     b = r.breakdown_s
     assert b["compute"] == pytest.approx(8 * (6.0 - 0.6), rel=REL)
     assert b["tp_comm"] == pytest.approx(8 * 0.6, rel=REL)
     assert b["recompute"] == 0.0
-    assert b["pp_comm"] == pytest.approx(8 * 4.2e-5, rel=REL)
-    assert b["bubble"] == pytest.approx(6.000042, rel=REL)
+    assert b["pp_comm"] == pytest.approx(8 * 6.4e-5, rel=REL)
+    assert b["bubble"] == pytest.approx(6.000064, rel=REL)
     # each chunk is charged v times: chunk d's 2 * 4000 parameters decide the tail. The DP group
     # (2 ranks at stride 2, span 3) is inter-node: 2 * 1/2 * 4 * 8000 / 1e10 + 2 * 1e-5.
     assert b["dp_comm"] == pytest.approx(2.32e-5, rel=REL)
     assert b["optimizer"] == pytest.approx(30 * 8000 / 1e12, rel=REL)
-    assert r.iteration_time_s == pytest.approx(9 * 6.000042 + 2.32e-5 + 2.4e-7, rel=REL)
+    assert r.iteration_time_s == pytest.approx(9 * 6.000064 + 2.32e-5 + 2.4e-7, rel=REL)
     check_breakdown_sums(r)
     assert r.mfu == pytest.approx(8 * 12.5e12 / (r.iteration_time_s * 4 * 1e12), rel=REL)
     # in flight (chunk-micro-batches): device 0: 2 * 1 + 1 * 2 + 1 = 5, device 1: 0 + 2 + 1 = 3

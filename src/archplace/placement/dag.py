@@ -18,7 +18,8 @@ layer of every stage but the last carrying its downset's cut bytes as ``boundary
 
 Dynamic program (:func:`dag_plan`). The stage figures that decide the iteration time and the
 fit are those of ``evaluate_plan``: the stage's time per micro-batch T (``stage_times`` of the
-linearized stage: its compute, recompute and p2p of its cut, no p2p for the last stage), its
+linearized stage: its compute, recompute and the p2p of its input cut (none for the first
+stage) and of its output cut (none for the last)), its
 memory at its position's in-flight count (``stage_memory``), and its DP + optimizer tail (the
 timing module's all-reduce, exposure and optimizer step of its parameters). They are computed
 by calling those functions on the stage's linearized layers, so they equal the figures of the
@@ -500,33 +501,45 @@ class _Figures:
     def build(self) -> None:
         st = self.structure
         full = len(st.masks) - 1
-        plans: dict[tuple[int, bool], Plan] = {}
-        cache: dict[tuple[int, float | None], tuple[float, float]] = {}
-        for to, stage in zip(st.pair_to, st.pair_stage, strict=True):
-            last = to == full
-            cut = None if last else st.cut[to]
-            key = (stage, cut)
+        source = [0] * len(st.pair_to)
+        for i, pids in enumerate(st.pairs_from):
+            for pid in pids:
+                source[pid] = i
+        plans: dict[tuple[int, bool, bool], Plan] = {}
+        cache: dict[tuple[int, float | None, float | None], tuple[float, float]] = {}
+        for pid, (to, stage) in enumerate(zip(st.pair_to, st.pair_stage, strict=True)):
+            cut_in = None if source[pid] == 0 else st.cut[source[pid]]
+            cut_out = None if to == full else st.cut[to]
+            key = (stage, cut_in, cut_out)
             figures = cache.get(key)
             layers = self.members(stage)
             if figures is None:
+                # the stage scored as the middle segment of up to three: a one-layer segment
+                # before it carries the input cut, one after it receives the output cut
                 size = len(layers)
-                plan = plans.get((size, last))
-                if plan is None:  # one stage scored as the last, or as the first of two
-                    plan = Plan(tp=self.tp, pp=1 if last else 2, dp=1, micro_batch=self.micro_batch,
-                                recompute=self.recompute,
-                                stages=((0, size - 1),) if last else ((0, size - 1), (size, size)),
-                                **self.options)
-                    plans[(size, last)] = plan
-                if cut is not None:
-                    layers[-1] = replace(layers[-1], boundary_bytes=cut)
-                    layers.append(layers[-1])
-                time = stage_times(layers, plan, self.setup.cluster)[0]
+                first = cut_in is not None
+                last = cut_out is None
+                plan = plans.get((size, first, last))
+                if plan is None:
+                    ranges = ([(0, 0)] if first else []) + [(int(first), int(first) + size - 1)]
+                    if not last:
+                        ranges.append((int(first) + size, int(first) + size))
+                    plan = Plan(tp=self.tp, pp=len(ranges), dp=1, micro_batch=self.micro_batch,
+                                recompute=self.recompute, stages=tuple(ranges), **self.options)
+                    plans[(size, first, last)] = plan
+                chain = list(layers)
+                if cut_out is not None:
+                    chain[-1] = replace(chain[-1], boundary_bytes=cut_out)
+                    chain.append(chain[-1])
+                if cut_in is not None:
+                    chain.insert(0, replace(chain[0], boundary_bytes=cut_in))
+                time = stage_times(chain, plan, self.setup.cluster)[int(first)]
                 figures = (time.total_s, time.backward_s)
                 cache[key] = figures
             self.time.append(figures[0])
             self.backward.append(figures[1])
             params = 0
-            for layer in self.members(stage):
+            for layer in layers:
                 params += layer.params
             self.params.append(params)
 

@@ -7,9 +7,19 @@ interleaved); segment c runs on pipeline device c % pp. Per micro-batch, segment
 
 with compute = sum(fwd_s + bwd_s) of its layers (TP collectives included), recompute = sum(fwd_s)
 under full recomputation, sum(selective_recompute_s) under selective recomputation, else 0, and
-p2p = 2 (alpha + boundary_bytes / beta) for the activation sent onwards and its gradient
-received back (0 for the last segment; links in :mod:`archplace.placement.timing`; with tp > 1
-and no sequence parallelism the scatter/gather of Narayanan et al. 2021, section 4.1, applies).
+p2p_c = p2p_in + p2p_out: every boundary the segment touches, in both directions. A boundary
+carrying b bytes (``boundary_bytes`` of the layer before it) costs 2 (alpha + b / beta) per
+micro-batch to each of its two segments: the sender sends the activation forward and receives
+its gradient back, the receiver receives the activation and sends the gradient back. Both
+sides pay it because Megatron-LM's 1F1B schedule exchanges them with blocking, batched
+point-to-point operations (``send_forward_recv_backward`` / ``send_backward_recv_forward`` in
+``megatron/core/pipeline_parallel/schedules.py``: a stage cannot start its next forward before
+its activation has arrived, nor its backward before the gradient has; Narayanan et al. 2021,
+sections 2.2 and 4.1), in warm-up and cool-down as in the steady state, and at every chunk
+boundary of the interleaved schedule. So the first segment pays its output boundary, the last
+its input boundary (the LM head waits for its input too), the others both; p2p_c > 0 for every
+segment when pp > 1 (links in :mod:`archplace.placement.timing`; with tp > 1 and no sequence
+parallelism the scatter/gather of Narayanan et al. 2021, section 4.1, applies).
 
 Iteration time (every stage advances at the pace of the slowest segment, T = max_c T_c)::
 
@@ -125,9 +135,14 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster) -> tu
             recompute = sequential_sum(layer.selective_recompute_s for layer in stage)
         else:
             recompute = 0.0
-        p2p = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes, pp=plan.pp,
-                                   segment=c, chunks=plan.chunks, scatter_gather=not plan.sp)
-               if c < n_segments - 1 else 0.0)
+        p2p_in = (pipeline_p2p_time_s(cluster, plan.tp, layers[first - 1].boundary_bytes,
+                                      pp=plan.pp, segment=c - 1, chunks=plan.chunks,
+                                      scatter_gather=not plan.sp)
+                  if c > 0 else 0.0)
+        p2p_out = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes, pp=plan.pp,
+                                       segment=c, chunks=plan.chunks, scatter_gather=not plan.sp)
+                   if c < n_segments - 1 else 0.0)
+        p2p = p2p_in + p2p_out
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
                                tp_comm_s=tp_comm, backward_s=bwd + recompute))
     return tuple(times)

@@ -374,7 +374,9 @@ class StageTime:
     Attributes:
         compute_s: sum of the forward and backward times of its layers (TP collectives included).
         recompute_s: recomputation in the backward pass (see :mod:`archplace.placement.pipeline`).
-        p2p_s: activation send + gradient receive at its output boundary (0 for the last one).
+        p2p_s: point-to-point time of its boundaries: activation receive + gradient send at
+            its input boundary (none for the first segment) plus activation send + gradient
+            receive at its output boundary (none for the last).
         tp_comm_s: the part of ``compute_s`` spent in TP collectives.
         backward_s: sum of the backward times of its layers + ``recompute_s``.
     """

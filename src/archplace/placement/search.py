@@ -421,7 +421,7 @@ class Search:
         (tau, y) points with increasing tau; enumeration stops early when ``stop(tau)``."""
         n, s = tab.n, p * v
         capacity = tab.capacity(shards, v)
-        times = [tab.segment_time(link) for link in tab.position_links(p, v)]
+        times = tab.position_times(p, v)
         points: list[tuple[float, float]] = []
         y_cap = np.inf
         while True:
@@ -451,7 +451,7 @@ class Search:
         capacity = tab.capacity(found.d if variant.zero else 1, v)
         second = (tab.tail(pp=found.p, dp=found.d, chunks=v, zero=variant.zero, overlap=True)
                   if variant.overlap else tab.params)
-        times = [tab.segment_time(link) for link in tab.position_links(found.p, v)]
+        times = tab.position_times(found.p, v)
         tau, y = point
 
         def block(c: int, rows: slice, cols: slice) -> FloatArray:

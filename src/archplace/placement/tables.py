@@ -149,7 +149,8 @@ class SegmentTables:
                                   if recompute is Recompute.FULL else np.zeros((n, n)))
         self.working: FloatArray = seg_max(column([layer.working_bytes for layer in layers]))
         self.reserve = chain_reserve_bytes(layers, recompute)
-        self._mid: dict[tuple[float, float], FloatArray] = {}
+        self._mid: dict[tuple[tuple[float, float] | None, tuple[float, float] | None],
+                        FloatArray] = {}
         self._state: dict[int, FloatArray] = {}
         self._kmax: dict[tuple[int, int], IntArray] = {}
         self._t_bound: FloatArray | None = None
@@ -169,16 +170,28 @@ class SegmentTables:
 
     # ---------------------------------------------------------------- time
 
-    def segment_time(self, link: tuple[float, float] | None) -> FloatArray:
-        """Time per micro-batch of every segment: ``base`` for the last segment (link None),
-        else base + 2 (alpha + boundary / beta) of its last layer on ``link``."""
-        if link is None:
+    def segment_time(self, link_in: tuple[float, float] | None,
+                     link_out: tuple[float, float] | None) -> FloatArray:
+        """Time per micro-batch of every segment [i, e]: base + (p2p_in + p2p_out), where
+        p2p_in = 2 (alpha + boundary[i - 1] / beta) on ``link_in`` (0 for the first segment,
+        link_in None) and p2p_out = 2 (alpha + boundary[e] / beta) on ``link_out`` (0 for the
+        last segment, link_out None), as ``pipeline.stage_times`` adds them."""
+        key = (link_in, link_out)
+        if link_in is None and link_out is None:
             return self.base
-        table = self._mid.get(link)
+        table = self._mid.get(key)
         if table is None:
-            alpha, beta = link
-            table = self.base + (2.0 * (alpha + self.boundary / beta))[None, :]
-            self._mid[link] = table
+            n = self.n
+            p2p_in = np.zeros(n)
+            if link_in is not None:
+                alpha, beta = link_in
+                p2p_in[1:] = 2.0 * (alpha + self.boundary[:-1] / beta)
+            p2p_out = np.zeros(n)
+            if link_out is not None:
+                alpha, beta = link_out
+                p2p_out = 2.0 * (alpha + self.boundary / beta)
+            table = self.base + (p2p_in[:, None] + p2p_out[None, :])
+            self._mid[key] = table
         return table
 
     def position_links(self, pp: int, chunks: int) -> list[tuple[float, float] | None]:
@@ -190,6 +203,13 @@ class SegmentTables:
         s = pp * chunks
         return [None if c == s - 1 else wrap if chunks > 1 and c % pp == pp - 1 else neighbour
                 for c in range(s)]
+
+    def position_times(self, pp: int, chunks: int) -> list[FloatArray]:
+        """Time table of every segment position c of a pp * chunks split: its input boundary's
+        link is the one after position c - 1, its output boundary's the one after c."""
+        links = self.position_links(pp, chunks)
+        return [self.segment_time(links[c - 1] if c > 0 else None, links[c])
+                for c in range(len(links))]
 
     def time_bound(self) -> FloatArray:
         """out[s]: a lower bound on the bottleneck segment time of any split into s segments
