@@ -22,6 +22,7 @@ from archplace.placement.memory import (
 )
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
 from archplace.placement.plan import (
+    GradReduceDtype,
     LayerCost,
     Optimizer,
     PipelineSchedule,
@@ -49,18 +50,18 @@ def peak_need(layers, setup, plan) -> float:
     if plan.schedule is not PipelineSchedule.INTERLEAVED:
         return max(m.total for m in plan_memory(layers, setup, plan))
     m = micro_batches(setup, plan)
-    reserve = chain_reserve_bytes(layers, plan.recompute)
+    reserve = chain_reserve_bytes(layers, plan.recompute, plan.zero_stage, setup.grad_bytes)
     return max(interleaved_chunk_charge_bytes(
         layers[a:b + 1], chunks=plan.chunks, recompute=plan.recompute, reserve=reserve,
         in_flight_chunks=interleaved_in_flight_chunks(c % plan.pp, plan.pp, m, plan.chunks),
-        optimizer=setup.optimizer, zero_shards=plan.dp if plan.zero else 1)
+        optimizer=setup.optimizer, zero_stage=plan.zero_stage, dp=plan.dp, grad_bytes=setup.grad_bytes)
         for c, (a, b) in enumerate(plan.stages))
 
 
 def rank_key(plan):
     """The documented tie-break after the iteration time."""
     return (plan.devices, plan.pp, plan.tp, plan.chunks, plan.micro_batch,
-            RECOMPUTES.index(plan.recompute), SCHEDULE_RANK[plan.schedule], plan.sp, plan.zero,
+            RECOMPUTES.index(plan.recompute), SCHEDULE_RANK[plan.schedule], plan.sp, plan.zero_stage,
             plan.dp_overlap, plan.stages)
 
 
@@ -83,7 +84,7 @@ def better_split(time_s, stages, best_s, best_stages) -> bool:
     return time_s < best_s
 
 
-def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(False,),
+def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                 overlaps=(False,)) -> Brute:
     devices = setup.cluster.devices
     best_per_config = []
@@ -105,7 +106,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(Fals
                                     for stages in compositions(n, p * v):
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
-                                                    sp=sp, zero=z, dp_overlap=o)
+                                                    sp=sp, zero_stage=z, dp_overlap=o)
                                         try:
                                             micro_batches(setup, plan)
                                         except ConfigError:
@@ -194,4 +195,5 @@ def setups(draw, layers, max_devices: int = 16):
         seq_len=128, hbm_bytes=max((state + act) * scale, 1.0),
         hbm_bandwidth_bytes_per_s=draw(st.sampled_from([1e6, 1e8, 1e11])), peak_flop_per_s=1e12,
         optimizer=draw(st.sampled_from(list(Optimizer))),
-        dp_must_divide_batch=draw(st.booleans()))
+        dp_must_divide_batch=draw(st.booleans()),
+        grad_reduce_dtype=draw(st.sampled_from(list(GradReduceDtype))))

@@ -50,7 +50,8 @@ def test_plan_json_and_evaluate_of_its_plan_agree(model: str, fuse: list[str],
              "--micro-batch", str(plan["micro_batch"]), "--recompute", plan["recompute"],
              "--schedule", plan["schedule"], "--chunks", str(plan["chunks"]),
              "--stages", ",".join(f"{a}-{b}" for a, b in plan["stages"])]
-    flags += [flag for flag, on in (("--sp", plan["sp"]), ("--zero", plan["zero"]),
+    flags += ["--zero-stage", str(plan["zero_stage"])]
+    flags += [flag for flag, on in (("--sp", plan["sp"]),
                                     ("--dp-overlap", plan["dp_overlap"])) if on]
     code, out, _ = run(["evaluate", *common(model), *flags, "--json", *fuse], capsys)
     assert code == 0

@@ -8,8 +8,12 @@ fp32 gradient accumulation buffer, fp32 optimizer state):
   6 + 12/d distributed") and of ZeRO (Rajbhandari et al., SC 2020, section 3.1: K = 12
   optimizer bytes per parameter for mixed-precision Adam);
 * SGD with momentum: 2 + 4 + 8 (fp32 master weights and momentum) = 14 B;
-* ZeRO-1 (ZeRO stage 1, P_os; Megatron-LM's distributed optimizer) keeps 1/d of the optimizer
-  state on each of the d data-parallel replicas: 6 + 12/d B for Adam, 6 + 8/d B for SGD.
+* the gradient buffer takes the gradient-reduction dtype's bytes (4 fp32 by default, 2 bf16;
+  :class:`~archplace.placement.plan.GradReduceDtype`);
+* ZeRO stages 1-3 divide the optimizer state, then the gradients, then the weights over the d
+  data-parallel replicas, and stage 3 adds its window of gathered parameters
+  (:mod:`archplace.placement.zero`): 6 + 12/d B for Adam with ZeRO-1, 2 + 16/d with ZeRO-2,
+  18/d (+ the window) with ZeRO-3.
 
 Activations kept for the backward pass, per micro-batch, follow the layer costs (Korthikanti et
 al. 2022, section 4: ``activation_bytes`` without recomputation, ``selective_activation_bytes``
@@ -46,12 +50,11 @@ from types import MappingProxyType
 
 from archplace.errors import ConfigError
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute, StageMemory
-
-WEIGHT_BYTES_PER_PARAM = 2
-"""bf16 copy of the weights used by forward and backward."""
+from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, gathered_bytes, shard_divisors
 
 GRADIENT_BYTES_PER_PARAM = 4
-"""fp32 gradient accumulation buffer (Megatron-LM accumulates and reduces gradients in fp32)."""
+"""fp32 gradient accumulation buffer, the default (Megatron-LM accumulates and reduces
+gradients in fp32 with bf16 training; see ``GradReduceDtype``)."""
 
 OPTIMIZER_STATE_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
     Optimizer.ADAM: 12,  # fp32 master weights + Adam m + Adam v
@@ -80,13 +83,16 @@ def sequential_sum(values: Iterable[float]) -> float:
     return total
 
 
-def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM,
-                      zero_shards: int = 1) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device, the
-    optimizer state divided over ``zero_shards`` ZeRO-1 replicas (1: no sharding)."""
+def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM, *, zero_stage: int = 0,
+                      dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM
+                      ) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device:
+    2 B, ``grad_bytes`` and the optimizer's bytes per parameter, each divided over the ``dp``
+    replicas as ``zero_stage`` shards it (:func:`archplace.placement.zero.shard_divisors`)."""
     p = float(params)
-    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / zero_shards
-    return WEIGHT_BYTES_PER_PARAM * p, GRADIENT_BYTES_PER_PARAM * p, optimizer_bytes
+    sw, sg, so = shard_divisors(zero_stage, dp)
+    return (WEIGHT_BYTES_PER_PARAM * p / sw, grad_bytes * p / sg,
+            OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / so)
 
 
 def in_flight_micro_batches(stage: int, pp: int, micro_batches: int,
@@ -147,7 +153,8 @@ def _activation_parts(layers: Sequence[LayerCost], recompute: Recompute) -> tupl
 
 def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
                  recompute: Recompute, optimizer: Optimizer = Optimizer.ADAM,
-                 zero_shards: int = 1) -> StageMemory:
+                 zero_stage: int = 0, dp: int = 1,
+                 grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> StageMemory:
     """Memory of one device of a pipeline stage, in bytes.
 
     Args:
@@ -156,30 +163,33 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         in_flight: micro-batches in flight (see :func:`in_flight_micro_batches`).
         recompute: activation recomputation policy.
         optimizer: optimizer whose state is kept.
-        zero_shards: ZeRO-1 replicas the optimizer state is divided over (1: none).
+        zero_stage, dp: ZeRO stage and the data-parallel replicas it shards over.
+        grad_bytes: bytes per gradient element (4 fp32, 2 bf16).
 
     Returns:
-        weights = 2 B x params, gradients = 4 B x params, optimizer = 12 B (Adam) or 8 B (SGD)
-        x params / zero_shards; activations = in_flight x sum(saved bytes) (+ the largest
-        ``activation_bytes`` of the stage under full recomputation); working =
-        max(working_bytes).
+        weights = 2 B x params, gradients = grad_bytes x params, optimizer = 12 B (Adam) or
+        8 B (SGD) x params, each divided as the ZeRO stage shards it; activations = in_flight x
+        sum(saved bytes) (+ the largest ``activation_bytes`` of the stage under full
+        recomputation); working = max(working_bytes); gathered = ZeRO-3's window.
 
     Raises:
-        ConfigError: no layers, ``in_flight < 1`` or ``zero_shards < 1``.
+        ConfigError: no layers, ``in_flight < 1`` or ``dp < 1``.
     """
     if not layers:
         raise ConfigError(f"stage {stage} has no layers")
-    if in_flight < 1 or zero_shards < 1:
-        raise ConfigError(f"in_flight and zero_shards must be >= 1, got {in_flight}, {zero_shards}")
+    if in_flight < 1 or dp < 1:
+        raise ConfigError(f"in_flight and dp must be >= 1, got {in_flight}, {dp}")
     # one chunk: in_flight / 1 * saved is exactly in_flight * saved
     return interleaved_device_memory([layers], device=stage, in_flight_chunks=in_flight,
-                                     recompute=recompute, optimizer=optimizer, zero_shards=zero_shards)
+                                     recompute=recompute, optimizer=optimizer,
+                                     zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
 
 
 def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, device: int,
                               in_flight_chunks: int, recompute: Recompute,
-                              optimizer: Optimizer = Optimizer.ADAM,
-                              zero_shards: int = 1) -> StageMemory:
+                              optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0,
+                              dp: int = 1,
+                              grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> StageMemory:
     """Memory of one pipeline device holding v = ``len(chunk_layers)`` model chunks, in bytes.
 
     Model state of all its layers; activations = in_flight_chunks / v x the saved bytes of all
@@ -192,42 +202,48 @@ def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, de
     """
     if not chunk_layers or any(not chunk for chunk in chunk_layers):
         raise ConfigError(f"device {device} has an empty model chunk")
-    if in_flight_chunks < 1 or zero_shards < 1:
-        raise ConfigError(f"in_flight_chunks and zero_shards must be >= 1, got "
-                          f"{in_flight_chunks}, {zero_shards}")
+    if in_flight_chunks < 1 or dp < 1:
+        raise ConfigError(f"in_flight_chunks and dp must be >= 1, got {in_flight_chunks}, {dp}")
     layers = [layer for chunk in chunk_layers for layer in chunk]
     params = 0
     for layer in layers:
         params += layer.params
-    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
+    weights, gradients, optimizer_bytes = model_state_bytes(
+        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
     saved, extra = _activation_parts(layers, recompute)
+    window = float(gathered_bytes(zero_stage, max(layer.params for layer in layers), grad_bytes))
     return StageMemory(stage=device, weights=weights, gradients=gradients,
                        optimizer=optimizer_bytes,
                        activations=in_flight_chunks / len(chunk_layers) * saved + extra,
-                       working=max(layer.working_bytes for layer in layers))
+                       working=max(layer.working_bytes for layer in layers), gathered=window)
 
 
-def chain_reserve_bytes(chain: Sequence[LayerCost], recompute: Recompute) -> tuple[float, float]:
-    """(extra, working) every interleaved chunk is charged: the chain's largest
-    ``activation_bytes`` under full recomputation (else 0) and its largest working set."""
+def chain_reserve_bytes(chain: Sequence[LayerCost], recompute: Recompute, zero_stage: int = 0,
+                        grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> tuple[float, float, float]:
+    """(extra, working, gathered) every interleaved chunk is charged: the chain's largest
+    ``activation_bytes`` under full recomputation (else 0), its largest working set and the
+    ZeRO-3 window of its largest layer (else 0)."""
     extra = max(layer.activation_bytes for layer in chain) if recompute is Recompute.FULL else 0.0
-    return extra, max(layer.working_bytes for layer in chain)
+    window = float(gathered_bytes(zero_stage, max(layer.params for layer in chain), grad_bytes))
+    return extra, max(layer.working_bytes for layer in chain), window
 
 
 def interleaved_chunk_charge_bytes(layers: Sequence[LayerCost], *, chunks: int,
                                    in_flight_chunks: int, recompute: Recompute,
-                                   reserve: tuple[float, float],
-                                   optimizer: Optimizer = Optimizer.ADAM,
-                                   zero_shards: int = 1) -> float:
+                                   reserve: tuple[float, float, float],
+                                   optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0,
+                                   dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> float:
     """Bytes an interleaved device would need if all its ``chunks`` (v) chunks were like this one:
-    ((v x model state + in_flight_chunks x saved bytes) + extra) + working, with (extra, working)
-    from :func:`chain_reserve_bytes`. An interleaved plan fits when this is within HBM for
-    every chunk; it bounds the device's true need from above (equal for equal chunks)."""
+    (((v x model state + in_flight_chunks x saved bytes) + extra) + working) + gathered, with
+    (extra, working, gathered) from :func:`chain_reserve_bytes`. An interleaved plan fits when
+    this is within HBM for every chunk; it bounds the device's true need from above (equal for
+    equal chunks)."""
     params = 0
     for layer in layers:
         params += layer.params
-    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
+    weights, gradients, optimizer_bytes = model_state_bytes(
+        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
     state = (weights + gradients) + optimizer_bytes
     saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
-    extra, working = reserve
-    return ((chunks * state + in_flight_chunks * saved) + extra) + working
+    extra, working, window = reserve
+    return (((chunks * state + in_flight_chunks * saved) + extra) + working) + window

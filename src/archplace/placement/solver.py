@@ -1,5 +1,5 @@
 """Exact choice of the parallel plan: TP width, pipeline depth and schedule, DP degree,
-micro-batch, recomputation, sequence parallelism, ZeRO-1, DP overlap and the stage split.
+micro-batch, recomputation, sequence parallelism, ZeRO stage, DP overlap and the stage split.
 
 :func:`plan_search` returns the k fastest distinct plan configurations (each with its best
 stage split) under the time and memory model of :mod:`archplace.placement.pipeline`, and
@@ -13,7 +13,7 @@ same floating-point operations as ``evaluate_plan``, and the returned results ar
 
 Ties (iteration times compared exactly) go to fewer devices, then fewer pipeline stages, then
 the smaller TP width, fewer chunks, the smaller micro-batch, less recomputation (none,
-selective, full), the schedule (1F1B, interleaved, GPipe), SP off, ZeRO off, overlap off, and
+selective, full), the schedule (1F1B, interleaved, GPipe), SP off, the lower ZeRO stage, overlap off, and
 finally the lexicographically smallest stages.
 
 Layer chains: the states of the DP are the chain's prefixes (suffixes). Models whose layers form
@@ -41,6 +41,7 @@ from archplace.placement.plan import (
     PlanResult,
     Recompute,
     TrainingSetup,
+    check_zero_stage,
 )
 from archplace.placement.search import Family, Search, Variant, in_flight_per_position
 from archplace.placement.tables import FloatArray, SegmentTables
@@ -75,7 +76,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                 recomputes: Iterable[Recompute | str] = tuple(Recompute),
                 schedules: Iterable[PipelineSchedule | str] = tuple(PipelineSchedule),
                 chunks: Iterable[int] = (2, 4),
-                zero: Iterable[bool] = (False, True),
+                zero_stages: Iterable[int] = (0, 1),
                 dp_overlap: Iterable[bool] = (False, True),
                 top_k: int = 1) -> list[PlanResult]:
     """The ``top_k`` fastest distinct plan configurations, fastest first.
@@ -85,7 +86,8 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
         recomputes, schedules: policies to consider.
         chunks: model chunks per device (v >= 2) tried with the interleaved schedule.
-        zero, dp_overlap: ZeRO-1 and DP-overlap settings to consider.
+        zero_stages: ZeRO stages (0..3) to consider.
+        dp_overlap: DP-overlap settings to consider.
         top_k: how many configurations to return (each with its best stage split).
 
     Returns:
@@ -107,7 +109,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
             raise ConfigError(f"interleaved chunks must be integers >= 2, got {v!r}")
     if PipelineSchedule.INTERLEAVED in schedule_list and not chunk_list:
         raise ConfigError("the interleaved schedule needs at least one chunk count")
-    zero_list = _bools(zero, "zero")
+    zero_list = tuple(dict.fromkeys(check_zero_stage(z, "plan_search") for z in zero_stages))
+    if not zero_list:
+        raise ConfigError("at least one ZeRO stage is needed")
     overlap_list = _bools(dp_overlap, "dp_overlap")
     if not costs:
         raise ConfigError("plan_search needs the layer costs of at least one (tp, micro_batch, sp)")
@@ -161,7 +165,7 @@ def check_tp_and_micro_batch(setup: TrainingSetup, tp: int, micro_batch: int) ->
 def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_batch: int,
                  recompute: Recompute | str, tp: int = 1,
                  schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
-                 chunks: int = 1, zero: bool = False, dp_overlap: bool = False,
+                 chunks: int = 1, zero_stage: int = 0, dp_overlap: bool = False,
                  sp: bool = False) -> PlanResult:
     """The fastest plan for fixed TP width, micro-batch, recompute policy, schedule (and chunks),
     ZeRO-1, DP overlap and SP: over every pipeline depth p, DP degree d (tp p d <= devices, the
@@ -193,7 +197,7 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
     check_tp_and_micro_batch(setup, tp, micro_batch)
     return plan_search({(tp, micro_batch, bool(sp)): layers}, setup, recomputes=(policy,),
                        schedules=(kind,), chunks=(chunks,) if interleaved else (),
-                       zero=(bool(zero),), dp_overlap=(bool(dp_overlap),), top_k=1)[0]
+                       zero_stages=(zero_stage,), dp_overlap=(bool(dp_overlap),), top_k=1)[0]
 
 
 def _raise_closest(search: Search, families: Sequence[Family], variants: Sequence[Variant],
@@ -211,7 +215,7 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
               if fam.recompute is frugal_rc and fam.micro_batch == smallest_b[(fam.tp, fam.sp)]]
     schedule = min({variant.schedule for variant in variants}, key=SCHEDULE_ORDER.index)
     frugal = max((item for item in variants if item.schedule is schedule),
-                 key=lambda item: (item.zero, item.chunks, not item.overlap))
+                 key=lambda item: (item.zero_stage, item.chunks, not item.overlap))
     best = _closest(search, families, [(f, frugal) for f in chosen])
     if best is None:
         best = _closest(search, families, [(f, variant) for f in range(len(families))
@@ -232,7 +236,7 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
     label = (f"tp={fam.tp}, micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
              f"schedule={variant.schedule.value}"
              + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
-             + (", zero" if variant.zero and d > 1 else "") + (", sp" if fam.sp else ""))
+             + (f", zero_stage={variant.zero_stage}" if d > 1 else "") + (", sp" if fam.sp else ""))
     raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM: best candidate "
                           f"pp={p} dp={d} needs {format_bytes(peak)} {where} ({label})")
 
@@ -254,9 +258,9 @@ def _closest(search: Search, families: Sequence[Family],
         fam = families[f]
         tab = search.tables_of(f)
         p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
-        loose = tab.loose_memory_bound()
+        loose = tab.loose_memory_bound(search.max_zero_stage)
         n = tab.n
-        mean_state = float(tab.state(1)[0, n - 1]) / n
+        mean_state = float(tab.state(variant.zero_stage, 1)[0, n - 1]) / n
         mean_saved = float(tab.saved[0, n - 1]) / n
         for p in np.unique(p_all).tolist():  # the largest d of every p
             row = int(np.flatnonzero(p_all == p)[-1])
@@ -319,16 +323,17 @@ def _memory_blocks(tab: SegmentTables, variant: Variant, p: int, d: int, m: int,
     """The DP block function of a candidate's per-device memory need, in bytes (full tables per
     in-flight count kept in ``cache``, a table cache and the family's index, when given)."""
     in_flight = in_flight_per_position(variant.schedule, p, m, variant.chunks)
-    shards = d if variant.zero else 1
+    zs = variant.zero_stage
+    shards = d if zs else 1
     if cache is None:
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
-            return tab.memory(in_flight[c], shards, variant.chunks, rows, cols)
+            return tab.memory(in_flight[c], zs, shards, variant.chunks, rows, cols)
         return block
 
     tables, family = cache
 
     def cached(c: int, rows: slice, cols: slice) -> FloatArray:
-        key = (in_flight[c], shards, variant.chunks)
+        key = (in_flight[c], zs, shards, variant.chunks)
         table: FloatArray = tables.get((family, *key), lambda: tab.memory(*key))
         return table[rows, cols]
     return cached
