@@ -15,11 +15,6 @@ from hypothesis import strategies as st
 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
-from archplace.placement.memory import (
-    chain_reserve_bytes,
-    interleaved_chunk_charge_bytes,
-    interleaved_in_flight_chunks,
-)
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
 from archplace.placement.plan import (
     GradReduceDtype,
@@ -45,17 +40,19 @@ def compositions(n: int, parts: int):
 
 
 def peak_need(layers, setup, plan) -> float:
-    """The number ``evaluate_plan`` compares with HBM: the largest stage total, or interleaved the
-    largest chunk charge."""
-    if plan.schedule is not PipelineSchedule.INTERLEAVED:
-        return max(m.total for m in plan_memory(layers, setup, plan))
-    m = micro_batches(setup, plan)
-    reserve = chain_reserve_bytes(layers, plan.recompute, plan.zero_stage, setup.grad_bytes)
-    return max(interleaved_chunk_charge_bytes(
-        layers[a:b + 1], chunks=plan.chunks, recompute=plan.recompute, reserve=reserve,
-        in_flight_chunks=interleaved_in_flight_chunks(c % plan.pp, plan.pp, m, plan.chunks),
-        optimizer=setup.optimizer, zero_stage=plan.zero_stage, dp=plan.dp, grad_bytes=setup.grad_bytes)
-        for c, (a, b) in enumerate(plan.stages))
+    """The number ``evaluate_plan`` compares with HBM: the largest device total."""
+    return max(m.total for m in plan_memory(layers, setup, plan))
+
+
+def block_uniform(n, parts):
+    """The interleaved splits the solver plans with: equal chunks, or (n - 2) layers divided
+    evenly with layer 0 added to the first chunk and layer n - 1 to the last."""
+    out = []
+    for stages in compositions(n, parts):
+        sizes = [b - a + 1 for a, b in stages]
+        if len(set(sizes)) == 1 or parts >= 2 and len(set(sizes[1:-1] + [sizes[0] - 1, sizes[-1] - 1])) == 1:
+            out.append(stages)
+    return out
 
 
 def rank_key(plan):
@@ -103,7 +100,9 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                             for z in zeros:
                                 for o in overlaps:
                                     best = None
-                                    for stages in compositions(n, p * v):
+                                    splits = (block_uniform(n, p * v) if v > 1
+                                              else compositions(n, p * v))
+                                    for stages in splits:
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
                                                     sp=sp, zero_stage=z, dp_overlap=o)

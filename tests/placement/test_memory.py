@@ -12,6 +12,7 @@ from archplace.hardware.cluster import Cluster
 from archplace.placement.memory import (
     MODEL_STATE_BYTES_PER_PARAM,
     in_flight_micro_batches,
+    interleaved_chunk_counts,
     interleaved_device_memory,
     interleaved_in_flight_chunks,
     model_state_bytes,
@@ -145,12 +146,29 @@ def test_activations_without_and_with_recompute():
     assert full.to_dict()["total"] == full.total
 
 
+def test_interleaved_chunk_counts_follow_megatrons_order():
+    # pp = 2, v = 2, m = 4 (8 chunk forward passes). Device 0 warms up with W = 2 + 2 = 4
+    # forward passes (chunk 0 twice, chunk 1 twice); the steady state runs forward 5, 6, 7, 8
+    # (chunks 0, 0, 1, 1), each followed by a backward pass, which runs chunk 1 first:
+    # after forward 5: (3, 2); backward (chunk 1) then forward 6: (4, 1); then (4, 1); (3, 2).
+    assert interleaved_chunk_counts(0, 2, 4, 2) == [(3, 2), (4, 1), (4, 1), (3, 2)]
+    # device 1: W = 2 (chunk 0 twice), then forward 3 (chunk 1): (2, 1), ...
+    assert interleaved_chunk_counts(1, 2, 4, 2) == [(2, 1), (2, 1), (3, 0), (3, 0)]
+    for device in range(4):
+        for snapshot in interleaved_chunk_counts(device, 4, 8, 3):
+            assert sum(snapshot) == interleaved_in_flight_chunks(device, 4, 8, 3)
+
+
 def test_interleaved_device_memory_sums_its_chunks():
+    # device 0 of pp = 2 with two chunks of 10 and 30 parameters saving 100 and 300 B per
+    # micro-batch, m = 4: the peak of 3 * 100 + 2 * 300 = 900 B (snapshots above), not v copies
+    # of the heavier chunk (2 * 5/2 * 300) nor the average (5/2 * 400)
     chunks = [[layer("a", 10, 100.0, 1.0, 5.0)], [layer("c", 30, 300.0, 3.0, 7.0)]]
-    mem = interleaved_device_memory(chunks, device=0, in_flight_chunks=5,
+    mem = interleaved_device_memory(chunks, device=0, pp=2, micro_batches=4,
                                     recompute=Recompute.NONE, zero_stage=1, dp=2)
     assert (mem.weights, mem.gradients, mem.optimizer) == (80.0, 160.0, 240.0)
-    assert mem.activations == 5 / 2 * 400.0 and mem.working == 7.0
+    assert mem.activations == 900.0 and mem.working == 7.0
+    assert mem.total == 80.0 + 160.0 + 240.0 + 900.0 + 7.0
 
 
 def test_stage_memory_rejects_empty_stage_and_zero_in_flight():

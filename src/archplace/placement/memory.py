@@ -29,14 +29,12 @@ times the micro-batches in flight on the device:
   runs every forward pass first when m = p; that special case is not modelled, so that memory
   never grows with the DP degree, which the solver relies on). On the first device that is
   v p + p - 1 chunks of 1/v of a stage each, i.e. p (1 + (p - 1)/(p v)) stage-micro-batches:
-  Korthikanti et al.'s interleaving factor.
+  Korthikanti et al.'s interleaving factor. Which chunks those are follows the schedule's
+  order (:func:`interleaved_chunk_counts`), so the device's activations are the peak over the
+  schedule of the sum over its own chunks of (chunk-micro-batches of the chunk in flight) x
+  (the chunk's saved bytes): exact for unequal chunks too, not v copies of the heaviest.
 
 Plus the working set of one layer (the largest of the stage).
-
-Interleaved plans are budgeted per chunk (see :func:`interleaved_chunk_charge_bytes`): a device
-fits when each of its chunks, counted as if all v chunks of the device were like it, fits. That
-is exact for equal chunks (which Megatron-LM requires) and an upper bound otherwise; it keeps the
-placement DP exact, because the exact per-device sum couples non-adjacent chunks.
 
 Sums over the layers of a stage are taken strictly left to right from the stage's first layer
 (see :func:`sequential_sum`): the solver computes the same sums with ``numpy.cumsum`` and the
@@ -144,13 +142,6 @@ def interleaved_in_flight_chunks(device: int, pp: int, micro_batches: int, chunk
     return min(2 * (pp - device - 1) + (chunks - 1) * pp + 1, micro_batches * chunks)
 
 
-def _activation_parts(layers: Sequence[LayerCost], recompute: Recompute) -> tuple[float, float]:
-    """(saved bytes per micro-batch summed left to right, re-materialised extra bytes)."""
-    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
-    extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
-    return saved, extra
-
-
 def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
                  recompute: Recompute, optimizer: Optimizer = Optimizer.ADAM,
                  zero_stage: int = 0, dp: int = 1,
@@ -179,71 +170,89 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         raise ConfigError(f"stage {stage} has no layers")
     if in_flight < 1 or dp < 1:
         raise ConfigError(f"in_flight and dp must be >= 1, got {in_flight}, {dp}")
-    # one chunk: in_flight / 1 * saved is exactly in_flight * saved
-    return interleaved_device_memory([layers], device=stage, in_flight_chunks=in_flight,
-                                     recompute=recompute, optimizer=optimizer,
-                                     zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
+    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
+    return _device_memory(layers, device=stage, held=in_flight * saved, recompute=recompute,
+                          optimizer=optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
+
+
+def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
+                             chunks: int) -> list[tuple[int, ...]]:
+    """Chunk-micro-batches of each of its ``chunks`` (v) model chunks that pipeline device
+    ``device`` holds right after each forward pass that can be its peak: the last warm-up one
+    and every steady-state one (after those, backward passes only free memory).
+
+    Megatron-LM's interleaved schedule (``megatron/core/pipeline_parallel/schedules.py``,
+    ``get_model_chunk_id``; Narayanan et al. 2021, section 2.2.2): the k-th forward pass of a
+    device runs chunk (k mod p v) // p, its k-th backward pass chunk v - 1 - (k mod p v) // p;
+    after W = min(2 (pp - device - 1) + (v - 1) pp, m v) warm-up forward passes, every forward
+    pass is followed by a backward pass. Both orders repeat every p v passes with p passes of
+    each chunk, so the steady state's first p v snapshots are all the distinct ones. Every
+    snapshot sums to :func:`interleaved_in_flight_chunks`.
+
+    Raises:
+        ConfigError: as :func:`interleaved_in_flight_chunks`.
+    """
+    interleaved_in_flight_chunks(device, pp, micro_batches, chunks)  # checks the arguments
+    total = micro_batches * chunks
+    group = pp * chunks
+    warmup = 2 * (pp - device - 1) + (chunks - 1) * pp
+
+    def forwards(count: int) -> list[int]:  # per chunk, among the first ``count`` forward passes
+        full, rest = divmod(count, group)
+        return [full * pp + min(pp, max(0, rest - c * pp)) for c in range(chunks)]
+
+    if warmup >= total:  # every forward pass before the first backward pass
+        return [tuple(forwards(total))]
+    snapshots = []
+    for i in range(min(total - warmup, group)):
+        done, freed = forwards(warmup + i + 1), forwards(i)[::-1]  # backward: last chunk first
+        snapshots.append(tuple(f - b for f, b in zip(done, freed, strict=True)))
+    return snapshots
 
 
 def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, device: int,
-                              in_flight_chunks: int, recompute: Recompute,
+                              pp: int, micro_batches: int, recompute: Recompute,
                               optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0,
                               dp: int = 1,
                               grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> StageMemory:
-    """Memory of one pipeline device holding v = ``len(chunk_layers)`` model chunks, in bytes.
+    """Memory of pipeline device ``device`` of ``pp`` holding v = ``len(chunk_layers)`` model
+    chunks under the interleaved schedule with ``micro_batches`` micro-batches, in bytes.
 
-    Model state of all its layers; activations = in_flight_chunks / v x the saved bytes of all
-    its layers (each chunk-micro-batch in flight holds 1/v of the device's layers on average,
-    exact for equal chunks), plus the largest ``activation_bytes`` under full recomputation;
-    working = the largest working set.
+    Model state of all its layers (sharded as ``zero_stage`` says over ``dp``); activations =
+    the largest, over the schedule's snapshots (:func:`interleaved_chunk_counts`), of
+    sum over its chunks c of count_c x saved bytes of chunk c, plus the largest
+    ``activation_bytes`` of its layers under full recomputation; working = the largest working
+    set; gathered = ZeRO-3's window.
 
     Raises:
-        ConfigError: no chunk or an empty chunk, or ``in_flight_chunks < 1``.
+        ConfigError: no chunk or an empty chunk, ``dp < 1``, or the arguments of
+            :func:`interleaved_in_flight_chunks`.
     """
     if not chunk_layers or any(not chunk for chunk in chunk_layers):
         raise ConfigError(f"device {device} has an empty model chunk")
-    if in_flight_chunks < 1 or dp < 1:
-        raise ConfigError(f"in_flight_chunks and dp must be >= 1, got {in_flight_chunks}, {dp}")
-    layers = [layer for chunk in chunk_layers for layer in chunk]
+    counts = interleaved_chunk_counts(device, pp, micro_batches, len(chunk_layers))
+    saved = [sequential_sum(layer.saved_bytes(recompute) for layer in chunk) for chunk in chunk_layers]
+    held = max(sequential_sum(k * b for k, b in zip(snapshot, saved, strict=True)) for snapshot in counts)
+    return _device_memory([layer for chunk in chunk_layers for layer in chunk], device=device,
+                          held=held, recompute=recompute, optimizer=optimizer, zero_stage=zero_stage,
+                          dp=dp, grad_bytes=grad_bytes)
+
+
+def _device_memory(layers: Sequence[LayerCost], *, device: int, held: float, recompute: Recompute,
+                   optimizer: Optimizer, zero_stage: int, dp: int, grad_bytes: int) -> StageMemory:
+    """StageMemory of ``layers`` keeping ``held`` bytes of activations (+ the full-recompute
+    extra)."""
+    if dp < 1:
+        raise ConfigError(f"dp must be >= 1, got {dp}")
     params = 0
     for layer in layers:
         params += layer.params
     weights, gradients, optimizer_bytes = model_state_bytes(
         params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
-    saved, extra = _activation_parts(layers, recompute)
+    extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
     window = float(gathered_bytes(zero_stage, max(layer.params for layer in layers), grad_bytes))
-    return StageMemory(stage=device, weights=weights, gradients=gradients,
-                       optimizer=optimizer_bytes,
-                       activations=in_flight_chunks / len(chunk_layers) * saved + extra,
-                       working=max(layer.working_bytes for layer in layers), gathered=window)
+    return StageMemory(stage=device, weights=weights, gradients=gradients, optimizer=optimizer_bytes,
+                       activations=held + extra, working=max(layer.working_bytes for layer in layers),
+                       gathered=window)
 
 
-def chain_reserve_bytes(chain: Sequence[LayerCost], recompute: Recompute, zero_stage: int = 0,
-                        grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> tuple[float, float, float]:
-    """(extra, working, gathered) every interleaved chunk is charged: the chain's largest
-    ``activation_bytes`` under full recomputation (else 0), its largest working set and the
-    ZeRO-3 window of its largest layer (else 0)."""
-    extra = max(layer.activation_bytes for layer in chain) if recompute is Recompute.FULL else 0.0
-    window = float(gathered_bytes(zero_stage, max(layer.params for layer in chain), grad_bytes))
-    return extra, max(layer.working_bytes for layer in chain), window
-
-
-def interleaved_chunk_charge_bytes(layers: Sequence[LayerCost], *, chunks: int,
-                                   in_flight_chunks: int, recompute: Recompute,
-                                   reserve: tuple[float, float, float],
-                                   optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0,
-                                   dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> float:
-    """Bytes an interleaved device would need if all its ``chunks`` (v) chunks were like this one:
-    (((v x model state + in_flight_chunks x saved bytes) + extra) + working) + gathered, with
-    (extra, working, gathered) from :func:`chain_reserve_bytes`. An interleaved plan fits when
-    this is within HBM for every chunk; it bounds the device's true need from above (equal for
-    equal chunks)."""
-    params = 0
-    for layer in layers:
-        params += layer.params
-    weights, gradients, optimizer_bytes = model_state_bytes(
-        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
-    state = (weights + gradients) + optimizer_bytes
-    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
-    extra, working, window = reserve
-    return (((chunks * state + in_flight_chunks * saved) + extra) + working) + window

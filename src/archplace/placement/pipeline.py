@@ -64,11 +64,8 @@ import numpy as np
 from archplace.errors import ConfigError, InfeasibleError, InternalError, SolverError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.memory import (
-    chain_reserve_bytes,
     in_flight_micro_batches,
-    interleaved_chunk_charge_bytes,
     interleaved_device_memory,
-    interleaved_in_flight_chunks,
     sequential_sum,
     stage_memory,
 )
@@ -180,8 +177,8 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
     return tuple(
         interleaved_device_memory(
             [layers[first:last + 1] for first, last in plan.stages[j::plan.pp]], device=j,
-            in_flight_chunks=interleaved_in_flight_chunks(j, plan.pp, m, plan.chunks),
-            recompute=plan.recompute, optimizer=setup.optimizer, **sharding)
+            pp=plan.pp, micro_batches=m, recompute=plan.recompute, optimizer=setup.optimizer,
+            **sharding)
         for j in range(plan.pp))
 
 
@@ -193,55 +190,26 @@ def _plan_label(plan: Plan) -> str:
     return label + (" dp_overlap" if plan.dp_overlap else "")
 
 
-def _device_needs(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
-                  memory: Sequence[StageMemory]) -> tuple[list[float], list[str]]:
-    """What decides the fit of every pipeline device: its ``StageMemory.total`` without
-    interleaving, else the :func:`interleaved_chunk_charge_bytes` of its worst chunk; and how
-    each is described in an error."""
-    if plan.schedule is not PipelineSchedule.INTERLEAVED:
-        return [m.total for m in memory], [f"stage {m.stage}" for m in memory]
-    m = micro_batches(setup, plan)
-    reserve = chain_reserve_bytes(layers, plan.recompute, plan.zero_stage, setup.grad_bytes)
-    charges = [interleaved_chunk_charge_bytes(
-        layers[first:last + 1], chunks=plan.chunks, recompute=plan.recompute, reserve=reserve,
-        in_flight_chunks=interleaved_in_flight_chunks(c % plan.pp, plan.pp, m, plan.chunks),
-        optimizer=setup.optimizer, zero_stage=plan.zero_stage, dp=plan.dp,
-        grad_bytes=setup.grad_bytes)
-        for c, (first, last) in enumerate(plan.stages)]
-    needs, where = [], []
-    for j in range(plan.pp):
-        c = max(range(j, len(charges), plan.pp), key=charges.__getitem__)
-        first, last = plan.stages[c]
-        needs.append(charges[c])
-        where.append(f"device {j} (counting its chunk {c}, layers {first}..{last}, "
-                     f"{plan.chunks} times)")
-    return needs, where
-
-
 def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
                memory: Sequence[StageMemory]) -> None:
-    """Raise InfeasibleError, with the numbers, when a device of a (valid) plan does not fit.
-
-    Without interleaving a stage fits when its ``StageMemory.total`` is within HBM; interleaved,
-    every chunk's :func:`~archplace.placement.memory.interleaved_chunk_charge_bytes` must be.
-    The message gives the worst device's need and, when dp > 1, what each higher ZeRO stage
-    would need on it.
+    """Raise InfeasibleError, with the numbers, when a device of a (valid) plan does not fit:
+    its ``StageMemory.total`` exceeds HBM. The message gives the worst device's need and, when
+    dp > 1, what each higher ZeRO stage would need on it.
     """
     hbm = setup.hbm_bytes
-    needs, where = _device_needs(layers, setup, plan, memory)
-    worst = needs.index(max(needs))
-    if needs[worst] <= hbm:
+    worst = max(range(len(memory)), key=lambda j: memory[j].total)
+    need = memory[worst].total
+    if need <= hbm:
         return
     hints = []
     if plan.dp > 1:
         for stage in range(plan.zero_stage + 1, 4):
-            other = replace(plan, zero_stage=stage)
-            need = _device_needs(layers, setup, other, plan_memory(layers, setup, other))[0][worst]
-            hints.append(f"zero_stage={stage} would need {format_bytes(need)}")
+            other = plan_memory(layers, setup, replace(plan, zero_stage=stage))[worst].total
+            hints.append(f"zero_stage={stage} would need {format_bytes(other)}")
     hint = f"; {', '.join(hints)}" if hints else ""
-    raise InfeasibleError(f"{where[worst]} needs {format_bytes(needs[worst])} > "
-                          f"{format_bytes(hbm)} HBM with zero_stage={plan.zero_stage} "
-                          f"({_plan_label(plan)}){hint}")
+    where = f"device {worst}" if plan.chunks > 1 else f"stage {worst}"
+    raise InfeasibleError(f"{where} needs {format_bytes(need)} > {format_bytes(hbm)} HBM with "
+                          f"zero_stage={plan.zero_stage} ({_plan_label(plan)}){hint}")
 
 
 def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,

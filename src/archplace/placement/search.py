@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from archplace.placement.budget import TABLE_BYTES, WorkMeter, check_chain_length, dp_cells
 from archplace.placement.kernels import first_split, fits_greedily, min_max
-from archplace.placement.memory import interleaved_in_flight_chunks
+from archplace.placement.memory import interleaved_device_memory, interleaved_in_flight_chunks
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
@@ -112,7 +112,9 @@ class _FamilyState:
     tables: SegmentTables | None = None
     fronts: dict[tuple[object, ...], list[tuple[float, float]]] = field(default_factory=dict)
     infeasible_at: dict[tuple[object, ...], int] = field(default_factory=dict)
-    canonical: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    canonical: dict[tuple[int, int], int] = field(default_factory=dict)
+    interleaved: dict[tuple[int, int, int, int, int], list[tuple[tuple[int, int], ...]]] = field(
+        default_factory=dict)
     layer_base_max: float = 0.0
     layer_base_sum: float = 0.0
     layer_params_max: float = 0.0
@@ -143,6 +145,29 @@ def in_flight_per_position(schedule: PipelineSchedule, p: int, m: int, chunks: i
     if schedule is PipelineSchedule.GPIPE:
         return [m] * p
     return [min(p - j, m) for j in range(p)]
+
+
+def interleaved_splits(n: int, segments: int) -> list[tuple[tuple[int, int], ...]]:
+    """The splits of a chain of ``n`` layers into ``segments`` = p v chunks that the interleaved
+    schedule is planned with: Megatron-LM's (the blocks divided evenly over the chunks,
+    ``--num-layers-per-virtual-pipeline-stage``, which must divide the layers per stage; the
+    embedding with the first chunk and the head with the last), i.e. n - 2 divisible by the
+    chunks, or, for chains without an embedding and a head, n divisible by the chunks and every
+    chunk equal. Ascending; empty when neither divides.
+
+    Restricting interleaving to these keeps the search exact with the exact per-device memory
+    (:func:`archplace.placement.memory.interleaved_device_memory`), which couples a device's
+    non-adjacent chunks and so does not decompose over a split as the DP needs.
+    """
+    out = set()
+    if n % segments == 0:
+        q = n // segments
+        out.add(tuple((c * q, c * q + q - 1) for c in range(segments)))
+    if n - 2 >= segments and (n - 2) % segments == 0:
+        q = (n - 2) // segments
+        out.add(tuple((0 if c == 0 else 1 + c * q, n - 1 if c == segments - 1 else c * q + q)
+                      for c in range(segments)))
+    return sorted(out)
 
 
 class Search:
@@ -177,12 +202,15 @@ class Search:
 
     def grid(self, fam: Family, n: int, variant: Variant) -> tuple[npt.NDArray[np.int64], ...]:
         """(p, d, m) of every valid candidate of a family and schedule (see
-        ``timing.micro_batch_count`` for the micro-batch rule)."""
+        ``timing.micro_batch_count`` for the micro-batch rule; interleaved, only depths with a
+        split of :func:`interleaved_splits`)."""
         setup = self.setup
         devices = setup.cluster.devices
         v = variant.chunks
         interleaved = variant.schedule is PipelineSchedule.INTERLEAVED
         depths = np.arange(2 if interleaved else 1, min(n // v, devices // fam.tp) + 1)
+        if interleaved:  # only depths with a block-uniform split (``interleaved_splits``)
+            depths = depths[[bool(interleaved_splits(n, int(p) * v)) for p in depths]].astype(np.int64)
         g = setup.global_batch
         if setup.dp_must_divide_batch:  # d among the divisors of g / b: a small grid on any cluster
             widths = np.array(dp_degrees(setup, fam.micro_batch, devices // fam.tp), dtype=np.int64)
@@ -356,16 +384,25 @@ class Search:
         v = variant.chunks
         k_factor = v * m + p - 1
         limit = self.cutoff * (1 + SLACK)
-        in_flight = in_flight_per_position(variant.schedule, p, m, v)
         zs = variant.zero_stage
-        shards = self._canonical_shards(state, tab, zs, d if zs else 1, v, max(in_flight))
+        if v > 1:
+            found = self._interleaved(f, variant, p, d, m)
+            if found is None:
+                state.infeasible_at[group] = max(d, state.infeasible_at.get(group, 0))
+                return
+            best, points = found
+            if best <= limit:
+                self._record(f, variant, p, d, m, best, points)
+            return
+        in_flight = in_flight_per_position(variant.schedule, p, m, v)
+        shards = self._canonical_shards(state, tab, zs, d if zs else 1, max(in_flight))
         mem_key = (variant.schedule, v, p, tuple(in_flight), zs, shards)
         front = state.fronts.get(mem_key)
         if front is None:
-            if v == 1 and not _fits(tab.capacity(zs, shards), in_flight):
+            if not _fits(tab.capacity(zs, shards), in_flight):
                 front = []
             else:
-                front = self._front(tab, tab.position_times(p, v), in_flight, zs, shards, v,
+                front = self._front(tab, tab.position_times(p, v), in_flight, zs, shards,
                                     tab.params, None)
             state.fronts[mem_key] = front
         if not front:
@@ -388,8 +425,7 @@ class Search:
 
             def stop(tau: float) -> bool:
                 return k_factor * tau + floor > self.cutoff * (1 + SLACK)
-            exact = self._front(tab, tab.position_times(p, v, zs, d), in_flight, zs, shards, v, tail,
-                                stop)
+            exact = self._front(tab, tab.position_times(p, v, zs, d), in_flight, zs, shards, tail, stop)
             if not exact:
                 return
             values = [k_factor * tau + y for tau, y in exact]
@@ -398,10 +434,73 @@ class Search:
                       if value <= best * (1 + TIE_RTOL)]
         if best > limit:
             return
-        rank = (fam.tp * p * d, p, fam.tp, v, fam.micro_batch, RECOMPUTE_ORDER.index(fam.recompute),
-                SCHEDULE_ORDER.index(variant.schedule), fam.sp, variant.zero_stage, variant.overlap)
+        self._record(f, variant, p, d, m, best, points)
+
+    def _record(self, f: int, variant: Variant, p: int, d: int, m: int, best: float,
+                points: list[tuple[float, float]]) -> None:
+        fam = self.states[f].family
+        rank = (fam.tp * p * d, p, fam.tp, variant.chunks, fam.micro_batch,
+                RECOMPUTE_ORDER.index(fam.recompute), SCHEDULE_ORDER.index(variant.schedule), fam.sp,
+                variant.zero_stage, variant.overlap)
         self.found.append(Found(best, rank, f, variant, p, d, m, points))
         self._update_cutoff()
+
+    def interleaved_fitting(self, f: int, variant: Variant, p: int, d: int, m: int
+                            ) -> list[tuple[tuple[int, int], ...]]:
+        """The splits of :func:`interleaved_splits` with which every device fits in HBM (exact
+        device memory, as ``evaluate_plan`` computes it), ascending."""
+        state = self.states[f]
+        fam = state.family
+        zs = variant.zero_stage
+        key = (p, variant.chunks, m, zs, d if zs else 1)
+        fitting = state.interleaved.get(key)
+        if fitting is None:
+            fitting = [stages for stages in interleaved_splits(len(fam.layers), p * variant.chunks)
+                       if max(self.interleaved_peaks(f, variant, p, d, m, stages)) <= self.setup.hbm_bytes]
+            state.interleaved[key] = fitting
+        return fitting
+
+    def interleaved_peaks(self, f: int, variant: Variant, p: int, d: int, m: int,
+                          stages: tuple[tuple[int, int], ...]) -> list[float]:
+        """``StageMemory.total`` of every device of an interleaved plan with ``stages``."""
+        layers = self.states[f].family.layers
+        self.meter.charge(4 * len(layers) * variant.chunks * p)
+        return [interleaved_device_memory(
+            [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=m,
+            recompute=self.states[f].family.recompute, optimizer=self.setup.optimizer,
+            zero_stage=variant.zero_stage, dp=d, grad_bytes=self.setup.grad_bytes).total
+            for j in range(p)]
+
+    def _interleaved_points(self, f: int, variant: Variant, p: int, d: int, m: int
+                            ) -> list[tuple[tuple[float, float], tuple[tuple[int, int], ...]]]:
+        """(max segment time, max second figure) of every fitting interleaved split."""
+        tab = self._tables(self.states[f])
+        v, zs = variant.chunks, variant.zero_stage
+        times = tab.position_times(p, v, zs, d)
+        second = (tab.tail(pp=p, dp=d, chunks=v, zero_stage=zs, overlap=variant.overlap)
+                  if variant.per_candidate else tab.params)
+        out = []
+        for stages in self.interleaved_fitting(f, variant, p, d, m):
+            tau = max(float(times[c][a, e]) for c, (a, e) in enumerate(stages))
+            y = max(float(second[a, e]) for a, e in stages)
+            out.append(((tau, y), stages))
+        return out
+
+    def _interleaved(self, f: int, variant: Variant, p: int, d: int, m: int
+                     ) -> tuple[float, list[tuple[float, float]]] | None:
+        """The best objective of an interleaved candidate and its tying points, or None when no
+        split fits."""
+        scored = self._interleaved_points(f, variant, p, d, m)
+        if not scored:
+            return None
+        fam = self.states[f].family
+        k_factor = variant.chunks * m + p - 1
+        values = [k_factor * tau + (y if variant.per_candidate
+                                    else self._tail_of(fam, variant, p, d, variant.chunks * y))
+                  for (tau, y), _ in scored]
+        best = min(values)
+        return best, [point for (point, _), value in zip(scored, values, strict=True)
+                      if value <= best * (1 + TIE_RTOL)]
 
     def _update_cutoff(self) -> None:
         if len(self.found) < self.top_k:
@@ -422,29 +521,29 @@ class Search:
                                                      setup.optimizer, d if variant.zero_stage else 1))
 
     def _canonical_shards(self, state: _FamilyState, tab: SegmentTables, zero_stage: int,
-                          shards: int, v: int, k_top: int) -> int:
+                          shards: int, k_top: int) -> int:
         """``shards``, or 1 when the stage's capacity table at ``shards`` replicas equals the one
         at 1 replica for every in-flight count up to k_top (then they share fronts), decided
         through the sandwich 1 replica <= shards <= infinitely many."""
         if shards == 1:
             return 1
-        key = (v, k_top, zero_stage)
+        key = (k_top, zero_stage)
         verdict = state.canonical.get(key)
         if verdict is None:
-            low = np.minimum(tab.capacity(zero_stage, 1, v), k_top)
-            high = np.minimum(tab.capacity(zero_stage, INFINITE_SHARDS, v), k_top)
+            low = np.minimum(tab.capacity(zero_stage, 1), k_top)
+            high = np.minimum(tab.capacity(zero_stage, INFINITE_SHARDS), k_top)
             verdict = 1 if np.array_equal(low, high) else 0
             state.canonical[key] = verdict
         return 1 if verdict == 1 else shards
 
     def _front(self, tab: SegmentTables, times: Sequence[FloatArray], in_flight: Sequence[int],
-               zero_stage: int, shards: int, chunks: int, second: FloatArray,
+               zero_stage: int, shards: int, second: FloatArray,
                stop: Callable[[float], bool] | None) -> list[tuple[float, float]]:
         """The Pareto front of (max segment time, max ``second``) over fitting splits, as
         (tau, y) points with increasing tau, ``times`` the time table of every position;
         enumeration stops early when ``stop(tau)``."""
         n, s = tab.n, len(times)
-        capacity = tab.capacity(zero_stage, shards, chunks)
+        capacity = tab.capacity(zero_stage, shards)
         points: list[tuple[float, float]] = []
         y_cap = np.inf
         while True:
@@ -470,9 +569,12 @@ class Search:
         tab = self._tables(self.states[found.family])
         variant = found.variant
         v = variant.chunks
+        if v > 1:
+            return min(stages for (tau, y), stages in self._interleaved_points(
+                found.family, variant, found.p, found.d, found.m) if tau <= point[0] and y <= point[1])
         in_flight = in_flight_per_position(variant.schedule, found.p, found.m, v)
         zs = variant.zero_stage
-        capacity = tab.capacity(zs, found.d if zs else 1, v)
+        capacity = tab.capacity(zs, found.d if zs else 1)
         second = (tab.tail(pp=found.p, dp=found.d, chunks=v, zero_stage=zs, overlap=variant.overlap)
                   if variant.per_candidate else tab.params)
         times = tab.position_times(found.p, v, zs, found.d)

@@ -43,7 +43,7 @@ from archplace.placement.plan import (
     TrainingSetup,
     check_zero_stage,
 )
-from archplace.placement.search import Family, Search, Variant, in_flight_per_position
+from archplace.placement.search import Family, Search, Variant, in_flight_per_position, interleaved_splits
 from archplace.placement.tables import FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int
 from archplace.units import format_bytes
@@ -224,15 +224,18 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
         raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM")
     peak, _, p, f, d, m, variant = best
     fam = families[f]
-    tab = search.tables_of(f)
-    block = _memory_blocks(tab, variant, p, d, m)
-    search.meter.charge(dp_cells(tab.n, p * variant.chunks) + p * variant.chunks * tab.n)
-    stages = first_split(block, tab.n, p * variant.chunks, peak)
-    needs = [float(block(c, slice(a, a + 1), slice(e, e + 1))[0, 0])
-             for c, (a, e) in enumerate(stages)]
-    worst = needs.index(max(needs))
-    where = (f"on device {worst % p} (chunk {worst} counted {variant.chunks} times)"
-             if variant.chunks > 1 else f"on stage {worst}")
+    if variant.chunks > 1:
+        _, stages = _interleaved_peak(search, f, variant, p, d, m)
+        needs = search.interleaved_peaks(f, variant, p, d, m, stages)
+        where = f"on device {needs.index(max(needs))}"
+    else:
+        tab = search.tables_of(f)
+        block = _memory_blocks(tab, variant, p, d, m)
+        search.meter.charge(dp_cells(tab.n, p) + p * tab.n)
+        stages = first_split(block, tab.n, p, peak)
+        needs = [float(block(c, slice(a, a + 1), slice(e, e + 1))[0, 0])
+                 for c, (a, e) in enumerate(stages)]
+        where = f"on stage {needs.index(max(needs))}"
     label = (f"tp={fam.tp}, micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
              f"schedule={variant.schedule.value}"
              + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
@@ -243,6 +246,17 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
 
 Closest = tuple[float, int, int, int, int, int, Variant]
 """(peak bytes, devices, p, family, d, m, variant) of a closest candidate."""
+
+
+def _interleaved_peak(search: Search, f: int, variant: Variant, p: int, d: int, m: int
+                      ) -> tuple[float, tuple[tuple[int, int], ...]]:
+    """The least largest device memory over the interleaved splits (``search.interleaved_splits``)
+    and the smallest split reaching it; (inf, ()) when the chain has no such split."""
+    best: tuple[float, tuple[tuple[int, int], ...]] = (np.inf, ())
+    for stages in interleaved_splits(len(search.states[f].family.layers), p * variant.chunks):
+        peak = max(search.interleaved_peaks(f, variant, p, d, m, stages))
+        best = min(best, (peak, stages))
+    return best
 
 
 def _closest(search: Search, families: Sequence[Family],
@@ -278,16 +292,23 @@ def _closest(search: Search, families: Sequence[Family],
             continue
         variant = options[index][1]
         tab = search.tables_of(f)
+        if variant.chunks > 1:
+            peak = _interleaved_peak(search, f, variant, p, d, m)[0]
+            if peak < least:
+                least, ties = peak, []
+            if peak == least and np.isfinite(peak):
+                ties.append((index, f, p, d, m))
+            continue
         block = _memory_blocks(tab, variant, p, d, m, (cache, f))
-        if variant.chunks == 1 and np.isfinite(least):
+        if np.isfinite(least):
             meter.charge(2 * p * tab.n)
             if not fits_greedily(_column(block), tab.n, p, least):
                 continue  # every split of this depth needs more than the least peak so far
             if not fits_greedily(_column(block), tab.n, p, float(np.nextafter(least, -np.inf))):
                 ties.append((index, f, p, d, m))  # exactly the least peak
                 continue
-        meter.charge(dp_cells(tab.n, p * variant.chunks))
-        peak = min_max(block, tab.n, p * variant.chunks)
+        meter.charge(dp_cells(tab.n, p))
+        peak = min_max(block, tab.n, p)
         if peak < least:
             least, ties = peak, []
         if peak == least:
@@ -300,10 +321,13 @@ def _closest(search: Search, families: Sequence[Family],
         p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
         for row in np.flatnonzero(p_all == p).tolist():
             d_row, m_row = int(d_all[row]), int(m_all[row])
-            block = _memory_blocks(tab, variant, p, d_row, m_row, (cache, f))
-            meter.charge(dp_cells(tab.n, p * variant.chunks) + p * tab.n)
-            if d_row == d or (fits_greedily(_column(block), tab.n, p, least) if variant.chunks == 1
-                              else min_max(block, tab.n, p * variant.chunks) <= least):
+            if variant.chunks > 1:
+                fits = d_row == d or _interleaved_peak(search, f, variant, p, d_row, m_row)[0] <= least
+            else:
+                block = _memory_blocks(tab, variant, p, d_row, m_row, (cache, f))
+                meter.charge(dp_cells(tab.n, p) + p * tab.n)
+                fits = d_row == d or fits_greedily(_column(block), tab.n, p, least)
+            if fits:
                 candidate = (least, fam.tp * p * d_row, p, f, d_row, m_row, variant)
                 if best is None or candidate[:6] < best[:6]:
                     best = candidate
@@ -320,20 +344,21 @@ def _column(block: Block) -> Callable[[int, int, int], FloatArray]:
 
 def _memory_blocks(tab: SegmentTables, variant: Variant, p: int, d: int, m: int,
                    cache: tuple[TableCache, int] | None = None) -> Block:
-    """The DP block function of a candidate's per-device memory need, in bytes (full tables per
-    in-flight count kept in ``cache``, a table cache and the family's index, when given)."""
+    """The DP block function of a GPipe or 1F1B candidate's per-stage memory need, in bytes
+    (full tables per in-flight count kept in ``cache``, a table cache and the family's index,
+    when given)."""
     in_flight = in_flight_per_position(variant.schedule, p, m, variant.chunks)
     zs = variant.zero_stage
     shards = d if zs else 1
     if cache is None:
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
-            return tab.memory(in_flight[c], zs, shards, variant.chunks, rows, cols)
+            return tab.memory(in_flight[c], zs, shards, rows, cols)
         return block
 
     tables, family = cache
 
     def cached(c: int, rows: slice, cols: slice) -> FloatArray:
-        key = (in_flight[c], zs, shards, variant.chunks)
+        key = (in_flight[c], zs, shards)
         table: FloatArray = tables.get((family, *key), lambda: tab.memory(*key))
         return table[rows, cols]
     return cached

@@ -16,11 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from archplace.placement.budget import WorkMeter
-from archplace.placement.memory import (
-    OPTIMIZER_STATE_BYTES_PER_PARAM,
-    WEIGHT_BYTES_PER_PARAM,
-    chain_reserve_bytes,
-)
+from archplace.placement.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
 from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
 from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, dp_allreduce_cost, p2p_link
 from archplace.placement.zero import dp_tail_comm_s, gathered_bytes, layer_zero_comm_s, shard_divisors
@@ -156,7 +152,7 @@ class SegmentTables:
         self._mid: dict[tuple[tuple[float, float] | None, tuple[float, float] | None],
                         FloatArray] = {}
         self._state: dict[tuple[int, int], FloatArray] = {}
-        self._kmax: dict[tuple[int, int, int], IntArray] = {}
+        self._kmax: dict[tuple[int, int], IntArray] = {}
         self._zero: dict[tuple[int, int, float, float], FloatArray] = {}
         self._t_bound: FloatArray | None = None
         self._loose: tuple[int, FloatArray] | None = None
@@ -270,40 +266,25 @@ class SegmentTables:
         """ZeRO-3's window of gathered state of every segment (0 below stage 3), in bytes."""
         return gathered_bytes(zero_stage, self.max_params, self.setup.grad_bytes)
 
-    def reserve(self, zero_stage: int) -> tuple[float, float, float]:
-        """(extra, working, gathered) every interleaved chunk is charged
-        (:func:`~archplace.placement.memory.chain_reserve_bytes`)."""
-        return chain_reserve_bytes(self.layers, self.recompute, zero_stage, self.setup.grad_bytes)
-
-    def capacity(self, zero_stage: int, shards: int, chunks: int = 1) -> IntArray:
-        """Largest in-flight count with which each segment fits in HBM (0: none; UNBOUNDED when
-        it saves nothing and fits; -1 below the diagonal).
-
-        chunks = 1: ``StageMemory.total`` = ((state + (k saved + extra)) + working) + gathered
-        <= HBM. chunks = v > 1: the interleaved charge (((v state + q saved) + extra*) +
-        working*) + gathered* <= HBM. Computed from a division and corrected against the exact
-        expression, so it is exact.
+    def capacity(self, zero_stage: int, shards: int) -> IntArray:
+        """Largest in-flight count with which each segment, as a stage of a GPipe or 1F1B
+        pipeline, fits in HBM (0: none; UNBOUNDED when it saves nothing and fits; -1 below the
+        diagonal): ``StageMemory.total`` = ((state + (k saved + extra)) + working) + gathered
+        <= HBM. Computed from a division and corrected against the exact expression, so it is
+        exact. (Interleaved devices hold several segments: see ``search.interleaved_splits``.)
         """
-        key = (zero_stage, shards, chunks)
+        key = (zero_stage, shards)
         table = self._kmax.get(key)
         if table is not None:
             return table
         hbm = self.setup.hbm_bytes
         saved = self.saved
         state = self.state(zero_stage, shards)
-        if chunks == 1:
-            extra, working, window = self.extra, self.working, self.gathered(zero_stage)
+        extra, working, window = self.extra, self.working, self.gathered(zero_stage)
 
-            def total(k: FloatArray) -> FloatArray:
-                return ((state + (k * saved + extra)) + working) + window
-            rest = ((state + extra) + working) + window
-        else:
-            e_star, w_star, g_star = self.reserve(zero_stage)
-            scaled = chunks * state
-
-            def total(k: FloatArray) -> FloatArray:
-                return (((scaled + k * saved) + e_star) + w_star) + g_star
-            rest = ((scaled + e_star) + w_star) + g_star
+        def total(k: FloatArray) -> FloatArray:
+            return ((state + (k * saved + extra)) + working) + window
+        rest = ((state + extra) + working) + window
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             approx = np.floor((hbm - rest) / saved)
         approx = np.where(saved > 0, approx, np.where(rest <= hbm, UNBOUNDED, 0))
@@ -322,19 +303,14 @@ class SegmentTables:
         self._kmax[key] = table
         return table
 
-    def memory(self, in_flight: int, zero_stage: int, shards: int, chunks: int = 1,
+    def memory(self, in_flight: int, zero_stage: int, shards: int,
                rows: slice = slice(None), cols: slice = slice(None)) -> FloatArray:
-        """Per-device bytes of the segments [rows, cols] holding ``in_flight``
-        (chunk-)micro-batches: ``StageMemory.total`` for chunks = 1, the interleaved charge
-        otherwise (inf below the diagonal)."""
+        """``StageMemory.total`` of the segments [rows, cols] as stages holding ``in_flight``
+        micro-batches (inf below the diagonal)."""
         state = self.state(zero_stage, shards)[rows, cols]
         saved = self.saved[rows, cols]
-        if chunks == 1:
-            total = (((state + (in_flight * saved + self.extra[rows, cols])) + self.working[rows, cols])
-                     + self.gathered(zero_stage)[rows, cols])
-        else:
-            e_star, w_star, g_star = self.reserve(zero_stage)
-            total = (((chunks * state + in_flight * saved) + e_star) + w_star) + g_star
+        total = (((state + (in_flight * saved + self.extra[rows, cols])) + self.working[rows, cols])
+                 + self.gathered(zero_stage)[rows, cols])
         return np.where(self.upper[rows, cols], total, np.inf)
 
     def loose_memory_bound(self, max_zero_stage: int = 1) -> FloatArray:

@@ -94,10 +94,13 @@ def bucketed_exposed_s(const_s: float, per_byte_s: float, total_bytes: ArrayLike
     total - (n - 1) bucket; bucket i is reduced, on one communication stream, once its
     gradients are ready, each reduction costing const + per_byte * bytes (PyTorch DDP, Li et
     al., VLDB 2020, section 3.2.3; Megatron-LM ``--overlap-grad-reduce``). The reductions end at
-    max over i of (ready_i + the reductions from i on); that is linear in i, so the first or
-    the last bucket decides, and the part left after the backward pass is
+    max over i of (ready_i + the reductions from i on); over the full buckets i = 0 .. n - 2
+    that is linear in i, so bucket 0, bucket n - 2 or the (shorter) last bucket decides, and
+    the part left after the backward pass is the largest of
 
-        max(const + per_byte * last, n const + per_byte * total - backward (1 - first / total))
+        const + per_byte * last                                      (the last bucket)
+        n const + per_byte * total - backward (1 - first / total)   (from the first)
+        2 const + per_byte * (bucket + last) - backward (1 - (n - 1) bucket / total)  (n >= 2)
 
     (0 without gradients). Bounded below by the last bucket's reduction, above by n reductions.
     """
@@ -110,6 +113,9 @@ def bucketed_exposed_s(const_s: float, per_byte_s: float, total_bytes: ArrayLike
     tail = const_s + per_byte_s * last
     whole = count * const_s + per_byte_s * safe
     exposed = np.maximum(tail, whole - backward * (1.0 - first / safe))
+    before_last = (2.0 * const_s + per_byte_s * (bucket + last)
+                   - backward * (1.0 - (count - 1.0) * bucket / safe))
+    exposed = np.where(count >= 2, np.maximum(exposed, before_last), exposed)
     return np.where(total > 0, exposed, 0.0)
 
 
