@@ -115,7 +115,7 @@ def _enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[A
 
 
 def parse_zero_stages(value: str | int | Iterable[int | str] | None,
-                      default: tuple[int, ...] = (0, 1)) -> tuple[int, ...]:
+                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
     """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
     or an iterable of ints / digit strings -> those stages, in the order given, once each.
 
@@ -155,7 +155,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
     recompute (none / selective / full), pipeline schedule (GPipe, 1F1B, interleaved with
     2 or 4 chunks), SP, the ZeRO stages (``zero_stages``: ``"all"``, ``"0,1,3"`` or ints;
-    default 0 and 1, or 0 only when ``zero`` is False, the older switch), DP overlap (off and
+    default all four, or 0 only when ``zero`` is False, the older switch), DP overlap (off and
     on: the gradient reduction bucketed over the last backward pass), every pipeline depth,
     stage split and DP degree. ``fuse``: layers costed with element-wise operators fused into
     their producing matmul (:class:`archplace.placement.workflow.PlanSpace`).
@@ -175,7 +175,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                if micro_batches else workflow.PlanSpace().micro_batches)
     limits.whole("top_k", top_k, 1, limits.MAX_TOP)
     _model_spec(model, seq_len, batches)
-    stages = parse_zero_stages(zero_stages, (0, 1) if zero else (0,))
+    stages = parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,))
     prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
                             seq_len=seq_len, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
     grad_dtype = prob.setup.grad_reduce_dtype
@@ -318,7 +318,7 @@ def search_request(
         fuse: cost the layers with element-wise operators fused into the matmul producing
             their input (as fused kernels or a compiler would run them); default: as the
             model's eager code runs them.
-        zero_stages: ZeRO stages to try (``"all"``, ``"0,1,3"`` or ints; default 0 and 1).
+        zero_stages: ZeRO stages to try (``"all"``, ``"0,1,3"`` or ints; default all four).
         grad_reduce_dtype: fp32 (default, Megatron-LM's bf16 recipe) or bf16 gradients.
 
     Raises:

@@ -82,7 +82,7 @@ def search(
         "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
     = False,
     zero_stage: Annotated[str | None, typer.Option(
-        "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [0,1].")] = None,
+        "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")] = None,
     grad_reduce_dtype: Annotated[str, typer.Option(
         "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 | bf16.")] = "fp32",
 ) -> None:

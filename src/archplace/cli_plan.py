@@ -13,7 +13,7 @@ from rich.table import Table
 from archplace import api, limits
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.dag import load_layer_graph_file
-from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PlanResult, Recompute
+from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
 
 _GIB = 2.0**30
 
@@ -183,7 +183,7 @@ def register(app: typer.Typer) -> None:
         no_sp: Annotated[bool, typer.Option("--no-sp", help="Never use sequence parallelism.")] = False,
         no_zero: Annotated[bool, typer.Option("--no-zero", help="Same as --zero-stage 0.")] = False,
         zero_stage: Annotated[str | None, typer.Option(
-            "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [0,1].")]
+            "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")]
         = None,
         grad_reduce_dtype: GradDtype = "fp32",
         optimizer: Optim = "adam",
@@ -196,7 +196,9 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("give either --model or --layer-graph")
         if no_zero and zero_stage is not None:
             raise ConfigError("give --no-zero or --zero-stage, not both")
-        stages = api.parse_zero_stages(zero_stage, (0,) if no_zero else (0, 1))
+        # a layer graph is planned with ZeRO stages 0 and 1 (dag_plan) unless others are asked for
+        default = (0,) if no_zero else (0, 1) if layer_graph is not None else ZERO_STAGES
+        stages = api.parse_zero_stages(zero_stage, default)
         if layer_graph is not None:
             if fuse:
                 raise ConfigError("--fuse applies to --model (a layer graph file carries its own costs)")

@@ -86,8 +86,9 @@ def test_bound_combinations() -> None:
 
 
 def test_two_models_rank_by_geometric_mean() -> None:
-    both = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive-all", **OPTIONS)
-    alone = {name: {r.accelerator.name: r for r in api.search(name, strategy="exhaustive-all",
+    # TP 1 for all: together the models may only use the widths both allow (gpt2-xl's 25 heads)
+    both = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive-all", tp=[1], **OPTIONS)
+    alone = {name: {r.accelerator.name: r for r in api.search(name, strategy="exhaustive-all", tp=[1],
                                                                **OPTIONS).evaluated}
              for name in ("gpt2-xl", "opt-350m")}
     assert both.model == "gpt2-xl, opt-350m"

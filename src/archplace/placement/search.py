@@ -57,7 +57,7 @@ from archplace.placement.timing import (
     dp_degrees,
     optimizer_step_time_s,
 )
-from archplace.placement.zero import dp_tail_comm_s
+from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, dp_tail_comm_s
 
 SLACK = 1e-9
 """Relative slack of every prune: bounds and objectives are floating-point sums."""
@@ -248,22 +248,22 @@ class Search:
         out: FloatArray = np.asarray(optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s,
                                                            setup.optimizer) * params / shards,
                                      dtype=np.float64)
-        if variant.zero_stage >= 3:
+        zs = variant.zero_stage
+        if zs >= 3:
             return out
         pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
-        comm = np.zeros(pp_b.shape, dtype=np.float64)
-        for pair in set(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True)):
-            at = (pp_b == pair[0]) & (dp_b == pair[1])
-            cost = dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=pair[0], dp=pair[1])
-            if variant.overlap:  # only the parameter all-gather is surely exposed
-                exposed = dp_tail_comm_s(cost, zero_stage=max(variant.zero_stage, 2),
-                                         grad_bytes=setup.grad_bytes, dp=pair[1], params=par_b[at],
-                                         backward_s=0.0, overlap=False)[0] if variant.zero_stage else 0.0
-            else:
-                exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
-                                         dp=pair[1], params=par_b[at], backward_s=0.0, overlap=False)[0]
-            comm[at] = exposed
-        return out + comm
+        pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
+        cost = {pair: dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=pair[0], dp=pair[1])
+                for pair in set(pairs)}
+        const = np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+        per_byte = np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+        # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
+        grads = setup.grad_bytes * par_b
+        comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
+                else np.zeros_like(const))
+        if not variant.overlap and zs <= 1:
+            comm = comm + (const + per_byte * grads if zs == 0 else const / 2.0 + per_byte / 2.0 * grads)
+        return out + np.where((dp_b > 1) & (par_b > 0), comm, 0.0)
 
     def run(self) -> list[Found]:
         """Visit candidates best bound first; returns every found optimum within the cutoff.

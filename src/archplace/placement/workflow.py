@@ -19,6 +19,7 @@ from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey, costs_by_key
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import (
+    ZERO_STAGES,
     GradReduceDtype,
     LayerCost,
     Optimizer,
@@ -151,7 +152,7 @@ class PlanSpace:
     recomputes: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
     chunks: tuple[int, ...] = (2, 4)
-    zero_stages: tuple[int, ...] = (0, 1)
+    zero_stages: tuple[int, ...] = ZERO_STAGES
     dp_overlap: tuple[bool, ...] = (False, True)
     fuse: bool = False
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32

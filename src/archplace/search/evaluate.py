@@ -112,9 +112,12 @@ class DesignResult:
 
 
 def geomean(values: Sequence[float]) -> float:
-    """Geometric mean; 0 when any value is 0."""
+    """Geometric mean; 0 when any value is 0; a single value exactly (exp(log(x)) may not
+    round-trip)."""
     if any(v <= 0 for v in values):
         return 0.0
+    if len(values) == 1:
+        return float(values[0])
     return math.exp(math.fsum(math.log(v) for v in values) / len(values))
 
 

@@ -24,8 +24,8 @@ from archplace.workload.zoo import ModelSpec
 
 DEFAULT_PLAN_SPACE = PlanSpace(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
 """Plan options of a search unless given: TP 1 (the CLI widens it to the valid widths within a
-node), micro-batches 1, 2, 4, 8, recompute none or full, every schedule, SP, ZeRO stages 0 and
-1, DP overlap on and off, fp32 gradients."""
+node), micro-batches 1, 2, 4, 8, recompute none or full, every schedule, SP, ZeRO stages 0 to
+3, DP overlap on and off, fp32 gradients."""
 
 
 @dataclass(frozen=True)
