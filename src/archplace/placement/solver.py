@@ -97,7 +97,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         ConfigError: malformed costs or options, layer times that overflow when added up.
         InfeasibleError: no valid (tp, pp, dp, micro-batch) combination exists ("no valid
             plan: ..."), or nothing fits in HBM; then the message names the closest candidate
-            among the most memory-frugal options offered (most recomputation, 1F1B, ZeRO-1,
+            among the most memory-frugal options offered (most recomputation, 1F1B, each ZeRO stage,
             smallest micro-batch per TP width and SP flag) and its need in bytes.
     """
     top_k = check_positive_int("top_k", top_k)
@@ -214,9 +214,12 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
     chosen = [f for f, fam in enumerate(families)
               if fam.recompute is frugal_rc and fam.micro_batch == smallest_b[(fam.tp, fam.sp)]]
     schedule = min({variant.schedule for variant in variants}, key=SCHEDULE_ORDER.index)
-    frugal = max((item for item in variants if item.schedule is schedule),
-                 key=lambda item: (item.zero_stage, item.chunks, not item.overlap))
-    best = _closest(search, families, [(f, frugal) for f in chosen])
+    # per ZeRO stage offered (which one needs least depends on d: ZeRO-3's gathered window
+    # costs memory at d = 1), the variant with the most chunks, no overlap
+    frugal = [max((item for item in variants if item.schedule is schedule and item.zero_stage == stage),
+                  key=lambda item: (item.chunks, not item.overlap))
+              for stage in sorted({item.zero_stage for item in variants if item.schedule is schedule})]
+    best = _closest(search, families, [(f, variant) for f in chosen for variant in frugal])
     if best is None:
         best = _closest(search, families, [(f, variant) for f in range(len(families))
                                            for variant in variants])
@@ -239,7 +242,8 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
     label = (f"tp={fam.tp}, micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
              f"schedule={variant.schedule.value}"
              + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
-             + (f", zero_stage={variant.zero_stage}" if d > 1 else "") + (", sp" if fam.sp else ""))
+             + (f", zero_stage={variant.zero_stage}" if variant.zero_stage else "")
+             + (", sp" if fam.sp else ""))
     raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM: best candidate "
                           f"pp={p} dp={d} needs {format_bytes(peak)} {where} ({label})")
 
