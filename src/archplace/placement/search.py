@@ -18,6 +18,12 @@ per memory configuration and serves every d, ZeRO setting and the no-overlap obj
 overlap Y also depends on the segment's backward time, and with ZeRO-2/3 T depends on d (the
 per-layer collectives), so the front of (max T, max Y) is enumerated per candidate.
 
+Interleaved candidates (v >= 2) are split as Megatron-LM requires (:func:`interleaved_splits`:
+blocks evenly over the p v chunks), at most one or two splits per candidate, each scored
+directly: a device's exact memory sums its non-adjacent chunks at every step of the schedule
+(:func:`archplace.placement.memory.interleaved_device_memory`), which no DP over contiguous
+segments can decompose.
+
 Candidates are visited in order of a lower bound (best first), refined lazily: (0) the chain's
 total time over s and its largest layer, and the smallest possible parameter count of the
 largest device, (1) the exact min-max of time ignoring memory and p2p and a memory screen that
