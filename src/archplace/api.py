@@ -22,7 +22,14 @@ from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
 from archplace.hardware.space import load_space
 from archplace.placement import workflow
-from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
+from archplace.placement.plan import (
+    ZERO_STAGES,
+    GradReduceDtype,
+    PipelineSchedule,
+    PlanResult,
+    Recompute,
+    check_zero_stage,
+)
 from archplace.placement.workflow import PlanSpace
 from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
 from archplace.search.executor import make_executor
@@ -118,19 +125,54 @@ def _enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[A
     return tuple(out)
 
 
+def parse_zero_stages(value: str | int | Iterable[int | str] | None,
+                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
+    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
+    or an iterable of ints / digit strings -> those stages, in the order given, once each.
+
+    Raises:
+        ConfigError: a stage outside 0..3 or an unparsable value.
+    """
+    if value is None:
+        return default
+    if isinstance(value, str):
+        if value.strip() == "all":
+            return ZERO_STAGES
+        items: list[int | str] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, int):
+        items = [value]
+    else:
+        items = list(value)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip().isdigit():
+                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
+            item = int(item)
+        out.append(check_zero_stage(item, "zero_stages"))
+    if not out:
+        raise ConfigError("at least one ZeRO stage is needed")
+    return tuple(dict.fromkeys(out))
+
+
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
          tps: Iterable[int] | None = None, micro_batches: Iterable[int] | None = None,
          recomputes: Iterable[str] | None = None, schedules: Iterable[str] | None = None,
          sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1,
-         fuse: bool = False, attention: Attention | str = Attention.FLASH,
+         fuse: bool = False, zero_stages: str | Iterable[int] | None = None,
+         grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
          kernels: Kernels | str = Kernels.FUSED) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
     recompute (none / selective / full), pipeline schedule (GPipe, 1F1B, interleaved with
-    2 or 4 chunks), SP and ZeRO-1 (unless switched off), DP all-reduce overlap, every
-    pipeline depth, stage split and DP degree. ``fuse``: layers costed with element-wise
-    operators fused into their producing matmul (:class:`archplace.placement.workflow.PlanSpace`);
+    2 or 4 chunks), SP, the ZeRO stages (``zero_stages``: ``"all"``, ``"0,1,3"`` or ints;
+    default all four, or 0 only when ``zero`` is False, the older switch), DP overlap (off and
+    on: the gradient reduction bucketed over the last backward pass), every pipeline depth,
+    stage split and DP degree. ``fuse``: layers costed with element-wise operators fused into
+    their producing matmul (:class:`archplace.placement.workflow.PlanSpace`).
+    ``grad_reduce_dtype``: fp32 (Megatron-LM's bf16 recipe, the default) or bf16 gradient
+    buffer and reduction.
     ``attention`` and ``kernels`` as in :func:`graph`.
 
     Raises:
@@ -147,8 +189,10 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                if micro_batches else workflow.PlanSpace().micro_batches)
     limits.whole("top_k", top_k, 1, limits.MAX_TOP)
     _model_spec(model, seq_len, batches)
+    stages = parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,))
     prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
-                            seq_len=seq_len, optimizer=optimizer)
+                            seq_len=seq_len, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
+    grad_dtype = prob.setup.grad_reduce_dtype
     default = workflow.PlanSpace()
     space = workflow.PlanSpace(
         tps=widths,
@@ -157,10 +201,11 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
         recomputes=_enum_choices(Recompute, recomputes, "recompute") if recomputes else default.recomputes,
         schedules=(_enum_choices(PipelineSchedule, schedules, "schedule") if schedules
                    else default.schedules),
-        zero=(False, True) if zero else (False,),
+        zero_stages=stages,
         fuse=bool(fuse),
         attention=attention,
         kernels=kernels,
+        grad_reduce_dtype=grad_dtype,
     )
     return workflow.plan(prob, space, top_k)
 
@@ -169,10 +214,16 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              micro_batch: int, seq_len: int | None = None, recompute: str = "none",
              schedule: str = "1f1b", chunks: int = 1, sp: bool = False, zero: bool = False,
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
-             fuse: bool = False, attention: Attention | str = Attention.FLASH,
+             fuse: bool = False, zero_stage: int | None = None,
+             grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
              kernels: Kernels | str = Kernels.FUSED) -> PlanResult:
-    """Iteration time, throughput, MFU, breakdown and memory of one fixed plan (``fuse``,
-    ``attention`` and ``kernels`` as in :func:`plan`).
+    """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
+    plan (``fuse``, ``grad_reduce_dtype``, ``attention`` and ``kernels`` as in :func:`plan`).
+
+    ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
+    error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
+    bucket by bucket during the last micro-batch's backward pass, only what is left after it
+    is exposed.
 
     Stages are Megatron-LM's even split of the blocks unless ``stages`` gives the layer
     ranges (``"0-12,13-25,..."``; embedding = 0, head = last).
@@ -190,14 +241,29 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     _check_sp(sp, tp)
     _model_spec(model, seq_len, (micro_batch,))
+    stage = _single_zero_stage(zero_stage, zero)
     prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
-                            seq_len=seq_len, optimizer=optimizer)
+                            seq_len=seq_len, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
     return workflow.evaluate(
         prob, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
         recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
         schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0],
-        chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap, stages=stages, fuse=bool(fuse),
+        chunks=chunks, sp=sp, zero_stage=stage, dp_overlap=dp_overlap, stages=stages, fuse=bool(fuse),
         attention=attention, kernels=kernels)
+
+
+def _single_zero_stage(zero_stage: int | None, zero: bool) -> int:
+    """The one ZeRO stage of a fixed plan: ``zero_stage``, or 1 for the older ``zero=True``.
+
+    Raises:
+        ConfigError: both given and disagreeing, or a stage outside 0..3.
+    """
+    if zero_stage is None:
+        return 1 if zero else 0
+    stage = check_zero_stage(zero_stage, "evaluate")
+    if zero and stage != 1:
+        raise ConfigError(f"zero (ZeRO stage 1) contradicts zero_stage={stage}: give one of them")
+    return stage
 
 
 def _check_sp(sp: bool, tp: int) -> None:
@@ -247,6 +313,8 @@ def search_request(
     fuse: bool = False,
     attention: Attention | str = Attention.FLASH,
     kernels: Kernels | str = Kernels.FUSED,
+    zero_stages: str | Iterable[int] | None = None,
+    grad_reduce_dtype: str = "fp32",
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -272,6 +340,8 @@ def search_request(
             their input (as fused kernels or a compiler would run them); default: as the
             model's eager code runs them.
         attention, kernels: as in :func:`graph` (recorded with the search).
+        zero_stages: ZeRO stages to try (``"all"``, ``"0,1,3"`` or ints; default all four).
+        grad_reduce_dtype: fp32 (default, Megatron-LM's bf16 recipe) or bf16 gradients.
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
@@ -317,6 +387,9 @@ def search_request(
     plan_space = PlanSpace(tps=tps, micro_batches=batches,
                            recomputes=parse_recompute(recompute),
                            schedules=_enum_choices(PipelineSchedule, schedules, "schedule"),
+                           zero_stages=parse_zero_stages(zero_stages),
+                           grad_reduce_dtype=_enum_choices(GradReduceDtype, [grad_reduce_dtype],
+                                                           "grad_reduce_dtype")[0],
                            fuse=bool(fuse), attention=attention, kernels=kernels)
     reference = load_accelerator(baseline) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
@@ -451,7 +524,8 @@ def plot_design_space(source: SearchResult | str, path: str | Path, *, search: s
 def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, global_batch: int,
                      micro_batch: int = 1, recompute: str = "none", schedule: str = "1f1b", tp: int = 1,
                      zero: bool = False, dp_overlap: bool = False, sp: bool = False,
-                     seq_len: int | None = None, optimizer: str = "adam") -> PlanResult:
+                     seq_len: int | None = None, optimizer: str = "adam",
+                     zero_stage: int | None = None, grad_reduce_dtype: str = "fp32") -> PlanResult:
     """The fastest plan of a layer DAG (a two-tower or multi-modal model, or a profiled layer graph)
     on ``devices`` chips of ``hardware``: exact over pipeline depth, DP degree and stages (Piper's
     downset DP, Tarnawski et al., NeurIPS 2021; :func:`archplace.placement.dag.dag_plan`).
@@ -462,8 +536,10 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
             micro-batch of ``micro_batch`` samples and per TP rank of a ``tp``-wide group, SI units.
         hardware: hardware preset or YAML file (chip and cluster links).
         devices, global_batch: cluster size and samples per iteration.
-        micro_batch, recompute, schedule (``1f1b`` or ``gpipe``), tp, zero, dp_overlap, sp: the
-            fixed plan options (sp only recorded: the costs already reflect it).
+        micro_batch, recompute, schedule (``1f1b`` or ``gpipe``), tp, zero_stage (0 or 1;
+            ``zero=True`` is the older spelling of 1), dp_overlap, sp: the fixed plan options
+            (sp only recorded: the costs already reflect it).
+        grad_reduce_dtype: fp32 or bf16 gradients (:func:`plan`).
         seq_len: tokens per sample for tokens/s [the file's ``seq_len``, else 1].
         optimizer: ``adam`` or ``sgd``.
 
@@ -486,9 +562,10 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
     _check_sp(sp, tp)
     tokens = limits.whole("seq_len", seq_len if seq_len is not None else file_seq_len or 1, 1,
                           limits.MAX_SEQ_LEN)
+    stage = _single_zero_stage(zero_stage, zero)
     _, setup = workflow.training_setup(hardware, devices=devices, global_batch=global_batch, seq_len=tokens,
-                                       optimizer=optimizer)
+                                       optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
     return dag_plan(layers, setup, micro_batch=micro_batch,
                     recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
                     schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0], tp=tp,
-                    zero=zero, dp_overlap=dp_overlap, sp=sp)
+                    zero_stage=stage, dp_overlap=dp_overlap, sp=sp)

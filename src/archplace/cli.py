@@ -84,6 +84,10 @@ def search(
     = False,
     attention: AttentionOption = "flash",
     kernels: KernelsOption = "fused",
+    zero_stage: Annotated[str | None, typer.Option(
+        "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")] = None,
+    grad_reduce_dtype: Annotated[str, typer.Option(
+        "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 | bf16.")] = "fp32",
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     if exact_top is None:
@@ -99,6 +103,7 @@ def search(
                    micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
                    objective=objective, area_budget=area_budget, power_budget=power_budget,
                    baseline=None if baseline == "none" else baseline, fuse=fuse,
+                   zero_stages=zero_stage, grad_reduce_dtype=grad_reduce_dtype,
                    attention=attention, kernels=kernels)
     groups = [[name] for name in model] if per_model else [model]
     outcomes = []

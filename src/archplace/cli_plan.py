@@ -14,7 +14,7 @@ from archplace import api, limits
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.dag import load_layer_graph_file
-from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PlanResult, Recompute
+from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
 
 _GIB = 2.0**30
 
@@ -27,6 +27,12 @@ Optim = Annotated[str, typer.Option(help="adam (18 B/param) | sgd.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 Fuse = Annotated[bool, typer.Option(
     "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
+GradDtype = Annotated[str, typer.Option(
+    "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 "
+                                "recipe) | bf16.")]
+DpOverlap = Annotated[bool, typer.Option(
+    "--dp-overlap", help="Reduce gradients bucket by bucket during the last backward pass (only what "
+                         "is left after it is exposed); without it the whole reduction is exposed.")]
 
 
 def _plan_label(result: PlanResult) -> str:
@@ -35,18 +41,21 @@ def _plan_label(result: PlanResult) -> str:
     if p.chunks > 1:
         parts.append(f"v={p.chunks}")
     parts.append(f"recompute={p.recompute.value}")
-    parts += [flag for flag, on in (("sp", p.sp), ("zero", p.zero), ("overlap", p.dp_overlap)) if on]
+    parts += [flag for flag, on in (("sp", p.sp), (f"zero{p.zero_stage}", p.zero_stage > 0),
+                                    ("overlap", p.dp_overlap)) if on]
     return " ".join(parts)
 
 
 def _summary_table(results: list[PlanResult], title: str) -> Table:
     table = Table(title=title)
-    for column in ("#", "plan", "iteration s", "samples/s", "tokens/s", "MFU", "max memory GiB"):
+    for column in ("#", "plan", "iteration s", "samples/s", "tokens/s", "TFLOP/s per device", "MFU",
+                   "HFU", "max memory GiB"):
         table.add_column(column, justify="left" if column == "plan" else "right")
     for i, r in enumerate(results, 1):
         peak = max((m.total for m in r.memory), default=0.0)
         table.add_row(str(i), _plan_label(r), f"{r.iteration_time_s:.3f}",
-                      f"{r.throughput_samples_per_s:,.1f}", f"{r.tokens_per_s:,.0f}", f"{r.mfu:.1%}",
+                      f"{r.throughput_samples_per_s:,.1f}", f"{r.tokens_per_s:,.0f}",
+                      f"{r.model_flop_per_s_per_device / 1e12:.1f}", f"{r.mfu:.1%}", f"{r.hfu:.1%}",
                       f"{peak / _GIB:.1f}")
     return table
 
@@ -59,7 +68,8 @@ def _detail_tables(result: PlanResult) -> list[Table]:
     for part, seconds in result.breakdown_s.items():
         breakdown.add_row(part, f"{seconds:.4f}", f"{seconds / result.iteration_time_s:.1%}")
     memory = Table(title="memory per device (GiB)")
-    for column in ("stage", "layers", "weights", "gradients", "optimizer", "activations", "total"):
+    for column in ("stage", "layers", "weights", "gradients", "optimizer", "activations", "gathered",
+                   "total"):
         memory.add_column(column, justify="right")
     stages, pp = result.plan.stages, result.plan.pp
     for m in result.memory:  # interleaved: device j holds chunks j, j + pp, j + 2 pp, ...
@@ -68,8 +78,19 @@ def _detail_tables(result: PlanResult) -> list[Table]:
             layers = ", ".join(name for names in result.plan.stage_layers[m.stage::pp] for name in names)
         memory.add_row(str(m.stage), layers, *(f"{v / _GIB:.2f}" for v in
                                                  (m.weights, m.gradients, m.optimizer, m.activations,
-                                                  m.total)))
-    return [breakdown, _stage_time_table(result), memory]
+                                                  m.gathered, m.total)))
+    return [breakdown, _comm_table(result), _stage_time_table(result), memory]
+
+
+def _comm_table(result: PlanResult) -> Table:
+    """Communication of the critical device per iteration: all of it and its exposed part."""
+    table = Table(title="communication per iteration (s; exposed = not hidden behind computation)")
+    for column in ("kind", "total", "exposed", "hidden"):
+        table.add_column(column, justify="right")
+    for kind, parts in result.comm_s.items():
+        total, exposed = parts["total"], parts["exposed"]
+        table.add_row(kind, f"{total:.4f}", f"{exposed:.4f}", f"{max(0.0, total - exposed):.4f}")
+    return table
 
 
 def _stage_time_table(result: PlanResult) -> Table:
@@ -99,9 +120,11 @@ def _single(values: list[int] | None, option: str) -> int:
 
 def _plan_layer_graph(path: Path, hardware: str, *, devices: int, global_batch: int, seq_len: int | None,
                       tp: list[int] | None, micro_batch: list[int] | None, recompute: list[str] | None,
-                      schedule: list[str] | None, zero: bool, optimizer: str, top: int) -> list[PlanResult]:
+                      schedule: list[str] | None, zero_stages: tuple[int, ...], optimizer: str,
+                      top: int, grad_reduce_dtype: str) -> list[PlanResult]:
     """The ``top`` best plans of a layer graph file over the recompute policies, schedules (1F1B and
-    GPipe by default), ZeRO-1 and DP-overlap settings, each exact (``api.plan_layer_graph``).
+    GPipe by default), ZeRO stages (0 and 1) and DP-overlap settings, each exact
+    (``api.plan_layer_graph``).
     When nothing fits, the error of the most memory-frugal option is raised."""
     limits.whole("top", top, 1, limits.MAX_TOP)
     width, batch = _single(tp, "--tp"), _single(micro_batch, "--micro-batch")
@@ -112,13 +135,14 @@ def _plan_layer_graph(path: Path, hardware: str, *, devices: int, global_batch: 
     closest: tuple[tuple[object, ...], InfeasibleError] | None = None
     for rc in recomputes:
         for kind in schedules:
-            for z in ((False, True) if zero else (False,)):
+            for z in zero_stages:
                 for overlap in (False, True):
                     try:
                         result = api.plan_layer_graph(
                             graph, hardware, devices=devices, global_batch=global_batch, micro_batch=batch,
-                            recompute=rc, schedule=kind, tp=width, zero=z, dp_overlap=overlap,
-                            seq_len=seq_len if seq_len is not None else file_seq_len, optimizer=optimizer)
+                            recompute=rc, schedule=kind, tp=width, zero_stage=z, dp_overlap=overlap,
+                            seq_len=seq_len if seq_len is not None else file_seq_len, optimizer=optimizer,
+                            grad_reduce_dtype=grad_reduce_dtype)
                     except InfeasibleError as exc:
                         frugal = (str(exc).startswith("no plan fits"),
                                   RECOMPUTE_ORDER.index(Recompute(rc)), kind == "1f1b", z, not overlap)
@@ -128,7 +152,7 @@ def _plan_layer_graph(path: Path, hardware: str, *, devices: int, global_batch: 
                     plan = result.plan
                     rank = (result.iteration_time_s, plan.devices, plan.pp,
                             RECOMPUTE_ORDER.index(plan.recompute), SCHEDULE_ORDER.index(plan.schedule),
-                            plan.zero, plan.dp_overlap)
+                            plan.zero_stage, plan.dp_overlap)
                     found.append((rank, result))
     if not found:
         assert closest is not None
@@ -158,7 +182,11 @@ def register(app: typer.Typer) -> None:
         schedule: Annotated[list[str] | None, typer.Option(help="gpipe|1f1b|interleaved (repeatable).")]
         = None,
         no_sp: Annotated[bool, typer.Option("--no-sp", help="Never use sequence parallelism.")] = False,
-        no_zero: Annotated[bool, typer.Option("--no-zero", help="Never shard the optimizer.")] = False,
+        no_zero: Annotated[bool, typer.Option("--no-zero", help="Same as --zero-stage 0.")] = False,
+        zero_stage: Annotated[str | None, typer.Option(
+            "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")]
+        = None,
+        grad_reduce_dtype: GradDtype = "fp32",
         optimizer: Optim = "adam",
         top: Annotated[int, typer.Option(help="Plans to show.")] = 5,
         fuse: Fuse = False,
@@ -169,18 +197,25 @@ def register(app: typer.Typer) -> None:
         """Best parallel plans (TP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES chips."""
         if (model is None) == (layer_graph is None):
             raise ConfigError("give either --model or --layer-graph")
+        if no_zero and zero_stage is not None:
+            raise ConfigError("give --no-zero or --zero-stage, not both")
+        # a layer graph is planned with ZeRO stages 0 and 1 (dag_plan) unless others are asked for
+        default = (0,) if no_zero else (0, 1) if layer_graph is not None else ZERO_STAGES
+        stages = api.parse_zero_stages(zero_stage, default)
         if layer_graph is not None:
             if fuse:
                 raise ConfigError("--fuse applies to --model (a layer graph file carries its own costs)")
             results = _plan_layer_graph(layer_graph, hardware, devices=devices, global_batch=global_batch,
                                         seq_len=seq_len, tp=tp, micro_batch=micro_batch, recompute=recompute,
-                                        schedule=schedule, zero=not no_zero, optimizer=optimizer, top=top)
+                                        schedule=schedule, zero_stages=stages, optimizer=optimizer, top=top,
+                                        grad_reduce_dtype=grad_reduce_dtype)
             name = str(layer_graph)
         else:
             assert model is not None
             results = api.plan(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
                                tps=tp, micro_batches=micro_batch, recomputes=recompute, schedules=schedule,
-                               sp=not no_sp, zero=not no_zero, optimizer=optimizer, top_k=top, fuse=fuse,
+                               sp=not no_sp, zero_stages=stages, optimizer=optimizer, top_k=top, fuse=fuse,
+                               grad_reduce_dtype=grad_reduce_dtype,
                                attention=attention, kernels=kernels)
             name = model
         if as_json:
@@ -205,9 +240,12 @@ def register(app: typer.Typer) -> None:
         schedule: Annotated[str, typer.Option(help="gpipe | 1f1b | interleaved.")] = "1f1b",
         chunks: Annotated[int, typer.Option(help="Model chunks per device (interleaved).")] = 1,
         sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism.")] = False,
-        zero: Annotated[bool, typer.Option("--zero", help="ZeRO-1 optimizer sharding.")] = False,
-        dp_overlap: Annotated[bool, typer.Option("--dp-overlap", help="Overlap the DP all-reduce.")]
-        = False,
+        zero_stage: Annotated[int | None, typer.Option(
+            "--zero-stage", help="ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP) "
+                                 "[0].")] = None,
+        zero: Annotated[bool, typer.Option("--zero", help="Deprecated: --zero-stage 1.")] = False,
+        dp_overlap: DpOverlap = False,
+        grad_reduce_dtype: GradDtype = "fp32",
         stages: Annotated[str | None, typer.Option(
             help="Layer ranges per stage, e.g. 0-12,13-25 [even split of the blocks].")] = None,
         optimizer: Optim = "adam",
@@ -220,8 +258,9 @@ def register(app: typer.Typer) -> None:
         result = api.evaluate(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
                               tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,
                               schedule=schedule, chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap,
-                              stages=stages, optimizer=optimizer, fuse=fuse, attention=attention,
-                              kernels=kernels)
+                              stages=stages, optimizer=optimizer, fuse=fuse, zero_stage=zero_stage,
+                              grad_reduce_dtype=grad_reduce_dtype,
+                              attention=attention, kernels=kernels)
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=2))
             return

@@ -15,13 +15,9 @@ from hypothesis import strategies as st
 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
-from archplace.placement.memory import (
-    chain_reserve_bytes,
-    interleaved_chunk_charge_bytes,
-    interleaved_in_flight_chunks,
-)
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
 from archplace.placement.plan import (
+    GradReduceDtype,
     LayerCost,
     Optimizer,
     PipelineSchedule,
@@ -44,23 +40,25 @@ def compositions(n: int, parts: int):
 
 
 def peak_need(layers, setup, plan) -> float:
-    """The number ``evaluate_plan`` compares with HBM: the largest stage total, or interleaved the
-    largest chunk charge."""
-    if plan.schedule is not PipelineSchedule.INTERLEAVED:
-        return max(m.total for m in plan_memory(layers, setup, plan))
-    m = micro_batches(setup, plan)
-    reserve = chain_reserve_bytes(layers, plan.recompute)
-    return max(interleaved_chunk_charge_bytes(
-        layers[a:b + 1], chunks=plan.chunks, recompute=plan.recompute, reserve=reserve,
-        in_flight_chunks=interleaved_in_flight_chunks(c % plan.pp, plan.pp, m, plan.chunks),
-        optimizer=setup.optimizer, zero_shards=plan.dp if plan.zero else 1)
-        for c, (a, b) in enumerate(plan.stages))
+    """The number ``evaluate_plan`` compares with HBM: the largest device total."""
+    return max(m.total for m in plan_memory(layers, setup, plan))
+
+
+def block_uniform(n, parts):
+    """The interleaved splits the solver plans with: equal chunks, or (n - 2) layers divided
+    evenly with layer 0 added to the first chunk and layer n - 1 to the last."""
+    out = []
+    for stages in compositions(n, parts):
+        sizes = [b - a + 1 for a, b in stages]
+        if len(set(sizes)) == 1 or parts >= 2 and len(set(sizes[1:-1] + [sizes[0] - 1, sizes[-1] - 1])) == 1:
+            out.append(stages)
+    return out
 
 
 def rank_key(plan):
     """The documented tie-break after the iteration time."""
     return (plan.devices, plan.pp, plan.tp, plan.chunks, plan.micro_batch,
-            RECOMPUTES.index(plan.recompute), SCHEDULE_RANK[plan.schedule], plan.sp, plan.zero,
+            RECOMPUTES.index(plan.recompute), SCHEDULE_RANK[plan.schedule], plan.sp, plan.zero_stage,
             plan.dp_overlap, plan.stages)
 
 
@@ -83,7 +81,7 @@ def better_split(time_s, stages, best_s, best_stages) -> bool:
     return time_s < best_s
 
 
-def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(False,),
+def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                 overlaps=(False,)) -> Brute:
     devices = setup.cluster.devices
     best_per_config = []
@@ -102,10 +100,12 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(Fals
                             for z in zeros:
                                 for o in overlaps:
                                     best = None
-                                    for stages in compositions(n, p * v):
+                                    splits = (block_uniform(n, p * v) if v > 1
+                                              else compositions(n, p * v))
+                                    for stages in splits:
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
-                                                    sp=sp, zero=z, dp_overlap=o)
+                                                    sp=sp, zero_stage=z, dp_overlap=o)
                                         try:
                                             micro_batches(setup, plan)
                                         except ConfigError:
@@ -194,4 +194,5 @@ def setups(draw, layers, max_devices: int = 16):
         seq_len=128, hbm_bytes=max((state + act) * scale, 1.0),
         hbm_bandwidth_bytes_per_s=draw(st.sampled_from([1e6, 1e8, 1e11])), peak_flop_per_s=1e12,
         optimizer=draw(st.sampled_from(list(Optimizer))),
-        dp_must_divide_batch=draw(st.booleans()))
+        dp_must_divide_batch=draw(st.booleans()),
+        grad_reduce_dtype=draw(st.sampled_from(list(GradReduceDtype))))

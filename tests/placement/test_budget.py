@@ -42,6 +42,9 @@ def dense_grid(setup: TrainingSetup, tp: int, b: int, n: int, v: int, interleave
     devices = setup.cluster.devices
     out = []
     for p in range(2 if interleaved else 1, min(n // v, devices // tp) + 1):
+        s = p * v  # interleaved: only depths with a block-uniform split (equal chunks, or n - 2 even)
+        if interleaved and n % s and not (n - 2 >= s and (n - 2) % s == 0):
+            continue
         d = np.arange(1, devices // (tp * p) + 1)
         g = setup.global_batch
         valid = g % (b * d) == 0

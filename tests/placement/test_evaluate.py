@@ -80,11 +80,28 @@ def test_tp1_pp2_dp2_no_recompute():
     assert d["plan"]["stages"] == [[0, 1], [2, 2]]
     assert [s["total"] for s in d["memory_per_device_bytes"]] == [54670.0, 9550.0]
     # per stage and micro-batch: stage 0 computes 9 s and sends 4.2e-5 s; stage 1 computes 1.5 s
+    # and receives the same boundary (activation in, gradient out): 4.2e-5 s too
     s0, s1 = d["stage_times_s"]
     assert (s0["segment"], s0["compute"], s0["recompute"], s0["backward"]) == (0, 9.0, 0.0, 6.0)
     assert s0["p2p"] == pytest.approx(4.2e-5, rel=REL) and s0["total"] == pytest.approx(9.000042, rel=REL)
-    assert (s1["segment"], s1["compute"], s1["p2p"], s1["total"]) == (1, 1.5, 0.0, 1.5)
+    assert (s1["segment"], s1["compute"]) == (1, 1.5)
+    assert s1["p2p"] == pytest.approx(4.2e-5, rel=REL) and s1["total"] == pytest.approx(1.500042, rel=REL)
     assert PlanResult.from_dict(d) == r
+
+
+def test_last_stage_pays_for_receiving_its_input():
+    # Two stages, the last (l1 + l2: 6 + 1.5 = 7.5 s) the bottleneck; the boundary after l0
+    # carries 1e6 B on the intra-node link (alpha 1e-6 s, beta 1e11 B/s). The last stage
+    # receives the activation and sends its gradient back: 2 (1e-6 + 1e6 / 1e11) = 2.2e-5 s
+    # per micro-batch, paid in each of the m = 2 slots and in the p - 1 = 1 bubble slot.
+    plan = Plan(tp=1, pp=2, dp=2, micro_batch=2, recompute=Recompute.NONE, stages=((0, 0), (1, 2)))
+    r = evaluate_plan(LAYERS, SETUP, plan)
+    s0, s1 = r.stage_times
+    assert s0.p2p_s == pytest.approx(2.2e-5, rel=REL) and s1.p2p_s == pytest.approx(2.2e-5, rel=REL)
+    assert s1.total_s == pytest.approx(7.500022, rel=REL)
+    assert r.breakdown_s["pp_comm"] == pytest.approx(2 * 2.2e-5, rel=REL)
+    assert r.breakdown_s["bubble"] == pytest.approx(7.500022, rel=REL)
+    check_breakdown_sums(r)
 
 
 def test_tp2_uses_inter_node_links_and_scales_mfu():
@@ -112,17 +129,18 @@ def test_tp1_pp3_dp1_full_recompute():
                 stages=((0, 0), (1, 1), (2, 2)))
     assert plan.recompute is Recompute.FULL
     r = evaluate_plan(LAYERS, SETUP, plan)
-    # m = 8. T0 = 3 + 1 + 2.2e-5, T1 = 6 + 2 + 4.2e-5, T2 = 1.5 + 0.5. Bottleneck: stage 1.
+    # m = 8. T0 = 3 + 1 + 2.2e-5 (sends l0's output), T1 = 6 + 2 + (2.2e-5 + 4.2e-5) (receives
+    # l0's, sends l1's output), T2 = 1.5 + 0.5 + 4.2e-5 (receives l1's). Bottleneck: stage 1.
     b = r.breakdown_s
     assert b["compute"] == pytest.approx(48.0, rel=REL)
     assert b["recompute"] == pytest.approx(16.0, rel=REL)
-    assert b["pp_comm"] == pytest.approx(3.36e-4, rel=REL)
-    assert b["bubble"] == pytest.approx(16.000084, rel=REL)
+    assert b["pp_comm"] == pytest.approx(8 * 6.4e-5, rel=REL)
+    assert b["bubble"] == pytest.approx(16.000128, rel=REL)
     assert b["dp_comm"] == 0.0
     assert b["optimizer"] == pytest.approx(6e-8, rel=REL)
-    assert r.iteration_time_s == pytest.approx(80.00042006, rel=REL)
+    assert r.iteration_time_s == pytest.approx(80.00064006, rel=REL)
     check_breakdown_sums(r)
-    assert r.mfu == pytest.approx(8 * 10.5e12 / (80.00042006 * 3 * 1e12), rel=REL)
+    assert r.mfu == pytest.approx(8 * 10.5e12 / (80.00064006 * 3 * 1e12), rel=REL)
     # in flight 3, 2, 1; full recompute keeps inputs plus the layer's own activations
     assert [m.activations for m in r.memory] == [3 * 10.0 + 100.0, 2 * 20.0 + 200.0,
                                                  1 * 5.0 + 50.0]
@@ -231,33 +249,37 @@ def test_interleaved_two_chunks_per_device():
     assert plan.to_dict()["stage_device"] == [0, 1, 0, 1]
     r = evaluate_plan(LAYERS4, SETUP, plan)
     # m = 8 / 2 = 4 micro-batches, v m = 8 chunk slots, K = v m + p - 1 = 9.
-    # Chunk times (p2p on the intra-node link, span 2): a 3 + 2.2e-5, b 6 + 4.2e-5 (the
-    # bottleneck), c 1.5 + 6.2e-5, d 2 (last).
+    # Chunk times (p2p on the intra-node link, span 2; every chunk pays its input and its output
+    # boundary): a 3 + 2.2e-5, b 6 + (2.2e-5 + 4.2e-5) (the bottleneck), c 1.5 + (4.2e-5 +
+    # 6.2e-5), d 2 + 6.2e-5.
     b = r.breakdown_s
     assert b["compute"] == pytest.approx(8 * (6.0 - 0.6), rel=REL)
     assert b["tp_comm"] == pytest.approx(8 * 0.6, rel=REL)
     assert b["recompute"] == 0.0
-    assert b["pp_comm"] == pytest.approx(8 * 4.2e-5, rel=REL)
-    assert b["bubble"] == pytest.approx(6.000042, rel=REL)
+    assert b["pp_comm"] == pytest.approx(8 * 6.4e-5, rel=REL)
+    assert b["bubble"] == pytest.approx(6.000064, rel=REL)
     # each chunk is charged v times: chunk d's 2 * 4000 parameters decide the tail. The DP group
     # (2 ranks at stride 2, span 3) is inter-node: 2 * 1/2 * 4 * 8000 / 1e10 + 2 * 1e-5.
     assert b["dp_comm"] == pytest.approx(2.32e-5, rel=REL)
     assert b["optimizer"] == pytest.approx(30 * 8000 / 1e12, rel=REL)
-    assert r.iteration_time_s == pytest.approx(9 * 6.000042 + 2.32e-5 + 2.4e-7, rel=REL)
+    assert r.iteration_time_s == pytest.approx(9 * 6.000064 + 2.32e-5 + 2.4e-7, rel=REL)
     check_breakdown_sums(r)
     assert r.mfu == pytest.approx(8 * 12.5e12 / (r.iteration_time_s * 4 * 1e12), rel=REL)
-    # in flight (chunk-micro-batches): device 0: 2 * 1 + 1 * 2 + 1 = 5, device 1: 0 + 2 + 1 = 3
+    # in flight (chunk-micro-batches of its chunks, Megatron's order): device 0 (chunks a, c)
+    # peaks at 3 of a and 2 of c, or 4 of a and 1 of c: max(3 * 100 + 2 * 50, 4 * 100 + 50) =
+    # 450 B; device 1 (chunks b, d): max(2 * 200 + 1 * 300, 3 * 200) = 700 B
+    # (test_memory.test_interleaved_chunk_counts_follow_megatrons_order)
     d0, d1 = r.memory
     assert (d0.weights, d0.gradients, d0.optimizer, d0.activations, d0.working) == (
-        3000.0, 6000.0, 18000.0, 5 / 2 * 150.0, 500.0)
+        3000.0, 6000.0, 18000.0, 450.0, 500.0)
     assert (d1.weights, d1.gradients, d1.optimizer, d1.activations, d1.working) == (
-        12000.0, 24000.0, 72000.0, 3 / 2 * 500.0, 70.0)
-    # the device needs 108820 B, but chunk d counted twice needs 2 * 72000 + 3 * 300 + 500
-    setup = dataclasses.replace(SETUP, hbm_bytes=140_000.0)
-    with pytest.raises(InfeasibleError, match=r"^device 1 needs 142\.0 KiB > 136\.7 KiB HBM "
-                                              r"counting its chunk 3 \(layers 3\.\.3\) 2 times"):
+        12000.0, 24000.0, 72000.0, 700.0, 70.0)
+    assert d1.total == 108770.0
+    setup = dataclasses.replace(SETUP, hbm_bytes=108_000.0)
+    with pytest.raises(InfeasibleError, match=r"^device 1 needs 106\.2 KiB > 105\.5 KiB HBM with "
+                                              r"zero_stage=0 \(.*\); zero_stage=1 would need 71\.1 KiB, "
+                                              r"zero_stage=2 would need"):
         evaluate_plan(LAYERS4, setup, plan)
-    assert d1.total == 108820.0 < 140_000.0
 
 
 def test_interleaved_needs_a_multiple_of_pp_micro_batches():
@@ -309,26 +331,29 @@ def test_zero_sgd_and_overlap():
                       inter_node_latency_s=1e-5)
     setup = dataclasses.replace(SETUP, cluster=cluster, optimizer=Optimizer.SGD)
     plan = Plan(tp=1, pp=1, dp=4, micro_batch=2, recompute=Recompute.NONE, stages=((0, 2),),
-                zero=True)
+                zero_stage=1)
     r = evaluate_plan(LAYERS, setup, plan)
     # m = 1, one stage: T = 10.5, K = 1. DP group of 4 ranks, 2 in each of 2 nodes: hierarchical
-    # all-reduce (reduce-scatter + all-gather) of 4 * 3500 bytes: inside the node
-    # 2 * 1/2 * 14000 / 1e11 + 2 * 1e-6, across the nodes each rank's half on its own port
-    # 2 * 1/2 * 7000 / 1e3 + 2 * 1e-5.
-    ar = 1.4e-7 + 2e-6 + 7.0 + 2e-5
-    assert r.breakdown_s["dp_comm"] == pytest.approx(ar, rel=REL)
+    # all-reduce of b bytes: inside the node 2 * 1/2 * b / 1e11 + 2 * 1e-6, across the nodes
+    # each rank's half on its own port 2 * 1/2 * (b / 2) / 1e3 + 2 * 1e-5. ZeRO-1 reduce-scatters
+    # the 4 * 3500 fp32 gradient bytes and all-gathers the 2 * 3500 bf16 weight bytes, each half
+    # of an all-reduce: (2.2e-5 + 14000 * (1e-11 + 5e-4)) / 2 + (2.2e-5 + 7000 * (...)) / 2.
+    ar = 1.4e-7 + 2e-6 + 7.0 + 2e-5  # the all-reduce of the gradients (stage 0)
+    zero1 = 2.2e-5 + 10500 * (1e-11 + 5e-4)
+    assert r.breakdown_s["dp_comm"] == pytest.approx(zero1, rel=REL)
+    assert r.comm_s["dp"] == {"total": r.breakdown_s["dp_comm"], "exposed": r.breakdown_s["dp_comm"]}
     # SGD step (22 B / param) on 1/4 of the parameters
     assert r.breakdown_s["optimizer"] == pytest.approx(22 * 3500 / 4 / 1e12, rel=REL)
     (mem,) = r.memory
     assert (mem.weights, mem.gradients, mem.optimizer) == (7000.0, 14000.0, 8 * 3500 / 4)
     overlapped = evaluate_plan(LAYERS, setup, dataclasses.replace(plan, dp_overlap=True))
-    # the backward pass of the last micro-batch (2 + 4 + 1 s) hides part of the reduction
-    assert overlapped.breakdown_s["dp_comm"] == pytest.approx(ar - 7.0, rel=1e-9)
-    assert overlapped.iteration_time_s == pytest.approx(r.iteration_time_s - 7.0, rel=REL)
+    # the 14000 gradient bytes fill one bucket (Megatron-LM: 40M elements), ready only at the
+    # end of the backward pass: nothing hides
+    assert overlapped.breakdown_s["dp_comm"] == pytest.approx(zero1, rel=REL)
     check_breakdown_sums(overlapped)
-    plain = evaluate_plan(LAYERS, setup, dataclasses.replace(plan, zero=False))
+    plain = evaluate_plan(LAYERS, setup, dataclasses.replace(plan, zero_stage=0))
     assert plain.memory[0].optimizer == 8 * 3500
-    assert plain.breakdown_s["dp_comm"] == r.breakdown_s["dp_comm"]
+    assert plain.breakdown_s["dp_comm"] == pytest.approx(ar, rel=REL)
 
 
 def test_padded_batch_counts_useful_samples_only():
@@ -347,7 +372,8 @@ def test_padded_batch_counts_useful_samples_only():
     (dict(schedule="interleaved", chunks=1), "needs chunks >= 2"),
     (dict(schedule="1f1b", chunks=2), "needs the interleaved schedule"),
     (dict(schedule="zigzag"), "unknown pipeline schedule"),
-    (dict(zero=1), "zero must be a bool"),
+    (dict(zero_stage=True), "zero_stage must be 0, 1, 2 or 3"),
+    (dict(zero_stage=4), "zero_stage must be 0, 1, 2 or 3"),
 ])
 def test_schedule_options_are_checked(kwargs, message):
     with pytest.raises(ConfigError, match=message):

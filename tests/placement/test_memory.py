@@ -12,6 +12,7 @@ from archplace.hardware.cluster import Cluster
 from archplace.placement.memory import (
     MODEL_STATE_BYTES_PER_PARAM,
     in_flight_micro_batches,
+    interleaved_chunk_counts,
     interleaved_device_memory,
     interleaved_in_flight_chunks,
     model_state_bytes,
@@ -45,10 +46,43 @@ def test_mixed_precision_adam_is_18_bytes_per_param():
 @pytest.mark.parametrize("d", [1, 2, 8, 64])
 def test_zero1_and_sgd_bytes_per_param(d):
     # Megatron-LM distributed optimizer (bf16 params, fp32 grads): 6 + 12/d bytes per parameter
-    assert sum(model_state_bytes(1000, Optimizer.ADAM, d)) == pytest.approx(1000 * (6 + 12 / d))
+    adam = model_state_bytes(1000, Optimizer.ADAM, zero_stage=1, dp=d)
+    assert sum(adam) == pytest.approx(1000 * (6 + 12 / d))
     # SGD with momentum: 2 + 4 + 8 (fp32 master + momentum), 6 + 8/d sharded
-    assert sum(model_state_bytes(1000, Optimizer.SGD, 1)) == 14000.0
-    assert sum(model_state_bytes(1000, Optimizer.SGD, d)) == pytest.approx(1000 * (6 + 8 / d))
+    assert sum(model_state_bytes(1000, Optimizer.SGD)) == 14000.0
+    sgd = model_state_bytes(1000, Optimizer.SGD, zero_stage=1, dp=d)
+    assert sum(sgd) == pytest.approx(1000 * (6 + 8 / d))
+
+
+@pytest.mark.parametrize("d", [1, 4, 64, 124])
+@pytest.mark.parametrize("k", [12, 8])
+def test_zero_stages_are_the_papers_forms(d, k):
+    # Rajbhandari et al. 2020, Fig. 1, with fp16 gradients (G = 2): baseline (2 + 2 + K) Psi,
+    # P_os (2 + 2) Psi + K Psi / Nd, P_os+g 2 Psi + (2 + K) Psi / Nd, P_os+g+p (2 + 2 + K) Psi / Nd
+    optimizer = Optimizer.ADAM if k == 12 else Optimizer.SGD
+    psi = 7_500_000_000
+    forms = {0: (2 + 2 + k) * psi, 1: (2 + 2) * psi + k * psi / d, 2: 2 * psi + (2 + k) * psi / d,
+             3: (2 + 2 + k) * psi / d}
+    for stage, expected in forms.items():
+        parts = model_state_bytes(psi, optimizer, zero_stage=stage, dp=d, grad_bytes=2)
+        assert parts[0] + parts[1] + parts[2] == expected
+    # archplace's default fp32 gradient buffer (Megatron-LM's bf16 recipe): G = 4
+    w, g, o = model_state_bytes(psi, optimizer, zero_stage=2, dp=d)
+    assert (w, g, o) == (2 * psi, 4 * psi / d, k * psi / d)
+
+
+def test_zero3_device_memory_adds_the_gathered_window():
+    # two layers of 10 and 30 parameters (per TP rank), d = 5, fp32 gradients: sharded state
+    # 18 * 40 / 5; the window holds two gathered layers' bf16 weights and one unsharded fp32
+    # gradient of the largest layer: (2 * 2 + 4) * 30
+    layers = [layer("a", 10, 100.0, 1.0, 5.0), layer("c", 30, 300.0, 3.0, 7.0)]
+    mem = stage_memory(layers, stage=0, in_flight=2, recompute=Recompute.NONE, zero_stage=3, dp=5)
+    assert (mem.weights, mem.gradients, mem.optimizer) == (2 * 40 / 5, 4 * 40 / 5, 12 * 40 / 5)
+    assert mem.gathered == 8 * 30 and mem.activations == 2 * 400.0
+    assert mem.total == 18 * 40 / 5 + 800.0 + 7.0 + 240.0
+    for stage in (0, 1, 2):
+        assert stage_memory(layers, stage=0, in_flight=2, recompute=Recompute.NONE, zero_stage=stage,
+                            dp=5).gathered == 0.0
 
 
 @pytest.mark.parametrize(("pp", "m", "expected"), [
@@ -112,12 +146,29 @@ def test_activations_without_and_with_recompute():
     assert full.to_dict()["total"] == full.total
 
 
+def test_interleaved_chunk_counts_follow_megatrons_order():
+    # pp = 2, v = 2, m = 4 (8 chunk forward passes). Device 0 warms up with W = 2 + 2 = 4
+    # forward passes (chunk 0 twice, chunk 1 twice); the steady state runs forward 5, 6, 7, 8
+    # (chunks 0, 0, 1, 1), each followed by a backward pass, which runs chunk 1 first:
+    # after forward 5: (3, 2); backward (chunk 1) then forward 6: (4, 1); then (4, 1); (3, 2).
+    assert interleaved_chunk_counts(0, 2, 4, 2) == [(3, 2), (4, 1), (4, 1), (3, 2)]
+    # device 1: W = 2 (chunk 0 twice), then forward 3 (chunk 1): (2, 1), ...
+    assert interleaved_chunk_counts(1, 2, 4, 2) == [(2, 1), (2, 1), (3, 0), (3, 0)]
+    for device in range(4):
+        for snapshot in interleaved_chunk_counts(device, 4, 8, 3):
+            assert sum(snapshot) == interleaved_in_flight_chunks(device, 4, 8, 3)
+
+
 def test_interleaved_device_memory_sums_its_chunks():
+    # device 0 of pp = 2 with two chunks of 10 and 30 parameters saving 100 and 300 B per
+    # micro-batch, m = 4: the peak of 3 * 100 + 2 * 300 = 900 B (snapshots above), not v copies
+    # of the heavier chunk (2 * 5/2 * 300) nor the average (5/2 * 400)
     chunks = [[layer("a", 10, 100.0, 1.0, 5.0)], [layer("c", 30, 300.0, 3.0, 7.0)]]
-    mem = interleaved_device_memory(chunks, device=0, in_flight_chunks=5,
-                                    recompute=Recompute.NONE, zero_shards=2)
+    mem = interleaved_device_memory(chunks, device=0, pp=2, micro_batches=4,
+                                    recompute=Recompute.NONE, zero_stage=1, dp=2)
     assert (mem.weights, mem.gradients, mem.optimizer) == (80.0, 160.0, 240.0)
-    assert mem.activations == 5 / 2 * 400.0 and mem.working == 7.0
+    assert mem.activations == 900.0 and mem.working == 7.0
+    assert mem.total == 80.0 + 160.0 + 240.0 + 900.0 + 7.0
 
 
 def test_stage_memory_rejects_empty_stage_and_zero_in_flight():
@@ -259,6 +310,6 @@ def test_model_state_is_18_bytes_per_parameter(g):
     assert state == pytest.approx(18 * (params + extra_copy), rel=0.02)
     # with ZeRO-1 over d = 16 replicas: 6 + 12/16 bytes per parameter
     zero = plan_memory(chain, gpt_setup(g, dp=16),
-                       dataclasses.replace(plan, dp=16, zero=True))
+                       dataclasses.replace(plan, dp=16, zero_stage=1))
     state = sum(m.weights + m.gradients + m.optimizer for m in zero) * g.tp
     assert state == pytest.approx((6 + 12 / 16) * (params + extra_copy), rel=0.02)

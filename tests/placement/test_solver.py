@@ -21,7 +21,7 @@ from placement_helpers import (
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
-from archplace.placement.plan import LayerCost, PipelineSchedule, Recompute, TrainingSetup
+from archplace.placement.plan import ZERO_STAGES, LayerCost, PipelineSchedule, Recompute, TrainingSetup
 from archplace.placement.solver import optimal_plan, plan_search
 from archplace.units import format_bytes
 
@@ -38,7 +38,7 @@ def check_optimal(layers, setup, options, label=False):
     costs = {(options.get("tp", 1), options["micro_batch"], options.get("sp", False)): layers}
     brute = brute_force(costs, setup, recomputes=[Recompute(options["recompute"])],
                         schedules=[schedule], chunks=(options.get("chunks", 1),),
-                        zeros=(options.get("zero", False),),
+                        zeros=(options.get("zero_stage", 0),),
                         overlaps=(options.get("dp_overlap", False),))
     if label:
         event("no valid plan" if not brute.any_valid else "nothing fits" if not brute.ranked
@@ -72,7 +72,8 @@ def optimal_problems(draw):
                    tp=draw(st.sampled_from([1, 1, 1, 2, 3, 4])), schedule=schedule,
                    chunks=draw(st.sampled_from([2, 2, 3])) if schedule is PipelineSchedule.INTERLEAVED
                    else 1,
-                   zero=draw(st.booleans()), dp_overlap=draw(st.booleans()), sp=draw(st.booleans()))
+                   zero_stage=draw(st.sampled_from(ZERO_STAGES)), dp_overlap=draw(st.booleans()),
+                   sp=draw(st.booleans()))
     return layers, setup, options
 
 
@@ -97,7 +98,7 @@ def search_problems(draw):
     costs = {key: draw(chains(layers=n)) for key in keys}
     setup = draw(setups(costs[keys[0]], 16))
     options = dict(recomputes=draw(subset(RECOMPUTES)), schedules=draw(subset(SCHEDULES)),
-                   chunks=tuple(draw(subset([2, 3]))), zero=tuple(draw(subset([False, True]))),
+                   chunks=tuple(draw(subset([2, 3]))), zero_stages=tuple(draw(subset(list(ZERO_STAGES)))),
                    dp_overlap=tuple(draw(subset([False, True]))))
     return costs, setup, options, draw(st.sampled_from([1, 1, 3, 8]))
 
@@ -108,7 +109,7 @@ def test_plan_search_equals_brute_force(problem):
     costs, setup, options, top_k = problem
     brute = brute_force(costs, setup, recomputes=options["recomputes"],
                         schedules=options["schedules"], chunks=options["chunks"],
-                        zeros=options["zero"], overlaps=options["dp_overlap"])
+                        zeros=options["zero_stages"], overlaps=options["dp_overlap"])
     event("no valid plan" if not brute.any_valid else "nothing fits" if not brute.ranked
           else "feasible")
     if not brute.ranked:
@@ -153,7 +154,7 @@ def test_ten_identical_layers_other_schedules(schedule, chunks):
     for hbm in (2.2e6, 6e6, 1e9):
         check_optimal(uniform_chain(10), make_setup(hbm=hbm),
                       dict(micro_batch=2, recompute=Recompute.NONE, schedule=schedule,
-                           chunks=chunks, zero=True, dp_overlap=True))
+                           chunks=chunks, zero_stage=1, dp_overlap=True))
 
 
 def test_uneven_chain_with_embedding_and_head():
@@ -191,7 +192,7 @@ def test_nothing_fits_reports_the_closest_candidate():
     # ZeRO-1 shards the 12 optimizer bytes: the closest candidate now uses every device
     message = re.escape(f"best candidate pp=4 dp=4 needs {format_bytes(60e6 + 30e6 + 4e6 + 1e5)}")
     with pytest.raises(InfeasibleError, match=message):
-        plan_search({(1, 1, False): layers}, setup, recomputes=[Recompute.NONE], zero=[True])
+        plan_search({(1, 1, False): layers}, setup, recomputes=[Recompute.NONE], zero_stages=[1])
 
 
 def test_no_valid_plan_and_bad_arguments():
@@ -284,7 +285,7 @@ def test_longer_chains_equal_brute_force(data):
     options = dict(micro_batch=1, recompute=data.draw(st.sampled_from(RECOMPUTES)),
                    schedule=schedule,
                    chunks=2 if schedule is PipelineSchedule.INTERLEAVED else 1,
-                   zero=data.draw(st.booleans()), dp_overlap=data.draw(st.booleans()))
+                   zero_stage=data.draw(st.sampled_from(ZERO_STAGES)), dp_overlap=data.draw(st.booleans()))
     check_optimal(layers, setup, options, label=True)
 
 
@@ -320,17 +321,17 @@ def test_plan_search_prunes_nothing_it_should_keep(hbm):
             for schedule, chunks in ((PipelineSchedule.GPIPE, 1), (PipelineSchedule.ONE_F_ONE_B, 1),
                                      (PipelineSchedule.INTERLEAVED, 2),
                                      (PipelineSchedule.INTERLEAVED, 3)):
-                for zero in (False, True):
+                for zero in ZERO_STAGES:
                     for overlap in (False, True):
                         try:
                             result = optimal_plan(layers, setup, micro_batch=b, recompute=rc, tp=t,
-                                                  schedule=schedule, chunks=chunks, zero=zero,
+                                                  schedule=schedule, chunks=chunks, zero_stage=zero,
                                                   dp_overlap=overlap, sp=sp)
                         except InfeasibleError:
                             continue
                         best.append((result.iteration_time_s, rank_key(result.plan), result))
     best.sort(key=lambda row: row[:2])
-    results = plan_search(costs, setup, chunks=(2, 3), top_k=5)
+    results = plan_search(costs, setup, chunks=(2, 3), zero_stages=ZERO_STAGES, top_k=5)
     assert len(results) == min(5, len(best))
     for got, (t, key, _) in zip(results, best, strict=False):
         assert got.iteration_time_s == pytest.approx(t, rel=1e-9)
@@ -355,7 +356,11 @@ def test_rounding_tie_takes_the_smaller_split():
     setup = TrainingSetup(cluster, global_batch=1, seq_len=128, hbm_bytes=1.0, hbm_bandwidth_bytes_per_s=1e6,
                           peak_flop_per_s=1e12, dp_must_divide_batch=False)
     options = {"micro_batch": 1, "recompute": Recompute.NONE, "tp": 1,
-               "schedule": PipelineSchedule.INTERLEAVED, "chunks": 2, "zero": False, "dp_overlap": False,
+               "schedule": PipelineSchedule.INTERLEAVED, "chunks": 2, "zero_stage": 0, "dp_overlap": False,
                "sp": False}
     result = check_optimal(layers, setup, options)
-    assert result is not None and result.plan.stages == ((0, 0), (1, 2), (3, 4), (5, 5))
+    # interleaving is planned with block-uniform splits only: 6 layers in 4 chunks leave one,
+    # the first and last layers added to the first and last chunks (the tie no longer arises)
+    assert result is not None and result.plan.stages == ((0, 1), (2, 2), (3, 3), (4, 5))
+    assert check_optimal(layers, setup, {**options, "schedule": PipelineSchedule.ONE_F_ONE_B,
+                                         "chunks": 1}) is not None

@@ -52,8 +52,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
     Returns:
         Layer costs in chain order. ``tp_comm_*_s`` is the collectives' summed latency
         (at most the makespan); ``selective_recompute_s`` the makespan of the attention
-        core's forward operators; ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls
-        (:func:`archplace.cost.model.array_flop`, what MFU counts).
+        core's forward operators and ``selective_recompute_flop`` their matmul FLOP (for HFU);
+        ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
+        what MFU counts).
     """
     times: dict[int, _GraphTimes] = {}
 
@@ -70,13 +71,15 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
                 times[key] = _GraphTimes(span, min(comm, span))
         return times[key]
 
-    selective: dict[int, float] = {}
+    selective: dict[int, tuple[float, float]] = {}
 
-    def selective_s(layer: Layer) -> float:
+    def selective_core(layer: Layer) -> tuple[float, float]:
+        """(makespan s, tensor-core FLOP) of the attention core selective recompute reruns."""
         key = id(layer.fwd)
         if key not in selective:
             core = _subgraph(layer.fwd, layer.selective_ops) if layer.selective_ops else OpGraph(())
-            selective[key] = graph_times(core).makespan_s if core.ops else 0.0
+            selective[key] = ((graph_times(core).makespan_s, array_flop(core.ops)) if core.ops
+                              else (0.0, 0.0))
         return selective[key]
 
     out = []
@@ -88,7 +91,8 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
             fwd_flop=array_flop(layer.fwd.ops), bwd_flop=array_flop(layer.bwd.ops),
             selective_activation_bytes=layer.selective_activation_bytes,
-            selective_recompute_s=selective_s(layer),
+            selective_recompute_s=selective_core(layer)[0],
+            selective_recompute_flop=selective_core(layer)[1],
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
         ))
     return out

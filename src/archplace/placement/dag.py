@@ -18,7 +18,8 @@ layer of every stage but the last carrying its downset's cut bytes as ``boundary
 
 Dynamic program (:func:`dag_plan`). The stage figures that decide the iteration time and the
 fit are those of ``evaluate_plan``: the stage's time per micro-batch T (``stage_times`` of the
-linearized stage: its compute, recompute and p2p of its cut, no p2p for the last stage), its
+linearized stage: its compute, recompute and the p2p of its input cut (none for the first
+stage) and of its output cut (none for the last)), its
 memory at its position's in-flight count (``stage_memory``), and its DP + optimizer tail (the
 timing module's all-reduce, exposure and optimizer step of its parameters). They are computed
 by calling those functions on the stage's linearized layers, so they equal the figures of the
@@ -59,7 +60,6 @@ import numpy as np
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement.memory import (
-    GRADIENT_BYTES_PER_PARAM,
     in_flight_micro_batches,
     sequential_sum,
     stage_memory,
@@ -72,18 +72,18 @@ from archplace.placement.plan import (
     PlanResult,
     Recompute,
     TrainingSetup,
+    check_zero_stage,
 )
 from archplace.placement.solver import check_tp_and_micro_batch
 from archplace.placement.timing import (
     OPTIMIZER_STEP_BYTES_PER_PARAM,
     check_positive_int,
     dp_allreduce_cost,
-    dp_allreduce_time_s,
     dp_degrees,
-    exposed_dp_time_s,
     micro_batch_count,
     optimizer_step_time_s,
 )
+from archplace.placement.zero import dp_tail_comm_s
 from archplace.units import format_bytes
 
 logger = logging.getLogger(__name__)
@@ -480,7 +480,7 @@ class _Figures:
     micro_batch: int
     recompute: Recompute
     structure: _Structure
-    options: dict[str, Any]  # schedule, sp, zero, dp_overlap: every plan option but the split
+    options: dict[str, Any]  # schedule, sp, zero_stage, dp_overlap: every plan option but the split
     time: list[float] = field(default_factory=list)      # seconds per micro-batch (T)
     params: list[int] = field(default_factory=list)
     backward: list[float] = field(default_factory=list)  # backward + recompute, seconds
@@ -500,33 +500,45 @@ class _Figures:
     def build(self) -> None:
         st = self.structure
         full = len(st.masks) - 1
-        plans: dict[tuple[int, bool], Plan] = {}
-        cache: dict[tuple[int, float | None], tuple[float, float]] = {}
-        for to, stage in zip(st.pair_to, st.pair_stage, strict=True):
-            last = to == full
-            cut = None if last else st.cut[to]
-            key = (stage, cut)
+        source = [0] * len(st.pair_to)
+        for i, pids in enumerate(st.pairs_from):
+            for pid in pids:
+                source[pid] = i
+        plans: dict[tuple[int, bool, bool], Plan] = {}
+        cache: dict[tuple[int, float | None, float | None], tuple[float, float]] = {}
+        for pid, (to, stage) in enumerate(zip(st.pair_to, st.pair_stage, strict=True)):
+            cut_in = None if source[pid] == 0 else st.cut[source[pid]]
+            cut_out = None if to == full else st.cut[to]
+            key = (stage, cut_in, cut_out)
             figures = cache.get(key)
             layers = self.members(stage)
             if figures is None:
+                # the stage scored as the middle segment of up to three: a one-layer segment
+                # before it carries the input cut, one after it receives the output cut
                 size = len(layers)
-                plan = plans.get((size, last))
-                if plan is None:  # one stage scored as the last, or as the first of two
-                    plan = Plan(tp=self.tp, pp=1 if last else 2, dp=1, micro_batch=self.micro_batch,
-                                recompute=self.recompute,
-                                stages=((0, size - 1),) if last else ((0, size - 1), (size, size)),
-                                **self.options)
-                    plans[(size, last)] = plan
-                if cut is not None:
-                    layers[-1] = replace(layers[-1], boundary_bytes=cut)
-                    layers.append(layers[-1])
-                time = stage_times(layers, plan, self.setup.cluster)[0]
+                first = cut_in is not None
+                last = cut_out is None
+                plan = plans.get((size, first, last))
+                if plan is None:
+                    ranges = ([(0, 0)] if first else []) + [(int(first), int(first) + size - 1)]
+                    if not last:
+                        ranges.append((int(first) + size, int(first) + size))
+                    plan = Plan(tp=self.tp, pp=len(ranges), dp=1, micro_batch=self.micro_batch,
+                                recompute=self.recompute, stages=tuple(ranges), **self.options)
+                    plans[(size, first, last)] = plan
+                chain = list(layers)
+                if cut_out is not None:
+                    chain[-1] = replace(chain[-1], boundary_bytes=cut_out)
+                    chain.append(chain[-1])
+                if cut_in is not None:
+                    chain.insert(0, replace(chain[0], boundary_bytes=cut_in))
+                time = stage_times(chain, plan, self.setup.cluster)[int(first)]
                 figures = (time.total_s, time.backward_s)
                 cache[key] = figures
             self.time.append(figures[0])
             self.backward.append(figures[1])
             params = 0
-            for layer in self.members(stage):
+            for layer in layers:
                 params += layer.params
             self.params.append(params)
 
@@ -542,7 +554,8 @@ class _Figures:
 
         def fits(k: int) -> bool:
             return stage_memory(layers, stage=0, in_flight=k, recompute=self.recompute,
-                                optimizer=self.setup.optimizer, zero_shards=shards).total <= hbm
+                                optimizer=self.setup.optimizer, zero_stage=self.options["zero_stage"],
+                                dp=shards, grad_bytes=self.setup.grad_bytes).total <= hbm
         if not fits(1):
             value = 0
         elif fits(self.kcap):
@@ -560,7 +573,8 @@ class _Figures:
         """``StageMemory.total`` of the stage holding ``in_flight`` micro-batches."""
         return stage_memory(self.members(self.structure.pair_stage[pid]), stage=0, in_flight=in_flight,
                             recompute=self.recompute, optimizer=self.setup.optimizer,
-                            zero_shards=shards).total
+                            zero_stage=self.options["zero_stage"], dp=shards,
+                            grad_bytes=self.setup.grad_bytes).total
 
     def stage_key(self, pid: int) -> tuple[int, ...]:
         """Sorted layer indices of the stage (the tie-break order)."""
@@ -663,30 +677,32 @@ def _first_stages(fig: _Figures, fronts: list[list[Front]], profile: Sequence[in
 
 
 def _tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, backward_s: float,
-          overlap: bool, shards: int) -> float:
-    """Exposed DP reduction + optimizer step of a stage, as ``pipeline.device_tails`` (one chunk)."""
-    allreduce = dp_allreduce_time_s(setup.cluster, tp=tp, pp=p, dp=d, params=params)
-    return (exposed_dp_time_s(allreduce, backward_s, overlap)
-            + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s, setup.optimizer, shards))
+          overlap: bool, zero_stage: int) -> float:
+    """Exposed DP traffic + optimizer step of a stage, as ``pipeline.device_tails`` (one chunk)."""
+    cost = dp_allreduce_cost(setup.cluster, tp=tp, pp=p, dp=d)
+    exposed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
+                             params=float(params), backward_s=backward_s, overlap=overlap)[0]
+    return float(exposed + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s, setup.optimizer,
+                                                 d if zero_stage else 1))
 
 
-def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], params: Sequence[int],
-                      backward_s: Sequence[float], shards: int) -> list[float]:
+def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], d: int, params: Sequence[int],
+                      backward_s: Sequence[float], zero_stage: int) -> list[float]:
     """``_tail`` with overlap of many stages at once, for an all-reduce of (constant s, s per
-    byte) ``cost`` ((0, 0) when dp = 1). Same operations in the same order as the scalar
-    functions of :mod:`archplace.placement.timing`, so the figures are equal bit for bit."""
+    byte) ``cost`` over ``d`` replicas. Same operations in the same order as
+    :func:`archplace.placement.pipeline.device_tails`, so the figures are equal bit for bit."""
     count = np.asarray(params, dtype=np.float64)
-    const_s, per_byte_s = cost
-    allreduce = const_s + per_byte_s * (GRADIENT_BYTES_PER_PARAM * count) if cost != (0.0, 0.0) \
-        else np.zeros_like(count)
-    exposed = np.maximum(0.0, allreduce - np.asarray(backward_s, dtype=np.float64))
+    exposed, _ = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
+                                params=count, backward_s=np.asarray(backward_s, dtype=np.float64),
+                                overlap=True)
+    shards = d if zero_stage else 1
     step = OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * count / shards / setup.hbm_bandwidth_bytes_per_s
     return (exposed + step).tolist()
 
 
 def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recompute: Recompute | str,
              tp: int = 1, schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
-             zero: bool = False, dp_overlap: bool = False, sp: bool = False,
+             zero_stage: int = 0, dp_overlap: bool = False, sp: bool = False,
              max_downsets: int = MAX_DOWNSETS, max_stage_pairs: int = MAX_STAGE_PAIRS) -> PlanResult:
     """The fastest plan of a layer DAG for fixed TP width, micro-batch, recompute policy,
     schedule, ZeRO-1, DP overlap and SP: over every pipeline depth p, DP degree d (tp p d <=
@@ -697,7 +713,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         graph: the layers (costs per micro-batch of ``micro_batch`` samples and per TP rank of a
             ``tp``-wide group, SI units) and their data-flow edges.
         setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
-        micro_batch, recompute, tp, zero, dp_overlap, sp: the fixed options (sp is recorded).
+        micro_batch, recompute, tp, zero_stage, dp_overlap, sp: the fixed options (sp is
+            recorded; ZeRO stages 0 and 1 only).
         schedule: ``gpipe`` or ``1f1b``.
         max_downsets, max_stage_pairs: size limits of the exact search.
 
@@ -723,7 +740,12 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         raise ConfigError(f"dag_plan: {exc}") from None
     if kind is PipelineSchedule.INTERLEAVED:
         raise ConfigError("layer-graph plans support the gpipe and 1f1b schedules, not interleaved")
-    zero, dp_overlap, sp = bool(zero), bool(dp_overlap), bool(sp)
+    zero_stage = check_zero_stage(zero_stage, "dag_plan")
+    if zero_stage >= 2:
+        raise ConfigError(f"layer-graph plans support ZeRO stages 0 and 1, not zero_stage={zero_stage} "
+                          f"(its per-layer collectives are modelled for layer chains)")
+    zero = zero_stage == 1
+    dp_overlap, sp = bool(dp_overlap), bool(sp)
     check_tp_and_micro_batch(setup, tp, micro_batch)
     _check_flop_rates(graph, setup.peak_flop_per_s)
     check_finite_times(graph.layers)
@@ -742,19 +764,19 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
                               f"micro-batch {micro_batch} and the global batch {setup.global_batch}")
     structure = _structure(graph, max_downsets, max_stage_pairs)
     fig = _Figures(graph, setup, tp, micro_batch, policy, structure,
-                   {"schedule": kind, "sp": sp, "zero": zero, "dp_overlap": dp_overlap},
+                   {"schedule": kind, "sp": sp, "zero_stage": zero_stage, "dp_overlap": dp_overlap},
                    kcap=max(max(c.profile) for c in candidates))
     fig.build()
 
     # Groups of candidates sharing one DP: same shards and second figure, nested profiles. With
     # overlap the second figure depends on (p, d) only through the all-reduce's (constant, per
     # byte) cost, which many (p, d) share (every DP group spanning the same kind of link).
-    groups: list[tuple[int, tuple[float, float] | None, tuple[int, ...], list[_Candidate]]] = []
+    groups: list[tuple[int, tuple[float, float, int] | None, tuple[int, ...], list[_Candidate]]] = []
     for cand in sorted(candidates, key=lambda c: -c.p):
         shards = cand.d if zero else 1
         key = None
-        if dp_overlap:
-            key = dp_allreduce_cost(setup.cluster, tp=tp, pp=cand.p, dp=cand.d) if cand.d > 1 else (0.0, 0.0)
+        if dp_overlap:  # the tail depends on d through the cost and the bucket size
+            key = (*dp_allreduce_cost(setup.cluster, tp=tp, pp=cand.p, dp=cand.d), cand.d)
         for g_shards, g_key, g_profile, members in groups:
             if g_shards == shards and g_key == key and g_profile[:cand.p] == cand.profile:
                 members.append(cand)
@@ -767,7 +789,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         if key is None:
             second: Sequence[float] = [float(x) for x in fig.params]
         else:
-            second = _overlapped_tails(setup, key, fig.params, fig.backward, shards)
+            second = _overlapped_tails(setup, key[:2], key[2], fig.params, fig.backward, zero_stage)
         fronts = _fronts(fig, profile, shards, second)
         for cand in members:
             front = fronts[cand.p][0]
@@ -776,7 +798,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
             k_factor = cand.m + cand.p - 1
             if key is None:
                 values = [k_factor * tau + _tail(setup, tp=tp, p=cand.p, d=cand.d, params=y, backward_s=0.0,
-                                                 overlap=False, shards=shards) for tau, y in front]
+                                                 overlap=False, zero_stage=zero_stage) for tau, y in front]
             else:
                 values = [k_factor * tau + y for tau, y in front]
             best = min(values)
@@ -880,4 +902,5 @@ def _raise_closest(fig: _Figures, candidates: Sequence[_Candidate], kind: Pipeli
     raise InfeasibleError(
         f"no plan fits in {hbm} HBM: best candidate pp={p} dp={cand.d} needs {format_bytes(least)} on "
         f"stage {worst} (layers {names}; tp={fig.tp}, micro_batch={fig.micro_batch}, "
-        f"recompute={fig.recompute.value}, schedule={kind.value}{', zero' if zero and cand.d > 1 else ''})")
+        f"recompute={fig.recompute.value}, schedule={kind.value}"
+        f"{', zero_stage=1' if zero and cand.d > 1 else ''})")

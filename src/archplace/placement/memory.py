@@ -8,8 +8,12 @@ fp32 gradient accumulation buffer, fp32 optimizer state):
   6 + 12/d distributed") and of ZeRO (Rajbhandari et al., SC 2020, section 3.1: K = 12
   optimizer bytes per parameter for mixed-precision Adam);
 * SGD with momentum: 2 + 4 + 8 (fp32 master weights and momentum) = 14 B;
-* ZeRO-1 (ZeRO stage 1, P_os; Megatron-LM's distributed optimizer) keeps 1/d of the optimizer
-  state on each of the d data-parallel replicas: 6 + 12/d B for Adam, 6 + 8/d B for SGD.
+* the gradient buffer takes the gradient-reduction dtype's bytes (4 fp32 by default, 2 bf16;
+  :class:`~archplace.placement.plan.GradReduceDtype`);
+* ZeRO stages 1-3 divide the optimizer state, then the gradients, then the weights over the d
+  data-parallel replicas, and stage 3 adds its window of gathered parameters
+  (:mod:`archplace.placement.zero`): 6 + 12/d B for Adam with ZeRO-1, 2 + 16/d with ZeRO-2,
+  18/d (+ the window) with ZeRO-3.
 
 Activations kept for the backward pass, per micro-batch, follow the layer costs (Korthikanti et
 al. 2022, section 4: ``activation_bytes`` without recomputation, ``selective_activation_bytes``
@@ -25,14 +29,12 @@ times the micro-batches in flight on the device:
   runs every forward pass first when m = p; that special case is not modelled, so that memory
   never grows with the DP degree, which the solver relies on). On the first device that is
   v p + p - 1 chunks of 1/v of a stage each, i.e. p (1 + (p - 1)/(p v)) stage-micro-batches:
-  Korthikanti et al.'s interleaving factor.
+  Korthikanti et al.'s interleaving factor. Which chunks those are follows the schedule's
+  order (:func:`interleaved_chunk_counts`), so the device's activations are the peak over the
+  schedule of the sum over its own chunks of (chunk-micro-batches of the chunk in flight) x
+  (the chunk's saved bytes): exact for unequal chunks too, not v copies of the heaviest.
 
 Plus the working set of one layer (the largest of the stage).
-
-Interleaved plans are budgeted per chunk (see :func:`interleaved_chunk_charge_bytes`): a device
-fits when each of its chunks, counted as if all v chunks of the device were like it, fits. That
-is exact for equal chunks (which Megatron-LM requires) and an upper bound otherwise; it keeps the
-placement DP exact, because the exact per-device sum couples non-adjacent chunks.
 
 Sums over the layers of a stage are taken strictly left to right from the stage's first layer
 (see :func:`sequential_sum`): the solver computes the same sums with ``numpy.cumsum`` and the
@@ -46,12 +48,11 @@ from types import MappingProxyType
 
 from archplace.errors import ConfigError
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute, StageMemory
-
-WEIGHT_BYTES_PER_PARAM = 2
-"""bf16 copy of the weights used by forward and backward."""
+from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, gathered_bytes, shard_divisors
 
 GRADIENT_BYTES_PER_PARAM = 4
-"""fp32 gradient accumulation buffer (Megatron-LM accumulates and reduces gradients in fp32)."""
+"""fp32 gradient accumulation buffer, the default (Megatron-LM accumulates and reduces
+gradients in fp32 with bf16 training; see ``GradReduceDtype``)."""
 
 OPTIMIZER_STATE_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
     Optimizer.ADAM: 12,  # fp32 master weights + Adam m + Adam v
@@ -80,13 +81,16 @@ def sequential_sum(values: Iterable[float]) -> float:
     return total
 
 
-def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM,
-                      zero_shards: int = 1) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device, the
-    optimizer state divided over ``zero_shards`` ZeRO-1 replicas (1: no sharding)."""
+def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM, *, zero_stage: int = 0,
+                      dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM
+                      ) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device:
+    2 B, ``grad_bytes`` and the optimizer's bytes per parameter, each divided over the ``dp``
+    replicas as ``zero_stage`` shards it (:func:`archplace.placement.zero.shard_divisors`)."""
     p = float(params)
-    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / zero_shards
-    return WEIGHT_BYTES_PER_PARAM * p, GRADIENT_BYTES_PER_PARAM * p, optimizer_bytes
+    sw, sg, so = shard_divisors(zero_stage, dp)
+    return (WEIGHT_BYTES_PER_PARAM * p / sw, grad_bytes * p / sg,
+            OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / so)
 
 
 def in_flight_micro_batches(stage: int, pp: int, micro_batches: int,
@@ -138,16 +142,10 @@ def interleaved_in_flight_chunks(device: int, pp: int, micro_batches: int, chunk
     return min(2 * (pp - device - 1) + (chunks - 1) * pp + 1, micro_batches * chunks)
 
 
-def _activation_parts(layers: Sequence[LayerCost], recompute: Recompute) -> tuple[float, float]:
-    """(saved bytes per micro-batch summed left to right, re-materialised extra bytes)."""
-    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
-    extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
-    return saved, extra
-
-
 def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
                  recompute: Recompute, optimizer: Optimizer = Optimizer.ADAM,
-                 zero_shards: int = 1) -> StageMemory:
+                 zero_stage: int = 0, dp: int = 1,
+                 grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> StageMemory:
     """Memory of one device of a pipeline stage, in bytes.
 
     Args:
@@ -156,78 +154,105 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         in_flight: micro-batches in flight (see :func:`in_flight_micro_batches`).
         recompute: activation recomputation policy.
         optimizer: optimizer whose state is kept.
-        zero_shards: ZeRO-1 replicas the optimizer state is divided over (1: none).
+        zero_stage, dp: ZeRO stage and the data-parallel replicas it shards over.
+        grad_bytes: bytes per gradient element (4 fp32, 2 bf16).
 
     Returns:
-        weights = 2 B x params, gradients = 4 B x params, optimizer = 12 B (Adam) or 8 B (SGD)
-        x params / zero_shards; activations = in_flight x sum(saved bytes) (+ the largest
-        ``activation_bytes`` of the stage under full recomputation); working =
-        max(working_bytes).
+        weights = 2 B x params, gradients = grad_bytes x params, optimizer = 12 B (Adam) or
+        8 B (SGD) x params, each divided as the ZeRO stage shards it; activations = in_flight x
+        sum(saved bytes) (+ the largest ``activation_bytes`` of the stage under full
+        recomputation); working = max(working_bytes); gathered = ZeRO-3's window.
 
     Raises:
-        ConfigError: no layers, ``in_flight < 1`` or ``zero_shards < 1``.
+        ConfigError: no layers, ``in_flight < 1`` or ``dp < 1``.
     """
     if not layers:
         raise ConfigError(f"stage {stage} has no layers")
-    if in_flight < 1 or zero_shards < 1:
-        raise ConfigError(f"in_flight and zero_shards must be >= 1, got {in_flight}, {zero_shards}")
-    # one chunk: in_flight / 1 * saved is exactly in_flight * saved
-    return interleaved_device_memory([layers], device=stage, in_flight_chunks=in_flight,
-                                     recompute=recompute, optimizer=optimizer, zero_shards=zero_shards)
+    if in_flight < 1 or dp < 1:
+        raise ConfigError(f"in_flight and dp must be >= 1, got {in_flight}, {dp}")
+    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
+    return _device_memory(layers, device=stage, held=in_flight * saved, recompute=recompute,
+                          optimizer=optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
+
+
+def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
+                             chunks: int) -> list[tuple[int, ...]]:
+    """Chunk-micro-batches of each of its ``chunks`` (v) model chunks that pipeline device
+    ``device`` holds right after each forward pass that can be its peak: the last warm-up one
+    and every steady-state one (after those, backward passes only free memory).
+
+    Megatron-LM's interleaved schedule (``megatron/core/pipeline_parallel/schedules.py``,
+    ``get_model_chunk_id``; Narayanan et al. 2021, section 2.2.2): the k-th forward pass of a
+    device runs chunk (k mod p v) // p, its k-th backward pass chunk v - 1 - (k mod p v) // p;
+    after W = min(2 (pp - device - 1) + (v - 1) pp, m v) warm-up forward passes, every forward
+    pass is followed by a backward pass. Both orders repeat every p v passes with p passes of
+    each chunk, so the steady state's first p v snapshots are all the distinct ones. Every
+    snapshot sums to :func:`interleaved_in_flight_chunks`.
+
+    Raises:
+        ConfigError: as :func:`interleaved_in_flight_chunks`.
+    """
+    interleaved_in_flight_chunks(device, pp, micro_batches, chunks)  # checks the arguments
+    total = micro_batches * chunks
+    group = pp * chunks
+    warmup = 2 * (pp - device - 1) + (chunks - 1) * pp
+
+    def forwards(count: int) -> list[int]:  # per chunk, among the first ``count`` forward passes
+        full, rest = divmod(count, group)
+        return [full * pp + min(pp, max(0, rest - c * pp)) for c in range(chunks)]
+
+    if warmup >= total:  # every forward pass before the first backward pass
+        return [tuple(forwards(total))]
+    snapshots = []
+    for i in range(min(total - warmup, group)):
+        done, freed = forwards(warmup + i + 1), forwards(i)[::-1]  # backward: last chunk first
+        snapshots.append(tuple(f - b for f, b in zip(done, freed, strict=True)))
+    return snapshots
 
 
 def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, device: int,
-                              in_flight_chunks: int, recompute: Recompute,
-                              optimizer: Optimizer = Optimizer.ADAM,
-                              zero_shards: int = 1) -> StageMemory:
-    """Memory of one pipeline device holding v = ``len(chunk_layers)`` model chunks, in bytes.
+                              pp: int, micro_batches: int, recompute: Recompute,
+                              optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0,
+                              dp: int = 1,
+                              grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> StageMemory:
+    """Memory of pipeline device ``device`` of ``pp`` holding v = ``len(chunk_layers)`` model
+    chunks under the interleaved schedule with ``micro_batches`` micro-batches, in bytes.
 
-    Model state of all its layers; activations = in_flight_chunks / v x the saved bytes of all
-    its layers (each chunk-micro-batch in flight holds 1/v of the device's layers on average,
-    exact for equal chunks), plus the largest ``activation_bytes`` under full recomputation;
-    working = the largest working set.
+    Model state of all its layers (sharded as ``zero_stage`` says over ``dp``); activations =
+    the largest, over the schedule's snapshots (:func:`interleaved_chunk_counts`), of
+    sum over its chunks c of count_c x saved bytes of chunk c, plus the largest
+    ``activation_bytes`` of its layers under full recomputation; working = the largest working
+    set; gathered = ZeRO-3's window.
 
     Raises:
-        ConfigError: no chunk or an empty chunk, or ``in_flight_chunks < 1``.
+        ConfigError: no chunk or an empty chunk, ``dp < 1``, or the arguments of
+            :func:`interleaved_in_flight_chunks`.
     """
     if not chunk_layers or any(not chunk for chunk in chunk_layers):
         raise ConfigError(f"device {device} has an empty model chunk")
-    if in_flight_chunks < 1 or zero_shards < 1:
-        raise ConfigError(f"in_flight_chunks and zero_shards must be >= 1, got "
-                          f"{in_flight_chunks}, {zero_shards}")
-    layers = [layer for chunk in chunk_layers for layer in chunk]
+    counts = interleaved_chunk_counts(device, pp, micro_batches, len(chunk_layers))
+    saved = [sequential_sum(layer.saved_bytes(recompute) for layer in chunk) for chunk in chunk_layers]
+    held = max(sequential_sum(k * b for k, b in zip(snapshot, saved, strict=True)) for snapshot in counts)
+    return _device_memory([layer for chunk in chunk_layers for layer in chunk], device=device,
+                          held=held, recompute=recompute, optimizer=optimizer, zero_stage=zero_stage,
+                          dp=dp, grad_bytes=grad_bytes)
+
+
+def _device_memory(layers: Sequence[LayerCost], *, device: int, held: float, recompute: Recompute,
+                   optimizer: Optimizer, zero_stage: int, dp: int, grad_bytes: int) -> StageMemory:
+    """StageMemory of ``layers`` keeping ``held`` bytes of activations (+ the full-recompute
+    extra)."""
+    if dp < 1:
+        raise ConfigError(f"dp must be >= 1, got {dp}")
     params = 0
     for layer in layers:
         params += layer.params
-    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
-    saved, extra = _activation_parts(layers, recompute)
-    return StageMemory(stage=device, weights=weights, gradients=gradients,
-                       optimizer=optimizer_bytes,
-                       activations=in_flight_chunks / len(chunk_layers) * saved + extra,
-                       working=max(layer.working_bytes for layer in layers))
+    weights, gradients, optimizer_bytes = model_state_bytes(
+        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
+    extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
+    window = float(gathered_bytes(zero_stage, max(layer.params for layer in layers), grad_bytes))
+    return StageMemory(stage=device, weights=weights, gradients=gradients, optimizer=optimizer_bytes,
+                       activations=held + extra, working=max(layer.working_bytes for layer in layers),
+                       gathered=window)
 
 
-def chain_reserve_bytes(chain: Sequence[LayerCost], recompute: Recompute) -> tuple[float, float]:
-    """(extra, working) every interleaved chunk is charged: the chain's largest
-    ``activation_bytes`` under full recomputation (else 0) and its largest working set."""
-    extra = max(layer.activation_bytes for layer in chain) if recompute is Recompute.FULL else 0.0
-    return extra, max(layer.working_bytes for layer in chain)
-
-
-def interleaved_chunk_charge_bytes(layers: Sequence[LayerCost], *, chunks: int,
-                                   in_flight_chunks: int, recompute: Recompute,
-                                   reserve: tuple[float, float],
-                                   optimizer: Optimizer = Optimizer.ADAM,
-                                   zero_shards: int = 1) -> float:
-    """Bytes an interleaved device would need if all its ``chunks`` (v) chunks were like this one:
-    ((v x model state + in_flight_chunks x saved bytes) + extra) + working, with (extra, working)
-    from :func:`chain_reserve_bytes`. An interleaved plan fits when this is within HBM for
-    every chunk; it bounds the device's true need from above (equal for equal chunks)."""
-    params = 0
-    for layer in layers:
-        params += layer.params
-    weights, gradients, optimizer_bytes = model_state_bytes(params, optimizer, zero_shards)
-    state = (weights + gradients) + optimizer_bytes
-    saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
-    extra, working = reserve
-    return ((chunks * state + in_flight_chunks * saved) + extra) + working

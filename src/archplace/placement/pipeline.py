@@ -7,9 +7,19 @@ interleaved); segment c runs on pipeline device c % pp. Per micro-batch, segment
 
 with compute = sum(fwd_s + bwd_s) of its layers (TP collectives included), recompute = sum(fwd_s)
 under full recomputation, sum(selective_recompute_s) under selective recomputation, else 0, and
-p2p = 2 (alpha + boundary_bytes / beta) for the activation sent onwards and its gradient
-received back (0 for the last segment; links in :mod:`archplace.placement.timing`; with tp > 1
-and no sequence parallelism the scatter/gather of Narayanan et al. 2021, section 4.1, applies).
+p2p_c = p2p_in + p2p_out: every boundary the segment touches, in both directions. A boundary
+carrying b bytes (``boundary_bytes`` of the layer before it) costs 2 (alpha + b / beta) per
+micro-batch to each of its two segments: the sender sends the activation forward and receives
+its gradient back, the receiver receives the activation and sends the gradient back. Both
+sides pay it because Megatron-LM's 1F1B schedule exchanges them with blocking, batched
+point-to-point operations (``send_forward_recv_backward`` / ``send_backward_recv_forward`` in
+``megatron/core/pipeline_parallel/schedules.py``: a stage cannot start its next forward before
+its activation has arrived, nor its backward before the gradient has; Narayanan et al. 2021,
+sections 2.2 and 4.1), in warm-up and cool-down as in the steady state, and at every chunk
+boundary of the interleaved schedule. So the first segment pays its output boundary, the last
+its input boundary (the LM head waits for its input too), the others both; p2p_c > 0 for every
+segment when pp > 1 (links in :mod:`archplace.placement.timing`; with tp > 1 and no sequence
+parallelism the scatter/gather of Narayanan et al. 2021, section 4.1, applies).
 
 Iteration time (every stage advances at the pace of the slowest segment, T = max_c T_c)::
 
@@ -18,15 +28,18 @@ Iteration time (every stage advances at the pace of the slowest segment, T = max
                                      2.2.1); interleaving runs v m chunk slots and shrinks the
                                      bubble to (p - 1)/v device times of v T (section 2.2.2),
                                      with a p2p at every chunk boundary (v times as many)
-    + max over devices of (exposed DP reduction + optimizer step)
+    + max over devices of (exposed DP traffic + optimizer step)
 
 with m micro-batches per pipeline (:func:`~archplace.placement.timing.micro_batch_count`). For
 device j with parameters P_j and last-micro-batch backward time B_j (sum(bwd_s) + recompute of
-its layers): the ring all-reduce of 4 B * P_j over dp replicas (reduce-scatter + all-gather of
-the same volume with ZeRO-1), exposed whole, or with ``dp_overlap`` only max(0, all-reduce -
-B_j); and the memory-bound optimizer step of P_j (P_j / dp with ZeRO-1). Interleaved devices are
-charged as v copies of each of their chunks (P = v P_c, B = v B_c, the worst chunk counts),
-which is exact for equal chunks; without overlap the device with the most parameters decides.
+its layers): the once-per-iteration DP traffic of its ZeRO stage (:mod:`archplace.placement.zero`:
+the gradient all-reduce for stage 0, reduce-scatter + parameter all-gather for stage 1, the
+all-gather for stage 2, none for stage 3), exposed whole, or with ``dp_overlap`` the gradient
+reduction bucketed over B_j; and the memory-bound optimizer step of P_j (P_j / dp with ZeRO
+stages >= 1). Interleaved devices are charged as v copies of each of their chunks (P = v P_c,
+B = v B_c, the worst chunk counts), which is exact for equal chunks; without overlap the device
+with the most parameters decides. ZeRO-2 and 3 add, per micro-batch, each layer's exposed
+collectives to its segment's time T_c (``StageTime.dp_comm_s``).
 
 GPipe and 1F1B take the same time and differ in memory (micro-batches in flight); memory and
 the rule for whether a plan fits are in :mod:`archplace.placement.memory` and
@@ -35,7 +48,8 @@ the rule for whether a plan fits are in :mod:`archplace.placement.memory` and
 Breakdown (summed left to right in :data:`BREAKDOWN_KEYS` order to give the iteration time),
 with b the bottleneck segment (largest T_c, the first on ties) and e the device with the largest
 DP + optimizer tail: compute = v m (compute_b - tp_comm_b), tp_comm = v m tp_comm_b, recompute =
-v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm and optimizer of device e.
+v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed
+DP traffic of device e, optimizer of device e.
 """
 
 from __future__ import annotations
@@ -43,15 +57,15 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
 
 from archplace.errors import ConfigError, InfeasibleError, InternalError, SolverError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.memory import (
-    chain_reserve_bytes,
     in_flight_micro_batches,
-    interleaved_chunk_charge_bytes,
     interleaved_device_memory,
-    interleaved_in_flight_chunks,
     sequential_sum,
     stage_memory,
 )
@@ -66,12 +80,12 @@ from archplace.placement.plan import (
     TrainingSetup,
 )
 from archplace.placement.timing import (
-    dp_allreduce_time_s,
-    exposed_dp_time_s,
+    dp_allreduce_cost,
     micro_batch_count,
     optimizer_step_time_s,
     pipeline_p2p_time_s,
 )
+from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s
 from archplace.units import format_bytes
 
 BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "pp_comm", "dp_comm", "optimizer")
@@ -109,10 +123,14 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
     micro_batches(setup, plan)
 
 
-def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster) -> tuple[StageTime, ...]:
-    """Per-micro-batch time of every segment of a (valid) plan; see the module docstring."""
+def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster,
+                grad_bytes: int = 4) -> tuple[StageTime, ...]:
+    """Per-micro-batch time of every segment of a (valid) plan; see the module docstring
+    (``grad_bytes``: bytes per gradient element of the ZeRO-2/3 reduce-scatters)."""
     times = []
     n_segments = len(plan.stages)
+    cost = (dp_allreduce_cost(cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp)
+            if plan.zero_stage >= 2 else (0.0, 0.0))
     for c, (first, last) in enumerate(plan.stages):
         stage = layers[first:last + 1]
         fwd = sequential_sum(layer.fwd_s for layer in stage)
@@ -125,11 +143,23 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster) -> tu
             recompute = sequential_sum(layer.selective_recompute_s for layer in stage)
         else:
             recompute = 0.0
-        p2p = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes, pp=plan.pp,
-                                   segment=c, chunks=plan.chunks, scatter_gather=not plan.sp)
-               if c < n_segments - 1 else 0.0)
+        p2p_in = (pipeline_p2p_time_s(cluster, plan.tp, layers[first - 1].boundary_bytes,
+                                      pp=plan.pp, segment=c - 1, chunks=plan.chunks,
+                                      scatter_gather=not plan.sp)
+                  if c > 0 else 0.0)
+        p2p_out = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes, pp=plan.pp,
+                                       segment=c, chunks=plan.chunks, scatter_gather=not plan.sp)
+                   if c < n_segments - 1 else 0.0)
+        p2p = p2p_in + p2p_out
+        exposed, total = layer_zero_comm_s(
+            cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=plan.dp,
+            params=np.array([float(layer.params) for layer in stage]),
+            fwd_s=np.array([layer.fwd_s for layer in stage]),
+            backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]))
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
-                               tp_comm_s=tp_comm, backward_s=bwd + recompute))
+                               tp_comm_s=tp_comm, backward_s=bwd + recompute,
+                               dp_comm_s=sequential_sum(exposed.tolist()),
+                               dp_comm_total_s=sequential_sum(total.tolist())))
     return tuple(times)
 
 
@@ -137,18 +167,18 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
                 plan: Plan) -> tuple[StageMemory, ...]:
     """Memory of one device of every pipeline device (stage) of a (valid) plan."""
     m = micro_batches(setup, plan)
-    shards = plan.dp if plan.zero else 1
+    sharding = {"zero_stage": plan.zero_stage, "dp": plan.dp, "grad_bytes": setup.grad_bytes}
     if plan.schedule is not PipelineSchedule.INTERLEAVED:
         return tuple(
             stage_memory(layers[first:last + 1], stage=j,
                          in_flight=in_flight_micro_batches(j, plan.pp, m, plan.schedule),
-                         recompute=plan.recompute, optimizer=setup.optimizer, zero_shards=shards)
+                         recompute=plan.recompute, optimizer=setup.optimizer, **sharding)
             for j, (first, last) in enumerate(plan.stages))
     return tuple(
         interleaved_device_memory(
             [layers[first:last + 1] for first, last in plan.stages[j::plan.pp]], device=j,
-            in_flight_chunks=interleaved_in_flight_chunks(j, plan.pp, m, plan.chunks),
-            recompute=plan.recompute, optimizer=setup.optimizer, zero_shards=shards)
+            pp=plan.pp, micro_batches=m, recompute=plan.recompute, optimizer=setup.optimizer,
+            **sharding)
         for j in range(plan.pp))
 
 
@@ -157,56 +187,50 @@ def _plan_label(plan: Plan) -> str:
              f"recompute={plan.recompute.value} schedule={plan.schedule.value}")
     if plan.chunks > 1:
         label += f" chunks={plan.chunks}"
-    return label + (" zero" if plan.zero else "")
+    return label + (" dp_overlap" if plan.dp_overlap else "")
 
 
 def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
                memory: Sequence[StageMemory]) -> None:
-    """Raise InfeasibleError, with the numbers, when a device of a (valid) plan does not fit.
-
-    Without interleaving a stage fits when its ``StageMemory.total`` is within HBM; interleaved,
-    every chunk's :func:`~archplace.placement.memory.interleaved_chunk_charge_bytes` must be.
+    """Raise InfeasibleError, with the numbers, when a device of a (valid) plan does not fit:
+    its ``StageMemory.total`` exceeds HBM. The message gives the worst device's need and, when
+    dp > 1, what each higher ZeRO stage would need on it.
     """
     hbm = setup.hbm_bytes
-    if plan.schedule is not PipelineSchedule.INTERLEAVED:
-        worst = max(memory, key=lambda s: s.total)
-        if worst.total > hbm:
-            raise InfeasibleError(f"stage {worst.stage} needs {format_bytes(worst.total)} > "
-                                  f"{format_bytes(hbm)} HBM ({_plan_label(plan)})")
+    worst = max(range(len(memory)), key=lambda j: memory[j].total)
+    need = memory[worst].total
+    if need <= hbm:
         return
-    m = micro_batches(setup, plan)
-    reserve = chain_reserve_bytes(layers, plan.recompute)
-    charges = [interleaved_chunk_charge_bytes(
-        layers[first:last + 1], chunks=plan.chunks, recompute=plan.recompute, reserve=reserve,
-        in_flight_chunks=interleaved_in_flight_chunks(c % plan.pp, plan.pp, m, plan.chunks),
-        optimizer=setup.optimizer, zero_shards=plan.dp if plan.zero else 1)
-        for c, (first, last) in enumerate(plan.stages)]
-    worst_c = max(range(len(charges)), key=charges.__getitem__)
-    if charges[worst_c] > hbm:
-        first, last = plan.stages[worst_c]
-        raise InfeasibleError(
-            f"device {worst_c % plan.pp} needs {format_bytes(charges[worst_c])} > "
-            f"{format_bytes(hbm)} HBM counting its chunk {worst_c} (layers {first}..{last}) "
-            f"{plan.chunks} times ({_plan_label(plan)})")
+    hints = []
+    if plan.dp > 1:
+        for stage in range(plan.zero_stage + 1, 4):
+            other = plan_memory(layers, setup, replace(plan, zero_stage=stage))[worst].total
+            hints.append(f"zero_stage={stage} would need {format_bytes(other)}")
+    hint = f"; {', '.join(hints)}" if hints else ""
+    where = f"device {worst}" if plan.chunks > 1 else f"stage {worst}"
+    raise InfeasibleError(f"{where} needs {format_bytes(need)} > {format_bytes(hbm)} HBM with "
+                          f"zero_stage={plan.zero_stage} ({_plan_label(plan)}){hint}")
 
 
 def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
-                 times: Sequence[StageTime]) -> list[tuple[float, float]]:
-    """(exposed DP reduction, optimizer step) in seconds for every segment, as charged to its
-    device (interleaved: v copies of the segment); the device's tail is the largest sum."""
+                 times: Sequence[StageTime]) -> list[tuple[float, float, float]]:
+    """(exposed DP traffic, optimizer step, whole DP traffic) in seconds for every segment, as
+    charged to its device (interleaved: v copies of the segment); the device's tail is the
+    largest sum of the first two. See :func:`archplace.placement.zero.dp_tail_comm_s`."""
     v = plan.chunks
-    shards = plan.dp if plan.zero else 1
+    shards = plan.dp if plan.zero_stage >= 1 else 1
+    cost = dp_allreduce_cost(setup.cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp)
     out = []
     for (first, last), time in zip(plan.stages, times, strict=True):
         params = 0
         for layer in layers[first:last + 1]:
             params += layer.params
         charged = v * params
-        allreduce = dp_allreduce_time_s(setup.cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp,
-                                        params=charged)
-        exposed = exposed_dp_time_s(allreduce, v * time.backward_s, plan.dp_overlap)
-        out.append((exposed, optimizer_step_time_s(charged, setup.hbm_bandwidth_bytes_per_s,
-                                                   setup.optimizer, shards)))
+        exposed, total = dp_tail_comm_s(cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes,
+                                        dp=plan.dp, params=float(charged),
+                                        backward_s=v * time.backward_s, overlap=plan.dp_overlap)
+        out.append((float(exposed), optimizer_step_time_s(charged, setup.hbm_bandwidth_bytes_per_s,
+                                                          setup.optimizer, shards), float(total)))
     return out
 
 
@@ -228,13 +252,19 @@ def check_finite_times(layers: Sequence[LayerCost]) -> None:
 
 
 def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan) -> PlanResult:
-    """Iteration time, breakdown, throughput, MFU and memory of one plan (module docstring).
+    """Iteration time, breakdown, throughput, MFU, HFU, communication and memory of one plan
+    (module docstring).
 
     MFU = model FLOP per iteration / (iteration time * tp * pp * dp * peak FLOP/s), with model
     FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp (layer FLOP
     are per TP rank and micro-batch; recomputation and batch padding are not model FLOP). It is
     at most 1 when every layer's FLOP take at least ``flop / peak`` of its time (true of the
-    cost models' layers; layer-graph files are checked by ``dag_plan``).
+    cost models' layers; layer-graph files are checked by ``dag_plan``). HFU adds the FLOP the
+    backward passes recompute (``LayerCost.recompute_flop``): Korthikanti et al. 2022, section
+    6.3, define MFU without and HFU with recomputation. ``comm_s`` gives, per kind, the
+    communication time of the critical device and its exposed part: TP collectives and
+    pipeline sends block the computation (exposed = total), DP traffic is partly hidden
+    (per-layer ZeRO-2/3 overlap, bucketed gradient reduction).
 
     Raises:
         ConfigError: an invalid plan (see :func:`validate_plan`), or all-zero costs.
@@ -247,11 +277,11 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     memory = plan_memory(layers, setup, plan)
     check_fits(layers, setup, plan, memory)
 
-    times = stage_times(layers, plan, setup.cluster)
+    times = stage_times(layers, plan, setup.cluster, setup.grad_bytes)
     totals = [t.total_s for t in times]
     neck = times[totals.index(max(totals))]
     tails = device_tails(layers, setup, plan, times)
-    tail_sums = [exposed + step for exposed, step in tails]
+    tail_sums = [exposed + step for exposed, step, _ in tails]
     tail = tails[tail_sums.index(max(tail_sums))]
     slots = plan.chunks * m
     breakdown = {
@@ -260,7 +290,7 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         "recompute": slots * neck.recompute_s,
         "tp_comm": slots * neck.tp_comm_s,
         "pp_comm": slots * neck.p2p_s,
-        "dp_comm": tail[0],
+        "dp_comm": slots * neck.dp_comm_s + tail[0],
         "optimizer": tail[1],
     }
     iteration_s = sequential_sum(breakdown[key] for key in BREAKDOWN_KEYS)
@@ -270,8 +300,10 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         parts = ", ".join(f"{key} {breakdown[key]:.3g} s" for key in BREAKDOWN_KEYS)
         raise SolverError(f"iteration time overflows ({parts}): the layer times of "
                           f"{setup.global_batch:,} samples add up beyond {sys.float_info.max:.3g} s")
-    model_flop = (setup.global_batch / plan.micro_batch
-                  * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * plan.tp)
+    samples = setup.global_batch / plan.micro_batch
+    model_flop = samples * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * plan.tp
+    hardware_flop = model_flop + samples * sequential_sum(
+        layer.recompute_flop(plan.recompute) for layer in layers) * plan.tp
     throughput = setup.global_batch / iteration_s
     mfu = model_flop / (iteration_s * plan.devices * setup.peak_flop_per_s)
     if not mfu <= 1.0 + 1e-9:
@@ -286,4 +318,11 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         breakdown_s=breakdown,
         memory=memory,
         stage_times=times,
+        hfu=hardware_flop / (iteration_s * plan.devices * setup.peak_flop_per_s),
+        model_flop_per_s_per_device=model_flop / (iteration_s * plan.devices),
+        comm_s={
+            "tp": {"total": breakdown["tp_comm"], "exposed": breakdown["tp_comm"]},
+            "pp": {"total": breakdown["pp_comm"], "exposed": breakdown["pp_comm"]},
+            "dp": {"total": slots * neck.dp_comm_total_s + tail[2], "exposed": breakdown["dp_comm"]},
+        },
     )

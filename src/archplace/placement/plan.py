@@ -46,6 +46,43 @@ class Optimizer(enum.StrEnum):
     SGD = "sgd"
 
 
+class GradReduceDtype(enum.StrEnum):
+    """Data type of the gradient buffer and of the DP gradient reduction.
+
+    FP32 is Megatron-LM's bf16 recipe: its argument parser forces
+    ``accumulate_allreduce_grads_in_fp32 = True`` when ``--bf16`` is given ("bfloat16 requires
+    gradient accumulation and all-reduce to be done in fp32", ``megatron/training/arguments.py``),
+    so the main-grads buffer and the all-reduce / reduce-scatter are fp32 (4 B per parameter).
+    BF16 is the opt-out (``--grad-reduce-in-bf16`` in recent Megatron-LM): a bf16 buffer and
+    reduction, 2 B per parameter.
+    """
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+    @property
+    def bytes(self) -> int:
+        """Bytes per element: 4 (fp32) or 2 (bf16)."""
+        return 4 if self is GradReduceDtype.FP32 else 2
+
+
+ZERO_STAGES = (0, 1, 2, 3)
+"""ZeRO stages (Rajbhandari et al., SC 2020, Fig. 1): 0 none, 1 optimizer state (P_os), 2 +
+gradients (P_os+g), 3 + parameters (P_os+g+p; PyTorch FSDP's FULL_SHARD, Zhao et al., VLDB
+2023)."""
+
+
+def check_zero_stage(value: object, owner: str = "plan") -> int:
+    """``value`` as a ZeRO stage 0..3.
+
+    Raises:
+        ConfigError: not an integer in 0..3 (bools are refused).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) not in ZERO_STAGES:
+        raise ConfigError(f"{owner}: zero_stage must be 0, 1, 2 or 3, got {value!r}")
+    return int(value)
+
+
 RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 """Tie-break order of recompute policies (less recomputation first)."""
 
@@ -89,6 +126,7 @@ class LayerCost:
             (Korthikanti et al. 2022, section 5: the attention core is dropped); None means the
             same as ``activation_bytes`` (a layer without attention).
         selective_recompute_s: time to recompute the dropped part in the backward pass.
+        selective_recompute_flop: tensor-core FLOP of that recomputation (for HFU).
         tp_comm_fwd_s, tp_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in TP collectives
             (already included in them; only used to attribute the ``tp_comm`` breakdown).
 
@@ -111,6 +149,7 @@ class LayerCost:
     selective_recompute_s: float = 0.0
     tp_comm_fwd_s: float = 0.0
     tp_comm_bwd_s: float = 0.0
+    selective_recompute_flop: float = 0.0
 
     def __post_init__(self) -> None:
         # NumPy scalars are accepted and stored as Python int / float.
@@ -126,7 +165,7 @@ class LayerCost:
         object.__setattr__(self, "params", params)
         for name in ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes",
                      "working_bytes", "fwd_flop", "bwd_flop", "selective_recompute_s",
-                     "tp_comm_fwd_s", "tp_comm_bwd_s"):
+                     "tp_comm_fwd_s", "tp_comm_bwd_s", "selective_recompute_flop"):
             object.__setattr__(self, name, _finite_non_negative(owner, name, getattr(self, name)))
         if self.selective_activation_bytes is not None:
             object.__setattr__(self, "selective_activation_bytes", _finite_non_negative(
@@ -155,6 +194,15 @@ class LayerCost:
             return self.selective_recompute_s
         return 0.0
 
+    def recompute_flop(self, recompute: Recompute) -> float:
+        """Tensor-core FLOP the backward pass recomputes under ``recompute``: 0 (none),
+        ``selective_recompute_flop`` (selective), ``fwd_flop`` (full)."""
+        if recompute is Recompute.FULL:
+            return self.fwd_flop
+        if recompute is Recompute.SELECTIVE:
+            return self.selective_recompute_flop
+        return 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class TrainingSetup:
@@ -168,6 +216,8 @@ class TrainingSetup:
         hbm_bandwidth_bytes_per_s: device memory bandwidth (bounds the optimizer step).
         peak_flop_per_s: device peak (for MFU).
         optimizer: optimizer whose state is kept (bytes per parameter, step traffic).
+        grad_reduce_dtype: dtype of the gradient buffer and of the DP reduction
+            (:class:`GradReduceDtype`; fp32 by default, as Megatron-LM's bf16 recipe).
         dp_must_divide_batch: when True, micro_batch * dp must divide the global batch and
             m = global_batch / (micro_batch * dp); when False any dp is allowed and the batch
             is padded up: m = ceil(global_batch / (micro_batch * dp)) micro-batches per
@@ -186,6 +236,7 @@ class TrainingSetup:
     peak_flop_per_s: float
     optimizer: Optimizer = Optimizer.ADAM
     dp_must_divide_batch: bool = True
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
@@ -198,6 +249,16 @@ class TrainingSetup:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose from: "
                               f"{', '.join(o.value for o in Optimizer)}") from None
         object.__setattr__(self, "dp_must_divide_batch", bool(self.dp_must_divide_batch))
+        try:
+            object.__setattr__(self, "grad_reduce_dtype", GradReduceDtype(self.grad_reduce_dtype))
+        except ValueError:
+            raise ConfigError(f"unknown grad_reduce_dtype {self.grad_reduce_dtype!r}; choose from: "
+                              f"{', '.join(d.value for d in GradReduceDtype)}") from None
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element (buffer and reduction): 4 (fp32) or 2 (bf16)."""
+        return self.grad_reduce_dtype.bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +278,13 @@ class Plan:
         chunks: model chunks per device (v); >= 2 with INTERLEAVED, else 1.
         sp: sequence parallelism (Korthikanti et al. 2022, section 4.2.2); it changes the layer
             costs, which the caller builds for it, and is recorded here.
-        zero: ZeRO-1 optimizer-state sharding over the dp replicas (Rajbhandari et al. 2020).
-        dp_overlap: the DP gradient reduction overlaps the last micro-batch's backward pass.
+        zero_stage: ZeRO stage over the dp replicas (Rajbhandari et al. 2020; see
+            :mod:`archplace.placement.zero`): 0 none, 1 optimizer state, 2 + gradients, 3 +
+            parameters (FSDP). ``from_dict`` reads the older ``"zero": true`` as stage 1.
+        dp_overlap: the DP gradient reduction runs bucket by bucket during the last
+            micro-batch's backward pass (PyTorch DDP buckets, Li et al., VLDB 2020;
+            Megatron-LM's ``--overlap-grad-reduce``); only what is left after the backward pass
+            is exposed (:func:`archplace.placement.zero.bucketed_exposed_s`).
         stage_layers: optional layer names of every range of ``stages``, in chain order; set by
             the layer-DAG planner (:func:`archplace.placement.dag.dag_plan`), whose ``stages``
             index a topological order of the DAG's layers, so that the plan names its layers.
@@ -242,7 +308,7 @@ class Plan:
     schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     chunks: int = 1
     sp: bool = False
-    zero: bool = False
+    zero_stage: int = 0
     dp_overlap: bool = False
     stage_layers: tuple[tuple[str, ...], ...] = ()
 
@@ -257,7 +323,8 @@ class Plan:
             object.__setattr__(self, "schedule", PipelineSchedule(self.schedule))
         except ValueError:
             raise ConfigError(f"plan: unknown pipeline schedule {self.schedule!r}") from None
-        for name in ("sp", "zero", "dp_overlap"):
+        object.__setattr__(self, "zero_stage", check_zero_stage(self.zero_stage))
+        for name in ("sp", "dp_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"plan: {name} must be a bool, got {getattr(self, name)!r}")
         if self.schedule is PipelineSchedule.INTERLEAVED:
@@ -310,7 +377,7 @@ class Plan:
         out: dict[str, Any] = {
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
             "recompute": self.recompute.value, "schedule": self.schedule.value,
-            "chunks": self.chunks, "sp": self.sp, "zero": self.zero,
+            "chunks": self.chunks, "sp": self.sp, "zero_stage": self.zero_stage,
             "dp_overlap": self.dp_overlap, "stages": [list(s) for s in self.stages],
             "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
@@ -325,13 +392,14 @@ class Plan:
         Raises:
             ConfigError: a missing or invalid field.
         """
+        stage = data.get("zero_stage", 1 if data.get("zero", False) is True else 0)
         try:
             return cls(tp=int(data["tp"]), pp=int(data["pp"]), dp=int(data["dp"]),
                        micro_batch=int(data["micro_batch"]), recompute=Recompute(data["recompute"]),
                        stages=tuple((int(a), int(b)) for a, b in data["stages"]),
                        schedule=PipelineSchedule(data.get("schedule", "1f1b")),
                        chunks=int(data.get("chunks", 1)), sp=bool(data.get("sp", False)),
-                       zero=bool(data.get("zero", False)), dp_overlap=bool(data.get("dp_overlap", False)),
+                       zero_stage=stage, dp_overlap=bool(data.get("dp_overlap", False)),
                        stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan {data!r}: {exc}") from None
@@ -340,7 +408,11 @@ class Plan:
 @dataclass(frozen=True, slots=True)
 class StageMemory:
     """Memory of one device of a pipeline stage (or, interleaved, of one pipeline device with
-    all its chunks), in bytes."""
+    all its chunks), in bytes.
+
+    ``weights``, ``gradients`` and ``optimizer`` are the device's shards under its ZeRO stage;
+    ``gathered`` is ZeRO-3's window of unsharded parameters and gradient (0 below stage 3).
+    """
 
     stage: int
     weights: float
@@ -348,23 +420,26 @@ class StageMemory:
     optimizer: float
     activations: float
     working: float
+    gathered: float = 0.0
 
     @property
     def total(self) -> float:
         """Sum of all parts, left to right."""
-        return self.weights + self.gradients + self.optimizer + self.activations + self.working
+        return (self.weights + self.gradients + self.optimizer + self.activations + self.working
+                + self.gathered)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {"stage": self.stage, "weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "activations": self.activations,
-                "working": self.working, "total": self.total}
+                "working": self.working, "gathered": self.gathered, "total": self.total}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StageMemory:
         """Inverse of :meth:`to_dict` (``total`` is derived)."""
         return cls(int(data["stage"]), float(data["weights"]), float(data["gradients"]),
-                   float(data["optimizer"]), float(data["activations"]), float(data.get("working", 0.0)))
+                   float(data["optimizer"]), float(data["activations"]), float(data.get("working", 0.0)),
+                   float(data.get("gathered", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,9 +449,14 @@ class StageTime:
     Attributes:
         compute_s: sum of the forward and backward times of its layers (TP collectives included).
         recompute_s: recomputation in the backward pass (see :mod:`archplace.placement.pipeline`).
-        p2p_s: activation send + gradient receive at its output boundary (0 for the last one).
+        p2p_s: point-to-point time of its boundaries: activation receive + gradient send at
+            its input boundary (none for the first segment) plus activation send + gradient
+            receive at its output boundary (none for the last).
         tp_comm_s: the part of ``compute_s`` spent in TP collectives.
         backward_s: sum of the backward times of its layers + ``recompute_s``.
+        dp_comm_s: ZeRO-2/3 collectives of every micro-batch left exposed after the per-layer
+            overlap (:func:`archplace.placement.zero.layer_zero_comm_s`); 0 for stages 0 and 1.
+        dp_comm_total_s: those collectives' whole time, overlapped or not.
     """
 
     compute_s: float
@@ -384,22 +464,28 @@ class StageTime:
     p2p_s: float
     tp_comm_s: float = 0.0
     backward_s: float = 0.0
+    dp_comm_s: float = 0.0
+    dp_comm_total_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        """compute + recompute + p2p: the segment's slot in the pipeline schedule."""
-        return self.compute_s + self.recompute_s + self.p2p_s
+        """compute + recompute + p2p + exposed ZeRO-2/3 traffic: the segment's slot in the
+        pipeline schedule."""
+        return self.compute_s + self.recompute_s + self.p2p_s + self.dp_comm_s
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, seconds per micro-batch."""
         return {"compute": self.compute_s, "recompute": self.recompute_s, "p2p": self.p2p_s,
-                "tp_comm": self.tp_comm_s, "backward": self.backward_s, "total": self.total_s}
+                "tp_comm": self.tp_comm_s, "backward": self.backward_s,
+                "dp_comm": self.dp_comm_s, "dp_comm_total": self.dp_comm_total_s,
+                "total": self.total_s}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StageTime:
         """Inverse of :meth:`to_dict` (``total`` is derived)."""
         return cls(float(data["compute"]), float(data["recompute"]), float(data["p2p"]),
-                   float(data.get("tp_comm", 0.0)), float(data.get("backward", 0.0)))
+                   float(data.get("tp_comm", 0.0)), float(data.get("backward", 0.0)),
+                   float(data.get("dp_comm", 0.0)), float(data.get("dp_comm_total", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,9 +497,17 @@ class PlanResult:
         iteration_time_s: time of one training iteration (global batch).
         throughput_samples_per_s: global batch / iteration time.
         tokens_per_s: throughput * seq_len.
-        mfu: model FLOP per iteration / (iteration time * plan devices * peak FLOP/s).
+        mfu: model FLOP utilisation (Korthikanti et al. 2022, section 6.3): model FLOP per
+            iteration (recomputation not counted) / (iteration time * plan devices * peak FLOP/s).
         breakdown_s: parts of the iteration time, keys of
             :data:`archplace.placement.pipeline.BREAKDOWN_KEYS`; they sum to it exactly.
+        hfu: hardware FLOP utilisation (same section): as ``mfu`` with the FLOP the backward
+            passes recompute counted too (full: the forward again; selective: the attention
+            core); equal to ``mfu`` without recomputation.
+        model_flop_per_s_per_device: achieved model FLOP/s of one device, ``mfu`` * peak.
+        comm_s: per communication kind (``tp``, ``pp``, ``dp``) the seconds per iteration on
+            the critical device, ``{"total": ..., "exposed": ...}``: all of its time, and the
+            part not hidden behind computation (what the iteration time contains).
         memory: per-device memory of every pipeline device (stage).
         stage_times: time per micro-batch of every segment of ``plan.stages`` (a stage, or an
             interleaved chunk), in order; the slowest sets the pipeline's pace.
@@ -427,6 +521,9 @@ class PlanResult:
     breakdown_s: dict[str, float] = field(default_factory=dict)
     memory: tuple[StageMemory, ...] = ()
     stage_times: tuple[StageTime, ...] = ()
+    hfu: float = 0.0
+    model_flop_per_s_per_device: float = 0.0
+    comm_s: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (issue #6 schema, plus ``"stage_times_s"``: per segment of ``plan.stages``,
@@ -437,7 +534,10 @@ class PlanResult:
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
+            "hfu": self.hfu,
+            "model_flop_per_s_per_device": self.model_flop_per_s_per_device,
             "breakdown_s": dict(self.breakdown_s),
+            "comm_s": {kind: dict(parts) for kind, parts in self.comm_s.items()},
             "memory_per_device_bytes": [m.to_dict() for m in self.memory],
             "stage_times_s": [{"segment": i, **t.to_dict()} for i, t in enumerate(self.stage_times)],
         }
@@ -455,6 +555,10 @@ class PlanResult:
                        tokens_per_s=float(data["tokens_per_s"]), mfu=float(data["mfu"]),
                        breakdown_s={k: float(v) for k, v in data["breakdown_s"].items()},
                        memory=tuple(StageMemory.from_dict(m) for m in data["memory_per_device_bytes"]),
-                       stage_times=tuple(StageTime.from_dict(t) for t in data.get("stage_times_s", ())))
+                       stage_times=tuple(StageTime.from_dict(t) for t in data.get("stage_times_s", ())),
+                       hfu=float(data.get("hfu", 0.0)),
+                       model_flop_per_s_per_device=float(data.get("model_flop_per_s_per_device", 0.0)),
+                       comm_s={str(kind): {str(k): float(v) for k, v in parts.items()}
+                               for kind, parts in data.get("comm_s", {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan result: {exc}") from None

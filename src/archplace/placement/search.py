@@ -2,7 +2,7 @@
 
 A *candidate* fixes everything but the stage split: family (TP width t, micro-batch b, SP flag,
 recompute policy -- one table of layer costs), schedule and chunks v, pipeline depth p, DP
-degree d (hence m micro-batches), ZeRO-1 and DP overlap. Its best iteration time is
+degree d (hence m micro-batches), ZeRO stage and DP overlap. Its best iteration time is
 
     min over splits into s = p v segments of  K * max_c T_c + max_c Y_c,   K = v m + p - 1,
 
@@ -12,10 +12,17 @@ optimizer tail (:meth:`SegmentTables.tail`). The minimum is attained at a point 
 front of (max T, max Y) over feasible splits, and the front is enumerated exactly: tau = the
 least max T (a min-max DP, :mod:`archplace.placement.kernels`) among splits with max Y below the
 previous point's, then y = the least max Y among splits with max T <= tau, and so on. Without
-overlap Y is a non-decreasing function of the segment's parameter count, so the front of
-(max T, max params) is computed once per memory configuration and serves every d, ZeRO setting
-and the no-overlap objective; with overlap Y also depends on the segment's backward time and
-the front of (max T, max Y) is enumerated per candidate.
+overlap Y is a non-decreasing function of the segment's parameter count, so (for ZeRO stages 0
+and 1, whose segment times do not depend on d) the front of (max T, max params) is computed once
+per memory configuration and serves every d, ZeRO setting and the no-overlap objective; with
+overlap Y also depends on the segment's backward time, and with ZeRO-2/3 T depends on d (the
+per-layer collectives), so the front of (max T, max Y) is enumerated per candidate.
+
+Interleaved candidates (v >= 2) are split as Megatron-LM requires (:func:`interleaved_splits`:
+blocks evenly over the p v chunks), at most one or two splits per candidate, each scored
+directly: a device's exact memory sums its non-adjacent chunks at every step of the schedule
+(:func:`archplace.placement.memory.interleaved_device_memory`), which no DP over contiguous
+segments can decompose.
 
 Candidates are visited in order of a lower bound (best first), refined lazily: (0) the chain's
 total time over s and its largest layer, and the smallest possible parameter count of the
@@ -24,8 +31,8 @@ holds for every schedule (:meth:`SegmentTables.loose_memory_bound`), (2) the exa
 tau of the (max T, max params) front. The search stops when the next bound exceeds the k-th
 best iteration time found (with a relative slack of 1e-9 for rounding), so the k best
 candidates are exact. Two dominance rules skip work: memory needs never grow with d, so a
-configuration that does not fit at some d does not fit at a smaller d; and ZeRO-1 masks equal to
-the unsharded ones (and to the no-optimizer-state ones) share their fronts.
+configuration that does not fit at some d does not fit at a smaller d; and a ZeRO stage's masks
+equal to those of d = 1 (and to those of infinitely many replicas) share their fronts.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ import numpy.typing as npt
 
 from archplace.placement.budget import TABLE_BYTES, WorkMeter, check_chain_length, dp_cells
 from archplace.placement.kernels import first_split, fits_greedily, min_max
-from archplace.placement.memory import GRADIENT_BYTES_PER_PARAM, interleaved_in_flight_chunks
+from archplace.placement.memory import interleaved_device_memory, interleaved_in_flight_chunks
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
@@ -53,10 +60,10 @@ from archplace.placement.plan import (
 from archplace.placement.tables import INFINITE_SHARDS, FloatArray, SegmentTables
 from archplace.placement.timing import (
     dp_allreduce_cost,
-    dp_allreduce_time_s,
     dp_degrees,
     optimizer_step_time_s,
 )
+from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, dp_tail_comm_s
 
 SLACK = 1e-9
 """Relative slack of every prune: bounds and objectives are floating-point sums."""
@@ -82,8 +89,13 @@ class Variant:
 
     schedule: PipelineSchedule
     chunks: int
-    zero: bool
+    zero_stage: int
     overlap: bool
+
+    @property
+    def per_candidate(self) -> bool:
+        """Whether the front must be enumerated per (p, d): with overlap, or ZeRO-2/3."""
+        return self.overlap or self.zero_stage >= 2
 
 
 @dataclass(slots=True)
@@ -106,7 +118,9 @@ class _FamilyState:
     tables: SegmentTables | None = None
     fronts: dict[tuple[object, ...], list[tuple[float, float]]] = field(default_factory=dict)
     infeasible_at: dict[tuple[object, ...], int] = field(default_factory=dict)
-    canonical: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    canonical: dict[tuple[int, int], int] = field(default_factory=dict)
+    interleaved: dict[tuple[int, int, int, int, int], list[tuple[tuple[int, int], ...]]] = field(
+        default_factory=dict)
     layer_base_max: float = 0.0
     layer_base_sum: float = 0.0
     layer_params_max: float = 0.0
@@ -139,6 +153,29 @@ def in_flight_per_position(schedule: PipelineSchedule, p: int, m: int, chunks: i
     return [min(p - j, m) for j in range(p)]
 
 
+def interleaved_splits(n: int, segments: int) -> list[tuple[tuple[int, int], ...]]:
+    """The splits of a chain of ``n`` layers into ``segments`` = p v chunks that the interleaved
+    schedule is planned with: Megatron-LM's (the blocks divided evenly over the chunks,
+    ``--num-layers-per-virtual-pipeline-stage``, which must divide the layers per stage; the
+    embedding with the first chunk and the head with the last), i.e. n - 2 divisible by the
+    chunks, or, for chains without an embedding and a head, n divisible by the chunks and every
+    chunk equal. Ascending; empty when neither divides.
+
+    Restricting interleaving to these keeps the search exact with the exact per-device memory
+    (:func:`archplace.placement.memory.interleaved_device_memory`), which couples a device's
+    non-adjacent chunks and so does not decompose over a split as the DP needs.
+    """
+    out = set()
+    if n % segments == 0:
+        q = n // segments
+        out.add(tuple((c * q, c * q + q - 1) for c in range(segments)))
+    if n - 2 >= segments and (n - 2) % segments == 0:
+        q = (n - 2) // segments
+        out.add(tuple((0 if c == 0 else 1 + c * q, n - 1 if c == segments - 1 else c * q + q)
+                      for c in range(segments)))
+    return sorted(out)
+
+
 class Search:
     """Best-first search of the top-k candidates (see the module docstring)."""
 
@@ -162,6 +199,7 @@ class Search:
             state.layer_params_max = float(max(layer.params for layer in fam.layers))
             state.params_sum = float(sum(layer.params for layer in fam.layers))
             self.states.append(state)
+        self.max_zero_stage = max((variant.zero_stage for variant in self.variants), default=0)
         self.found: list[Found] = []
         self.cutoff = np.inf
         self.any_candidate = False
@@ -170,12 +208,15 @@ class Search:
 
     def grid(self, fam: Family, n: int, variant: Variant) -> tuple[npt.NDArray[np.int64], ...]:
         """(p, d, m) of every valid candidate of a family and schedule (see
-        ``timing.micro_batch_count`` for the micro-batch rule)."""
+        ``timing.micro_batch_count`` for the micro-batch rule; interleaved, only depths with a
+        split of :func:`interleaved_splits`)."""
         setup = self.setup
         devices = setup.cluster.devices
         v = variant.chunks
         interleaved = variant.schedule is PipelineSchedule.INTERLEAVED
         depths = np.arange(2 if interleaved else 1, min(n // v, devices // fam.tp) + 1)
+        if interleaved:  # only depths with a block-uniform split (``interleaved_splits``)
+            depths = depths[[bool(interleaved_splits(n, int(p) * v)) for p in depths]].astype(np.int64)
         g = setup.global_batch
         if setup.dp_must_divide_batch:  # d among the divisors of g / b: a small grid on any cluster
             widths = np.array(dp_degrees(setup, fam.micro_batch, devices // fam.tp), dtype=np.int64)
@@ -205,22 +246,30 @@ class Search:
 
     def _tail_bound(self, fam: Family, variant: Variant, p: npt.NDArray[np.int64],
                     d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
-        """DP + optimizer tail of a device with ``params`` (charged) parameters, exposure 0 with
-        overlap: a lower bound of the tail when params bounds the largest device from below."""
+        """DP + optimizer tail of a device with ``params`` (charged) parameters, the bucketed
+        (overlapped) gradient reduction counted 0: a lower bound of the tail when params bounds
+        the largest device from below (every other part grows with params)."""
         setup = self.setup
-        shards = d if variant.zero else 1
+        shards = d if variant.zero_stage >= 1 else 1
         out: FloatArray = np.asarray(optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s,
                                                            setup.optimizer) * params / shards,
                                      dtype=np.float64)
-        if not variant.overlap:
-            pp_b, dp_b = np.broadcast_arrays(np.asarray(p), np.asarray(d))
-            pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
-            cost = {pair: dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=pair[0], dp=pair[1])
-                    for pair in set(pairs)}
-            const = np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
-            per_byte = np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
-            out = out + (const + per_byte * (GRADIENT_BYTES_PER_PARAM * params))
-        return out
+        zs = variant.zero_stage
+        if zs >= 3:
+            return out
+        pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
+        pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
+        cost = {pair: dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=pair[0], dp=pair[1])
+                for pair in set(pairs)}
+        const = np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+        per_byte = np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+        # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
+        grads = setup.grad_bytes * par_b
+        comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
+                else np.zeros_like(const))
+        if not variant.overlap and zs <= 1:
+            comm = comm + (const + per_byte * grads if zs == 0 else const / 2.0 + per_byte / 2.0 * grads)
+        return out + np.where((dp_b > 1) & (par_b > 0), comm, 0.0)
 
     def run(self) -> list[Found]:
         """Visit candidates best bound first; returns every found optimum within the cutoff.
@@ -278,7 +327,7 @@ class Search:
         variant = block.variant
         v = variant.chunks
         s = block.p * v
-        keep = tab.loose_memory_bound()[s] <= self.setup.hbm_bytes * (1 + 1e-12)
+        keep = tab.loose_memory_bound(self.max_zero_stage)[s] <= self.setup.hbm_bytes * (1 + 1e-12)
         p, d, m = block.p[keep], block.d[keep], block.m[keep]
         params = np.maximum(v * state.layer_params_max, state.params_sum / p)
         bound = ((v * m + p - 1) * tab.time_bound()[p * v]
@@ -290,8 +339,8 @@ class Search:
 
     @staticmethod
     def _variant_rank(variant: Variant) -> int:
-        # dominating options first at equal bounds: ZeRO, overlap, then 1F1B before GPipe
-        return ((0 if variant.zero else 2) + (0 if variant.overlap else 1)) * 3 \
+        # memory-frugal options first at equal bounds: higher ZeRO stages, overlap, then 1F1B
+        return ((3 - variant.zero_stage) * 2 + (0 if variant.overlap else 1)) * 3 \
             + SCHEDULE_ORDER.index(variant.schedule)
 
     # ------------------------------------------------------------------ one candidate
@@ -333,7 +382,7 @@ class Search:
 
     def _visit(self, f: int, variant: Variant, p: int, d: int, m: int) -> None:
         state = self.states[f]
-        group = (variant.schedule, variant.chunks, p, variant.zero)
+        group = (variant.schedule, variant.chunks, p, variant.zero_stage)
         if state.infeasible_at.get(group, 0) >= d:
             return
         fam = state.family
@@ -341,36 +390,48 @@ class Search:
         v = variant.chunks
         k_factor = v * m + p - 1
         limit = self.cutoff * (1 + SLACK)
+        zs = variant.zero_stage
+        if v > 1:
+            found = self._interleaved(f, variant, p, d, m)
+            if found is None:
+                state.infeasible_at[group] = max(d, state.infeasible_at.get(group, 0))
+                return
+            best, points = found
+            if best <= limit:
+                self._record(f, variant, p, d, m, best, points)
+            return
         in_flight = in_flight_per_position(variant.schedule, p, m, v)
-        shards = self._canonical_shards(state, tab, d if variant.zero else 1, v, max(in_flight))
-        mem_key = (variant.schedule, v, p, tuple(in_flight), shards)
+        shards = self._canonical_shards(state, tab, zs, d if zs else 1, max(in_flight))
+        mem_key = (variant.schedule, v, p, tuple(in_flight), zs, shards)
         front = state.fronts.get(mem_key)
         if front is None:
-            if v == 1 and not _fits(tab.capacity(shards), in_flight):
+            if not _fits(tab.capacity(zs, shards), in_flight):
                 front = []
             else:
-                front = self._front(tab, p, v, in_flight, shards, tab.params, None)
+                front = self._front(tab, tab.position_times(p, v), in_flight, zs, shards,
+                                    tab.params, None)
             state.fronts[mem_key] = front
         if not front:
             state.infeasible_at[group] = max(d, state.infeasible_at.get(group, 0))
             return
-        if not variant.overlap:
+        if not variant.per_candidate:
             values = [k_factor * tau + self._tail_of(fam, variant, p, d, v * pmax)
                       for tau, pmax in front]
             best = min(values)
             points = [(tau, pmax) for (tau, pmax), value in zip(front, values, strict=True)
                       if value <= best * (1 + TIE_RTOL)]
         else:
+            # the front without the ZeRO-2/3 collectives bounds the objective from below
             step = optimizer_step_time_s(1.0, self.setup.hbm_bandwidth_bytes_per_s,
-                                         self.setup.optimizer) / (d if variant.zero else 1)
+                                         self.setup.optimizer) / (d if zs else 1)
             if min(k_factor * tau + step * v * pmax for tau, pmax in front) > limit:
                 return
-            tail = tab.tail(pp=p, dp=d, chunks=v, zero=variant.zero, overlap=True)
+            tail = tab.tail(pp=p, dp=d, chunks=v, zero_stage=zs, overlap=variant.overlap)
             floor = float(tail[tab.upper].min())
 
             def stop(tau: float) -> bool:
                 return k_factor * tau + floor > self.cutoff * (1 + SLACK)
-            exact = self._front(tab, p, v, in_flight, shards, tail, stop)
+            exact = self._front(tab, tab.position_times(p, v, zs, d), in_flight, zs, shards, tail, stop)
             if not exact:
                 return
             values = [k_factor * tau + y for tau, y in exact]
@@ -379,10 +440,73 @@ class Search:
                       if value <= best * (1 + TIE_RTOL)]
         if best > limit:
             return
-        rank = (fam.tp * p * d, p, fam.tp, v, fam.micro_batch, RECOMPUTE_ORDER.index(fam.recompute),
-                SCHEDULE_ORDER.index(variant.schedule), fam.sp, variant.zero, variant.overlap)
+        self._record(f, variant, p, d, m, best, points)
+
+    def _record(self, f: int, variant: Variant, p: int, d: int, m: int, best: float,
+                points: list[tuple[float, float]]) -> None:
+        fam = self.states[f].family
+        rank = (fam.tp * p * d, p, fam.tp, variant.chunks, fam.micro_batch,
+                RECOMPUTE_ORDER.index(fam.recompute), SCHEDULE_ORDER.index(variant.schedule), fam.sp,
+                variant.zero_stage, variant.overlap)
         self.found.append(Found(best, rank, f, variant, p, d, m, points))
         self._update_cutoff()
+
+    def interleaved_fitting(self, f: int, variant: Variant, p: int, d: int, m: int
+                            ) -> list[tuple[tuple[int, int], ...]]:
+        """The splits of :func:`interleaved_splits` with which every device fits in HBM (exact
+        device memory, as ``evaluate_plan`` computes it), ascending."""
+        state = self.states[f]
+        fam = state.family
+        zs = variant.zero_stage
+        key = (p, variant.chunks, m, zs, d if zs else 1)
+        fitting = state.interleaved.get(key)
+        if fitting is None:
+            fitting = [stages for stages in interleaved_splits(len(fam.layers), p * variant.chunks)
+                       if max(self.interleaved_peaks(f, variant, p, d, m, stages)) <= self.setup.hbm_bytes]
+            state.interleaved[key] = fitting
+        return fitting
+
+    def interleaved_peaks(self, f: int, variant: Variant, p: int, d: int, m: int,
+                          stages: tuple[tuple[int, int], ...]) -> list[float]:
+        """``StageMemory.total`` of every device of an interleaved plan with ``stages``."""
+        layers = self.states[f].family.layers
+        self.meter.charge(4 * len(layers) * variant.chunks * p)
+        return [interleaved_device_memory(
+            [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=m,
+            recompute=self.states[f].family.recompute, optimizer=self.setup.optimizer,
+            zero_stage=variant.zero_stage, dp=d, grad_bytes=self.setup.grad_bytes).total
+            for j in range(p)]
+
+    def _interleaved_points(self, f: int, variant: Variant, p: int, d: int, m: int
+                            ) -> list[tuple[tuple[float, float], tuple[tuple[int, int], ...]]]:
+        """(max segment time, max second figure) of every fitting interleaved split."""
+        tab = self._tables(self.states[f])
+        v, zs = variant.chunks, variant.zero_stage
+        times = tab.position_times(p, v, zs, d)
+        second = (tab.tail(pp=p, dp=d, chunks=v, zero_stage=zs, overlap=variant.overlap)
+                  if variant.per_candidate else tab.params)
+        out = []
+        for stages in self.interleaved_fitting(f, variant, p, d, m):
+            tau = max(float(times[c][a, e]) for c, (a, e) in enumerate(stages))
+            y = max(float(second[a, e]) for a, e in stages)
+            out.append(((tau, y), stages))
+        return out
+
+    def _interleaved(self, f: int, variant: Variant, p: int, d: int, m: int
+                     ) -> tuple[float, list[tuple[float, float]]] | None:
+        """The best objective of an interleaved candidate and its tying points, or None when no
+        split fits."""
+        scored = self._interleaved_points(f, variant, p, d, m)
+        if not scored:
+            return None
+        fam = self.states[f].family
+        k_factor = variant.chunks * m + p - 1
+        values = [k_factor * tau + (y if variant.per_candidate
+                                    else self._tail_of(fam, variant, p, d, variant.chunks * y))
+                  for (tau, y), _ in scored]
+        best = min(values)
+        return best, [point for (point, _), value in zip(scored, values, strict=True)
+                      if value <= best * (1 + TIE_RTOL)]
 
     def _update_cutoff(self) -> None:
         if len(self.found) < self.top_k:
@@ -393,35 +517,39 @@ class Search:
         self.found = [found for found in self.found if found.value <= limit]
 
     def _tail_of(self, fam: Family, variant: Variant, p: int, d: int, params: float) -> float:
+        """The tail of a device with ``params`` (charged) parameters without overlap, as
+        ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1)."""
         setup = self.setup
-        return (dp_allreduce_time_s(setup.cluster, tp=fam.tp, pp=p, dp=d, params=params)
-                + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s, setup.optimizer,
-                                        d if variant.zero else 1))
+        cost = dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=p, dp=d)
+        exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
+                                 dp=d, params=float(params), backward_s=0.0, overlap=False)[0]
+        return float(exposed + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s,
+                                                     setup.optimizer, d if variant.zero_stage else 1))
 
-    def _canonical_shards(self, state: _FamilyState, tab: SegmentTables, shards: int, v: int,
-                          k_top: int) -> int:
-        """``shards``, or 1 when the ZeRO-1 capacity table equals the unsharded one for every
-        in-flight count up to k_top (then they share fronts), decided through the sandwich
-        unsharded <= sharded <= no optimizer state."""
+    def _canonical_shards(self, state: _FamilyState, tab: SegmentTables, zero_stage: int,
+                          shards: int, k_top: int) -> int:
+        """``shards``, or 1 when the stage's capacity table at ``shards`` replicas equals the one
+        at 1 replica for every in-flight count up to k_top (then they share fronts), decided
+        through the sandwich 1 replica <= shards <= infinitely many."""
         if shards == 1:
             return 1
-        key = (v, k_top, 0)
+        key = (k_top, zero_stage)
         verdict = state.canonical.get(key)
         if verdict is None:
-            low = np.minimum(tab.capacity(1, v), k_top)
-            high = np.minimum(tab.capacity(INFINITE_SHARDS, v), k_top)
+            low = np.minimum(tab.capacity(zero_stage, 1), k_top)
+            high = np.minimum(tab.capacity(zero_stage, INFINITE_SHARDS), k_top)
             verdict = 1 if np.array_equal(low, high) else 0
             state.canonical[key] = verdict
         return 1 if verdict == 1 else shards
 
-    def _front(self, tab: SegmentTables, p: int, v: int, in_flight: Sequence[int], shards: int,
-               second: FloatArray, stop: Callable[[float], bool] | None
-               ) -> list[tuple[float, float]]:
+    def _front(self, tab: SegmentTables, times: Sequence[FloatArray], in_flight: Sequence[int],
+               zero_stage: int, shards: int, second: FloatArray,
+               stop: Callable[[float], bool] | None) -> list[tuple[float, float]]:
         """The Pareto front of (max segment time, max ``second``) over fitting splits, as
-        (tau, y) points with increasing tau; enumeration stops early when ``stop(tau)``."""
-        n, s = tab.n, p * v
-        capacity = tab.capacity(shards, v)
-        times = [tab.segment_time(link) for link in tab.position_links(p, v)]
+        (tau, y) points with increasing tau, ``times`` the time table of every position;
+        enumeration stops early when ``stop(tau)``."""
+        n, s = tab.n, len(times)
+        capacity = tab.capacity(zero_stage, shards)
         points: list[tuple[float, float]] = []
         y_cap = np.inf
         while True:
@@ -447,11 +575,15 @@ class Search:
         tab = self._tables(self.states[found.family])
         variant = found.variant
         v = variant.chunks
+        if v > 1:
+            return min(stages for (tau, y), stages in self._interleaved_points(
+                found.family, variant, found.p, found.d, found.m) if tau <= point[0] and y <= point[1])
         in_flight = in_flight_per_position(variant.schedule, found.p, found.m, v)
-        capacity = tab.capacity(found.d if variant.zero else 1, v)
-        second = (tab.tail(pp=found.p, dp=found.d, chunks=v, zero=variant.zero, overlap=True)
-                  if variant.overlap else tab.params)
-        times = [tab.segment_time(link) for link in tab.position_links(found.p, v)]
+        zs = variant.zero_stage
+        capacity = tab.capacity(zs, found.d if zs else 1)
+        second = (tab.tail(pp=found.p, dp=found.d, chunks=v, zero_stage=zs, overlap=variant.overlap)
+                  if variant.per_candidate else tab.params)
+        times = tab.position_times(found.p, v, zs, found.d)
         tau, y = point
 
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
@@ -466,7 +598,7 @@ class Search:
         variant = found.variant
         return Plan(tp=fam.tp, pp=found.p, dp=found.d, micro_batch=fam.micro_batch,
                     recompute=fam.recompute, stages=stages, schedule=variant.schedule,
-                    chunks=variant.chunks, sp=fam.sp, zero=variant.zero,
+                    chunks=variant.chunks, sp=fam.sp, zero_stage=variant.zero_stage,
                     dp_overlap=variant.overlap)
 
 

@@ -1,5 +1,5 @@
 """Exact choice of the parallel plan: TP width, pipeline depth and schedule, DP degree,
-micro-batch, recomputation, sequence parallelism, ZeRO-1, DP overlap and the stage split.
+micro-batch, recomputation, sequence parallelism, ZeRO stage, DP overlap and the stage split.
 
 :func:`plan_search` returns the k fastest distinct plan configurations (each with its best
 stage split) under the time and memory model of :mod:`archplace.placement.pipeline`, and
@@ -13,7 +13,7 @@ same floating-point operations as ``evaluate_plan``, and the returned results ar
 
 Ties (iteration times compared exactly) go to fewer devices, then fewer pipeline stages, then
 the smaller TP width, fewer chunks, the smaller micro-batch, less recomputation (none,
-selective, full), the schedule (1F1B, interleaved, GPipe), SP off, ZeRO off, overlap off, and
+selective, full), the schedule (1F1B, interleaved, GPipe), SP off, the lower ZeRO stage, overlap off, and
 finally the lexicographically smallest stages.
 
 Layer chains: the states of the DP are the chain's prefixes (suffixes). Models whose layers form
@@ -41,8 +41,9 @@ from archplace.placement.plan import (
     PlanResult,
     Recompute,
     TrainingSetup,
+    check_zero_stage,
 )
-from archplace.placement.search import Family, Search, Variant, in_flight_per_position
+from archplace.placement.search import Family, Search, Variant, in_flight_per_position, interleaved_splits
 from archplace.placement.tables import FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int
 from archplace.units import format_bytes
@@ -75,7 +76,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                 recomputes: Iterable[Recompute | str] = tuple(Recompute),
                 schedules: Iterable[PipelineSchedule | str] = tuple(PipelineSchedule),
                 chunks: Iterable[int] = (2, 4),
-                zero: Iterable[bool] = (False, True),
+                zero_stages: Iterable[int] = (0, 1),
                 dp_overlap: Iterable[bool] = (False, True),
                 top_k: int = 1) -> list[PlanResult]:
     """The ``top_k`` fastest distinct plan configurations, fastest first.
@@ -85,7 +86,8 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
         recomputes, schedules: policies to consider.
         chunks: model chunks per device (v >= 2) tried with the interleaved schedule.
-        zero, dp_overlap: ZeRO-1 and DP-overlap settings to consider.
+        zero_stages: ZeRO stages (0..3) to consider.
+        dp_overlap: DP-overlap settings to consider.
         top_k: how many configurations to return (each with its best stage split).
 
     Returns:
@@ -95,7 +97,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         ConfigError: malformed costs or options, layer times that overflow when added up.
         InfeasibleError: no valid (tp, pp, dp, micro-batch) combination exists ("no valid
             plan: ..."), or nothing fits in HBM; then the message names the closest candidate
-            among the most memory-frugal options offered (most recomputation, 1F1B, ZeRO-1,
+            among the most memory-frugal options offered (most recomputation, 1F1B, each ZeRO stage,
             smallest micro-batch per TP width and SP flag) and its need in bytes.
     """
     top_k = check_positive_int("top_k", top_k)
@@ -107,7 +109,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
             raise ConfigError(f"interleaved chunks must be integers >= 2, got {v!r}")
     if PipelineSchedule.INTERLEAVED in schedule_list and not chunk_list:
         raise ConfigError("the interleaved schedule needs at least one chunk count")
-    zero_list = _bools(zero, "zero")
+    zero_list = tuple(dict.fromkeys(check_zero_stage(z, "plan_search") for z in zero_stages))
+    if not zero_list:
+        raise ConfigError("at least one ZeRO stage is needed")
     overlap_list = _bools(dp_overlap, "dp_overlap")
     if not costs:
         raise ConfigError("plan_search needs the layer costs of at least one (tp, micro_batch, sp)")
@@ -161,7 +165,7 @@ def check_tp_and_micro_batch(setup: TrainingSetup, tp: int, micro_batch: int) ->
 def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_batch: int,
                  recompute: Recompute | str, tp: int = 1,
                  schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
-                 chunks: int = 1, zero: bool = False, dp_overlap: bool = False,
+                 chunks: int = 1, zero_stage: int = 0, dp_overlap: bool = False,
                  sp: bool = False) -> PlanResult:
     """The fastest plan for fixed TP width, micro-batch, recompute policy, schedule (and chunks),
     ZeRO-1, DP overlap and SP: over every pipeline depth p, DP degree d (tp p d <= devices, the
@@ -193,7 +197,7 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
     check_tp_and_micro_batch(setup, tp, micro_batch)
     return plan_search({(tp, micro_batch, bool(sp)): layers}, setup, recomputes=(policy,),
                        schedules=(kind,), chunks=(chunks,) if interleaved else (),
-                       zero=(bool(zero),), dp_overlap=(bool(dp_overlap),), top_k=1)[0]
+                       zero_stages=(zero_stage,), dp_overlap=(bool(dp_overlap),), top_k=1)[0]
 
 
 def _raise_closest(search: Search, families: Sequence[Family], variants: Sequence[Variant],
@@ -210,9 +214,12 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
     chosen = [f for f, fam in enumerate(families)
               if fam.recompute is frugal_rc and fam.micro_batch == smallest_b[(fam.tp, fam.sp)]]
     schedule = min({variant.schedule for variant in variants}, key=SCHEDULE_ORDER.index)
-    frugal = max((item for item in variants if item.schedule is schedule),
-                 key=lambda item: (item.zero, item.chunks, not item.overlap))
-    best = _closest(search, families, [(f, frugal) for f in chosen])
+    # per ZeRO stage offered (which one needs least depends on d: ZeRO-3's gathered window
+    # costs memory at d = 1), the variant with the most chunks, no overlap
+    frugal = [max((item for item in variants if item.schedule is schedule and item.zero_stage == stage),
+                  key=lambda item: (item.chunks, not item.overlap))
+              for stage in sorted({item.zero_stage for item in variants if item.schedule is schedule})]
+    best = _closest(search, families, [(f, variant) for f in chosen for variant in frugal])
     if best is None:
         best = _closest(search, families, [(f, variant) for f in range(len(families))
                                            for variant in variants])
@@ -220,25 +227,40 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
         raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM")
     peak, _, p, f, d, m, variant = best
     fam = families[f]
-    tab = search.tables_of(f)
-    block = _memory_blocks(tab, variant, p, d, m)
-    search.meter.charge(dp_cells(tab.n, p * variant.chunks) + p * variant.chunks * tab.n)
-    stages = first_split(block, tab.n, p * variant.chunks, peak)
-    needs = [float(block(c, slice(a, a + 1), slice(e, e + 1))[0, 0])
-             for c, (a, e) in enumerate(stages)]
-    worst = needs.index(max(needs))
-    where = (f"on device {worst % p} (chunk {worst} counted {variant.chunks} times)"
-             if variant.chunks > 1 else f"on stage {worst}")
+    if variant.chunks > 1:
+        _, stages = _interleaved_peak(search, f, variant, p, d, m)
+        needs = search.interleaved_peaks(f, variant, p, d, m, stages)
+        where = f"on device {needs.index(max(needs))}"
+    else:
+        tab = search.tables_of(f)
+        block = _memory_blocks(tab, variant, p, d, m)
+        search.meter.charge(dp_cells(tab.n, p) + p * tab.n)
+        stages = first_split(block, tab.n, p, peak)
+        needs = [float(block(c, slice(a, a + 1), slice(e, e + 1))[0, 0])
+                 for c, (a, e) in enumerate(stages)]
+        where = f"on stage {needs.index(max(needs))}"
     label = (f"tp={fam.tp}, micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
              f"schedule={variant.schedule.value}"
              + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
-             + (", zero" if variant.zero and d > 1 else "") + (", sp" if fam.sp else ""))
+             + (f", zero_stage={variant.zero_stage}" if variant.zero_stage else "")
+             + (", sp" if fam.sp else ""))
     raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM: best candidate "
                           f"pp={p} dp={d} needs {format_bytes(peak)} {where} ({label})")
 
 
 Closest = tuple[float, int, int, int, int, int, Variant]
 """(peak bytes, devices, p, family, d, m, variant) of a closest candidate."""
+
+
+def _interleaved_peak(search: Search, f: int, variant: Variant, p: int, d: int, m: int
+                      ) -> tuple[float, tuple[tuple[int, int], ...]]:
+    """The least largest device memory over the interleaved splits (``search.interleaved_splits``)
+    and the smallest split reaching it; (inf, ()) when the chain has no such split."""
+    best: tuple[float, tuple[tuple[int, int], ...]] = (np.inf, ())
+    for stages in interleaved_splits(len(search.states[f].family.layers), p * variant.chunks):
+        peak = max(search.interleaved_peaks(f, variant, p, d, m, stages))
+        best = min(best, (peak, stages))
+    return best
 
 
 def _closest(search: Search, families: Sequence[Family],
@@ -254,9 +276,9 @@ def _closest(search: Search, families: Sequence[Family],
         fam = families[f]
         tab = search.tables_of(f)
         p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
-        loose = tab.loose_memory_bound()
+        loose = tab.loose_memory_bound(search.max_zero_stage)
         n = tab.n
-        mean_state = float(tab.state(1)[0, n - 1]) / n
+        mean_state = float(tab.state(variant.zero_stage, 1)[0, n - 1]) / n
         mean_saved = float(tab.saved[0, n - 1]) / n
         for p in np.unique(p_all).tolist():  # the largest d of every p
             row = int(np.flatnonzero(p_all == p)[-1])
@@ -274,16 +296,23 @@ def _closest(search: Search, families: Sequence[Family],
             continue
         variant = options[index][1]
         tab = search.tables_of(f)
+        if variant.chunks > 1:
+            peak = _interleaved_peak(search, f, variant, p, d, m)[0]
+            if peak < least:
+                least, ties = peak, []
+            if peak == least and np.isfinite(peak):
+                ties.append((index, f, p, d, m))
+            continue
         block = _memory_blocks(tab, variant, p, d, m, (cache, f))
-        if variant.chunks == 1 and np.isfinite(least):
+        if np.isfinite(least):
             meter.charge(2 * p * tab.n)
             if not fits_greedily(_column(block), tab.n, p, least):
                 continue  # every split of this depth needs more than the least peak so far
             if not fits_greedily(_column(block), tab.n, p, float(np.nextafter(least, -np.inf))):
                 ties.append((index, f, p, d, m))  # exactly the least peak
                 continue
-        meter.charge(dp_cells(tab.n, p * variant.chunks))
-        peak = min_max(block, tab.n, p * variant.chunks)
+        meter.charge(dp_cells(tab.n, p))
+        peak = min_max(block, tab.n, p)
         if peak < least:
             least, ties = peak, []
         if peak == least:
@@ -296,10 +325,13 @@ def _closest(search: Search, families: Sequence[Family],
         p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
         for row in np.flatnonzero(p_all == p).tolist():
             d_row, m_row = int(d_all[row]), int(m_all[row])
-            block = _memory_blocks(tab, variant, p, d_row, m_row, (cache, f))
-            meter.charge(dp_cells(tab.n, p * variant.chunks) + p * tab.n)
-            if d_row == d or (fits_greedily(_column(block), tab.n, p, least) if variant.chunks == 1
-                              else min_max(block, tab.n, p * variant.chunks) <= least):
+            if variant.chunks > 1:
+                fits = d_row == d or _interleaved_peak(search, f, variant, p, d_row, m_row)[0] <= least
+            else:
+                block = _memory_blocks(tab, variant, p, d_row, m_row, (cache, f))
+                meter.charge(dp_cells(tab.n, p) + p * tab.n)
+                fits = d_row == d or fits_greedily(_column(block), tab.n, p, least)
+            if fits:
                 candidate = (least, fam.tp * p * d_row, p, f, d_row, m_row, variant)
                 if best is None or candidate[:6] < best[:6]:
                     best = candidate
@@ -316,19 +348,21 @@ def _column(block: Block) -> Callable[[int, int, int], FloatArray]:
 
 def _memory_blocks(tab: SegmentTables, variant: Variant, p: int, d: int, m: int,
                    cache: tuple[TableCache, int] | None = None) -> Block:
-    """The DP block function of a candidate's per-device memory need, in bytes (full tables per
-    in-flight count kept in ``cache``, a table cache and the family's index, when given)."""
+    """The DP block function of a GPipe or 1F1B candidate's per-stage memory need, in bytes
+    (full tables per in-flight count kept in ``cache``, a table cache and the family's index,
+    when given)."""
     in_flight = in_flight_per_position(variant.schedule, p, m, variant.chunks)
-    shards = d if variant.zero else 1
+    zs = variant.zero_stage
+    shards = d if zs else 1
     if cache is None:
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
-            return tab.memory(in_flight[c], shards, variant.chunks, rows, cols)
+            return tab.memory(in_flight[c], zs, shards, rows, cols)
         return block
 
     tables, family = cache
 
     def cached(c: int, rows: slice, cols: slice) -> FloatArray:
-        key = (in_flight[c], shards, variant.chunks)
+        key = (in_flight[c], zs, shards)
         table: FloatArray = tables.get((family, *key), lambda: tab.memory(*key))
         return table[rows, cols]
     return cached

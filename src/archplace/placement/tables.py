@@ -16,14 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from archplace.placement.budget import WorkMeter
-from archplace.placement.memory import (
-    GRADIENT_BYTES_PER_PARAM,
-    OPTIMIZER_STATE_BYTES_PER_PARAM,
-    WEIGHT_BYTES_PER_PARAM,
-    chain_reserve_bytes,
-)
+from archplace.placement.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
 from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
 from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, dp_allreduce_cost, p2p_link
+from archplace.placement.zero import dp_tail_comm_s, gathered_bytes, layer_zero_comm_s, shard_divisors
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -33,8 +29,8 @@ UNBOUNDED = 1 << 40
 """In-flight capacity of a segment that saves no activations and fits."""
 
 INFINITE_SHARDS = 0
-"""``zero_shards`` value meaning "no optimizer state at all" (the limit of ZeRO-1 as d grows),
-used for bounds only."""
+"""``shards`` value meaning "infinitely many replicas": the sharded parts of the model state
+vanish (the limit of a ZeRO stage as d grows), used for bounds only."""
 
 
 THRESHOLD_BLOCK = 1 << 22
@@ -141,6 +137,10 @@ class SegmentTables:
         self.base: FloatArray = compute + redo
         self.backward: FloatArray = bwd + redo
         self.boundary = column([layer.boundary_bytes for layer in layers])
+        self.layer_params = column([float(layer.params) for layer in layers])
+        self.layer_fwd = column([layer.fwd_s for layer in layers])
+        self.layer_backward = column([layer.bwd_s + layer.recompute_s(recompute) for layer in layers])
+        self.max_params: FloatArray = seg_max(self.layer_params)
         int_params = np.array([layer.params for layer in layers], dtype=np.int64)
         self.params: FloatArray = np.cumsum(np.where(upper, int_params[None, :], 0),
                                             axis=1).astype(np.float64)
@@ -148,17 +148,20 @@ class SegmentTables:
         self.extra: FloatArray = (seg_max(column([layer.activation_bytes for layer in layers]))
                                   if recompute is Recompute.FULL else np.zeros((n, n)))
         self.working: FloatArray = seg_max(column([layer.working_bytes for layer in layers]))
-        self.reserve = chain_reserve_bytes(layers, recompute)
-        self._mid: dict[tuple[float, float], FloatArray] = {}
-        self._state: dict[int, FloatArray] = {}
+        self.layers = layers
+        self._mid: dict[tuple[tuple[float, float] | None, tuple[float, float] | None],
+                        FloatArray] = {}
+        self._state: dict[tuple[int, int], FloatArray] = {}
         self._kmax: dict[tuple[int, int], IntArray] = {}
+        self._zero: dict[tuple[int, int, float, float], FloatArray] = {}
         self._t_bound: FloatArray | None = None
-        self._loose: FloatArray | None = None
+        self._loose: tuple[int, FloatArray] | None = None
 
     def nbytes(self) -> int:
         """Bytes of the tables held, caches included."""
         arrays = [self.upper, self.base, self.backward, self.boundary, self.params, self.saved, self.extra,
-                  self.working, *self._mid.values(), *self._state.values(), *self._kmax.values()]
+                  self.working, self.max_params, *self._mid.values(), *self._state.values(),
+                  *self._kmax.values(), *self._zero.values()]
         return sum(array.nbytes for array in arrays)
 
     def drop_caches(self) -> None:
@@ -166,19 +169,32 @@ class SegmentTables:
         self._mid.clear()
         self._state.clear()
         self._kmax.clear()
+        self._zero.clear()
 
     # ---------------------------------------------------------------- time
 
-    def segment_time(self, link: tuple[float, float] | None) -> FloatArray:
-        """Time per micro-batch of every segment: ``base`` for the last segment (link None),
-        else base + 2 (alpha + boundary / beta) of its last layer on ``link``."""
-        if link is None:
+    def segment_time(self, link_in: tuple[float, float] | None,
+                     link_out: tuple[float, float] | None) -> FloatArray:
+        """Time per micro-batch of every segment [i, e]: base + (p2p_in + p2p_out), where
+        p2p_in = 2 (alpha + boundary[i - 1] / beta) on ``link_in`` (0 for the first segment,
+        link_in None) and p2p_out = 2 (alpha + boundary[e] / beta) on ``link_out`` (0 for the
+        last segment, link_out None), as ``pipeline.stage_times`` adds them."""
+        key = (link_in, link_out)
+        if link_in is None and link_out is None:
             return self.base
-        table = self._mid.get(link)
+        table = self._mid.get(key)
         if table is None:
-            alpha, beta = link
-            table = self.base + (2.0 * (alpha + self.boundary / beta))[None, :]
-            self._mid[link] = table
+            n = self.n
+            p2p_in = np.zeros(n)
+            if link_in is not None:
+                alpha, beta = link_in
+                p2p_in[1:] = 2.0 * (alpha + self.boundary[:-1] / beta)
+            p2p_out = np.zeros(n)
+            if link_out is not None:
+                alpha, beta = link_out
+                p2p_out = 2.0 * (alpha + self.boundary / beta)
+            table = self.base + (p2p_in[:, None] + p2p_out[None, :])
+            self._mid[key] = table
         return table
 
     def position_links(self, pp: int, chunks: int) -> list[tuple[float, float] | None]:
@@ -191,6 +207,32 @@ class SegmentTables:
         return [None if c == s - 1 else wrap if chunks > 1 and c % pp == pp - 1 else neighbour
                 for c in range(s)]
 
+    def position_times(self, pp: int, chunks: int, zero_stage: int = 0, dp: int = 1) -> list[FloatArray]:
+        """Time table of every segment position c of a pp * chunks split: its input boundary's
+        link is the one after position c - 1, its output boundary's the one after c; plus,
+        with ZeRO stage 2 or 3, the exposed per-layer collectives (:meth:`zero_time`)."""
+        links = self.position_links(pp, chunks)
+        times = [self.segment_time(links[c - 1] if c > 0 else None, links[c])
+                 for c in range(len(links))]
+        if zero_stage < 2 or dp == 1:
+            return times
+        extra = self.zero_time(pp, dp, zero_stage)
+        return [table + extra for table in times]
+
+    def zero_time(self, pp: int, dp: int, zero_stage: int) -> FloatArray:
+        """Exposed ZeRO-2/3 collectives per micro-batch of every segment: the sum over its
+        layers of :func:`archplace.placement.zero.layer_zero_comm_s`, in seconds."""
+        cost = dp_allreduce_cost(self.setup.cluster, tp=self.tp, pp=pp, dp=dp)
+        key = (zero_stage, dp, *cost)
+        table = self._zero.get(key)
+        if table is None:
+            exposed, _ = layer_zero_comm_s(cost, zero_stage=zero_stage, grad_bytes=self.setup.grad_bytes,
+                                           dp=dp, params=self.layer_params, fwd_s=self.layer_fwd,
+                                           backward_s=self.layer_backward)
+            table = np.cumsum(np.where(self.upper, exposed[None, :], 0.0), axis=1)
+            self._zero[key] = table
+        return table
+
     def time_bound(self) -> FloatArray:
         """out[s]: a lower bound on the bottleneck segment time of any split into s segments
         (the exact minimum of ``base``, ignoring memory and p2p)."""
@@ -200,46 +242,49 @@ class SegmentTables:
 
     # ---------------------------------------------------------------- memory
 
-    def state(self, zero_shards: int) -> FloatArray:
-        """Model-state bytes (weights + gradients + optimizer / zero_shards) of every segment."""
-        table = self._state.get(zero_shards)
+    def state(self, zero_stage: int, shards: int) -> FloatArray:
+        """Model-state bytes (weights + gradients + optimizer, each divided as ``zero_stage``
+        shards it over ``shards`` replicas; INFINITE_SHARDS: the sharded parts vanish) of every
+        segment."""
+        key = (zero_stage, shards)
+        table = self._state.get(key)
         if table is None:
             p = self.params
             optimizer = OPTIMIZER_STATE_BYTES_PER_PARAM[self.setup.optimizer]
-            opt = (np.zeros_like(p) if zero_shards == INFINITE_SHARDS
-                   else optimizer * p / zero_shards)
-            table = (WEIGHT_BYTES_PER_PARAM * p + GRADIENT_BYTES_PER_PARAM * p) + opt
-            self._state[zero_shards] = table
+            grad = self.setup.grad_bytes
+            sw, sg, so = shard_divisors(zero_stage, shards)
+
+            def part(per_param: int, divisor: int) -> FloatArray:
+                if divisor == INFINITE_SHARDS:
+                    return np.zeros_like(p)
+                return per_param * p / divisor
+            table = (part(WEIGHT_BYTES_PER_PARAM, sw) + part(grad, sg)) + part(optimizer, so)
+            self._state[key] = table
         return table
 
-    def capacity(self, zero_shards: int, chunks: int = 1) -> IntArray:
-        """Largest in-flight count with which each segment fits in HBM (0: none; UNBOUNDED when
-        it saves nothing and fits; -1 below the diagonal).
+    def gathered(self, zero_stage: int) -> FloatArray:
+        """ZeRO-3's window of gathered state of every segment (0 below stage 3), in bytes."""
+        return gathered_bytes(zero_stage, self.max_params, self.setup.grad_bytes)
 
-        chunks = 1: ``StageMemory.total`` = (state + (k saved + extra)) + working <= HBM.
-        chunks = v > 1: the interleaved charge ((v state + q saved) + extra*) + working* <= HBM.
-        Computed from a division and corrected against the exact expression, so it is exact.
+    def capacity(self, zero_stage: int, shards: int) -> IntArray:
+        """Largest in-flight count with which each segment, as a stage of a GPipe or 1F1B
+        pipeline, fits in HBM (0: none; UNBOUNDED when it saves nothing and fits; -1 below the
+        diagonal): ``StageMemory.total`` = ((state + (k saved + extra)) + working) + gathered
+        <= HBM. Computed from a division and corrected against the exact expression, so it is
+        exact. (Interleaved devices hold several segments: see ``search.interleaved_splits``.)
         """
-        key = (zero_shards, chunks)
+        key = (zero_stage, shards)
         table = self._kmax.get(key)
         if table is not None:
             return table
         hbm = self.setup.hbm_bytes
         saved = self.saved
-        state = self.state(zero_shards)
-        if chunks == 1:
-            extra, working = self.extra, self.working
+        state = self.state(zero_stage, shards)
+        extra, working, window = self.extra, self.working, self.gathered(zero_stage)
 
-            def total(k: FloatArray) -> FloatArray:
-                return (state + (k * saved + extra)) + working
-            rest = (state + extra) + working
-        else:
-            e_star, w_star = self.reserve
-            scaled = chunks * state
-
-            def total(k: FloatArray) -> FloatArray:
-                return ((scaled + k * saved) + e_star) + w_star
-            rest = (scaled + e_star) + w_star
+        def total(k: FloatArray) -> FloatArray:
+            return ((state + (k * saved + extra)) + working) + window
+        rest = ((state + extra) + working) + window
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             approx = np.floor((hbm - rest) / saved)
         approx = np.where(saved > 0, approx, np.where(rest <= hbm, UNBOUNDED, 0))
@@ -258,29 +303,29 @@ class SegmentTables:
         self._kmax[key] = table
         return table
 
-    def memory(self, in_flight: int, zero_shards: int, chunks: int = 1,
+    def memory(self, in_flight: int, zero_stage: int, shards: int,
                rows: slice = slice(None), cols: slice = slice(None)) -> FloatArray:
-        """Per-device bytes of the segments [rows, cols] holding ``in_flight``
-        (chunk-)micro-batches: ``StageMemory.total`` for chunks = 1, the interleaved charge
-        otherwise (inf below the diagonal)."""
-        state = self.state(zero_shards)[rows, cols]
+        """``StageMemory.total`` of the segments [rows, cols] as stages holding ``in_flight``
+        micro-batches (inf below the diagonal)."""
+        state = self.state(zero_stage, shards)[rows, cols]
         saved = self.saved[rows, cols]
-        if chunks == 1:
-            total = (state + (in_flight * saved + self.extra[rows, cols])) + self.working[rows, cols]
-        else:
-            e_star, w_star = self.reserve
-            total = ((chunks * state + in_flight * saved) + e_star) + w_star
+        total = (((state + (in_flight * saved + self.extra[rows, cols])) + self.working[rows, cols])
+                 + self.gathered(zero_stage)[rows, cols])
         return np.where(self.upper[rows, cols], total, np.inf)
 
-    def loose_memory_bound(self) -> FloatArray:
+    def loose_memory_bound(self, max_zero_stage: int = 1) -> FloatArray:
         """out[s]: a lower bound on the largest per-device memory of any plan whose chain is split
-        into s segments, whatever the schedule, in-flight count or ZeRO sharding: the exact
-        minimum over splits of (weights + gradients + one micro-batch's activations + extra +
-        working) per segment."""
-        if self._loose is None:
-            loose = (self.state(INFINITE_SHARDS) + (self.saved + self.extra)) + self.working
-            self._loose = _min_max_by_count(loose, self.upper, self.meter)
-        return self._loose
+        into s segments, whatever the schedule, in-flight count, DP degree or ZeRO stage up to
+        ``max_zero_stage``: the exact minimum over splits of (the least model state of those
+        stages as d grows + one micro-batch's activations + extra + working) per segment."""
+        key = min(max_zero_stage, 3)
+        if self._loose is None or self._loose[0] != key:
+            floor = self.state(min(key, 2), INFINITE_SHARDS)  # the weights, and for stage < 2 the gradients
+            if key == 3:
+                floor = np.minimum(floor, self.gathered(3))
+            loose = (floor + (self.saved + self.extra)) + self.working
+            self._loose = (key, _min_max_by_count(loose, self.upper, self.meter))
+        return self._loose[1]
 
     # ---------------------------------------------------------------- DP + optimizer tail
 
@@ -289,22 +334,17 @@ class SegmentTables:
         return (OPTIMIZER_STEP_BYTES_PER_PARAM[self.setup.optimizer]
                 / self.setup.hbm_bandwidth_bytes_per_s)
 
-    def tail(self, *, pp: int, dp: int, chunks: int, zero: bool, overlap: bool) -> FloatArray:
-        """Exposed DP reduction + optimizer step of every segment as charged to its device
-        (v copies of the segment), as ``pipeline.device_tails`` computes them, in seconds."""
+    def tail(self, *, pp: int, dp: int, chunks: int, zero_stage: int, overlap: bool) -> FloatArray:
+        """Exposed once-per-iteration DP traffic + optimizer step of every segment as charged to
+        its device (v copies of the segment), as ``pipeline.device_tails`` computes them, in
+        seconds."""
         charged = chunks * self.params if chunks > 1 else self.params
         setup = self.setup
-        if dp == 1:
-            allreduce = np.zeros_like(charged)
-        else:
-            const_s, per_byte_s = dp_allreduce_cost(setup.cluster, tp=self.tp, pp=pp, dp=dp)
-            allreduce = const_s + per_byte_s * (GRADIENT_BYTES_PER_PARAM * charged)
-        if overlap:
-            window = chunks * self.backward if chunks > 1 else self.backward
-            exposed = np.maximum(0.0, allreduce - window)
-        else:
-            exposed = allreduce
-        shards = dp if zero else 1
+        cost = dp_allreduce_cost(setup.cluster, tp=self.tp, pp=pp, dp=dp)
+        window = chunks * self.backward if chunks > 1 else self.backward
+        exposed, _ = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=dp,
+                                    params=charged, backward_s=window, overlap=overlap)
+        shards = dp if zero_stage >= 1 else 1
         step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged / shards
                 / setup.hbm_bandwidth_bytes_per_s)
         return exposed + step

@@ -108,32 +108,26 @@ def dp_allreduce_cost(cluster: Cluster, *, tp: int, pp: int, dp: int) -> tuple[f
             2.0 * (g - 1) / g / beta_in + 2.0 * (k - 1) / k / (g * beta_out))
 
 
-def dp_allreduce_time_s(cluster: Cluster, *, tp: int, pp: int, dp: int, params: float) -> float:
-    """All-reduce of ``params`` parameters' fp32 gradients over the ``dp`` replicas, seconds.
+def dp_allreduce_time_s(cluster: Cluster, *, tp: int, pp: int, dp: int, params: float,
+                        grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> float:
+    """All-reduce of ``params`` parameters' gradients (``grad_bytes`` each, fp32 by default)
+    over the ``dp`` replicas, seconds.
 
     Ring all-reduce (Thakur, Rabenseifner and Gropp 2005; Patarasuk and Yuan 2009) of
-    bytes = 4 B * params on the link the DP group (dp ranks at stride tp * pp) spans, or the
-    hierarchical form when the group has several members in each of several nodes (see
-    :func:`dp_allreduce_cost`). ZeRO-1 replaces it by a reduce-scatter of the gradients and an
-    all-gather of the updated parameters, each half of it: the same time (Rajbhandari et al.
-    2020, section 7.2.1: the same 2 x volume). Zero when dp = 1.
+    bytes = grad_bytes * params on the link the DP group (dp ranks at stride tp * pp) spans, or
+    the hierarchical form when the group has several members in each of several nodes (see
+    :func:`dp_allreduce_cost`). The ZeRO stages replace it by reduce-scatters and all-gathers
+    of half its cost each (:mod:`archplace.placement.zero`). Zero when dp = 1.
     """
     const_s, per_byte_s = dp_allreduce_cost(cluster, tp=tp, pp=pp, dp=dp)
-    return const_s + per_byte_s * (GRADIENT_BYTES_PER_PARAM * float(params)) if dp > 1 else 0.0
-
-
-def exposed_dp_time_s(allreduce_s: float, backward_s: float, overlap: bool) -> float:
-    """DP gradient-reduction time left on the critical path, in seconds: all of it, or with
-    overlap max(0, all-reduce - backward time of the last micro-batch), the reduction running
-    bucket by bucket while that backward pass produces the gradients."""
-    return max(0.0, allreduce_s - backward_s) if overlap else allreduce_s
+    return const_s + per_byte_s * (grad_bytes * float(params)) if dp > 1 else 0.0
 
 
 def optimizer_step_time_s(params: float, hbm_bandwidth_bytes_per_s: float,
                           optimizer: Optimizer = Optimizer.ADAM, shards: int = 1) -> float:
     """Memory-bound optimizer step of ``params`` parameters, in seconds: step bytes per
-    parameter (30 Adam, 22 SGD) x params / shards over HBM bandwidth; with ZeRO-1 each replica
-    updates only its 1/shards of the parameters."""
+    parameter (30 Adam, 22 SGD) x params / shards over HBM bandwidth; with a ZeRO stage >= 1
+    each replica updates only its 1/shards of the parameters."""
     return OPTIMIZER_STEP_BYTES_PER_PARAM[optimizer] * float(params) / shards \
         / hbm_bandwidth_bytes_per_s
 

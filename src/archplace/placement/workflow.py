@@ -9,7 +9,7 @@ placement engine (:mod:`archplace.placement.solver`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
@@ -19,6 +19,8 @@ from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey, costs_by_key
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import (
+    ZERO_STAGES,
+    GradReduceDtype,
     LayerCost,
     Optimizer,
     PipelineSchedule,
@@ -52,8 +54,10 @@ class Problem:
 
 
 def problem(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
-            optimizer: str = "adam", dp_must_divide_batch: bool = True) -> Problem:
-    """Load and check a model, a hardware preset (or YAML) and the training setup.
+            optimizer: str = "adam", dp_must_divide_batch: bool = True,
+            grad_reduce_dtype: str = "fp32") -> Problem:
+    """Load and check a model, a hardware preset (or YAML) and the training setup
+    (``grad_reduce_dtype`` as in :func:`training_setup`).
 
     Raises:
         ConfigError: unknown model or preset, non-positive sizes, a preset without cluster links.
@@ -65,16 +69,20 @@ def problem(model: str, hardware: str, *, devices: int, global_batch: int, seq_l
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
     acc, setup = training_setup(hardware, devices=devices, global_batch=global_batch, seq_len=spec.seq_len,
-                                optimizer=optimizer, dp_must_divide_batch=dp_must_divide_batch)
+                                optimizer=optimizer, dp_must_divide_batch=dp_must_divide_batch,
+                                grad_reduce_dtype=grad_reduce_dtype)
     return Problem(spec, acc, setup)
 
 
 def training_setup(hardware: str, *, devices: int, global_batch: int, seq_len: int, optimizer: str = "adam",
-                   dp_must_divide_batch: bool = True) -> tuple[Accelerator, TrainingSetup]:
-    """The chip of a hardware preset (or YAML) and the training setup of ``devices`` of them.
+                   dp_must_divide_batch: bool = True,
+                   grad_reduce_dtype: str = "fp32") -> tuple[Accelerator, TrainingSetup]:
+    """The chip of a hardware preset (or YAML) and the training setup of ``devices`` of them
+    (``grad_reduce_dtype``: fp32 | bf16, :class:`~archplace.placement.plan.GradReduceDtype`).
 
     Raises:
-        ConfigError: an unknown preset or optimizer, a preset without cluster links.
+        ConfigError: an unknown preset, optimizer or gradient dtype, a preset without cluster
+            links.
     """
     acc = load_accelerator(hardware)
     cluster = load_cluster(hardware, devices)
@@ -83,8 +91,14 @@ def training_setup(hardware: str, *, devices: int, global_batch: int, seq_len: i
     except ValueError:
         raise ConfigError(f"unknown optimizer {optimizer!r}; choose from: "
                           f"{', '.join(o.value for o in Optimizer)}") from None
+    try:
+        grad_dtype = GradReduceDtype(grad_reduce_dtype)
+    except ValueError:
+        raise ConfigError(f"unknown grad_reduce_dtype {grad_reduce_dtype!r}; choose from: "
+                          f"{', '.join(d.value for d in GradReduceDtype)}") from None
     setup = TrainingSetup(cluster, global_batch, seq_len, acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s,
-                          acc.peak_flop_per_s, optimizer=opt, dp_must_divide_batch=dp_must_divide_batch)
+                          acc.peak_flop_per_s, optimizer=opt, dp_must_divide_batch=dp_must_divide_batch,
+                          grad_reduce_dtype=grad_dtype)
     return acc, setup
 
 
@@ -126,6 +140,11 @@ class PlanSpace:
     """The options ``plan`` searches (each a tuple of the values to try).
 
     ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
+    ``zero_stages``: ZeRO stages 0..3 to try (:mod:`archplace.placement.zero`). ``dp_overlap``:
+    False exposes the whole DP gradient reduction, True runs it bucket by bucket during the last
+    micro-batch's backward pass. ``grad_reduce_dtype`` is not searched: the gradient buffer
+    and reduction dtype (fp32 as Megatron-LM's bf16 recipe, or bf16); :func:`plan` scores
+    with it.
     ``fuse`` is not searched: True costs every layer with its element-wise operators fused into
     the matmul producing their input (as Megatron-LM's fused kernels or a compiler would), False
     as the model's eager code runs them.  ``attention`` and ``kernels`` (not searched either):
@@ -139,11 +158,12 @@ class PlanSpace:
     recomputes: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
     chunks: tuple[int, ...] = (2, 4)
-    zero: tuple[bool, ...] = (False, True)
+    zero_stages: tuple[int, ...] = ZERO_STAGES
     dp_overlap: tuple[bool, ...] = (False, True)
     fuse: bool = False
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
 
 
 def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[PlanResult]:
@@ -166,8 +186,10 @@ def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[
     keys = [(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps if t > 1 or not sp]
     costs = layer_costs_for(prob, keys, fuse=space.fuse, attention=space.attention,
                             kernels=space.kernels)
-    return plan_search(costs, prob.setup, recomputes=space.recomputes, schedules=space.schedules,
-                       chunks=space.chunks, zero=space.zero, dp_overlap=space.dp_overlap, top_k=top_k)
+    setup = replace(prob.setup, grad_reduce_dtype=space.grad_reduce_dtype)
+    return plan_search(costs, setup, recomputes=space.recomputes, schedules=space.schedules,
+                       chunks=space.chunks, zero_stages=space.zero_stages, dp_overlap=space.dp_overlap,
+                       top_k=top_k)
 
 
 def even_stages(n_layers: int, stages: int) -> tuple[tuple[int, int], ...]:
@@ -209,7 +231,7 @@ def parse_stages(text: str, n_layers: int) -> tuple[tuple[int, int], ...]:
 
 
 def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
-             schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero: bool = False,
+             schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero_stage: int = 0,
              dp_overlap: bool = False, stages: str | None = None, fuse: bool = False,
              attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``"0-12,13-25,..."``);
@@ -226,5 +248,5 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
     ranges = parse_stages(stages, n) if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
-                 schedule=schedule, chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap)
+                 schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap)
     return evaluate_plan(costs, prob.setup, fixed)

@@ -94,7 +94,8 @@ def chain_floor_s(chain: LayerChain, acc: Accelerator, cost: CostModel) -> float
 
 
 def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices: int, cost: CostModel,
-                 optimizer: Optimizer = Optimizer.ADAM) -> DesignBound:
+                 optimizer: Optimizer = Optimizer.ADAM,
+                 grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> DesignBound:
     """Bounds of ``acc``'s core configuration over the plan space given by ``chains``' keys.
 
     Args:
@@ -103,6 +104,8 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
         devices: devices in the cluster, N.
         cost: the cost model the evaluation uses.
         optimizer: whose state sets the memory floor.
+        grad_bytes: bytes per gradient element (4 fp32, 2 bf16; every ZeRO stage keeps at least
+            1/d of them, so the floor over N devices holds for all).
 
     Raises:
         ValueError: ``chains`` is empty.
@@ -114,5 +117,5 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
         floor_s = chain_floor_s(chain, acc, cost)
         per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
     params = min(chain.model_params * tp for (tp, _b, _sp), chain in chains.items())  # >= P: per-rank x t
-    state = WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
+    state = WEIGHT_BYTES_PER_PARAM + grad_bytes + OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
     return DesignBound(per_device, devices, state * params / devices)

@@ -149,7 +149,8 @@ def evaluate_designs(
         chains: layer chain per (tp, micro_batch, sp).
         cluster: devices and links.
         global_batch: samples per iteration.
-        space: recompute policies, schedules, chunks, ZeRO and DP-overlap settings to try.
+        space: recompute policies, schedules, chunks, ZeRO stages and DP-overlap settings to try,
+            and the gradient dtype.
         cost: per-operator cost model.
         makespan: layer scheduler (default: the list scheduler; CP-SAT for exact figures).
 
@@ -164,11 +165,12 @@ def evaluate_designs(
         if key not in shared:
             shared[key] = costs_by_key(chains, acc, cost, makespan)
         setup = TrainingSetup(cluster, global_batch, _seq_len(chains), acc.hbm_bytes,
-                              acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s)
+                              acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s,
+                              grad_reduce_dtype=space.grad_reduce_dtype)
         try:
             (best,) = plan_search(shared[key], setup, recomputes=space.recomputes,
-                                  schedules=space.schedules, chunks=space.chunks, zero=space.zero,
-                                  dp_overlap=space.dp_overlap, top_k=1)
+                                  schedules=space.schedules, chunks=space.chunks,
+                                  zero_stages=space.zero_stages, dp_overlap=space.dp_overlap, top_k=1)
         except InfeasibleError as exc:
             out.append(DesignResult(acc, area_mm2(acc), None, str(exc)))
             continue

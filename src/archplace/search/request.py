@@ -24,8 +24,8 @@ from archplace.workload.zoo import ModelSpec
 
 DEFAULT_PLAN_SPACE = PlanSpace(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
 """Plan options of a search unless given: TP 1 (the CLI widens it to the valid widths within a
-node), micro-batches 1, 2, 4, 8, recompute none or full, every schedule, SP, ZeRO-1 and DP
-overlap on and off."""
+node), micro-batches 1, 2, 4, 8, recompute none or full, every schedule, SP, ZeRO stages 0 to
+3, DP overlap on and off, fp32 gradients."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class SearchRequest:
             check_chain_length(spec.num_layers + 2)
             for b in batches:
                 limits.micro_batch_tokens(b, spec.seq_len)
-        for name in ("recomputes", "schedules", "sps", "zero", "dp_overlap"):
+        for name in ("recomputes", "schedules", "sps", "zero_stages", "dp_overlap"):
             if not getattr(space, name):
                 raise ConfigError(f"the plan space needs at least one value of {name}")
 
@@ -107,7 +107,8 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
             "global_batch": request.global_batch, "cost_keys": [list(k) for k in request.cost_keys],
             "recomputes": [r.value for r in space.recomputes],
             "schedules": [s.value for s in space.schedules], "chunks": list(space.chunks),
-            "zero": list(space.zero), "dp_overlap": list(space.dp_overlap), "fuse": space.fuse,
+            "zero_stages": list(space.zero_stages), "dp_overlap": list(space.dp_overlap),
+            "grad_reduce_dtype": space.grad_reduce_dtype.value, "fuse": space.fuse,
             "attention": space.attention.value, "kernels": space.kernels.value,
             "version": version("archplace")}
 

@@ -107,10 +107,12 @@ def _exact_task(items: list[tuple[Accelerator, Chains]], cluster: Cluster, globa
     return [_evaluate_task([acc], chains, cluster, global_batch, space, True)[0] for acc, chains in items]
 
 
-def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster) -> list[list[DesignBound]]:
-    """Bounds of each core configuration, one per model."""
+def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster,
+                grad_bytes: int = 4) -> list[list[DesignBound]]:
+    """Bounds of each core configuration, one per model (``grad_bytes``: the plan space's)."""
     cost = SystolicCostModel(cluster)
-    return [[design_bound(acc, by_key, cluster.devices, cost) for by_key in chains.values()] for acc in cores]
+    return [[design_bound(acc, by_key, cluster.devices, cost, grad_bytes=grad_bytes)
+             for by_key in chains.values()] for acc in cores]
 
 
 def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster
@@ -220,7 +222,8 @@ class _Session:
         jobs = _parallelism(self.executor)
         size = max(1, -(-len(cores) // (4 * jobs)))
         batches = [cores[i:i + size] for i in range(0, len(cores), size)]
-        for batch, found in self._run(_bound_task, batches, self.chains, self.request.cluster):
+        for batch, found in self._run(_bound_task, batches, self.chains, self.request.cluster,
+                                      self.request.plan_space.grad_reduce_dtype.bytes):
             self.bound_cache.update(zip(batch, found, strict=True))
             self.tick()
         return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]

@@ -1,0 +1,182 @@
+"""ZeRO stages and the data-parallel gradient traffic of a plan.
+
+Sharding (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+Models", SC 2020, Fig. 1 and section 5): with Psi parameters on one device, W = 2 bytes of bf16
+weights, G gradient bytes (:class:`~archplace.placement.plan.GradReduceDtype`: 4 fp32 as
+Megatron-LM's bf16 recipe, or 2) and K optimizer bytes (12 for mixed-precision Adam), the model
+state of one of Nd data-parallel replicas is
+
+* stage 0: (W + G + K) Psi;
+* stage 1 (P_os; Megatron-LM's distributed optimizer): (W + G) Psi + K Psi / Nd;
+* stage 2 (P_os+g): W Psi + (G + K) Psi / Nd;
+* stage 3 (P_os+g+p; PyTorch FSDP FULL_SHARD, Zhao et al., "PyTorch FSDP: Experiences on
+  Scaling Fully Sharded Data Parallel", VLDB 2023): (W + G + K) Psi / Nd, plus the unsharded
+  parameters of the layers in flight: FSDP gathers a layer's parameters just before it runs
+  and prefetches the next layer's (section 3.3, forward and backward prefetching), and its rate
+  limiter allows at most two in-flight all-gathers (section 3.4), so a device holds the gathered
+  weights of two layers and the unsharded gradient of the layer being back-propagated before
+  its reduce-scatter: (2 W + G) Psi_max, Psi_max the largest layer of the segment (assumption:
+  the largest layer stands for both, an upper bound of the two consecutive ones).
+
+With W = 2, G = 2 these are the paper's (2 + 2 + K) Psi forms of Fig. 1.
+
+Traffic on the DP group (ring collectives; a reduce-scatter or an all-gather costs half of an
+all-reduce of the same buffer, :func:`archplace.placement.timing.dp_allreduce_cost`; ZeRO
+section 7.2.1):
+
+* stage 0: an all-reduce of the G Psi gradient bytes once per iteration;
+* stage 1: a reduce-scatter of the gradients (G Psi) and an all-gather of the updated bf16
+  parameters (W Psi) once per iteration (Megatron-LM's distributed optimizer: fp32 grad buffer
+  reduce-scattered, bf16 parameter buffer all-gathered);
+* stage 2: the gradients are sharded, so they cannot be accumulated over micro-batches: every
+  micro-batch reduce-scatters each layer's gradients during its backward pass (as DeepSpeed's
+  ZeRO-2 does), and the parameters are all-gathered once per iteration;
+* stage 3: every micro-batch all-gathers each layer's parameters before its forward pass and
+  again before its backward pass, and reduce-scatters its gradients after it (FSDP, Zhao et
+  al. 2023, section 3.3); each layer's collectives overlap its computation, so only
+  max(0, collective - compute) per layer is exposed (:func:`layer_zero_comm_s`; assumption:
+  prefetching pairs a layer's collective with its own compute).
+
+The once-per-iteration gradient reduction of stages 0 and 1 runs, with ``dp_overlap``, bucket
+by bucket while the last micro-batch's backward pass produces the gradients
+(:func:`bucketed_exposed_s`); the parameter all-gather of stages 1 and 2 is exposed (assumption:
+Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not modelled).
+
+Every function takes NumPy arrays or floats and returns float64 arrays of the same shape, so the
+placement tables and ``evaluate_plan`` compute the same figures with the same operations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+ArrayLike = float | FloatArray
+
+WEIGHT_BYTES_PER_PARAM = 2
+"""bf16 copy of the weights used by forward and backward (and all-gathered by ZeRO)."""
+
+BUCKET_ELEMENTS_FLOOR = 40_000_000
+BUCKET_ELEMENTS_PER_REPLICA = 1_000_000
+"""Megatron-LM's default DDP bucket: max(40,000,000, 1,000,000 * dp) gradient elements
+(``megatron/core/distributed/distributed_data_parallel.py``: "bucket_size =
+max(40000000, 1000000 * dp_size)", chosen so that buckets stay bandwidth-bound)."""
+
+
+def shard_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) divisors of one device's model state under
+    ``zero_stage`` with ``dp`` replicas: stage 0 (1, 1, 1), 1 (1, 1, dp), 2 (1, dp, dp),
+    3 (dp, dp, dp). ``dp`` = 0 stands for "infinitely many" (bounds only)."""
+    return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
+
+
+def gathered_bytes(zero_stage: int, max_layer_params: ArrayLike, grad_bytes: int) -> FloatArray:
+    """ZeRO-3's window of unsharded state, in bytes: (2 W + G) x the largest layer's parameters
+    (module docstring), 0 below stage 3."""
+    params = np.asarray(max_layer_params, dtype=np.float64)
+    if zero_stage < 3:
+        return np.zeros_like(params)
+    return (2 * WEIGHT_BYTES_PER_PARAM + grad_bytes) * params
+
+
+def bucket_bytes(dp: int, grad_bytes: int) -> float:
+    """Bytes of one gradient bucket: Megatron-LM's default element count times ``grad_bytes``."""
+    return float(max(BUCKET_ELEMENTS_FLOOR, BUCKET_ELEMENTS_PER_REPLICA * dp) * grad_bytes)
+
+
+def bucketed_exposed_s(const_s: float, per_byte_s: float, total_bytes: ArrayLike, bucket: float,
+                       backward_s: ArrayLike) -> FloatArray:
+    """Exposed time of a gradient reduction run bucket by bucket during a backward pass.
+
+    The ``total_bytes`` of gradients are produced evenly over ``backward_s`` and cut into
+    n = ceil(total / bucket) buckets, the first of min(bucket, total) bytes and the last of
+    total - (n - 1) bucket; bucket i is reduced, on one communication stream, once its
+    gradients are ready, each reduction costing const + per_byte * bytes (PyTorch DDP, Li et
+    al., VLDB 2020, section 3.2.3; Megatron-LM ``--overlap-grad-reduce``). The reductions end at
+    max over i of (ready_i + the reductions from i on); over the full buckets i = 0 .. n - 2
+    that is linear in i, so bucket 0, bucket n - 2 or the (shorter) last bucket decides, and
+    the part left after the backward pass is the largest of
+
+        const + per_byte * last                                      (the last bucket)
+        n const + per_byte * total - backward (1 - first / total)   (from the first)
+        2 const + per_byte * (bucket + last) - backward (1 - (n - 1) bucket / total)  (n >= 2)
+
+    (0 without gradients). Bounded below by the last bucket's reduction, above by n reductions.
+    """
+    total = np.asarray(total_bytes, dtype=np.float64)
+    backward = np.asarray(backward_s, dtype=np.float64)
+    safe = np.where(total > 0, total, 1.0)
+    count = np.ceil(safe / bucket)
+    last = safe - (count - 1.0) * bucket
+    first = np.minimum(bucket, safe)
+    tail = const_s + per_byte_s * last
+    whole = count * const_s + per_byte_s * safe
+    exposed = np.maximum(tail, whole - backward * (1.0 - first / safe))
+    before_last = (2.0 * const_s + per_byte_s * (bucket + last)
+                   - backward * (1.0 - (count - 1.0) * bucket / safe))
+    exposed = np.where(count >= 2, np.maximum(exposed, before_last), exposed)
+    return np.where(total > 0, exposed, 0.0)
+
+
+def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
+                   params: ArrayLike, backward_s: ArrayLike, overlap: bool
+                   ) -> tuple[FloatArray, FloatArray]:
+    """(exposed, total) seconds of the once-per-iteration DP traffic of ``params`` parameters
+    (module docstring): stage 0 the all-reduce of the gradients, stage 1 their reduce-scatter
+    and the parameter all-gather, stage 2 the parameter all-gather, stage 3 nothing. With
+    ``overlap`` the gradient reduction is bucketed over ``backward_s``
+    (:func:`bucketed_exposed_s`); the all-gather is always exposed.
+
+    Args:
+        cost: (start-up s, s per byte) of an all-reduce over the DP group
+            (:func:`archplace.placement.timing.dp_allreduce_cost`); a reduce-scatter or an
+            all-gather costs half of each.
+    """
+    count = np.asarray(params, dtype=np.float64)
+    zeros = np.zeros_like(count)
+    if dp == 1 or zero_stage >= 3:
+        return zeros, zeros
+    const_s, per_byte_s = cost
+    if zero_stage == 0:
+        reduce_const, reduce_byte = const_s, per_byte_s
+    else:
+        reduce_const, reduce_byte = const_s / 2.0, per_byte_s / 2.0
+    if zero_stage <= 1:
+        grads = grad_bytes * count
+        reduce = np.where(count > 0, reduce_const + reduce_byte * grads, 0.0)
+        hidden = (bucketed_exposed_s(reduce_const, reduce_byte, grads, bucket_bytes(dp, grad_bytes),
+                                     backward_s) if overlap else reduce)
+    else:
+        reduce = hidden = zeros
+    if zero_stage >= 1:
+        gather = np.where(count > 0, const_s / 2.0 + per_byte_s / 2.0 * (WEIGHT_BYTES_PER_PARAM * count),
+                          0.0)
+    else:
+        gather = zeros
+    return hidden + gather, reduce + gather
+
+
+def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
+                      params: ArrayLike, fwd_s: ArrayLike, backward_s: ArrayLike
+                      ) -> tuple[FloatArray, FloatArray]:
+    """(exposed, total) seconds per micro-batch of each layer's ZeRO-2/3 collectives (module
+    docstring), for arrays of layers' ``params``, forward times and backward (+ recompute)
+    times. Stage 2: reduce-scatter RS of the gradients, exposed max(0, RS - backward).
+    Stage 3: all-gather AG of the parameters before the forward and before the backward pass,
+    and RS after it: exposed max(0, AG - forward) + max(0, (AG + RS) - backward), total
+    (AG + AG) + RS. Layers without parameters and stages 0 and 1 have none."""
+    count = np.asarray(params, dtype=np.float64)
+    zeros = np.zeros_like(count)
+    if dp == 1 or zero_stage < 2:
+        return zeros, zeros
+    half_const, half_byte = cost[0] / 2.0, cost[1] / 2.0
+    has = count > 0
+    rs = np.where(has, half_const + half_byte * (grad_bytes * count), 0.0)
+    backward = np.asarray(backward_s, dtype=np.float64)
+    if zero_stage == 2:
+        return np.maximum(0.0, rs - backward), rs
+    ag = np.where(has, half_const + half_byte * (WEIGHT_BYTES_PER_PARAM * count), 0.0)
+    forward = np.asarray(fwd_s, dtype=np.float64)
+    exposed = np.maximum(0.0, ag - forward) + np.maximum(0.0, (ag + rs) - backward)
+    return exposed, (ag + ag) + rs

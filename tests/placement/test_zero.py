@@ -1,0 +1,150 @@
+"""ZeRO stages 2 and 3, the bucketed gradient reduction, HFU and the exposed communication."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from archplace.hardware.cluster import Cluster
+from archplace.placement.pipeline import evaluate_plan
+from archplace.placement.plan import (
+    GradReduceDtype,
+    LayerCost,
+    Plan,
+    PlanResult,
+    Recompute,
+    TrainingSetup,
+)
+from archplace.placement.zero import bucketed_exposed_s, dp_tail_comm_s, layer_zero_comm_s
+
+REL = 1e-12
+
+
+def simulate_buckets(const_s: float, per_byte_s: float, total: float, bucket: float,
+                     backward_s: float) -> float:
+    """Bucket by bucket, on one stream: bucket i (its gradients produced evenly over the backward
+    pass) starts when it is ready and the previous reduction is done; what is left after the
+    backward pass."""
+    count = math.ceil(total / bucket)
+    clock = 0.0
+    produced = 0.0
+    for _ in range(count):
+        size = min(bucket, total - produced)
+        produced += size
+        ready = backward_s * produced / total
+        clock = max(clock, ready) + const_s + per_byte_s * size
+    return max(0.0, clock - backward_s)
+
+
+@given(const_s=st.sampled_from([0.0, 1e-5, 1e-3]), per_byte_s=st.sampled_from([1e-10, 1e-9, 5e-9]),
+       total=st.integers(1, 10**9), bucket=st.sampled_from([1e6, 4e7, 1.6e8]),
+       backward_s=st.sampled_from([0.0, 1e-3, 0.05, 0.5, 3.0]))
+def test_bucketed_overlap_equals_a_bucket_by_bucket_simulation(const_s, per_byte_s, total, bucket,
+                                                               backward_s):
+    got = float(bucketed_exposed_s(const_s, per_byte_s, float(total), bucket, backward_s))
+    want = simulate_buckets(const_s, per_byte_s, float(total), bucket, backward_s)
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-15)
+    # nothing to reduce without gradients
+    assert float(bucketed_exposed_s(const_s, per_byte_s, 0.0, bucket, backward_s)) == 0.0
+
+
+def test_bucketed_overlap_by_hand():
+    # 10 buckets of 100 B at 1 s + 0.01 s/B (2 s each), produced over a 10 s backward pass: bucket
+    # i is ready at i + 1 s, the stream is busy 20 s from t = 1: 11 s left after the backward pass
+    assert float(bucketed_exposed_s(1.0, 0.01, 1000.0, 100.0, 10.0)) == 11.0
+    # a 100 s backward pass hides all but the last bucket's 2 s
+    assert float(bucketed_exposed_s(1.0, 0.01, 1000.0, 100.0, 100.0)) == 2.0
+
+
+def test_tail_traffic_per_stage():
+    cost = (2.0, 0.01)  # an all-reduce: 2 s + 0.01 s per byte; reduce-scatter / all-gather half
+    kw = dict(grad_bytes=4, dp=8, params=100.0, backward_s=0.0, overlap=False)
+    assert dp_tail_comm_s(cost, zero_stage=0, **kw) == (2.0 + 4.0, 2.0 + 4.0)  # all-reduce of 400 B
+    assert dp_tail_comm_s(cost, zero_stage=1, **kw) == (1.0 + 2.0 + 1.0 + 1.0,) * 2  # RS 400 B + AG 200 B
+    assert dp_tail_comm_s(cost, zero_stage=2, **kw) == (1.0 + 1.0,) * 2  # AG of the weights only
+    assert dp_tail_comm_s(cost, zero_stage=3, **kw) == (0.0, 0.0)
+    assert dp_tail_comm_s(cost, zero_stage=1, **{**kw, "dp": 1}) == (0.0, 0.0)
+    bf16 = dp_tail_comm_s(cost, zero_stage=0, **{**kw, "grad_bytes": 2})
+    assert bf16 == (2.0 + 2.0, 2.0 + 2.0)
+
+
+def test_layer_collectives_of_stages_2_and_3():
+    cost = (2.0, 0.01)
+    params = np.array([100.0, 0.0])
+    fwd, bwd = np.array([1.5, 1.0]), np.array([2.5, 1.0])
+    # per layer: AG = 1 + 0.005 * 200 = 2, RS = 1 + 0.005 * 400 = 3 (none for a layer without
+    # parameters); stage 3: max(0, 2 - 1.5) + max(0, 2 + 3 - 2.5) = 3, total 2 + 2 + 3 = 7
+    exposed, total = layer_zero_comm_s(cost, zero_stage=3, grad_bytes=4, dp=8, params=params,
+                                       fwd_s=fwd, backward_s=bwd)
+    assert exposed.tolist() == [3.0, 0.0] and total.tolist() == [7.0, 0.0]
+    exposed, total = layer_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=8, params=params,
+                                       fwd_s=fwd, backward_s=bwd)
+    assert exposed.tolist() == [0.5, 0.0] and total.tolist() == [3.0, 0.0]
+    for stage in (0, 1):
+        exposed, total = layer_zero_comm_s(cost, zero_stage=stage, grad_bytes=4, dp=8, params=params,
+                                           fwd_s=fwd, backward_s=bwd)
+        assert not exposed.any() and not total.any()
+
+
+CLUSTER = Cluster(devices=8, devices_per_node=8, intra_node_bandwidth_bytes_per_s=1e3,
+                  inter_node_bandwidth_bytes_per_s=1e3, intra_node_latency_s=0.5,
+                  inter_node_latency_s=0.5)
+SETUP = TrainingSetup(cluster=CLUSTER, global_batch=8, seq_len=10, hbm_bytes=1e12,
+                      hbm_bandwidth_bytes_per_s=1e12, peak_flop_per_s=1e12)
+LAYERS = (
+    LayerCost("a", fwd_s=1.0, bwd_s=2.0, params=1000, activation_bytes=10.0, input_bytes=1.0,
+              boundary_bytes=0.0, working_bytes=0.0, fwd_flop=1e12, bwd_flop=2e12,
+              selective_recompute_s=0.25, selective_recompute_flop=0.2e12),
+    LayerCost("b", fwd_s=1.0, bwd_s=2.0, params=3000, activation_bytes=10.0, input_bytes=1.0,
+              boundary_bytes=0.0, working_bytes=0.0, fwd_flop=1e12, bwd_flop=2e12),
+)
+
+
+def test_fsdp_plan_by_hand():
+    # one stage, dp = 4 (a ring of 4 in one node): an all-reduce costs 2 * 3 * 0.5 = 3 s +
+    # 2 * 3/4 / 1e3 = 1.5e-3 s per byte; all-gather and reduce-scatter half of each.
+    # Layer a: AG = 1.5 + 0.75e-3 * 2000 = 3, RS = 1.5 + 0.75e-3 * 4000 = 4.5; layer b: AG 6, RS 10.5.
+    # Per micro-batch exposed: a max(0, 3 - 1) + max(0, 7.5 - 2) = 7.5, b 5 + 14.5 = 19.5.
+    plan = Plan(tp=1, pp=1, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 1),),
+                zero_stage=3)
+    r = evaluate_plan(LAYERS, SETUP, plan)
+    (t,) = r.stage_times
+    assert t.dp_comm_s == pytest.approx(27.0, rel=REL)
+    assert t.dp_comm_total_s == pytest.approx((3 + 3 + 4.5) + (6 + 6 + 10.5), rel=REL)
+    m = 2  # micro-batches: 8 / (1 * 4)
+    assert r.breakdown_s["dp_comm"] == pytest.approx(m * 27.0, rel=REL)
+    assert r.comm_s["dp"] == pytest.approx({"total": m * 33.0, "exposed": m * 27.0}, rel=REL)
+    assert r.iteration_time_s == pytest.approx(m * (6.0 + 27.0) + 30 * 4000 / 4 / 1e12, rel=REL)
+    (mem,) = r.memory  # 18 B / 4 per parameter + the window (2 * 2 + 4) * 3000
+    assert (mem.weights, mem.gradients, mem.optimizer, mem.gathered) == (2000.0, 4000.0, 12000.0, 24000.0)
+    # ZeRO-2: each layer's reduce-scatter exposed past its backward pass: a 2.5, b 8.5; the
+    # weights' all-gather once per iteration: 1.5 + 0.75e-3 * 8000 = 7.5
+    two = evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, zero_stage=2))
+    assert two.stage_times[0].dp_comm_s == pytest.approx(11.0, rel=REL)
+    assert two.breakdown_s["dp_comm"] == pytest.approx(m * 11.0 + 7.5, rel=REL)
+    assert two.memory[0].gathered == 0.0 and two.memory[0].weights == 8000.0
+    assert PlanResult.from_dict(r.to_dict()) == r
+
+
+def test_hfu_counts_recomputed_flop_and_bf16_gradients_halve_the_buffer():
+    plan = Plan(tp=1, pp=1, dp=4, micro_batch=1, recompute=Recompute.FULL, stages=((0, 1),))
+    r = evaluate_plan(LAYERS, SETUP, plan)
+    model_flop = 8 * 6e12  # 8 micro-batches of 1 sample across the replicas
+    assert r.mfu == pytest.approx(model_flop / (r.iteration_time_s * 4 * 1e12), rel=REL)
+    assert r.hfu == pytest.approx((model_flop + 8 * 2e12) / (r.iteration_time_s * 4 * 1e12), rel=REL)
+    assert r.model_flop_per_s_per_device == pytest.approx(r.mfu * 1e12, rel=REL)
+    selective = evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, recompute=Recompute.SELECTIVE))
+    assert selective.hfu == pytest.approx((model_flop + 8 * 0.2e12) / (selective.iteration_time_s * 4e12),
+                                          rel=REL)
+    none = evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, recompute=Recompute.NONE))
+    assert none.hfu == none.mfu
+    bf16 = evaluate_plan(LAYERS, dataclasses.replace(SETUP, grad_reduce_dtype=GradReduceDtype.BF16), plan)
+    assert bf16.memory[0].gradients == 2 * 4000 and r.memory[0].gradients == 4 * 4000
+    # all-reduce of 2 B instead of 4 B per parameter: 3 + 1.5e-3 * 8000 vs 3 + 1.5e-3 * 16000
+    assert bf16.breakdown_s["dp_comm"] == pytest.approx(15.0, rel=REL)
+    assert r.breakdown_s["dp_comm"] == pytest.approx(27.0, rel=REL)
