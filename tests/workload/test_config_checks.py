@@ -310,3 +310,19 @@ def test_transformers_warnings_stay_off_stderr(tmp_path: Path, capfd: pytest.Cap
                                     pad_token_id=-1)))
     assert load_model(str(path)).vocab_size == 1000
     assert capfd.readouterr().err == ""
+
+
+def test_rotary_models_train_beyond_their_context_learned_tables_do_not() -> None:
+    """RoPE has no position table: llama2-7b (4,096 positions) at 8,192 tokens gets a config with
+    8,192 positions; GPT-2's learned table of 1,600 x 1,024 cannot grow."""
+    from archplace.workload.zoo import load_model
+
+    llama = load_model("llama2-7b")
+    assert llama.config["max_position_embeddings"] == 4096
+    longer = llama.with_seq_len(8192)
+    assert longer.seq_len == 8192 and longer.config["max_position_embeddings"] == 8192
+    assert {k: v for k, v in longer.config.items() if k != "max_position_embeddings"} == {
+        k: v for k, v in llama.config.items() if k != "max_position_embeddings"}
+    assert llama.with_seq_len(2048).config_json == llama.config_json
+    with pytest.raises(ConfigError, match="exceeds its context length 1024 .its learned position table"):
+        load_model("gpt2-xl").with_seq_len(2048)

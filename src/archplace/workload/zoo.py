@@ -38,6 +38,10 @@ class Family:
         ffn_field: field holding the FFN (intermediate) size.
         ffn_optional: whether the FFN field may be null or absent, meaning 4x hidden (GPT-2's
             ``n_inner``); elsewhere transformers' default would not be 4x hidden, so it is required.
+        rotary: positions are rotary (RoPE, Su et al. 2021): the model has no position table, so
+            it can be trained at a longer sequence than its config's context length (context
+            extension, e.g. Llama 2 Long, Xiong et al. 2023, sec. 2); learned position tables
+            (GPT-2, OPT, BERT) cannot.
     """
 
     task: str
@@ -48,6 +52,7 @@ class Family:
     kv_heads_field: str | None
     ffn_field: str
     ffn_optional: bool = False
+    rotary: bool = False
 
 
 _DECODER: dict[str, Any] = dict(layers_field="num_hidden_layers", context_field="max_position_embeddings",
@@ -58,9 +63,9 @@ FAMILIES: dict[str, Family] = {
     "bert": Family("masked-lm", **_DECODER, kv_heads_field=None, ffn_field="intermediate_size"),
     "opt": Family("causal-lm", **_DECODER, kv_heads_field=None, ffn_field="ffn_dim"),
     "llama": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
-                    ffn_field="intermediate_size"),
+                    ffn_field="intermediate_size", rotary=True),
     "mistral": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
-                      ffn_field="intermediate_size"),
+                      ffn_field="intermediate_size", rotary=True),
 }
 
 
@@ -153,16 +158,26 @@ class ModelSpec:
     def with_seq_len(self, seq_len: int) -> ModelSpec:
         """The same model trained at another sequence length.
 
+        A model with rotary positions (:attr:`Family.rotary`) may be trained beyond its config's
+        context length: its context field is raised to ``seq_len`` (it has no position table
+        whose size would change).
+
         Raises:
-            ConfigError: seq_len is not positive or exceeds the model's context length.
+            ConfigError: seq_len is not positive, or exceeds the context length of a model with a
+                learned position table.
         """
         if seq_len <= 0:
             raise ConfigError(f"sequence length must be positive, got {seq_len}")
-        context = self.config.get(self.family.context_field)
+        field = self.family.context_field
+        config = self.config
+        context = config.get(field)
         if isinstance(context, int) and seq_len > context:
-            raise ConfigError(
-                f"model {self.name!r}: sequence length {seq_len} exceeds its context length {context}"
-            )
+            if not self.family.rotary:
+                raise ConfigError(
+                    f"model {self.name!r}: sequence length {seq_len} exceeds its context length "
+                    f"{context} (its learned position table has {context} rows)")
+            config[field] = seq_len
+            return ModelSpec(self.name, _canonical(config), seq_len, self.source)
         return ModelSpec(self.name, self.config_json, seq_len, self.source)
 
 
