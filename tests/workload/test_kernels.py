@@ -180,3 +180,14 @@ def test_sequence_parallel_backward_regathers_the_saved_input(gpt: ModelSpec):
         assert not any(s in op.preds for op in consumers for s in scatters)
     assert layer.bwd.collectives() == {"all_gather": 4, "reduce_scatter": 2}
     assert layer.fwd.collectives() == {"all_gather": 2, "reduce_scatter": 2}
+
+
+def test_hidden_size_equal_to_the_sequence_is_not_an_attention_score(gpt: ModelSpec):
+    """At s = h (Llama-2-70B at 8,192 tokens) and b = 1 a [b, s, h] activation has s x s trailing
+    dims; selective recompute must still drop only the attention core (eager: 5as²b, flash:
+    nothing)."""
+    s = H  # 64 tokens = the hidden size, micro-batch 1
+    flash = extract_chain(gpt, ExtractOptions(1, s, attention="flash", kernels="fused")).layers[1]
+    assert flash.selective_ops == () and flash.selective_activation_bytes == flash.activation_bytes
+    eager = extract_chain(gpt, ExtractOptions(1, s, attention="eager", kernels="fused")).layers[1]
+    assert eager.activation_bytes - eager.selective_activation_bytes == 5 * A * s * s

@@ -199,7 +199,7 @@ def hbm_traffic_bytes(op: Operator, sram_bytes: FloatArray, fraction: float) -> 
     b, s_q, d, s_kv = op.batch, op.m, op.k, op.n
     finite = np.isfinite(sram_bytes)
     sram = np.where(finite, sram_bytes, 0.0) // e
-    col_block = np.maximum(1, np.ceil(sram / (4 * d)))
+    col_block = np.maximum(1, np.ceil(sram / (4 * max(d, 1))))
     row_block = np.minimum(col_block, d)
     if is_backward(op):
         passes = np.where(finite, np.ceil(s_kv / col_block), 1.0)

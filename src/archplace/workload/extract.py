@@ -305,8 +305,9 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
         return float(sum(_saved_bytes(s) * sharding.tensor_factor(s) for s in nodes))
 
     # Selective recompute (Korthikanti et al. 2022): drop the sequence x sequence tensors.
-    kept = {s for s in saved if not _is_square(s, seq_len)}
-    core = {n for n in fwd_nodes if _is_square(n, seq_len)} if kept != saved else set()
+    batch = options.micro_batch
+    kept = {s for s in saved if not _is_square(s, seq_len, batch)}
+    core = {n for n in fwd_nodes if _is_square(n, seq_len, batch)} if kept != saved else set()
 
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(
@@ -336,13 +337,18 @@ def _last_dim(node: Any) -> int:
     return int(shape[-1]) if shape else -1
 
 
-def _is_square(node: Any, seq_len: int) -> bool:
-    """Whether a node's (first) result has sequence x sequence trailing dims (attention scores)."""
+def _is_square(node: Any, seq_len: int, micro_batch: int) -> bool:
+    """Whether a node's (first) result is attention scores: sequence x sequence trailing dims
+    over more leading elements than the micro-batch (b x heads, or b x heads/t). The last
+    condition keeps a [b, s, h] (or [b s, h]) activation out when the hidden size equals the
+    sequence length (Llama-2-70B at 8,192 tokens, h = 8,192)."""
     val = node.meta.get("val")
     if isinstance(val, tuple | list):
         val = val[0] if val else None
     shape = getattr(val, "shape", None)
-    return shape is not None and len(shape) >= 2 and tuple(shape[-2:]) == (seq_len, seq_len)
+    if shape is None or len(shape) < 3 or tuple(shape[-2:]) != (seq_len, seq_len):
+        return False
+    return math.prod(int(d) for d in shape[:-2]) > micro_batch
 
 
 __all__ = ["ExtractOptions", "check_tp", "extract_chain", "ExtractionError"]
