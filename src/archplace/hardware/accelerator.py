@@ -13,9 +13,11 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from archplace.errors import ConfigError
+
+E = TypeVar("E", bound=enum.StrEnum)
 
 
 class Dataflow(enum.StrEnum):
@@ -130,6 +132,21 @@ class KernelEfficiency:
         return d
 
 
+def enum_member(kind: type[E], value: object, owner: str, name: str) -> E:
+    """``value`` as a member of the string enum ``kind`` (a member or its text).
+
+    Raises:
+        ConfigError: ``"<owner>: unknown <name> <value>; choose from: <choices>"``.
+    """
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)  # type: ignore[arg-type]  # any text; ValueError below
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise ConfigError(f"{owner}: unknown {name} {value!r}; choose from: {choices}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Accelerator:
     """One accelerator design, in SI units.
@@ -187,20 +204,9 @@ class Accelerator:
             hbm_bytes=self.hbm_bytes, hbm_bandwidth_bytes_per_s=self.hbm_bandwidth_bytes_per_s,
             clock_hz=self.clock_hz, bytes_per_element=self.bytes_per_element,
         )
-        if not isinstance(self.dataflow, Dataflow):
-            try:
-                object.__setattr__(self, "dataflow", Dataflow(self.dataflow))
-            except ValueError:
-                choices = ", ".join(d.value for d in Dataflow)
-                raise ConfigError(f"{owner}: unknown dataflow {self.dataflow!r}; "
-                                  f"choose from: {choices}") from None
-        if not isinstance(self.array_timing, ArrayTiming):
-            try:
-                object.__setattr__(self, "array_timing", ArrayTiming(self.array_timing))
-            except ValueError:
-                choices = ", ".join(t.value for t in ArrayTiming)
-                raise ConfigError(f"{owner}: unknown array_timing {self.array_timing!r}; "
-                                  f"choose from: {choices}") from None
+        object.__setattr__(self, "dataflow", enum_member(Dataflow, self.dataflow, owner, "dataflow"))
+        object.__setattr__(self, "array_timing",
+                           enum_member(ArrayTiming, self.array_timing, owner, "array_timing"))
         if isinstance(self.efficiency, Mapping):
             object.__setattr__(self, "efficiency", KernelEfficiency.from_dict(self.efficiency))
         elif self.efficiency is not None and not isinstance(self.efficiency, KernelEfficiency):

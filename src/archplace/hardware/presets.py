@@ -55,7 +55,13 @@ from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.hardware import _config
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, KernelEfficiency
+from archplace.hardware.accelerator import (
+    Accelerator,
+    ArrayTiming,
+    Dataflow,
+    KernelEfficiency,
+    enum_member,
+)
 from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster, Topology
 from archplace.hardware.power import tdp_w
@@ -129,12 +135,7 @@ def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
 
 
 def _dataflow(raw: Any, where: str) -> Dataflow:
-    text = _config.text_field(raw, where)
-    try:
-        return Dataflow(text)
-    except ValueError:
-        choices = ", ".join(d.value for d in Dataflow)
-        raise ConfigError(f"{where}: unknown dataflow {text!r}; choose from: {choices}") from None
+    return enum_member(Dataflow, _config.text_field(raw, where), where, "dataflow")
 
 
 def parse_array_timing(raw: Any, where: str) -> ArrayTiming:
@@ -144,12 +145,7 @@ def parse_array_timing(raw: Any, where: str) -> ArrayTiming:
         ConfigError: not text, or not one of ``overlapped``, ``scalesim`` (the message
             names ``where`` and lists the choices).
     """
-    text = _config.text_field(raw, where)
-    try:
-        return ArrayTiming(text)
-    except ValueError:
-        choices = ", ".join(t.value for t in ArrayTiming)
-        raise ConfigError(f"{where}: unknown array_timing {text!r}; choose from: {choices}") from None
+    return enum_member(ArrayTiming, _config.text_field(raw, where), where, "array_timing")
 
 
 def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster:
