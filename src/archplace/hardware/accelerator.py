@@ -141,7 +141,7 @@ def enum_member(kind: type[E], value: object, owner: str, name: str) -> E:
     if isinstance(value, kind):
         return value
     try:
-        return kind(value)  # type: ignore[arg-type]  # any text; ValueError below
+        return kind(str(value))
     except ValueError:
         choices = ", ".join(member.value for member in kind)
         raise ConfigError(f"{owner}: unknown {name} {value!r}; choose from: {choices}") from None
