@@ -51,11 +51,17 @@ class Model:
     heads: int
     vocab: int
     seq_len: int
+    dropout: float | None = None
 
     def hf_config(self) -> dict[str, Any]:
-        """The model as a Hugging Face GPT-2 config (Megatron's GPT and MPT share its block)."""
-        return {"model_type": "gpt2", "n_layer": self.layers, "n_embd": self.hidden,
-                "n_head": self.heads, "n_positions": self.seq_len, "vocab_size": self.vocab}
+        """The model as a Hugging Face GPT-2 config (Megatron's GPT and MPT share its block);
+        ``dropout`` (when given) sets the residual, embedding and attention dropout, else GPT-2's
+        default 0.1 (Megatron-LM's default hidden and attention dropout too)."""
+        config = {"model_type": "gpt2", "n_layer": self.layers, "n_embd": self.hidden,
+                  "n_head": self.heads, "n_positions": self.seq_len, "vocab_size": self.vocab}
+        if self.dropout is not None:
+            config.update(resid_pdrop=self.dropout, embd_pdrop=self.dropout, attn_pdrop=self.dropout)
+        return config
 
 
 @dataclass(frozen=True)
