@@ -200,7 +200,7 @@ def hbm_traffic_bytes(op: Operator, sram_bytes: FloatArray, fraction: float) -> 
     finite = np.isfinite(sram_bytes)
     sram = np.where(finite, sram_bytes, 0.0) // e
     col_block = np.maximum(1, np.ceil(sram / (4 * max(d, 1))))
-    row_block = np.minimum(col_block, d)
+    row_block = np.maximum(1, np.minimum(col_block, d))
     if is_backward(op):
         passes = np.where(finite, np.ceil(s_kv / col_block), 1.0)
         result: FloatArray = (e * b * (4.0 * s_kv * d + passes * fraction * 4.0 * s_q * d)
