@@ -36,7 +36,7 @@ quantization, ``compute_s = flop / (peak / tensor_cores · gemm_sustained · q_t
 **Fused attention** (``OpKind.ATTENTION``, FlashAttention): its FLOP at the fraction of the peak
 FlashAttention-2 reaches (``attention_fwd`` / ``attention_bwd``), bounded below by its HBM bytes::
 
-    latency_s = max(flop / (peak · attention_fwd|bwd), IO-aware HBM bytes / (bw · hbm))
+    latency_s = max(flop / (peak · attention_fwd|bwd), compulsory HBM bytes / (bw · hbm))
 
 with the FLOP of :mod:`archplace.cost.attention` and its compulsory HBM bytes: Q, K, V, O (and
 their gradients) and the log-sum-exp moved once (:func:`attention_compulsory_bytes`). The published
@@ -50,7 +50,6 @@ Both the scalar path (:func:`estimate`) and the vectorised one (:func:`estimate_
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,7 +59,7 @@ from numpy.typing import NDArray
 from archplace.cost import batched
 from archplace.cost.attention import attention_flop, computed_area, hbm_traffic_bytes
 from archplace.cost.configs import CoreConfigArray
-from archplace.cost.types import OpEstimate, compute_or_memory
+from archplace.cost.types import ManyEstimates, OpEstimate, compute_or_memory
 from archplace.cost.vector import SIMPLE_CYCLES_PER_ELEMENT, cycles_per_element
 from archplace.hardware.accelerator import Accelerator, KernelEfficiency
 from archplace.workload.graph import Operator, OpKind, Phase
@@ -251,25 +250,12 @@ def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate) -> OpEstimate:
         hbm = attention_compulsory_bytes(op)
     single, every, memory = op_times(op, acc.efficiency, ChipColumns.of([acc]), np.array([hbm]))
     s, a, mem = float(single[0]), float(every[0]), float(memory[0])
-    if not (math.isfinite(s) and math.isfinite(a)):
-        s = a = 0.0
     return OpEstimate(max(s, mem), max(a, mem), s, a, mem, 0.0, hbm, energy,
                       compute_or_memory(s, mem), compute_or_memory(a, mem))
 
 
-@dataclass(frozen=True, slots=True)
-class ManyTimes:
-    """Latencies, memory time, HBM bytes and energy of one operator on some designs (arrays)."""
-
-    single_core_s: FloatArray
-    all_cores_s: FloatArray
-    memory_s: FloatArray
-    hbm_bytes: FloatArray
-    energy_j: FloatArray
-
-
 def estimate_many(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
-                  hbm_bytes: FloatArray, energy_j: FloatArray) -> ManyTimes:
+                  hbm_bytes: FloatArray, energy_j: FloatArray) -> ManyEstimates:
     """:func:`estimate` of ``op`` on the designs of ``chip``, which all declare ``efficiency``.
 
     Args:
@@ -284,9 +270,9 @@ def estimate_many(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
     count = len(chip.peak_flop_per_s)
     if op.kind is OpKind.MATMUL and min(op.batch, op.m, op.k, op.n) <= 0:
         zeros = np.zeros(count)
-        return ManyTimes(zeros, zeros, zeros, zeros, zeros)
+        return ManyEstimates(zeros, zeros, zeros, zeros, zeros)
     if op.kind is OpKind.ATTENTION:
         hbm_bytes = np.full(count, attention_compulsory_bytes(op))
     single, every, memory = op_times(op, efficiency, chip, np.asarray(hbm_bytes, dtype=np.float64))
-    return ManyTimes(np.maximum(single, memory), np.maximum(every, memory), memory,
+    return ManyEstimates(np.maximum(single, memory), np.maximum(every, memory), memory,
                      np.asarray(hbm_bytes, dtype=np.float64), np.asarray(energy_j, dtype=np.float64))

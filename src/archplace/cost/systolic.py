@@ -33,8 +33,8 @@ collective is charged the HBM path of its bytes (link energy is not modelled).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,14 @@ from numpy.typing import NDArray
 
 from archplace.cost import attention, batched, efficiency, gemm
 from archplace.cost.configs import CoreConfigArray
-from archplace.cost.types import ZERO_ESTIMATE, OpEstimate, OpLatency, collective_estimate, compute_or_memory
+from archplace.cost.types import (
+    ZERO_ESTIMATE,
+    ManyEstimates,
+    OpEstimate,
+    OpLatency,
+    collective_estimate,
+    compute_or_memory,
+)
 from archplace.cost.vector import (
     SIMPLE_CYCLES_PER_ELEMENT,
     cycles_per_element,
@@ -60,17 +67,6 @@ from archplace.hardware.power import (
 from archplace.workload.graph import Operator, OpKind
 
 FloatArray = NDArray[np.float64]
-
-
-@dataclass(frozen=True, slots=True)
-class ManyEstimates:
-    """Estimates of one operator on N accelerators (arrays of length N, units of :class:`OpEstimate`)."""
-
-    single_core_s: FloatArray
-    all_cores_s: FloatArray
-    memory_s: FloatArray
-    hbm_bytes: FloatArray
-    energy_j: FloatArray
 
 
 def op_key(op: Operator) -> tuple[Any, ...]:
@@ -307,16 +303,18 @@ class SystolicCostModel:
 def _with_declared(op: Operator, configs: CoreConfigArray, cycle: ManyEstimates) -> ManyEstimates:
     """``cycle`` with the designs that declare an efficiency re-costed by
     :func:`archplace.cost.efficiency.estimate_many` (the cycle model's bytes and energy kept)."""
-    out = [np.array(a, dtype=np.float64) for a in (cycle.single_core_s, cycle.all_cores_s,
-                                                    cycle.memory_s, cycle.hbm_bytes, cycle.energy_j)]
+    names = [f.name for f in dataclasses.fields(ManyEstimates)]
+    out = {name: np.array(getattr(cycle, name), dtype=np.float64) for name in names}
     for declared in dict.fromkeys(e for e in configs.efficiencies if e is not None):
         index = np.array([i for i, e in enumerate(configs.efficiencies) if e == declared], dtype=np.int64)
         chip = efficiency.ChipColumns.from_configs(configs, index)
-        times = efficiency.estimate_many(op, declared, chip, out[3][index], out[4][index])
-        for column, values in zip(out, (times.single_core_s, times.all_cores_s, times.memory_s,
-                                        times.hbm_bytes, times.energy_j), strict=True):
-            column[index] = values
-    return ManyEstimates(*out)
+        times = efficiency.estimate_many(op, declared, chip, out["hbm_bytes"][index],
+                                         out["energy_j"][index])
+        for name in names:
+            out[name][index] = getattr(times, name)
+    return ManyEstimates(**out)
+
+
 def _attention_estimate(a: dict[str, float]) -> OpEstimate:
     """An :class:`OpEstimate` from :func:`archplace.cost.attention.attention_arrays`."""
     return OpEstimate(a["single_s"], a["all_s"], a["compute_single_s"], a["compute_all_s"],

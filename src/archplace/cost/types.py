@@ -7,7 +7,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from archplace.errors import ConfigError
+
+FloatArray = NDArray[np.float64]
 
 
 class Bound(enum.StrEnum):
@@ -133,3 +138,14 @@ def collective_estimate(op: Any, cluster: Any, energy_j: float, model: str) -> O
     seconds = cluster_collective_time_s(cluster, collective_kind(op.target), buffer, group)
     return OpEstimate(seconds, seconds, 0.0, 0.0, 0.0, seconds, 0.0, energy_j,
                       Bound.COMMUNICATION, Bound.COMMUNICATION)
+
+
+@dataclass(frozen=True, slots=True)
+class ManyEstimates:
+    """Estimates of one operator on N accelerators (arrays of length N, units of :class:`OpEstimate`)."""
+
+    single_core_s: FloatArray
+    all_cores_s: FloatArray
+    memory_s: FloatArray
+    hbm_bytes: FloatArray
+    energy_j: FloatArray
