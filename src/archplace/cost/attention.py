@@ -44,14 +44,13 @@ length s_kv.  Formulas:
   buffer holds everything: one block each way.
 
 ``latency = max(tensor_s + vector_s, hbm_bytes / bandwidth)``, on one tensor and one vector
-core (single) or on all of them (all).  The scalar path (:func:`attention_estimate`) and the
+core (single) or on all of them (all).  The scalar path (:func:`attention_arrays`) and the
 vectorised path (:func:`attention_many`) share one NumPy implementation, so they agree
 exactly.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -70,13 +69,17 @@ from archplace.hardware.power import (
     MAC_ENERGY_J,
     VECTOR_OP_ENERGY_J,
 )
+from archplace.workload.attention_blocks import (
+    BLOCK,
+    attention_flop,
+    blocks,
+    computed_area,
+    is_backward,
+)
 from archplace.workload.graph import Operator, OpKind
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
-
-BLOCK = 128
-"""Score-block edge of FlashAttention-2 (assumption; see the module docstring)."""
 
 FORWARD_VECTOR_CYCLES = CYCLES_PER_ELEMENT[OpKind.SOFTMAX]
 """Online softmax per score element: max, subtract, exp, sum, rescale (:mod:`~archplace.cost.vector`)."""
@@ -88,48 +91,6 @@ backward dS = P (dP - D) (:mod:`~archplace.cost.vector`)."""
 
 LSE_BYTES = 4
 """Bytes of one log-sum-exp (and one D) entry: fp32 (Dao 2023, Algorithm 1 line 13)."""
-
-
-def is_backward(op: Operator) -> bool:
-    """Whether ``op`` is the backward attention operator."""
-    return "backward" in op.target
-
-
-def blocks(s_q: int, s_kv: int) -> tuple[int, int]:
-    """FlashAttention-2's score block (rows, cols) for these lengths: ``BLOCK``, or the length."""
-    return max(1, min(BLOCK, s_q)), max(1, min(BLOCK, s_kv))
-
-
-def computed_area(s_q: int, s_kv: int, causal: bool, skip_masked_blocks: bool) -> tuple[int, int]:
-    """(score elements computed, score blocks computed) of one head.
-
-    Every block without skipping; under a causal mask with skipping (FlashAttention-2,
-    Dao 2023 sec. 3.1.1), the blocks with at least one column at or below the diagonal
-    (column j <= row i, queries and keys aligned at the end as in training, s_q == s_kv),
-    each counted in full.
-    """
-    br, bc = blocks(s_q, s_kv)
-    if not (causal and skip_masked_blocks):
-        return s_q * s_kv, math.ceil(s_q / br) * math.ceil(s_kv / bc)
-    offset = s_kv - s_q  # query i sees keys 0 .. i + offset
-    area = count = 0
-    for start in range(0, s_q, br):
-        rows = min(br, s_q - start)
-        last_key = start + rows - 1 + offset
-        if last_key < 0:
-            continue
-        n_blocks = min(math.ceil(s_kv / bc), last_key // bc + 1)
-        cols = min(n_blocks * bc, s_kv)
-        area += rows * cols
-        count += n_blocks
-    return area, count
-
-
-def attention_flop(op: Operator) -> float:
-    """Matmul FLOP of the operator (module docstring): ``4·B·d·area`` forward, 2.5 x that backward."""
-    area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
-    forward = 4.0 * op.batch * op.k * area
-    return 2.5 * forward if is_backward(op) else forward
 
 
 def _gemms(op: Operator) -> list[tuple[int, int, int, int]]:
