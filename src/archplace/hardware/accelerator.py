@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
 from archplace.errors import ConfigError
@@ -117,13 +117,11 @@ class KernelEfficiency:
         Raises:
             ConfigError: a missing or unknown field, or a bad value.
         """
-        names = {"sms", "gemm_tiles", "gemm_sustained", "hbm", "attention_fwd", "attention_bwd"}
+        names = {f.name for f in fields(cls)}
         if set(data) != names:
             raise ConfigError(f"efficiency: expected the fields {', '.join(sorted(names))}, "
                               f"got {', '.join(sorted(map(str, data)))}")
-        return cls(sms=data["sms"], gemm_tiles=tuple(tuple(t) for t in data["gemm_tiles"]),
-                   gemm_sustained=data["gemm_sustained"], hbm=data["hbm"],
-                   attention_fwd=data["attention_fwd"], attention_bwd=data["attention_bwd"])
+        return cls(**data)  # __post_init__ turns the tiles into tuples
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the fields (tiles as lists), for JSON."""
