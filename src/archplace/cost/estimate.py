@@ -37,7 +37,7 @@ from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
 from archplace.errors import ConfigError, InternalError
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
+from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, enum_member
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import static_power_w
 from archplace.workload.graph import OpGraph
@@ -363,15 +363,8 @@ def estimate_matmul(m: int, k: int, n: int, rows: int, cols: int, *, batch: int 
     for name, fvalue in (("buffer", buffer_bytes), ("hbm bandwidth", hbm_bandwidth_bytes_per_s)):
         if isinstance(fvalue, bool) or not isinstance(fvalue, int | float) or not fvalue > 0:
             raise ConfigError(f"matmul: {name} must be positive, got {fvalue!r}")
-    try:
-        flow = Dataflow(dataflow)
-    except ValueError:
-        raise ConfigError(f"matmul: unknown dataflow {dataflow!r}; choose from: ws, os") from None
-    try:
-        timing = ArrayTiming(array_timing)
-    except ValueError:
-        raise ConfigError(f"matmul: unknown array_timing {array_timing!r}; "
-                          "choose from: overlapped, scalesim") from None
+    flow = enum_member(Dataflow, dataflow, "matmul", "dataflow")
+    timing = enum_member(ArrayTiming, array_timing, "matmul", "array_timing")
     os_ = flow is Dataflow.OS
     est = matmul_estimate(batch, m, k, n, rows=rows, cols=cols, cores=cores, output_stationary=os_,
                           clock_hz=clock_hz, buffer_bytes=buffer_bytes,
