@@ -7,14 +7,11 @@ publisher's own FLOP formula, so every run compares one quantity: the error of a
 (positive: archplace predicts too fast).
 
 :func:`evaluate_kwargs` builds the keyword arguments of :func:`archplace.api.evaluate` for a run
-and a *variant* in one place; it passes a keyword only when ``api.evaluate`` accepts it, so the
-harness works before and after the API gains ``attention``, ``kernels``, ``zero_stage`` and
-``grad_reduce_dtype``. Used by ``tests/validation`` and ``benchmarks/validate.py``.
+and a *variant* in one place. Used by ``tests/validation`` and ``benchmarks/validate.py``.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from collections.abc import Callable
@@ -229,39 +226,24 @@ def load_runs(path: Path = DATA_FILE) -> tuple[Run, ...]:
     return tuple(runs)
 
 
-def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT,
-                    accepted: frozenset[str] | None = None) -> dict[str, Any]:
+def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     """Keyword arguments of :func:`archplace.api.evaluate` for ``run`` as trained, under
-    ``variant`` (a key of :data:`VARIANTS`).
-
-    ``accepted``: the parameter names ``api.evaluate`` takes (default: read from its
-    signature). The variant's ``attention`` / ``kernels``, the run's ``zero_stage`` and
-    ``grad_reduce_dtype`` are passed only when accepted; without ``zero_stage`` a sharded run
-    falls back to ``zero=True`` (ZeRO-1, the only stage the API had before issue #12).
+    ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
+    ``grad_reduce_dtype`` is passed only where the source states it (else the API's default).
 
     Raises:
         KeyError: an unknown variant.
     """
-    if accepted is None:
-        from archplace import api
-        accepted = frozenset(inspect.signature(api.evaluate).parameters)
     plan = run.plan
     kwargs: dict[str, Any] = {
         "model": model_path, "hardware": run.hardware, "devices": plan.gpus,
         "global_batch": plan.global_batch, "tp": plan.tp, "pp": plan.pp, "dp": plan.dp,
         "micro_batch": plan.micro_batch, "seq_len": run.model.seq_len, "recompute": plan.recompute,
         "schedule": plan.schedule, "chunks": plan.chunks, "sp": plan.sp,
-        "dp_overlap": plan.dp_overlap,
+        "dp_overlap": plan.dp_overlap, "zero_stage": plan.zero_stage,
+        "attention": plan.attention, "kernels": plan.kernels, **VARIANTS[variant],
     }
-    as_trained = {"attention": plan.attention, "kernels": plan.kernels}
-    for name, value in {**as_trained, **VARIANTS[variant]}.items():
-        if name in accepted:
-            kwargs[name] = value
-    if "zero_stage" in accepted:
-        kwargs["zero_stage"] = plan.zero_stage
-    else:
-        kwargs["zero"] = plan.zero_stage >= 1
-    if plan.grad_reduce_dtype is not None and "grad_reduce_dtype" in accepted:
+    if plan.grad_reduce_dtype is not None:
         kwargs["grad_reduce_dtype"] = plan.grad_reduce_dtype
     return kwargs
 

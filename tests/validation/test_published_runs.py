@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from runs import (
-    DEFAULT_VARIANT,
     VARIANTS,
     Run,
     evaluate_kwargs,
@@ -22,12 +21,6 @@ from runs import (
 
 RUNS = load_runs()
 BY_CASE = {run.case: run for run in RUNS}
-
-# Parameters of api.evaluate before issue #12's merge, and the ones it gains.
-OLD_API = frozenset({"model", "hardware", "devices", "global_batch", "tp", "pp", "dp", "micro_batch",
-                     "seq_len", "recompute", "schedule", "chunks", "sp", "zero", "dp_overlap", "stages",
-                     "optimizer", "fuse"})
-NEW_API = (OLD_API - {"zero"}) | {"attention", "kernels", "zero_stage", "grad_reduce_dtype"}
 
 
 def test_at_least_14_runs_on_a100_and_h100() -> None:
@@ -97,28 +90,16 @@ def test_published_time_and_error_by_hand() -> None:
     assert timed.figure_of(20.0) == 20.0
 
 
-def test_evaluate_kwargs_before_the_merge() -> None:
-    """Old API: no attention / kernels / grad dtype keywords; FSDP falls back to ZeRO-1."""
-    run = BY_CASE["mpt-7b-h100"]
-    kwargs = evaluate_kwargs(run, "m.json", DEFAULT_VARIANT, accepted=OLD_API)
-    assert kwargs == {"model": "m.json", "hardware": "h100-80gb", "devices": 8, "global_batch": 48,
-                      "tp": 1, "pp": 1, "dp": 8, "micro_batch": 6, "seq_len": 2048, "recompute": "none",
-                      "schedule": "1f1b", "chunks": 1, "sp": False, "dp_overlap": True, "zero": True}
-    assert set(kwargs) <= OLD_API
-
-
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_evaluate_kwargs_after_the_merge(variant: str) -> None:
+def test_evaluate_kwargs(variant: str) -> None:
     run = BY_CASE["mpt-7b-h100"]
-    kwargs = evaluate_kwargs(run, "m.json", variant, accepted=NEW_API)
-    assert set(kwargs) <= NEW_API
+    kwargs = evaluate_kwargs(run, "m.json", variant)
     expected = {"attention": run.plan.attention, "kernels": run.plan.kernels, **VARIANTS[variant]}
     assert (kwargs["attention"], kwargs["kernels"]) == (expected["attention"], expected["kernels"])
     assert kwargs["zero_stage"] == 3 and "grad_reduce_dtype" not in kwargs  # not stated: API default
     stated = dataclasses.replace(run, plan=dataclasses.replace(run.plan, grad_reduce_dtype="bf16"))
-    assert evaluate_kwargs(stated, "m.json", variant, accepted=NEW_API)["grad_reduce_dtype"] == "bf16"
-    assert "grad_reduce_dtype" not in evaluate_kwargs(stated, "m.json", variant, accepted=OLD_API)
-    megatron = evaluate_kwargs(BY_CASE["narayanan-76.1b"], "m.json", variant, accepted=NEW_API)
+    assert evaluate_kwargs(stated, "m.json", variant)["grad_reduce_dtype"] == "bf16"
+    megatron = evaluate_kwargs(BY_CASE["narayanan-76.1b"], "m.json", variant)
     assert megatron["zero_stage"] == 0 and "grad_reduce_dtype" not in megatron
     if variant == "as-trained":  # Megatron-LM 2021: fused scale-mask-softmax, not FlashAttention
         assert (megatron["attention"], megatron["kernels"]) == ("eager", "fused")

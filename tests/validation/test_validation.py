@@ -32,7 +32,7 @@ KNOWN_MISSES = {case: H100_STACK for case in ("mpt-7b-h100", "mpt-13b-h100", "mp
                                                "mpt-70b-h100")}
 """Runs beyond the sanity bound, kept visible as strict expected failures (a fix makes them
 fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #12 thresholds not met: mean |error| 17 %, max 59 % (the H100 MPT rows, see "
+SUITE_MISS = ("issue #12 thresholds not met: mean |error| 17.0 %, max 59.5 % (the H100 MPT rows, see "
               "KNOWN_MISSES; Megatron-LM's small-hidden rows 1.7B-18.4B are +15-17 % too fast with "
               "no cited mechanism found: GEMMs are ~77 % of their time at the preset's cuBLAS "
               "fraction, the score GEMMs already memory-bound)")
@@ -75,10 +75,23 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
     assert worst <= ABS_ERROR_MAX
 
 
-def test_harness_writes_each_model_once_per_directory(tmp_path: Path) -> None:
+# A ratchet while the issue's thresholds are missed (the strict expected failures above only
+# notice an improvement): the errors as of the commit that wrote it (mean 17.0 %, max 59.5 %,
+# benchmarks/validate.py), so a model change that makes the predictions worse fails here.
+# Lower these as the model improves; they are not targets.
+RATCHET_MEAN_ABS_ERROR = 0.18
+RATCHET_ABS_ERROR = 0.60
+
+
+def test_errors_do_not_grow(outcomes: dict[str, Outcome]) -> None:
+    mean, worst, missing = summary([outcomes[run.case] for run in RUNS])
+    assert missing == 0
+    assert mean <= RATCHET_MEAN_ABS_ERROR and worst <= RATCHET_ABS_ERROR, (mean, worst)
+
+
+def test_harness_writes_the_model_config_it_evaluates(tmp_path: Path) -> None:
     """``predict`` writes the run's HF config under its case name and evaluates that file."""
     run = next(r for r in RUNS if r.case == "narayanan-1.7b")
     outcome = predict(run, tmp_path)
     assert (tmp_path / run.case / "config.json").is_file()
     assert outcome.iteration_time_s is not None and outcome.iteration_time_s > 0
-    assert outcome.error == pytest.approx(run.published_iteration_time_s() / outcome.iteration_time_s - 1)

@@ -145,8 +145,7 @@ def test_llama_block_against_the_formula():
     assert layer.activation_bytes == expected
     # against the GPT formula's 34: no 1-byte dropout masks (-2), SwiGLU's three f-wide tensors
     # (6·f/h = 16.125 with f = 11008) instead of GeLU's two 4h-wide ones (16): 32.125 + small terms
-    big = 34 - 2 - 16 + 6 * f / h
-    assert big == 32.125
+    big = 34 - 2 - 16 + 6 * f / h  # 32.125 for llama2-7b
     assert layer.activation_bytes - big * sbh == 2 * 4 * s * b + 2 * 2 * s * d + 4 * a * s * b
 
 
