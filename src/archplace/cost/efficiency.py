@@ -57,12 +57,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.cost import batched
-from archplace.cost.attention import attention_flop, computed_area, hbm_traffic_bytes
+from archplace.cost.attention import hbm_traffic_bytes
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.types import ManyEstimates, OpEstimate, compute_or_memory
 from archplace.cost.vector import SIMPLE_CYCLES_PER_ELEMENT, cycles_per_element
 from archplace.hardware.accelerator import Accelerator, KernelEfficiency
-from archplace.workload.graph import Operator, OpKind, Phase
+from archplace.workload.attention_blocks import attention_flop, computed_fraction, is_backward
+from archplace.workload.graph import Operator, OpKind
 
 FloatArray = NDArray[np.float64]
 
@@ -214,7 +215,7 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
             single, every = np.maximum(single, lane_single), np.maximum(every, lane_all)
         return single, every, memory_s
     if op.kind is OpKind.ATTENTION:
-        fraction = efficiency.attention_bwd if op.phase is Phase.BWD else efficiency.attention_fwd
+        fraction = efficiency.attention_bwd if is_backward(op) else efficiency.attention_fwd
         flop = attention_flop(op)
         return flop / (core_peak * fraction), flop / (chip.peak_flop_per_s * fraction), memory_s
     if op.kind is OpKind.COLLECTIVE:
@@ -226,9 +227,7 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
 def attention_compulsory_bytes(op: Operator) -> float:
     """HBM bytes a fused attention operator must move at least: every input and output once
     (Dao et al. 2022, Theorem 2 with an SRAM that holds a whole row block: one pass)."""
-    area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
-    fraction = area / (op.m * op.n) if op.m > 0 and op.n > 0 else 0.0
-    return float(hbm_traffic_bytes(op, np.array([np.inf]), fraction)[0])
+    return float(hbm_traffic_bytes(op, np.array([np.inf]), computed_fraction(op))[0])
 
 
 def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate) -> OpEstimate:

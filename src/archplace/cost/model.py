@@ -26,6 +26,7 @@ from archplace.cost.attention import (
     FORWARD_VECTOR_CYCLES,
     attention_flop,
     computed_area,
+    is_backward,
 )
 from archplace.cost.systolic import ManyEstimates, SystolicCostModel, op_key
 from archplace.cost.types import (
@@ -120,7 +121,7 @@ class RooflineCostModel:
         if op.kind is OpKind.ATTENTION:  # its GEMMs at the arrays' peak, its softmax on the lanes
             area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
             macs = attention_flop(op) / 2.0
-            fused = float(op.batch * area * (BACKWARD_VECTOR_CYCLES if "backward" in op.target
+            fused = float(op.batch * area * (BACKWARD_VECTOR_CYCLES if is_backward(op)
                                              else FORWARD_VECTOR_CYCLES))
             per_core = acc.array_rows * acc.array_cols * acc.clock_hz
             lane_rate = acc.vector_lanes * acc.clock_hz

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from archplace.workload.graph import Operator
+from archplace.workload.graph import Operator, Phase
 
 BLOCK = 128
 """Score-block edge of FlashAttention-2 (assumption: Dao 2023 sec. 3.3 tunes blocks among
@@ -22,8 +22,8 @@ up to 128)."""
 
 
 def is_backward(op: Operator) -> bool:
-    """Whether ``op`` is the backward attention operator."""
-    return "backward" in op.target
+    """Whether ``op`` is the backward attention operator (its phase; the one place that decides)."""
+    return op.phase is Phase.BWD
 
 
 def blocks(s_q: int, s_kv: int) -> tuple[int, int]:
@@ -56,6 +56,13 @@ def computed_area(s_q: int, s_kv: int, causal: bool, skip_masked_blocks: bool) -
     return area, count
 
 
+def computed_fraction(op: Operator) -> float:
+    """Share of the s_q x s_kv score matrix the operator's kernel computes (0 when empty)."""
+    if op.m <= 0 or op.n <= 0:
+        return 0.0
+    return computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)[0] / (op.m * op.n)
+
+
 def attention_flop(op: Operator) -> float:
     """Matmul FLOP of the operator (module docstring): ``4·B·d·area`` forward, 2.5 x that backward."""
     area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
@@ -63,4 +70,4 @@ def attention_flop(op: Operator) -> float:
     return 2.5 * forward if is_backward(op) else forward
 
 
-__all__ = ["BLOCK", "attention_flop", "blocks", "computed_area", "is_backward"]
+__all__ = ["BLOCK", "attention_flop", "blocks", "computed_area", "computed_fraction", "is_backward"]
