@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.exceptions import TyperException
 
 from archplace import api
-from archplace.cli_options import AttentionOption, KernelsOption
+from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOption, ZeroStagesOption
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
 from archplace.outputs import check_image_output, check_output, write_output, write_text_output
@@ -84,10 +84,8 @@ def search(
     = False,
     attention: AttentionOption = "flash",
     kernels: KernelsOption = "fused",
-    zero_stage: Annotated[str | None, typer.Option(
-        "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")] = None,
-    grad_reduce_dtype: Annotated[str, typer.Option(
-        "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 | bf16.")] = "fp32",
+    zero_stage: ZeroStagesOption = None,
+    grad_reduce_dtype: GradDtypeOption = "fp32",
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     if exact_top is None:

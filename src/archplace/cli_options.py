@@ -1,4 +1,5 @@
-"""Command-line options shared by every command that traces a model."""
+"""Command-line options shared by several commands (every command that traces a model; plan,
+evaluate and search for the ZeRO stage and gradient dtype)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ import typer
 
 AttentionOption = Annotated[str, typer.Option(
     "--attention", metavar="eager|sdpa|flash",
-    help="Attention as it is run: flash (FlashAttention-2), sdpa (fused, no block skipping) "
+    help="Attention as it is run: flash (FlashAttention-2), sdpa (fused, every score block "
+         "computed, as with an explicit mask) "
          "or eager (HF's explicit scores and softmax).")]
 KernelsOption = Annotated[str, typer.Option(
     "--kernels", metavar="fused|unfused",
     help="Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, "
          "norms, softmax) or unfused (HF's operators one by one).")]
+ZeroStagesOption = Annotated[str | None, typer.Option(
+    "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")]
+GradDtypeOption = Annotated[str, typer.Option(
+    "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 "
+                                "recipe) | bf16.")]

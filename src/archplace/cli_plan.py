@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from archplace import api, limits
-from archplace.cli_options import AttentionOption, KernelsOption
+from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOption, ZeroStagesOption
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.dag import load_layer_graph_file
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
@@ -27,9 +27,6 @@ Optim = Annotated[str, typer.Option(help="adam (18 B/param) | sgd.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 Fuse = Annotated[bool, typer.Option(
     "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
-GradDtype = Annotated[str, typer.Option(
-    "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 "
-                                "recipe) | bf16.")]
 DpOverlap = Annotated[bool, typer.Option(
     "--dp-overlap", help="Reduce gradients bucket by bucket during the last backward pass (only what "
                          "is left after it is exposed); without it the whole reduction is exposed.")]
@@ -183,10 +180,8 @@ def register(app: typer.Typer) -> None:
         = None,
         no_sp: Annotated[bool, typer.Option("--no-sp", help="Never use sequence parallelism.")] = False,
         no_zero: Annotated[bool, typer.Option("--no-zero", help="Same as --zero-stage 0.")] = False,
-        zero_stage: Annotated[str | None, typer.Option(
-            "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")]
-        = None,
-        grad_reduce_dtype: GradDtype = "fp32",
+        zero_stage: ZeroStagesOption = None,
+        grad_reduce_dtype: GradDtypeOption = "fp32",
         optimizer: Optim = "adam",
         top: Annotated[int, typer.Option(help="Plans to show.")] = 5,
         fuse: Fuse = False,
@@ -245,7 +240,7 @@ def register(app: typer.Typer) -> None:
                                  "[0].")] = None,
         zero: Annotated[bool, typer.Option("--zero", help="Deprecated: --zero-stage 1.")] = False,
         dp_overlap: DpOverlap = False,
-        grad_reduce_dtype: GradDtype = "fp32",
+        grad_reduce_dtype: GradDtypeOption = "fp32",
         stages: Annotated[str | None, typer.Option(
             help="Layer ranges per stage, e.g. 0-12,13-25 [even split of the blocks].")] = None,
         optimizer: Optim = "adam",

@@ -18,9 +18,11 @@ class Attention(enum.StrEnum):
     EAGER: Hugging Face's explicit code: the s x s scores, mask, softmax (fp32) and dropout as
         separate memory-bound operators, each saving its output for the backward pass (how
         PHAZE traced models).
-    SDPA: one fused attention operator per direction (PyTorch's scaled_dot_product_attention),
-        IO-aware like FlashAttention but computing every score block (the mask is applied, not
-        skipped).
+    SDPA: one fused attention operator per direction, IO-aware like FlashAttention but
+        computing every score block: PyTorch's scaled_dot_product_attention given an explicit
+        attention mask (a padding or document mask), which its memory-efficient kernel applies
+        element by element instead of skipping blocks. Without a mask, PyTorch on A100/H100
+        dispatches ``is_causal=True`` to its FlashAttention-2 backend: choose FLASH for that.
     FLASH: FlashAttention-2 (Dao 2023): one fused operator per direction, causal blocks
         skipped, scores recomputed in the backward pass, only the output and the log-sum-exp
         saved. The default for training.
