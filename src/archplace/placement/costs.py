@@ -85,14 +85,14 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
     out = []
     for layer in chain.layers:
         fwd, bwd = graph_times(layer.fwd), graph_times(layer.bwd)
+        recompute_s, recompute_flop = selective_core(layer)
         out.append(LayerCost(
             name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
             activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
             boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
             fwd_flop=array_flop(layer.fwd.ops), bwd_flop=array_flop(layer.bwd.ops),
             selective_activation_bytes=layer.selective_activation_bytes,
-            selective_recompute_s=selective_core(layer)[0],
-            selective_recompute_flop=selective_core(layer)[1],
+            selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
         ))
     return out

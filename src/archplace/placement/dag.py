@@ -532,7 +532,8 @@ class _Figures:
                     chain.append(chain[-1])
                 if cut_in is not None:
                     chain.insert(0, replace(chain[0], boundary_bytes=cut_in))
-                time = stage_times(chain, plan, self.setup.cluster)[int(first)]
+                time = stage_times(chain, plan, self.setup.cluster,
+                                   grad_bytes=self.setup.grad_bytes)[int(first)]
                 figures = (time.total_s, time.backward_s)
                 cache[key] = figures
             self.time.append(figures[0])

@@ -123,14 +123,14 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
     micro_batches(setup, plan)
 
 
-def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster,
-                grad_bytes: int = 4) -> tuple[StageTime, ...]:
+def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
+                grad_bytes: int) -> tuple[StageTime, ...]:
     """Per-micro-batch time of every segment of a (valid) plan; see the module docstring
     (``grad_bytes``: bytes per gradient element of the ZeRO-2/3 reduce-scatters)."""
     times = []
     n_segments = len(plan.stages)
-    cost = (dp_allreduce_cost(cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp)
-            if plan.zero_stage >= 2 else (0.0, 0.0))
+    per_layer_zero = plan.zero_stage >= 2 and plan.dp > 1  # ZeRO-2/3 collectives in each layer
+    cost = dp_allreduce_cost(cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp) if per_layer_zero else (0.0, 0.0)
     for c, (first, last) in enumerate(plan.stages):
         stage = layers[first:last + 1]
         fwd = sequential_sum(layer.fwd_s for layer in stage)
@@ -151,15 +151,18 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster,
                                        segment=c, chunks=plan.chunks, scatter_gather=not plan.sp)
                    if c < n_segments - 1 else 0.0)
         p2p = p2p_in + p2p_out
-        exposed, total = layer_zero_comm_s(
-            cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=plan.dp,
-            params=np.array([float(layer.params) for layer in stage]),
-            fwd_s=np.array([layer.fwd_s for layer in stage]),
-            backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]))
+        if per_layer_zero:
+            exposed, total = layer_zero_comm_s(
+                cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=plan.dp,
+                params=np.array([float(layer.params) for layer in stage]),
+                fwd_s=np.array([layer.fwd_s for layer in stage]),
+                backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]))
+            dp_comm, dp_total = sequential_sum(exposed.tolist()), sequential_sum(total.tolist())
+        else:
+            dp_comm = dp_total = 0.0
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
                                tp_comm_s=tp_comm, backward_s=bwd + recompute,
-                               dp_comm_s=sequential_sum(exposed.tolist()),
-                               dp_comm_total_s=sequential_sum(total.tolist())))
+                               dp_comm_s=dp_comm, dp_comm_total_s=dp_total))
     return tuple(times)
 
 
@@ -277,7 +280,7 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     memory = plan_memory(layers, setup, plan)
     check_fits(layers, setup, plan, memory)
 
-    times = stage_times(layers, plan, setup.cluster, setup.grad_bytes)
+    times = stage_times(layers, plan, setup.cluster, grad_bytes=setup.grad_bytes)
     totals = [t.total_s for t in times]
     neck = times[totals.index(max(totals))]
     tails = device_tails(layers, setup, plan, times)

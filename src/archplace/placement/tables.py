@@ -148,7 +148,6 @@ class SegmentTables:
         self.extra: FloatArray = (seg_max(column([layer.activation_bytes for layer in layers]))
                                   if recompute is Recompute.FULL else np.zeros((n, n)))
         self.working: FloatArray = seg_max(column([layer.working_bytes for layer in layers]))
-        self.layers = layers
         self._mid: dict[tuple[tuple[float, float] | None, tuple[float, float] | None],
                         FloatArray] = {}
         self._state: dict[tuple[int, int], FloatArray] = {}

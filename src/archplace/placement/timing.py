@@ -22,7 +22,6 @@ from types import MappingProxyType
 
 from archplace.errors import ConfigError
 from archplace.hardware.cluster import Cluster
-from archplace.placement.memory import GRADIENT_BYTES_PER_PARAM
 from archplace.placement.plan import Optimizer, PipelineSchedule, TrainingSetup
 
 OPTIMIZER_STEP_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
@@ -76,7 +75,10 @@ def pipeline_p2p_time_s(cluster: Cluster, tp: int, boundary_bytes: float, *, pp:
 
 
 def dp_allreduce_cost(cluster: Cluster, *, tp: int, pp: int, dp: int) -> tuple[float, float]:
-    """(start-up seconds, seconds per gradient byte) of the DP all-reduce of :func:`dp_allreduce_time_s`.
+    """(start-up seconds, seconds per gradient byte) of the DP all-reduce of the gradients over
+    the ``dp`` replicas: time = start-up + per byte x bytes (ring all-reduce, Thakur, Rabenseifner
+    and Gropp 2005). The ZeRO stages replace it by reduce-scatters and all-gathers of half its
+    cost each (:mod:`archplace.placement.zero`).
 
     A group of dp ranks at stride s = tp * pp. When the whole group is inside one node, or has one
     member per node, it is one ring on that link: 2 (d - 1) alpha + 2 (d - 1)/d * bytes / beta.
@@ -106,21 +108,6 @@ def dp_allreduce_cost(cluster: Cluster, *, tp: int, pp: int, dp: int) -> tuple[f
     alpha_out, beta_out = cluster.link(node + 1)
     return (2.0 * (g - 1) * alpha_in + 2.0 * (k - 1) * alpha_out,
             2.0 * (g - 1) / g / beta_in + 2.0 * (k - 1) / k / (g * beta_out))
-
-
-def dp_allreduce_time_s(cluster: Cluster, *, tp: int, pp: int, dp: int, params: float,
-                        grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> float:
-    """All-reduce of ``params`` parameters' gradients (``grad_bytes`` each, fp32 by default)
-    over the ``dp`` replicas, seconds.
-
-    Ring all-reduce (Thakur, Rabenseifner and Gropp 2005; Patarasuk and Yuan 2009) of
-    bytes = grad_bytes * params on the link the DP group (dp ranks at stride tp * pp) spans, or
-    the hierarchical form when the group has several members in each of several nodes (see
-    :func:`dp_allreduce_cost`). The ZeRO stages replace it by reduce-scatters and all-gathers
-    of half its cost each (:mod:`archplace.placement.zero`). Zero when dp = 1.
-    """
-    const_s, per_byte_s = dp_allreduce_cost(cluster, tp=tp, pp=pp, dp=dp)
-    return const_s + per_byte_s * (grad_bytes * float(params)) if dp > 1 else 0.0
 
 
 def optimizer_step_time_s(params: float, hbm_bandwidth_bytes_per_s: float,

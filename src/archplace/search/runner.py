@@ -108,16 +108,16 @@ def _exact_task(items: list[tuple[Accelerator, Chains]], cluster: Cluster, globa
 
 
 def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster,
-                grad_bytes: int = 4) -> list[list[DesignBound]]:
+                grad_bytes: int) -> list[list[DesignBound]]:
     """Bounds of each core configuration, one per model (``grad_bytes``: the plan space's)."""
     cost = SystolicCostModel(cluster)
     return [[design_bound(acc, by_key, cluster.devices, cost, grad_bytes=grad_bytes)
              for by_key in chains.values()] for acc in cores]
 
 
-def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster
-               ) -> list[float | None]:
-    """:meth:`_Session.pace` of a batch, in a worker."""
+def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster,
+               grad_bytes: int) -> list[float | None]:
+    """:meth:`_Session.pace` of a batch, in a worker (``grad_bytes``: the plan space's)."""
     cost = SystolicCostModel(cluster)
     out: list[float | None] = []
     for acc, result in pairs:
@@ -130,7 +130,8 @@ def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cl
             assert part.best is not None, name
             plan = part.best.plan
             layers = costs_by_key(by_key, acc, cost)[(plan.tp, plan.micro_batch, plan.sp)]
-            paces.append(max(t.total_s for t in stage_times(layers, plan, cluster)))
+            paces.append(max(t.total_s for t in stage_times(layers, plan, cluster,
+                                                           grad_bytes=grad_bytes)))
         out.append(geomean(paces))
     return out
 
@@ -247,7 +248,8 @@ class _Session:
         size = max(1, -(-len(pairs) // jobs))
         batches = [list(pairs[i:i + size]) for i in range(0, len(pairs), size)]
         found: dict[int, list[float | None]] = {}
-        for batch, paces in self._run(_pace_task, batches, self.chains, self.request.cluster):
+        for batch, paces in self._run(_pace_task, batches, self.chains, self.request.cluster,
+                                      self.request.plan_space.grad_reduce_dtype.bytes):
             found[id(batch)] = paces
         return [pace for batch in batches for pace in found[id(batch)]]
 
