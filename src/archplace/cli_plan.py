@@ -163,6 +163,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def plan(
+        ctx: typer.Context,
         hardware: Hardware, devices: Devices, global_batch: GlobalBatch,
         model: Annotated[str | None, typer.Option(
             help="Model preset or path of an HF config.json (or give --layer-graph).")] = None,
@@ -198,8 +199,11 @@ def register(app: typer.Typer) -> None:
         default = (0,) if no_zero else (0, 1) if layer_graph is not None else ZERO_STAGES
         stages = api.parse_zero_stages(zero_stage, default)
         if layer_graph is not None:
-            if fuse:
-                raise ConfigError("--fuse applies to --model (a layer graph file carries its own costs)")
+            given = [f"--{name}" for name in ("fuse", "attention", "kernels")
+                     if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
+            if given:
+                raise ConfigError(f"{', '.join(given)} applies to --model (a layer graph file carries "
+                                  "its own costs)")
             results = _plan_layer_graph(layer_graph, hardware, devices=devices, global_batch=global_batch,
                                         seq_len=seq_len, tp=tp, micro_batch=micro_batch, recompute=recompute,
                                         schedule=schedule, zero_stages=stages, optimizer=optimizer, top=top,
