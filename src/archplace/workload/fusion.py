@@ -111,44 +111,22 @@ def merge_groups(graph: OpGraph, groups: Sequence[Iterable[str]]) -> OpGraph:
         return graph
     kept = [merged.get(op.id, op) for op in graph.ops if op.id not in owner or op.id in merged]
     preds = {op.id: {owner.get(p, p) for p in op.preds} - {op.id} for op in kept}
-    return renumber(_topological(kept, preds))
+    return _topological(kept, preds)
 
 
-def _topological(ops: list[Operator], preds: dict[int, set[int]]) -> list[Operator]:
-    """``ops`` in a topological order of ``preds`` (ties by id), with those predecessors.
+def _topological(ops: list[Operator], preds: dict[int, set[int]]) -> OpGraph:
+    """The graph of ``ops`` with these predecessors (by old id), in a topological order (ties
+    by old id: networkx's lexicographical topological sort), ids and preds renumbered."""
+    import networkx as nx
 
-    Ids are left as they are, so the result is not yet an :class:`OpGraph`: pass it to
-    :func:`renumber`."""
-    import heapq
-
+    dag = nx.DiGraph()
+    dag.add_nodes_from(op.id for op in ops)
+    dag.add_edges_from((p, i) for i, ps in preds.items() for p in ps)
+    order = list(nx.lexicographical_topological_sort(dag))  # excluded cycles: see _convex
+    position = {old: new for new, old in enumerate(order)}
     by_id = {op.id: op for op in ops}
-    waiting = {i: len(p) for i, p in preds.items()}
-    users: dict[int, list[int]] = {}
-    for i, p in preds.items():
-        for q in p:
-            users.setdefault(q, []).append(i)
-    ready = [i for i, count in waiting.items() if count == 0]
-    heapq.heapify(ready)
-    order: list[Operator] = []
-    position: dict[int, int] = {}
-    while ready:
-        i = heapq.heappop(ready)
-        position[i] = len(order)
-        op = by_id[i]
-        # keep the old id while sorting; renumber() rewrites ids and translates preds
-        order.append(op)
-        for u in users.get(i, ()):
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(ops):
-        raise AssertionError("merging kernels created a cycle")  # excluded by _convex
-    return [_with_preds(op, preds[op.id], position) for op in order]
-
-
-def _with_preds(op: Operator, preds: set[int], position: dict[int, int]) -> Operator:
-    """``op`` with id = its position and preds = their positions (valid for renumber)."""
-    return replace(op, id=position[op.id], preds=tuple(sorted(position[p] for p in preds)))
+    return OpGraph(tuple(replace(by_id[old], id=new, preds=tuple(sorted(position[p] for p in preds[old])))
+                         for new, old in enumerate(order)))
 
 
 def _convex(members: set[int], consumers: list[list[int]]) -> bool:
