@@ -71,7 +71,8 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     a model takes them.
 
     Returns:
-        ``{"model", "micro_batch", "seq_len", "tp", "sp", "layers": [{"name", "kind", "params",
+        ``{"model", "micro_batch", "seq_len", "tp", "sp", "attention", "kernels",
+        "layers": [{"name", "kind", "params",
         "fwd_flop", "bwd_flop", "activation_bytes", "boundary_bytes", "collectives",
         "operators"}], "total": {"params", "fwd_flop", "bwd_flop"}}``; bytes per micro-batch.
 
@@ -336,9 +337,9 @@ def search_request(
         area_budget: keep designs of at most this area (``"280 mm2"``; default: the space's rule).
         power_budget: keep designs of at most this TDP (``"300 W"``).
         baseline: hardware preset evaluated the same way for comparison (None: none).
-        fuse: cost the layers with element-wise operators fused into the matmul producing
-            their input (as fused kernels or a compiler would run them); default: as the
-            model's eager code runs them.
+        fuse: also fold element-wise operators into the matmul producing their input (a matmul
+            epilogue, as a compiler would); default: no epilogue fusion (``kernels`` still
+            fuses element-wise chains into one kernel each).
         attention, kernels: as in :func:`graph` (recorded with the search).
         zero_stages: ZeRO stages to try (``"all"``, ``"0,1,3"`` or ints; default all four).
         grad_reduce_dtype: fp32 (default, Megatron-LM's bf16 recipe) or bf16 gradients.

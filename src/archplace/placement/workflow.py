@@ -145,9 +145,9 @@ class PlanSpace:
     micro-batch's backward pass. ``grad_reduce_dtype`` is not searched: the gradient buffer
     and reduction dtype (fp32 as Megatron-LM's bf16 recipe, or bf16); :func:`plan` scores
     with it.
-    ``fuse`` is not searched: True costs every layer with its element-wise operators fused into
-    the matmul producing their input (as Megatron-LM's fused kernels or a compiler would), False
-    as the model's eager code runs them.  ``attention`` and ``kernels`` (not searched either):
+    ``fuse`` is not searched: True also folds every layer's element-wise operators into the
+    matmul producing their input (a matmul epilogue, as a compiler would), False does not.
+    ``attention`` and ``kernels`` (not searched either):
     how attention and the element-wise kernels run (:class:`~archplace.workload.options.Attention`,
     :class:`~archplace.workload.options.Kernels`).
     """
