@@ -143,7 +143,11 @@ def parse_zero_stages(value: str | int | Iterable[int | str] | None,
     elif isinstance(value, int):
         items = [value]
     else:
-        items = list(value)
+        try:
+            items = list(value)
+        except TypeError:
+            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
+                              f"got {value!r}") from None
     out = []
     for item in items:
         if isinstance(item, str):

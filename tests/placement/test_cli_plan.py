@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from archplace import api
 from archplace.cli import main
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
@@ -199,3 +200,11 @@ def test_opt_175b_as_trained_with_fsdp_fits(capsys: pytest.CaptureFixture[str]) 
     (memory,) = data["memory_per_device_bytes"]
     assert memory["total"] < 80 * 2**30 and memory["gathered"] > 0
     assert 0.3 < data["mfu"] < 0.7 and data["hfu"] > data["mfu"]
+
+
+def test_zero_stages_of_the_wrong_type_are_refused_in_one_line() -> None:
+    from archplace.errors import ConfigError
+
+    for bad in (2.0, object()):
+        with pytest.raises(ConfigError, match="zero_stages must be 0, 1, 2, 3, all or a list"):
+            api.parse_zero_stages(bad)  # type: ignore[arg-type]
