@@ -108,7 +108,7 @@ def schedule(
                     else None)
     result = solve_problem(problem, backend, options)
     if gantt is not None and image_format is not None:
-        from archplace.schedule.gantt import draw_gantt
+        from archplace.report.gantt import draw_gantt
 
         try:
             draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
