@@ -28,7 +28,7 @@ from archplace.outputs import check_image_output, write_text_output
 from archplace.report.schedule_tables import schedule_table
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import BACKENDS, layer_problem, solve_problem
+from archplace.schedule.solve import get_scheduler, layer_problem, solve_problem
 
 
 def read_problem(path: Path) -> ScheduleProblem:
@@ -69,8 +69,7 @@ def schedule(
              ".pdf, ...; PNG without a suffix).")] = None,
 ) -> None:
     """Schedule one layer's operators on the tensor and vector cores (minimum makespan)."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    get_scheduler(backend)  # an unknown backend is refused before any work
     options = SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
     if (problem_file is None) == (model is None):
         raise ConfigError("schedule needs either --problem FILE.json or --model (not both)")
