@@ -14,16 +14,16 @@ from archplace.cli import app
 from archplace.errors import ConfigError
 from archplace.schedule.cpsat import CpSatScheduler
 from archplace.schedule.milp import GurobiScheduler, HighsScheduler
-from archplace.schedule.solve import BACKENDS, SCHEDULERS, ListScheduler, get_scheduler
-from archplace.search.executor import EXECUTORS, make_executor
-from archplace.search.strategies import STRATEGIES, make_strategy
+from archplace.schedule.solve import BACKENDS, SCHEDULER_FACTORIES, ListScheduler, get_scheduler
+from archplace.search.executor import EXECUTOR_FACTORIES, EXECUTORS, make_executor
+from archplace.search.strategies import STRATEGIES, STRATEGY_FACTORIES, make_strategy
 from archplace.search.strategies.exhaustive import ExhaustiveStrategy
 from archplace.search.strategies.optuna_search import OptunaStrategy
 from archplace.search.strategies.phaze import PhazeStrategy
 from archplace.search.strategies.wham import WhamStrategy
 
 
-@pytest.mark.parametrize("registry", [STRATEGIES, SCHEDULERS, EXECUTORS])
+@pytest.mark.parametrize("registry", [STRATEGY_FACTORIES, SCHEDULER_FACTORIES, EXECUTOR_FACTORIES])
 def test_registries_are_read_only(registry: Mapping[str, object]) -> None:
     with pytest.raises(TypeError):
         registry["extra"] = object()  # type: ignore[index]
@@ -32,7 +32,7 @@ def test_registries_are_read_only(registry: Mapping[str, object]) -> None:
 def test_every_strategy_name_builds_that_strategy() -> None:
     expected = {"exhaustive": ExhaustiveStrategy, "exhaustive-all": ExhaustiveStrategy,
                 "phaze": PhazeStrategy, "wham": WhamStrategy, "optuna": OptunaStrategy}
-    assert list(STRATEGIES) == list(expected)
+    assert list(STRATEGY_FACTORIES) == list(expected)
     for name, kind in expected.items():
         strategy = make_strategy(name)
         assert type(strategy) is kind and strategy.name == name
@@ -43,14 +43,16 @@ def test_every_strategy_name_builds_that_strategy() -> None:
 def test_every_backend_name_builds_that_scheduler() -> None:
     expected = {"list": ListScheduler, "cpsat": CpSatScheduler, "highs": HighsScheduler,
                 "gurobi": GurobiScheduler}
-    assert list(SCHEDULERS) == list(expected)
+    assert list(SCHEDULER_FACTORIES) == list(expected)
     for name, kind in expected.items():
         scheduler = get_scheduler(name)
         assert type(scheduler) is kind and scheduler.name == name
 
 
-def test_backends_are_the_registry_names_in_order() -> None:
-    assert BACKENDS == tuple(SCHEDULERS) == ("list", "cpsat", "highs", "gurobi")
+def test_name_tuples_are_the_registry_names_in_order() -> None:
+    assert tuple(SCHEDULER_FACTORIES) == BACKENDS == ("list", "cpsat", "highs", "gurobi")
+    assert tuple(STRATEGY_FACTORIES) == STRATEGIES
+    assert tuple(EXECUTOR_FACTORIES) == EXECUTORS == ("local", "dask")
 
 
 def test_unknown_names_get_one_error_listing_the_registry() -> None:
@@ -78,9 +80,9 @@ def _help(command: str, option: str) -> str:
 
 
 @pytest.mark.parametrize(("command", "option", "registry"), [
-    ("search", "--strategy", STRATEGIES),
-    ("search", "--executor", EXECUTORS),
-    ("schedule", "--backend", SCHEDULERS),
+    ("search", "--strategy", STRATEGY_FACTORIES),
+    ("search", "--executor", EXECUTOR_FACTORIES),
+    ("schedule", "--backend", SCHEDULER_FACTORIES),
 ])
 def test_cli_help_lists_exactly_the_registry(command: str, option: str,
                                              registry: Mapping[str, object]) -> None:

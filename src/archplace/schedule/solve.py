@@ -2,7 +2,7 @@
 (``solve_problem``, ``layer_problem``, ``schedule_layer``) behind ``archplace schedule``.
 
 Backends (all behind :class:`~archplace.schedule.base.Scheduler`, chosen by name from the
-registry :data:`SCHEDULERS`):
+registry :data:`SCHEDULER_FACTORIES`):
 
 * ``list`` -- the critical-path list scheduler (:mod:`archplace.schedule.list_scheduler`);
   ``optimal`` only when it meets the lower bound;
@@ -64,7 +64,7 @@ def _gurobi() -> Scheduler:
     return GurobiScheduler()
 
 
-SCHEDULERS: Mapping[str, Callable[[], Scheduler]] = MappingProxyType({
+SCHEDULER_FACTORIES: Mapping[str, Callable[[], Scheduler]] = MappingProxyType({
     "list": _list,
     "cpsat": _cpsat,
     "highs": _highs,
@@ -74,19 +74,19 @@ SCHEDULERS: Mapping[str, Callable[[], Scheduler]] = MappingProxyType({
 :class:`~archplace.schedule.base.Scheduler` (each factory imports its solver's module when
 called)."""
 
-BACKENDS = tuple(SCHEDULERS)
+BACKENDS: tuple[str, ...] = tuple(SCHEDULER_FACTORIES)
 """The backend names, in registry order."""
 
 
 def get_scheduler(backend: str) -> Scheduler:
-    """The scheduler called ``backend`` (a key of :data:`SCHEDULERS`).
+    """The scheduler called ``backend`` (a key of :data:`SCHEDULER_FACTORIES`).
 
     Raises:
         ConfigError: an unknown name (the message lists the registry's names).
     """
-    factory = SCHEDULERS.get(backend)
+    factory = SCHEDULER_FACTORIES.get(backend)
     if factory is None:
-        raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(SCHEDULERS)}")
+        raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
     return factory()
 
 

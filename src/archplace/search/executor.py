@@ -137,10 +137,13 @@ def _dask_executor(jobs: int, scheduler: str | None) -> AbstractContextManager[E
     return _dask(scheduler, jobs)
 
 
-EXECUTORS: Mapping[str, Callable[[int, str | None], AbstractContextManager[Executor | None]]] = \
-    MappingProxyType({"local": _local_executor, "dask": _dask_executor})
+EXECUTOR_FACTORIES: Mapping[str, Callable[[int, str | None], AbstractContextManager[Executor | None]]] = (
+    MappingProxyType({"local": _local_executor, "dask": _dask_executor}))
 """Every executor by name: a read-only mapping of name -> factory ``(jobs, scheduler address or
 None) -> context manager`` yielding the executor (None: run in this process)."""
+
+EXECUTORS: tuple[str, ...] = tuple(EXECUTOR_FACTORIES)
+"""The executor names, in registry order."""
 
 
 def make_executor(kind: str = "local", jobs: int | None = None,
@@ -148,8 +151,8 @@ def make_executor(kind: str = "local", jobs: int | None = None,
     """A context manager yielding the executor, or None to run in this process.
 
     Args:
-        kind: a key of :data:`EXECUTORS`: ``local`` (a process pool; None, this process, for one
-            job) or ``dask`` (a local Dask cluster, or the one at ``scheduler``).
+        kind: a key of :data:`EXECUTOR_FACTORIES`: ``local`` (a process pool; None, this
+            process, for one job) or ``dask`` (a local Dask cluster, or the one at ``scheduler``).
         jobs: worker processes (default: the usable CPUs).
         scheduler: address of a running Dask scheduler, e.g. ``tcp://10.0.0.5:8786``
             (implies ``dask``).
@@ -159,7 +162,7 @@ def make_executor(kind: str = "local", jobs: int | None = None,
     """
     if scheduler:
         kind = "dask"
-    factory = EXECUTORS.get(kind)
+    factory = EXECUTOR_FACTORIES.get(kind)
     if factory is None:
         raise ConfigError(f"unknown executor {kind!r}; choose from: {', '.join(EXECUTORS)}")
     jobs = default_jobs() if jobs is None else jobs

@@ -1,5 +1,5 @@
 """Search strategies (the :class:`~archplace.search.strategy.Strategy` protocol), chosen by name
-from the registry :data:`STRATEGIES`.
+from the registry :data:`STRATEGY_FACTORIES`.
 
 * ``exhaustive``: every design, best bound first, with pruning that cannot lose the optimum;
 * ``exhaustive-all``: every design, no pruning (the reference);
@@ -50,7 +50,7 @@ def _optuna() -> Strategy:
     return OptunaStrategy()
 
 
-STRATEGIES: Mapping[str, Callable[[], Strategy]] = MappingProxyType({
+STRATEGY_FACTORIES: Mapping[str, Callable[[], Strategy]] = MappingProxyType({
     "exhaustive": _exhaustive,
     "exhaustive-all": _exhaustive_all,
     "phaze": _phaze,
@@ -60,13 +60,17 @@ STRATEGIES: Mapping[str, Callable[[], Strategy]] = MappingProxyType({
 """Every strategy by name: a read-only mapping of name -> factory of that strategy with its default
 settings, in the order the help lists them."""
 
+STRATEGIES: tuple[str, ...] = tuple(STRATEGY_FACTORIES)
+"""The strategy names, in registry order."""
+
+
 def make_strategy(name: str) -> Strategy:
-    """The strategy called ``name`` (a key of :data:`STRATEGIES`) with its default settings.
+    """The strategy called ``name`` (a key of :data:`STRATEGY_FACTORIES`) with its default settings.
 
     Raises:
         ConfigError: an unknown name (the message lists the registry's names).
     """
-    factory = STRATEGIES.get(name)
+    factory = STRATEGY_FACTORIES.get(name)
     if factory is None:
         raise ConfigError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")
     return factory()
