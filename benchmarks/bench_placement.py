@@ -31,7 +31,8 @@ import time
 
 from archplace.errors import InfeasibleError
 from archplace.hardware.cluster import Cluster
-from archplace.placement.dag import LayerGraph, dag_plan
+from archplace.placement.downset_dp import dag_plan
+from archplace.placement.layer_graph import LayerGraph
 from archplace.placement.plan import LayerCost, TrainingSetup
 from archplace.placement.solver import plan_search
 

@@ -21,20 +21,17 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.cost.estimate import (
     EFFICIENCY_NOTES,
-    ModelEstimate,
     estimate_matmul,
     estimate_model,
     estimate_preset_matmul,
-    layer_rows,
-    op_rows,
 )
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM
+from archplace.report.estimate_tables import figures_table, model_table, ops_table
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
 
 estimate_app = typer.Typer(
@@ -74,46 +71,8 @@ def estimate(
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         if ops:
-            _console().print(_ops_table(result))
-        _console().print(_model_table(result))
-
-
-def _caption(result: ModelEstimate) -> str:
-    return f"{result.hardware}: {EFFICIENCY_NOTES[result.efficiency_model]}"
-
-
-def _model_table(result: ModelEstimate) -> Table:
-    table = Table(title=f"{result.model} on {result.hardware}: tp={result.tp}, micro-batch "
-                        f"{result.micro_batch}, sequence {result.seq_len} (per layer, per device)",
-                  caption=_caption(result))
-    for column in ("layer", "×", "pass", "one core ms", "all cores ms", "bound", "energy mJ", "MFU",
-                   "TFLOP/s", "of peak"):
-        table.add_column(column, justify="left" if column in ("layer", "pass", "bound") else "right")
-    for row in layer_rows(result):
-        table.add_row(row["layer"], str(row["count"]), row["phase"], f"{1e3 * row['single_core_s']:.3f}",
-                      f"{1e3 * row['all_cores_s']:.3f}", row["bound"], f"{1e3 * row['energy_j']:.2f}",
-                      f"{100 * row['mfu']:.1f}%", f"{row['achieved_flop_per_s'] / 1e12:.1f}",
-                      f"{100 * row['fraction_of_peak']:.1f}%")
-    totals = result.to_dict()["total"]
-    for phase in ("fwd", "bwd"):
-        t = totals[phase]
-        table.add_row("total", "", phase, f"{1e3 * t['single_core_s']:.3f}", f"{1e3 * t['all_cores_s']:.3f}",
-                      "", f"{1e3 * t['energy_j']:.2f}", f"{100 * t['mfu']:.1f}%",
-                      f"{t['achieved_flop_per_s'] / 1e12:.1f}", f"{100 * t['fraction_of_peak']:.1f}%")
-    return table
-
-
-def _ops_table(result: ModelEstimate) -> Table:
-    table = Table(title=f"{result.model} on {result.hardware}: operators (per device, all cores)",
-                  caption=_caption(result))
-    for column in ("layer", "pass", "operator", "kind", "µs", "GFLOP", "TFLOP/s", "of peak", "bound"):
-        table.add_column(column, justify="left" if column in ("layer", "pass", "operator", "kind",
-                                                              "bound") else "right")
-    for row in op_rows(result):
-        table.add_row(row["layer"], row["phase"], row["name"], row["kind"], f"{1e6 * row['all_cores_s']:.2f}",
-                      f"{row['flop'] / 1e9:.3f}", f"{row['achieved_flop_per_s'] / 1e12:.1f}",
-                      f"{100 * row['fraction_of_peak']:.1f}%", row["bound"])
-    return table
+            _console().print(ops_table(result))
+        _console().print(model_table(result))
 
 
 def _array(text: str) -> tuple[int, int]:
@@ -181,12 +140,7 @@ def matmul(
 
 
 def _print_figures(title: str, data: dict[str, object], caption: str | None = None) -> None:
-    table = Table(title=title, caption=caption)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, value in data.items():
-        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    _console().print(table)
+    _console().print(figures_table(title, data, caption))
 
 
 def register(app: typer.Typer) -> None:

@@ -3,45 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from archplace import api
 from archplace.cli_options import AttentionOption, KernelsOption
-
-
-def _table(summary: dict[str, Any]) -> Table:
-    """Layers with identical figures (the repeated blocks) collapse into one row."""
-    tp = summary["tp"]
-    table = Table(title=f"{summary['model']}: micro-batch {summary['micro_batch']}, "
-                        f"sequence {summary['seq_len']}, TP {tp}{' + SP' if summary['sp'] else ''}"
-                        f"{' (per device)' if tp > 1 else ''}")
-    for column in ("layers", "params", "fwd GFLOP", "bwd GFLOP", "activations MiB", "boundary MiB",
-                   "collectives", "operators"):
-        table.add_column(column, justify="left" if column in ("layers", "collectives", "operators")
-                         else "right")
-    rows: list[tuple[list[str], dict[str, Any]]] = []
-    for layer in summary["layers"]:
-        figures = {k: v for k, v in layer.items() if k != "name"}
-        if rows and rows[-1][1] == figures:
-            rows[-1][0].append(layer["name"])
-        else:
-            rows.append(([layer["name"]], figures))
-    for names, f in rows:
-        label = names[0] if len(names) == 1 else f"{names[0]} … {names[-1]} (×{len(names)})"
-        table.add_row(label, f"{f['params']:,}", f"{f['fwd_flop'] / 1e9:,.1f}",
-                      f"{f['bwd_flop'] / 1e9:,.1f}", f"{f['activation_bytes'] / 2**20:,.1f}",
-                      f"{f['boundary_bytes'] / 2**20:,.2f}",
-                      ", ".join(f"{k} {v}" for k, v in f["collectives"].items()) or "-",
-                      ", ".join(f"{k} {v}" for k, v in f["operators"].items()))
-    total = summary["total"]
-    table.add_section()
-    table.add_row("total", f"{total['params']:,}", f"{total['fwd_flop'] / 1e9:,.1f}",
-                  f"{total['bwd_flop'] / 1e9:,.1f}", "", "", "", "")
-    return table
+from archplace.report.graph_tables import graph_table
 
 
 def register(app: typer.Typer) -> None:
@@ -65,4 +34,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
         else:
-            Console(width=200).print(_table(summary))
+            Console(width=200).print(graph_table(summary))

@@ -8,15 +8,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from archplace import api, limits
 from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOption, ZeroStagesOption
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.placement.dag import load_layer_graph_file
+from archplace.placement.layer_graph_file import load_layer_graph_file
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
-
-_GIB = 2.0**30
+from archplace.report.plan_tables import detail_tables, summary_table
 
 Model = Annotated[str, typer.Option(help="Model preset or path of an HF config.json.")]
 Hardware = Annotated[str, typer.Option(help="Hardware preset or YAML file (with cluster links).")]
@@ -30,80 +28,6 @@ Fuse = Annotated[bool, typer.Option(
 DpOverlap = Annotated[bool, typer.Option(
     "--dp-overlap", help="Reduce gradients bucket by bucket during the last backward pass (only what "
                          "is left after it is exposed); without it the whole reduction is exposed.")]
-
-
-def _plan_label(result: PlanResult) -> str:
-    p = result.plan
-    parts = [f"tp{p.tp} pp{p.pp} dp{p.dp}", f"b={p.micro_batch}", p.schedule.value]
-    if p.chunks > 1:
-        parts.append(f"v={p.chunks}")
-    parts.append(f"recompute={p.recompute.value}")
-    parts += [flag for flag, on in (("sp", p.sp), (f"zero{p.zero_stage}", p.zero_stage > 0),
-                                    ("overlap", p.dp_overlap)) if on]
-    return " ".join(parts)
-
-
-def _summary_table(results: list[PlanResult], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("#", "plan", "iteration s", "samples/s", "tokens/s", "TFLOP/s per device", "MFU",
-                   "HFU", "max memory GiB"):
-        table.add_column(column, justify="left" if column == "plan" else "right")
-    for i, r in enumerate(results, 1):
-        peak = max((m.total for m in r.memory), default=0.0)
-        table.add_row(str(i), _plan_label(r), f"{r.iteration_time_s:.3f}",
-                      f"{r.throughput_samples_per_s:,.1f}", f"{r.tokens_per_s:,.0f}",
-                      f"{r.model_flop_per_s_per_device / 1e12:.1f}", f"{r.mfu:.1%}", f"{r.hfu:.1%}",
-                      f"{peak / _GIB:.1f}")
-    return table
-
-
-def _detail_tables(result: PlanResult) -> list[Table]:
-    breakdown = Table(title="iteration time breakdown")
-    breakdown.add_column("part")
-    breakdown.add_column("seconds", justify="right")
-    breakdown.add_column("share", justify="right")
-    for part, seconds in result.breakdown_s.items():
-        breakdown.add_row(part, f"{seconds:.4f}", f"{seconds / result.iteration_time_s:.1%}")
-    memory = Table(title="memory per device (GiB)")
-    for column in ("stage", "layers", "weights", "gradients", "optimizer", "activations", "gathered",
-                   "total"):
-        memory.add_column(column, justify="right")
-    stages, pp = result.plan.stages, result.plan.pp
-    for m in result.memory:  # interleaved: device j holds chunks j, j + pp, j + 2 pp, ...
-        layers = ", ".join(f"{first}–{last}" for first, last in stages[m.stage::pp])
-        if result.plan.stage_layers:  # a layer-graph plan names its layers
-            layers = ", ".join(name for names in result.plan.stage_layers[m.stage::pp] for name in names)
-        memory.add_row(str(m.stage), layers, *(f"{v / _GIB:.2f}" for v in
-                                                 (m.weights, m.gradients, m.optimizer, m.activations,
-                                                  m.gathered, m.total)))
-    return [breakdown, _comm_table(result), _stage_time_table(result), memory]
-
-
-def _comm_table(result: PlanResult) -> Table:
-    """Communication of the critical device per iteration: all of it and its exposed part."""
-    table = Table(title="communication per iteration (s; exposed = not hidden behind computation)")
-    for column in ("kind", "total", "exposed", "hidden"):
-        table.add_column(column, justify="right")
-    for kind, parts in result.comm_s.items():
-        total, exposed = parts["total"], parts["exposed"]
-        table.add_row(kind, f"{total:.4f}", f"{exposed:.4f}", f"{max(0.0, total - exposed):.4f}")
-    return table
-
-
-def _stage_time_table(result: PlanResult) -> Table:
-    """Time per micro-batch of every segment (stage or interleaved chunk); * marks the slowest."""
-    table = Table(title="time per micro-batch of each stage (ms; * the slowest, which sets the pace)")
-    for column in ("segment", "device", "layers", "compute", "of it TP comm", "recompute", "p2p", "total"):
-        table.add_column(column, justify="right")
-    plan = result.plan
-    slowest = max((t.total_s for t in result.stage_times), default=0.0)
-    for i, (t, (first, last)) in enumerate(zip(result.stage_times, plan.stages, strict=True)):
-        layers = ", ".join(plan.stage_layers[i]) if plan.stage_layers else f"{first}–{last}"
-        mark = " *" if t.total_s == slowest else ""
-        table.add_row(str(i), str(i % plan.pp), layers,
-                      *(f"{v * 1e3:.3f}" for v in (t.compute_s, t.tp_comm_s, t.recompute_s, t.p2p_s)),
-                      f"{t.total_s * 1e3:.3f}{mark}")
-    return table
 
 
 def _single(values: list[int] | None, option: str) -> int:
@@ -222,9 +146,9 @@ def register(app: typer.Typer) -> None:
                                   indent=2))
             return
         console = Console(width=160)
-        console.print(_summary_table(results, f"best plans for {name} on {devices} × {hardware}, "
+        console.print(summary_table(results, f"best plans for {name} on {devices} × {hardware}, "
                                               f"global batch {global_batch}"))
-        for table in _detail_tables(results[0]):
+        for table in detail_tables(results[0]):
             console.print(table)
 
     @app.command()
@@ -264,7 +188,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(result.to_dict(), indent=2))
             return
         console = Console(width=160)
-        console.print(_summary_table([result], f"{model} on {devices} × {hardware}, "
+        console.print(summary_table([result], f"{model} on {devices} × {hardware}, "
                                                f"global batch {global_batch}"))
-        for table in _detail_tables(result):
+        for table in detail_tables(result):
             console.print(table)

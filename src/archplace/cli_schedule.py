@@ -20,15 +20,15 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ConfigError
 from archplace.inputs import read_mapping
 from archplace.outputs import check_image_output, write_text_output
-from archplace.schedule.base import ScheduleResult, SolveOptions
+from archplace.report.schedule_tables import schedule_table
+from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import BACKENDS, layer_problem, solve_problem
+from archplace.schedule.solve import get_scheduler, layer_problem, solve_problem
 
 
 def read_problem(path: Path) -> ScheduleProblem:
@@ -43,26 +43,6 @@ def read_problem(path: Path) -> ScheduleProblem:
         return ScheduleProblem.from_dict(data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-
-
-def _table(problem: ScheduleProblem, result: ScheduleResult, source: str) -> Table:
-    modes = {"single": 0, "all": 0}
-    for placed in result.schedule.ops:
-        modes[placed.mode] += 1
-    table = Table(title=f"layer schedule ({result.backend})")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    table.add_row("problem", source)
-    table.add_row("size", f"{len(problem.ops)} ops, {problem.tensor_cores} tensor + "
-                          f"{problem.vector_cores} vector cores")
-    table.add_row("makespan", f"{result.makespan_s * 1e3:.4f} ms")
-    table.add_row("lower bound", f"{result.lower_bound_s * 1e3:.4f} ms")
-    table.add_row("optimal", "yes (proven)" if result.optimal else "not proven")
-    table.add_row("gap", f"{100 * result.gap:.3f} %")
-    table.add_row("ops on one core", str(modes["single"]))
-    table.add_row("ops on all cores", str(modes["all"]))
-    table.add_row("solve time", f"{result.solve_time_s:.3f} s")
-    return table
 
 
 def schedule(
@@ -89,8 +69,7 @@ def schedule(
              ".pdf, ...; PNG without a suffix).")] = None,
 ) -> None:
     """Schedule one layer's operators on the tensor and vector cores (minimum makespan)."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    get_scheduler(backend)  # an unknown backend is refused before any work
     options = SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
     if (problem_file is None) == (model is None):
         raise ConfigError("schedule needs either --problem FILE.json or --model (not both)")
@@ -108,7 +87,7 @@ def schedule(
                     else None)
     result = solve_problem(problem, backend, options)
     if gantt is not None and image_format is not None:
-        from archplace.schedule.gantt import draw_gantt
+        from archplace.report.gantt import draw_gantt
 
         try:
             draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
@@ -119,7 +98,7 @@ def schedule(
         typer.echo(json.dumps(result.to_dict(), indent=1))
     else:
         console = Console() if sys.stdout.isatty() else Console(width=160)
-        console.print(_table(problem, result, source))
+        console.print(schedule_table(problem, result, source))
 
 
 def register(app: typer.Typer) -> None:

@@ -286,7 +286,7 @@ class Plan:
             Megatron-LM's ``--overlap-grad-reduce``); only what is left after the backward pass
             is exposed (:func:`archplace.placement.zero.bucketed_exposed_s`).
         stage_layers: optional layer names of every range of ``stages``, in chain order; set by
-            the layer-DAG planner (:func:`archplace.placement.dag.dag_plan`), whose ``stages``
+            the layer-DAG planner (:func:`archplace.placement.downset_dp.dag_plan`), whose ``stages``
             index a topological order of the DAG's layers, so that the plan names its layers.
             Empty for chain plans.
 

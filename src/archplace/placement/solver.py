@@ -18,7 +18,7 @@ finally the lexicographically smallest stages.
 
 Layer chains: the states of the DP are the chain's prefixes (suffixes). Models whose layers form
 a DAG (two-tower, multi-modal, a user's profiled layer graph) are planned exactly by
-:func:`archplace.placement.dag.dag_plan`, Piper's DP over downsets (Tarnawski et al., NeurIPS
+:func:`archplace.placement.downset_dp.dag_plan`, Piper's DP over downsets (Tarnawski et al., NeurIPS
 2021), with the same time and memory model; on a chain it gives this module's plan.
 """
 

@@ -1,7 +1,8 @@
 """Entry points of per-layer scheduling: the backends by name, and the Python API
 (``solve_problem``, ``layer_problem``, ``schedule_layer``) behind ``archplace schedule``.
 
-Backends (all behind :class:`~archplace.schedule.base.Scheduler`):
+Backends (all behind :class:`~archplace.schedule.base.Scheduler`, chosen by name from the
+registry :data:`SCHEDULER_FACTORIES`):
 
 * ``list`` -- the critical-path list scheduler (:mod:`archplace.schedule.list_scheduler`);
   ``optimal`` only when it meets the lower bound;
@@ -13,6 +14,8 @@ Backends (all behind :class:`~archplace.schedule.base.Scheduler`):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from archplace import limits
 from archplace.errors import ConfigError
@@ -20,7 +23,6 @@ from archplace.schedule.base import Scheduler, ScheduleResult, SolveOptions
 from archplace.schedule.list_scheduler import list_schedule, lower_bound_s
 from archplace.schedule.problem import ScheduleProblem
 
-BACKENDS = ("list", "cpsat", "highs", "gurobi")
 LAYERS = ("embedding", "block", "head")
 PHASES = ("fwd", "bwd")
 
@@ -40,23 +42,52 @@ class ListScheduler:
                               time.perf_counter() - started)
 
 
+def _list() -> Scheduler:
+    return ListScheduler()
+
+
+def _cpsat() -> Scheduler:
+    from archplace.schedule.cpsat import CpSatScheduler
+
+    return CpSatScheduler()
+
+
+def _highs() -> Scheduler:
+    from archplace.schedule.milp import HighsScheduler
+
+    return HighsScheduler()
+
+
+def _gurobi() -> Scheduler:
+    from archplace.schedule.milp import GurobiScheduler
+
+    return GurobiScheduler()
+
+
+SCHEDULER_FACTORIES: Mapping[str, Callable[[], Scheduler]] = MappingProxyType({
+    "list": _list,
+    "cpsat": _cpsat,
+    "highs": _highs,
+    "gurobi": _gurobi,
+})
+"""Every scheduling backend by name: a read-only mapping of name -> factory of its
+:class:`~archplace.schedule.base.Scheduler` (each factory imports its solver's module when
+called)."""
+
+BACKENDS: tuple[str, ...] = tuple(SCHEDULER_FACTORIES)
+"""The backend names, in registry order."""
+
+
 def get_scheduler(backend: str) -> Scheduler:
-    """The scheduler called ``backend`` (one of :data:`BACKENDS`).
+    """The scheduler called ``backend`` (a key of :data:`SCHEDULER_FACTORIES`).
 
     Raises:
-        ConfigError: an unknown name.
+        ConfigError: an unknown name (the message lists the registry's names).
     """
-    if backend == "list":
-        return ListScheduler()
-    if backend == "cpsat":
-        from archplace.schedule.cpsat import CpSatScheduler
-
-        return CpSatScheduler()
-    if backend in ("highs", "gurobi"):
-        from archplace.schedule.milp import GurobiScheduler, HighsScheduler
-
-        return HighsScheduler() if backend == "highs" else GurobiScheduler()
-    raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    factory = SCHEDULER_FACTORIES.get(backend)
+    if factory is None:
+        raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    return factory()
 
 
 def solve_problem(problem: ScheduleProblem, backend: str = "cpsat",

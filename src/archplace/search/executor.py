@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 from multiprocessing.process import BaseProcess
+from types import MappingProxyType
 
 from archplace.errors import ConfigError
 from archplace.lifetime import guard_child, sigint_blocked, stop_processes
-
-EXECUTORS = ("local", "dask")
 
 
 def default_jobs() -> int:
@@ -130,13 +129,30 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
         quiet.setLevel(level)
 
 
+def _local_executor(jobs: int, scheduler: str | None) -> AbstractContextManager[Executor | None]:
+    return _local(jobs)
+
+
+def _dask_executor(jobs: int, scheduler: str | None) -> AbstractContextManager[Executor | None]:
+    return _dask(scheduler, jobs)
+
+
+EXECUTOR_FACTORIES: Mapping[str, Callable[[int, str | None], AbstractContextManager[Executor | None]]] = (
+    MappingProxyType({"local": _local_executor, "dask": _dask_executor}))
+"""Every executor by name: a read-only mapping of name -> factory ``(jobs, scheduler address or
+None) -> context manager`` yielding the executor (None: run in this process)."""
+
+EXECUTORS: tuple[str, ...] = tuple(EXECUTOR_FACTORIES)
+"""The executor names, in registry order."""
+
+
 def make_executor(kind: str = "local", jobs: int | None = None,
                   scheduler: str | None = None) -> AbstractContextManager[Executor | None]:
     """A context manager yielding the executor, or None to run in this process.
 
     Args:
-        kind: ``local`` (a process pool; None, this process, for one job) or ``dask`` (a local
-            Dask cluster, or the one at ``scheduler``).
+        kind: a key of :data:`EXECUTOR_FACTORIES`: ``local`` (a process pool; None, this
+            process, for one job) or ``dask`` (a local Dask cluster, or the one at ``scheduler``).
         jobs: worker processes (default: the usable CPUs).
         scheduler: address of a running Dask scheduler, e.g. ``tcp://10.0.0.5:8786``
             (implies ``dask``).
@@ -146,9 +162,10 @@ def make_executor(kind: str = "local", jobs: int | None = None,
     """
     if scheduler:
         kind = "dask"
-    if kind not in EXECUTORS:
+    factory = EXECUTOR_FACTORIES.get(kind)
+    if factory is None:
         raise ConfigError(f"unknown executor {kind!r}; choose from: {', '.join(EXECUTORS)}")
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 0:
         raise ConfigError(f"--jobs must be positive, got {jobs}")
-    return _local(jobs) if kind == "local" else _dask(scheduler, jobs)
+    return factory(jobs, scheduler)
