@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow lint bench check-pins lock clean
+.PHONY: setup demo test test-slow lint docs bench check-pins lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
+
+# The documentation site (docs/, mkdocs.yml) into site/, warnings as errors.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
@@ -53,4 +57,4 @@ lock:
 	rm -rf $(LOCK_VENV)
 
 clean:
-	rm -rf $(VENV) results .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) results site .pytest_cache .mypy_cache .ruff_cache

@@ -541,9 +541,9 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
             micro-batch of ``micro_batch`` samples and per TP rank of a ``tp``-wide group, SI units.
         hardware: hardware preset or YAML file (chip and cluster links).
         devices, global_batch: cluster size and samples per iteration.
-        micro_batch, recompute, schedule (``1f1b`` or ``gpipe``), tp, zero_stage (0 or 1;
-            ``zero=True`` is the older spelling of 1), dp_overlap, sp: the fixed plan options
-            (sp only recorded: the costs already reflect it).
+        micro_batch, recompute, schedule, tp, zero_stage, dp_overlap, sp: the fixed plan
+            options: schedule ``1f1b`` or ``gpipe``; zero_stage 0 or 1 (``zero=True`` is the
+            older spelling of 1); sp only recorded (the costs already reflect it).
         grad_reduce_dtype: fp32 or bf16 gradients (:func:`plan`).
         seq_len: tokens per sample for tokens/s [the file's ``seq_len``, else 1].
         optimizer: ``adam`` or ``sgd``.
