@@ -35,6 +35,7 @@ from archplace.cost.estimate import (
 )
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM
+from archplace.schemas import stamp
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
 
 estimate_app = typer.Typer(
@@ -71,7 +72,7 @@ def estimate(
     result = estimate_model(model, hardware, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
                             attention=attention, kernels=kernels)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(json.dumps(stamp("estimate", result.to_dict()), indent=2))
     else:
         if ops:
             _console().print(_ops_table(result))
@@ -156,7 +157,7 @@ def matmul(
             raise ConfigError("estimate matmul: give --array or --hardware, not both")
         on_preset = estimate_preset_matmul(hardware, m, k, n, batch=batch).to_dict()
         if as_json:
-            typer.echo(json.dumps(on_preset))
+            typer.echo(json.dumps(stamp("estimate-matmul", on_preset)))
             return
         _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {hardware}", on_preset,
                        EFFICIENCY_NOTES[on_preset["efficiency_model"]])
@@ -175,7 +176,7 @@ def matmul(
     )
     data = result.to_dict()
     if as_json:
-        typer.echo(json.dumps(data))
+        typer.echo(json.dumps(stamp("estimate-matmul", data)))
         return
     _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {cores} x {rows}x{cols} ({dataflow.lower()})", data)
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from archplace import api
 from archplace.cli_options import AttentionOption, KernelsOption
+from archplace.schemas import stamp
 
 
 def _table(summary: dict[str, Any]) -> Table:
@@ -63,6 +64,6 @@ def register(app: typer.Typer) -> None:
         summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse,
                             attention=attention, kernels=kernels)
         if as_json:
-            typer.echo(json.dumps(summary, indent=2))
+            typer.echo(json.dumps(stamp("graph", summary), indent=2))
         else:
             Console(width=200).print(_table(summary))

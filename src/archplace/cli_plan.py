@@ -15,6 +15,7 @@ from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOptio
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.dag import load_layer_graph_file
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
+from archplace.schemas import stamp
 
 _GIB = 2.0**30
 
@@ -218,8 +219,8 @@ def register(app: typer.Typer) -> None:
                                attention=attention, kernels=kernels)
             name = model
         if as_json:
-            typer.echo(json.dumps({"plans": [r.to_dict() for r in results], **results[0].to_dict()},
-                                  indent=2))
+            typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
+                                                 **results[0].to_dict()}), indent=2))
             return
         console = Console(width=160)
         console.print(_summary_table(results, f"best plans for {name} on {devices} × {hardware}, "
@@ -261,7 +262,7 @@ def register(app: typer.Typer) -> None:
                               grad_reduce_dtype=grad_reduce_dtype,
                               attention=attention, kernels=kernels)
         if as_json:
-            typer.echo(json.dumps(result.to_dict(), indent=2))
+            typer.echo(json.dumps(stamp("evaluate", result.to_dict()), indent=2))
             return
         console = Console(width=160)
         console.print(_summary_table([result], f"{model} on {devices} × {hardware}, "
