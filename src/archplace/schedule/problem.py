@@ -28,8 +28,8 @@ from typing import Any
 from archplace.cost.model import CostModel
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
-from archplace.schemas import STAMP_KEYS, check_stamp
 from archplace.inputs import show_value
+from archplace.schemas import STAMP_KEYS, check_stamp
 from archplace.workload.graph import CoreType, OpGraph
 
 SUPPORTED_CORE_TYPES = (CoreType.TENSOR, CoreType.VECTOR, CoreType.FUSED)
