@@ -46,7 +46,6 @@ STAMP_KEYS = ("schema_version", "archplace_version")
 """The keys :func:`stamp` adds, first in the document."""
 
 _COMMON = "common"
-_COMMON_ID = "urn:archplace:schema:common"
 
 
 def _kind(kind: str) -> int:
@@ -103,6 +102,5 @@ def load_schema(kind: str) -> dict[str, Any]:
     """
     _kind(kind)
     schema = _read(kind)
-    if _COMMON_ID in json.dumps(schema):
-        schema.setdefault("$defs", {})[_COMMON] = _read(_COMMON)
+    schema.setdefault("$defs", {})[_COMMON] = _read(_COMMON)  # an embedded resource: its own $id
     return schema
