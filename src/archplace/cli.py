@@ -27,6 +27,7 @@ from archplace.report.tables import (
     search_table,
     write_results_csv,
 )
+from archplace.schemas import stamp
 from archplace.search.executor import make_executor
 from archplace.search.objective import score
 from archplace.search.request import SearchRequest, SearchResult
@@ -129,7 +130,8 @@ def search(
     # one line on stderr is the error.
     say = err.print if failed is None else (lambda _: None)
     if out is not None:
-        data = outcomes[0].to_dict() if len(outcomes) == 1 else {"per_model": [r.to_dict() for r in outcomes]}
+        data = stamp("search", outcomes[0].to_dict() if len(outcomes) == 1
+                     else {"per_model": [r.to_dict() for r in outcomes]})
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
         say(f"wrote {out}")
     if plot is not None:

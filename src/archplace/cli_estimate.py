@@ -32,6 +32,7 @@ from archplace.cost.estimate import (
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM
 from archplace.report.estimate_tables import figures_table, model_table, ops_table
+from archplace.schemas import stamp
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
 
 estimate_app = typer.Typer(
@@ -68,7 +69,7 @@ def estimate(
     result = estimate_model(model, hardware, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
                             attention=attention, kernels=kernels)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(json.dumps(stamp("estimate", result.to_dict()), indent=2))
     else:
         if ops:
             _console().print(ops_table(result))
@@ -115,7 +116,7 @@ def matmul(
             raise ConfigError("estimate matmul: give --array or --hardware, not both")
         on_preset = estimate_preset_matmul(hardware, m, k, n, batch=batch).to_dict()
         if as_json:
-            typer.echo(json.dumps(on_preset))
+            typer.echo(json.dumps(stamp("estimate-matmul", on_preset)))
             return
         _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {hardware}", on_preset,
                        EFFICIENCY_NOTES[on_preset["efficiency_model"]])
@@ -134,7 +135,7 @@ def matmul(
     )
     data = result.to_dict()
     if as_json:
-        typer.echo(json.dumps(data))
+        typer.echo(json.dumps(stamp("estimate-matmul", data)))
         return
     _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {cores} x {rows}x{cols} ({dataflow.lower()})", data)
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from archplace import api
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.report.graph_tables import graph_table
+from archplace.schemas import stamp
 
 
 def register(app: typer.Typer) -> None:
@@ -32,6 +33,6 @@ def register(app: typer.Typer) -> None:
         summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse,
                             attention=attention, kernels=kernels)
         if as_json:
-            typer.echo(json.dumps(summary, indent=2))
+            typer.echo(json.dumps(stamp("graph", summary), indent=2))
         else:
             Console(width=200).print(graph_table(summary))

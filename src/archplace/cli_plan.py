@@ -15,6 +15,7 @@ from archplace.errors import ConfigError, InfeasibleError
 from archplace.placement.layer_graph_file import load_layer_graph_file
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
 from archplace.report.plan_tables import detail_tables, summary_table
+from archplace.schemas import stamp
 
 Model = Annotated[str, typer.Option(help="Model preset or path of an HF config.json.")]
 Hardware = Annotated[str, typer.Option(help="Hardware preset or YAML file (with cluster links).")]
@@ -142,8 +143,8 @@ def register(app: typer.Typer) -> None:
                                attention=attention, kernels=kernels)
             name = model
         if as_json:
-            typer.echo(json.dumps({"plans": [r.to_dict() for r in results], **results[0].to_dict()},
-                                  indent=2))
+            typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
+                                                 **results[0].to_dict()}), indent=2))
             return
         console = Console(width=160)
         console.print(summary_table(results, f"best plans for {name} on {devices} × {hardware}, "
@@ -185,7 +186,7 @@ def register(app: typer.Typer) -> None:
                               grad_reduce_dtype=grad_reduce_dtype,
                               attention=attention, kernels=kernels)
         if as_json:
-            typer.echo(json.dumps(result.to_dict(), indent=2))
+            typer.echo(json.dumps(stamp("evaluate", result.to_dict()), indent=2))
             return
         console = Console(width=160)
         console.print(summary_table([result], f"{model} on {devices} × {hardware}, "

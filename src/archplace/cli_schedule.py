@@ -29,6 +29,7 @@ from archplace.report.schedule_tables import schedule_table
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import get_scheduler, layer_problem, solve_problem
+from archplace.schemas import stamp
 
 
 def read_problem(path: Path) -> ScheduleProblem:
@@ -82,7 +83,8 @@ def schedule(
                                 seq_len=seq_len, attention=attention, kernels=kernels)
         source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
     if dump_problem is not None:
-        write_text_output(dump_problem, "--dump-problem", json.dumps(problem.to_dict(), indent=1) + "\n")
+        write_text_output(dump_problem, "--dump-problem",
+                          json.dumps(stamp("schedule-problem", problem.to_dict()), indent=1) + "\n")
     image_format = (check_image_output(gantt, "--gantt", default_format="png") if gantt is not None
                     else None)
     result = solve_problem(problem, backend, options)
@@ -95,7 +97,7 @@ def schedule(
         except OSError as exc:
             raise ConfigError(f"--gantt {gantt}: cannot write ({exc.strerror or exc})") from None
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=1))
+        typer.echo(json.dumps(stamp("schedule", result.to_dict()), indent=1))
     else:
         console = Console() if sys.stdout.isatty() else Console(width=160)
         console.print(schedule_table(problem, result, source))

@@ -29,6 +29,7 @@ from archplace.cost.model import CostModel
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.inputs import show_value
+from archplace.schemas import STAMP_KEYS, check_stamp
 from archplace.workload.graph import CoreType, OpGraph
 
 SUPPORTED_CORE_TYPES = (CoreType.TENSOR, CoreType.VECTOR, CoreType.FUSED)
@@ -160,14 +161,16 @@ class ScheduleProblem:
 
         Ids and predecessors are whole numbers (``3`` or ``3.0``, not ``true``); latencies are
         finite numbers >= 0 (not text, not booleans); ``core_type`` is ``tensor``, ``vector`` or
-        ``fused``; no other keys are allowed.
+        ``fused``; no other keys are allowed, but for the stamp ``schedule --dump-problem`` adds
+        (``schema_version``, ``archplace_version``: :mod:`archplace.schemas`).
 
         Raises:
             ConfigError: one line naming the field: a missing or unknown key, a wrong type or an
                 invalid value (``schedule problem: ops[3].single_s must be a finite number >= 0,
-                got "1e-3"``).
+                got "1e-3"``), or a stamp of another schema version.
         """
-        _keys(data, "schedule problem", ("tensor_cores", "vector_cores", "ops"), ())
+        _keys(data, "schedule problem", ("tensor_cores", "vector_cores", "ops"), STAMP_KEYS)
+        check_stamp("schedule-problem", data, "schedule problem")
         raw_ops = data["ops"]
         if not isinstance(raw_ops, list):
             raise ConfigError(f"schedule problem: ops must be a list of ops, got {show_value(raw_ops)}")
