@@ -23,6 +23,15 @@ class InfeasibleError(ArchplaceError):
     """An expected dead end (nothing fits in memory, no valid plan), with the reason in numbers."""
 
 
+class OutOfMemoryError(InfeasibleError):
+    """Nothing fits in HBM (or the given plan does not): the closest candidate's memory named.
+
+    The other :class:`InfeasibleError` dead ends are plans that cannot exist at all (no pipeline
+    depth and DP degree suit the devices and the batch); callers choosing the most informative
+    of several failures prefer this one.
+    """
+
+
 class SolverError(ArchplaceError):
     """A scheduling or placement solver failed in a way that is not a bug in the input."""
 

@@ -57,7 +57,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement.memory import (
     in_flight_micro_batches,
@@ -883,7 +883,7 @@ def _raise_closest(fig: _Figures, candidates: Sequence[_Candidate], kind: Pipeli
     least = min(peaks.values())
     hbm = format_bytes(fig.setup.hbm_bytes)
     if least == np.inf:  # pragma: no cover - every graph has a split for p = 1
-        raise InfeasibleError(f"no plan fits in {hbm} HBM")
+        raise OutOfMemoryError(f"no plan fits in {hbm} HBM")
     best: tuple[int, int, _Candidate, list[int]] | None = None
     for p, group in sorted(by_p.items()):
         if peaks[p] != least:
@@ -900,7 +900,7 @@ def _raise_closest(fig: _Figures, candidates: Sequence[_Candidate], kind: Pipeli
     needs = [fig.memory(pid, cand.profile[p - 1 - j], cand.d if zero else 1) for j, pid in enumerate(split)]
     worst = needs.index(max(needs))
     names = ", ".join(layer.name for layer in fig.members(st.pair_stage[split[worst]]))
-    raise InfeasibleError(
+    raise OutOfMemoryError(
         f"no plan fits in {hbm} HBM: best candidate pp={p} dp={cand.d} needs {format_bytes(least)} on "
         f"stage {worst} (layers {names}; tp={fig.tp}, micro_batch={fig.micro_batch}, "
         f"recompute={fig.recompute.value}, schedule={kind.value}"
