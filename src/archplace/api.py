@@ -9,18 +9,20 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from archplace import limits
 from archplace.cost.estimate import estimate_matmul, estimate_model, estimate_preset_matmul
-from archplace.errors import ConfigError
+from archplace.errors import ArchplaceError, ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
 from archplace.hardware.space import load_space
+from archplace.lifetime import Interrupted
 from archplace.placement import workflow
 from archplace.placement.plan import (
     ZERO_STAGES,
@@ -35,9 +37,10 @@ from archplace.schedule.solve import layer_problem, schedule_layer, solve_proble
 from archplace.search.executor import make_executor
 from archplace.search.objective import Objective, rank
 from archplace.search.request import SearchRequest, SearchResult
-from archplace.search.runner import Progress, run_search
+from archplace.search.runner import Progress, Tick, run_search, stored_designs
 from archplace.search.store import ResultStore, StoredResult
 from archplace.search.strategies import make_strategy
+from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, check_tp
@@ -49,6 +52,7 @@ __all__ = ["check_run_options", "estimate_matmul", "estimate_model", "estimate_p
            "evaluate", "graph", "hardware",
            "layer_problem", "models", "plan", "plan_layer_graph", "results", "schedule_layer", "search",
            "search_each", "search_request", "solve_problem"]
+__all__ += ["SearchInterrupted", "SearchSpec", "spec_request"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -357,7 +361,7 @@ def search_request(
     _check_cluster(devices, global_batch)
     names = [model] if isinstance(model, str) else list(model)
     if not names:
-        raise ConfigError("--model is required")
+        raise ConfigError("model: at least one model is needed")
     batches = limits.whole_each("micro_batches", micro_batches, 1, limits.MAX_MICRO_BATCH)
     if tp is not None:
         limits.whole_each("tp", tp, 1, limits.MAX_DEVICES)
@@ -386,7 +390,7 @@ def search_request(
         tps = tuple(dict.fromkeys(tp))
         for width in tps:
             if width <= 0 or width > devices:
-                raise ConfigError(f"--tp {width} must be between 1 and the {devices} devices")
+                raise ConfigError(f"tp {width} must be between 1 and the {devices} devices")
             for spec in specs:
                 check_tp(spec, width)
     plan_space = PlanSpace(tps=tps, micro_batches=batches,
@@ -423,46 +427,145 @@ def check_run_options(*, trials: int | None = None, seed: int = 0, exact_top: in
         limits.jobs(jobs)
 
 
-def search(model: str | Sequence[str], *, progress: Progress | None = None, jobs: int | None = 1,
-           executor: str = "local", scheduler: str | None = None, store: str | None = None,
-           strategy: str = "exhaustive", trials: int | None = None, seed: int = 0, exact_top: int = 0,
-           **options: Any) -> SearchResult:
-    """Search a space of accelerators for the one that trains ``model`` fastest.
+class SearchInterrupted(Interrupted):
+    """A search (:func:`search`, :func:`search_each`) stopped by an interrupt (SIGINT while
+    :func:`archplace.lifetime.raising_interrupts` is in force, as in the CLI); its workers are
+    stopped by then.
 
-    Takes the arguments of :func:`search_request` (``space``, ``devices``, ``global_batch``,
-    ``seq_len``, ``micro_batches``, ``recompute``, ``tp``, ``schedules``, ``cluster``,
-    ``objective``, budgets, ``baseline``, ``fuse``, ``attention``, ``kernels``), ``progress`` (called with a
-    :class:`~archplace.search.runner.Tick` after every finished batch), how to explore
-    (``strategy``: ``exhaustive`` with provable pruning, ``exhaustive-all`` without, ``phaze``,
-    ``wham``, ``optuna``; ``trials`` caps the designs evaluated; ``seed``), and where to run:
-    ``jobs`` local worker processes (1: in this process), or ``executor="dask"`` (a local Dask
-    cluster, or the one at ``scheduler``). With ``store`` (an SQLite file) every result is
-    written as it finishes, and a re-run of the same search resumes from it.  ``exact_top``
-    re-evaluates the best designs with CP-SAT layer schedules.
+    Attributes:
+        evaluated: designs evaluated (or read back from the store) before the interrupt.
+        store: the result store, or None.
+        stored: designs of the searches begun that the store holds (a re-run reads them back);
+            None when there is no store or the file turned out not to be one.
+    """
+
+    def __init__(self, evaluated: int, store: Path | None = None, stored: int | None = None) -> None:
+        if store is None:
+            detail = f"{_designs(evaluated)} evaluated; give a store to keep results across runs"
+        elif stored is None:
+            detail = f"nothing stored in {store}"
+        else:
+            detail = f"{_designs(stored)} stored in {store}; re-run the same search to resume"
+        super().__init__(detail)
+        self.evaluated, self.store, self.stored = evaluated, store, stored
+
+
+def _designs(count: int) -> str:
+    return f"{count} design{'' if count == 1 else 's'}"
+
+
+def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None = None,
+           **fields: Any) -> SearchResult:
+    """Search a space of accelerators for the one that trains the spec's models best.
+
+    Args:
+        spec: a :class:`~archplace.specs.search.SearchSpec` (``fields`` then override its
+            fields), or -- the older call -- a model name or several, with the spec's fields as
+            keywords (``devices``, ``global_batch``, ``space``, ``strategy``, ``trials``, ``jobs``,
+            ``store``, ...); that call runs in this process (``jobs=1``) and re-evaluates
+            nothing with CP-SAT (``exact_top=0``) unless told.
+        progress: called in this process with a :class:`~archplace.search.runner.Tick` after
+            every finished batch of designs.
+
+    How the space is explored (``strategy``: ``exhaustive`` with provable pruning,
+    ``exhaustive-all`` without, ``phaze``, ``wham``, ``optuna``; ``trials`` caps the designs
+    evaluated; ``seed``), and where: ``jobs`` local worker processes (1: in this process), or
+    ``executor="dask"`` (a local Dask cluster, or the one at ``scheduler``). With ``store`` (an
+    SQLite file) every result is written as it finishes, and a re-run of the same search resumes
+    from it.  ``exact_top`` re-evaluates the best designs with CP-SAT layer schedules.
 
     Returns:
         The evaluated designs, best first (``result.best`` is None when nothing fits).
 
     Raises:
-        ConfigError: bad input (see :func:`search_request` and :func:`check_run_options`), an
-            unknown strategy, an unreachable scheduler.
+        ConfigError: bad input (:class:`~archplace.specs.search.SearchSpec`,
+            :func:`search_request`), an unreachable scheduler; ``per_model`` with several models
+            (use :func:`search_each`).
         ExtractionError: the model code cannot be traced.
+        SearchInterrupted: an interrupt, saying what was kept.
     """
-    check_run_options(trials=trials, seed=seed, exact_top=exact_top, jobs=jobs)
-    request = search_request(model, **options)
-    chosen = make_strategy(strategy)
-    results = ResultStore(Path(store)) if store else None
-    run = partial(run_search, request, chosen, progress=progress, store=results, exact_top=exact_top,
-                  seed=seed, budget=trials)
-    if jobs == 1 and executor == "local" and not scheduler:
-        return run()
-    with make_executor(executor, jobs, scheduler) as pool:
-        return run(executor=pool)
+    chosen = _search_spec(spec, fields)
+    if len(chosen.groups) > 1:
+        raise ConfigError("per_model: searching each model on its own gives one result per model; "
+                          "use search_each")
+    return _run_searches(chosen, progress)[0]
 
 
-def search_each(models: Sequence[str], **options: Any) -> list[SearchResult]:
-    """:func:`search` of each model on its own (the per-model objective), in the order given."""
-    return [search(name, **options) for name in models]
+def search_each(spec: SearchSpec | Sequence[str], *, progress: Progress | None = None,
+                **fields: Any) -> list[SearchResult]:
+    """:func:`search` of each model on its own (``per_model``), in the order given; every
+    search is checked (and its model traced) before the first starts, and they share the
+    workers. ``progress`` receives ticks whose ``search`` is the index of the search."""
+    chosen = _search_spec(spec, {**fields, "per_model": True})
+    return _run_searches(chosen, progress)
+
+
+def _search_spec(spec: SearchSpec | str | Sequence[str], fields: dict[str, Any]) -> SearchSpec:
+    """``spec`` with ``fields`` applied, or the spec of the older call ``search(model, **fields)``."""
+    if isinstance(spec, SearchSpec):
+        return spec.replace(**fields) if fields else spec
+    models = (spec,) if isinstance(spec, str | os.PathLike) else tuple(spec)
+    return SearchSpec(models=models, **{"jobs": 1, "exact_top": 0, "top": 1, **fields})
+
+
+def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> SearchRequest:
+    """:func:`search_request` of ``spec`` (for ``models``, default all of the spec's)."""
+    return search_request(list(models or spec.models), space=spec.space, devices=spec.devices,
+                          global_batch=spec.global_batch, seq_len=spec.seq_len,
+                          micro_batches=spec.micro_batches, recompute=spec.recompute, tp=spec.tp,
+                          schedules=spec.schedules, cluster=spec.cluster, objective=spec.objective,
+                          area_budget=spec.area_budget, power_budget=spec.power_budget,
+                          baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
+                          kernels=spec.kernels, zero_stages=spec.zero_stages,
+                          grad_reduce_dtype=spec.grad_reduce_dtype)
+
+
+def _run_searches(spec: SearchSpec, progress: Progress | None) -> list[SearchResult]:
+    """Every search of ``spec`` (:attr:`~archplace.specs.search.SearchSpec.groups`): all checked
+    first, then run one after another on one executor."""
+    make_strategy(spec.strategy)  # an unknown name is refused before any work
+    requests: list[SearchRequest] = []
+    evaluated: list[int] = []  # designs evaluated (or read back) so far, per search begun
+    out: list[SearchResult] = []
+    try:
+        for names in spec.groups:  # every request checked (and its models traced) before a pool starts
+            requests.append(spec_request(spec, names))
+        with make_executor(spec.executor, spec.jobs, spec.scheduler) as pool:
+            for index, request in enumerate(requests):
+                evaluated.append(0)
+                out.append(run_search(request, make_strategy(spec.strategy),
+                                      progress=_reporting(progress, index, evaluated), executor=pool,
+                                      store=ResultStore(Path(spec.store)) if spec.store else None,
+                                      exact_top=spec.exact, seed=spec.seed, budget=spec.trials,
+                                      keep=max(spec.top, spec.exact)))
+    except Interrupted:  # the workers are stopped by now: say what is kept
+        raise _interrupted(spec.store, requests, sum(evaluated)) from None
+    return out
+
+
+def _reporting(progress: Progress | None, index: int, evaluated: list[int]) -> Progress:
+    """A progress callback keeping the designs evaluated of search ``index`` in
+    ``evaluated[-1]`` and passing each tick on, marked with ``index``."""
+
+    def report(tick: Tick) -> None:
+        evaluated[-1] = tick.evaluated
+        if progress is not None:
+            progress(dataclasses.replace(tick, search=index))
+
+    return report
+
+
+def _interrupted(store: str | None, requests: Sequence[SearchRequest], evaluated: int) -> SearchInterrupted:
+    """What an interrupted search keeps: the designs in the store (those of the requests begun;
+    a re-run reads them back), or without a store how many were evaluated, for nothing."""
+    if store is None:
+        return SearchInterrupted(evaluated)
+    path = Path(store)
+    try:
+        kept = sum(stored_designs(ResultStore(path), r) for r in requests) if path.is_file() else 0
+    except ArchplaceError:  # not a store after all: it was never written to
+        return SearchInterrupted(evaluated, path, None)
+    return SearchInterrupted(evaluated, path, kept)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:

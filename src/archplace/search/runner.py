@@ -67,6 +67,8 @@ class Tick:
         best: the best design so far, or None.
         objective: what "best" means.
         bounded: core configurations bounded so far (:mod:`archplace.search.bounds`).
+        search: index of the search in a run of several (one per model,
+            :func:`archplace.api.search_each`), from 0.
     """
 
     evaluated: int
@@ -75,6 +77,7 @@ class Tick:
     best: DesignResult | None
     objective: Objective
     bounded: int = 0
+    search: int = 0
 
 
 Progress = Callable[[Tick], None]
