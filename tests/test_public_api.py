@@ -162,6 +162,7 @@ def test_results_rank_by_the_searchs_own_objective(model: str, tmp_path: Path) -
                       baseline=None, jobs=1, exact_top=0, store=str(store))
     result = api.search(spec)
     by_watt = [r.accelerator.name for r in result.evaluated]
-    by_speed = [r.accelerator.name for r in api.search(spec.replace(objective="throughput", store=None)).evaluated]
+    by_speed = [r.accelerator.name
+                for r in api.search(spec.replace(objective="throughput", store=None)).evaluated]
     assert by_watt != by_speed  # the space ranks differently by the two objectives
     assert [row.design for row in api.results(store)] == by_watt

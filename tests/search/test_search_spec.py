@@ -88,7 +88,8 @@ def test_dict_and_yaml_round_trips(tmp_path: Path) -> None:
     ({"per_model": 1}, "per_model must be true or false"),
     ({"top": 0}, "top must be a whole number from 1 to 1,000, got 0"),
 ])
-def test_bad_fields_are_named_never_as_flags(changes: dict[str, object], message: str, tmp_path: Path) -> None:
+def test_bad_fields_are_named_never_as_flags(changes: dict[str, object], message: str,
+                                             tmp_path: Path) -> None:
     base: dict[str, object] = {"models": ["gpt2-xl"], "devices": 8, "global_batch": 8}
     with pytest.raises(ConfigError) as exc:
         SearchSpec(**{**base, **changes})  # type: ignore[arg-type]
@@ -131,7 +132,8 @@ def test_a_file_search_equals_the_same_search_from_flags(model: str, tmp_path: P
                       .replace("[0, 1, 2, 3]", "'0,1'").replace("baseline: tpuv4", "baseline: none")
                       .replace("jobs: null", "jobs: 1").replace("top: 5", "top: 2")
                       .replace("exact_top: null", "exact_top: 0"))
-    code, by_file, err = run(["search", "--config", str(config), "--out", str(tmp_path / "file.json")], capsys)
+    code, by_file, err = run(["search", "--config", str(config), "--out", str(tmp_path / "file.json")],
+                             capsys)
     assert code == 0, err
     assert by_file == by_flags
     assert (tmp_path / "file.json").read_text() == (tmp_path / "flags.json").read_text()
