@@ -4,6 +4,7 @@ every result class reads back what it writes (``from_dict(to_dict())``, also thr
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from importlib.metadata import version
@@ -11,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 import archplace
 from archplace import api
 from archplace.cost.estimate import ModelEstimate
-from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
+from archplace.errors import ConfigError, InfeasibleError, MissingSectionError, OutOfMemoryError
+from archplace.hardware.presets import load_cluster
 from archplace.placement.plan import PipelineSchedule, PlanResult
 from archplace.placement.ranked import PlanReport
 from archplace.placement.search import Variant
@@ -97,6 +100,28 @@ def test_nothing_fits_is_out_of_memory(model: str) -> None:
     with pytest.raises(OutOfMemoryError, match="no plan fits in") as exc:
         api.plan("llama2-7b", "tpuv4", devices=1, global_batch=1, seq_len=128, micro_batches=(1,))
     assert isinstance(exc.value, InfeasibleError)
+
+
+def test_a_missing_section_is_a_type_not_a_message(tmp_path: Path) -> None:
+    preset = Path(archplace.__file__).parent / "hardware" / "presets" / "tpuv4.yaml"
+    data = yaml.safe_load(preset.read_text())
+    del data["cluster"]
+    chip = tmp_path / "chip.yaml"
+    chip.write_text(yaml.safe_dump(data))
+    with pytest.raises(MissingSectionError, match="missing section 'cluster'") as exc:
+        load_cluster(chip, 8)
+    assert exc.value.section == "cluster"
+    copy = pickle.loads(pickle.dumps(exc.value))  # crosses to and from worker processes
+    assert (type(copy), str(copy), copy.section) == (MissingSectionError, str(exc.value), "cluster")
+    # estimate falls back to no cluster (TP 1 needs none)
+    assert api.estimate_model(_tiny(tmp_path), str(chip)).hardware == data["accelerator"]["name"]
+
+
+def _tiny(tmp_path: Path) -> str:
+    path = tmp_path / "tiny" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(TINY_GPT))
+    return str(path)
 
 
 variants = st.builds(Variant, st.sampled_from(list(PipelineSchedule)), st.integers(1, 8), st.integers(0, 3),

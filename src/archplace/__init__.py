@@ -38,6 +38,7 @@ from archplace.errors import (
     ExtractionError,
     InfeasibleError,
     InternalError,
+    MissingSectionError,
     OutOfMemoryError,
     SolverError,
 )
@@ -57,7 +58,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentatio
 
 __all__ = [
     "ArchplaceError", "ConfigError", "DesignResult", "ExtractionError", "InfeasibleError",
-    "InternalError", "ModelEstimate", "OutOfMemoryError", "PlanReport", "PlanResult",
+    "InternalError", "MissingSectionError", "ModelEstimate", "OutOfMemoryError", "PlanReport", "PlanResult",
     "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
     "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "results",
     "schedule", "search",

@@ -15,6 +15,21 @@ class ConfigError(ArchplaceError):
     """Bad input: an unknown preset, a malformed file, a non-positive size, ..."""
 
 
+class MissingSectionError(ConfigError):
+    """A file lacks a section it needs (e.g. a hardware preset without ``cluster``).
+
+    Attributes:
+        section: the missing section's name.
+    """
+
+    def __init__(self, message: str, section: str) -> None:
+        super().__init__(message)
+        self.section = section
+
+    def __reduce__(self) -> tuple[type[MissingSectionError], tuple[str, str]]:
+        return (type(self), (str(self), self.section))  # picklable, for worker processes
+
+
 class ExtractionError(ArchplaceError):
     """The model code could not be traced into an operator graph."""
 

@@ -36,7 +36,7 @@ from archplace.cost import gemm
 from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
-from archplace.errors import ConfigError, InternalError
+from archplace.errors import ConfigError, InternalError, MissingSectionError
 from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, enum_member
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import static_power_w
@@ -341,8 +341,8 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
 def _cluster_or_none(hardware: str, devices: int, loader: Any) -> Cluster | None:
     try:
         cluster: Cluster = loader(hardware, devices)
-    except ConfigError as exc:
-        if "missing section 'cluster'" in str(exc):
+    except MissingSectionError as exc:
+        if exc.section == "cluster":
             return None
         raise
     return cluster
