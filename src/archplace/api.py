@@ -9,7 +9,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,12 +16,11 @@ from typing import Any
 
 from archplace import limits
 from archplace.cost.estimate import estimate_matmul, estimate_model, estimate_preset_matmul
-from archplace.errors import ArchplaceError, ConfigError
+from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
 from archplace.hardware.space import load_space
-from archplace.lifetime import Interrupted
 from archplace.placement import workflow
 from archplace.placement.plan import (
     ZERO_STAGES,
@@ -34,12 +32,11 @@ from archplace.placement.plan import (
 )
 from archplace.placement.workflow import PlanSpace
 from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
-from archplace.search.executor import make_executor
 from archplace.search.objective import Objective, rank
 from archplace.search.request import SearchRequest, SearchResult
-from archplace.search.runner import Progress, Tick, run_search, stored_designs
+from archplace.search.runner import Progress
 from archplace.search.store import ResultStore, StoredResult
-from archplace.search.strategies import make_strategy
+from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.cache import cached_chain
@@ -361,7 +358,7 @@ def search_request(
     _check_cluster(devices, global_batch)
     names = [model] if isinstance(model, str) else list(model)
     if not names:
-        raise ConfigError("model: at least one model is needed")
+        raise ConfigError("--model is required")
     batches = limits.whole_each("micro_batches", micro_batches, 1, limits.MAX_MICRO_BATCH)
     if tp is not None:
         limits.whole_each("tp", tp, 1, limits.MAX_DEVICES)
@@ -390,7 +387,7 @@ def search_request(
         tps = tuple(dict.fromkeys(tp))
         for width in tps:
             if width <= 0 or width > devices:
-                raise ConfigError(f"tp {width} must be between 1 and the {devices} devices")
+                raise ConfigError(f"--tp {width} must be between 1 and the {devices} devices")
             for spec in specs:
                 check_tp(spec, width)
     plan_space = PlanSpace(tps=tps, micro_batches=batches,
@@ -427,33 +424,6 @@ def check_run_options(*, trials: int | None = None, seed: int = 0, exact_top: in
         limits.jobs(jobs)
 
 
-class SearchInterrupted(Interrupted):
-    """A search (:func:`search`, :func:`search_each`) stopped by an interrupt (SIGINT while
-    :func:`archplace.lifetime.raising_interrupts` is in force, as in the CLI); its workers are
-    stopped by then.
-
-    Attributes:
-        evaluated: designs evaluated (or read back from the store) before the interrupt.
-        store: the result store, or None.
-        stored: designs of the searches begun that the store holds (a re-run reads them back);
-            None when there is no store or the file turned out not to be one.
-    """
-
-    def __init__(self, evaluated: int, store: Path | None = None, stored: int | None = None) -> None:
-        if store is None:
-            detail = f"{_designs(evaluated)} evaluated; give a store to keep results across runs"
-        elif stored is None:
-            detail = f"nothing stored in {store}"
-        else:
-            detail = f"{_designs(stored)} stored in {store}; re-run the same search to resume"
-        super().__init__(detail)
-        self.evaluated, self.store, self.stored = evaluated, store, stored
-
-
-def _designs(count: int) -> str:
-    return f"{count} design{'' if count == 1 else 's'}"
-
-
 def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None = None,
            **fields: Any) -> SearchResult:
     """Search a space of accelerators for the one that trains the spec's models best.
@@ -467,12 +437,9 @@ def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None 
         progress: called in this process with a :class:`~archplace.search.runner.Tick` after
             every finished batch of designs.
 
-    How the space is explored (``strategy``: ``exhaustive`` with provable pruning,
-    ``exhaustive-all`` without, ``phaze``, ``wham``, ``optuna``; ``trials`` caps the designs
-    evaluated; ``seed``), and where: ``jobs`` local worker processes (1: in this process), or
-    ``executor="dask"`` (a local Dask cluster, or the one at ``scheduler``). With ``store`` (an
-    SQLite file) every result is written as it finishes, and a re-run of the same search resumes
-    from it.  ``exact_top`` re-evaluates the best designs with CP-SAT layer schedules.
+    The spec says how the space is explored (``strategy``, ``trials``, ``seed``), where the work
+    runs (``jobs`` local processes, or ``executor="dask"``) and where results are kept as they
+    finish (``store``: a re-run of the same search resumes from it).
 
     Returns:
         The evaluated designs, best first (``result.best`` is None when nothing fits).
@@ -488,7 +455,7 @@ def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None 
     if len(chosen.groups) > 1:
         raise ConfigError("per_model: searching each model on its own gives one result per model; "
                           "use search_each")
-    return _run_searches(chosen, progress)[0]
+    return run_searches(chosen, progress, spec_request)[0]
 
 
 def search_each(spec: SearchSpec | Sequence[str], *, progress: Progress | None = None,
@@ -497,7 +464,7 @@ def search_each(spec: SearchSpec | Sequence[str], *, progress: Progress | None =
     search is checked (and its model traced) before the first starts, and they share the
     workers. ``progress`` receives ticks whose ``search`` is the index of the search."""
     chosen = _search_spec(spec, {**fields, "per_model": True})
-    return _run_searches(chosen, progress)
+    return run_searches(chosen, progress, spec_request)
 
 
 def _search_spec(spec: SearchSpec | str | Sequence[str], fields: dict[str, Any]) -> SearchSpec:
@@ -518,54 +485,6 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
                           baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
                           kernels=spec.kernels, zero_stages=spec.zero_stages,
                           grad_reduce_dtype=spec.grad_reduce_dtype)
-
-
-def _run_searches(spec: SearchSpec, progress: Progress | None) -> list[SearchResult]:
-    """Every search of ``spec`` (:attr:`~archplace.specs.search.SearchSpec.groups`): all checked
-    first, then run one after another on one executor."""
-    make_strategy(spec.strategy)  # an unknown name is refused before any work
-    requests: list[SearchRequest] = []
-    evaluated: list[int] = []  # designs evaluated (or read back) so far, per search begun
-    out: list[SearchResult] = []
-    try:
-        for names in spec.groups:  # every request checked (and its models traced) before a pool starts
-            requests.append(spec_request(spec, names))
-        with make_executor(spec.executor, spec.jobs, spec.scheduler) as pool:
-            for index, request in enumerate(requests):
-                evaluated.append(0)
-                out.append(run_search(request, make_strategy(spec.strategy),
-                                      progress=_reporting(progress, index, evaluated), executor=pool,
-                                      store=ResultStore(Path(spec.store)) if spec.store else None,
-                                      exact_top=spec.exact, seed=spec.seed, budget=spec.trials,
-                                      keep=max(spec.top, spec.exact)))
-    except Interrupted:  # the workers are stopped by now: say what is kept
-        raise _interrupted(spec.store, requests, sum(evaluated)) from None
-    return out
-
-
-def _reporting(progress: Progress | None, index: int, evaluated: list[int]) -> Progress:
-    """A progress callback keeping the designs evaluated of search ``index`` in
-    ``evaluated[-1]`` and passing each tick on, marked with ``index``."""
-
-    def report(tick: Tick) -> None:
-        evaluated[-1] = tick.evaluated
-        if progress is not None:
-            progress(dataclasses.replace(tick, search=index))
-
-    return report
-
-
-def _interrupted(store: str | None, requests: Sequence[SearchRequest], evaluated: int) -> SearchInterrupted:
-    """What an interrupted search keeps: the designs in the store (those of the requests begun;
-    a re-run reads them back), or without a store how many were evaluated, for nothing."""
-    if store is None:
-        return SearchInterrupted(evaluated)
-    path = Path(store)
-    try:
-        kept = sum(stored_designs(ResultStore(path), r) for r in requests) if path.is_file() else 0
-    except ArchplaceError:  # not a store after all: it was never written to
-        return SearchInterrupted(evaluated, path, None)
-    return SearchInterrupted(evaluated, path, kept)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:
