@@ -229,6 +229,8 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--zero-stage": _words(["0", "1", "2", "3", "0,3", "all", "4", "x"]),
         "--grad-reduce-dtype": _words(["fp32", "bf16", "fp8"]),
         "--stages": _words(["0-1,2-3", "0-3", "0-0,1-3", "3-0", "0-1,1-3", "a-b", "0-99"]),
+        "--config": _input_file(files, ["space"], []),  # a run file (here one of the wrong kind)
+        "--example": _words(["search", "plan"]),
         "--out": _output(files, [".json"]),
         "--csv": _output(files, [".csv"]),
         "--plot": _output(files, [".png", ".svg"]),

@@ -1,1 +1,153 @@
-"""archplace."""
+"""archplace: joint search of a training accelerator's architecture and the parallel placement
+(TP/PP/DP, micro-batch, recompute, ZeRO) of a large model.
+
+The public API is what this package exports (``__all__``)::
+
+    import archplace
+    report = archplace.plan(model="llama2-7b", hardware="a100-80gb", devices=64, global_batch=512)
+    print(report.plan, report.mfu)             # the best plan; report.ranked: every plan asked for
+    result = archplace.search(archplace.SearchSpec(models=("gpt2-xl",), devices=1024,
+                                                   global_batch=4096))
+    print(result.best.accelerator.name)
+
+* functions: :func:`plan`, :func:`evaluate`, :func:`search`, :func:`schedule`,
+  :func:`estimate`, :func:`graph`, :func:`models`, :func:`hardware`, :func:`results`;
+* the search spec :class:`SearchSpec` (``archplace search --config``);
+* result classes (each with ``to_dict()`` / ``from_dict()``): :class:`PlanReport`,
+  :class:`PlanResult`, :class:`SearchResult`, :class:`DesignResult`, :class:`StoredResult`,
+  :class:`ScheduleResult`, :class:`ModelEstimate`; :class:`Tick` (a search's progress);
+* errors: :class:`ArchplaceError` and its kinds;
+* ``__version__``.
+
+Everything else -- every submodule and every name not listed here -- is private by convention:
+it may change without notice.  Importing the package is cheap: the functions and classes are
+loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+from archplace._version import __version__
+from archplace.errors import (
+    ArchplaceError,
+    ConfigError,
+    ExtractionError,
+    InfeasibleError,
+    InternalError,
+    MissingSectionError,
+    OutOfMemoryError,
+    SolverError,
+)
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentation
+    from archplace.api import evaluate, graph, hardware, models, results, search
+    from archplace.api import schedule_layer as schedule
+    from archplace.cost.estimate import ModelEstimate
+    from archplace.placement.plan import PlanResult
+    from archplace.placement.ranked import PlanReport
+    from archplace.schedule.base import ScheduleResult
+    from archplace.search.evaluate import DesignResult
+    from archplace.search.request import SearchResult
+    from archplace.search.runner import Tick
+    from archplace.search.store import StoredResult
+    from archplace.specs.search import SearchSpec
+
+__all__ = [
+    "ArchplaceError", "ConfigError", "DesignResult", "ExtractionError", "InfeasibleError",
+    "InternalError", "MissingSectionError", "ModelEstimate", "OutOfMemoryError", "PlanReport", "PlanResult",
+    "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
+    "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "results",
+    "schedule", "search",
+]
+
+# name -> (module, attribute names tried in order): loaded on first access (PEP 562)
+_LAZY: dict[str, tuple[str, tuple[str, ...]]] = {
+    "evaluate": ("archplace.api", ("evaluate",)),
+    "search": ("archplace.api", ("search",)),
+    "schedule": ("archplace.api", ("schedule", "schedule_layer")),
+    "estimate": ("archplace.api", ("estimate", "estimate_model")),
+    "graph": ("archplace.api", ("graph",)),
+    "models": ("archplace.api", ("models",)),
+    "hardware": ("archplace.api", ("hardware",)),
+    "results": ("archplace.api", ("results",)),
+    "SearchSpec": ("archplace.specs.search", ("SearchSpec",)),
+    "PlanReport": ("archplace.placement.ranked", ("PlanReport",)),
+    "PlanResult": ("archplace.placement.plan", ("PlanResult",)),
+    "SearchResult": ("archplace.search.request", ("SearchResult",)),
+    "DesignResult": ("archplace.search.evaluate", ("DesignResult",)),
+    "StoredResult": ("archplace.search.store", ("StoredResult",)),
+    "ScheduleResult": ("archplace.schedule.base", ("ScheduleResult",)),
+    "ModelEstimate": ("archplace.cost.estimate", ("ModelEstimate",)),
+    "Tick": ("archplace.search.runner", ("Tick",)),
+    # TODO(lead): the specs of archplace.specs (frontdoor branch); add them to __all__ on merge
+    "ModelSpec": ("archplace.specs", ("ModelSpec",)),
+    "HardwareSpec": ("archplace.specs", ("HardwareSpec",)),
+    "ClusterSpec": ("archplace.specs", ("ClusterSpec",)),
+    "PlanSpace": ("archplace.specs", ("PlanSpace",)),
+    "Plan": ("archplace.specs", ("Plan",)),
+}
+
+
+def plan(*args: Any, **kwargs: Any) -> PlanReport:
+    """The best parallel plans of a model on a cluster, as one :class:`PlanReport`: its
+    ``plan``, ``mfu``, ``iteration_time_s``, ... are the best plan's, ``ranked`` every plan
+    (``top_k`` of them), best first.
+
+    Takes the arguments of :func:`archplace.api.plan` (``model``, ``hardware``, ``devices``,
+    ``global_batch`` and the plan options) and raises what it raises (:class:`ConfigError`,
+    :class:`InfeasibleError` when nothing fits).
+    """
+    from archplace import api
+    from archplace.placement.ranked import PlanReport
+
+    return PlanReport.of(api.plan(*args, **kwargs))
+
+
+def _load(name: str) -> Any:
+    """The public object ``name`` of :data:`_LAZY`, importing its module on first use."""
+    module_name, attributes = _LAZY[name]
+    module = importlib.import_module(module_name)
+    for attribute in attributes:
+        if hasattr(module, attribute):
+            return getattr(module, attribute)
+    raise AttributeError(f"module 'archplace' has no attribute {name!r} ({module_name} lacks it)")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'archplace' has no attribute {name!r}")
+    return _load(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Public:
+    """A public function whose name is also a subpackage's (``search``, ``schedule``,
+    ``hardware``): importing ``archplace.search.runner`` binds the subpackage to the package's
+    attribute ``search``; this data descriptor of the package's class keeps the attribute the
+    function (the subpackage stays importable by name, ``sys.modules`` holds it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, module: object, owner: object = None) -> Any:
+        return self if module is None else _load(self.name)
+
+    def __set__(self, module: object, value: object) -> None:
+        if not isinstance(value, types.ModuleType):
+            raise AttributeError(f"archplace.{self.name} is a public function; it cannot be replaced")
+
+
+class _Package(types.ModuleType):
+    search = _Public("search")
+    schedule = _Public("schedule")
+    hardware = _Public("hardware")
+
+
+sys.modules[__name__].__class__ = _Package

@@ -9,8 +9,8 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,12 @@ from archplace.placement.plan import (
 )
 from archplace.placement.workflow import PlanSpace
 from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
-from archplace.search.executor import make_executor
 from archplace.search.objective import Objective, rank
 from archplace.search.request import SearchRequest, SearchResult
-from archplace.search.runner import Progress, run_search
+from archplace.search.runner import Progress
 from archplace.search.store import ResultStore, StoredResult
-from archplace.search.strategies import make_strategy
+from archplace.searches import SearchInterrupted, run_searches
+from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, check_tp
@@ -49,6 +49,7 @@ __all__ = ["check_run_options", "estimate_matmul", "estimate_model", "estimate_p
            "evaluate", "graph", "hardware",
            "layer_problem", "models", "plan", "plan_layer_graph", "results", "schedule_layer", "search",
            "search_each", "search_request", "solve_problem"]
+__all__ += ["SearchInterrupted", "SearchSpec", "spec_request"]
 
 
 def models() -> list[dict[str, Any]]:
@@ -423,46 +424,67 @@ def check_run_options(*, trials: int | None = None, seed: int = 0, exact_top: in
         limits.jobs(jobs)
 
 
-def search(model: str | Sequence[str], *, progress: Progress | None = None, jobs: int | None = 1,
-           executor: str = "local", scheduler: str | None = None, store: str | None = None,
-           strategy: str = "exhaustive", trials: int | None = None, seed: int = 0, exact_top: int = 0,
-           **options: Any) -> SearchResult:
-    """Search a space of accelerators for the one that trains ``model`` fastest.
+def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None = None,
+           **fields: Any) -> SearchResult:
+    """Search a space of accelerators for the one that trains the spec's models best.
 
-    Takes the arguments of :func:`search_request` (``space``, ``devices``, ``global_batch``,
-    ``seq_len``, ``micro_batches``, ``recompute``, ``tp``, ``schedules``, ``cluster``,
-    ``objective``, budgets, ``baseline``, ``fuse``, ``attention``, ``kernels``), ``progress`` (called with a
-    :class:`~archplace.search.runner.Tick` after every finished batch), how to explore
-    (``strategy``: ``exhaustive`` with provable pruning, ``exhaustive-all`` without, ``phaze``,
-    ``wham``, ``optuna``; ``trials`` caps the designs evaluated; ``seed``), and where to run:
-    ``jobs`` local worker processes (1: in this process), or ``executor="dask"`` (a local Dask
-    cluster, or the one at ``scheduler``). With ``store`` (an SQLite file) every result is
-    written as it finishes, and a re-run of the same search resumes from it.  ``exact_top``
-    re-evaluates the best designs with CP-SAT layer schedules.
+    Args:
+        spec: a :class:`~archplace.specs.search.SearchSpec` (``fields`` then override its
+            fields), or -- the older call -- a model name or several, with the spec's fields as
+            keywords (``devices``, ``global_batch``, ``space``, ``strategy``, ``trials``, ``jobs``,
+            ``store``, ...); that call runs in this process (``jobs=1``) and re-evaluates
+            nothing with CP-SAT (``exact_top=0``) unless told.
+        progress: called in this process with a :class:`~archplace.search.runner.Tick` after
+            every finished batch of designs.
+
+    The spec says how the space is explored (``strategy``, ``trials``, ``seed``), where the work
+    runs (``jobs`` local processes, or ``executor="dask"``) and where results are kept as they
+    finish (``store``: a re-run of the same search resumes from it).
 
     Returns:
         The evaluated designs, best first (``result.best`` is None when nothing fits).
 
     Raises:
-        ConfigError: bad input (see :func:`search_request` and :func:`check_run_options`), an
-            unknown strategy, an unreachable scheduler.
+        ConfigError: bad input (:class:`~archplace.specs.search.SearchSpec`,
+            :func:`search_request`), an unreachable scheduler; ``per_model`` with several models
+            (use :func:`search_each`).
         ExtractionError: the model code cannot be traced.
+        SearchInterrupted: an interrupt, saying what was kept.
     """
-    check_run_options(trials=trials, seed=seed, exact_top=exact_top, jobs=jobs)
-    request = search_request(model, **options)
-    chosen = make_strategy(strategy)
-    results = ResultStore(Path(store)) if store else None
-    run = partial(run_search, request, chosen, progress=progress, store=results, exact_top=exact_top,
-                  seed=seed, budget=trials)
-    if jobs == 1 and executor == "local" and not scheduler:
-        return run()
-    with make_executor(executor, jobs, scheduler) as pool:
-        return run(executor=pool)
+    chosen = _search_spec(spec, fields)
+    if len(chosen.groups) > 1:
+        raise ConfigError("per_model: searching each model on its own gives one result per model; "
+                          "use search_each")
+    return run_searches(chosen, progress, spec_request)[0]
 
 
-def search_each(models: Sequence[str], **options: Any) -> list[SearchResult]:
-    """:func:`search` of each model on its own (the per-model objective), in the order given."""
-    return [search(name, **options) for name in models]
+def search_each(spec: SearchSpec | Sequence[str], *, progress: Progress | None = None,
+                **fields: Any) -> list[SearchResult]:
+    """:func:`search` of each model on its own (``per_model``), in the order given; every
+    search is checked (and its model traced) before the first starts, and they share the
+    workers. ``progress`` receives ticks whose ``search`` is the index of the search."""
+    chosen = _search_spec(spec, {**fields, "per_model": True})
+    return run_searches(chosen, progress, spec_request)
+
+
+def _search_spec(spec: SearchSpec | str | Sequence[str], fields: dict[str, Any]) -> SearchSpec:
+    """``spec`` with ``fields`` applied, or the spec of the older call ``search(model, **fields)``."""
+    if isinstance(spec, SearchSpec):
+        return spec.replace(**fields) if fields else spec
+    models = (spec,) if isinstance(spec, str | os.PathLike) else tuple(spec)
+    return SearchSpec(models=models, **{"jobs": 1, "exact_top": 0, "top": 1, **fields})
+
+
+def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> SearchRequest:
+    """:func:`search_request` of ``spec`` (for ``models``, default all of the spec's)."""
+    return search_request(list(models or spec.models), space=spec.space, devices=spec.devices,
+                          global_batch=spec.global_batch, seq_len=spec.seq_len,
+                          micro_batches=spec.micro_batches, recompute=spec.recompute, tp=spec.tp,
+                          schedules=spec.schedules, cluster=spec.cluster, objective=spec.objective,
+                          area_budget=spec.area_budget, power_budget=spec.power_budget,
+                          baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
+                          kernels=spec.kernels, zero_stages=spec.zero_stages,
+                          grad_reduce_dtype=spec.grad_reduce_dtype)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:

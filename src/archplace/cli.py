@@ -28,12 +28,10 @@ from archplace.report.tables import (
     write_results_csv,
 )
 from archplace.schemas import stamp
-from archplace.search.executor import make_executor
 from archplace.search.objective import score
-from archplace.search.request import SearchRequest, SearchResult
-from archplace.search.runner import Tick, run_search, stored_designs
-from archplace.search.store import ResultStore
-from archplace.search.strategies import make_strategy
+from archplace.search.request import SearchResult
+from archplace.search.runner import Tick
+from archplace.specs.search import SearchSpec, read_fields
 
 # rich_markup_mode=None: help texts show defaults in [brackets], which rich markup would eat.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -41,13 +39,39 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Joint search of accelerator architecture and parallel placement for LLM training.")
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+def _one(value: Any) -> tuple[Any, ...]:
+    return (value,)
+
+
+# search's options that are fields of a SearchSpec: option -> (field, the value as the field takes it)
+_SEARCH_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "model": ("models", tuple), "micro_batch": ("micro_batches", tuple), "recompute": ("recompute", _one),
+    "tp": ("tp", tuple), "zero_stage": ("zero_stages", _same), "store": ("store", str),
+    **{name: (name, _same) for name in (
+        "devices", "global_batch", "space", "strategy", "trials", "seed", "seq_len", "cluster", "top",
+        "jobs", "executor", "scheduler", "objective", "area_budget", "power_budget", "baseline",
+        "exact_top", "per_model", "fuse", "attention", "kernels", "grad_reduce_dtype")},
+}
+_REQUIRED = {"models": "--model", "devices": "--devices", "global_batch": "--global-batch"}
+
+
 @app.command()
 def search(
-    model: Annotated[list[str], typer.Option(
+    ctx: typer.Context,
+    model: Annotated[list[str] | None, typer.Option(
         help="Model preset or path of an HF config.json (repeatable: the objective is the geometric "
-             "mean over the models, or see --per-model).")],
-    devices: Annotated[int, typer.Option(help="Accelerators in the cluster.")],
-    global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per iteration.")],
+             "mean over the models, or see --per-model). Required, here or in --config.")] = None,
+    devices: Annotated[int | None, typer.Option(
+        help="Accelerators in the cluster. Required, here or in --config.")] = None,
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", help="Samples per iteration. Required, here or in --config.")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="YAML file of the search's fields (see: archplace config --example search); the "
+             "options given here override its fields.")] = None,
     space: Annotated[str, typer.Option(help="Search space: 'tiny', 'phaze' or a space YAML file.")] = "tiny",
     strategy: Annotated[str, typer.Option(
         help="exhaustive (provable pruning) | exhaustive-all | phaze | wham | optuna.")] = "exhaustive",
@@ -89,42 +113,21 @@ def search(
     grad_reduce_dtype: GradDtypeOption = "fp32",
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
-    if exact_top is None:
-        exact_top = top
-    api.check_run_options(top=top, trials=trials, seed=seed, exact_top=exact_top, jobs=jobs)
+    spec = _search_spec(ctx, config)
     if out is not None:
         check_output(out, "--out")  # now, not after the search
     if plot is not None:
         _check_plot(plot)
-    _check_not_the_store(store, {"--out": out, "--plot": plot})
-    make_strategy(strategy)  # an unknown name is refused before any work
-    options: dict[str, Any] = dict(space=space, devices=devices, global_batch=global_batch, seq_len=seq_len,
-                   micro_batches=micro_batch or (1, 2, 4, 8), recompute=[recompute], tp=tp, cluster=cluster,
-                   objective=objective, area_budget=area_budget, power_budget=power_budget,
-                   baseline=None if baseline == "none" else baseline, fuse=fuse,
-                   zero_stages=zero_stage, grad_reduce_dtype=grad_reduce_dtype,
-                   attention=attention, kernels=kernels)
-    groups = [[name] for name in model] if per_model else [model]
-    outcomes = []
-    requests: list[SearchRequest] = []
-    evaluated: list[int] = []  # designs evaluated (or read back) so far, per request
+    _check_not_the_store(Path(spec.store) if spec.store else None, {"--out": out, "--plot": plot})
     try:
-        for names in groups:  # every request checked (and its model traced) before a pool starts
-            requests.append(api.search_request(names, **options))
-        with make_executor(executor, jobs, scheduler) as pool:
-            for request in requests:
-                evaluated.append(0)
-                chosen = make_strategy(strategy)
-                with _search_progress(len(request.designs)) as advance:
-                    outcomes.append(run_search(request, chosen, progress=_counting(advance, evaluated),
-                                               executor=pool, store=ResultStore(store) if store else None,
-                                               exact_top=exact_top, seed=seed, budget=trials,
-                                               keep=max(top, exact_top)))
-    except Interrupted:  # the workers are stopped by now: say what is kept
-        raise Interrupted(_interrupted_search(store, requests, sum(evaluated))) from None
+        with _search_progress() as advance:
+            outcomes = (api.search_each(spec, progress=advance) if spec.per_model
+                        else [api.search(spec, progress=advance)])
+    except api.SearchInterrupted as exc:  # the workers are stopped by now: say what is kept
+        raise Interrupted(_interrupted_search(exc)) from None
     err = Console(stderr=True)
     for result in outcomes:
-        _stdout().print(search_table(result, top))
+        _stdout().print(search_table(result, spec.top))
     failed = next((r for r in outcomes if r.best is None), None)
     # On failure the files are still written (the JSON says why each design failed), but the
     # one line on stderr is the error.
@@ -143,30 +146,36 @@ def search(
         raise ArchplaceError(f"no design of the space can train {failed.model}: {reason}")
 
 
-def _counting(advance: Callable[[Tick], None], evaluated: list[int]) -> Callable[[Tick], None]:
-    """``advance``, also keeping the designs evaluated of the current request in ``evaluated[-1]``."""
+def _search_spec(ctx: typer.Context, config: Path | None) -> SearchSpec:
+    """The search's spec: the fields of the ``--config`` file (if any), overridden by the options
+    given on the command line (an option left at its default overrides nothing)."""
+    values = read_fields(config) if config is not None else {}
+    for name, (field, convert) in _SEARCH_FIELDS.items():
+        if _given(ctx, name):
+            values[field] = convert(ctx.params[name])
+    for field, option in _REQUIRED.items():
+        if field not in values:
+            raise ArchplaceError(f"{option} is required (or {field}: in a --config file)")
+    return SearchSpec(**values)
 
-    def progress(tick: Tick) -> None:
-        evaluated[-1] = tick.evaluated
-        advance(tick)
 
-    return progress
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given (on the command line), not left at its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
+def _interrupted_search(exc: api.SearchInterrupted) -> str:
+    """What an interrupted search keeps, in the CLI's words."""
+    if exc.store is None:
+        return f"{_designs(exc.evaluated)} evaluated; use --store FILE to keep results across runs"
+    if exc.stored is None:
+        return f"nothing stored in {exc.store}"
+    return f"{_designs(exc.stored)} stored in {exc.store}; re-run the same command to resume"
 
 
 def _designs(count: int) -> str:
     return f"{count} design{'' if count == 1 else 's'}"
-
-
-def _interrupted_search(store: Path | None, requests: list[SearchRequest], evaluated: int) -> str:
-    """What an interrupted search keeps: the designs in the store (those of the requests begun;
-    a re-run reads them back), or without a store how many were evaluated, for nothing."""
-    if store is None:
-        return f"{_designs(evaluated)} evaluated; use --store FILE to keep results across runs"
-    try:
-        kept = sum(stored_designs(ResultStore(store), r) for r in requests) if store.is_file() else 0
-    except ArchplaceError:  # not a store after all: it was never written to
-        return f"nothing stored in {store}"
-    return f"{_designs(kept)} stored in {store}; re-run the same command to resume"
 
 
 def _check_not_the_store(store: Path | None, outputs: dict[str, Path | None]) -> None:
@@ -202,22 +211,26 @@ def _draw(source: SearchResult | Path, path: Path, search: str | None = None) ->
 
 
 @contextmanager
-def _search_progress(total: int) -> Iterator[Callable[[Tick], None]]:
-    """A progress bar on stderr: designs done (evaluated + pruned) of ``total``, designs/s,
-    pruned count and the best so far."""
+def _search_progress() -> Iterator[Callable[[Tick], None]]:
+    """A progress bar on stderr: designs done (evaluated + pruned) of the space, designs/s,
+    pruned count and the best so far; it starts again for each search of a per-model run."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[status]}"), TimeElapsedColumn())
     console = Console(stderr=True)
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("designs", total=total, status="")
+        task = bar.add_task("designs", total=None, status="")
+        current = [0]  # the search the bar shows
 
         def advance(tick: Tick) -> None:
+            if tick.search != current[0]:
+                current[0] = tick.search
+                bar.reset(task)
             elapsed = bar.tasks[0].elapsed or 0.0
             rate = tick.evaluated / elapsed if elapsed else 0.0
             best = (f"best {tick.best.accelerator.name} {score(tick.best, tick.objective):,.4g}"
                     if tick.best is not None else "nothing fits yet")
             bounded = f"{tick.bounded} core configurations bounded, " if tick.bounded else ""
-            bar.update(task, completed=tick.evaluated + tick.pruned,
+            bar.update(task, total=tick.total, completed=tick.evaluated + tick.pruned,
                        status=f"{bounded}{rate:.1f} designs/s, {tick.pruned} pruned, {best}")
 
         yield advance
@@ -276,7 +289,7 @@ def hardware() -> None:
 
 # Commands of other stages live in their own modules, each exposing ``register(app)``.
 _COMMAND_MODULES = ("archplace.cli_graph", "archplace.cli_estimate", "archplace.cli_schedule",
-                    "archplace.cli_plan")
+                    "archplace.cli_plan", "archplace.cli_config")
 
 
 def _register_commands() -> None:

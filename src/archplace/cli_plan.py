@@ -11,7 +11,7 @@ from rich.console import Console
 
 from archplace import api, limits
 from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOption, ZeroStagesOption
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.placement.layer_graph_file import load_layer_graph_file
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
 from archplace.report.plan_tables import detail_tables, summary_table
@@ -66,7 +66,7 @@ def _plan_layer_graph(path: Path, hardware: str, *, devices: int, global_batch: 
                             seq_len=seq_len if seq_len is not None else file_seq_len, optimizer=optimizer,
                             grad_reduce_dtype=grad_reduce_dtype)
                     except InfeasibleError as exc:
-                        frugal = (str(exc).startswith("no plan fits"),
+                        frugal = (isinstance(exc, OutOfMemoryError),
                                   RECOMPUTE_ORDER.index(Recompute(rc)), kind == "1f1b", z, not overlap)
                         if closest is None or frugal > closest[0]:
                             closest = (frugal, exc)

@@ -15,12 +15,36 @@ class ConfigError(ArchplaceError):
     """Bad input: an unknown preset, a malformed file, a non-positive size, ..."""
 
 
+class MissingSectionError(ConfigError):
+    """A file lacks a section it needs (e.g. a hardware preset without ``cluster``).
+
+    Attributes:
+        section: the missing section's name.
+    """
+
+    def __init__(self, message: str, section: str) -> None:
+        super().__init__(message)
+        self.section = section
+
+    def __reduce__(self) -> tuple[type[MissingSectionError], tuple[str, str]]:
+        return (type(self), (str(self), self.section))  # picklable, for worker processes
+
+
 class ExtractionError(ArchplaceError):
     """The model code could not be traced into an operator graph."""
 
 
 class InfeasibleError(ArchplaceError):
     """An expected dead end (nothing fits in memory, no valid plan), with the reason in numbers."""
+
+
+class OutOfMemoryError(InfeasibleError):
+    """Nothing fits in HBM (or the given plan does not): the closest candidate's memory named.
+
+    The other :class:`InfeasibleError` dead ends are plans that cannot exist at all (no pipeline
+    depth and DP degree suit the devices and the batch); callers choosing the most informative
+    of several failures prefer this one.
+    """
 
 
 class SolverError(ArchplaceError):

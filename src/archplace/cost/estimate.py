@@ -36,7 +36,7 @@ from archplace.cost import gemm
 from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
-from archplace.errors import ConfigError, InternalError
+from archplace.errors import ConfigError, InternalError, MissingSectionError
 from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, enum_member
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import static_power_w
@@ -78,6 +78,13 @@ class OpFigures:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["bound"] = self.bound.value
         return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OpFigures:
+        """Inverse of :meth:`to_dict`."""
+        return cls(str(data["name"]), str(data["target"]), str(data["kind"]), float(data["all_cores_s"]),
+                   float(data["flop"]), float(data["achieved_flop_per_s"]), float(data["fraction_of_peak"]),
+                   Bound(data["bound"]))
 
 
 def _rate(flop: float, seconds: float) -> float:
@@ -121,6 +128,16 @@ class PhaseEstimate:
         d["ops"] = [o.to_dict() for o in self.ops]
         return d
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PhaseEstimate:
+        """Inverse of :meth:`to_dict`."""
+        return cls(float(data["single_core_s"]), float(data["all_cores_s"]), Bound(data["bound"]),
+                   {str(k): float(v) for k, v in data["seconds_by_bound"].items()}, float(data["energy_j"]),
+                   float(data["flop"]), float(data["hbm_bytes"]), float(data["mfu"]),
+                   float(data.get("array_flop", 0.0)), float(data.get("achieved_flop_per_s", 0.0)),
+                   float(data.get("fraction_of_peak", 0.0)),
+                   tuple(OpFigures.from_dict(o) for o in data.get("ops", ())))
+
 
 @dataclass(frozen=True, slots=True)
 class LayerEstimate:
@@ -135,6 +152,12 @@ class LayerEstimate:
         """JSON-able dict."""
         return {"name": self.name, "count": self.count, "fwd": self.fwd.to_dict(),
                 "bwd": self.bwd.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LayerEstimate:
+        """Inverse of :meth:`to_dict`."""
+        return cls(str(data["name"]), int(data["count"]), PhaseEstimate.from_dict(data["fwd"]),
+                   PhaseEstimate.from_dict(data["bwd"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +204,23 @@ class ModelEstimate:
                 "peak_flop_per_s": self.peak_flop_per_s, "efficiency_model": self.efficiency_model,
                 "efficiency_note": EFFICIENCY_NOTES[self.efficiency_model],
                 "layers": [layer.to_dict() for layer in self.layers], "total": totals}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelEstimate:
+        """Inverse of :meth:`to_dict` (``efficiency_note`` and ``total`` are derived).
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            efficiency = str(data.get("efficiency_model", CYCLE))
+            if efficiency not in EFFICIENCY_NOTES:
+                raise ValueError(f"efficiency_model must be {DECLARED!r} or {CYCLE!r}, got {efficiency!r}")
+            return cls(str(data["model"]), str(data["hardware"]), int(data["tp"]), int(data["micro_batch"]),
+                       int(data["seq_len"]), float(data["peak_flop_per_s"]),
+                       tuple(LayerEstimate.from_dict(layer) for layer in data["layers"]), efficiency)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"invalid model estimate: {exc}") from None
 
 
 def utilisation(what: str, done: float, capacity: float) -> float:
@@ -301,8 +341,8 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
 def _cluster_or_none(hardware: str, devices: int, loader: Any) -> Cluster | None:
     try:
         cluster: Cluster = loader(hardware, devices)
-    except ConfigError as exc:
-        if "missing section 'cluster'" in str(exc):
+    except MissingSectionError as exc:
+        if exc.section == "cluster":
             return None
         raise
     return cluster

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from archplace import inputs
-from archplace.errors import ConfigError
+from archplace.errors import ConfigError, MissingSectionError
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ def section(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
         ConfigError: missing, or not a mapping.
     """
     if key not in data:
-        raise ConfigError(f"{where}: missing section '{key}'")
+        raise MissingSectionError(f"{where}: missing section '{key}'", key)
     value = data[key]
     if not isinstance(value, dict):
         raise ConfigError(f"{where}.{key}: expected a mapping of fields")

@@ -292,7 +292,7 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
     try:
         base_accelerator = load_accelerator(base)
     except ConfigError as exc:
-        if str(exc).startswith(label):
+        if base == label:  # the space names its own file as base: the error names that file already
             raise
         raise ConfigError(f"{label}: base: {exc}") from None
     area_max = data.get("area_max_mm2")
@@ -309,16 +309,22 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
                      if "vector_lanes_per_col" in data else 1)
     timings = _timing_list(data["array_timing"], f"{label}: array_timing") if "array_timing" in data else None
     stem = Path(config.label).stem
-    try:
+    # the fields are read first: their errors name the file and the field already
+    tensor_cores = _int_list(data["tensor_cores"], f"{label}: tensor_cores")
+    array_dims = _int_list(data["array_dim"], f"{label}: array_dim")
+    vector_cores = _int_list(data["vector_cores"], f"{label}: vector_cores")
+    buffer_bytes = _bytes_list(data["buffer"], f"{label}: buffer")
+    hbm_bytes = _bytes_list(data["hbm"], f"{label}: hbm")
+    try:  # the space's own checks name the space, not the file
         return SearchSpace(
             name=stem,
             base=base,
             base_accelerator=base_accelerator,
-            tensor_cores=_int_list(data["tensor_cores"], f"{label}: tensor_cores"),
-            array_dims=_int_list(data["array_dim"], f"{label}: array_dim"),
-            vector_cores=_int_list(data["vector_cores"], f"{label}: vector_cores"),
-            buffer_bytes=_bytes_list(data["buffer"], f"{label}: buffer"),
-            hbm_bytes=_bytes_list(data["hbm"], f"{label}: hbm"),
+            tensor_cores=tensor_cores,
+            array_dims=array_dims,
+            vector_cores=vector_cores,
+            buffer_bytes=buffer_bytes,
+            hbm_bytes=hbm_bytes,
             area_max_mm2=area_max,
             area_min_fraction=float(fraction),
             source=source,
@@ -326,6 +332,4 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
             array_timings=timings,
         )
     except ConfigError as exc:
-        if str(exc).startswith(label):
-            raise
         raise ConfigError(f"{label}: {exc}") from None

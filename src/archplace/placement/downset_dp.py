@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.placement.layer_graph import (
     MAX_DOWNSETS,
     LayerGraph,
@@ -409,7 +409,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         ConfigError: a non-positive micro_batch or tp, an unknown policy, the interleaved
             schedule, a layer whose FLOP would run faster than the chip's peak (MFU above 1),
             or a graph with more downsets or candidate stages than the limits.
-        InfeasibleError: no valid (p, d) exists ("no valid plan: ..."), or no plan fits in HBM;
+        InfeasibleError: no valid (p, d) exists ("no valid plan: ..."); OutOfMemoryError (a
+            subclass) when no plan fits in HBM;
             then the message names the candidate with the smallest peak memory per device and
             its need against HBM.
     """
@@ -564,7 +565,7 @@ def _raise_closest(fig: _Figures, candidates: Sequence[_Candidate], kind: Pipeli
     least = min(peaks.values())
     hbm = format_bytes(fig.setup.hbm_bytes)
     if least == np.inf:  # pragma: no cover - every graph has a split for p = 1
-        raise InfeasibleError(f"no plan fits in {hbm} HBM")
+        raise OutOfMemoryError(f"no plan fits in {hbm} HBM")
     best: tuple[int, int, _Candidate, list[int]] | None = None
     for p, group in sorted(by_p.items()):
         if peaks[p] != least:
@@ -581,7 +582,7 @@ def _raise_closest(fig: _Figures, candidates: Sequence[_Candidate], kind: Pipeli
     needs = [fig.memory(pid, cand.profile[p - 1 - j], cand.d if zero else 1) for j, pid in enumerate(split)]
     worst = needs.index(max(needs))
     names = ", ".join(layer.name for layer in fig.members(st.pair_stage[split[worst]]))
-    raise InfeasibleError(
+    raise OutOfMemoryError(
         f"no plan fits in {hbm} HBM: best candidate pp={p} dp={cand.d} needs {format_bytes(least)} on "
         f"stage {worst} (layers {names}; tp={fig.tp}, micro_batch={fig.micro_batch}, "
         f"recompute={fig.recompute.value}, schedule={kind.value}"

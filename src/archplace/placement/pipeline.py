@@ -61,7 +61,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from archplace.errors import ConfigError, InfeasibleError, InternalError, SolverError
+from archplace.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.memory import (
     in_flight_micro_batches,
@@ -211,7 +211,7 @@ def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
             hints.append(f"zero_stage={stage} would need {format_bytes(other)}")
     hint = f"; {', '.join(hints)}" if hints else ""
     where = f"device {worst}" if plan.chunks > 1 else f"stage {worst}"
-    raise InfeasibleError(f"{where} needs {format_bytes(need)} > {format_bytes(hbm)} HBM with "
+    raise OutOfMemoryError(f"{where} needs {format_bytes(need)} > {format_bytes(hbm)} HBM with "
                           f"zero_stage={plan.zero_stage} ({_plan_label(plan)}){hint}")
 
 

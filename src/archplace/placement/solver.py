@@ -25,11 +25,12 @@ a DAG (two-tower, multi-modal, a user's profiled layer graph) are planned exactl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.placement.budget import TableCache, dp_cells
 from archplace.placement.kernels import Block, first_split, fits_greedily, min_max
 from archplace.placement.pipeline import check_finite_times, evaluate_plan
@@ -224,8 +225,9 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
         best = _closest(search, families, [(f, variant) for f in range(len(families))
                                            for variant in variants])
     if best is None:  # pragma: no cover - the search had candidates
-        raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM")
-    peak, _, p, f, d, m, variant = best
+        raise OutOfMemoryError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM")
+    peak, p, f, d, variant = best.peak_bytes, best.pp, best.family, best.dp, best.variant
+    m = best.micro_batch_count
     fam = families[f]
     if variant.chunks > 1:
         _, stages = _interleaved_peak(search, f, variant, p, d, m)
@@ -244,12 +246,61 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
              + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
              + (f", zero_stage={variant.zero_stage}" if variant.zero_stage else "")
              + (", sp" if fam.sp else ""))
-    raise InfeasibleError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM: best candidate "
+    raise OutOfMemoryError(f"no plan fits in {format_bytes(setup.hbm_bytes)} HBM: best candidate "
                           f"pp={p} dp={d} needs {format_bytes(peak)} {where} ({label})")
 
 
-Closest = tuple[float, int, int, int, int, int, Variant]
-"""(peak bytes, devices, p, family, d, m, variant) of a closest candidate."""
+@dataclass(frozen=True, slots=True)
+class Closest:
+    """The candidate that comes closest to fitting when nothing fits in HBM.
+
+    Attributes:
+        peak_bytes: its largest per-device memory, bytes (the least over the candidates).
+        devices: devices it occupies, tp * pp * dp.
+        pp: pipeline depth.
+        family: index of its layer-cost family (tp, micro-batch, SP, recompute) in the search.
+        dp: data-parallel degree.
+        micro_batch_count: micro-batches per iteration (per pipeline).
+        variant: its schedule, chunks, ZeRO stage and DP overlap.
+    """
+
+    peak_bytes: float
+    devices: int
+    pp: int
+    family: int
+    dp: int
+    micro_batch_count: int
+    variant: Variant
+
+    @property
+    def order(self) -> tuple[float, int, int, int, int, int]:
+        """How candidates of equal standing are ordered: least peak, then fewest devices, then
+        the smallest pp, family, dp and micro-batch count."""
+        return (self.peak_bytes, self.devices, self.pp, self.family, self.dp, self.micro_batch_count)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the fields, ``variant`` as ``{"schedule", "chunks", "zero_stage", "overlap"}``."""
+        variant = self.variant
+        return {"peak_bytes": self.peak_bytes, "devices": self.devices, "pp": self.pp,
+                "family": self.family, "dp": self.dp, "micro_batch_count": self.micro_batch_count,
+                "variant": {"schedule": variant.schedule.value, "chunks": variant.chunks,
+                            "zero_stage": variant.zero_stage, "overlap": variant.overlap}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Closest:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            raw = data["variant"]
+            variant = Variant(PipelineSchedule(raw["schedule"]), int(raw["chunks"]), int(raw["zero_stage"]),
+                              bool(raw["overlap"]))
+            return cls(float(data["peak_bytes"]), int(data["devices"]), int(data["pp"]), int(data["family"]),
+                       int(data["dp"]), int(data["micro_batch_count"]), variant)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid closest candidate: {exc}") from None
 
 
 def _interleaved_peak(search: Search, f: int, variant: Variant, p: int, d: int, m: int
@@ -332,8 +383,8 @@ def _closest(search: Search, families: Sequence[Family],
                 meter.charge(dp_cells(tab.n, p) + p * tab.n)
                 fits = d_row == d or fits_greedily(_column(block), tab.n, p, least)
             if fits:
-                candidate = (least, fam.tp * p * d_row, p, f, d_row, m_row, variant)
-                if best is None or candidate[:6] < best[:6]:
+                candidate = Closest(least, fam.tp * p * d_row, p, f, d_row, m_row, variant)
+                if best is None or candidate.order < best.order:
                     best = candidate
                 break
     return best

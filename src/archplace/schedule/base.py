@@ -113,6 +113,25 @@ class ScheduleResult:
                 "solve_time_s": self.solve_time_s,
                 "ops": [o.to_dict() for o in self.schedule.ops]}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScheduleResult:
+        """Inverse of :meth:`to_dict` (``gap`` is derived; the schedule's makespan is
+        ``makespan_s``, as every backend returns it).
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            makespan = float(data["makespan_s"])
+            optimal = data["optimal"]
+            if not isinstance(optimal, bool):
+                raise ValueError(f"optimal must be true or false, got {optimal!r}")
+            return cls(str(data["backend"]), makespan, float(data["lower_bound_s"]), optimal,
+                       Schedule.from_dict({"makespan_s": makespan, "ops": data["ops"]}),
+                       float(data.get("solve_time_s", 0.0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid schedule result: {exc}") from None
+
 
 class Scheduler(Protocol):
     """A per-layer scheduler: ``solve`` never raises on a time-out."""

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from archplace.errors import SolverError
+from archplace.errors import ConfigError, SolverError
 from archplace.schedule.problem import SchedOp, ScheduleProblem
 from archplace.workload.graph import CoreType
 
@@ -72,6 +72,23 @@ class ScheduledOp:
             entry["vector_core"] = self.vector_core
         return entry
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScheduledOp:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            mode = data["mode"]
+            if mode not in ("single", "all"):
+                raise ValueError(f"mode must be 'single' or 'all', got {mode!r}")
+            core, vector = data["core"], data.get("vector_core")
+            return cls(int(data["id"]), float(data["start_s"]), float(data["end_s"]), mode,
+                       None if core is None else int(core), None if vector is None else int(vector))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid scheduled op: {exc}") from None
+
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
@@ -83,6 +100,18 @@ class Schedule:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form: ``{"makespan_s", "ops": [ScheduledOp.to_dict(), ...]}``."""
         return {"makespan_s": self.makespan_s, "ops": [o.to_dict() for o in self.ops]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Schedule:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            return cls(float(data["makespan_s"]), tuple(ScheduledOp.from_dict(o) for o in data["ops"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid schedule: {exc}") from None
 
 
 class Timeline:

@@ -113,9 +113,10 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
             "version": version("archplace")}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchResult:
-    """Every evaluated design, best first (:func:`archplace.search.objective.rank`).
+    """Every evaluated design, best first (:func:`archplace.search.objective.rank`); built with
+    keywords only.
 
     Attributes:
         evaluated: the designs evaluated, ranked.
@@ -189,3 +190,29 @@ class SearchResult:
             out["exact"] = [r.to_dict() for r in self.exact]
         out["evaluated"] = [r.to_dict() for r in self.evaluated]
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchResult:
+        """Inverse of :meth:`to_dict` (``best``, ``front``, ``speedup_vs_baseline`` and
+        ``evaluated_count`` are derived, so ignored): re-reads a search's ``--out`` file.
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            baseline = data.get("baseline")
+            return cls(evaluated=tuple(DesignResult.from_dict(r) for r in data["evaluated"]),
+                       model=str(data["model"]), devices=int(data["devices"]),
+                       global_batch=int(data["global_batch"]), objective=Objective(data["objective"]),
+                       baseline=None if baseline is None else DesignResult.from_dict(baseline),
+                       strategy=str(data["strategy"]), considered=int(data["considered"]),
+                       pruned=int(data["pruned"]), note=str(data.get("note", "")),
+                       exact=tuple(DesignResult.from_dict(r) for r in data.get("exact", ())),
+                       fuse=bool(data.get("fuse", False)), attention=str(data.get("attention", "flash")),
+                       kernels=str(data.get("kernels", "fused")))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"invalid search result: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"missing field {exc}" if isinstance(exc, KeyError) else " ".join(str(exc).split())

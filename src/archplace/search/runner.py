@@ -67,6 +67,8 @@ class Tick:
         best: the best design so far, or None.
         objective: what "best" means.
         bounded: core configurations bounded so far (:mod:`archplace.search.bounds`).
+        search: index of the search in a run of several (one per model,
+            :func:`archplace.api.search_each`), from 0.
     """
 
     evaluated: int
@@ -75,6 +77,7 @@ class Tick:
     best: DesignResult | None
     objective: Objective
     bounded: int = 0
+    search: int = 0
 
 
 Progress = Callable[[Tick], None]
@@ -334,7 +337,10 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
     exact: tuple[DesignResult, ...] = ()
     if exact_top > 0:
         exact = rank(session.exact([r for r in ranked[:exact_top] if r.best is not None]), request.objective)
-    return SearchResult(ranked, ", ".join(m.name for m in request.models), request.cluster.devices,
-                        request.global_batch, request.objective, baseline, strategy.name,
-                        len(request.designs), outcome.pruned, outcome.note, exact, request.plan_space.fuse,
-                        request.plan_space.attention.value, request.plan_space.kernels.value)
+    space = request.plan_space
+    return SearchResult(evaluated=ranked, model=", ".join(m.name for m in request.models),
+                        devices=request.cluster.devices, global_batch=request.global_batch,
+                        objective=request.objective, baseline=baseline, strategy=strategy.name,
+                        considered=len(request.designs), pruned=outcome.pruned, note=outcome.note,
+                        exact=exact, fuse=space.fuse, attention=space.attention.value,
+                        kernels=space.kernels.value)

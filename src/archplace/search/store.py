@@ -124,6 +124,36 @@ class StoredResult:
     result: dict[str, Any]
     outcome: DesignResult
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``{"search": {"key", "models", "objective", "devices", "global_batch",
+        "created"}, "design", "throughput_samples_per_s", "area_mm2", "feasible", "result"}``
+        (``outcome`` is ``result`` read back, so not repeated)."""
+        search, label = self.search, self.search.label
+        return {"search": {"key": search.key, "models": list(label.models),
+                           "objective": label.objective.value, "devices": label.devices,
+                           "global_batch": label.global_batch, "created": search.created},
+                "design": self.design, "throughput_samples_per_s": self.throughput_samples_per_s,
+                "area_mm2": self.area_mm2, "feasible": self.feasible, "result": self.result}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StoredResult:
+        """Inverse of :meth:`to_dict` (``outcome`` parsed from ``result``).
+
+        Raises:
+            ConfigError: a missing or invalid field.
+        """
+        try:
+            raw = data["search"]
+            label = SearchLabel(tuple(str(m) for m in raw["models"]), Objective(raw["objective"]),
+                                int(raw["devices"]), int(raw["global_batch"]))
+            search = StoredSearch(str(raw["key"]), label, float(raw["created"]))
+            result = dict(data["result"])
+            return cls(search, str(data["design"]), float(data["throughput_samples_per_s"]),
+                       float(data["area_mm2"]), bool(data["feasible"]), result,
+                       DesignResult.from_dict(result))
+        except (LookupError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"invalid stored result: {_one_line(exc)}") from None
+
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, KeyError):

@@ -1,0 +1,399 @@
+"""A search written down: :class:`SearchSpec` (what ``archplace search --config run.yaml`` reads).
+
+A spec holds everything a search needs -- the models, the cluster, the design space, the plan
+options searched for every design, how the space is explored and where the work runs -- as
+plain values (names, paths, numbers), checked when the spec is made: a bad value is one
+:class:`~archplace.errors.ConfigError` naming the field.  Names and files (models, the space,
+presets) are loaded when the search runs (:func:`archplace.api.search`), not here.
+
+:data:`EXAMPLE` is a commented starting file (``archplace config --example search``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from archplace import inputs, limits
+from archplace.errors import ConfigError
+from archplace.placement.plan import ZERO_STAGES, GradReduceDtype, PipelineSchedule
+from archplace.search.executor import EXECUTORS
+from archplace.search.objective import Objective
+from archplace.search.strategies import STRATEGIES
+from archplace.units import parse_area_mm2, parse_power_w
+from archplace.workload.options import parse_attention, parse_kernels
+
+RECOMPUTES = ("none", "selective", "full", "both", "all")
+"""Recompute choices: the policies, ``both`` (none and full) and ``all`` (the three)."""
+
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+DEFAULT_SCHEDULES = ("1f1b", "interleaved", "gpipe")
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """One search: what to train, the design space, and how to search it.
+
+    Attributes:
+        models: model preset names or paths of HF ``config.json`` files (several: the objective
+            is the geometric mean over them, or see ``per_model``); a single name is taken as
+            a list of one.
+        devices: accelerators in the cluster (1..2**20).
+        global_batch: samples per iteration (1..2**30).
+        space: design space: a bundled name (``tiny``, ``phaze``) or a space YAML file.
+        cluster: hardware preset (or YAML) whose links form the cluster; None: the space's base.
+        strategy: ``exhaustive`` (provable pruning), ``exhaustive-all``, ``phaze``, ``wham`` or
+            ``optuna``.
+        objective: ``throughput``, ``throughput-per-watt`` or ``pareto``.
+        area_budget: largest die area (``"280 mm2"`` or mm² as a number); None: the space's rule.
+        power_budget: largest TDP per chip (``"300 W"`` or watts as a number); None: none.
+        trials: most designs to evaluate (1..10**6); None: the strategy's own rule.
+        seed: random seed of stochastic strategies (0..2**32 - 1).
+        seq_len: tokens per sample; None: each model's context length.
+        micro_batches: micro-batch sizes tried (samples).
+        recompute: recompute choices tried: ``none``, ``selective``, ``full``, ``both`` (none
+            and full), ``all``.
+        tp: TP widths tried; None: every power of two within a node that divides each model.
+        schedules: pipeline schedules tried (``1f1b``, ``interleaved``, ``gpipe``).
+        zero_stages: ZeRO stages tried (0..3; ``"all"`` or ``"0,1,3"`` are read too).
+        grad_reduce_dtype: ``fp32`` (Megatron-LM's bf16 recipe) or ``bf16`` gradients.
+        attention: ``flash``, ``sdpa`` or ``eager``.
+        kernels: ``fused`` or ``unfused`` element-wise kernels.
+        fuse: also fold element-wise operators into the matmul producing their input.
+        baseline: hardware preset evaluated the same way for comparison; None (or ``"none"``):
+            no baseline.
+        executor: ``local`` (worker processes) or ``dask``.
+        scheduler: address of a running Dask scheduler (implies ``dask``); None: a local one.
+        jobs: worker processes; None: the usable CPUs (1: in this process).
+        store: SQLite file where every result is written as it finishes (a re-run resumes);
+            None: no store.
+        exact_top: re-evaluate the best this-many designs with CP-SAT layer schedules (0..1,000);
+            None: ``top``.
+        per_model: with several models, search each on its own (one result per model).
+        top: designs reported (the table's rows; the pruned search proves this many), 1..1,000.
+
+    Raises:
+        ConfigError: a value of the wrong type or out of range, an unknown choice, or no model,
+            naming the field (never a CLI flag).
+    """
+
+    models: tuple[str, ...]
+    devices: int
+    global_batch: int
+    space: str = "tiny"
+    cluster: str | None = None
+    strategy: str = "exhaustive"
+    objective: str = "throughput"
+    area_budget: str | float | None = None
+    power_budget: str | float | None = None
+    trials: int | None = None
+    seed: int = 0
+    seq_len: int | None = None
+    micro_batches: tuple[int, ...] = DEFAULT_MICRO_BATCHES
+    recompute: tuple[str, ...] = ("both",)
+    tp: tuple[int, ...] | None = None
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES
+    zero_stages: tuple[int, ...] = ZERO_STAGES
+    grad_reduce_dtype: str = "fp32"
+    attention: str = "flash"
+    kernels: str = "fused"
+    fuse: bool = False
+    baseline: str | None = "tpuv4"
+    executor: str = "local"
+    scheduler: str | None = None
+    jobs: int | None = None
+    store: str | None = None
+    exact_top: int | None = None
+    per_model: bool = False
+    top: int = 5
+
+    def __post_init__(self) -> None:
+        for name, check in _CHECKS.items():
+            object.__setattr__(self, name, check(getattr(self, name)))
+
+    @property
+    def exact(self) -> int:
+        """Designs re-evaluated with CP-SAT: ``exact_top``, or ``top`` when it is None."""
+        return self.top if self.exact_top is None else self.exact_top
+
+    @property
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        """The models of each search this spec runs: one per model with ``per_model``, else all
+        together."""
+        return tuple((name,) for name in self.models) if self.per_model else (self.models,)
+
+    def replace(self, **changes: Any) -> SearchSpec:
+        """A copy with ``changes`` (field names) applied, checked again.
+
+        Raises:
+            ConfigError: an unknown field, or a bad value.
+        """
+        unknown = [name for name in changes if name not in FIELDS]
+        if unknown:
+            raise ConfigError(f"unknown field {unknown[0]!r}; the fields are: {', '.join(FIELDS)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, as plain data (lists for tuples, None for unset): what :meth:`from_dict`
+        and a ``--config`` YAML file read."""
+        out: dict[str, Any] = {}
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            out[item.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "search spec") -> SearchSpec:
+        """The spec of a mapping of field names to values (fields left out take their defaults).
+
+        Raises:
+            ConfigError: "``where``: ..." for not a mapping, an unknown field, a missing
+                ``models``, ``devices`` or ``global_batch``, or a bad value (see the class).
+        """
+        values = check_fields(data, where)
+        missing = [name for name in ("models", "devices", "global_batch") if name not in values]
+        if missing:
+            raise ConfigError(f"{where}: missing {', '.join(missing)}")
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> SearchSpec:
+        """The spec of a YAML file (:data:`EXAMPLE` shows every field).
+
+        Raises:
+            ConfigError: a missing, unreadable or malformed file, or a bad field (named, after
+                the file's name).
+        """
+        return cls.from_dict(read_fields(path), os.fspath(path))
+
+    def to_yaml(self) -> str:
+        """The spec as YAML text (every field), which :meth:`from_yaml` reads back."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+FIELDS = tuple(item.name for item in dataclasses.fields(SearchSpec))
+"""The field names of :class:`SearchSpec`, in order."""
+
+
+def check_fields(data: object, where: str) -> dict[str, Any]:
+    """Each field of ``data`` checked and normalised on its own (what :class:`SearchSpec` keeps).
+
+    Raises:
+        ConfigError: "``where``: ..." for not a mapping, an unknown field or a bad value.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
+    unknown = [str(name) for name in data if name not in FIELDS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown field {unknown[0]!r}; the fields are: {', '.join(FIELDS)}")
+    out = {}
+    for name, value in data.items():
+        try:
+            out[name] = _CHECKS[name](value)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return out
+
+
+def read_fields(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The fields of a search spec YAML file, each checked (:func:`check_fields`); fields it
+    leaves out are left out (a ``--config`` file may leave the required ones to flags).
+
+    Raises:
+        ConfigError: a missing, unreadable or malformed file, an unknown field or a bad value,
+            after the file's name.
+    """
+    return check_fields(inputs.read_mapping(path, "search spec", syntax="yaml"), os.fspath(path))
+
+
+def _listed(value: object) -> object:
+    """A single value as a list of one (YAML ``micro_batches: 4``); lists and tuples as they are."""
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return (value,)
+    return value
+
+
+def _nonempty(values: object, field: str) -> tuple[Any, ...]:
+    if not isinstance(values, tuple) or not values:
+        raise ConfigError(f"{field} must be a non-empty list, got {limits.shown(values)}")
+    return values
+
+
+def _names(value: object, field: str) -> tuple[str, ...]:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    items = _listed([os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
+                    if isinstance(value, list | tuple) else value)
+    if not isinstance(items, tuple) or not items:
+        raise ConfigError(f"{field}: at least one model (a preset name or a config.json path) is needed")
+    return tuple(_text(item, field, "a model preset name or a config.json path") for item in items)
+
+
+def _text(value: object, field: str, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{field} must be {what}, got {limits.shown(value)}")
+    return value
+
+
+def _optional_text(value: object, field: str, what: str) -> str | None:
+    return None if value is None else _text(value, field, what)
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{field} must be true or false, got {limits.shown(value)}")
+    return value
+
+
+def _choice(value: object, field: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"unknown {field} {value!r}; choose from: {', '.join(choices)}")
+    return value
+
+
+def _quantity(value: object, field: str) -> str | float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{field} must be a quantity such as '280 mm2' or a number, "
+                          f"got {limits.shown(value)}")
+    return value
+
+
+def _positive(value: float, field: str, given: object) -> float:
+    if not value > 0:
+        raise ConfigError(f"{field}: must be positive, got {given!r}")
+    return value
+
+
+def _zero_stages(value: object) -> tuple[int, ...]:
+    from archplace.api import parse_zero_stages  # the one parser of ZeRO stage lists
+
+    if isinstance(value, list):
+        value = tuple(value)
+    return parse_zero_stages(value)  # type: ignore[arg-type]
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _area_budget(value: object) -> str | float:
+    given = _quantity(value, "area_budget")
+    _positive(parse_area_mm2(given, "area_budget"), "area_budget", given)
+    return given
+
+
+def _power_budget(value: object) -> str | float:
+    given = _quantity(value, "power_budget")
+    _positive(parse_power_w(given, "power_budget"), "power_budget", given)
+    return given
+
+
+def _baseline(value: object) -> str | None:
+    name = _optional_text(value, "baseline", "a hardware preset, a file path or none")
+    return None if name == "none" else name
+
+
+def _path_text(field: str, what: str) -> Callable[[Any], str | None]:
+    def check(value: object) -> str | None:
+        return _optional_text(os.fspath(value) if isinstance(value, os.PathLike) else value, field, what)
+    return check
+
+
+def _recompute(value: object) -> tuple[str, ...]:
+    return tuple(_choice(r, "recompute", RECOMPUTES) for r in _nonempty(_listed(value), "recompute"))
+
+
+def _schedules(value: object) -> tuple[str, ...]:
+    choices = tuple(p.value for p in PipelineSchedule)
+    return tuple(_choice(s, "schedule", choices) for s in _nonempty(_listed(value), "schedules"))
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "models": lambda v: _names(v, "models"),
+    "devices": lambda v: limits.whole("devices", v, 1, limits.MAX_DEVICES),
+    "global_batch": lambda v: limits.whole("global_batch", v, 1, limits.MAX_GLOBAL_BATCH),
+    "space": lambda v: _text(os.fspath(v) if isinstance(v, os.PathLike) else v, "space",
+                             "a space name or a file path"),
+    "cluster": _path_text("cluster", "a hardware preset or a file path"),
+    "strategy": lambda v: _choice(v, "strategy", STRATEGIES),
+    "objective": lambda v: _choice(v, "objective", tuple(o.value for o in Objective)),
+    "area_budget": _optional(_area_budget),
+    "power_budget": _optional(_power_budget),
+    "trials": lambda v: limits.optional_whole("trials", v, 1, limits.MAX_TRIALS),
+    "seed": lambda v: limits.whole("seed", v, 0, limits.MAX_SEED),
+    "seq_len": lambda v: limits.optional_whole("seq_len", v, 1, limits.MAX_SEQ_LEN),
+    "micro_batches": lambda v: limits.whole_each("micro_batches", _listed(v), 1, limits.MAX_MICRO_BATCH),
+    "recompute": _recompute,
+    "tp": _optional(lambda v: limits.whole_each("tp", _listed(v), 1, limits.MAX_DEVICES)),
+    "schedules": _schedules,
+    "zero_stages": _zero_stages,
+    "grad_reduce_dtype": lambda v: _choice(v, "grad_reduce_dtype", tuple(d.value for d in GradReduceDtype)),
+    "attention": lambda v: parse_attention(v).value,
+    "kernels": lambda v: parse_kernels(v).value,
+    "fuse": lambda v: _flag(v, "fuse"),
+    "baseline": _baseline,
+    "executor": lambda v: _choice(v, "executor", EXECUTORS),
+    "scheduler": lambda v: _optional_text(v, "scheduler", "a Dask scheduler address"),
+    "jobs": _optional(limits.jobs),
+    "store": _path_text("store", "a file path"),
+    "exact_top": lambda v: limits.optional_whole("exact_top", v, 0, limits.MAX_TOP),
+    "per_model": lambda v: _flag(v, "per_model"),
+    "top": lambda v: limits.whole("top", v, 1, limits.MAX_TOP),
+}
+"""How each field is checked and normalised, in the order of the fields."""
+
+
+EXAMPLE = """\
+# archplace search --config run.yaml: one search, written down.
+# Flags given on the command line override these fields. Paths are relative to the directory
+# archplace runs in. Only models, devices and global_batch are required; every other field
+# shows its default.
+
+# What to train, on how many chips
+models: [gpt2-xl]            # presets (archplace models) or paths of HF config.json files
+devices: 1024                # accelerators in the cluster
+global_batch: 4096           # samples per iteration
+seq_len: null                # tokens per sample; null: each model's context length
+per_model: false             # with several models: search each on its own
+
+# The designs
+space: tiny                  # tiny, phaze, or a space YAML file
+cluster: null                # preset whose links form the cluster; null: the space's base
+area_budget: null            # largest die area, e.g. "280 mm2"; null: the space's rule
+power_budget: null           # largest TDP per chip, e.g. "300 W"
+baseline: tpuv4              # preset evaluated the same way for comparison; none: no baseline
+
+# The parallel plans tried for every design
+micro_batches: [1, 2, 4, 8]
+recompute: [both]            # none, selective, full, both (none and full), all
+tp: null                     # TP widths, e.g. [1, 2, 4]; null: every valid width within a node
+schedules: [1f1b, interleaved, gpipe]
+zero_stages: [0, 1, 2, 3]    # or "all", or "0,1"
+grad_reduce_dtype: fp32      # fp32 or bf16
+attention: flash             # flash, sdpa or eager
+kernels: fused               # fused or unfused
+fuse: false                  # fold element-wise operators into their producing matmul
+
+# How to search
+strategy: exhaustive         # exhaustive, exhaustive-all, phaze, wham, optuna
+objective: throughput        # throughput, throughput-per-watt, pareto
+trials: null                 # most designs to evaluate; null: the strategy's rule
+seed: 0
+top: 5                       # designs reported
+exact_top: null              # re-evaluate the best K with CP-SAT layer schedules; null: top
+
+# Where the work runs
+executor: local              # local or dask
+scheduler: null              # Dask scheduler address, e.g. tcp://host:8786
+jobs: null                   # worker processes; null: the usable CPUs
+store: null                  # SQLite file: results kept as they finish; a re-run resumes
+"""
+"""A commented starting file for ``archplace search --config`` (``archplace config --example
+search``); it loads into a :class:`SearchSpec` of the defaults for gpt2-xl on 1,024 devices."""
