@@ -23,13 +23,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from archplace.app import estimate_model, estimate_preset_matmul
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.cost.estimate import (
     EFFICIENCY_NOTES,
     ModelEstimate,
     estimate_matmul,
-    estimate_model,
-    estimate_preset_matmul,
     layer_rows,
     op_rows,
 )

@@ -22,13 +22,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from archplace.app import layer_problem
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ConfigError
 from archplace.inputs import read_mapping
 from archplace.outputs import check_image_output, write_text_output
 from archplace.schedule.base import ScheduleResult, SolveOptions
 from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import BACKENDS, layer_problem, solve_problem
+from archplace.schedule.solve import BACKENDS, solve_problem
 
 
 def read_problem(path: Path) -> ScheduleProblem:
