@@ -16,8 +16,6 @@ from typing import Any
 
 from archplace import app, limits
 from archplace.app import (
-    EvaluateRun,
-    PlanRun,
     estimate_model,
     estimate_preset_matmul,
     layer_problem,
@@ -46,7 +44,7 @@ from archplace.search.request import SearchRequest, SearchResult
 from archplace.search.runner import Progress, run_search
 from archplace.search.store import ResultStore, StoredResult
 from archplace.search.strategies import make_strategy
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
+from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
 from archplace.specs.plan import check_sp
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.extract import check_tp
@@ -223,7 +221,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     """
     cluster = ClusterSpec(devices, global_batch)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,  # type: ignore[arg-type]
-                 schedule=schedule, chunks=chunks, sp=sp, zero_stage=_single_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
+                 schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
                  stages=parse_stages(stages) if stages else None)
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse))  # type: ignore[arg-type]
@@ -258,7 +256,7 @@ def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _single_zero_stage(zero_stage: int | None, zero: bool) -> int:
+def fixed_zero_stage(zero_stage: int | None, zero: bool) -> int:
     """The one ZeRO stage of a fixed plan: ``zero_stage``, or 1 for the older ``zero=True``.
 
     Raises:
@@ -561,7 +559,7 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
     check_sp(sp, tp)
     tokens = limits.whole("seq_len", seq_len if seq_len is not None else file_seq_len or 1, 1,
                           limits.MAX_SEQ_LEN)
-    stage = _single_zero_stage(zero_stage, zero)
+    stage = fixed_zero_stage(zero_stage, zero)
     _, setup = app.training_setup(HardwareSpec(hardware), devices=devices, global_batch=global_batch,
                                   seq_len=tokens, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
     return dag_plan(layers, setup, micro_batch=micro_batch,

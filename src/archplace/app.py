@@ -9,8 +9,9 @@ module loads a preset or reads an input file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import Any
 
 from archplace import limits
 from archplace.cost.estimate import ModelEstimate, PresetMatmul, estimate_layers, preset_matmul
@@ -20,14 +21,16 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.presets import load_accelerator, load_cluster
 from archplace.hardware.space import SearchSpace, load_space
+from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
 from archplace.placement.plan import GradReduceDtype, Optimizer, PlanResult, TrainingSetup
 from archplace.schedule.base import ScheduleResult, SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import LAYERS, PHASES, solve_problem
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
+from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec
 from archplace.specs._fields import member
 from archplace.specs.plan import check_sp
+from archplace.specs.runs import EvaluateRun, PlanRun
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, extract_chain
@@ -35,24 +38,14 @@ from archplace.workload.layers import LayerChain
 from archplace.workload.options import Attention, Kernels
 
 
-@dataclass(frozen=True)
-class PlanRun:
-    """Everything ``plan`` needs: the model, the chip, the cluster and the plans to search."""
+def read_run_file(path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
+    """The top-level mapping of a run file (YAML, or JSON for ``*.json``;
+    :func:`archplace.inputs.read_mapping`'s limits).
 
-    model: ModelSpec
-    hardware: HardwareSpec
-    cluster: ClusterSpec
-    space: PlanSpace = PlanSpace()
-
-
-@dataclass(frozen=True)
-class EvaluateRun:
-    """Everything ``evaluate`` needs: the model, the chip, the cluster and the one plan."""
-
-    model: ModelSpec
-    hardware: HardwareSpec
-    cluster: ClusterSpec
-    plan: Plan
+    Raises:
+        ConfigError: one line naming the file and the problem.
+    """
+    return read_mapping(path, kind, syntax=syntax_of(path))
 
 
 def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.ModelSpec:
@@ -284,4 +277,4 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
 
 __all__ = ["EvaluateRun", "PlanRun", "accelerator", "check_sp", "cluster", "cluster_or_none", "design_space",
            "estimate_model", "estimate_preset_matmul", "evaluate", "layer_chain", "layer_problem",
-           "load_model", "plan", "problem", "schedule_layer", "training_setup"]
+           "load_model", "plan", "problem", "read_run_file", "schedule_layer", "training_setup"]

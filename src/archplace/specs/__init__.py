@@ -2,5 +2,6 @@
 
 from archplace.specs.plan import Plan, PlanSpace
 from archplace.specs.run import ClusterSpec, HardwareSpec, ModelSpec
+from archplace.specs.runs import EvaluateRun, PlanRun
 
-__all__ = ["ClusterSpec", "HardwareSpec", "ModelSpec", "Plan", "PlanSpace"]
+__all__ = ["ClusterSpec", "EvaluateRun", "HardwareSpec", "ModelSpec", "Plan", "PlanRun", "PlanSpace"]

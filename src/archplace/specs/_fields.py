@@ -115,7 +115,8 @@ def check_keys(cls: type[Any], data: object, owner: str, *, ignored: tuple[str, 
     missing = [name for name, f in fields.items() if name not in data
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
-        raise ConfigError(f"{owner}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        raise ConfigError(f"{owner}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+                          fields=tuple(missing))
     return {key: value for key, value in data.items() if key in fields}
 
 

@@ -1,0 +1,61 @@
+"""Commented starting files printed by ``archplace config --example NAME``.
+
+:data:`EXAMPLES` maps each name to its text; a new kind of run file adds one entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from archplace.errors import ConfigError
+
+PLAN = """\
+# A plan run: archplace plan --config plan.yaml
+# What to train, on which chip, on how many, and which parallel plans to try.
+# Options given on the command line override these fields (e.g. --devices 128).
+# Leave a field out for its default.
+
+# --- the model
+model: llama2-7b          # a model preset (archplace models) or the path of an HF config.json
+seq_len: null             # tokens per sample; null: the model's context length
+attention: flash          # eager | sdpa | flash
+kernels: fused            # fused (Megatron-LM's fused kernels) | unfused (HF's operators one by one)
+fuse: false               # also fold element-wise operators into the matmul producing their input
+
+# --- the chip and its links
+hardware: a100-80gb       # a hardware preset (archplace hardware) or a hardware YAML file
+cluster: null             # preset or YAML whose cluster links are used; null: the hardware's own
+
+# --- the cluster and one training iteration
+devices: 64               # accelerators
+global_batch: 512         # samples per iteration
+
+# --- the plans to search
+tps: null                 # TP widths; null: every power of two up to 64 that splits the model
+micro_batches: [1, 2, 4, 8]
+recomputes: [none, selective, full]
+schedules: [gpipe, 1f1b, interleaved]
+chunks: [2, 4]            # model chunks per device tried with the interleaved schedule
+sp: true                  # also try sequence parallelism (TP width > 1)
+zero_stages: [0, 1, 2, 3] # 3 is FSDP
+dp_overlap: [false, true] # DP gradient reduction exposed, or bucketed over the last backward pass
+grad_reduce_dtype: fp32   # gradient buffer and reduction: fp32 (Megatron-LM's bf16 recipe) | bf16
+optimizer: adam           # adam | sgd
+top_k: 5                  # plans to show, best first
+"""
+
+EXAMPLES: Mapping[str, str] = MappingProxyType({"plan": PLAN})
+"""Example run files by name."""
+
+
+def example(name: str) -> str:
+    """The commented example run file ``name``.
+
+    Raises:
+        ConfigError: an unknown name (the known ones listed).
+    """
+    try:
+        return EXAMPLES[name]
+    except KeyError:
+        raise ConfigError(f"unknown example {name!r}; choose from: {', '.join(sorted(EXAMPLES))}") from None
