@@ -109,7 +109,8 @@ def test_plan_reads_the_plan_object_plan_json_writes() -> None:
                         stages=((0, 1), (2, 2), (3, 3), (4, 5)))
     document = {"plans": [], "plan": written, "iteration_time_s": 1.0, "model": "gpt2-xl",
                 "hardware": "tpuv4", "cluster": None, "devices": 16, "global_batch": 32, "seq_len": None,
-                "attention": "eager",                 "kernels": "unfused", "fuse": True, "optimizer": "sgd", "grad_reduce_dtype": "bf16"}
+                "attention": "eager", "kernels": "unfused", "fuse": True, "optimizer": "sgd",
+                "grad_reduce_dtype": "bf16"}
     run = EvaluateRun.from_dict(evaluate_fields(document))
     assert run.plan.optimizer is Optimizer.SGD and run.plan.grad_reduce_dtype is GradReduceDtype.BF16
     assert run.model == ModelSpec("gpt2-xl", None, Attention.EAGER, Kernels.UNFUSED, True)
