@@ -36,7 +36,7 @@ from archplace.placement.plan import (
     Recompute,
     check_zero_stage,
 )
-from archplace.placement.workflow import PlanSpace as PlanGrid
+from archplace.placement.workflow import PlanGrid
 from archplace.schedule.solve import solve_problem
 from archplace.search.executor import make_executor
 from archplace.search.objective import Objective, rank
@@ -162,7 +162,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     default all four, or 0 only when ``zero`` is False, the older switch), DP overlap (off and
     on: the gradient reduction bucketed over the last backward pass), every pipeline depth,
     stage split and DP degree. ``fuse``: layers costed with element-wise operators fused into
-    their producing matmul (:class:`archplace.placement.workflow.PlanSpace`).
+    their producing matmul (:class:`archplace.specs.PlanSpace`).
     ``grad_reduce_dtype``: fp32 (Megatron-LM's bf16 recipe, the default) or bf16 gradient
     buffer and reduction.
     ``attention`` and ``kernels`` as in :func:`graph`.

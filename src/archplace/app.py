@@ -160,7 +160,7 @@ def plan(run: PlanRun) -> list[PlanResult]:
     space, model = run.space, run.model
     prob = problem(model, run.hardware, run.cluster, micro_batches=space.micro_batches,
                    optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype)
-    grid = workflow.PlanSpace(tps=space.tps, micro_batches=space.micro_batches,
+    grid = workflow.PlanGrid(tps=space.tps, micro_batches=space.micro_batches,
                               sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
                               schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
                               dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,

@@ -86,8 +86,10 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
 
 
 @dataclass(frozen=True)
-class PlanSpace:
-    """The options ``plan`` searches (each a tuple of the values to try).
+class PlanGrid:
+    """The resolved options the placement engine searches (each a tuple of the values to try),
+    built by :mod:`archplace.app` from a :class:`archplace.specs.PlanSpace` and the model's
+    tracing options (and by the search from its request).
 
     ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
     ``zero_stages``: ZeRO stages 0..3 to try (:mod:`archplace.placement.zero`). ``dp_overlap``:
@@ -116,7 +118,7 @@ class PlanSpace:
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
 
 
-def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[PlanResult]:
+def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[PlanResult]:
     """The ``top_k`` best plans of ``prob`` over ``space``, best first.
 
     Raises:
@@ -166,7 +168,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              dp_overlap: bool = False, stages: tuple[tuple[int, int], ...] | None = None, fuse: bool = False,
              attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
-    layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanSpace`.
+    layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanGrid`.
 
     Raises:
         ConfigError: an invalid plan, stages that do not end at the last layer (the head).
