@@ -196,7 +196,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Best parallel plans (TP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES chips."""
         if layer_graph is not None and (model is not None or config is not None):
-            raise ConfigError("give either --model (or --config) or --layer-graph")
+            raise ConfigError("give either --model or --layer-graph (a --config file is for --model)")
         if layer_graph is None and model is None and config is None:
             raise ConfigError("give either --model or --layer-graph")
         if no_zero and zero_stage is not None:
