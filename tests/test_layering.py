@@ -68,8 +68,12 @@ def test_lower_layers_load_nothing(path: Path) -> None:
     assert {name for name in found if (module, name) not in ALLOWED_LOADERS} == set(), module
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
-def test_lower_layer_errors_name_no_option(path: Path) -> None:
+FRONT = (SRC / "api.py", SRC / "app.py", *sorted((SRC / "specs").rglob("*.py")))
+"""The library's front door: its errors name fields too (the CLI maps them to options)."""
+
+
+@pytest.mark.parametrize("path", [*_modules(), *FRONT], ids=lambda p: str(p.relative_to(SRC)))
+def test_library_errors_name_no_option(path: Path) -> None:
     found = [(line, text) for line, text in _error_strings(ast.parse(path.read_text(), str(path)))
              if _flag_like(text)]
     assert found == [], f"{path.relative_to(SRC)}: errors naming a CLI option: {found}"
