@@ -29,7 +29,6 @@ from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import LAYERS, PHASES, solve_problem
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec
 from archplace.specs._fields import member
-from archplace.specs.plan import check_sp
 from archplace.specs.runs import EvaluateRun, PlanRun
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
@@ -275,6 +274,6 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
     return solve_problem(problem_, backend, options)
 
 
-__all__ = ["EvaluateRun", "PlanRun", "accelerator", "check_sp", "cluster", "cluster_or_none", "design_space",
+__all__ = ["EvaluateRun", "PlanRun", "accelerator", "cluster", "cluster_or_none", "design_space",
            "estimate_model", "estimate_preset_matmul", "evaluate", "layer_chain", "layer_problem",
            "load_model", "plan", "problem", "read_run_file", "schedule_layer", "training_setup"]
