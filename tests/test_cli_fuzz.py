@@ -105,6 +105,10 @@ def make_files(root: Path) -> Files:
         "layer_graph": ROOT / "examples" / "layer_graph.yaml",
         "problem": _write(root / "problem.json", json.dumps(PROBLEM)),
     }
+    run = {"model": str(good["config"]), "hardware": "tpuv4", "devices": 8, "global_batch": 8}
+    good["plan_config"] = _write(root / "plan.yaml", json.dumps({**run, "tps": [1], "micro_batches": [1]}))
+    good["plan_doc"] = _write(root / "plan.json", json.dumps({**run, "plan": {"tp": 1, "pp": 1, "dp": 8,
+                                                                               "micro_batch": 1}}))
     foreign_db = root / "foreign.db"
     with sqlite3.connect(foreign_db) as db:
         db.execute("CREATE TABLE t (x)")
@@ -184,6 +188,9 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--space": _input_file(files, ["space"], []),
         "--layer-graph": _input_file(files, ["layer_graph"], []),
         "--problem": _input_file(files, ["problem"], []),
+        "--config": _input_file(files, ["plan_config"], []),
+        "--plan": _input_file(files, ["plan_doc"], []),
+        "--example": _words(["search", "plan"]),
         "store": st.one_of(st.just("OUT:run.db"), st.sampled_from([str(p) for p in files.bad])),
         "--store": st.one_of(st.just("OUT:run.db"), st.sampled_from([str(p) for p in files.bad])),
         "--devices": _ints([1, 2, 8, 16, 64, 1024]),
@@ -229,8 +236,6 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--zero-stage": _words(["0", "1", "2", "3", "0,3", "all", "4", "x"]),
         "--grad-reduce-dtype": _words(["fp32", "bf16", "fp8"]),
         "--stages": _words(["0-1,2-3", "0-3", "0-0,1-3", "3-0", "0-1,1-3", "a-b", "0-99"]),
-        "--config": _input_file(files, ["space"], []),  # a run file (here one of the wrong kind)
-        "--example": _words(["search", "plan"]),
         "--out": _output(files, [".json"]),
         "--csv": _output(files, [".csv"]),
         "--plot": _output(files, [".png", ".svg"]),
@@ -260,7 +265,8 @@ def _name(param: Any) -> str:
 
 def test_every_option_has_a_generator(tmp_path: Path) -> None:
     known = set(generators(Files({k: tmp_path for k in ("config", "space", "hardware", "layer_graph",
-                                                        "problem")}, (), tmp_path), slow=True))
+                                                        "problem", "plan_config", "plan_doc")}, (), tmp_path),
+                           slow=True))
     used = {_name(p) for params in _command_params().values() for p in params
             if not getattr(p, "is_flag", False)}
     assert used - known == set()

@@ -246,7 +246,7 @@ def test_api_names_parameters_not_flags(model: str) -> None:
         api.graph(model, micro_batch=2.0)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="seed must be a whole number from 0 to 4,294,967,295"):
         api.search(model, devices=8, global_batch=8, seed=2**32)
-    with pytest.raises(ConfigError, match="--sp needs --tp > 1"):
+    with pytest.raises(ConfigError, match="^sp needs tp > 1"):
         api.graph(model, tp=1, sp=True)
 
 

@@ -14,15 +14,21 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from archplace import limits
-from archplace.cost.estimate import estimate_matmul, estimate_model, estimate_preset_matmul
+from archplace import app, limits
+from archplace.app import (
+    estimate_model,
+    estimate_preset_matmul,
+    layer_problem,
+    schedule_layer,
+)
+from archplace.cost.estimate import estimate_matmul
 from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
-from archplace.hardware.presets import load_accelerator, load_cluster, preset_summaries
-from archplace.hardware.space import load_space
+from archplace.hardware.presets import preset_summaries
 from archplace.placement import workflow
 from archplace.placement.plan import (
+    MICRO_BATCHES,
     ZERO_STAGES,
     GradReduceDtype,
     PipelineSchedule,
@@ -30,23 +36,25 @@ from archplace.placement.plan import (
     Recompute,
     check_zero_stage,
 )
-from archplace.placement.workflow import PlanSpace
-from archplace.schedule.solve import layer_problem, schedule_layer, solve_problem
+from archplace.placement.workflow import PlanGrid
+from archplace.schedule.solve import solve_problem
 from archplace.search.objective import Objective, rank
 from archplace.search.request import SearchRequest, SearchResult
 from archplace.search.runner import Progress
 from archplace.search.store import ResultStore, StoredResult
 from archplace.searches import SearchInterrupted, run_searches
+from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
+from archplace.specs.plan import check_sp
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
-from archplace.workload.cache import cached_chain
-from archplace.workload.extract import ExtractOptions, check_tp
+from archplace.workload.extract import check_tp
 from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.summary import chain_summary
-from archplace.workload.zoo import ModelSpec, load_model, model_preset_summaries
+from archplace.workload.zoo import model_preset_summaries
 
-__all__ = ["check_run_options", "estimate_matmul", "estimate_model", "estimate_preset_matmul",
-           "evaluate", "graph", "hardware",
+__all__ = ["EvaluateRun", "PlanRun", "check_run_options", "estimate_matmul", "estimate_model",
+           "estimate_preset_matmul", "evaluate", "evaluate_run", "graph", "hardware", "parse_stages",
+           "plan_run",
            "layer_problem", "models", "plan", "plan_layer_graph", "results", "schedule_layer", "search",
            "search_each", "search_request", "solve_problem"]
 __all__ += ["SearchInterrupted", "SearchSpec", "spec_request"]
@@ -83,37 +91,16 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
             attention or kernels value.
         ExtractionError: the model code cannot be traced.
     """
-    attention, kernels = parse_attention(attention), parse_kernels(kernels)
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse)  # type: ignore[arg-type]
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
-    _check_sp(sp, tp)
-    spec = _model_spec(model, seq_len, (micro_batch,))
-    options = ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp, sp=sp, fuse=fuse,
-                             attention=attention, kernels=kernels)
-    return {**chain_summary(cached_chain(spec, options), sp=sp), "attention": attention.value,
-            "kernels": kernels.value}
-
-
-def _model_spec(model: str, seq_len: int | None, micro_batches: Iterable[int]) -> ModelSpec:
-    """``model`` at ``seq_len`` tokens (default: its context), with the sequence and every
-    micro-batch's token count within :mod:`archplace.limits`.
-
-    Raises:
-        ConfigError: an unknown model, or a size out of range.
-    """
-    limits.optional_whole("seq_len", seq_len, 1, limits.MAX_SEQ_LEN)
-    spec = load_model(model)
-    if seq_len is not None:
-        spec = spec.with_seq_len(seq_len)
-    limits.whole(f"sequence length of {spec.name!r}", spec.seq_len, 1, limits.MAX_SEQ_LEN)
-    for b in micro_batches:
-        limits.micro_batch_tokens(b, spec.seq_len)
-    return spec
+    check_sp(sp, tp)
+    chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp)
+    return {**chain_summary(chain, sp=sp), "attention": spec.attention.value, "kernels": spec.kernels.value}
 
 
 def _check_cluster(devices: int, global_batch: int) -> None:
-    limits.whole("devices", devices, 1, limits.MAX_DEVICES)
-    limits.whole("global_batch", global_batch, 1, limits.MAX_GLOBAL_BATCH)
+    ClusterSpec(devices, global_batch)
 
 
 def _enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[Any, ...]:
@@ -176,7 +163,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     default all four, or 0 only when ``zero`` is False, the older switch), DP overlap (off and
     on: the gradient reduction bucketed over the last backward pass), every pipeline depth,
     stage split and DP degree. ``fuse``: layers costed with element-wise operators fused into
-    their producing matmul (:class:`archplace.placement.workflow.PlanSpace`).
+    their producing matmul (:class:`archplace.specs.PlanSpace`).
     ``grad_reduce_dtype``: fp32 (Megatron-LM's bf16 recipe, the default) or bf16 gradient
     buffer and reduction.
     ``attention`` and ``kernels`` as in :func:`graph`.
@@ -188,32 +175,25 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
             (:mod:`archplace.placement.budget`).
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
-    attention, kernels = parse_attention(attention), parse_kernels(kernels)
-    _check_cluster(devices, global_batch)
-    widths = limits.whole_each("tp", tps, 1, limits.MAX_DEVICES) if tps else None
-    batches = (limits.whole_each("micro_batch", micro_batches, 1, limits.MAX_MICRO_BATCH)
-               if micro_batches else workflow.PlanSpace().micro_batches)
-    limits.whole("top_k", top_k, 1, limits.MAX_TOP)
-    _model_spec(model, seq_len, batches)
-    stages = parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,))
-    prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
-                            seq_len=seq_len, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
-    grad_dtype = prob.setup.grad_reduce_dtype
-    default = workflow.PlanSpace()
-    space = workflow.PlanSpace(
-        tps=widths,
-        micro_batches=batches,
-        sps=(False, True) if sp else (False,),
-        recomputes=_enum_choices(Recompute, recomputes, "recompute") if recomputes else default.recomputes,
-        schedules=(_enum_choices(PipelineSchedule, schedules, "schedule") if schedules
-                   else default.schedules),
-        zero_stages=stages,
-        fuse=bool(fuse),
-        attention=attention,
-        kernels=kernels,
-        grad_reduce_dtype=grad_dtype,
-    )
-    return workflow.plan(prob, space, top_k)
+    space = PlanSpace(tps=tuple(tps) if tps else None,
+                      micro_batches=tuple(micro_batches) if micro_batches else MICRO_BATCHES,
+                      recomputes=tuple(recomputes) if recomputes else tuple(Recompute),  # type: ignore[arg-type]
+                      schedules=tuple(schedules) if schedules else tuple(PipelineSchedule),  # type: ignore[arg-type]
+                      sp=bool(sp), zero_stages=parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,)),
+                      grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k)  # type: ignore[arg-type]
+    return plan_run(PlanRun(
+        ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse)),  # type: ignore[arg-type]
+        HardwareSpec(hardware), ClusterSpec(devices, global_batch), space))
+
+
+def plan_run(run: PlanRun) -> list[PlanResult]:
+    """:func:`plan` of a run given as specs (as a plan file gives it;
+    :class:`~archplace.app.PlanRun`), best first.
+
+    Raises:
+        ConfigError, InfeasibleError: as :func:`plan`.
+    """
+    return app.plan(run)
 
 
 def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: int, pp: int, dp: int,
@@ -240,25 +220,44 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
             ...), an invalid plan.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
-    attention, kernels = parse_attention(attention), parse_kernels(kernels)
-    _check_cluster(devices, global_batch)
-    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("chunks", chunks)):
-        limits.whole(name, value, 1, limits.MAX_DEVICES)
-    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
-    _check_sp(sp, tp)
-    _model_spec(model, seq_len, (micro_batch,))
-    stage = _single_zero_stage(zero_stage, zero)
-    prob = workflow.problem(model, hardware, devices=devices, global_batch=global_batch,
-                            seq_len=seq_len, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
-    return workflow.evaluate(
-        prob, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
-        recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
-        schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0],
-        chunks=chunks, sp=sp, zero_stage=stage, dp_overlap=dp_overlap, stages=stages, fuse=bool(fuse),
-        attention=attention, kernels=kernels)
+    cluster = ClusterSpec(devices, global_batch)
+    fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,  # type: ignore[arg-type]
+                 schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
+                 dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
+                 stages=parse_stages(stages) if stages else None)
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse))  # type: ignore[arg-type]
+    return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
 
 
-def _single_zero_stage(zero_stage: int | None, zero: bool) -> int:
+def evaluate_run(run: EvaluateRun) -> PlanResult:
+    """:func:`evaluate` of a run given as specs (as ``evaluate --plan`` reads it;
+    :class:`~archplace.app.EvaluateRun`).
+
+    Raises:
+        ConfigError, InfeasibleError: as :func:`evaluate`.
+    """
+    return app.evaluate(run)
+
+
+def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
+    """``"0-12,13-25,26-49"`` -> ((0, 12), (13, 25), (26, 49)).
+
+    Raises:
+        ConfigError: unparsable text (the count, contiguity and the last layer are checked by
+            the plan).
+    """
+    out = []
+    for part in text.split(","):
+        try:
+            first, last = (int(x) for x in part.strip().split("-"))
+        except ValueError:
+            raise ConfigError(f"stages: expected FIRST-LAST ranges separated by commas, got {part!r}",
+                              fields=("stages",)) from None
+        out.append((first, last))
+    return tuple(out)
+
+
+def fixed_zero_stage(zero_stage: int | None, zero: bool) -> int:
     """The one ZeRO stage of a fixed plan: ``zero_stage``, or 1 for the older ``zero=True``.
 
     Raises:
@@ -270,13 +269,6 @@ def _single_zero_stage(zero_stage: int | None, zero: bool) -> int:
     if zero and stage != 1:
         raise ConfigError(f"zero (ZeRO stage 1) contradicts zero_stage={stage}: give one of them")
     return stage
-
-
-def _check_sp(sp: bool, tp: int) -> None:
-    """Sequence parallelism splits the activations over the TP group (Korthikanti et al. 2022,
-    section 4.2.2): with tp = 1 there is nothing to split, and Megatron-LM turns it off."""
-    if sp and tp == 1:
-        raise ConfigError("--sp needs --tp > 1: sequence parallelism splits activations over the TP group")
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
@@ -307,7 +299,7 @@ def search_request(
     devices: int,
     global_batch: int,
     seq_len: int | None = None,
-    micro_batches: Iterable[int] = (1, 2, 4, 8),
+    micro_batches: Iterable[int] = MICRO_BATCHES,
     recompute: Iterable[str] = ("both",),
     tp: Iterable[int] | None = None,
     schedules: Iterable[str] = ("1f1b", "interleaved", "gpipe"),
@@ -358,13 +350,13 @@ def search_request(
     _check_cluster(devices, global_batch)
     names = [model] if isinstance(model, str) else list(model)
     if not names:
-        raise ConfigError("--model is required")
+        raise ConfigError("model: at least one model is needed", fields=("model",))
     batches = limits.whole_each("micro_batches", micro_batches, 1, limits.MAX_MICRO_BATCH)
     if tp is not None:
         limits.whole_each("tp", tp, 1, limits.MAX_DEVICES)
-    specs = tuple(_model_spec(name, seq_len, batches) for name in names)
-    search_space = load_space(space)
-    links = load_cluster(cluster or search_space.base, devices)
+    specs = tuple(app.load_model(ModelSpec(name, seq_len), batches) for name in names)
+    search_space = app.design_space(space)
+    links = app.cluster(HardwareSpec(cluster or search_space.base), devices)
     try:
         goal = Objective(objective)
     except ValueError:
@@ -387,17 +379,17 @@ def search_request(
         tps = tuple(dict.fromkeys(tp))
         for width in tps:
             if width <= 0 or width > devices:
-                raise ConfigError(f"--tp {width} must be between 1 and the {devices} devices")
+                raise ConfigError(f"tp {width} must be between 1 and the {devices} devices", fields=("tp",))
             for spec in specs:
                 check_tp(spec, width)
-    plan_space = PlanSpace(tps=tps, micro_batches=batches,
+    plan_space = PlanGrid(tps=tps, micro_batches=batches,
                            recomputes=parse_recompute(recompute),
                            schedules=_enum_choices(PipelineSchedule, schedules, "schedule"),
                            zero_stages=parse_zero_stages(zero_stages),
                            grad_reduce_dtype=_enum_choices(GradReduceDtype, [grad_reduce_dtype],
                                                            "grad_reduce_dtype")[0],
                            fuse=bool(fuse), attention=attention, kernels=kernels)
-    reference = load_accelerator(baseline) if baseline else None
+    reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
 
@@ -555,11 +547,11 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
                      zero_stage: int | None = None, grad_reduce_dtype: str = "fp32") -> PlanResult:
     """The fastest plan of a layer DAG (a two-tower or multi-modal model, or a profiled layer graph)
     on ``devices`` chips of ``hardware``: exact over pipeline depth, DP degree and stages (Piper's
-    downset DP, Tarnawski et al., NeurIPS 2021; :func:`archplace.placement.dag.dag_plan`).
+    downset DP, Tarnawski et al., NeurIPS 2021; :func:`archplace.placement.downset_dp.dag_plan`).
 
     Args:
-        graph: a :class:`~archplace.placement.dag.LayerGraph`, or the path of a YAML/JSON layer
-            graph file (:func:`~archplace.placement.dag.load_layer_graph_file`); its costs are per
+        graph: a :class:`~archplace.placement.layer_graph.LayerGraph`, or the path of a YAML/JSON layer
+            graph file (:func:`~archplace.layer_graph_file.load_layer_graph_file`); its costs are per
             micro-batch of ``micro_batch`` samples and per TP rank of a ``tp``-wide group, SI units.
         hardware: hardware preset or YAML file (chip and cluster links).
         devices, global_batch: cluster size and samples per iteration.
@@ -578,7 +570,9 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
             unknown preset, the interleaved schedule, FLOP faster than the chip's peak.
         InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
     """
-    from archplace.placement.dag import LayerGraph, dag_plan, load_layer_graph_file
+    from archplace.layer_graph_file import load_layer_graph_file
+    from archplace.placement.downset_dp import dag_plan
+    from archplace.placement.layer_graph import LayerGraph
     _check_cluster(devices, global_batch)
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
@@ -586,12 +580,12 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         layers, file_seq_len = graph, None
     else:
         layers, file_seq_len = load_layer_graph_file(graph)
-    _check_sp(sp, tp)
+    check_sp(sp, tp)
     tokens = limits.whole("seq_len", seq_len if seq_len is not None else file_seq_len or 1, 1,
                           limits.MAX_SEQ_LEN)
-    stage = _single_zero_stage(zero_stage, zero)
-    _, setup = workflow.training_setup(hardware, devices=devices, global_batch=global_batch, seq_len=tokens,
-                                       optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
+    stage = fixed_zero_stage(zero_stage, zero)
+    _, setup = app.training_setup(HardwareSpec(hardware), devices=devices, global_batch=global_batch,
+                                  seq_len=tokens, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
     return dag_plan(layers, setup, micro_batch=micro_batch,
                     recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
                     schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0], tp=tp,

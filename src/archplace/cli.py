@@ -16,7 +16,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.exceptions import TyperException
 
 from archplace import api
-from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOption, ZeroStagesOption
+from archplace.cli_options import (
+    AttentionOption,
+    GradDtypeOption,
+    KernelsOption,
+    ZeroStagesOption,
+    cli_message,
+)
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
 from archplace.outputs import check_image_output, check_output, write_output, write_text_output
@@ -322,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"archplace: error: {' '.join(message.split())}\n")
         sys.exit(2)
     except ArchplaceError as exc:
-        sys.stderr.write(f"archplace: error: {exc}\n")
+        sys.stderr.write(f"archplace: error: {cli_message(exc)}\n")
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

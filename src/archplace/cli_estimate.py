@@ -22,12 +22,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from archplace.app import estimate_model, estimate_preset_matmul
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.cost.estimate import (
     EFFICIENCY_NOTES,
     estimate_matmul,
-    estimate_model,
-    estimate_preset_matmul,
 )
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM

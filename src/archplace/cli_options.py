@@ -3,9 +3,12 @@ evaluate and search for the ZeRO stage and gradient dtype)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import typer
+
+from archplace.errors import ArchplaceError, ConfigError
 
 AttentionOption = Annotated[str, typer.Option(
     "--attention", metavar="eager|sdpa|flash",
@@ -21,3 +24,23 @@ ZeroStagesOption = Annotated[str | None, typer.Option(
 GradDtypeOption = Annotated[str, typer.Option(
     "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 "
                                 "recipe) | bf16.")]
+
+
+_FLAGS = {"tps": "--tp", "micro_batches": "--micro-batch", "top_k": "--top", "zero_stages": "--zero-stage",
+          "recomputes": "--recompute", "schedules": "--schedule"}
+
+
+def flag_of(field: str) -> str:
+    """The command-line option of an input field: ``plan.micro_batch`` -> ``--micro-batch``,
+    ``top_k`` -> ``--top``."""
+    name = field.rsplit(".", 1)[-1]
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def cli_message(exc: ArchplaceError) -> str:
+    """The message of ``exc`` as the CLI shows it: each field a :class:`ConfigError` names
+    (its ``fields``) spelled as the option that sets it."""
+    message = str(exc)
+    for field in getattr(exc, "fields", ()) if isinstance(exc, ConfigError) else ():
+        message = re.sub(rf"(?<![\w.-]){re.escape(field)}(?![\w])", flag_of(field), message)
+    return message

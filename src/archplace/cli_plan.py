@@ -9,18 +9,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from archplace import api, limits
+from archplace import api, cli_runs, limits
 from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOption, ZeroStagesOption
 from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
-from archplace.placement.layer_graph_file import load_layer_graph_file
-from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, ZERO_STAGES, PlanResult, Recompute
+from archplace.layer_graph_file import load_layer_graph_file
+from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PlanResult, Recompute
 from archplace.report.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
 
-Model = Annotated[str, typer.Option(help="Model preset or path of an HF config.json.")]
-Hardware = Annotated[str, typer.Option(help="Hardware preset or YAML file (with cluster links).")]
-Devices = Annotated[int, typer.Option(help="Accelerators in the cluster.")]
-GlobalBatch = Annotated[int, typer.Option("--global-batch", help="Samples per iteration.")]
+Model = Annotated[str | None, typer.Option("--model", help="Model preset or path of an HF config.json.")]
+Hardware = Annotated[str | None, typer.Option(
+    "--hardware", help="Hardware preset or YAML file (with cluster links).")]
+Devices = Annotated[int | None, typer.Option("--devices", help="Accelerators in the cluster.")]
+GlobalBatch = Annotated[int | None, typer.Option("--global-batch", help="Samples per iteration.")]
 SeqLen = Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")]
 Optim = Annotated[str, typer.Option(help="adam (18 B/param) | sgd.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
@@ -89,9 +90,12 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def plan(
         ctx: typer.Context,
-        hardware: Hardware, devices: Devices, global_batch: GlobalBatch,
+        hardware: Hardware = None, devices: Devices = None, global_batch: GlobalBatch = None,
         model: Annotated[str | None, typer.Option(
             help="Model preset or path of an HF config.json (or give --layer-graph).")] = None,
+        config: Annotated[Path | None, typer.Option(
+            "--config", help="YAML file of the run (archplace config --example plan); options given "
+                             "here override its fields.")] = None,
         layer_graph: Annotated[Path | None, typer.Option(
             "--layer-graph", help="YAML/JSON file of a layer DAG with its costs, instead of --model "
                                   "(one --tp and --micro-batch: those of the costs).")] = None,
@@ -116,49 +120,63 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """Best parallel plans (TP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES chips."""
-        if (model is None) == (layer_graph is None):
+        if layer_graph is not None and (model is not None or config is not None):
+            raise ConfigError("give either --model or --layer-graph (a --config file is for --model)")
+        if layer_graph is None and model is None and config is None:
             raise ConfigError("give either --model or --layer-graph")
         if no_zero and zero_stage is not None:
             raise ConfigError("give --no-zero or --zero-stage, not both")
-        # a layer graph is planned with ZeRO stages 0 and 1 (dag_plan) unless others are asked for
-        default = (0,) if no_zero else (0, 1) if layer_graph is not None else ZERO_STAGES
-        stages = api.parse_zero_stages(zero_stage, default)
         if layer_graph is not None:
             given = [f"--{name}" for name in ("fuse", "attention", "kernels")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
             if given:
                 raise ConfigError(f"{', '.join(given)} applies to --model (a layer graph file carries "
                                   "its own costs)")
+            if hardware is None or devices is None or global_batch is None:
+                raise ConfigError("plan --layer-graph needs --hardware, --devices and --global-batch")
+            # a layer graph is planned with ZeRO stages 0 and 1 (dag_plan) unless others are asked for
+            stages = api.parse_zero_stages(zero_stage, (0,) if no_zero else (0, 1))
             results = _plan_layer_graph(layer_graph, hardware, devices=devices, global_batch=global_batch,
                                         seq_len=seq_len, tp=tp, micro_batch=micro_batch, recompute=recompute,
                                         schedule=schedule, zero_stages=stages, optimizer=optimizer, top=top,
                                         grad_reduce_dtype=grad_reduce_dtype)
-            name = str(layer_graph)
+            if as_json:
+                typer.echo(json.dumps({"plans": [r.to_dict() for r in results], **results[0].to_dict()},
+                                      indent=2))
+                return
+            title = f"best plans for {layer_graph} on {devices} × {hardware}, global batch {global_batch}"
         else:
-            assert model is not None
-            results = api.plan(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
-                               tps=tp, micro_batches=micro_batch, recomputes=recompute, schedules=schedule,
-                               sp=not no_sp, zero_stages=stages, optimizer=optimizer, top_k=top, fuse=fuse,
-                               grad_reduce_dtype=grad_reduce_dtype,
-                               attention=attention, kernels=kernels)
-            name = model
-        if as_json:
-            typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
-                                                 **results[0].to_dict()}), indent=2))
-            return
+            run = cli_runs.plan_run(ctx, config, dict(
+                model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
+                hardware=hardware, devices=devices, global_batch=global_batch, tp=tp, micro_batch=micro_batch,
+                recompute=recompute, schedule=schedule, no_sp=no_sp, grad_reduce_dtype=grad_reduce_dtype,
+                optimizer=optimizer, top=top), zero_stage, no_zero)
+            results = api.plan_run(run)
+            if as_json:
+                typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
+                                                     **results[0].to_dict(), **cli_runs.run_fields(run)}),
+                                      indent=2))
+                return
+            title = (f"best plans for {run.model.model} on {run.cluster.devices} × {run.hardware.hardware}, "
+                     f"global batch {run.cluster.global_batch}")
         console = Console(width=160)
-        console.print(summary_table(results, f"best plans for {name} on {devices} × {hardware}, "
-                                              f"global batch {global_batch}"))
+        console.print(summary_table(results, title))
         for table in detail_tables(results[0]):
             console.print(table)
 
     @app.command()
     def evaluate(
-        model: Model, hardware: Hardware, devices: Devices, global_batch: GlobalBatch,
-        tp: Annotated[int, typer.Option(help="Tensor-parallel width.")],
-        pp: Annotated[int, typer.Option(help="Pipeline stages.")],
-        dp: Annotated[int, typer.Option(help="Data-parallel degree.")],
-        micro_batch: Annotated[int, typer.Option(help="Samples per micro-batch.")],
+        ctx: typer.Context,
+        model: Model = None, hardware: Hardware = None, devices: Devices = None,
+        global_batch: GlobalBatch = None,
+        plan_file: Annotated[Path | None, typer.Option(
+            "--plan", help="JSON or YAML file of the plan: the \"plan\" object plan --json writes, or its "
+                           "whole output (model, hardware and cluster too); options given here "
+                           "override its fields.")] = None,
+        tp: Annotated[int | None, typer.Option(help="Tensor-parallel width.")] = None,
+        pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
+        dp: Annotated[int | None, typer.Option(help="Data-parallel degree.")] = None,
+        micro_batch: Annotated[int | None, typer.Option(help="Samples per micro-batch.")] = None,
         seq_len: SeqLen = None,
         recompute: Annotated[str, typer.Option(help="none | selective | full.")] = "none",
         schedule: Annotated[str, typer.Option(help="gpipe | 1f1b | interleaved.")] = "1f1b",
@@ -179,17 +197,19 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
-        result = api.evaluate(model, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
-                              tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,
-                              schedule=schedule, chunks=chunks, sp=sp, zero=zero, dp_overlap=dp_overlap,
-                              stages=stages, optimizer=optimizer, fuse=fuse, zero_stage=zero_stage,
-                              grad_reduce_dtype=grad_reduce_dtype,
-                              attention=attention, kernels=kernels)
+        run = cli_runs.evaluate_run(ctx, plan_file, dict(
+            model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
+            devices=devices, global_batch=global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
+            recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,
+            grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, stages=stages), zero_stage, zero)
+        result = api.evaluate_run(run)
         if as_json:
-            typer.echo(json.dumps(stamp("evaluate", result.to_dict()), indent=2))
+            typer.echo(json.dumps(stamp("evaluate", {**result.to_dict(), **cli_runs.run_fields(run)}),
+                                  indent=2))
             return
         console = Console(width=160)
-        console.print(summary_table([result], f"{model} on {devices} × {hardware}, "
-                                               f"global batch {global_batch}"))
+        title = (f"{run.model.model} on {run.cluster.devices} × {run.hardware.hardware}, "
+                 f"global batch {run.cluster.global_batch}")
+        console.print(summary_table([result], title))
         for table in detail_tables(result):
             console.print(table)

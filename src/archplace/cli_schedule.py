@@ -21,6 +21,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from archplace.app import layer_problem
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ConfigError
 from archplace.inputs import read_mapping
@@ -28,7 +29,7 @@ from archplace.outputs import check_image_output, write_text_output
 from archplace.report.schedule_tables import schedule_table
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import get_scheduler, layer_problem, solve_problem
+from archplace.schedule.solve import get_scheduler, solve_problem
 from archplace.schemas import stamp
 
 

@@ -12,7 +12,16 @@ class ArchplaceError(Exception):
 
 
 class ConfigError(ArchplaceError):
-    """Bad input: an unknown preset, a malformed file, a non-positive size, ..."""
+    """Bad input: an unknown preset, a malformed file, a non-positive size, ...
+
+    Attributes:
+        fields: the input fields the message names, spelled as in the message (``sp``,
+            ``plan.tp``); the CLI shows its own option for each (``--sp``, ``--tp``).
+    """
+
+    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = tuple(fields)
 
 
 class MissingSectionError(ConfigError):

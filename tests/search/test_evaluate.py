@@ -9,7 +9,7 @@ import pytest
 from archplace.cost.model import SystolicCostModel
 from archplace.hardware.presets import load_accelerator, load_cluster
 from archplace.placement.plan import Recompute
-from archplace.placement.workflow import PlanSpace
+from archplace.placement.workflow import PlanGrid
 from archplace.search import evaluate as evaluate_module
 from archplace.search.evaluate import core_key, evaluate_designs
 from archplace.workload.extract import ExtractOptions, extract_chain
@@ -25,7 +25,7 @@ def test_hbm_variants_share_layer_costs(monkeypatch: pytest.MonkeyPatch) -> None
     small, large = (dataclasses.replace(base, name=f"hbm{g}", hbm_bytes=g * GIB) for g in (16, 80))
     assert core_key(small) == core_key(large) != core_key(dataclasses.replace(base, tensor_cores=4))
     cluster = load_cluster("tpuv4", 64)
-    space = PlanSpace(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
+    space = PlanGrid(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
     separate = [evaluate_designs([acc], chains, cluster, 256, space, SystolicCostModel(cluster))[0]
                 for acc in (small, large)]
 

@@ -36,7 +36,7 @@ from archplace.cost import gemm
 from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
-from archplace.errors import ConfigError, InternalError, MissingSectionError
+from archplace.errors import ConfigError, InternalError
 from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, enum_member
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import static_power_w
@@ -299,55 +299,6 @@ def estimate_layers(chain: LayerChain, acc: Accelerator, cost: EstimatingCostMod
                          CYCLE if acc.efficiency is None else DECLARED)
 
 
-def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
-                   seq_len: int | None = None, attention: str = "flash",
-                   kernels: str = "fused") -> ModelEstimate:
-    """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``.
-
-    ``attention`` (eager | sdpa | flash) and ``kernels`` (fused | unfused) as in
-    :class:`archplace.workload.extract.ExtractOptions`.
-
-    The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
-
-    Raises:
-        ConfigError: unknown model or preset, a size out of range (:mod:`archplace.limits`: tp
-            1..2**20, micro_batch 1..2**20, seq_len 1..2**20, at most 2**26 tokens per
-            micro-batch), a TP width the model cannot be split by (or that this version's
-            tracer does not support).
-        ExtractionError: the model could not be traced.
-    """
-    from archplace.hardware.presets import load_accelerator, load_cluster
-    from archplace.workload.cache import cached_chain
-    from archplace.workload.extract import ExtractOptions
-    from archplace.workload.options import parse_attention, parse_kernels
-    from archplace.workload.zoo import load_model
-
-    attention_kind, kernel_kind = parse_attention(attention), parse_kernels(kernels)
-    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
-    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
-    limits.optional_whole("seq_len", seq_len, 1, limits.MAX_SEQ_LEN)
-    spec = load_model(model)
-    if seq_len is not None:
-        spec = spec.with_seq_len(seq_len)
-    limits.whole(f"sequence length of {spec.name!r}", spec.seq_len, 1, limits.MAX_SEQ_LEN)
-    limits.micro_batch_tokens(micro_batch, spec.seq_len)
-    acc = load_accelerator(hardware)
-    cluster = _cluster_or_none(hardware, tp, load_cluster)
-    chain = cached_chain(spec, ExtractOptions(micro_batch=micro_batch, seq_len=spec.seq_len, tp=tp,
-                                              attention=attention_kind, kernels=kernel_kind))
-    return estimate_layers(chain, acc, SystolicCostModel(cluster))
-
-
-def _cluster_or_none(hardware: str, devices: int, loader: Any) -> Cluster | None:
-    try:
-        cluster: Cluster = loader(hardware, devices)
-    except MissingSectionError as exc:
-        if exc.section == "cluster":
-            return None
-        raise
-    return cluster
-
-
 @dataclass(frozen=True, slots=True)
 class MatmulEstimate:
     """One GEMM on ``cores`` arrays (``archplace estimate matmul``).
@@ -465,20 +416,18 @@ class PresetMatmul:
         return d
 
 
-def estimate_preset_matmul(hardware: str, m: int, k: int, n: int, *, batch: int = 1) -> PresetMatmul:
-    """Latency and achieved FLOP/s of ``[batch, m, k] x [batch, k, n]`` on a hardware preset, with
-    its declared efficiency when it has one (:mod:`archplace.cost.efficiency`).
+def preset_matmul(acc: Accelerator, m: int, k: int, n: int, *, batch: int = 1) -> PresetMatmul:
+    """Latency and achieved FLOP/s of ``[batch, m, k] x [batch, k, n]`` on the chip of a hardware
+    preset, with its declared efficiency when it has one (:mod:`archplace.cost.efficiency`).
 
     Raises:
-        ConfigError: an unknown preset, or a size out of range (1..2**31 - 1).
+        ConfigError: a size out of range (1..2**31 - 1).
     """
     from archplace.cost.efficiency import gemm_efficiency
-    from archplace.hardware.presets import load_accelerator
     from archplace.workload.graph import Operator, OpKind, Phase
 
     for name, value in (("m", m), ("k", k), ("n", n), ("batch", batch)):
         limits.whole(f"matmul: {name}", value, 1, limits.MAX_GEMM_DIM)
-    acc = load_accelerator(hardware)
     e = acc.bytes_per_element
     flop = 2.0 * batch * m * k * n
     op = Operator(id=0, name="matmul", target="aten.bmm.default", kind=OpKind.MATMUL, phase=Phase.FWD,

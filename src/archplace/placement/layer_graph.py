@@ -11,7 +11,7 @@ layers stage by stage, inside a stage in the graph's lexicographically smallest 
 order, the last layer of every stage but the last carrying its downset's cut bytes as
 ``boundary_bytes``. The dynamic program that chooses the downsets is
 :func:`archplace.placement.downset_dp.dag_plan`; the file format is read by
-:mod:`archplace.placement.layer_graph_file`.
+:mod:`archplace.layer_graph_file`.
 """
 
 from __future__ import annotations

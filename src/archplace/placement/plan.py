@@ -66,6 +66,9 @@ class GradReduceDtype(enum.StrEnum):
         return 4 if self is GradReduceDtype.FP32 else 2
 
 
+MICRO_BATCHES = (1, 2, 4, 8)
+"""Micro-batch sizes ``plan`` and ``search`` try unless told otherwise (the one definition)."""
+
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages (Rajbhandari et al., SC 2020, Fig. 1): 0 none, 1 optimizer state (P_os), 2 +
 gradients (P_os+g), 3 + parameters (P_os+g+p; PyTorch FSDP's FULL_SHARD, Zhao et al., VLDB

@@ -1,9 +1,9 @@
 """``plan`` and ``evaluate``: a model on a cluster of known chips, end to end.
 
-Model + hardware preset + cluster size -> layer chains for every (TP width,
-micro-batch, SP) asked for (graph cache) -> layer costs on the chip (cost model
-with the cluster's links for TP collectives, list-scheduled layers) -> the
-placement engine (:mod:`archplace.placement.solver`).
+A resolved :class:`Problem` (model, chip, training setup; built by :mod:`archplace.app`) ->
+layer chains for every (TP width, micro-batch, SP) asked for (graph cache) -> layer costs on
+the chip (cost model with the cluster's links for TP collectives, list-scheduled layers) ->
+the placement engine (:mod:`archplace.placement.solver`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ from dataclasses import dataclass, replace
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
-from archplace.hardware.presets import load_accelerator, load_cluster
 from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey, costs_by_key
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import (
+    MICRO_BATCHES,
     ZERO_STAGES,
     GradReduceDtype,
     LayerCost,
-    Optimizer,
     PipelineSchedule,
     Plan,
     PlanResult,
@@ -33,7 +32,7 @@ from archplace.placement.solver import plan_search
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, check_tp
 from archplace.workload.options import Attention, Kernels
-from archplace.workload.zoo import ModelSpec, load_model
+from archplace.workload.zoo import ModelSpec
 
 MAX_TP = 64  # widest TP width tried by default
 
@@ -51,55 +50,6 @@ class Problem:
     spec: ModelSpec
     acc: Accelerator
     setup: TrainingSetup
-
-
-def problem(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
-            optimizer: str = "adam", dp_must_divide_batch: bool = True,
-            grad_reduce_dtype: str = "fp32") -> Problem:
-    """Load and check a model, a hardware preset (or YAML) and the training setup
-    (``grad_reduce_dtype`` as in :func:`training_setup`).
-
-    Raises:
-        ConfigError: unknown model or preset, non-positive sizes, a preset without cluster links.
-    """
-    for name, value in (("--devices", devices), ("--global-batch", global_batch)):
-        if value <= 0:
-            raise ConfigError(f"{name} must be positive, got {value}")
-    spec = load_model(model)
-    if seq_len is not None:
-        spec = spec.with_seq_len(seq_len)
-    acc, setup = training_setup(hardware, devices=devices, global_batch=global_batch, seq_len=spec.seq_len,
-                                optimizer=optimizer, dp_must_divide_batch=dp_must_divide_batch,
-                                grad_reduce_dtype=grad_reduce_dtype)
-    return Problem(spec, acc, setup)
-
-
-def training_setup(hardware: str, *, devices: int, global_batch: int, seq_len: int, optimizer: str = "adam",
-                   dp_must_divide_batch: bool = True,
-                   grad_reduce_dtype: str = "fp32") -> tuple[Accelerator, TrainingSetup]:
-    """The chip of a hardware preset (or YAML) and the training setup of ``devices`` of them
-    (``grad_reduce_dtype``: fp32 | bf16, :class:`~archplace.placement.plan.GradReduceDtype`).
-
-    Raises:
-        ConfigError: an unknown preset, optimizer or gradient dtype, a preset without cluster
-            links.
-    """
-    acc = load_accelerator(hardware)
-    cluster = load_cluster(hardware, devices)
-    try:
-        opt = Optimizer(optimizer)
-    except ValueError:
-        raise ConfigError(f"unknown optimizer {optimizer!r}; choose from: "
-                          f"{', '.join(o.value for o in Optimizer)}") from None
-    try:
-        grad_dtype = GradReduceDtype(grad_reduce_dtype)
-    except ValueError:
-        raise ConfigError(f"unknown grad_reduce_dtype {grad_reduce_dtype!r}; choose from: "
-                          f"{', '.join(d.value for d in GradReduceDtype)}") from None
-    setup = TrainingSetup(cluster, global_batch, seq_len, acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s,
-                          acc.peak_flop_per_s, optimizer=opt, dp_must_divide_batch=dp_must_divide_batch,
-                          grad_reduce_dtype=grad_dtype)
-    return acc, setup
 
 
 def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple[int, ...]:
@@ -136,8 +86,10 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
 
 
 @dataclass(frozen=True)
-class PlanSpace:
-    """The options ``plan`` searches (each a tuple of the values to try).
+class PlanGrid:
+    """The resolved options the placement engine searches (each a tuple of the values to try),
+    built by :mod:`archplace.app` from a :class:`archplace.specs.PlanSpace` and the model's
+    tracing options (and by the search from its request).
 
     ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
     ``zero_stages``: ZeRO stages 0..3 to try (:mod:`archplace.placement.zero`). ``dp_overlap``:
@@ -153,7 +105,7 @@ class PlanSpace:
     """
 
     tps: tuple[int, ...] | None = None
-    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    micro_batches: tuple[int, ...] = MICRO_BATCHES
     sps: tuple[bool, ...] = (False, True)
     recomputes: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
@@ -166,7 +118,7 @@ class PlanSpace:
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
 
 
-def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[PlanResult]:
+def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[PlanResult]:
     """The ``top_k`` best plans of ``prob`` over ``space``, best first.
 
     Raises:
@@ -175,7 +127,7 @@ def plan(prob: Problem, space: PlanSpace = PlanSpace(), top_k: int = 1) -> list[
         InfeasibleError: no plan fits, with the closest candidate's numbers.
     """
     if top_k <= 0:
-        raise ConfigError(f"--top must be positive, got {top_k}")
+        raise ConfigError(f"top_k must be positive, got {top_k}")
     check_chain_length(prob.spec.num_layers + 2)  # embedding, blocks, head: refused before tracing
     devices = prob.setup.cluster.devices
     tps = space.tps if space.tps is not None else valid_tp_widths(prob.spec, devices)
@@ -211,34 +163,15 @@ def even_stages(n_layers: int, stages: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def parse_stages(text: str, n_layers: int) -> tuple[tuple[int, int], ...]:
-    """``"0-12,13-25,26-49"`` -> ((0, 12), (13, 25), (26, 49)).
-
-    Raises:
-        ConfigError: unparsable text (contiguity is checked by the plan).
-    """
-    out = []
-    for part in text.split(","):
-        try:
-            first, last = (int(x) for x in part.strip().split("-"))
-        except ValueError:
-            raise ConfigError(f"--stages: expected FIRST-LAST ranges separated by commas, got {part!r}") \
-                from None
-        out.append((first, last))
-    if out[-1][1] != n_layers - 1:
-        raise ConfigError(f"--stages must end at the last layer {n_layers - 1} (head), got {out[-1][1]}")
-    return tuple(out)
-
-
 def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
              schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero_stage: int = 0,
-             dp_overlap: bool = False, stages: str | None = None, fuse: bool = False,
+             dp_overlap: bool = False, stages: tuple[tuple[int, int], ...] | None = None, fuse: bool = False,
              attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED) -> PlanResult:
-    """Score one fixed plan (stages: Megatron's even split unless given as ``"0-12,13-25,..."``);
-    ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanSpace`.
+    """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
+    layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanGrid`.
 
     Raises:
-        ConfigError: an invalid plan.
+        ConfigError: an invalid plan, stages that do not end at the last layer (the head).
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     check_tp(prob.spec, tp)
@@ -246,7 +179,10 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
-    ranges = parse_stages(stages, n) if stages else even_stages(n, pieces)
+    if stages and stages[-1][1] != n - 1:
+        raise ConfigError(f"plan.stages must end at the last layer {n - 1} (head), got {stages[-1][1]}",
+                          fields=("plan.stages",))
+    ranges = stages if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap)
     return evaluate_plan(costs, prob.setup, fixed)

@@ -23,7 +23,7 @@ from archplace.hardware.power import tdp_w
 from archplace.placement.costs import CostKey, Makespan, costs_by_key, list_makespan_s
 from archplace.placement.plan import LayerCost, PlanResult, TrainingSetup
 from archplace.placement.solver import plan_search
-from archplace.placement.workflow import PlanSpace
+from archplace.placement.workflow import PlanGrid
 from archplace.workload.layers import LayerChain
 
 
@@ -134,7 +134,7 @@ def evaluate_designs(
     chains: Mapping[CostKey, LayerChain],
     cluster: Cluster,
     global_batch: int,
-    space: PlanSpace,
+    space: PlanGrid,
     cost: CostModel,
     makespan: Makespan = list_makespan_s,
 ) -> list[DesignResult]:

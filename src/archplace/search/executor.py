@@ -167,5 +167,5 @@ def make_executor(kind: str = "local", jobs: int | None = None,
         raise ConfigError(f"unknown executor {kind!r}; choose from: {', '.join(EXECUTORS)}")
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 0:
-        raise ConfigError(f"--jobs must be positive, got {jobs}")
+        raise ConfigError(f"jobs must be positive, got {jobs}", fields=("jobs",))
     return factory(jobs, scheduler)

@@ -14,7 +14,7 @@ from archplace.hardware.cluster import Cluster
 from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey
 from archplace.placement.plan import Recompute
-from archplace.placement.workflow import PlanSpace
+from archplace.placement.workflow import PlanGrid
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective, pareto_front, score
 from archplace.workload.cache import cached_chain
@@ -22,7 +22,7 @@ from archplace.workload.extract import ExtractOptions
 from archplace.workload.layers import LayerChain
 from archplace.workload.zoo import ModelSpec
 
-DEFAULT_PLAN_SPACE = PlanSpace(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
+DEFAULT_PLAN_SPACE = PlanGrid(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
 """Plan options of a search unless given: TP 1 (the CLI widens it to the valid widths within a
 node), micro-batches 1, 2, 4, 8, recompute none or full, every schedule, SP, ZeRO stages 0 to
 3, DP overlap on and off, fp32 gradients."""
@@ -52,7 +52,7 @@ class SearchRequest:
     designs: tuple[Accelerator, ...]
     cluster: Cluster
     global_batch: int
-    plan_space: PlanSpace = DEFAULT_PLAN_SPACE
+    plan_space: PlanGrid = DEFAULT_PLAN_SPACE
     objective: Objective = Objective.THROUGHPUT
     baseline: Accelerator | None = None
 

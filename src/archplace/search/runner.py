@@ -27,7 +27,7 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.costs import CostKey, costs_by_key, list_makespan_s
 from archplace.placement.pipeline import stage_times
-from archplace.placement.workflow import PlanSpace
+from archplace.placement.workflow import PlanGrid
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import solve_problem
@@ -91,7 +91,7 @@ def exact_makespan_s(problem: ScheduleProblem) -> float:
 
 
 def _evaluate_task(accs: list[Accelerator], chains: Chains, cluster: Cluster, global_batch: int,
-                   space: PlanSpace, exact: bool) -> list[DesignResult]:
+                   space: PlanGrid, exact: bool) -> list[DesignResult]:
     """Designs sharing a core configuration, in a worker (a fresh cost model per task)."""
     cost = SystolicCostModel(cluster)
     makespan = exact_makespan_s if exact else list_makespan_s
@@ -105,7 +105,7 @@ def _evaluate_task(accs: list[Accelerator], chains: Chains, cluster: Cluster, gl
 
 
 def _exact_task(items: list[tuple[Accelerator, Chains]], cluster: Cluster, global_batch: int,
-                space: PlanSpace) -> list[DesignResult]:
+                space: PlanGrid) -> list[DesignResult]:
     """Designs re-evaluated with CP-SAT layer schedules, each with the chains of its best plans."""
     return [_evaluate_task([acc], chains, cluster, global_batch, space, True)[0] for acc, chains in items]
 

@@ -1,0 +1,279 @@
+"""The one place that turns specs into domain objects and runs them.
+
+A model spec becomes a loaded model (preset or HF ``config.json``, sequence length applied),
+then traced layer chains (through the graph cache); a hardware spec becomes an
+:class:`~archplace.hardware.accelerator.Accelerator` and the cluster's links. cost/,
+schedule/, placement/ and search/ receive only those resolved objects; nothing below this
+module loads a preset or reads an input file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from archplace import limits
+from archplace.cost.estimate import ModelEstimate, PresetMatmul, estimate_layers, preset_matmul
+from archplace.cost.model import SystolicCostModel
+from archplace.errors import ConfigError, MissingSectionError
+from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.cluster import Cluster
+from archplace.hardware.presets import load_accelerator, load_cluster
+from archplace.hardware.space import SearchSpace, load_space
+from archplace.inputs import read_mapping, syntax_of
+from archplace.placement import workflow
+from archplace.placement.plan import GradReduceDtype, Optimizer, PlanResult, TrainingSetup
+from archplace.schedule.base import ScheduleResult, SolveOptions
+from archplace.schedule.problem import ScheduleProblem
+from archplace.schedule.solve import LAYERS, PHASES, solve_problem
+from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec
+from archplace.specs._fields import member
+from archplace.specs.runs import EvaluateRun, PlanRun
+from archplace.workload import zoo
+from archplace.workload.cache import cached_chain
+from archplace.workload.extract import ExtractOptions, extract_chain
+from archplace.workload.layers import LayerChain
+from archplace.workload.options import Attention, Kernels
+
+
+def read_run_file(path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
+    """The top-level mapping of a run file (YAML, or JSON for ``*.json``;
+    :func:`archplace.inputs.read_mapping`'s limits).
+
+    Raises:
+        ConfigError: one line naming the file and the problem.
+    """
+    return read_mapping(path, kind, syntax=syntax_of(path))
+
+
+def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.ModelSpec:
+    """The model of ``model`` at its sequence length (the spec's, else the model's context),
+    with the sequence and every micro-batch's token count within :mod:`archplace.limits`.
+
+    Raises:
+        ConfigError: an unknown model or a bad config file, a size out of range.
+    """
+    loaded = zoo.load_model(model.model)
+    if model.seq_len is not None:
+        loaded = loaded.with_seq_len(model.seq_len)
+    limits.whole(f"sequence length of {loaded.name!r}", loaded.seq_len, 1, limits.MAX_SEQ_LEN)
+    for b in micro_batches:
+        limits.micro_batch_tokens(b, loaded.seq_len)
+    return loaded
+
+
+def accelerator(hardware: HardwareSpec) -> Accelerator:
+    """The chip of ``hardware``.
+
+    Raises:
+        ConfigError: an unknown preset or a bad hardware file.
+    """
+    return load_accelerator(hardware.hardware)
+
+
+def cluster(hardware: HardwareSpec, devices: int) -> Cluster:
+    """``devices`` chips joined by the links of ``hardware`` (its ``cluster``, else its own).
+
+    Raises:
+        ConfigError: an unknown preset, a bad file, a preset without a ``cluster`` section.
+    """
+    return load_cluster(hardware.links, devices)
+
+
+def design_space(space: str) -> SearchSpace:
+    """The accelerator design space ``space`` (a bundled name or a space YAML file).
+
+    Raises:
+        ConfigError: an unknown space or a bad file.
+    """
+    return load_space(space)
+
+
+def cluster_or_none(hardware: HardwareSpec, devices: int) -> Cluster | None:
+    """:func:`cluster`, or None when the hardware file has no ``cluster`` section (a chip
+    alone)."""
+    try:
+        return cluster(hardware, devices)
+    except MissingSectionError as exc:
+        if exc.section == "cluster":
+            return None
+        raise
+
+
+def layer_chain(model: ModelSpec, *, micro_batch: int = 1, tp: int = 1, sp: bool = False) -> LayerChain:
+    """The traced layer chain of ``model`` (graph cache), per TP rank of a ``tp``-wide group.
+
+    Raises:
+        ConfigError: as :func:`load_model`, a TP width the model cannot be split by.
+        ExtractionError: the model cannot be traced.
+    """
+    loaded = load_model(model, (micro_batch,))
+    return cached_chain(loaded, ExtractOptions(micro_batch=micro_batch, seq_len=loaded.seq_len, tp=tp,
+                                               sp=sp, fuse=model.fuse, attention=model.attention,
+                                               kernels=model.kernels))
+
+
+def training_setup(hardware: HardwareSpec, *, devices: int, global_batch: int, seq_len: int,
+                   optimizer: Optimizer | str = Optimizer.ADAM, dp_must_divide_batch: bool = True,
+                   grad_reduce_dtype: GradReduceDtype | str = GradReduceDtype.FP32
+                   ) -> tuple[Accelerator, TrainingSetup]:
+    """The chip of ``hardware`` and the training setup of ``devices`` of them.
+
+    Raises:
+        ConfigError: an unknown preset, optimizer or gradient dtype, a preset without cluster
+            links.
+    """
+    acc = accelerator(hardware)
+    links = cluster(hardware, devices)
+    setup = TrainingSetup(links, global_batch, seq_len, acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s,
+                          acc.peak_flop_per_s, optimizer=member(Optimizer, optimizer, "optimizer"),
+                          dp_must_divide_batch=dp_must_divide_batch,
+                          grad_reduce_dtype=member(GradReduceDtype, grad_reduce_dtype, "grad_reduce_dtype"))
+    return acc, setup
+
+
+def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec, *,
+            micro_batches: Iterable[int] = (), optimizer: Optimizer = Optimizer.ADAM,
+            grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32) -> workflow.Problem:
+    """The model on the cluster, everything but the plan.
+
+    Raises:
+        ConfigError: as :func:`load_model` and :func:`training_setup`.
+    """
+    loaded = load_model(model, micro_batches)
+    acc, setup = training_setup(hardware, devices=cluster_spec.devices,
+                                global_batch=cluster_spec.global_batch, seq_len=loaded.seq_len,
+                                optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
+    return workflow.Problem(loaded, acc, setup)
+
+
+def plan(run: PlanRun) -> list[PlanResult]:
+    """The ``run.space.top_k`` best plans of the run's model on its cluster, best first.
+
+    Raises:
+        ConfigError: as :func:`problem`, a TP width the model cannot be split by, a chain too
+            long or a plan space too large (:mod:`archplace.placement.budget`).
+        InfeasibleError: nothing fits, with the closest candidate's numbers.
+    """
+    space, model = run.space, run.model
+    prob = problem(model, run.hardware, run.cluster, micro_batches=space.micro_batches,
+                   optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype)
+    grid = workflow.PlanGrid(tps=space.tps, micro_batches=space.micro_batches,
+                              sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
+                              schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
+                              dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
+                              kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype)
+    return workflow.plan(prob, grid, space.top_k)
+
+
+def evaluate(run: EvaluateRun) -> PlanResult:
+    """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of the run's
+    plan.
+
+    Raises:
+        ConfigError: as :func:`problem`, an invalid plan.
+        InfeasibleError: the plan does not fit in memory (stage and bytes named).
+    """
+    p, model = run.plan, run.model
+    prob = problem(model, run.hardware, run.cluster, micro_batches=(p.micro_batch,), optimizer=p.optimizer,
+                   grad_reduce_dtype=p.grad_reduce_dtype)
+    return workflow.evaluate(prob, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
+                             recompute=p.recompute, schedule=p.schedule, chunks=p.chunks, sp=p.sp,
+                             zero_stage=p.zero_stage, dp_overlap=p.dp_overlap, stages=p.stages,
+                             fuse=model.fuse, attention=model.attention, kernels=model.kernels)
+
+
+def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
+                   seq_len: int | None = None, attention: Attention | str = Attention.FLASH,
+                   kernels: Kernels | str = Kernels.FUSED) -> ModelEstimate:
+    """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``.
+
+    The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
+
+    Raises:
+        ConfigError: unknown model or preset, a size out of range (:mod:`archplace.limits`: tp
+            1..2**20, micro_batch 1..2**20, seq_len 1..2**20, at most 2**26 tokens per
+            micro-batch), a TP width the model cannot be split by, an unknown attention or
+            kernels value.
+        ExtractionError: the model could not be traced.
+    """
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels)  # type: ignore[arg-type]
+    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
+    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    chip = HardwareSpec(hardware)
+    chain = layer_chain(spec, micro_batch=micro_batch, tp=tp)
+    return estimate_layers(chain, accelerator(chip), SystolicCostModel(cluster_or_none(chip, tp)))
+
+
+def estimate_preset_matmul(hardware: str, m: int, k: int, n: int, *, batch: int = 1) -> PresetMatmul:
+    """Latency and achieved FLOP/s of ``[batch, m, k] x [batch, k, n]`` on a hardware preset
+    (:func:`archplace.cost.estimate.preset_matmul`).
+
+    Raises:
+        ConfigError: an unknown preset, or a size out of range (1..2**31 - 1).
+    """
+    for name, value in (("m", m), ("k", k), ("n", n), ("batch", batch)):
+        limits.whole(f"matmul: {name}", value, 1, limits.MAX_GEMM_DIM)
+    return preset_matmul(accelerator(HardwareSpec(hardware)), m, k, n, batch=batch)
+
+
+def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
+                  *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
+                  attention: Attention | str = Attention.FLASH,
+                  kernels: Kernels | str = Kernels.FUSED) -> ScheduleProblem:
+    """The scheduling problem of one layer's forward or backward graph.
+
+    Args:
+        model: model preset or path of an HF config.json.
+        hardware: accelerator preset or YAML file (its cluster prices the TP collectives).
+        layer: ``embedding``, ``block`` or ``head``.
+        phase: ``fwd`` or ``bwd``.
+        tp: tensor-parallel width.
+        micro_batch: samples per micro-batch.
+        seq_len: tokens per sample [the model's default].
+        attention, kernels: eager | sdpa | flash and fused | unfused
+            (:class:`archplace.workload.extract.ExtractOptions`).
+
+    Raises:
+        ConfigError: an unknown layer or phase, a bad model or hardware, a size out of range
+            (:mod:`archplace.limits`), a TP width the model does not allow, or tp > 1 on
+            hardware without a cluster section.
+        ExtractionError: the model cannot be traced.
+    """
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels)  # type: ignore[arg-type]
+    if layer not in LAYERS:
+        raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
+    if phase not in PHASES:
+        raise ConfigError(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
+    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
+    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    loaded = load_model(spec, (micro_batch,))
+    chip = HardwareSpec(hardware)
+    acc = accelerator(chip)
+    cost = SystolicCostModel(cluster=cluster(chip, tp)) if tp > 1 else SystolicCostModel()
+    chain = extract_chain(loaded, ExtractOptions(micro_batch, loaded.seq_len, tp=tp,
+                                                 attention=spec.attention, kernels=spec.kernels))
+    chosen = next(item for item in chain.layers if item.kind.value == layer)
+    return ScheduleProblem.from_graph(chosen.fwd if phase == "fwd" else chosen.bwd, acc, cost)
+
+
+def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
+                   *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
+                   backend: str = "cpsat", options: SolveOptions | None = None,
+                   attention: Attention | str = Attention.FLASH,
+                   kernels: Kernels | str = Kernels.FUSED) -> ScheduleResult:
+    """Build the problem of one layer (:func:`layer_problem`) and schedule it
+    (:func:`archplace.schedule.solve.solve_problem`).
+
+    Raises:
+        ConfigError, ExtractionError, SolverError: as those two functions.
+    """
+    problem_ = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
+                             seq_len=seq_len, attention=attention, kernels=kernels)
+    return solve_problem(problem_, backend, options)
+
+
+__all__ = ["EvaluateRun", "PlanRun", "accelerator", "cluster", "cluster_or_none", "design_space",
+           "estimate_model", "estimate_preset_matmul", "evaluate", "layer_chain", "layer_problem",
+           "load_model", "plan", "problem", "read_run_file", "schedule_layer", "training_setup"]

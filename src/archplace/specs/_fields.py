@@ -1,0 +1,139 @@
+"""Checks shared by the spec classes: each names the field it refuses, never a CLI flag."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from archplace import limits
+from archplace.errors import ConfigError
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def member(enum_type: type[_E], value: object, field: str) -> _E:
+    """``value`` (a member or its value, any case) as a member of ``enum_type``.
+
+    Raises:
+        ConfigError: "``field``: unknown NAME VALUE; choose from: ..." (NAME is the field's
+            last part, singular).
+    """
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str):
+        for item in enum_type:
+            if str(item.value) == value.strip().lower():
+                return item
+    name = field.rsplit(".", 1)[-1]
+    name = name[:-1] if name.endswith("s") else name
+    choices = ", ".join(str(item.value) for item in enum_type)
+    raise ConfigError(f"{field}: unknown {name} {value!r}; choose from: {choices}")
+
+
+def members(enum_type: type[_E], values: object, field: str) -> tuple[_E, ...]:
+    """Each of a non-empty list of ``values`` as a member (:func:`member`), once each, in order.
+
+    Raises:
+        ConfigError: not a list, empty, or an unknown value.
+    """
+    items = sequence(values, field)
+    return tuple(dict.fromkeys(member(enum_type, value, field) for value in items))
+
+
+def flag(value: object, field: str) -> bool:
+    """``value`` when it is a bool.
+
+    Raises:
+        ConfigError: "``field`` must be true or false, got VALUE".
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{field} must be true or false, got {limits.shown(value)}")
+    return value
+
+
+def flags(values: object, field: str) -> tuple[bool, ...]:
+    """A non-empty list of bools, once each, in order.
+
+    Raises:
+        ConfigError: not a list, empty, or a member that is not a bool.
+    """
+    return tuple(dict.fromkeys(flag(value, field) for value in sequence(values, field)))
+
+
+def wholes(values: object, field: str, element: str, low: int, high: int) -> tuple[int, ...]:
+    """A non-empty list of whole numbers in ``low..high``, once each, in order.
+
+    Raises:
+        ConfigError: "``field`` must be a list ..." or "``field``: ``element`` must be a whole
+            number from LOW to HIGH, got VALUE".
+    """
+    items = sequence(values, field)
+    return tuple(dict.fromkeys(limits.whole(f"{field}: {element}", value, low, high) for value in items))
+
+
+def text(value: object, field: str, what: str) -> str:
+    """``value`` when it is a non-empty string.
+
+    Raises:
+        ConfigError: "``field`` must be ``what``, got VALUE".
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{field} must be {what}, got {limits.shown(value)}")
+    return value
+
+
+def sequence(values: object, field: str) -> tuple[Any, ...]:
+    """``values`` (a list or tuple, not a string or mapping) as a non-empty tuple.
+
+    Raises:
+        ConfigError: not a list, or empty.
+    """
+    if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__iter__"):
+        raise ConfigError(f"{field} must be a list, got {limits.shown(values)}")
+    items = tuple(values)
+    if not items:
+        raise ConfigError(f"{field} needs at least one value")
+    return items
+
+
+def check_keys(cls: type[Any], data: object, owner: str, *, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``data``'s items that are fields of the dataclass ``cls`` (``ignored`` keys dropped).
+
+    Raises:
+        ConfigError: ``data`` is not a mapping, has keys that are not fields (named), or lacks a
+            field without a default (named).
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{owner} must be a mapping, got {limits.shown(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [str(key) for key in data if key not in fields and key not in ignored]
+    if unknown:
+        raise ConfigError(f"{owner}: unknown field{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(repr(k) for k in unknown)}; known: {', '.join(fields)}")
+    missing = [name for name, f in fields.items() if name not in data
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{owner}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+                          fields=tuple(missing))
+    return {key: value for key, value in data.items() if key in fields}
+
+
+def plain(value: object) -> Any:
+    """``value`` in JSON form: enum members as their values, tuples as lists (recursively)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [plain(item) for item in value]
+    return value
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """Every field of the dataclass ``obj`` in JSON form (:func:`plain`)."""
+    return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def store(obj: Any, name: str, value: object) -> None:
+    """Set field ``name`` of the frozen dataclass ``obj`` (its normalised value, in __post_init__)."""
+    object.__setattr__(obj, name, value)

@@ -1,0 +1,206 @@
+"""The parallel plans of a run: :class:`PlanSpace` (the options ``plan`` searches) and
+:class:`Plan` (one fixed plan, as ``evaluate`` scores it).
+
+Both hold plain values; :mod:`archplace.app` turns them into the placement engine's inputs.
+Errors name the field as it is spelled in a plan file (``micro_batches``, ``plan.tp``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from archplace import limits
+from archplace.errors import ConfigError
+from archplace.placement.plan import (
+    MICRO_BATCHES,
+    ZERO_STAGES,
+    GradReduceDtype,
+    Optimizer,
+    PipelineSchedule,
+    Recompute,
+)
+from archplace.specs._fields import as_dict, check_keys, flag, flags, member, members, sequence, store, wholes
+
+SEARCHED_CHUNKS = (2, 4)
+"""Model chunks per device tried with the interleaved schedule."""
+
+
+def _zero_stage(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) not in ZERO_STAGES:
+        raise ConfigError(f"{field} must be 0, 1, 2 or 3, got {limits.shown(value)}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """The options ``plan`` searches (tuples: the values to try), and how it scores them.
+
+    Attributes:
+        tps: TP widths; None for every power of two up to the devices (at most 64) that
+            divides the model's heads, KV heads and FFN size.
+        micro_batches: samples per micro-batch (default :data:`MICRO_BATCHES`, 1, 2, 4, 8).
+        recomputes: activation recomputation policies (none, selective, full).
+        schedules: pipeline schedules (gpipe, 1f1b, interleaved).
+        chunks: model chunks per device tried with the interleaved schedule (each >= 2).
+        sp: also try sequence parallelism (with every TP width > 1).
+        zero_stages: ZeRO stages 0..3 (3 is FSDP).
+        dp_overlap: DP gradient reduction exposed (False) and/or bucketed over the last
+            backward pass (True).
+        grad_reduce_dtype: gradient buffer and reduction dtype (fp32 | bf16), not searched.
+        optimizer: adam | sgd, not searched.
+        top_k: plans returned, best first (1..1,000).
+
+    Raises:
+        ConfigError: a value out of range or unknown, an empty list (the field named).
+    """
+
+    tps: tuple[int, ...] | None = None
+    micro_batches: tuple[int, ...] = MICRO_BATCHES
+    recomputes: tuple[Recompute, ...] = tuple(Recompute)
+    schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
+    chunks: tuple[int, ...] = SEARCHED_CHUNKS
+    sp: bool = True
+    zero_stages: tuple[int, ...] = ZERO_STAGES
+    dp_overlap: tuple[bool, ...] = (False, True)
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
+    optimizer: Optimizer = Optimizer.ADAM
+    top_k: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tps is not None:
+            store(self, "tps", wholes(self.tps, "tps", "tp", 1, limits.MAX_DEVICES))
+        store(self, "micro_batches", wholes(self.micro_batches, "micro_batches", "micro_batch", 1,
+                                            limits.MAX_MICRO_BATCH))
+        store(self, "recomputes", members(Recompute, self.recomputes, "recomputes"))
+        store(self, "schedules", members(PipelineSchedule, self.schedules, "schedules"))
+        store(self, "chunks", wholes(self.chunks, "chunks", "chunks", 2, limits.MAX_DEVICES))
+        flag(self.sp, "sp")
+        store(self, "zero_stages", tuple(dict.fromkeys(
+            _zero_stage(s, "zero_stages: zero_stage") for s in sequence(self.zero_stages, "zero_stages"))))
+        store(self, "dp_overlap", flags(self.dp_overlap, "dp_overlap"))
+        store(self, "grad_reduce_dtype", member(GradReduceDtype, self.grad_reduce_dtype, "grad_reduce_dtype"))
+        store(self, "optimizer", member(Optimizer, self.optimizer, "optimizer"))
+        limits.whole("top_k", self.top_k, 1, limits.MAX_TOP)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: every field, enums as their names, tuples as lists."""
+        return as_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlanSpace:
+        """Inverse of :meth:`to_dict`; a missing key takes its default.
+
+        Raises:
+            ConfigError: an unknown key (named), or a bad value.
+        """
+        return cls(**check_keys(cls, data, "plan space"))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One fixed parallel plan, as ``evaluate`` scores it.
+
+    Attributes:
+        tp, pp, dp: tensor-, pipeline- and data-parallel degrees (1..2**20 each).
+        micro_batch: samples per micro-batch (1..2**20).
+        recompute: none | selective | full.
+        schedule: gpipe | 1f1b | interleaved.
+        chunks: model chunks per device: >= 2 with the interleaved schedule (which also needs
+            pp >= 2), else 1.
+        sp: sequence parallelism (needs tp > 1).
+        zero_stage: ZeRO stage 0..3.
+        dp_overlap: the DP gradient reduction runs bucketed over the last backward pass.
+        grad_reduce_dtype: fp32 | bf16 gradient buffer and reduction.
+        optimizer: adam | sgd.
+        stages: ``(first_layer, last_layer)`` of each of the ``pp * chunks`` stages (embedding =
+            layer 0, head = the last); None for Megatron-LM's even split of the blocks.
+
+    Raises:
+        ConfigError: a field out of range or unknown (named ``plan.FIELD``), sp with tp = 1,
+            chunks inconsistent with the schedule, stages that are not ``pp * chunks`` pairs of
+            layer indices.
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    recompute: Recompute = Recompute.NONE
+    schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    chunks: int = 1
+    sp: bool = False
+    zero_stage: int = 0
+    dp_overlap: bool = False
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
+    optimizer: Optimizer = Optimizer.ADAM
+    stages: tuple[tuple[int, int], ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "chunks"):
+            limits.whole(f"plan.{name}", getattr(self, name), 1, limits.MAX_DEVICES)
+        limits.whole("plan.micro_batch", self.micro_batch, 1, limits.MAX_MICRO_BATCH)
+        store(self, "recompute", member(Recompute, self.recompute, "plan.recompute"))
+        store(self, "schedule", member(PipelineSchedule, self.schedule, "plan.schedule"))
+        store(self, "zero_stage", _zero_stage(self.zero_stage, "plan.zero_stage"))
+        flag(self.sp, "plan.sp")
+        flag(self.dp_overlap, "plan.dp_overlap")
+        store(self, "grad_reduce_dtype", member(GradReduceDtype, self.grad_reduce_dtype,
+                                                "plan.grad_reduce_dtype"))
+        store(self, "optimizer", member(Optimizer, self.optimizer, "plan.optimizer"))
+        check_sp(self.sp, self.tp, "plan.")
+        if self.schedule is PipelineSchedule.INTERLEAVED:
+            if self.chunks < 2 or self.pp < 2:
+                raise ConfigError(f"plan.schedule interleaved needs plan.chunks >= 2 and plan.pp >= 2, "
+                                  f"got chunks={self.chunks}, pp={self.pp}")
+        elif self.chunks != 1:
+            raise ConfigError(f"plan.chunks={self.chunks} needs plan.schedule interleaved, "
+                              f"not {self.schedule.value}")
+        if self.stages is not None:
+            store(self, "stages", _stage_ranges(self.stages, self.pp * self.chunks))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: every field, enums as their names, stages as ``[[first, last], ...]``
+        (None: the even split)."""
+        return as_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """Inverse of :meth:`to_dict`; also reads the ``"plan"`` object of ``plan --json`` (its
+        ``stage_device`` is derived from the stages, so ignored).
+
+        Raises:
+            ConfigError: an unknown or missing key (named), or a bad value.
+        """
+        return cls(**check_keys(cls, data, "plan", ignored=("stage_device",)))
+
+
+def check_sp(sp: bool, tp: int, prefix: str = "") -> None:
+    """Sequence parallelism splits the activations over the TP group (Korthikanti et al. 2022,
+    section 4.2.2): with tp = 1 there is nothing to split, and Megatron-LM turns it off.
+
+    Raises:
+        ConfigError: ``sp`` with ``tp`` = 1 (``prefix`` + ``sp`` and ``tp`` named).
+    """
+    if sp and tp == 1:
+        raise ConfigError(f"{prefix}sp needs {prefix}tp > 1: sequence parallelism splits activations "
+                          "over the TP group", fields=(f"{prefix}sp", f"{prefix}tp"))
+
+
+def _stage_ranges(stages: object, count: int) -> tuple[tuple[int, int], ...]:
+    try:
+        pairs = [tuple(pair) for pair in stages]  # type: ignore[attr-defined]
+    except TypeError:
+        pairs = []
+    out = []
+    for pair in pairs:
+        if len(pair) != 2:
+            break
+        first, last = (limits.whole("plan.stages: layer", x, 0, limits.MAX_DEVICES) for x in pair)
+        out.append((first, last))
+    if len(out) != len(pairs) or not out:
+        raise ConfigError(f"plan.stages must be [first_layer, last_layer] pairs, got {limits.shown(stages)}")
+    if len(out) != count:
+        raise ConfigError(f"plan.stages must give pp * chunks = {count} layer ranges, got {len(out)}")
+    return tuple(out)

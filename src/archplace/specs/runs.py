@@ -1,0 +1,124 @@
+"""Whole runs as a file holds them: :class:`PlanRun` (``plan --config``) and
+:class:`EvaluateRun` (``evaluate --plan``).
+
+A run file is one flat mapping: the fields of :class:`~archplace.specs.ModelSpec`,
+:class:`~archplace.specs.HardwareSpec` and :class:`~archplace.specs.ClusterSpec`, then either
+the fields of :class:`~archplace.specs.PlanSpace` (a plan run) or a ``plan`` object, the
+fields of :class:`~archplace.specs.Plan` (an evaluate run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from archplace import limits
+from archplace.errors import ConfigError
+from archplace.specs.plan import Plan, PlanSpace
+from archplace.specs.run import ClusterSpec, HardwareSpec, ModelSpec
+
+_PARTS: tuple[type[Any], ...] = (ModelSpec, HardwareSpec, ClusterSpec)
+
+RUN_KEYS = tuple(f.name for part in _PARTS for f in dataclasses.fields(part))
+"""The keys of a run file that say what runs where (model, seq_len, ..., devices, global_batch)."""
+
+PLAN_SETUP_KEYS = ("grad_reduce_dtype", "optimizer")
+"""Keys of :class:`Plan` that ``plan --json`` writes at the top level of its document."""
+
+
+def _split(data: object, owner: str, extra: tuple[str, ...]) -> tuple[list[Any], dict[str, Any]]:
+    """The three run specs built from ``data``'s run keys, and its ``extra`` keys.
+
+    Raises:
+        ConfigError: not a mapping, an unknown key (named), a missing field (named, with the
+            field in ``fields``), a bad value.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{owner} must be a mapping, got {limits.shown(data)}")
+    unknown = [str(key) for key in data if key not in RUN_KEYS and key not in extra]
+    if unknown:
+        raise ConfigError(f"{owner}: unknown field{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(repr(k) for k in unknown)}; known: {', '.join(RUN_KEYS + extra)}")
+    missing = [f.name for part in _PARTS for f in dataclasses.fields(part)
+               if f.default is dataclasses.MISSING and f.name not in data]
+    if missing:
+        raise ConfigError(f"{owner}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+                          fields=tuple(missing))
+    specs = [part(**{f.name: data[f.name] for f in dataclasses.fields(part) if f.name in data})
+             for part in _PARTS]
+    return specs, {key: data[key] for key in extra if key in data}
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """Everything ``plan`` needs: the model, the chip, the cluster and the plans to search."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    cluster: ClusterSpec
+    space: PlanSpace = PlanSpace()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat run-file form: every field of the four specs."""
+        return {**self.model.to_dict(), **self.hardware.to_dict(), **self.cluster.to_dict(),
+                **self.space.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanRun:
+        """Inverse of :meth:`to_dict`; optional fields may be left out.
+
+        Raises:
+            ConfigError: an unknown or missing key (named), or a bad value (the field named).
+        """
+        space_keys = tuple(f.name for f in dataclasses.fields(PlanSpace))
+        (model, hardware, cluster), rest = _split(data, "plan run", space_keys)
+        return cls(model, hardware, cluster, PlanSpace(**rest))
+
+
+@dataclass(frozen=True)
+class EvaluateRun:
+    """Everything ``evaluate`` needs: the model, the chip, the cluster and the one plan."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    cluster: ClusterSpec
+    plan: Plan
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat run-file form: the run specs' fields and ``"plan"``, the plan's."""
+        return {**self.model.to_dict(), **self.hardware.to_dict(), **self.cluster.to_dict(),
+                "plan": self.plan.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvaluateRun:
+        """Inverse of :meth:`to_dict`; optional fields may be left out.
+
+        Raises:
+            ConfigError: an unknown or missing key (named), or a bad value (the field named).
+        """
+        (model, hardware, cluster), rest = _split(data, "evaluate run", ("plan",))
+        if "plan" not in rest:
+            raise ConfigError("evaluate run: missing field plan")
+        return cls(model, hardware, cluster, Plan.from_dict(rest["plan"]))
+
+
+def evaluate_fields(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluate-run fields of a document: a bare ``"plan"`` object (it has ``tp``), or the
+    document ``plan --json`` / ``evaluate --json`` write (its ``"plan"``, its run keys, and its
+    ``grad_reduce_dtype`` and ``optimizer`` moved into the plan; scores ignored), or a run file
+    (:meth:`EvaluateRun.to_dict`). Fields absent from the document are absent from the result.
+
+    Raises:
+        ConfigError: neither a plan object nor a document with a ``"plan"`` object.
+    """
+    if "tp" in document:
+        return {"plan": dict(document)}
+    plan = document.get("plan")
+    if not isinstance(plan, Mapping):
+        raise ConfigError("the plan file holds neither a plan (tp, pp, dp, micro_batch, ...) nor a "
+                          "document with a \"plan\" object")
+    out: dict[str, Any] = {key: document[key] for key in RUN_KEYS if key in document}
+    out["plan"] = {**{key: document[key] for key in PLAN_SETUP_KEYS if key in document}, **plan}
+    return out

@@ -1,0 +1,92 @@
+"""The layers below the front door (cost/, schedule/, placement/, search/) take resolved
+objects: they never load a preset, a model or an input file, and their errors never name a
+command-line option (the CLI maps field names to its options)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "archplace"
+LOWER = ("cost", "schedule", "placement", "search")
+
+LOADERS = {
+    "load_accelerator", "load_cluster", "load_model", "load_space", "read_mapping", "syntax_of",
+    "preset_summaries", "model_preset_summaries", "preset_datasheet", "preset_source",
+    "efficiency_sources", "accelerator_preset_names", "model_preset_names", "space_names",
+}
+"""Names that load a preset, a model config or an input file (hardware.presets, hardware.space,
+workload.zoo, inputs)."""
+
+ALLOWED_LOADERS: set[tuple[str, str]] = set()
+"""(module, name) pairs still allowed, each with its reason; the list only shrinks."""
+
+
+def _modules() -> list[Path]:
+    return sorted(path for layer in LOWER for path in (SRC / layer).rglob("*.py"))
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Attribute) and node.attr in LOADERS:
+            names.add(node.attr)
+    return names
+
+
+def _error_strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """The literal text of every exception raised (``raise X(...)``), f-strings included."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            for arg in node.exc.args:
+                for part in ast.walk(arg):
+                    if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                        out.append((node.lineno, part.value))
+    return out
+
+
+def _flag_like(text: str) -> bool:
+    """``--name`` at the start of the text or after a space: a command-line option."""
+    return re.search(r"(?:^|\s)--[a-z]", text) is not None
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_lower_layers_load_nothing(path: Path) -> None:
+    module = str(path.relative_to(SRC))
+    found = _imported_names(ast.parse(path.read_text(), str(path))) & LOADERS
+    assert {name for name in found if (module, name) not in ALLOWED_LOADERS} == set(), module
+
+
+FRONT = (SRC / "api.py", SRC / "app.py", *sorted((SRC / "specs").rglob("*.py")))
+"""The library's front door: its errors name fields too (the CLI maps them to options)."""
+
+
+@pytest.mark.parametrize("path", [*_modules(), *FRONT], ids=lambda p: str(p.relative_to(SRC)))
+def test_library_errors_name_no_option(path: Path) -> None:
+    found = [(line, text) for line, text in _error_strings(ast.parse(path.read_text(), str(path)))
+             if _flag_like(text)]
+    assert found == [], f"{path.relative_to(SRC)}: errors naming a CLI option: {found}"
+
+
+def test_the_checks_see_what_they_look_for() -> None:
+    """The scanners find a loader import and an option in an error, so a pass means something."""
+    tree = ast.parse("from archplace.hardware.presets import load_cluster\n"
+                     "def f(n):\n    raise ConfigError(f'--micro-batch must be positive, got {n}')\n")
+    assert _imported_names(tree) & LOADERS == {"load_cluster"}
+    flagged = [text for _, text in _error_strings(tree) if _flag_like(text)]
+    assert flagged == ["--micro-batch must be positive, got "]
+    assert _flag_like("give it with --tp") and not _flag_like("a -- b") and not _flag_like("x--y")
+    assert {path.relative_to(SRC).parts[0] for path in _modules()} == set(LOWER)
+
+
+def test_allowed_loaders_are_still_needed() -> None:
+    """An allow-list entry whose import is gone must be deleted."""
+    for module, name in ALLOWED_LOADERS:
+        tree = ast.parse((SRC / module).read_text())
+        assert name in _imported_names(tree), (module, name)
