@@ -141,7 +141,8 @@ def register(app: typer.Typer) -> None:
                                         schedule=schedule, zero_stages=stages, optimizer=optimizer, top=top,
                                         grad_reduce_dtype=grad_reduce_dtype)
             if as_json:
-                typer.echo(json.dumps({"plans": [r.to_dict() for r in results], **results[0].to_dict()},
+                typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
+                                                     **results[0].to_dict()}),
                                       indent=2))
                 return
             title = f"best plans for {layer_graph} on {devices} × {hardware}, global batch {global_batch}"

@@ -12,6 +12,7 @@ import yaml
 from archplace import api
 from archplace.cli import main
 from archplace.errors import ConfigError
+from archplace.schemas import stamp
 from archplace.specs.search import EXAMPLE, FIELDS, SearchSpec, read_fields
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
@@ -138,7 +139,7 @@ def test_a_file_search_equals_the_same_search_from_flags(model: str, tmp_path: P
     assert by_file == by_flags
     assert (tmp_path / "file.json").read_text() == (tmp_path / "flags.json").read_text()
     from_api = api.search(SearchSpec.from_yaml(config))
-    assert json.dumps(from_api.to_dict(), indent=2) + "\n" == (tmp_path / "file.json").read_text()
+    assert json.dumps(stamp("search", from_api.to_dict()), indent=2) + "\n" == (tmp_path / "file.json").read_text()
     # an option given on the command line overrides the file's field
     code, _, err = run(["search", "--config", str(config), "--objective", "pareto",
                         "--out", str(tmp_path / "pareto.json")], capsys)
