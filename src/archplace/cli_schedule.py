@@ -8,7 +8,7 @@
     options: [--backend list|cpsat|highs|gurobi] [--time-limit S] [--seed N] [--workers N]
              [--dump-problem FILE.json] [--json] [--gantt FILE.png]
 
-The problem format and the backends are described in docs/schedule.md.
+The problem format and the backends are described in docs/commands/schedule.md.
 """
 
 from __future__ import annotations

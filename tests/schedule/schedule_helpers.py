@@ -1,7 +1,7 @@
 """Shared by the scheduling tests: an independent validator, a brute-force optimum, and
 hypothesis strategies for random DAGs.
 
-Written from the problem statement (DESIGN.md, Per-layer scheduling), not from the
+Written from the problem statement (docs/commands/schedule.md, Semantics), not from the
 schedulers: nothing here imports archplace.schedule beyond the data classes.
 """
 

@@ -1,4 +1,4 @@
-"""Collective communication time with the alpha-beta model (DESIGN.md, Per-operator cost).
+"""Collective communication time with the alpha-beta model (docs/model.md, Collectives).
 
 A message of ``b`` bytes over a link costs ``alpha + b / beta``: ``alpha`` is the
 per-message start-up latency, ``beta`` the bandwidth a device can inject (per

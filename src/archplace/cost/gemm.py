@@ -1,4 +1,4 @@
-"""Matmul on systolic arrays: cycles, HBM traffic and operand feed (DESIGN.md, Per-operator cost).
+"""Matmul on systolic arrays: cycles, HBM traffic and operand feed (docs/model.md, Matmul on systolic arrays).
 
 A GEMM ``[batch, m, k] x [batch, k, n]`` runs on arrays of ``R = rows`` x ``C = cols``
 processing elements (PEs).  Cycle counts are exact for the array organisations

@@ -1,7 +1,7 @@
 """Per-operator cost: the CostModel interface and its two implementations.
 
-Every operator gets two latencies (DESIGN.md, Per-operator cost and Per-layer
-scheduling): on ONE core of its type, and on ALL cores of its type at once.
+Every operator gets two latencies (docs/model.md, Per-operator cost and Layer
+time): on ONE core of its type, and on ALL cores of its type at once.
 Anything with ``latency(op, acc) -> OpLatency`` is a :class:`CostModel`; the
 scheduler and the search take any of them:
 

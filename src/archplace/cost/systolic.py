@@ -1,6 +1,6 @@
 """The systolic-array cost model: latency, HBM traffic and energy of every operator.
 
-Per operator kind (DESIGN.md, Per-operator cost):
+Per operator kind (docs/model.md, Per-operator cost):
 
 * matmul -- :mod:`archplace.cost.gemm`: cycles on one array and on all
   ``tensor_cores`` arrays (weight or output stationary), HBM traffic of a

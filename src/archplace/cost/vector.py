@@ -3,7 +3,7 @@
 A vector core has ``lanes`` lanes; each lane handles one element per pass.  An
 op of ``elements`` output elements on ``cores`` cores takes
 ``⌈elements / (lanes · cores)⌉ · cycles_per_element`` cycles
-(DESIGN.md, Per-operator cost).
+(docs/model.md, Vector operators).
 
 Cycles per element -- an ASSUMPTION of this first-fidelity model, to be
 replaced by measured or synthesised figures:

@@ -1,4 +1,4 @@
-"""The accelerator template searched by PHAZE and WHAM (DESIGN.md, Hardware).
+"""The accelerator template searched by PHAZE and WHAM (docs/concepts.md, Design, space, plan).
 
 A chip is ``tensor_cores`` systolic arrays of ``array_rows x array_cols`` MACs,
 ``vector_cores`` SIMD cores of ``vector_lanes`` lanes, a global on-chip buffer
@@ -21,7 +21,7 @@ E = TypeVar("E", bound=enum.StrEnum)
 
 
 class Dataflow(enum.StrEnum):
-    """How a systolic array maps a matmul (DESIGN.md, Per-operator cost)."""
+    """How a systolic array maps a matmul (docs/model.md, Per-operator cost)."""
 
     WS = "ws"  # weight stationary: a K x N weight tile stays in the array, inputs stream
     OS = "os"  # output stationary: an M x N output tile stays in the array, both operands stream

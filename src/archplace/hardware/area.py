@@ -1,4 +1,4 @@
-"""Die area of an accelerator design, in mm² (DESIGN.md, Hardware: area and power).
+"""Die area of an accelerator design, in mm² (docs/model.md, Area model).
 
 Component model::
 
@@ -20,7 +20,7 @@ least-squares fit of the model above to 39 designs sampled from that table
 
 * ``MAC_AREA_MM2`` = 786.8 µm²: a 16-bit MAC with its pipeline registers and its
   share of the core-local buffer (PHAZE gives each core 16 B of local SRAM per
-  MAC; DESIGN.md quotes "about 770 µm² per MAC" without the local buffer).  The
+  MAC; without that buffer a MAC is about 770 µm²).  The
   fit alone gives 780 µm²; 786.8 µm² makes PHAZE's reference design -- 8 tensor
   cores of 128x128, 2 vector cores of 128 lanes, 128 MiB -- come to the
   278.8 mm² its paper reports (278.81 mm² here).
@@ -31,7 +31,7 @@ least-squares fit of the model above to 39 designs sampled from that table
   thousands of small cores as large as PHAZE's table says (8192 cores: 47.5 mm²).
 * ``sram_area_mm2``: global-buffer SRAM, piecewise linear in capacity through
   PHAZE's values at 2, 4, ..., 128 MiB (1.36 to 1.45 mm² per MiB, the CACTI bank
-  organisation changing with size; DESIGN.md's "about 1.37 mm² per MiB"),
+  organisation changing with size),
   proportional below 2 MiB and extended at the last slope above 128 MiB.
 * ``UNCORE_AREA_MM2`` = 0.61 mm²: the size-independent rest of PHAZE's table (the
   intercept of its buffer column at 2 and 4 MiB).

@@ -1,4 +1,4 @@
-"""Energy per operation and thermal design power of an accelerator (DESIGN.md, Hardware).
+"""Energy per operation and thermal design power of an accelerator (docs/model.md, Power model).
 
 Dynamic energies, in joules:
 

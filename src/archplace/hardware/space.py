@@ -1,4 +1,4 @@
-"""Accelerator search spaces, as data (DESIGN.md, Hardware: the search space).
+"""Accelerator search spaces, as data (docs/commands/search.md, Search spaces).
 
 A space file names a ``base`` preset -- the fields that are not searched (clock,
 HBM bandwidth, data type) come from it -- and lists the values of each searched

@@ -1,4 +1,4 @@
-"""The per-layer scheduling problem (DESIGN.md, Per-layer scheduling).
+"""The per-layer scheduling problem (docs/commands/schedule.md, Semantics).
 
 A layer's forward or backward graph becomes a DAG of :class:`SchedOp`: each op
 runs either on ONE core of its type for ``single_s`` seconds, or on ALL cores of
@@ -15,7 +15,7 @@ An op of zero duration (in the mode it runs in) occupies no instant, so it
 holds no core and conflicts with nothing; it only passes precedence on.
 
 The JSON form (:meth:`ScheduleProblem.to_dict`, read by ``archplace schedule
---problem``) is documented in docs/schedule.md.
+--problem``) is documented in docs/commands/schedule.md.
 """
 
 from __future__ import annotations

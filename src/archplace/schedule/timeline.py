@@ -1,6 +1,6 @@
 """Schedules and the append-only :class:`Timeline` that builds them.
 
-Semantics (PHAZE: Wang et al., ICML 2024; DESIGN.md, Per-layer scheduling):
+Semantics (PHAZE: Wang et al., ICML 2024; docs/commands/schedule.md, Semantics):
 each op runs either on ONE core of its type (``single_s``; a fused op holds one
 tensor and one vector core) or on ALL cores of its type (``all_s``); while an
 "all" op runs nothing else runs on the chip.  An op of zero duration holds

@@ -4,7 +4,7 @@ An element-wise operator whose input comes from a matmul that has no other
 consumer in the graph is folded into that matmul's epilogue (bias, activation,
 dropout, scaling as in cuBLASLt / XLA epilogue fusion): the intermediate tensor
 never goes to memory, and the fused operator runs on one tensor core and one
-vector core at once (DESIGN.md, per-layer scheduling).  Chains fuse
+vector core at once (docs/model.md, Layer time).  Chains fuse
 repeatedly (matmul -> mul -> add -> ...).
 """
 

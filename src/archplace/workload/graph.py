@@ -36,7 +36,7 @@ class OpKind(enum.StrEnum):
 
 
 class CoreType(enum.StrEnum):
-    """Core an operator runs on (DESIGN.md, per-layer scheduling)."""
+    """Core an operator runs on (docs/model.md, Layer time)."""
 
     TENSOR = "tensor"
     VECTOR = "vector"

@@ -1,6 +1,6 @@
 """Tracing real Hugging Face model code into a joint forward + backward aten graph.
 
-Route (DESIGN.md, Workload): build the model with ONE block on the meta device
+Route (docs/model.md, Operator graphs): build the model with ONE block on the meta device
 (no weights, no memory, no FLOP executed), export it with its loss through
 ``torch.export.export(strict=False)``, then trace forward plus
 ``torch.autograd.grad`` with ``make_fx`` so that the backward operators are the

@@ -1,4 +1,4 @@
-"""Model-based sampling of the design space with Optuna (DESIGN.md, Search).
+"""Model-based sampling of the design space with Optuna (docs/commands/search.md, Strategies).
 
 The space is the grid the designs come from: one integer parameter per grid dimension that
 takes more than one value in ``ctx.designs`` -- tensor cores, array shape (rows, columns and
