@@ -12,7 +12,10 @@ The public API is what this package exports (``__all__``)::
 
 * functions: :func:`plan`, :func:`evaluate`, :func:`search`, :func:`schedule`,
   :func:`estimate`, :func:`graph`, :func:`models`, :func:`hardware`, :func:`results`;
-* the search spec :class:`SearchSpec` (``archplace search --config``);
+* the specs (frozen, self-validating, ``to_dict()`` / ``from_dict()``): :class:`ModelSpec`,
+  :class:`HardwareSpec`, :class:`ClusterSpec`, :class:`PlanSpace`, :class:`Plan`, the run files
+  :class:`PlanRun` (``archplace plan --config``), :class:`EvaluateRun` (``archplace evaluate
+  --plan``) and :class:`SearchSpec` (``archplace search --config``);
 * result classes (each with ``to_dict()`` / ``from_dict()``): :class:`PlanReport`,
   :class:`PlanResult`, :class:`SearchResult`, :class:`DesignResult`, :class:`StoredResult`,
   :class:`ScheduleResult`, :class:`ModelEstimate`; :class:`Tick` (a search's progress);
@@ -54,41 +57,52 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentatio
     from archplace.search.request import SearchResult
     from archplace.search.runner import Tick
     from archplace.search.store import StoredResult
-    from archplace.specs.search import SearchSpec
+    from archplace.specs import (
+        ClusterSpec,
+        EvaluateRun,
+        HardwareSpec,
+        ModelSpec,
+        Plan,
+        PlanRun,
+        PlanSpace,
+        SearchSpec,
+    )
 
 __all__ = [
-    "ArchplaceError", "ConfigError", "DesignResult", "ExtractionError", "InfeasibleError",
-    "InternalError", "MissingSectionError", "ModelEstimate", "OutOfMemoryError", "PlanReport", "PlanResult",
+    "ArchplaceError", "ClusterSpec", "ConfigError", "DesignResult", "EvaluateRun", "ExtractionError",
+    "HardwareSpec", "InfeasibleError", "InternalError", "MissingSectionError", "ModelEstimate",
+    "ModelSpec", "OutOfMemoryError", "Plan", "PlanReport", "PlanResult", "PlanRun", "PlanSpace",
     "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
     "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "results",
     "schedule", "search",
 ]
 
-# name -> (module, attribute names tried in order): loaded on first access (PEP 562)
-_LAZY: dict[str, tuple[str, tuple[str, ...]]] = {
-    "evaluate": ("archplace.api", ("evaluate",)),
-    "search": ("archplace.api", ("search",)),
-    "schedule": ("archplace.api", ("schedule", "schedule_layer")),
-    "estimate": ("archplace.api", ("estimate", "estimate_model")),
-    "graph": ("archplace.api", ("graph",)),
-    "models": ("archplace.api", ("models",)),
-    "hardware": ("archplace.api", ("hardware",)),
-    "results": ("archplace.api", ("results",)),
-    "SearchSpec": ("archplace.specs.search", ("SearchSpec",)),
-    "PlanReport": ("archplace.placement.ranked", ("PlanReport",)),
-    "PlanResult": ("archplace.placement.plan", ("PlanResult",)),
-    "SearchResult": ("archplace.search.request", ("SearchResult",)),
-    "DesignResult": ("archplace.search.evaluate", ("DesignResult",)),
-    "StoredResult": ("archplace.search.store", ("StoredResult",)),
-    "ScheduleResult": ("archplace.schedule.base", ("ScheduleResult",)),
-    "ModelEstimate": ("archplace.cost.estimate", ("ModelEstimate",)),
-    "Tick": ("archplace.search.runner", ("Tick",)),
-    # TODO(lead): the specs of archplace.specs (frontdoor branch); add them to __all__ on merge
-    "ModelSpec": ("archplace.specs", ("ModelSpec",)),
-    "HardwareSpec": ("archplace.specs", ("HardwareSpec",)),
-    "ClusterSpec": ("archplace.specs", ("ClusterSpec",)),
-    "PlanSpace": ("archplace.specs", ("PlanSpace",)),
-    "Plan": ("archplace.specs", ("Plan",)),
+# name -> (module, attribute): loaded on first access (PEP 562)
+_LAZY: dict[str, tuple[str, str]] = {
+    "evaluate": ("archplace.api", "evaluate"),
+    "search": ("archplace.api", "search"),
+    "schedule": ("archplace.api", "schedule_layer"),
+    "estimate": ("archplace.api", "estimate_model"),
+    "graph": ("archplace.api", "graph"),
+    "models": ("archplace.api", "models"),
+    "hardware": ("archplace.api", "hardware"),
+    "results": ("archplace.api", "results"),
+    "ModelSpec": ("archplace.specs", "ModelSpec"),
+    "HardwareSpec": ("archplace.specs", "HardwareSpec"),
+    "ClusterSpec": ("archplace.specs", "ClusterSpec"),
+    "PlanSpace": ("archplace.specs", "PlanSpace"),
+    "Plan": ("archplace.specs", "Plan"),
+    "PlanRun": ("archplace.specs", "PlanRun"),
+    "EvaluateRun": ("archplace.specs", "EvaluateRun"),
+    "SearchSpec": ("archplace.specs", "SearchSpec"),
+    "PlanReport": ("archplace.placement.ranked", "PlanReport"),
+    "PlanResult": ("archplace.placement.plan", "PlanResult"),
+    "SearchResult": ("archplace.search.request", "SearchResult"),
+    "DesignResult": ("archplace.search.evaluate", "DesignResult"),
+    "StoredResult": ("archplace.search.store", "StoredResult"),
+    "ScheduleResult": ("archplace.schedule.base", "ScheduleResult"),
+    "ModelEstimate": ("archplace.cost.estimate", "ModelEstimate"),
+    "Tick": ("archplace.search.runner", "Tick"),
 }
 
 
@@ -109,12 +123,8 @@ def plan(*args: Any, **kwargs: Any) -> PlanReport:
 
 def _load(name: str) -> Any:
     """The public object ``name`` of :data:`_LAZY`, importing its module on first use."""
-    module_name, attributes = _LAZY[name]
-    module = importlib.import_module(module_name)
-    for attribute in attributes:
-        if hasattr(module, attribute):
-            return getattr(module, attribute)
-    raise AttributeError(f"module 'archplace' has no attribute {name!r} ({module_name} lacks it)")
+    module_name, attribute = _LAZY[name]
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 def __getattr__(name: str) -> Any:

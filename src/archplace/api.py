@@ -52,12 +52,11 @@ from archplace.workload.options import Attention, Kernels, parse_attention, pars
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import model_preset_summaries
 
-__all__ = ["EvaluateRun", "PlanRun", "check_run_options", "estimate_matmul", "estimate_model",
-           "estimate_preset_matmul", "evaluate", "evaluate_run", "graph", "hardware", "parse_stages",
-           "plan_run",
-           "layer_problem", "models", "plan", "plan_layer_graph", "results", "schedule_layer", "search",
-           "search_each", "search_request", "solve_problem"]
-__all__ += ["SearchInterrupted", "SearchSpec", "spec_request"]
+__all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "check_run_options",
+           "estimate_matmul", "estimate_model", "estimate_preset_matmul", "evaluate", "evaluate_run",
+           "graph", "hardware", "layer_problem", "models", "parse_stages", "plan", "plan_layer_graph",
+           "plan_run", "results", "schedule_layer", "search", "search_each", "search_request",
+           "solve_problem", "spec_request"]
 
 
 def models() -> list[dict[str, Any]]:

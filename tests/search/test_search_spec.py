@@ -139,7 +139,8 @@ def test_a_file_search_equals_the_same_search_from_flags(model: str, tmp_path: P
     assert by_file == by_flags
     assert (tmp_path / "file.json").read_text() == (tmp_path / "flags.json").read_text()
     from_api = api.search(SearchSpec.from_yaml(config))
-    assert json.dumps(stamp("search", from_api.to_dict()), indent=2) + "\n" == (tmp_path / "file.json").read_text()
+    assert json.dumps(stamp("search", from_api.to_dict()), indent=2) + "\n" == \
+        (tmp_path / "file.json").read_text()
     # an option given on the command line overrides the file's field
     code, _, err = run(["search", "--config", str(config), "--objective", "pareto",
                         "--out", str(tmp_path / "pareto.json")], capsys)
