@@ -36,7 +36,6 @@ from archplace.placement.plan import (
     PipelineSchedule,
     PlanResult,
     Recompute,
-    check_zero_stage,
 )
 from archplace.placement.workflow import PlanGrid
 from archplace.schedule.base import SolveOptions
@@ -47,7 +46,7 @@ from archplace.search.runner import Progress
 from archplace.search.store import ResultStore, StoredResult
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage
+from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage, parse_zero_stages
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.extract import check_tp
@@ -58,7 +57,7 @@ from archplace.workload.zoo import model_preset_summaries
 __all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOptions",
            "check_run_options", "check_scheduler", "estimate_matmul", "estimate_model",
            "estimate_preset_matmul", "evaluate", "evaluate_run", "fixed_zero_stage", "graph", "hardware",
-           "layer_problem", "models", "parse_stages", "plan", "plan_layer_graph",
+           "layer_problem", "models", "parse_stages", "parse_zero_stages", "plan", "plan_layer_graph",
            "plan_layer_graph_options", "plan_run", "read_schedule_problem", "results", "schedule_layer",
            "search", "search_each", "search_request", "solve_problem", "spec_request"]
 
@@ -114,40 +113,6 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
 
 def _check_cluster(devices: int, global_batch: int) -> None:
     ClusterSpec(devices, global_batch)
-
-
-def parse_zero_stages(value: str | int | Iterable[int | str] | None,
-                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
-    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
-    or an iterable of ints / digit strings -> those stages, in the order given, once each.
-
-    Raises:
-        ConfigError: a stage outside 0..3 or an unparsable value.
-    """
-    if value is None:
-        return default
-    if isinstance(value, str):
-        if value.strip() == "all":
-            return ZERO_STAGES
-        items: list[int | str] = [part.strip() for part in value.split(",")]
-    elif isinstance(value, int):
-        items = [value]
-    else:
-        try:
-            items = list(value)
-        except TypeError:
-            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
-                              f"got {value!r}") from None
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            if not item.strip().isdigit():
-                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
-            item = int(item)
-        out.append(check_zero_stage(item, "zero_stages"))
-    if not out:
-        raise ConfigError("at least one ZeRO stage is needed")
-    return tuple(dict.fromkeys(out))
 
 
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,

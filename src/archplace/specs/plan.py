@@ -236,3 +236,37 @@ def fixed_zero_stage(zero_stage: int | None, zero: bool) -> int:
     if zero and stage != 1:
         raise ConfigError(f"zero (ZeRO stage 1) contradicts zero_stage={stage}: give one of them")
     return stage
+
+
+def parse_zero_stages(value: str | int | Iterable[int | str] | None,
+                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
+    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
+    or an iterable of ints / digit strings -> those stages, in the order given, once each.
+
+    Raises:
+        ConfigError: a stage outside 0..3 or an unparsable value.
+    """
+    if value is None:
+        return default
+    if isinstance(value, str):
+        if value.strip() == "all":
+            return ZERO_STAGES
+        items: list[int | str] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, int):
+        items = [value]
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
+                              f"got {value!r}") from None
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip().isdigit():
+                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
+            item = int(item)
+        out.append(check_zero_stage(item, "zero_stages"))
+    if not out:
+        raise ConfigError("at least one ZeRO stage is needed")
+    return tuple(dict.fromkeys(out))
