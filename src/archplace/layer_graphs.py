@@ -86,9 +86,9 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
     recompute, 1F1B, the lower ZeRO stage and no overlap.
 
     Args:
-        graph, hardware, devices, global_batch, tp, micro_batch, seq_len, optimizer,
-            grad_reduce_dtype: as in :func:`plan_layer_graph` (one TP width and micro-batch: those
-            of the graph's costs).
+        graph: the layer DAG or its file; ``hardware``, ``devices``, ``global_batch``, ``tp``,
+            ``micro_batch``, ``seq_len``, ``optimizer`` and ``grad_reduce_dtype`` as in
+            :func:`plan_layer_graph` (one TP width and micro-batch: those of the graph's costs).
         recomputes, schedules, zero_stages: the options searched, by name / number.
         top_k: plans returned (1..1,000).
 
