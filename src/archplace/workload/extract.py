@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.errors import ConfigError, ExtractionError
+from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
@@ -87,13 +88,18 @@ class ExtractOptions:
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
-    """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec``.
+    """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec``, and
+    TP > 1 for a mixture-of-experts model (its experts' sharding is not modelled yet).
 
     Raises:
-        ConfigError: with the quantity it does not divide.
+        ConfigError: with the quantity it does not divide, or naming the experts.
     """
     if tp <= 0:
         raise ConfigError(f"TP width must be positive, got {tp}")
+    if tp > 1 and spec.experts:
+        raise ConfigError(f"TP width {tp}: tensor parallelism of the mixture-of-experts blocks of "
+                          f"{spec.name} is not modelled yet (its {spec.experts} experts' grouped GEMMs "
+                          "are not sharded); use tp 1")
     family = spec.family
     check_width(spec.config, family.heads_field, family.kv_heads_field, spec.ffn_size,
                 TensorParallel(tp), spec.name)
@@ -309,14 +315,29 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     kept = {s for s in saved if not _is_square(s, seq_len, batch)}
     core = {n for n in fwd_nodes if _is_square(n, seq_len, batch)} if kept != saved else set()
 
+    experts = _experts(traced, sharding, fwd_nodes, options.micro_batch * seq_len)
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(
         name=kind.value, kind=kind, params=sum(_param_numel(traced, sharding, p) for p in params),
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),
         boundary_bytes=total(outputs), working_bytes=working,
         selective_activation_bytes=total(kept), selective_ops=tuple(n.name for n in fwd_nodes if n in core),
+        **experts,
     )
     return layer, params
+
+
+def _experts(traced: Traced, sharding: Sharding, fwd_nodes: Sequence[Any], tokens: int) -> dict[str, int]:
+    """Layer fields of the routed experts read by the grouped GEMMs among ``fwd_nodes`` (none for a
+    dense layer): experts, experts per token, tokens per expert, expert parameters."""
+    grouped = [n for n in fwd_nodes if op_name(n) == experts_op.FORWARD_OP]
+    if not grouped:
+        return {}
+    weights = {traced.storage(n.args[1]) for n in grouped}
+    batch, m, _, _ = matmul_dims(grouped[0], experts_op.FORWARD_OP)
+    routed = int(grouped[0].args[0].meta["val"].shape[0])
+    return {"experts": batch, "experts_per_token": routed // tokens, "tokens_per_expert": m,
+            "expert_params": sum(_param_numel(traced, sharding, w) for w in weights)}
 
 
 def _saved_bytes(node: Any) -> float:

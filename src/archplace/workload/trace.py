@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from archplace.errors import ConfigError, ExtractionError
-from archplace.workload import attention_op
+from archplace.workload import attention_op, experts_op
 from archplace.workload.graph import OpKind, Phase
 from archplace.workload.options import Attention
 from archplace.workload.zoo import ModelSpec
@@ -79,7 +79,7 @@ def classify(name: str) -> OpKind | None:
     """OpKind of an aten op name, or None for a zero-cost view."""
     if name in _VIEW_OPS or name == "getitem":
         return None
-    if name in _MATMUL_OPS:
+    if name in _MATMUL_OPS or name in experts_op.OPS:
         return OpKind.MATMUL
     if name in (attention_op.FORWARD_OP, attention_op.BACKWARD_OP):
         return OpKind.ATTENTION
@@ -95,7 +95,10 @@ def classify(name: str) -> OpKind | None:
 
 
 def matmul_dims(node: Any, name: str) -> tuple[int, int, int, int]:
-    """(batch, m, k, n) of a matmul node from its operand shapes."""
+    """(batch, m, k, n) of a matmul node from its operand shapes (a grouped GEMM of experts:
+    :func:`archplace.workload.experts_op.grouped_dims`)."""
+    if name in experts_op.OPS:
+        return experts_op.grouped_dims(node, name)
     tensors = [a for a in node.args if hasattr(a, "meta")]
     a, b = tensors[-2].meta["val"].shape, tensors[-1].meta["val"].shape
     if name in ("bmm", "baddbmm"):
@@ -209,7 +212,8 @@ def build_model(spec: ModelSpec, dtype: str, training: bool,
 
     ``attention`` EAGER keeps HF's explicit scores and softmax; SDPA and FLASH route the
     attention core through the fused operator of :mod:`archplace.workload.attention_op`
-    (they differ only in cost, not in the graph).
+    (they differ only in cost, not in the graph). The experts of a mixture-of-experts model run
+    as grouped GEMMs (:mod:`archplace.workload.experts_op`).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
@@ -225,11 +229,13 @@ def build_model(spec: ModelSpec, dtype: str, training: bool,
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"model {spec.name!r}: invalid config ({exc})") from None
     hf_config._attn_implementation = implementation
+    hf_config._experts_implementation = experts_op.register()
     auto = AutoModelForMaskedLM if spec.family.task == "masked-lm" else AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(hf_config)
     model.to(getattr(torch, dtype))
     model.config._attn_implementation = implementation
+    model.config._experts_implementation = experts_op.IMPLEMENTATION
     model.train(training)
     return model
 
