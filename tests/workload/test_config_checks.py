@@ -329,3 +329,20 @@ def test_rotary_models_train_beyond_their_context_learned_tables_do_not() -> Non
     assert llama.with_seq_len(2048).config_json == llama.config_json
     with pytest.raises(ConfigError, match="exceeds its context length 1024 .its learned position table"):
         load_model("gpt2-xl").with_seq_len(2048)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"model_type": "qwen3_moe", "num_experts": 8, "mlp_only_layers": [0]},
+     "dense blocks among the mixture-of-experts blocks (mlp_only_layers=[0], decoder_sparse_step=null)"),
+    ({"model_type": "qwen3_moe", "num_experts": 8, "decoder_sparse_step": 2}, "decoder_sparse_step=2"),
+    ({"model_type": "deepseek_v3", "first_k_dense_replace": 1.5},
+     "field 'first_k_dense_replace' must be a whole number >= 0, got 1.5"),
+])
+def test_moe_block_layouts_not_traced_are_refused(extra: dict[str, Any], message: str) -> None:
+    assert message in refused(dict(GOOD["llama"], **extra))
+
+
+def test_traced_moe_architectures_pass() -> None:
+    for model_type in sorted(TRACED_MOE_MODEL_TYPES):
+        validate_config("cfg.json", dict(GOOD["llama"], model_type=model_type, num_experts_per_tok=2,
+                                         num_local_experts=4, num_experts=4, n_routed_experts=4))

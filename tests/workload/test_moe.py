@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,66 @@ def test_small_moe_graph_estimate_plan_end_to_end(tmp_path: Path, capsys: pytest
     code, _, err = run(["plan", "--model", str(path), "--hardware", "h100-80gb", "--devices", "4",
                         "--global-batch", "8", "--seq-len", "256", "--tp", "2"], capsys)
     assert code == 2 and "tensor parallelism of the mixture-of-experts blocks" in err
+
+
+def test_qwen3_moe_total_parameters():
+    """Qwen3-30B-A3B model card: 30.5 B parameters; 128 experts, 8 per token."""
+    chain = extract_chain(load_model("qwen3-30b-a3b"), ExtractOptions(micro_batch=1, seq_len=64))
+    assert chain.model_params == pytest.approx(30.5e9, rel=5e-3)
+    block = chain.layers[1]
+    assert (block.experts, block.experts_per_token, block.tokens_per_expert) == (128, 8, 4)
+
+
+def test_deepseek_v3_total_and_active_parameters():
+    """DeepSeek-V3 technical report (sec. 1, Table 1 of sec. 4.5.1): 671 B total, 37 B activated per
+    token. The total is the architecture's to 0.01 %; the activated figure is rounded to whole
+    billions: the architecture gives 36.63 B without the input embedding table (a lookup, no
+    GEMM), 37.55 B with it -- so 37 B is met within its rounding (1.1 %), not within 0.5 %."""
+    chain = extract_chain(load_model("deepseek-v3"), ExtractOptions(micro_batch=1, seq_len=64))
+    assert chain.model_params == pytest.approx(671e9, rel=5e-3)
+    embedding = chain.layers[0].params
+    assert embedding == 129_280 * 7168
+    assert chain.active_params - embedding == pytest.approx(37e9, rel=0.011)
+    # exact per-block architecture: MLA + 3 dense layers (FFN 18,432), 58 MoE layers with one shared
+    # and 8 of 256 routed experts of width 2,048, router 256 x 7,168
+    h = 7168
+    mla = (h * 1536 + 1536 + 1536 * 128 * 192 + h * (512 + 64) + 512 + 512 * 128 * (128 + 128)
+           + 128 * 128 * h)
+    dense, moe = chain.layers[1], chain.layers[4]
+    assert dense.params == mla + 3 * h * 18432 + 2 * h and not dense.experts
+    assert moe.params == mla + 257 * 3 * h * 2048 + 256 * h + 2 * h
+    assert moe.active_params == mla + 9 * 3 * h * 2048 + 256 * h + 2 * h
+    assert [layer.experts for layer in chain.layers[1:-1]] == [0] * 3 + [256] * 58
+
+
+# A small DeepSeek-V3-architecture model: MLA, 1 dense block then 2 MoE blocks (1 shared + 8 routed
+# experts, top-2 in 1 of 2 groups).
+SMALL_DEEPSEEK: dict[str, Any] = {
+    "model_type": "deepseek_v3", "num_hidden_layers": 3, "first_k_dense_replace": 1, "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "n_shared_experts": 1, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "n_group": 2, "topk_group": 1, "q_lora_rank": 64, "kv_lora_rank": 32, "qk_rope_head_dim": 16,
+    "qk_nope_head_dim": 32, "v_head_dim": 32, "vocab_size": 1000, "max_position_embeddings": 1024,
+    "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+}
+
+
+def test_chain_mixes_dense_and_moe_blocks():
+    b, s = 2, 128
+    spec = ModelSpec("small-deepseek", json.dumps(SMALL_DEEPSEEK, sort_keys=True), 256)
+    assert spec.block_runs == (1, 2)
+    chain = extract_chain(spec, ExtractOptions(micro_batch=b, seq_len=s))
+    dense, moe = chain.layers[1], chain.layers[2]
+    assert [layer.name for layer in chain.layers] == ["embedding", "block.0", "block.1", "block.2", "head"]
+    assert chain.layers[3] == dataclasses.replace(moe, name="block.2")
+    assert (dense.experts, moe.experts, moe.experts_per_token) == (0, 8, 2)
+    assert moe.tokens_per_expert == b * s * 2 // 8
+    h = 256
+    mla = h * 64 + 64 + 64 * 4 * 48 + h * (32 + 16) + 32 + 32 * 4 * (32 + 32) + 4 * 32 * h
+    assert dense.params == mla + 3 * h * 512 + 2 * h
+    assert moe.active_params == mla + 3 * 3 * h * 64 + 8 * h + 2 * h
+    for block in (dense, moe):
+        fused = sum(op.flop for op in block.fwd.ops if op.kind is OpKind.ATTENTION)
+        assert block.fwd.flop == pytest.approx(2 * block.active_params * b * s + fused, rel=0.02)
+    layers = chain_summary(chain)["layers"]
+    assert "experts" not in layers[1] and layers[2]["experts"] == layers[3]["experts"] == 8

@@ -26,6 +26,10 @@ PUBLISHED = {
     "llama3.1-405b": 405_853_388_800,
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
+    # the model cards round: Qwen3-30B-A3B "30.5B", DeepSeek-V3 "671B" (main model, without its
+    # 14 B multi-token-prediction module); these are the architecture formulas' exact totals
+    "qwen3-30b-a3b": 30_532_122_624,
+    "deepseek-v3": 671_026_404_352,
     "gpt2-xl": 1_557_611_200,
     "opt-350m": 331_196_416,
     "opt-1.3b": 1_315_758_080,

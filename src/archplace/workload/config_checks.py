@@ -118,9 +118,25 @@ def refuse_mixture_of_experts(where: str, config: Mapping[str, Any]) -> None:
         if value > (0 if field == "moe_intermediate_size" else 1) and not traced:
             raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
                               f"(config has {field}={value})")
+    if traced:
+        _check_moe_layout(where, config)
     if not traced and isinstance(model_type, str) and ("moe" in model_type or model_type in MOE_MODEL_TYPES):
         raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
                           f"(config has model_type={model_type!r})")
+
+
+def _check_moe_layout(where: str, config: Mapping[str, Any]) -> None:
+    """The block layouts archplace traces: every block alike, or (``first_k_dense_replace``) the
+    first blocks dense and the others mixture-of-experts; Qwen-MoE's dense blocks scattered among
+    the others (``mlp_only_layers``, ``decoder_sparse_step`` > 1) are refused."""
+    dense = config.get("first_k_dense_replace")
+    if dense is not None and (isinstance(dense, bool) or not isinstance(dense, int) or dense < 0):
+        raise ConfigError(f"{where}: field 'first_k_dense_replace' must be a whole number >= 0, "
+                          f"got {show(dense)}")
+    if config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1:
+        raise ConfigError(f"{where}: dense blocks among the mixture-of-experts blocks (mlp_only_layers="
+                          f"{show(config.get('mlp_only_layers'))}, decoder_sparse_step="
+                          f"{show(config.get('decoder_sparse_step'))}) are not traced yet")
 
 
 def check_model_config(where: str, config: Mapping[str, Any], family: Family) -> None:

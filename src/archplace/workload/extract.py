@@ -132,24 +132,29 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
         except Exception as exc:  # torch raises many types; report one line
             raise ExtractionError(
                 f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
-    traced = Traced(gm, param_names, f"m.{container}.0")
+    runs = spec.block_runs
+    traced = Traced(gm, param_names, [f"m.{container}.{i}" for i in range(len(runs))])
     where = traced.attribute()
     sharding = propagate(traced.calls, traced.placeholders, traced.kind, traced.storage,
                          traced.is_param, where, op_name, spec.vocab_size, spec.hidden_size,
                          TensorParallel(options.tp, options.sp))
+    kinds = (LayerKind.EMBEDDING, *(LayerKind.BLOCK for _ in runs), LayerKind.HEAD)
     built = [_make_layer(traced, where, sharding, index, kind, options, spec.hidden_size)
-             for index, kind in
-             enumerate((LayerKind.EMBEDDING, LayerKind.BLOCK, LayerKind.HEAD))]
-    (embedding, embedding_params), (block, _), (head, head_params) = built
+             for index, kind in enumerate(kinds)]
+    (embedding, embedding_params), (head, head_params) = built[0], built[-1]
+    traced_blocks = [layer for layer, _ in built[1:-1]]
     if options.attention is not Attention.EAGER:
-        counts = [g.count_by_kind().get(OpKind.ATTENTION.value, 0) for g in (block.fwd, block.bwd)]
-        if counts != [1, 1]:
-            raise ExtractionError(
-                f"model {spec.name!r} does not route its attention through transformers' attention "
-                f"interface ({counts[0]} forward, {counts[1]} backward fused attention operators "
-                "per block); use attention='eager'")
+        for block in traced_blocks:
+            counts = [g.count_by_kind().get(OpKind.ATTENTION.value, 0) for g in (block.fwd, block.bwd)]
+            if counts != [1, 1]:
+                raise ExtractionError(
+                    f"model {spec.name!r} does not route its attention through transformers' attention "
+                    f"interface ({counts[0]} forward, {counts[1]} backward fused attention operators "
+                    "per block); use attention='eager'")
     shared = sum(_param_numel(traced, sharding, p) for p in embedding_params & head_params)
-    blocks = tuple(_rename(block, f"block.{i}") for i in range(spec.num_layers))
+    kinds_in_order = [block for block, run in zip(traced_blocks, runs, strict=True) for _ in range(run)]
+    blocks = tuple(_rename(block, f"block.{i}") for i, block in enumerate(kinds_in_order))
+    block = traced_blocks[-1]
     log.info("extracted %s (tp=%d): %d fwd + %d bwd operators per block", spec.name, options.tp,
              len(block.fwd), len(block.bwd))
     return LayerChain(spec.name, options.micro_batch, options.seq_len, options.tp,
