@@ -346,3 +346,9 @@ def test_traced_moe_architectures_pass() -> None:
     for model_type in sorted(TRACED_MOE_MODEL_TYPES):
         validate_config("cfg.json", dict(GOOD["llama"], model_type=model_type, num_experts_per_tok=2,
                                          num_local_experts=4, num_experts=4, n_routed_experts=4))
+
+
+def test_moe_size_cap_counts_the_experts() -> None:
+    config = dict(GOOD["llama"], model_type="mixtral", num_local_experts=1_000_000, num_experts_per_tok=2,
+                  num_hidden_layers=100, hidden_size=4096, intermediate_size=14336)
+    assert "parameters" in refused(config)

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from archplace.cli import main
 from archplace.errors import ConfigError
+from archplace.schemas import load_schema
 from archplace.workload.extract import ExtractOptions, check_tp, extract_chain
 from archplace.workload.graph import OpKind
 from archplace.workload.summary import chain_summary
@@ -27,6 +29,10 @@ SMALL: dict[str, Any] = {
 
 def small(**changes: Any) -> ModelSpec:
     return ModelSpec("small-moe", json.dumps(dict(SMALL, **changes), sort_keys=True), 256)
+
+
+def valid(kind: str, document: object) -> bool:
+    return not list(Draft202012Validator(load_schema(kind)).iter_errors(document))
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -101,14 +107,19 @@ def test_small_moe_graph_estimate_plan_end_to_end(tmp_path: Path, capsys: pytest
     code, out, err = run(["graph", "--model", str(path), "--seq-len", "256"], capsys)
     assert code == 0, err
     assert "4 (top 2), 128 tokens each" in out
+    code, out, err = run(["graph", "--model", str(path), "--seq-len", "256", "--json"], capsys)
+    assert code == 0, err
+    graph = json.loads(out)
+    assert graph["layers"][1]["tokens_per_expert"] == 128 and valid("graph", graph)
     code, out, err = run(["estimate", "--model", str(path), "--hardware", "h100-80gb", "--seq-len", "256",
                           "--json"], capsys)
     assert code == 0, err
+    assert valid("estimate", json.loads(out))
     code, out, err = run(["plan", "--model", str(path), "--hardware", "h100-80gb", "--devices", "4",
                           "--global-batch", "8", "--seq-len", "256", "--json"], capsys)
     assert code == 0, err
     plans = json.loads(out)
-    assert plans
+    assert valid("plan", plans) and {p["plan"]["tp"] for p in plans["plans"]} == {1}
     code, _, err = run(["plan", "--model", str(path), "--hardware", "h100-80gb", "--devices", "4",
                         "--global-batch", "8", "--seq-len", "256", "--tp", "2"], capsys)
     assert code == 2 and "tensor parallelism of the mixture-of-experts blocks" in err

@@ -176,6 +176,11 @@ def check_model_config(where: str, config: Mapping[str, Any], family: Family) ->
                               f"{family.heads_field!r} ({heads})")
     # exact integers: a count may have hundreds of digits, beyond float range
     params = layers * (4 * hidden * hidden + 3 * hidden * (ffn or 4 * hidden)) + (vocab + positions) * hidden
+    if family.experts_field is not None:  # every block's routed experts, at their own width
+        experts = count_field(where, config, family.experts_field)
+        width = count_field(where, config, "moe_intermediate_size", required=False) or ffn or 4 * hidden
+        assert experts is not None
+        params += layers * 3 * hidden * width * experts
     if params > MAX_PARAMETERS:
         raise ConfigError(f"{where}: the model would have about {Decimal(params):.3g} parameters "
                           f"({layers:,} layers of hidden size {show(hidden)}); archplace accepts at most "
