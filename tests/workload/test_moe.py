@@ -186,3 +186,22 @@ def test_chain_mixes_dense_and_moe_blocks():
         assert block.fwd.flop == pytest.approx(2 * block.active_params * b * s + fused, rel=0.02)
     layers = chain_summary(chain)["layers"]
     assert "experts" not in layers[1] and layers[2]["experts"] == layers[3]["experts"] == 8
+
+
+def test_qwen2_moe_shared_expert_is_dense_and_always_active():
+    """Qwen2-MoE: 4 routed experts (top 2) of width 64 and a gated shared expert of width 128."""
+    config = {"model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 128,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 256,
+              "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128, "num_experts": 4,
+              "num_experts_per_tok": 2, "vocab_size": 500, "max_position_embeddings": 512,
+              "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
+    b, s, h = 1, 64, 128
+    chain = extract_chain(ModelSpec("small-qwen2-moe", json.dumps(config, sort_keys=True), 64),
+                          ExtractOptions(micro_batch=b, seq_len=s))
+    block = chain.layers[1]
+    attention = 4 * h * h + 3 * h  # q, k, v with biases, o
+    shared = 3 * h * 128 + h  # and its 1-output gate
+    assert block.expert_params == 4 * 3 * h * 64
+    assert block.active_params == attention + 2 * 3 * h * 64 + shared + 4 * h + 2 * h
+    fused = sum(op.flop for op in block.fwd.ops if op.kind is OpKind.ATTENTION)
+    assert block.fwd.flop == pytest.approx(2 * block.active_params * b * s + fused, rel=0.02)

@@ -72,7 +72,7 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "dbrx", "deepseek_v2", "deepseek_v3", "d
                              "switch_transformers", "nllb-moe"})
 """HF ``model_type`` values of mixture-of-experts architectures (besides every ``*moe*`` one)."""
 
-TRACED_MOE_MODEL_TYPES = frozenset({"mixtral", "qwen3_moe", "deepseek_v3"})
+TRACED_MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"})
 """Mixture-of-experts architectures whose experts module goes through transformers' experts
 interface, so that :mod:`archplace.workload.experts_op` traces it as grouped GEMMs."""
 

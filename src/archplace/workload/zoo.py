@@ -75,6 +75,8 @@ FAMILIES: dict[str, Family] = {
                       ffn_field="intermediate_size", rotary=True),
     "mixtral": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
                       ffn_field="intermediate_size", rotary=True, experts_field="num_local_experts"),
+    "qwen2_moe": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                        ffn_field="intermediate_size", rotary=True, experts_field="num_experts"),
     "qwen3_moe": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
                         ffn_field="intermediate_size", rotary=True, experts_field="num_experts"),
     "deepseek_v3": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
