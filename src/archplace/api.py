@@ -22,6 +22,7 @@ from archplace.app import (
     schedule_layer,
 )
 from archplace.cost.estimate import estimate_matmul
+from archplace.cost.precision import PRECISIONS
 from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
@@ -153,7 +154,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1,
          fuse: bool = False, zero_stages: str | Iterable[int] | None = None,
          grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
-         kernels: Kernels | str = Kernels.FUSED) -> list[PlanResult]:
+         kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None
+         ) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -166,12 +168,14 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     ``grad_reduce_dtype``: fp32 (Megatron-LM's bf16 recipe, the default) or bf16 gradient
     buffer and reduction.
     ``attention`` and ``kernels`` as in :func:`graph`.
+    ``precisions``: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8, Transformer
+    Engine's recipe: :mod:`archplace.cost.precision`), ranked together; default bf16.
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
             devices, TP widths 1..2**20, global batch 1..2**30, micro-batches 1..2**20, top_k
             1..1,000, ...), a chain too long or a plan space too large to search
-            (:mod:`archplace.placement.budget`).
+            (:mod:`archplace.placement.budget`), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
     space = PlanSpace(tps=tuple(tps) if tps else None,
@@ -179,7 +183,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                       recomputes=tuple(recomputes) if recomputes else tuple(Recompute),  # type: ignore[arg-type]
                       schedules=tuple(schedules) if schedules else tuple(PipelineSchedule),  # type: ignore[arg-type]
                       sp=bool(sp), zero_stages=parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,)),
-                      grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k)  # type: ignore[arg-type]
+                      grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k,  # type: ignore[arg-type]
+                      precisions=tuple(precisions) if precisions is not None else PRECISIONS)  # type: ignore[arg-type]
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse)),  # type: ignore[arg-type]
         HardwareSpec(hardware), ClusterSpec(devices, global_batch), space))
@@ -201,9 +206,10 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
              fuse: bool = False, zero_stage: int | None = None,
              grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
-             kernels: Kernels | str = Kernels.FUSED) -> PlanResult:
+             kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16") -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
-    plan (``fuse``, ``grad_reduce_dtype``, ``attention`` and ``kernels`` as in :func:`plan`).
+    plan (``fuse``, ``grad_reduce_dtype``, ``attention`` and ``kernels`` as in :func:`plan`;
+    ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -216,14 +222,14 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
             devices, tp, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
-            ...), an invalid plan.
+            ...), an invalid plan, fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     cluster = ClusterSpec(devices, global_batch)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,  # type: ignore[arg-type]
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
-                 stages=parse_stages(stages) if stages else None)
+                 stages=parse_stages(stages) if stages else None, precision=precision)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse))  # type: ignore[arg-type]
     return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
 
