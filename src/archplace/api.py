@@ -22,7 +22,7 @@ from archplace.app import (
     schedule_layer,
 )
 from archplace.cost.estimate import estimate_matmul
-from archplace.cost.precision import PRECISIONS
+from archplace.cost.precision import PRECISIONS, Precision
 from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
@@ -318,6 +318,7 @@ def search_request(
     kernels: Kernels | str = Kernels.FUSED,
     zero_stages: str | Iterable[int] | None = None,
     grad_reduce_dtype: str = "fp32",
+    precisions: Iterable[str] = ("bf16",),
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -345,11 +346,14 @@ def search_request(
         attention, kernels: as in :func:`graph` (recorded with the search).
         zero_stages: ZeRO stages to try (``"all"``, ``"0,1,3"`` or ints; default all four).
         grad_reduce_dtype: fp32 (default, Megatron-LM's bf16 recipe) or bf16 gradients.
+        precisions: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8,
+            :mod:`archplace.cost.precision`); a design without FP8 tensor cores tries bf16 only.
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
             (:mod:`archplace.limits`), a budget that is not a positive finite quantity, a TP width
-            a model cannot be split by.
+            a model cannot be split by, fp8 alone on a space none of whose designs has FP8
+            tensor cores.
     """
     attention, kernels = parse_attention(attention), parse_kernels(kernels)
     _check_cluster(devices, global_batch)
@@ -376,6 +380,12 @@ def search_request(
         designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
     if not designs:
         raise ConfigError(f"no design of space {space!r} is within the area and power budgets")
+    chosen = tuple(dict.fromkeys(_enum_choices(Precision, list(precisions), "precision")))
+    if not chosen:
+        raise ConfigError("at least one precision is needed", fields=("precisions",))
+    if Precision.BF16 not in chosen and all(d.fp8_speedup is None for d in designs):
+        raise ConfigError(f"no design of space {space!r} has FP8 tensor cores: add bf16 to the precisions, "
+                          f"or give the space an fp8_speedup", fields=("precisions",))
     if tp is None:
         node = min(links.devices_per_node, devices)
         widths = set.intersection(*(set(workflow.valid_tp_widths(spec, devices, node)) for spec in specs))
@@ -393,7 +403,7 @@ def search_request(
                            zero_stages=parse_zero_stages(zero_stages),
                            grad_reduce_dtype=_enum_choices(GradReduceDtype, [grad_reduce_dtype],
                                                            "grad_reduce_dtype")[0],
-                           fuse=bool(fuse), attention=attention, kernels=kernels)
+                           fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen)
     reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
@@ -481,7 +491,7 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
                           area_budget=spec.area_budget, power_budget=spec.power_budget,
                           baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
                           kernels=spec.kernels, zero_stages=spec.zero_stages,
-                          grad_reduce_dtype=spec.grad_reduce_dtype)
+                          grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:

@@ -42,7 +42,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from archplace.cost import efficiency
-from archplace.cost.systolic import SystolicCostModel, matmul_estimate, op_key
+from archplace.cost.model import EstimatingCostModel
+from archplace.cost.systolic import matmul_estimate, op_key
 from archplace.cost.types import OpEstimate, OpLatency
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator, Dataflow
@@ -144,12 +145,12 @@ class Fp8CostModel:
     (:func:`is_fp8_gemm`) by :func:`fp8_gemm_estimate`, every other operator by ``inner``.
 
     Args:
-        inner: the bf16 cost model (its cluster prices the collectives).
+        inner: the bf16 cost model (anything with ``estimate(op, acc)``, such as
+            :class:`~archplace.cost.systolic.SystolicCostModel`; its cluster prices the collectives).
     """
 
-    def __init__(self, inner: SystolicCostModel) -> None:
+    def __init__(self, inner: EstimatingCostModel) -> None:
         self.inner = inner
-        self.cluster = inner.cluster
         self._cache: dict[tuple[Any, ...], OpEstimate] = {}
 
     def latency(self, op: Operator, acc: Accelerator) -> OpLatency:
