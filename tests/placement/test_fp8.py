@@ -4,14 +4,22 @@ A100, and the plan engine over {bf16, fp8} equal to the best of the two single r
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from placement_helpers import RECOMPUTES, brute_force, chains, check_ranking, setups
 
 from archplace import api
 from archplace.cli import main
+from archplace.errors import InfeasibleError
+from archplace.placement.costs import CostKey
 from archplace.placement.memory import model_state_bytes
-from archplace.placement.plan import Optimizer
+from archplace.placement.pipeline import evaluate_plan
+from archplace.placement.plan import ZERO_STAGES, LayerCost, Optimizer, PipelineSchedule, TrainingSetup
+from archplace.placement.solver import plan_search
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
@@ -100,3 +108,41 @@ def test_an_unknown_precision_is_refused(argv: list[str], message: str, model: s
         main([*argv, "--model", model, "--hardware", "h100-80gb", "--devices", "16", "--global-batch", "32"])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the engine stays exact
+
+def _subset(values: list[object]) -> st.SearchStrategy[list[object]]:
+    return st.lists(st.sampled_from(values), min_size=1, max_size=len(values), unique=True)
+
+
+@st.composite
+def fp8_problems(draw: st.DrawFn) -> tuple[dict[CostKey, list[LayerCost]], TrainingSetup, dict[str, object]]:
+    """Chains whose layers keep FP8 weight caches (fp8_params up to their params)."""
+    n = draw(st.integers(1, 6))
+    keys = draw(st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.booleans()),
+                         min_size=1, max_size=2, unique=True))
+    costs = {key: [replace(layer, fp8_params=draw(st.sampled_from([0, layer.params // 2, layer.params])))
+                   for layer in draw(chains(layers=n))] for key in keys}
+    setup = draw(setups(costs[keys[0]], 12))
+    options = dict(recomputes=draw(_subset(RECOMPUTES)), schedules=draw(_subset(list(PipelineSchedule))),
+                   chunks=(2,), zero_stages=tuple(draw(_subset(list(ZERO_STAGES)))), dp_overlap=(False,))
+    return costs, setup, options
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fp8_problems())
+def test_plan_search_with_fp8_weight_caches_equals_brute_force(problem) -> None:  # type: ignore[no-untyped-def]
+    costs, setup, options = problem
+    brute = brute_force(costs, setup, recomputes=options["recomputes"], schedules=options["schedules"],
+                        chunks=options["chunks"], zeros=options["zero_stages"],
+                        overlaps=options["dp_overlap"])
+    if not brute.ranked:
+        with pytest.raises(InfeasibleError):
+            plan_search(costs, setup, top_k=3, **options)  # type: ignore[arg-type]
+        return
+    results = plan_search(costs, setup, top_k=3, **options)  # type: ignore[arg-type]
+    check_ranking(results, brute, 3)
+    for result in results:
+        layers = costs[(result.plan.tp, result.plan.micro_batch, result.plan.sp)]
+        assert result == evaluate_plan(layers, setup, result.plan)

@@ -176,8 +176,8 @@ def evaluate_designs(
         for order, precision in enumerate(precisions):
             key = (core_key(acc), precision)
             if key not in shared:
-                shared[key] = costs_by_key(chains, acc, cost, makespan,
-                                           fp8_cost=fp8_cost if precision is Precision.FP8 else None)
+                shared[key] = (costs_by_key(chains, acc, cost, makespan) if precision is Precision.BF16
+                               else costs_by_key(chains, acc, cost, makespan, fp8_cost=fp8_cost))
             peak = acc.peak_flop_per_s
             if precision is Precision.FP8:
                 peak *= float(acc.fp8_speedup or 1.0)

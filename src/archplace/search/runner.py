@@ -138,8 +138,9 @@ def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cl
                                         strict=True):
             assert part.best is not None, name
             plan = part.best.plan
-            layers = costs_by_key(by_key, acc, cost, fp8_cost=fp8_cost if plan.precision is Precision.FP8
-                                  else None)[(plan.tp, plan.micro_batch, plan.sp)]
+            costs = (costs_by_key(by_key, acc, cost) if plan.precision is Precision.BF16
+                     else costs_by_key(by_key, acc, cost, fp8_cost=fp8_cost))
+            layers = costs[(plan.tp, plan.micro_batch, plan.sp)]
             paces.append(max(t.total_s for t in stage_times(layers, plan, cluster,
                                                            grad_bytes=grad_bytes)))
         out.append(geomean(paces))
