@@ -62,7 +62,7 @@ def test_unknown_names_get_one_error_listing_the_registry() -> None:
                                    "phaze, wham, optuna")
     with pytest.raises(ConfigError) as backend:
         get_scheduler("quantum")
-    assert str(backend.value) == "unknown schedule backend 'quantum'; choose from list, cpsat, highs, gurobi"
+    assert str(backend.value) == "unknown schedule backend 'quantum'; choose from: list, cpsat, highs, gurobi"
     with pytest.raises(ConfigError) as executor:
         make_executor("ray", 1)
     assert str(executor.value) == "unknown executor 'ray'; choose from: local, dask"

@@ -19,6 +19,7 @@ from archplace.app import (
     estimate_model,
     estimate_preset_matmul,
     layer_problem,
+    read_schedule_problem,
     schedule_layer,
 )
 from archplace.cost.estimate import estimate_matmul
@@ -27,6 +28,7 @@ from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import preset_summaries
+from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
 from archplace.placement import workflow
 from archplace.placement.plan import (
     MICRO_BATCHES,
@@ -35,17 +37,17 @@ from archplace.placement.plan import (
     PipelineSchedule,
     PlanResult,
     Recompute,
-    check_zero_stage,
 )
 from archplace.placement.workflow import PlanGrid
-from archplace.schedule.solve import solve_problem
+from archplace.schedule.base import SolveOptions
+from archplace.schedule.solve import get_scheduler, solve_problem
 from archplace.search.objective import Objective, rank
 from archplace.search.request import SearchRequest, SearchResult
 from archplace.search.runner import Progress
 from archplace.search.store import ResultStore, StoredResult
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.plan import check_sp
+from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage, parse_zero_stages
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.extract import check_tp
@@ -53,11 +55,22 @@ from archplace.workload.options import Attention, Kernels, parse_attention, pars
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import model_preset_summaries
 
-__all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "check_run_options",
-           "estimate_matmul", "estimate_model", "estimate_preset_matmul", "evaluate", "evaluate_run",
-           "graph", "hardware", "layer_problem", "models", "parse_stages", "plan", "plan_layer_graph",
-           "plan_run", "results", "schedule_layer", "search", "search_each", "search_request",
-           "solve_problem", "spec_request"]
+__all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOptions",
+           "check_run_options", "check_scheduler", "estimate_matmul", "estimate_model",
+           "estimate_preset_matmul", "evaluate", "evaluate_run", "fixed_zero_stage", "graph", "hardware",
+           "layer_problem", "models", "parse_stages", "parse_zero_stages", "plan", "plan_layer_graph",
+           "plan_layer_graph_options", "plan_run", "read_schedule_problem", "results", "schedule_layer",
+           "search", "search_each", "search_request", "solve_problem", "spec_request"]
+
+
+def check_scheduler(backend: str) -> None:
+    """Refuse an unknown layer-scheduling backend before any work (``list``, ``cpsat``,
+    ``highs``, ``gurobi``: :data:`archplace.schedule.solve.SCHEDULER_FACTORIES`).
+
+    Raises:
+        ConfigError: an unknown backend, with the choices.
+    """
+    get_scheduler(backend)
 
 
 def models() -> list[dict[str, Any]]:
@@ -101,51 +114,6 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
 
 def _check_cluster(devices: int, global_batch: int) -> None:
     ClusterSpec(devices, global_batch)
-
-
-def _enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[Any, ...]:
-    out = []
-    for value in values:
-        try:
-            out.append(enum_type(value))
-        except ValueError:
-            choices = ", ".join(str(member.value) for member in enum_type)
-            raise ConfigError(f"unknown {option} {value!r}; choose from: {choices}") from None
-    return tuple(out)
-
-
-def parse_zero_stages(value: str | int | Iterable[int | str] | None,
-                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
-    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
-    or an iterable of ints / digit strings -> those stages, in the order given, once each.
-
-    Raises:
-        ConfigError: a stage outside 0..3 or an unparsable value.
-    """
-    if value is None:
-        return default
-    if isinstance(value, str):
-        if value.strip() == "all":
-            return ZERO_STAGES
-        items: list[int | str] = [part.strip() for part in value.split(",")]
-    elif isinstance(value, int):
-        items = [value]
-    else:
-        try:
-            items = list(value)
-        except TypeError:
-            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
-                              f"got {value!r}") from None
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            if not item.strip().isdigit():
-                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
-            item = int(item)
-        out.append(check_zero_stage(item, "zero_stages"))
-    if not out:
-        raise ConfigError("at least one ZeRO stage is needed")
-    return tuple(dict.fromkeys(out))
 
 
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
@@ -262,20 +230,6 @@ def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def fixed_zero_stage(zero_stage: int | None, zero: bool) -> int:
-    """The one ZeRO stage of a fixed plan: ``zero_stage``, or 1 for the older ``zero=True``.
-
-    Raises:
-        ConfigError: both given and disagreeing, or a stage outside 0..3.
-    """
-    if zero_stage is None:
-        return 1 if zero else 0
-    stage = check_zero_stage(zero_stage, "evaluate")
-    if zero and stage != 1:
-        raise ConfigError(f"zero (ZeRO stage 1) contradicts zero_stage={stage}: give one of them")
-    return stage
-
-
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
     """``["none", "full"]`` -> Recompute members; ``"both"`` means none and full, ``"all"`` adds
     selective.
@@ -380,7 +334,7 @@ def search_request(
         designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
     if not designs:
         raise ConfigError(f"no design of space {space!r} is within the area and power budgets")
-    chosen = tuple(dict.fromkeys(_enum_choices(Precision, list(precisions), "precision")))
+    chosen = tuple(dict.fromkeys(enum_choices(Precision, list(precisions), "precision")))
     if not chosen:
         raise ConfigError("at least one precision is needed", fields=("precisions",))
     if Precision.BF16 not in chosen and all(d.fp8_speedup is None for d in designs):
@@ -399,9 +353,9 @@ def search_request(
                 check_tp(spec, width)
     plan_space = PlanGrid(tps=tps, micro_batches=batches,
                            recomputes=parse_recompute(recompute),
-                           schedules=_enum_choices(PipelineSchedule, schedules, "schedule"),
+                           schedules=enum_choices(PipelineSchedule, schedules, "schedule"),
                            zero_stages=parse_zero_stages(zero_stages),
-                           grad_reduce_dtype=_enum_choices(GradReduceDtype, [grad_reduce_dtype],
+                           grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
                                                            "grad_reduce_dtype")[0],
                            fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen)
     reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
@@ -553,55 +507,3 @@ def plot_design_space(source: SearchResult | str, path: str | Path, *, search: s
     best = designs[0] if designs and designs[0].best is not None else None
     label = f", search {searches[0].short_id} ({', '.join(searches[0].label.models)})" if searches else ""
     draw_design_space(designs, path, best=best, title=f"{source}{label}: {len(rows)} stored designs")
-
-
-def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, global_batch: int,
-                     micro_batch: int = 1, recompute: str = "none", schedule: str = "1f1b", tp: int = 1,
-                     zero: bool = False, dp_overlap: bool = False, sp: bool = False,
-                     seq_len: int | None = None, optimizer: str = "adam",
-                     zero_stage: int | None = None, grad_reduce_dtype: str = "fp32") -> PlanResult:
-    """The fastest plan of a layer DAG (a two-tower or multi-modal model, or a profiled layer graph)
-    on ``devices`` chips of ``hardware``: exact over pipeline depth, DP degree and stages (Piper's
-    downset DP, Tarnawski et al., NeurIPS 2021; :func:`archplace.placement.downset_dp.dag_plan`).
-
-    Args:
-        graph: a :class:`~archplace.placement.layer_graph.LayerGraph`, or the path of a YAML/JSON layer
-            graph file (:func:`~archplace.layer_graph_file.load_layer_graph_file`); its costs are per
-            micro-batch of ``micro_batch`` samples and per TP rank of a ``tp``-wide group, SI units.
-        hardware: hardware preset or YAML file (chip and cluster links).
-        devices, global_batch: cluster size and samples per iteration.
-        micro_batch, recompute, schedule, tp, zero_stage, dp_overlap, sp: the fixed plan
-            options: schedule ``1f1b`` or ``gpipe``; zero_stage 0 or 1 (``zero=True`` is the
-            older spelling of 1); sp only recorded (the costs already reflect it).
-        grad_reduce_dtype: fp32 or bf16 gradients (:func:`plan`).
-        seq_len: tokens per sample for tokens/s [the file's ``seq_len``, else 1].
-        optimizer: ``adam`` or ``sgd``.
-
-    Returns:
-        The plan; ``plan.stage_layers`` names the layers of every stage.
-
-    Raises:
-        ConfigError: a bad file or option, a size out of range (:mod:`archplace.limits`), an
-            unknown preset, the interleaved schedule, FLOP faster than the chip's peak.
-        InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
-    """
-    from archplace.layer_graph_file import load_layer_graph_file
-    from archplace.placement.downset_dp import dag_plan
-    from archplace.placement.layer_graph import LayerGraph
-    _check_cluster(devices, global_batch)
-    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
-    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
-    if isinstance(graph, LayerGraph):
-        layers, file_seq_len = graph, None
-    else:
-        layers, file_seq_len = load_layer_graph_file(graph)
-    check_sp(sp, tp)
-    tokens = limits.whole("seq_len", seq_len if seq_len is not None else file_seq_len or 1, 1,
-                          limits.MAX_SEQ_LEN)
-    stage = fixed_zero_stage(zero_stage, zero)
-    _, setup = app.training_setup(HardwareSpec(hardware), devices=devices, global_batch=global_batch,
-                                  seq_len=tokens, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
-    return dag_plan(layers, setup, micro_batch=micro_batch,
-                    recompute=_enum_choices(Recompute, [recompute], "recompute")[0],
-                    schedule=_enum_choices(PipelineSchedule, [schedule], "schedule")[0], tp=tp,
-                    zero_stage=stage, dp_overlap=dp_overlap, sp=sp)

@@ -276,6 +276,23 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
     return solve_problem(problem_, backend, options)
 
 
+def read_schedule_problem(path: str | os.PathLike[str]) -> ScheduleProblem:
+    """The layer-scheduling problem in the JSON file ``path`` (the format of
+    :meth:`~archplace.schedule.problem.ScheduleProblem.to_dict`, as ``schedule --dump-problem``
+    writes it, stamped or not).
+
+    Raises:
+        ConfigError: a file :func:`archplace.inputs.read_mapping` refuses (missing, oversized,
+            binary, not JSON, too deep), or not a valid problem (the message starts with the path).
+    """
+    data = read_mapping(path, "schedule problem", syntax="json")
+    try:
+        return ScheduleProblem.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
 __all__ = ["EvaluateRun", "PlanRun", "accelerator", "cluster", "cluster_or_none", "design_space",
            "estimate_model", "estimate_preset_matmul", "evaluate", "layer_chain", "layer_problem",
-           "load_model", "plan", "problem", "read_run_file", "schedule_layer", "training_setup"]
+           "load_model", "plan", "problem", "read_run_file", "read_schedule_problem", "schedule_layer",
+           "training_setup"]

@@ -22,12 +22,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from archplace.app import estimate_model, estimate_preset_matmul
+from archplace.api import estimate_matmul, estimate_model, estimate_preset_matmul
 from archplace.cli_options import AttentionOption, KernelsOption
-from archplace.cost.estimate import (
-    EFFICIENCY_NOTES,
-    estimate_matmul,
-)
+from archplace.cost.estimate import EFFICIENCY_NOTES
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM
 from archplace.report.estimate_tables import figures_table, model_table, ops_table

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from archplace import api, cli_runs, limits
+from archplace import api, cli_runs
 from archplace.cli_options import (
     AttentionOption,
     GradDtypeOption,
@@ -18,9 +18,7 @@ from archplace.cli_options import (
     PrecisionsOption,
     ZeroStagesOption,
 )
-from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
-from archplace.layer_graph_file import load_layer_graph_file
-from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PlanResult, Recompute
+from archplace.errors import ConfigError
 from archplace.report.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
 
@@ -46,49 +44,6 @@ def _single(values: list[int] | None, option: str) -> int:
         raise ConfigError(f"{option} takes one value with --layer-graph (the costs are for one), "
                           f"got {len(values)}")
     return values[0]
-
-
-def _plan_layer_graph(path: Path, hardware: str, *, devices: int, global_batch: int, seq_len: int | None,
-                      tp: list[int] | None, micro_batch: list[int] | None, recompute: list[str] | None,
-                      schedule: list[str] | None, zero_stages: tuple[int, ...], optimizer: str,
-                      top: int, grad_reduce_dtype: str) -> list[PlanResult]:
-    """The ``top`` best plans of a layer graph file over the recompute policies, schedules (1F1B and
-    GPipe by default), ZeRO stages (0 and 1) and DP-overlap settings, each exact
-    (``api.plan_layer_graph``).
-    When nothing fits, the error of the most memory-frugal option is raised."""
-    limits.whole("top", top, 1, limits.MAX_TOP)
-    width, batch = _single(tp, "--tp"), _single(micro_batch, "--micro-batch")
-    graph, file_seq_len = load_layer_graph_file(path)
-    recomputes = list(dict.fromkeys(recompute or [r.value for r in RECOMPUTE_ORDER]))
-    schedules = list(dict.fromkeys(schedule or ["1f1b", "gpipe"]))
-    found: list[tuple[tuple[object, ...], PlanResult]] = []
-    closest: tuple[tuple[object, ...], InfeasibleError] | None = None
-    for rc in recomputes:
-        for kind in schedules:
-            for z in zero_stages:
-                for overlap in (False, True):
-                    try:
-                        result = api.plan_layer_graph(
-                            graph, hardware, devices=devices, global_batch=global_batch, micro_batch=batch,
-                            recompute=rc, schedule=kind, tp=width, zero_stage=z, dp_overlap=overlap,
-                            seq_len=seq_len if seq_len is not None else file_seq_len, optimizer=optimizer,
-                            grad_reduce_dtype=grad_reduce_dtype)
-                    except InfeasibleError as exc:
-                        frugal = (isinstance(exc, OutOfMemoryError),
-                                  RECOMPUTE_ORDER.index(Recompute(rc)), kind == "1f1b", z, not overlap)
-                        if closest is None or frugal > closest[0]:
-                            closest = (frugal, exc)
-                        continue
-                    plan = result.plan
-                    rank = (result.iteration_time_s, plan.devices, plan.pp,
-                            RECOMPUTE_ORDER.index(plan.recompute), SCHEDULE_ORDER.index(plan.schedule),
-                            plan.zero_stage, plan.dp_overlap)
-                    found.append((rank, result))
-    if not found:
-        assert closest is not None
-        raise closest[1]
-    found.sort(key=lambda row: row[0])
-    return [result for _, result in found[:top]]
 
 
 def register(app: typer.Typer) -> None:
@@ -144,10 +99,11 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("plan --layer-graph needs --hardware, --devices and --global-batch")
             # a layer graph is planned with ZeRO stages 0 and 1 (dag_plan) unless others are asked for
             stages = api.parse_zero_stages(zero_stage, (0,) if no_zero else (0, 1))
-            results = _plan_layer_graph(layer_graph, hardware, devices=devices, global_batch=global_batch,
-                                        seq_len=seq_len, tp=tp, micro_batch=micro_batch, recompute=recompute,
-                                        schedule=schedule, zero_stages=stages, optimizer=optimizer, top=top,
-                                        grad_reduce_dtype=grad_reduce_dtype)
+            results = api.plan_layer_graph_options(
+                layer_graph, hardware, devices=devices, global_batch=global_batch, seq_len=seq_len,
+                tp=_single(tp, "--tp"), micro_batch=_single(micro_batch, "--micro-batch"),
+                recomputes=recompute, schedules=schedule, zero_stages=stages, optimizer=optimizer,
+                top_k=top, grad_reduce_dtype=grad_reduce_dtype)
             if as_json:
                 typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
                                                      **results[0].to_dict()}),

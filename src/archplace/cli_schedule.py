@@ -21,30 +21,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from archplace.app import layer_problem
+from archplace import api
 from archplace.cli_options import AttentionOption, KernelsOption
 from archplace.errors import ConfigError
-from archplace.inputs import read_mapping
 from archplace.outputs import check_image_output, write_text_output
 from archplace.report.schedule_tables import schedule_table
-from archplace.schedule.base import SolveOptions
-from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import get_scheduler, solve_problem
 from archplace.schemas import stamp
-
-
-def read_problem(path: Path) -> ScheduleProblem:
-    """The problem in the JSON file ``path`` (format of :meth:`ScheduleProblem.to_dict`).
-
-    Raises:
-        ConfigError: a file :func:`archplace.inputs.read_mapping` refuses (missing, oversized,
-            binary, not JSON, too deep), or not a valid problem.
-    """
-    data = read_mapping(path, "schedule problem", syntax="json")
-    try:
-        return ScheduleProblem.from_dict(data)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
 
 def schedule(
@@ -71,16 +53,16 @@ def schedule(
              ".pdf, ...; PNG without a suffix).")] = None,
 ) -> None:
     """Schedule one layer's operators on the tensor and vector cores (minimum makespan)."""
-    get_scheduler(backend)  # an unknown backend is refused before any work
-    options = SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
+    api.check_scheduler(backend)  # an unknown backend is refused before any work
+    options = api.SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
     if (problem_file is None) == (model is None):
         raise ConfigError("schedule needs either --problem FILE.json or --model (not both)")
     if problem_file is not None:
-        problem = read_problem(problem_file)
+        problem = api.read_schedule_problem(problem_file)
         source = str(problem_file)
     else:
         assert model is not None
-        problem = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
+        problem = api.layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
                                 seq_len=seq_len, attention=attention, kernels=kernels)
         source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
     if dump_problem is not None:
@@ -88,7 +70,7 @@ def schedule(
                           json.dumps(stamp("schedule-problem", problem.to_dict()), indent=1) + "\n")
     image_format = (check_image_output(gantt, "--gantt", default_format="png") if gantt is not None
                     else None)
-    result = solve_problem(problem, backend, options)
+    result = api.solve_problem(problem, backend, options)
     if gantt is not None and image_format is not None:
         from archplace.report.gantt import draw_gantt
 

@@ -154,7 +154,9 @@ def test_matmul_on_a_preset(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "estimate needs --model and --hardware"),
     (["--model", "gpt5", "--hardware", "tpuv4"], "unknown model 'gpt5'"),
-    (["--model", "gpt2-xl", "--hardware", "tpuv9"], "choose from: a100-80gb, h100-80gb, phaze-ref, tpuv4"),
+    (["--model", "gpt2-xl", "--hardware", "tpuv9"],
+     "choose from: a100-80gb, b200-192gb, gb200-nvl72, h100-80gb, h200-141gb, h800-80gb, "
+     "phaze-ref, tpuv4, tpuv5p"),
     (["--model", "gpt2-xl", "--hardware", "tpuv4", "--tp", "0"], "tp must be a whole number from 1"),
     (["--model", "gpt2-xl", "--hardware", "tpuv4", "--micro-batch", "-1"],
      "micro_batch must be a whole number from 1 to 1,048,576, got -1"),

@@ -23,7 +23,8 @@ from archplace.hardware.presets import (
     preset_summaries,
 )
 
-PRESETS = ["a100-80gb", "h100-80gb", "phaze-ref", "tpuv4"]
+PRESETS = ["a100-80gb", "b200-192gb", "gb200-nvl72", "h100-80gb", "h200-141gb", "h800-80gb",
+           "phaze-ref", "tpuv4", "tpuv5p"]
 
 VALID: dict[str, Any] = {
     "source": "test fixture",
@@ -146,7 +147,8 @@ def test_every_bundled_number_has_a_source() -> None:
 def test_summaries() -> None:
     rows = preset_summaries()
     assert [r["name"] for r in rows] == PRESETS
-    row = rows[-1]
+    by_name = {r["name"]: r for r in rows}
+    row = by_name["tpuv4"]
     assert row["peak_tflop_per_s"] == pytest.approx(275.2512)
     assert row["hbm_bytes"] == 32 * 2**30
     assert row["hbm"] == "32.0 GiB"
@@ -154,7 +156,7 @@ def test_summaries() -> None:
     assert row["tdp_w"] == pytest.approx(tdp_w(load_accelerator("tpuv4")))
     assert row["datasheet_tdp_w"] == 192.0
     assert "ISCA 2023" in row["source"]
-    assert rows[2]["datasheet_tdp_w"] is None  # phaze-ref has no published TDP
+    assert by_name["phaze-ref"]["datasheet_tdp_w"] is None  # phaze-ref has no published TDP
 
 
 def test_load_from_path(tmp_path: Path) -> None:
@@ -178,7 +180,8 @@ def test_unknown_name() -> None:
     with pytest.raises(ConfigError) as info:
         load_accelerator("tpuv9")
     assert str(info.value) == ("unknown hardware preset 'tpuv9'; choose from: "
-                               "a100-80gb, h100-80gb, phaze-ref, tpuv4")
+                               "a100-80gb, b200-192gb, gb200-nvl72, h100-80gb, h200-141gb, "
+                               "h800-80gb, phaze-ref, tpuv4, tpuv5p")
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from archplace.workload.config_checks import (
     MAX_PARAMETERS,
     MAX_POSITIONS,
     MOE_MODEL_TYPES,
+    TRACED_MOE_MODEL_TYPES,
 )
 from archplace.workload.zoo import ModelSpec, load_model, model_preset_names, validate_config
 
@@ -220,7 +221,8 @@ def test_mixture_of_experts_fields_are_refused(extra: dict[str, int], shown: str
 
 
 @pytest.mark.parametrize("model_type",
-                         sorted(MOE_MODEL_TYPES | {"qwen2_moe", "qwen3_moe", "olmoe", "phimoe"}))
+                         sorted((MOE_MODEL_TYPES | {"qwen2_moe", "qwen3_moe", "olmoe", "phimoe"})
+                                - TRACED_MOE_MODEL_TYPES))
 def test_mixture_of_experts_model_types_are_refused(model_type: str) -> None:
     config = dict(GOOD["llama"], model_type=model_type)
     assert refused(config) == ("cfg.json: mixture-of-experts models are not supported yet "
@@ -248,7 +250,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    (MIXTRAL, "mixture-of-experts models are not supported yet (config has num_local_experts=8)"),
+    (dict(MIXTRAL, model_type="phimoe"),
+     "mixture-of-experts models are not supported yet (config has num_local_experts=8)"),
     (dict(GOOD["gpt2"], n_layer=True), "field 'n_layer' must be a whole number >= 1, got true"),
     (dict(GOOD["llama"], num_key_value_heads=3), "field 'num_key_value_heads' (3) must divide"),
     (dict(GOOD["opt"], activation_function="swishy"), "field 'activation_function' must name"),
@@ -326,3 +329,26 @@ def test_rotary_models_train_beyond_their_context_learned_tables_do_not() -> Non
     assert llama.with_seq_len(2048).config_json == llama.config_json
     with pytest.raises(ConfigError, match="exceeds its context length 1024 .its learned position table"):
         load_model("gpt2-xl").with_seq_len(2048)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"model_type": "qwen3_moe", "num_experts": 8, "mlp_only_layers": [0]},
+     "dense blocks among the mixture-of-experts blocks (mlp_only_layers=[0], decoder_sparse_step=null)"),
+    ({"model_type": "qwen3_moe", "num_experts": 8, "decoder_sparse_step": 2}, "decoder_sparse_step=2"),
+    ({"model_type": "deepseek_v3", "first_k_dense_replace": 1.5},
+     "field 'first_k_dense_replace' must be a whole number >= 0, got 1.5"),
+])
+def test_moe_block_layouts_not_traced_are_refused(extra: dict[str, Any], message: str) -> None:
+    assert message in refused(dict(GOOD["llama"], **extra))
+
+
+def test_traced_moe_architectures_pass() -> None:
+    for model_type in sorted(TRACED_MOE_MODEL_TYPES):
+        validate_config("cfg.json", dict(GOOD["llama"], model_type=model_type, num_experts_per_tok=2,
+                                         num_local_experts=4, num_experts=4, n_routed_experts=4))
+
+
+def test_moe_size_cap_counts_the_experts() -> None:
+    config = dict(GOOD["llama"], model_type="mixtral", num_local_experts=1_000_000, num_experts_per_tok=2,
+                  num_hidden_layers=100, hidden_size=4096, intermediate_size=14336)
+    assert "parameters" in refused(config)

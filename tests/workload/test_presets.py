@@ -21,7 +21,15 @@ PUBLISHED = {
     "llama2-13b": 13_015_864_320,
     "llama2-70b": 68_976_648_192,
     "llama3-8b": 8_030_261_248,
+    "llama3.1-8b": 8_030_261_248,
+    "llama3.1-70b": 70_553_706_496,
+    "llama3.1-405b": 405_853_388_800,
     "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    # the model cards round: Qwen3-30B-A3B "30.5B", DeepSeek-V3 "671B" (main model, without its
+    # 14 B multi-token-prediction module); these are the architecture formulas' exact totals
+    "qwen3-30b-a3b": 30_532_122_624,
+    "deepseek-v3": 671_026_404_352,
     "gpt2-xl": 1_557_611_200,
     "opt-350m": 331_196_416,
     "opt-1.3b": 1_315_758_080,
@@ -51,12 +59,26 @@ def test_paper_sizes():
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_block_flop_matches_analytical_count(name: str):
     """fwd FLOP of a block = 2*params*tokens + 4*b*s^2*(heads*head_dim) within 2 % (Narayanan et
-    al. 2021, eq. 2 per layer); bwd = 2x fwd within 3 %."""
+    al. 2021, eq. 2 per layer), with the parameters a token uses (a mixture-of-experts block's
+    active parameters); bwd = 2x fwd within 3 %."""
     spec = load_model(name)
     b, s = 2, 256
     block = extract_chain(spec, ExtractOptions(micro_batch=b, seq_len=s)).layers[1]
     cfg = spec.config
     width = cfg.get("hidden_size", cfg.get("n_embd"))
-    analytical = 2 * block.params * b * s + 4 * b * s * s * width
+    analytical = 2 * block.active_params * b * s + 4 * b * s * s * width
     assert block.fwd.flop == pytest.approx(analytical, rel=0.02)
     assert block.bwd.flop == pytest.approx(2 * block.fwd.flop, rel=0.03)
+
+
+@pytest.mark.parametrize(("name", "billions"), [("llama3.1-8b", 8.03), ("llama3.1-70b", 70.6),
+                                                ("llama3.1-405b", 405.9)])
+def test_llama31_matches_the_rounded_published_sizes(name: str, billions: float):
+    """Llama 3.1 model cards: 8.03 B, 70.6 B, 405.9 B parameters (within 0.5 %); GQA with 8 KV heads,
+    vocabulary 128,256, context 131,072 by the llama3 RoPE scaling."""
+    spec = load_model(name)
+    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    assert chain.model_params == pytest.approx(billions * 1e9, rel=5e-3)
+    cfg = spec.config
+    assert (spec.kv_heads, spec.vocab_size, cfg["max_position_embeddings"]) == (8, 128_256, 131_072)
+    assert cfg["rope_scaling"]["rope_type"] == "llama3" and spec.seq_len == 8192

@@ -163,7 +163,9 @@ def cluster_collective_time_s(
     cluster: Cluster, kind: str, bytes_: float, group_size: int, stride: int = 1,
     *, algorithm: str | None = None,
 ) -> float:
-    """:func:`collective_time_s` on the link of ``cluster`` that the group spans.
+    """:func:`collective_time_s` on the link of ``cluster`` the group uses
+    (:meth:`~archplace.hardware.cluster.Cluster.group_link`: the one its span fits in, or the
+    inter-node link when groups of consecutive ranks straddle node boundaries).
 
     Args:
         cluster: devices and links.
@@ -176,6 +178,6 @@ def cluster_collective_time_s(
     """
     if stride < 1:
         raise ConfigError(f"collective {kind}: stride must be >= 1, got {stride}")
-    alpha, beta = cluster.link(group_span(group_size, stride))
+    alpha, beta = cluster.group_link(group_size, stride)
     return collective_time_s(kind, bytes_, group_size, alpha, beta, cluster.topology,
                              algorithm=algorithm)

@@ -7,7 +7,10 @@ linear layers (``te.Linear``, ``LayerNormLinear``, ``LayerNormMLP``) with FP8 op
 keeps everything else in higher precision:
 
 * **Which GEMMs.** The linear layers' GEMMs, forward and backward (the traced ``aten.mm`` /
-  ``aten.addmm`` operators: fprop, dgrad, wgrad). Not attention's score and value GEMMs
+  ``aten.addmm`` operators: fprop, dgrad, wgrad), and a mixture-of-experts block's grouped
+  expert GEMMs (``archplace.grouped_mm`` and its ``_dgrad`` / ``_wgrad``; TE's
+  ``GroupedLinear``). The router's small GEMM is an ``aten.mm`` too and is counted in FP8,
+  although Megatron-Core computes it outside TE (a negligible difference). Not attention's score and value GEMMs
   (``aten.bmm``, or the fused attention operator: TE's ``DotProductAttention`` runs them in
   bf16 under the delayed-scaling recipe) and not the LM head: Megatron-Core's GPT output layer
   is its own ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/gpt/gpt_model.py``),
@@ -75,13 +78,14 @@ FP8_OPERAND_BYTES = 1
 FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2
 """FP8 copy (1 B) and its transpose (1 B) of each FP8 GEMM's weight, kept over the iteration."""
 
-_FP8_TARGETS = ("aten.mm", "aten.addmm")
+_FP8_TARGETS = ("aten.mm", "aten.addmm", "archplace.grouped_mm", "archplace.grouped_mm_dgrad",
+                "archplace.grouped_mm_wgrad")
 
 
 def is_fp8_gemm(op: Operator) -> bool:
-    """Whether ``op`` is a linear layer's GEMM (``aten.mm`` / ``aten.addmm``), which the FP8
-    recipe runs in FP8; attention's batched GEMMs (``aten.bmm``) and every other operator stay
-    in bf16."""
+    """Whether ``op`` is a linear layer's GEMM (``aten.mm`` / ``aten.addmm``, or the experts'
+    grouped GEMMs), which the FP8 recipe runs in FP8; attention's batched GEMMs (``aten.bmm``)
+    and every other operator stay in bf16."""
     return op.kind is OpKind.MATMUL and op.target.rsplit(".", 1)[0] in _FP8_TARGETS
 
 
@@ -92,8 +96,9 @@ def cast_bytes(op: Operator) -> float:
 
 
 def fp8_weight_params(ops: Iterable[Operator]) -> int:
-    """Weight elements of the FP8 GEMMs among the forward operators ``ops``: ``k · n`` of each
-    linear layer's ``[m, k] x [k, n]`` GEMM (its weight), per TP rank."""
+    """Weight elements of the FP8 GEMMs among the forward operators ``ops``: ``batch · k · n`` of
+    each ``[batch, m, k] x [batch, k, n]`` GEMM (a linear layer's weight, batch 1; the experts'
+    stacked weights of a grouped GEMM, batch = experts), per rank."""
     return sum(op.batch * op.k * op.n for op in ops if is_fp8_gemm(op))
 
 

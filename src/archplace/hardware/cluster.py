@@ -68,6 +68,24 @@ class Cluster:
         return (self.inter_node_latency_s,
                 self.inter_node_bandwidth_bytes_per_s * self.inter_node_efficiency)
 
+    def group_link(self, group_size: int, stride: int = 1) -> tuple[float, float]:
+        """(latency_s, bandwidth_bytes_per_s) of the link the collectives of a group of
+        ``group_size`` ranks ``stride`` apart use, the slowest link any such group has.
+
+        Groups of consecutive ranks (``stride`` 1: TP, and any group laid out fastest) tile the
+        ranks in aligned blocks of ``group_size``.  When ``group_size`` does not divide
+        ``devices_per_node`` and the cluster has more than one node, some of those blocks
+        straddle a node boundary (a 72-GPU NVLink domain cut into TP groups of 16: ranks 64-79
+        span two domains), so the inter-node link is returned; otherwise, and for every
+        ``stride`` > 1, it is :meth:`link` of the span ``stride * (group_size - 1) + 1``.  With
+        8 devices per node and power-of-two groups this equals :meth:`link` of the span.
+        """
+        node = self.devices_per_node
+        if stride == 1 and self.devices > node and 0 < group_size <= node and node % group_size:
+            return (self.inter_node_latency_s,
+                    self.inter_node_bandwidth_bytes_per_s * self.inter_node_efficiency)
+        return self.link(stride * (group_size - 1) + 1)
+
     def with_devices(self, devices: int) -> Cluster:
         """Same links, another device count."""
         return Cluster(devices, min(self.devices_per_node, devices),

@@ -60,7 +60,7 @@ def p2p_link(cluster: Cluster, *, tp: int, pp: int, segment: int, chunks: int = 
     alpha, beta = cluster.link(span)
     if not scatter_gather or tp == 1:
         return alpha, beta
-    alpha_tp, beta_tp = cluster.link(group_span(tp, 1))
+    alpha_tp, beta_tp = cluster.group_link(tp)
     return (alpha + (tp - 1) * alpha_tp,
             1.0 / (1.0 / (tp * beta) + (tp - 1) / (tp * beta_tp)))
 

@@ -10,15 +10,17 @@ from rich.table import Table
 
 def graph_table(summary: dict[str, Any]) -> Table:
     """Per-layer figures of a graph summary (the dict of :func:`archplace.api.graph`): parameters,
-    forward and backward GFLOP, activation and boundary MiB, collectives and operator counts, then
-    the totals.  Layers with identical figures (the repeated blocks) collapse into one row."""
+    forward and backward GFLOP, activation and boundary MiB, collectives and operator counts (and for
+    a mixture-of-experts model the experts of each block: routed experts, top-k, tokens per expert),
+    then the totals.  Layers with identical figures (the repeated blocks) collapse into one row."""
     tp = summary["tp"]
     table = Table(title=f"{summary['model']}: micro-batch {summary['micro_batch']}, "
                         f"sequence {summary['seq_len']}, TP {tp}{' + SP' if summary['sp'] else ''}"
                         f"{' (per device)' if tp > 1 else ''}")
+    moe = any("experts" in layer for layer in summary["layers"])
     for column in ("layers", "params", "fwd GFLOP", "bwd GFLOP", "activations MiB", "boundary MiB",
-                   "collectives", "operators"):
-        table.add_column(column, justify="left" if column in ("layers", "collectives", "operators")
+                   "collectives", "operators", *(("experts",) if moe else ())):
+        table.add_column(column, justify="left" if column in ("layers", "collectives", "operators", "experts")
                          else "right")
     rows: list[tuple[list[str], dict[str, Any]]] = []
     for layer in summary["layers"]:
@@ -33,9 +35,20 @@ def graph_table(summary: dict[str, Any]) -> Table:
                       f"{f['bwd_flop'] / 1e9:,.1f}", f"{f['activation_bytes'] / 2**20:,.1f}",
                       f"{f['boundary_bytes'] / 2**20:,.2f}",
                       ", ".join(f"{k} {v}" for k, v in f["collectives"].items()) or "-",
-                      ", ".join(f"{k} {v}" for k, v in f["operators"].items()))
+                      ", ".join(f"{k} {v}" for k, v in f["operators"].items()),
+                      *((_experts(f),) if moe else ()))
     total = summary["total"]
     table.add_section()
     table.add_row("total", f"{total['params']:,}", f"{total['fwd_flop'] / 1e9:,.1f}",
-                  f"{total['bwd_flop'] / 1e9:,.1f}", "", "", "", "")
+                  f"{total['bwd_flop'] / 1e9:,.1f}", "", "", "", "", *(("",) if moe else ()))
+    if moe:
+        table.caption = f"active parameters per token: {total['active_params']:,}"
     return table
+
+
+def _experts(figures: dict[str, Any]) -> str:
+    """``8 (top 2), 16 tokens each`` for a mixture-of-experts block, ``-`` for a dense layer."""
+    if "experts" not in figures:
+        return "-"
+    return (f"{figures['experts']} (top {figures['experts_per_token']}), "
+            f"{figures['tokens_per_expert']:,} tokens each")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from archplace.errors import ConfigError
+from archplace.registry import lookup
 from archplace.schedule.base import Scheduler, ScheduleResult, SolveOptions
 from archplace.schedule.list_scheduler import list_schedule, lower_bound_s
 from archplace.schedule.problem import ScheduleProblem
@@ -84,10 +84,7 @@ def get_scheduler(backend: str) -> Scheduler:
     Raises:
         ConfigError: an unknown name (the message lists the registry's names).
     """
-    factory = SCHEDULER_FACTORIES.get(backend)
-    if factory is None:
-        raise ConfigError(f"unknown schedule backend {backend!r}; choose from {', '.join(BACKENDS)}")
-    return factory()
+    return lookup(SCHEDULER_FACTORIES, backend, "schedule backend")()
 
 
 def solve_problem(problem: ScheduleProblem, backend: str = "cpsat",

@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 from archplace.errors import ConfigError
 from archplace.lifetime import guard_child, sigint_blocked, stop_processes
+from archplace.registry import lookup
 
 
 def default_jobs() -> int:
@@ -162,9 +163,7 @@ def make_executor(kind: str = "local", jobs: int | None = None,
     """
     if scheduler:
         kind = "dask"
-    factory = EXECUTOR_FACTORIES.get(kind)
-    if factory is None:
-        raise ConfigError(f"unknown executor {kind!r}; choose from: {', '.join(EXECUTORS)}")
+    factory = lookup(EXECUTOR_FACTORIES, kind, "executor")
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 0:
         raise ConfigError(f"jobs must be positive, got {jobs}", fields=("jobs",))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from archplace import limits
 from archplace.errors import ConfigError
@@ -137,3 +137,23 @@ def as_dict(obj: Any) -> dict[str, Any]:
 def store(obj: Any, name: str, value: object) -> None:
     """Set field ``name`` of the frozen dataclass ``obj`` (its normalised value, in __post_init__)."""
     object.__setattr__(obj, name, value)
+
+
+class FlatSpec:
+    """Mixin of a spec whose JSON form is its fields (enum members by value, tuples as lists):
+    ``to_dict`` / ``from_dict``, with the spec's name in ``OWNER`` for error messages."""
+
+    OWNER: ClassVar[str] = "spec"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: every field (:func:`as_dict`)."""
+        return as_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Inverse of :meth:`to_dict`; a missing key with a default takes it.
+
+        Raises:
+            ConfigError: not a mapping, an unknown or missing key (named), or a bad value.
+        """
+        return cls(**check_keys(cls, data, cls.OWNER))

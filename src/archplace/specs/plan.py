@@ -8,6 +8,7 @@ Errors name the field as it is spelled in a plan file (``micro_batches``, ``plan
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from archplace.placement.plan import (
     Optimizer,
     PipelineSchedule,
     Recompute,
+    check_zero_stage,
 )
 from archplace.specs._fields import as_dict, check_keys, flag, flags, member, members, sequence, store, wholes
 
@@ -213,3 +215,67 @@ def _stage_ranges(stages: object, count: int) -> tuple[tuple[int, int], ...]:
     if len(out) != count:
         raise ConfigError(f"plan.stages must give pp * chunks = {count} layer ranges, got {len(out)}")
     return tuple(out)
+
+
+def enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[Any, ...]:
+    """``values`` as members of ``enum_type`` (by value), in order.
+
+    Raises:
+        ConfigError: an unknown value, naming ``option`` and the choices.
+    """
+    out = []
+    for value in values:
+        try:
+            out.append(enum_type(value))
+        except ValueError:
+            choices = ", ".join(str(member.value) for member in enum_type)
+            raise ConfigError(f"unknown {option} {value!r}; choose from: {choices}") from None
+    return tuple(out)
+
+
+def fixed_zero_stage(zero_stage: int | None, zero: bool) -> int:
+    """The one ZeRO stage of a fixed plan: ``zero_stage``, or 1 for the older ``zero=True``.
+
+    Raises:
+        ConfigError: both given and disagreeing, or a stage outside 0..3.
+    """
+    if zero_stage is None:
+        return 1 if zero else 0
+    stage = check_zero_stage(zero_stage, "evaluate")
+    if zero and stage != 1:
+        raise ConfigError(f"zero (ZeRO stage 1) contradicts zero_stage={stage}: give one of them")
+    return stage
+
+
+def parse_zero_stages(value: str | int | Iterable[int | str] | None,
+                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
+    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
+    or an iterable of ints / digit strings -> those stages, in the order given, once each.
+
+    Raises:
+        ConfigError: a stage outside 0..3 or an unparsable value.
+    """
+    if value is None:
+        return default
+    if isinstance(value, str):
+        if value.strip() == "all":
+            return ZERO_STAGES
+        items: list[int | str] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, int):
+        items = [value]
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
+                              f"got {value!r}") from None
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip().isdigit():
+                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
+            item = int(item)
+        out.append(check_zero_stage(item, "zero_stages"))
+    if not out:
+        raise ConfigError("at least one ZeRO stage is needed")
+    return tuple(dict.fromkeys(out))

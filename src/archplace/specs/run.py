@@ -9,15 +9,15 @@ one with a :class:`~archplace.errors.ConfigError` that names the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from archplace import limits
-from archplace.specs._fields import as_dict, check_keys, flag, member, store, text
+from archplace.specs._fields import FlatSpec, flag, member, store, text
 from archplace.workload.options import Attention, Kernels
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(FlatSpec):
     """The model to train and how its graphs are traced.
 
     Attributes:
@@ -32,6 +32,7 @@ class ModelSpec:
             kernels value, a ``fuse`` that is not a bool.
     """
 
+    OWNER: ClassVar[str] = "model spec"
     model: str
     seq_len: int | None = None
     attention: Attention = Attention.FLASH
@@ -45,22 +46,10 @@ class ModelSpec:
         store(self, "kernels", member(Kernels, self.kernels, "kernels"))
         flag(self.fuse, "fuse")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``{"model", "seq_len", "attention", "kernels", "fuse"}``."""
-        return as_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            ConfigError: an unknown or missing key (named), or a bad value.
-        """
-        return cls(**check_keys(cls, data, "model spec"))
 
 
 @dataclass(frozen=True)
-class HardwareSpec:
+class HardwareSpec(FlatSpec):
     """The chip, and the links between chips.
 
     Attributes:
@@ -72,6 +61,7 @@ class HardwareSpec:
         ConfigError: an empty name.
     """
 
+    OWNER: ClassVar[str] = "hardware spec"
     hardware: str
     cluster: str | None = None
 
@@ -85,22 +75,10 @@ class HardwareSpec:
         """The preset or file whose cluster links are used."""
         return self.cluster if self.cluster is not None else self.hardware
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``{"hardware", "cluster"}``."""
-        return as_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HardwareSpec:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            ConfigError: an unknown or missing key (named), or a bad value.
-        """
-        return cls(**check_keys(cls, data, "hardware spec"))
 
 
 @dataclass(frozen=True)
-class ClusterSpec:
+class ClusterSpec(FlatSpec):
     """The cluster and the work of one training iteration.
 
     Attributes:
@@ -111,6 +89,7 @@ class ClusterSpec:
         ConfigError: a size out of range (:mod:`archplace.limits`).
     """
 
+    OWNER: ClassVar[str] = "cluster spec"
     devices: int
     global_batch: int
 
@@ -118,15 +97,3 @@ class ClusterSpec:
         limits.whole("devices", self.devices, 1, limits.MAX_DEVICES)
         limits.whole("global_batch", self.global_batch, 1, limits.MAX_GLOBAL_BATCH)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``{"devices", "global_batch"}``."""
-        return as_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClusterSpec:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            ConfigError: an unknown or missing key (named), or a bad value.
-        """
-        return cls(**check_keys(cls, data, "cluster spec"))

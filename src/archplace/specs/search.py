@@ -22,17 +22,17 @@ import yaml
 from archplace import inputs, limits
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
-from archplace.placement.plan import ZERO_STAGES, GradReduceDtype, PipelineSchedule
+from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule
 from archplace.search.executor import EXECUTORS
 from archplace.search.objective import Objective
 from archplace.search.strategies import STRATEGIES
+from archplace.specs.plan import parse_zero_stages
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.options import parse_attention, parse_kernels
 
 RECOMPUTES = ("none", "selective", "full", "both", "all")
 """Recompute choices: the policies, ``both`` (none and full) and ``all`` (the three)."""
 
-DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_SCHEDULES = ("1f1b", "interleaved", "gpipe")
 
 
@@ -97,7 +97,7 @@ class SearchSpec:
     trials: int | None = None
     seed: int = 0
     seq_len: int | None = None
-    micro_batches: tuple[int, ...] = DEFAULT_MICRO_BATCHES
+    micro_batches: tuple[int, ...] = MICRO_BATCHES
     recompute: tuple[str, ...] = ("both",)
     tp: tuple[int, ...] | None = None
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
@@ -276,8 +276,6 @@ def _positive(value: float, field: str, given: object) -> float:
 
 
 def _zero_stages(value: object) -> tuple[int, ...]:
-    from archplace.api import parse_zero_stages  # the one parser of ZeRO stage lists
-
     if isinstance(value, list):
         value = tuple(value)
     return parse_zero_stages(value)  # type: ignore[arg-type]

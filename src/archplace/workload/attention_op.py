@@ -14,8 +14,10 @@ function registered alongside returns None.
 
 Shapes (HF layout): Q ``[b, a, s_q, d]``, K and V ``[b, a_kv, s_kv, d]`` with ``a_kv`` dividing
 ``a`` (grouped-query attention is handled inside, as FlashAttention-2 does, without repeating
-K and V); O ``[b, s_q, a, d]`` (the layout FlashAttention returns, which the output projection
-reads without a copy); log-sum-exp ``[b, a, s_q]`` fp32.  Only meta tensors are ever passed.
+K and V); O ``[b, s_q, a, d_v]`` (the layout FlashAttention returns, which the output projection
+reads without a copy; d_v = V's head dim, which is d except in DeepSeek's multi-head latent
+attention, where V is narrower than Q and K); log-sum-exp ``[b, a, s_q]`` fp32.  Only meta
+tensors are ever passed.
 
 Registration is idempotent and happens on first use (torch's operator registry and
 transformers' attention tables are process-wide).
@@ -50,8 +52,8 @@ def _define() -> None:
     @attention.register_fake
     def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
           dropout_p: float, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        b, a, s, d = q.shape
-        out = q.new_empty((b, s, a, d))
+        b, a, s, _ = q.shape
+        out = q.new_empty((b, s, a, v.shape[-1]))  # V's head dim (MLA's differs from Q's)
         lse = q.new_empty((b, a, s), dtype=torch.float32)
         return out, lse
 

@@ -45,7 +45,7 @@ def cache_key(spec: ModelSpec, options: ExtractOptions) -> str:
     payload = {
         "config": json.loads(spec.config_json), "options": asdict(options),
         "versions": {name: version(name) for name in ("torch", "transformers", "archplace")},
-        "format": 4,
+        "format": 5,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

@@ -20,8 +20,9 @@ them first, with one line naming the field:
   of the vocabulary (``-vocab <= id < vocab``, as ``nn.Embedding`` requires);
 * the size stays within what archplace can trace and place: at most :data:`MAX_LAYERS`
   blocks, :data:`MAX_POSITIONS` positions and about :data:`MAX_PARAMETERS` parameters;
-* mixture-of-experts configs are refused (:func:`refuse_mixture_of_experts`): their experts'
-  FLOP and memory would be lost by the dense cost model;
+* mixture-of-experts configs are refused (:func:`refuse_mixture_of_experts`) except those of the
+  architectures whose experts archplace traces as grouped GEMMs (:data:`TRACED_MOE_MODEL_TYPES`,
+  :mod:`archplace.workload.experts_op`); elsewhere their experts' FLOP and memory would be lost;
 * for a user's config.json, :func:`check_with_transformers` also builds transformers' own
   config object (no model, no weights), which checks the types of every field it declares
   (``"tie_word_embeddings": "x"``) and its cross-field rules (an odd RoPE head size), and
@@ -71,6 +72,10 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "dbrx", "deepseek_v2", "deepseek_v3", "d
                              "switch_transformers", "nllb-moe"})
 """HF ``model_type`` values of mixture-of-experts architectures (besides every ``*moe*`` one)."""
 
+TRACED_MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"})
+"""Mixture-of-experts architectures whose experts module goes through transformers' experts
+interface, so that :mod:`archplace.workload.experts_op` traces it as grouped GEMMs."""
+
 _OPTIONAL_COUNTS = ("head_dim", "word_embed_proj_dim", "type_vocab_size", "sliding_window")
 _DROPOUT = re.compile(r"(dropout|pdrop|dropout_prob|dropout_rate)$")
 _EPSILON = re.compile(r"(^|_)(eps|epsilon)$")
@@ -95,25 +100,43 @@ def count_field(where: str, config: Mapping[str, Any], field: str, *, required: 
 
 def refuse_mixture_of_experts(where: str, config: Mapping[str, Any]) -> None:
     """Refuse a mixture-of-experts config: experts > 1 in one of :data:`EXPERT_COUNT_FIELDS`,
-    ``num_experts_per_tok`` > 1, a ``moe_intermediate_size``, or a MoE ``model_type``.
+    ``num_experts_per_tok`` > 1, a ``moe_intermediate_size``, or a MoE ``model_type`` -- unless its
+    ``model_type`` is one of :data:`TRACED_MOE_MODEL_TYPES`.
 
     Raises:
         ConfigError: "mixture-of-experts models are not supported yet (config has ...)", or an
             expert field that is not a whole number.
     """
+    model_type = config.get("model_type")
+    traced = isinstance(model_type, str) and model_type in TRACED_MOE_MODEL_TYPES
     for field in (*EXPERT_COUNT_FIELDS, "num_experts_per_tok", "moe_intermediate_size"):
         value = config.get(field)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{where}: field {field!r} must be a whole number >= 0, got {show(value)}")
-        if value > (0 if field == "moe_intermediate_size" else 1):
+        if value > (0 if field == "moe_intermediate_size" else 1) and not traced:
             raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
                               f"(config has {field}={value})")
-    model_type = config.get("model_type")
-    if isinstance(model_type, str) and ("moe" in model_type or model_type in MOE_MODEL_TYPES):
+    if traced:
+        _check_moe_layout(where, config)
+    if not traced and isinstance(model_type, str) and ("moe" in model_type or model_type in MOE_MODEL_TYPES):
         raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
                           f"(config has model_type={model_type!r})")
+
+
+def _check_moe_layout(where: str, config: Mapping[str, Any]) -> None:
+    """The block layouts archplace traces: every block alike, or (``first_k_dense_replace``) the
+    first blocks dense and the others mixture-of-experts; Qwen-MoE's dense blocks scattered among
+    the others (``mlp_only_layers``, ``decoder_sparse_step`` > 1) are refused."""
+    dense = config.get("first_k_dense_replace")
+    if dense is not None and (isinstance(dense, bool) or not isinstance(dense, int) or dense < 0):
+        raise ConfigError(f"{where}: field 'first_k_dense_replace' must be a whole number >= 0, "
+                          f"got {show(dense)}")
+    if config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1:
+        raise ConfigError(f"{where}: dense blocks among the mixture-of-experts blocks (mlp_only_layers="
+                          f"{show(config.get('mlp_only_layers'))}, decoder_sparse_step="
+                          f"{show(config.get('decoder_sparse_step'))}) are not traced yet")
 
 
 def check_model_config(where: str, config: Mapping[str, Any], family: Family) -> None:
@@ -153,6 +176,11 @@ def check_model_config(where: str, config: Mapping[str, Any], family: Family) ->
                               f"{family.heads_field!r} ({heads})")
     # exact integers: a count may have hundreds of digits, beyond float range
     params = layers * (4 * hidden * hidden + 3 * hidden * (ffn or 4 * hidden)) + (vocab + positions) * hidden
+    if family.experts_field is not None:  # every block's routed experts, at their own width
+        experts = count_field(where, config, family.experts_field)
+        width = count_field(where, config, "moe_intermediate_size", required=False) or ffn or 4 * hidden
+        assert experts is not None
+        params += layers * 3 * hidden * width * experts
     if params > MAX_PARAMETERS:
         raise ConfigError(f"{where}: the model would have about {Decimal(params):.3g} parameters "
                           f"({layers:,} layers of hidden size {show(hidden)}); archplace accepts at most "

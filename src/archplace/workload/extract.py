@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.errors import ConfigError, ExtractionError
+from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
@@ -87,13 +88,18 @@ class ExtractOptions:
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
-    """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec``.
+    """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec``, and
+    TP > 1 for a mixture-of-experts model (its experts' sharding is not modelled yet).
 
     Raises:
-        ConfigError: with the quantity it does not divide.
+        ConfigError: with the quantity it does not divide, or naming the experts.
     """
     if tp <= 0:
         raise ConfigError(f"TP width must be positive, got {tp}")
+    if tp > 1 and spec.experts:
+        raise ConfigError(f"TP width {tp}: tensor parallelism of the mixture-of-experts blocks of "
+                          f"{spec.name} is not modelled yet (its {spec.experts} experts' grouped GEMMs "
+                          "are not sharded); use tp 1")
     family = spec.family
     check_width(spec.config, family.heads_field, family.kv_heads_field, spec.ffn_size,
                 TensorParallel(tp), spec.name)
@@ -126,24 +132,29 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
         except Exception as exc:  # torch raises many types; report one line
             raise ExtractionError(
                 f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
-    traced = Traced(gm, param_names, f"m.{container}.0")
+    runs = spec.block_runs
+    traced = Traced(gm, param_names, [f"m.{container}.{i}" for i in range(len(runs))])
     where = traced.attribute()
     sharding = propagate(traced.calls, traced.placeholders, traced.kind, traced.storage,
                          traced.is_param, where, op_name, spec.vocab_size, spec.hidden_size,
                          TensorParallel(options.tp, options.sp))
+    kinds = (LayerKind.EMBEDDING, *(LayerKind.BLOCK for _ in runs), LayerKind.HEAD)
     built = [_make_layer(traced, where, sharding, index, kind, options, spec.hidden_size)
-             for index, kind in
-             enumerate((LayerKind.EMBEDDING, LayerKind.BLOCK, LayerKind.HEAD))]
-    (embedding, embedding_params), (block, _), (head, head_params) = built
+             for index, kind in enumerate(kinds)]
+    (embedding, embedding_params), (head, head_params) = built[0], built[-1]
+    traced_blocks = [layer for layer, _ in built[1:-1]]
     if options.attention is not Attention.EAGER:
-        counts = [g.count_by_kind().get(OpKind.ATTENTION.value, 0) for g in (block.fwd, block.bwd)]
-        if counts != [1, 1]:
-            raise ExtractionError(
-                f"model {spec.name!r} does not route its attention through transformers' attention "
-                f"interface ({counts[0]} forward, {counts[1]} backward fused attention operators "
-                "per block); use attention='eager'")
+        for block in traced_blocks:
+            counts = [g.count_by_kind().get(OpKind.ATTENTION.value, 0) for g in (block.fwd, block.bwd)]
+            if counts != [1, 1]:
+                raise ExtractionError(
+                    f"model {spec.name!r} does not route its attention through transformers' attention "
+                    f"interface ({counts[0]} forward, {counts[1]} backward fused attention operators "
+                    "per block); use attention='eager'")
     shared = sum(_param_numel(traced, sharding, p) for p in embedding_params & head_params)
-    blocks = tuple(_rename(block, f"block.{i}") for i in range(spec.num_layers))
+    kinds_in_order = [block for block, run in zip(traced_blocks, runs, strict=True) for _ in range(run)]
+    blocks = tuple(_rename(block, f"block.{i}") for i, block in enumerate(kinds_in_order))
+    block = traced_blocks[-1]
     log.info("extracted %s (tp=%d): %d fwd + %d bwd operators per block", spec.name, options.tp,
              len(block.fwd), len(block.bwd))
     return LayerChain(spec.name, options.micro_batch, options.seq_len, options.tp,
@@ -309,14 +320,29 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     kept = {s for s in saved if not _is_square(s, seq_len, batch)}
     core = {n for n in fwd_nodes if _is_square(n, seq_len, batch)} if kept != saved else set()
 
+    experts = _experts(traced, sharding, fwd_nodes, options.micro_batch * seq_len)
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(
         name=kind.value, kind=kind, params=sum(_param_numel(traced, sharding, p) for p in params),
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),
         boundary_bytes=total(outputs), working_bytes=working,
         selective_activation_bytes=total(kept), selective_ops=tuple(n.name for n in fwd_nodes if n in core),
+        **experts,
     )
     return layer, params
+
+
+def _experts(traced: Traced, sharding: Sharding, fwd_nodes: Sequence[Any], tokens: int) -> dict[str, int]:
+    """Layer fields of the routed experts read by the grouped GEMMs among ``fwd_nodes`` (none for a
+    dense layer): experts, experts per token, tokens per expert, expert parameters."""
+    grouped = [n for n in fwd_nodes if op_name(n) == experts_op.FORWARD_OP]
+    if not grouped:
+        return {}
+    weights = {traced.storage(n.args[1]) for n in grouped}
+    batch, m, _, _ = matmul_dims(grouped[0], experts_op.FORWARD_OP)
+    routed = int(grouped[0].args[0].meta["val"].shape[0])
+    return {"experts": batch, "experts_per_token": routed // tokens, "tokens_per_expert": m,
+            "expert_params": sum(_param_numel(traced, sharding, w) for w in weights)}
 
 
 def _saved_bytes(node: Any) -> float:

@@ -44,6 +44,11 @@ class Layer:
             without attention.
         selective_ops: names of the forward operators selective recomputation runs
             again in the backward pass (those producing the dropped tensors).
+        experts: routed experts of the layer's mixture-of-experts FFN; 0 for a dense layer.
+        experts_per_token: experts each token is routed to (top-k); 0 for a dense layer.
+        tokens_per_expert: rows of each expert's GEMMs per micro-batch under balanced routing,
+            ``ceil(tokens x top-k / experts)`` (:mod:`archplace.workload.experts_op`).
+        expert_params: parameters of all the routed experts (included in ``params``).
     """
 
     name: str
@@ -57,10 +62,21 @@ class Layer:
     working_bytes: float
     selective_activation_bytes: float = -1.0
     selective_ops: tuple[str, ...] = ()
+    experts: int = 0
+    experts_per_token: int = 0
+    tokens_per_expert: int = 0
+    expert_params: int = 0
 
     def __post_init__(self) -> None:
         if self.selective_activation_bytes < 0:
             object.__setattr__(self, "selective_activation_bytes", self.activation_bytes)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: ``params`` less the routed experts it is not sent to."""
+        if not self.experts:
+            return self.params
+        return self.params - self.expert_params + self.expert_params * self.experts_per_token // self.experts
 
     @property
     def fwd_flop(self) -> float:
@@ -103,6 +119,12 @@ class LayerChain:
     def model_params(self) -> int:
         """Distinct parameters of the model (tied weights once), per TP rank."""
         return self.params - self.shared_params
+
+    @property
+    def active_params(self) -> int:
+        """Distinct parameters one token uses (:attr:`Layer.active_params`; tied weights once),
+        per TP rank; equals :attr:`model_params` for a dense model."""
+        return sum(layer.active_params for layer in self.layers) - self.shared_params
 
     @property
     def flop_per_micro_batch(self) -> float:

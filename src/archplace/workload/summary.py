@@ -9,31 +9,41 @@ from archplace.workload.layers import Layer, LayerChain
 
 
 def layer_summary(layer: Layer) -> dict[str, Any]:
-    """One layer: name, kind, params, fwd/bwd FLOP, activation/boundary bytes, collectives, operators.
+    """One layer: name, kind, params, fwd/bwd FLOP, activation/boundary bytes, collectives, operators;
+    for a mixture-of-experts block also its experts, experts per token, tokens per expert and
+    active parameters (per token).
 
     Figures are per device (per TP rank) and per micro-batch.
     """
     collectives = Counter(layer.fwd.collectives()) + Counter(layer.bwd.collectives())
     operators = Counter(layer.fwd.count_by_kind()) + Counter(layer.bwd.count_by_kind())
-    return {
+    out = {
         "name": layer.name, "kind": layer.kind.value, "params": layer.params,
         "fwd_flop": layer.fwd_flop, "bwd_flop": layer.bwd_flop,
         "activation_bytes": layer.activation_bytes, "boundary_bytes": layer.boundary_bytes,
         "collectives": dict(sorted(collectives.items())),
         "operators": dict(sorted(operators.items())),
     }
+    if layer.experts:
+        out.update(experts=layer.experts, experts_per_token=layer.experts_per_token,
+                   tokens_per_expert=layer.tokens_per_expert, active_params=layer.active_params)
+    return out
 
 
 def chain_summary(chain: LayerChain, *, sp: bool = False) -> dict[str, Any]:
     """``{"model", "micro_batch", "seq_len", "tp", "sp", "layers": [...], "total": {...}}``.
 
-    ``total.params`` counts tied weights once (the model's parameters per TP rank).
+    ``total.params`` counts tied weights once (the model's parameters per TP rank); a
+    mixture-of-experts model's total also has ``active_params``, the parameters one token uses.
     """
     layers = [layer_summary(layer) for layer in chain.layers]
-    return {
+    out: dict[str, Any] = {
         "model": chain.model, "micro_batch": chain.micro_batch, "seq_len": chain.seq_len,
         "tp": chain.tp, "sp": sp, "layers": layers,
         "total": {"params": chain.model_params,
                   "fwd_flop": sum(layer["fwd_flop"] for layer in layers),
                   "bwd_flop": sum(layer["bwd_flop"] for layer in layers)},
     }
+    if any(layer.experts for layer in chain.layers):
+        out["total"]["active_params"] = chain.active_params
+    return out

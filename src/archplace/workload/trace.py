@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from archplace.errors import ConfigError, ExtractionError
-from archplace.workload import attention_op
+from archplace.workload import attention_op, experts_op
 from archplace.workload.graph import OpKind, Phase
 from archplace.workload.options import Attention
 from archplace.workload.zoo import ModelSpec
@@ -79,7 +79,7 @@ def classify(name: str) -> OpKind | None:
     """OpKind of an aten op name, or None for a zero-cost view."""
     if name in _VIEW_OPS or name == "getitem":
         return None
-    if name in _MATMUL_OPS:
+    if name in _MATMUL_OPS or name in experts_op.OPS:
         return OpKind.MATMUL
     if name in (attention_op.FORWARD_OP, attention_op.BACKWARD_OP):
         return OpKind.ATTENTION
@@ -95,7 +95,10 @@ def classify(name: str) -> OpKind | None:
 
 
 def matmul_dims(node: Any, name: str) -> tuple[int, int, int, int]:
-    """(batch, m, k, n) of a matmul node from its operand shapes."""
+    """(batch, m, k, n) of a matmul node from its operand shapes (a grouped GEMM of experts:
+    :func:`archplace.workload.experts_op.grouped_dims`)."""
+    if name in experts_op.OPS:
+        return experts_op.grouped_dims(node, name)
     tensors = [a for a in node.args if hasattr(a, "meta")]
     a, b = tensors[-2].meta["val"].shape, tensors[-1].meta["val"].shape
     if name in ("bmm", "baddbmm"):
@@ -106,13 +109,14 @@ def matmul_dims(node: Any, name: str) -> tuple[int, int, int, int]:
 class Traced:
     """The traced joint graph with storage resolution and layer attribution."""
 
-    def __init__(self, gm: Any, param_names: Sequence[str], block_prefix: str) -> None:
+    def __init__(self, gm: Any, param_names: Sequence[str], block_prefix: str | Sequence[str]) -> None:
         self.nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
         n_params = len(param_names)
         self.param_nodes = set(self.placeholders[:n_params])
         self.param_numel = {n: first_numel(n.meta.get("val")) for n in self.param_nodes}
-        self.block_prefix = block_prefix
+        self.block_prefixes = (block_prefix,) if isinstance(block_prefix, str) else tuple(block_prefix)
+        self.head_layer = len(self.block_prefixes) + 1
         self.calls = [n for n in self.nodes if n.op == "call_function"]
         self.kind = {n: classify(op_name(n)) for n in self.calls}
         self._storage: dict[Any, Any] = {}
@@ -137,23 +141,36 @@ class Traced:
         return node in self.param_nodes
 
     def layer_of_forward(self) -> dict[Any, int]:
-        """0 = embedding, 1 = block, 2 = head for every forward call node."""
+        """Layer index of every forward call node: 0 = embedding, 1 .. B = the traced blocks (in
+        the order of the block prefixes), B + 1 = head.  An operator between two blocks' operators
+        belongs to the block before it."""
         fwd = [n for n in self.calls if not n.meta.get("autograd_backward")]
-        in_block = []
+        block_of = []
         for n in fwd:
             stack = n.meta.get("nn_module_stack") or {}
             paths = [v[0] for v in stack.values()]
-            in_block.append(any(p == self.block_prefix or p.startswith(self.block_prefix + ".")
-                                for p in paths))
+            block_of.append(next((j for j, prefix in enumerate(self.block_prefixes)
+                                  if any(p == prefix or p.startswith(prefix + ".") for p in paths)), -1))
+        in_block = [j >= 0 for j in block_of]
         if not any(in_block):
-            raise ExtractionError(f"no operator belongs to the block {self.block_prefix!r}")
+            raise ExtractionError(f"no operator belongs to the block {self.block_prefixes[0]!r}")
         first = in_block.index(True)
         last = len(in_block) - 1 - in_block[::-1].index(True)
         stray = [n.name for i, n in enumerate(fwd) if first < i < last and not in_block[i]
                  and self.kind[n] is not None]
         if stray:
             log.debug("forward ops between block ops attributed to the block: %s", stray)
-        return {n: 1 if first <= i <= last else (0 if i < first else 2) for i, n in enumerate(fwd)}
+        out: dict[Any, int] = {}
+        current = 1
+        for i, n in enumerate(fwd):
+            if i < first:
+                out[n] = 0
+            elif i > last:
+                out[n] = self.head_layer
+            else:
+                current = block_of[i] + 1 if block_of[i] >= 0 else current
+                out[n] = current
+        return out
 
     def attribute(self) -> dict[Any, tuple[int, Phase]]:
         """(layer index, phase) of every compute node."""
@@ -179,7 +196,7 @@ class Traced:
             if found is None:
                 inputs = [resolved[self.storage(a)] for a in n.all_input_nodes
                           if self.storage(a) in resolved]
-                found = min(inputs) if inputs else 2
+                found = min(inputs) if inputs else self.head_layer
             resolved[n] = found
         for n in self.calls:
             if self.kind[n] is not None or op_name(n) == "getitem":
@@ -205,11 +222,13 @@ def find_block_container(model: Any) -> str:
 
 def build_model(spec: ModelSpec, dtype: str, training: bool,
                 attention: Attention = Attention.EAGER) -> Any:
-    """The model with one block on the meta device, in train (or eval) mode.
+    """The model with one block of each kind (:attr:`ModelSpec.block_runs`) on the meta device, in
+    train (or eval) mode.
 
     ``attention`` EAGER keeps HF's explicit scores and softmax; SDPA and FLASH route the
     attention core through the fused operator of :mod:`archplace.workload.attention_op`
-    (they differ only in cost, not in the graph).
+    (they differ only in cost, not in the graph). The experts of a mixture-of-experts model run
+    as grouped GEMMs (:mod:`archplace.workload.experts_op`).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
@@ -218,18 +237,23 @@ def build_model(spec: ModelSpec, dtype: str, training: bool,
 
     fields = spec.config
     model_type = fields.pop("model_type")
-    fields[spec.family.layers_field] = 1
+    fields[spec.family.layers_field] = len(spec.block_runs)
+    if len(spec.block_runs) > 1:
+        assert spec.family.dense_layers_field is not None
+        fields[spec.family.dense_layers_field] = 1  # block 0 dense, block 1 mixture-of-experts
     fields["use_cache"] = False
     try:
         hf_config = AutoConfig.for_model(model_type, **fields)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"model {spec.name!r}: invalid config ({exc})") from None
     hf_config._attn_implementation = implementation
+    hf_config._experts_implementation = experts_op.register()
     auto = AutoModelForMaskedLM if spec.family.task == "masked-lm" else AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(hf_config)
     model.to(getattr(torch, dtype))
     model.config._attn_implementation = implementation
+    model.config._experts_implementation = experts_op.IMPLEMENTATION
     model.train(training)
     return model
 

@@ -42,6 +42,11 @@ class Family:
             it can be trained at a longer sequence than its config's context length (context
             extension, e.g. Llama 2 Long, Xiong et al. 2023, sec. 2); learned position tables
             (GPT-2, OPT, BERT) cannot.
+        experts_field: for a mixture-of-experts family, the field holding the number of routed
+            experts per MoE layer (the experts chosen per token are ``num_experts_per_tok``);
+            None for a dense family.
+        dense_layers_field: for a mixture-of-experts family whose first blocks are dense (DeepSeek-V3's
+            ``first_k_dense_replace``), the field holding how many; None otherwise.
     """
 
     task: str
@@ -53,6 +58,8 @@ class Family:
     ffn_field: str
     ffn_optional: bool = False
     rotary: bool = False
+    experts_field: str | None = None
+    dense_layers_field: str | None = None
 
 
 _DECODER: dict[str, Any] = dict(layers_field="num_hidden_layers", context_field="max_position_embeddings",
@@ -66,6 +73,15 @@ FAMILIES: dict[str, Family] = {
                     ffn_field="intermediate_size", rotary=True),
     "mistral": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
                       ffn_field="intermediate_size", rotary=True),
+    "mixtral": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                      ffn_field="intermediate_size", rotary=True, experts_field="num_local_experts"),
+    "qwen2_moe": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                        ffn_field="intermediate_size", rotary=True, experts_field="num_experts"),
+    "qwen3_moe": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                        ffn_field="intermediate_size", rotary=True, experts_field="num_experts"),
+    "deepseek_v3": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
+                          ffn_field="intermediate_size", rotary=True, experts_field="n_routed_experts",
+                          dense_layers_field="first_k_dense_replace"),
 }
 
 
@@ -149,6 +165,29 @@ class ModelSpec:
         if self.config.get(self.family.ffn_field) is None:
             return 4 * self.hidden_size
         return self._int(self.family.ffn_field)
+
+    @property
+    def experts(self) -> int:
+        """Routed experts per mixture-of-experts layer; 0 for a dense model."""
+        field = self.family.experts_field
+        return self._int(field) if field else 0
+
+    @property
+    def block_runs(self) -> tuple[int, ...]:
+        """Blocks of each kind in chain order: ``(L,)`` when every block is alike, ``(d, L - d)``
+        when the first d blocks are dense and the others mixture-of-experts (DeepSeek-V3:
+        ``(3, 58)``). One block of each kind is traced."""
+        field = self.family.dense_layers_field
+        dense = self.config.get(field) if field else None
+        layers = self.num_layers
+        if isinstance(dense, int) and 0 < dense < layers:
+            return (dense, layers - dense)
+        return (layers,)
+
+    @property
+    def experts_per_token(self) -> int:
+        """Experts each token is routed to (``num_experts_per_tok``); 0 for a dense model."""
+        return self._int("num_experts_per_tok") if self.family.experts_field else 0
 
     @property
     def vocab_size(self) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from archplace.errors import ConfigError
+from archplace.registry import lookup
 from archplace.search.strategy import Strategy
 
 
@@ -70,7 +70,4 @@ def make_strategy(name: str) -> Strategy:
     Raises:
         ConfigError: an unknown name (the message lists the registry's names).
     """
-    factory = STRATEGY_FACTORIES.get(name)
-    if factory is None:
-        raise ConfigError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")
-    return factory()
+    return lookup(STRATEGY_FACTORIES, name, "strategy")()
