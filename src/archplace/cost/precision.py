@@ -10,11 +10,12 @@ keeps everything else in higher precision:
   ``aten.addmm`` operators: fprop, dgrad, wgrad), and a mixture-of-experts block's grouped
   expert GEMMs (``archplace.grouped_mm`` and its ``_dgrad`` / ``_wgrad``; TE's
   ``GroupedLinear``). The router's small GEMM is an ``aten.mm`` too and is counted in FP8,
-  although Megatron-Core computes it outside TE (a negligible difference). Not attention's score and value GEMMs
-  (``aten.bmm``, or the fused attention operator: TE's ``DotProductAttention`` runs them in
-  bf16 under the delayed-scaling recipe) and not the LM head: Megatron-Core's GPT output layer
-  is its own ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/gpt/gpt_model.py``),
-  not a TE module, so ``fp8_autocast`` leaves it in bf16.
+  although Megatron-Core computes it outside TE (a negligible difference). Not attention's
+  score and value GEMMs (``aten.bmm``, or the fused attention operator: TE's
+  ``DotProductAttention`` runs them in bf16 under the delayed-scaling recipe) and not the LM
+  head: Megatron-Core's GPT output layer is its own ``tensor_parallel.ColumnParallelLinear``
+  (``megatron/core/models/gpt/gpt_model.py``), not a TE module, so ``fp8_autocast`` leaves
+  it in bf16.
 * **Speed.** An FP8 GEMM runs at ``fp8_speedup`` x the bf16 rate of the arrays
   (:attr:`~archplace.hardware.accelerator.Accelerator.fp8_speedup`; 2 on H100: 1,979 dense
   FP8 TFLOP/s against 989 bf16). Its operands are read at 1 byte per element; its output is
