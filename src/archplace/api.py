@@ -23,6 +23,7 @@ from archplace.app import (
     schedule_layer,
 )
 from archplace.cost.estimate import estimate_matmul
+from archplace.cost.precision import PRECISIONS, Precision
 from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
@@ -121,7 +122,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1,
          fuse: bool = False, zero_stages: str | Iterable[int] | None = None,
          grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
-         kernels: Kernels | str = Kernels.FUSED) -> list[PlanResult]:
+         kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None
+         ) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -134,12 +136,14 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     ``grad_reduce_dtype``: fp32 (Megatron-LM's bf16 recipe, the default) or bf16 gradient
     buffer and reduction.
     ``attention`` and ``kernels`` as in :func:`graph`.
+    ``precisions``: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8, Transformer
+    Engine's recipe: :mod:`archplace.cost.precision`), ranked together; default bf16.
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
             devices, TP widths 1..2**20, global batch 1..2**30, micro-batches 1..2**20, top_k
             1..1,000, ...), a chain too long or a plan space too large to search
-            (:mod:`archplace.placement.budget`).
+            (:mod:`archplace.placement.budget`), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
     space = PlanSpace(tps=tuple(tps) if tps else None,
@@ -147,7 +151,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                       recomputes=tuple(recomputes) if recomputes else tuple(Recompute),  # type: ignore[arg-type]
                       schedules=tuple(schedules) if schedules else tuple(PipelineSchedule),  # type: ignore[arg-type]
                       sp=bool(sp), zero_stages=parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,)),
-                      grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k)  # type: ignore[arg-type]
+                      grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k,  # type: ignore[arg-type]
+                      precisions=tuple(precisions) if precisions is not None else PRECISIONS)  # type: ignore[arg-type]
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse)),  # type: ignore[arg-type]
         HardwareSpec(hardware), ClusterSpec(devices, global_batch), space))
@@ -169,9 +174,10 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
              fuse: bool = False, zero_stage: int | None = None,
              grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
-             kernels: Kernels | str = Kernels.FUSED) -> PlanResult:
+             kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16") -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
-    plan (``fuse``, ``grad_reduce_dtype``, ``attention`` and ``kernels`` as in :func:`plan`).
+    plan (``fuse``, ``grad_reduce_dtype``, ``attention`` and ``kernels`` as in :func:`plan`;
+    ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -184,14 +190,14 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
             devices, tp, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
-            ...), an invalid plan.
+            ...), an invalid plan, fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     cluster = ClusterSpec(devices, global_batch)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,  # type: ignore[arg-type]
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
-                 stages=parse_stages(stages) if stages else None)
+                 stages=parse_stages(stages) if stages else None, precision=precision)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse))  # type: ignore[arg-type]
     return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
 
@@ -266,6 +272,7 @@ def search_request(
     kernels: Kernels | str = Kernels.FUSED,
     zero_stages: str | Iterable[int] | None = None,
     grad_reduce_dtype: str = "fp32",
+    precisions: Iterable[str] = ("bf16",),
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -293,11 +300,14 @@ def search_request(
         attention, kernels: as in :func:`graph` (recorded with the search).
         zero_stages: ZeRO stages to try (``"all"``, ``"0,1,3"`` or ints; default all four).
         grad_reduce_dtype: fp32 (default, Megatron-LM's bf16 recipe) or bf16 gradients.
+        precisions: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8,
+            :mod:`archplace.cost.precision`); a design without FP8 tensor cores tries bf16 only.
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
             (:mod:`archplace.limits`), a budget that is not a positive finite quantity, a TP width
-            a model cannot be split by.
+            a model cannot be split by, fp8 alone on a space none of whose designs has FP8
+            tensor cores.
     """
     attention, kernels = parse_attention(attention), parse_kernels(kernels)
     _check_cluster(devices, global_batch)
@@ -324,6 +334,12 @@ def search_request(
         designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
     if not designs:
         raise ConfigError(f"no design of space {space!r} is within the area and power budgets")
+    chosen = tuple(dict.fromkeys(enum_choices(Precision, list(precisions), "precision")))
+    if not chosen:
+        raise ConfigError("at least one precision is needed", fields=("precisions",))
+    if Precision.BF16 not in chosen and all(d.fp8_speedup is None for d in designs):
+        raise ConfigError(f"no design of space {space!r} has FP8 tensor cores: add bf16 to the precisions, "
+                          f"or give the space an fp8_speedup", fields=("precisions",))
     if tp is None:
         node = min(links.devices_per_node, devices)
         widths = set.intersection(*(set(workflow.valid_tp_widths(spec, devices, node)) for spec in specs))
@@ -341,7 +357,7 @@ def search_request(
                            zero_stages=parse_zero_stages(zero_stages),
                            grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
                                                            "grad_reduce_dtype")[0],
-                           fuse=bool(fuse), attention=attention, kernels=kernels)
+                           fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen)
     reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
@@ -429,7 +445,7 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
                           area_budget=spec.area_budget, power_budget=spec.power_budget,
                           baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
                           kernels=spec.kernels, zero_stages=spec.zero_stages,
-                          grad_reduce_dtype=spec.grad_reduce_dtype)
+                          grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:

@@ -163,7 +163,8 @@ def plan(run: PlanRun) -> list[PlanResult]:
                               sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
                               schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
                               dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
-                              kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype)
+                              kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
+                              precisions=space.precisions)
     return workflow.plan(prob, grid, space.top_k)
 
 
@@ -181,7 +182,8 @@ def evaluate(run: EvaluateRun) -> PlanResult:
     return workflow.evaluate(prob, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
                              recompute=p.recompute, schedule=p.schedule, chunks=p.chunks, sp=p.sp,
                              zero_stage=p.zero_stage, dp_overlap=p.dp_overlap, stages=p.stages,
-                             fuse=model.fuse, attention=model.attention, kernels=model.kernels)
+                             fuse=model.fuse, attention=model.attention, kernels=model.kernels,
+                             precision=p.precision)
 
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,

@@ -20,6 +20,7 @@ from archplace.cli_options import (
     AttentionOption,
     GradDtypeOption,
     KernelsOption,
+    PrecisionsOption,
     ZeroStagesOption,
     cli_message,
 )
@@ -57,6 +58,7 @@ def _one(value: Any) -> tuple[Any, ...]:
 _SEARCH_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "model": ("models", tuple), "micro_batch": ("micro_batches", tuple), "recompute": ("recompute", _one),
     "tp": ("tp", tuple), "zero_stage": ("zero_stages", _same), "store": ("store", str),
+    "precision": ("precisions", tuple),
     **{name: (name, _same) for name in (
         "devices", "global_batch", "space", "strategy", "trials", "seed", "seq_len", "cluster", "top",
         "jobs", "executor", "scheduler", "objective", "area_budget", "power_budget", "baseline",
@@ -117,6 +119,7 @@ def search(
     kernels: KernelsOption = "fused",
     zero_stage: ZeroStagesOption = None,
     grad_reduce_dtype: GradDtypeOption = "fp32",
+    precision: PrecisionsOption = None,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     spec = _search_spec(ctx, config)

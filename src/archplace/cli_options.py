@@ -1,5 +1,5 @@
 """Command-line options shared by several commands (every command that traces a model; plan,
-evaluate and search for the ZeRO stage and gradient dtype)."""
+evaluate and search for the ZeRO stage, gradient dtype and precision)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,16 @@ GradDtypeOption = Annotated[str, typer.Option(
     "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 "
                                 "recipe) | bf16.")]
 
+_PRECISION_HELP = ("Precision of the linear layers' GEMMs: bf16, or fp8 (Transformer Engine's FP8 recipe: "
+                   "FP8 GEMM operands with delayed scaling, on chips with FP8 tensor cores)")
+PrecisionsOption = Annotated[list[str] | None, typer.Option(
+    "--precision", metavar="bf16|fp8", help=_PRECISION_HELP + "; repeatable, the plans of each are "
+                                            "ranked together [bf16].")]
+PrecisionOption = Annotated[str, typer.Option("--precision", metavar="bf16|fp8", help=_PRECISION_HELP + ".")]
+
 
 _FLAGS = {"tps": "--tp", "micro_batches": "--micro-batch", "top_k": "--top", "zero_stages": "--zero-stage",
-          "recomputes": "--recompute", "schedules": "--schedule"}
+          "recomputes": "--recompute", "schedules": "--schedule", "precisions": "--precision"}
 
 
 def flag_of(field: str) -> str:

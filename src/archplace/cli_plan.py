@@ -10,7 +10,14 @@ import typer
 from rich.console import Console
 
 from archplace import api, cli_runs
-from archplace.cli_options import AttentionOption, GradDtypeOption, KernelsOption, ZeroStagesOption
+from archplace.cli_options import (
+    AttentionOption,
+    GradDtypeOption,
+    KernelsOption,
+    PrecisionOption,
+    PrecisionsOption,
+    ZeroStagesOption,
+)
 from archplace.errors import ConfigError
 from archplace.report.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
@@ -67,6 +74,7 @@ def register(app: typer.Typer) -> None:
         no_zero: Annotated[bool, typer.Option("--no-zero", help="Same as --zero-stage 0.")] = False,
         zero_stage: ZeroStagesOption = None,
         grad_reduce_dtype: GradDtypeOption = "fp32",
+        precision: PrecisionsOption = None,
         optimizer: Optim = "adam",
         top: Annotated[int, typer.Option(help="Plans to show.")] = 5,
         fuse: Fuse = False,
@@ -82,7 +90,7 @@ def register(app: typer.Typer) -> None:
         if no_zero and zero_stage is not None:
             raise ConfigError("give --no-zero or --zero-stage, not both")
         if layer_graph is not None:
-            given = [f"--{name}" for name in ("fuse", "attention", "kernels")
+            given = [f"--{name}" for name in ("fuse", "attention", "kernels", "precision")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
             if given:
                 raise ConfigError(f"{', '.join(given)} applies to --model (a layer graph file carries "
@@ -107,7 +115,7 @@ def register(app: typer.Typer) -> None:
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
                 hardware=hardware, devices=devices, global_batch=global_batch, tp=tp, micro_batch=micro_batch,
                 recompute=recompute, schedule=schedule, no_sp=no_sp, grad_reduce_dtype=grad_reduce_dtype,
-                optimizer=optimizer, top=top), zero_stage, no_zero)
+                precision=precision, optimizer=optimizer, top=top), zero_stage, no_zero)
             results = api.plan_run(run)
             if as_json:
                 typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
@@ -145,6 +153,7 @@ def register(app: typer.Typer) -> None:
         zero: Annotated[bool, typer.Option("--zero", help="Deprecated: --zero-stage 1.")] = False,
         dp_overlap: DpOverlap = False,
         grad_reduce_dtype: GradDtypeOption = "fp32",
+        precision: PrecisionOption = "bf16",
         stages: Annotated[str | None, typer.Option(
             help="Layer ranges per stage, e.g. 0-12,13-25 [even split of the blocks].")] = None,
         optimizer: Optim = "adam",
@@ -158,7 +167,8 @@ def register(app: typer.Typer) -> None:
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
             devices=devices, global_batch=global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
             recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,
-            grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, stages=stages), zero_stage, zero)
+            grad_reduce_dtype=grad_reduce_dtype, precision=precision, optimizer=optimizer, stages=stages),
+            zero_stage, zero)
         result = api.evaluate_run(run)
         if as_json:
             typer.echo(json.dumps(stamp("evaluate", {**result.to_dict(), **cli_runs.run_fields(run)}),

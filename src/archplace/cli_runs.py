@@ -50,13 +50,13 @@ def _merge(out: dict[str, Any], new: Mapping[str, Any]) -> None:
 
 
 _PLAN_RENAMES = {"tp": "tps", "micro_batch": "micro_batches", "recompute": "recomputes",
-                 "schedule": "schedules", "top": "top_k"}
+                 "schedule": "schedules", "top": "top_k", "precision": "precisions"}
 
 
 def _plan_fields(name: str, value: Any) -> dict[str, Any]:
     if name == "no_sp":
         return {"sp": not value}
-    if name in ("tp", "micro_batch", "recompute", "schedule"):
+    if name in ("tp", "micro_batch", "recompute", "schedule", "precision"):
         return {_PLAN_RENAMES[name]: list(value)} if value else {}
     if name == "top":
         return {"top_k": value}
@@ -78,7 +78,7 @@ def plan_run(ctx: typer.Context, config: Path | None, options: dict[str, Any],
 
 
 _PLAN_OPTIONS = ("tp", "pp", "dp", "micro_batch", "recompute", "schedule", "chunks", "sp", "dp_overlap",
-                 *PLAN_SETUP_KEYS)
+                 "precision", *PLAN_SETUP_KEYS)
 
 
 def _evaluate_fields(name: str, value: Any) -> dict[str, Any]:

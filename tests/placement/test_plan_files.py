@@ -118,6 +118,41 @@ def test_plan_json_then_evaluate_plan_alone(options: list[str], model: str, tmp_
     assert code == 0 and json.loads(again)["iteration_time_s"] == planned["iteration_time_s"]
 
 
+def test_fp8_plan_json_then_evaluate_plan_alone(model: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """An FP8 plan (h100-80gb has FP8 tensor cores) round-trips: ``plan --json --precision fp8``
+    then ``evaluate --plan`` scores the same plan, at fp8, the same."""
+    cluster = ["--hardware", "h100-80gb", "--devices", "16", "--global-batch", "32"]
+    code, out, err = run(["plan", "--model", model, *cluster, "--tp", "2", "--micro-batch", "1", "--top", "2",
+                          "--precision", "fp8", "--json"], capsys)
+    assert code == 0, err
+    planned = json.loads(out)
+    assert planned["plan"]["precision"] == "fp8"
+    assert [p["plan"]["precision"] for p in planned["plans"]] == ["fp8", "fp8"]
+    path = tmp_path / "p.json"
+    path.write_text(out)
+    code, out, err = run(["evaluate", "--plan", str(path), "--json"], capsys)
+    assert code == 0, err
+    evaluated = json.loads(out)
+    assert evaluated["iteration_time_s"] == planned["iteration_time_s"]
+    assert evaluated["plan"] == planned["plan"]
+    assert evaluated["memory_per_device_bytes"] == planned["memory_per_device_bytes"]
+    # the plan object alone, and the API's PlanResult.from_dict, read it back too
+    path.write_text(json.dumps(planned["plan"]))
+    code, out, err = run(["evaluate", "--plan", str(path), "--model", model, *cluster, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["iteration_time_s"] == planned["iteration_time_s"]
+    again = PlanResult.from_dict(planned).to_dict()
+    assert again == {key: planned[key] for key in again}
+    # --precision on the command line overrides the file's
+    code, out, err = run(["evaluate", "--plan", str(path), "--model", model, *cluster, "--precision", "bf16",
+                          "--json"], capsys)
+    assert code == 0, err
+    as_bf16 = json.loads(out)
+    assert as_bf16["plan"]["precision"] == "bf16"
+    assert as_bf16["iteration_time_s"] > planned["iteration_time_s"]
+
+
 def test_evaluate_options_override_the_plan_file(model: str, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--model", model, *CLUSTER, "--tp", "2", "--pp", "2", "--dp", "4", "--micro-batch", "1"]

@@ -51,7 +51,7 @@ Both the scalar path (:func:`estimate`) and the vectorised one (:func:`estimate_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -230,7 +230,7 @@ def attention_compulsory_bytes(op: Operator) -> float:
     return float(hbm_traffic_bytes(op, np.array([np.inf]), computed_fraction(op))[0])
 
 
-def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate) -> OpEstimate:
+def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate, *, speedup: float = 1.0) -> OpEstimate:
     """:class:`OpEstimate` of ``op`` on ``acc``, whose ``efficiency`` must be declared.
 
     Args:
@@ -238,6 +238,8 @@ def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate) -> OpEstimate:
         acc: a chip with ``acc.efficiency``.
         cycle: the cycle model's estimate of ``op`` (its HBM bytes and energy are kept; for a
             fused attention operator the IO-aware traffic of :mod:`archplace.cost.attention`).
+        speedup: the peak is this many times the bf16 one (an FP8 GEMM,
+            :mod:`archplace.cost.precision`), at the same declared fractions.
 
     Raises:
         ValueError: ``acc`` declares no efficiency, or as :func:`op_times`.
@@ -247,7 +249,10 @@ def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate) -> OpEstimate:
     hbm, energy = cycle.hbm_bytes, cycle.energy_j
     if op.kind is OpKind.ATTENTION:
         hbm = attention_compulsory_bytes(op)
-    single, every, memory = op_times(op, acc.efficiency, ChipColumns.of([acc]), np.array([hbm]))
+    chip = ChipColumns.of([acc])
+    if speedup != 1.0:
+        chip = replace(chip, peak_flop_per_s=chip.peak_flop_per_s * speedup)
+    single, every, memory = op_times(op, acc.efficiency, chip, np.array([hbm]))
     s, a, mem = float(single[0]), float(every[0]), float(memory[0])
     return OpEstimate(max(s, mem), max(a, mem), s, a, mem, 0.0, hbm, energy,
                       compute_or_memory(s, mem), compute_or_memory(a, mem))

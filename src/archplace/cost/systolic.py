@@ -86,7 +86,8 @@ def matmul_estimate(
     output_stationary: bool = False, clock_hz: float, buffer_bytes: float = math.inf,
     hbm_bandwidth_bytes_per_s: float = math.inf, bytes_per_element: int = 2,
     traced_bytes: float = 0.0, fused_elements: int = 0, vector_cores: int = 1, vector_lanes: int = 1,
-    array_timing: ArrayTiming = ArrayTiming.OVERLAPPED,
+    array_timing: ArrayTiming = ArrayTiming.OVERLAPPED, speedup: float = 1.0,
+    output_bytes_per_element: int | None = None, traced_bytes_per_element: int | None = None,
 ) -> OpEstimate:
     """Estimate of the GEMM ``[batch, m, k] x [batch, k, n]`` (formulas in the module docstring).
 
@@ -103,6 +104,12 @@ def matmul_estimate(
         fused_elements: element-wise epilogue work on the vector cores.
         vector_cores, vector_lanes: the vector side, for the epilogue.
         array_timing: the arrays' cycle model (:class:`ArrayTiming`, :mod:`archplace.cost.gemm`).
+        speedup: the arrays run this many times more MACs per cycle (FP8 operands,
+            :mod:`archplace.cost.precision`): the cycle counts are divided by it.
+        output_bytes_per_element: width of the output written (default ``bytes_per_element``);
+            the output's compulsory ``batch·m·n`` elements are charged at it.
+        traced_bytes_per_element: the operand width of ``traced_bytes`` (default
+            ``bytes_per_element``), for the excess over the GEMM operands.
     """
     b = batch
     if b <= 0 or m <= 0 or k <= 0 or n <= 0:
@@ -110,12 +117,16 @@ def matmul_estimate(
     os_, e, clock, bw = output_stationary, bytes_per_element, clock_hz, hbm_bandwidth_bytes_per_s
     tasks = b * (gemm.tile_count(m, n, rows, cols) if os_ else gemm.fold_count(k, n, rows, cols))
     traffic = gemm.matmul_hbm_elements(b, m, k, n, rows, cols, gemm.buffer_elements(buffer_bytes, e))
-    extra = max(0.0, traced_bytes - e * b * (m * k + k * n + m * n))
+    traced_e = e if traced_bytes_per_element is None else traced_bytes_per_element
+    extra = max(0.0, traced_bytes - traced_e * b * (m * k + k * n + m * n))
     hbm_bytes = e * traffic + extra
+    if output_bytes_per_element is not None and output_bytes_per_element != e:
+        hbm_bytes += (output_bytes_per_element - e) * b * m * n
     memory_s = hbm_bytes / bw
     exposed_s = e * gemm.exposed_elements(m, k, n, rows, cols, os_) / bw
-    compute_single = gemm.matmul_cycles(b, m, k, n, rows, cols, 1, os_, array_timing) / clock + exposed_s
-    compute_all = (gemm.matmul_cycles(b, m, k, n, rows, cols, cores, os_, array_timing) / clock
+    rate = clock if speedup == 1.0 else clock * speedup
+    compute_single = gemm.matmul_cycles(b, m, k, n, rows, cols, 1, os_, array_timing) / rate + exposed_s
+    compute_all = (gemm.matmul_cycles(b, m, k, n, rows, cols, cores, os_, array_timing) / rate
                    + exposed_s * min(cores, tasks))
     compute_single = max(compute_single,
                          vector_cycles(fused_elements, vector_lanes, 1, SIMPLE_CYCLES_PER_ELEMENT) / clock)

@@ -18,6 +18,7 @@ an ``accelerator`` section and an optional ``cluster`` section::
       bytes_per_element: 2
       dataflow: ws                       # optional: ws (default) | os
       array_timing: overlapped           # optional: overlapped (default) | scalesim
+      fp8_speedup: 2                     # optional: FP8 GEMM rate / bf16 rate; absent: no FP8
     cluster:
       devices_per_node: 4
       intra_node_bandwidth: 300 GB/s     # per device and direction
@@ -74,7 +75,7 @@ _ACCELERATOR_FIELDS = (
     "name", "tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
     "buffer", "hbm", "hbm_bandwidth", "clock", "bytes_per_element",
 )
-_ACCELERATOR_OPTIONAL = ("dataflow", "array_timing")
+_ACCELERATOR_OPTIONAL = ("dataflow", "array_timing", "fp8_speedup")
 _DATASHEET_FIELDS = ("peak_tflop_per_s", "tdp_w")
 _KERNEL_FRACTIONS = ("gemm_sustained", "hbm", "attention_fwd", "attention_bwd")
 _LINK_FRACTIONS = ("intra_node_collective", "inter_node_collective")
@@ -131,7 +132,26 @@ def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
         dataflow=_dataflow(section.get("dataflow", Dataflow.WS.value), f"{where}.dataflow"),
         array_timing=parse_array_timing(section.get("array_timing", ArrayTiming.OVERLAPPED.value),
                                         f"{where}.array_timing"),
+        fp8_speedup=parse_fp8_speedup(section.get("fp8_speedup"), f"{where}.fp8_speedup"),
     )
+
+
+def parse_fp8_speedup(raw: Any, where: str) -> float | None:
+    """The optional ``fp8_speedup`` of an ``accelerator`` section: how many times faster the
+    arrays run a GEMM with FP8 operands than with bf16 ones (a bare number >= 1, or
+    ``{value: 2, source: "..."}``); None (the field left out): the chip has no FP8 tensor cores
+    and FP8 training is refused on it (:func:`archplace.cost.precision.check_precision`).
+
+    Raises:
+        ConfigError: not a bare number, or below 1.
+    """
+    if raw is None:
+        return None
+    speedup = _config.quantity(raw, _plain_number, where)
+    if speedup < 1.0:
+        raise ConfigError(f"{where}: must be >= 1 (FP8 GEMMs are not slower than bf16 ones), "
+                          f"got {speedup!r}")
+    return speedup
 
 
 def _dataflow(raw: Any, where: str) -> Dataflow:

@@ -15,6 +15,8 @@ field::
     area_min_fraction: 0.3      # optional; default 0.3
     vector_lanes_per_col: 1     # optional; default 1 (PHAZE)
     array_timing: overlapped    # optional; one value or a list; default: the base preset's
+    fp8_speedup: 2              # optional; FP8 GEMM rate / bf16 rate of every design;
+                                # default: the base preset's (none: no FP8)
 
 As in PHAZE (Wang et al., ICML 2024): the vector lanes of a vector core are tied
 to the array width, ``vector_lanes = array_dim * vector_lanes_per_col`` -- PHAZE
@@ -28,6 +30,10 @@ designs with a single tensor core.
 default, or ``scalesim``; :class:`~archplace.hardware.accelerator.ArrayTiming`); a list
 makes it a searched dimension, for comparing the two models on the same space.
 Designs timed with SCALE-Sim's count carry ``-scalesim`` at the end of their name.
+
+``fp8_speedup`` gives every design FP8 tensor cores (:mod:`archplace.cost.precision`): its
+arrays run a GEMM with 1-byte operands that many times faster than with bf16 ones; without
+it the designs have the base preset's (``tpuv4`` and ``phaze-ref`` have none).
 """
 
 from __future__ import annotations
@@ -43,13 +49,13 @@ from archplace.errors import ConfigError
 from archplace.hardware import _config
 from archplace.hardware.accelerator import Accelerator, ArrayTiming
 from archplace.hardware.area import area_mm2
-from archplace.hardware.presets import load_accelerator, parse_array_timing
+from archplace.hardware.presets import load_accelerator, parse_array_timing, parse_fp8_speedup
 from archplace.units import parse_bytes
 
 _FOLDER = "spaces"
 _KIND = "search space"
 _LIST_FIELDS = ("tensor_cores", "array_dim", "vector_cores", "buffer", "hbm")
-_OPTIONAL_FIELDS = ("source", "description", "area_max_mm2", "area_min_fraction",
+_OPTIONAL_FIELDS = ("source", "description", "area_max_mm2", "area_min_fraction", "fp8_speedup",
                     "vector_lanes_per_col", "array_timing")
 
 # Relative slack on the area comparisons, so the base design itself is never lost to rounding.
@@ -295,6 +301,9 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
         if base == label:  # the space names its own file as base: the error names that file already
             raise
         raise ConfigError(f"{label}: base: {exc}") from None
+    if "fp8_speedup" in data:
+        speedup = parse_fp8_speedup(data["fp8_speedup"], f"{label}: fp8_speedup")
+        base_accelerator = replace(base_accelerator, fp8_speedup=speedup)
     area_max = data.get("area_max_mm2")
     if area_max is not None:
         area_max = _config.quantity(area_max, _plain_number, f"{label}: area_max_mm2")

@@ -12,12 +12,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from archplace.cost.model import CostModel, array_flop
+from archplace.cost.precision import fp8_weight_params
 from archplace.hardware.accelerator import Accelerator
 from archplace.placement.plan import LayerCost
 from archplace.schedule.list_scheduler import list_schedule
 from archplace.schedule.problem import ScheduleProblem
 from archplace.workload.graph import OpGraph, OpKind, renumber
-from archplace.workload.layers import Layer, LayerChain
+from archplace.workload.layers import Layer, LayerChain, LayerKind
 
 Makespan = Callable[[ScheduleProblem], float]
 
@@ -40,7 +41,8 @@ def _subgraph(graph: OpGraph, names: Iterable[str]) -> OpGraph:
 
 
 def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
-                makespan: Makespan = list_makespan_s) -> list[LayerCost]:
+                makespan: Makespan = list_makespan_s, *,
+                fp8_cost: CostModel | None = None) -> list[LayerCost]:
     """One :class:`LayerCost` per layer of ``chain`` on ``acc`` (per micro-batch, per device).
 
     Args:
@@ -48,6 +50,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         acc: the chip.
         cost: per-operator cost model (with a cluster when the graphs hold TP collectives).
         makespan: scheduler giving a layer graph's makespan (default: list scheduler).
+        fp8_cost: FP8 training (:class:`archplace.cost.precision.Fp8CostModel`): every layer but
+            the head (the LM head stays bf16, :mod:`archplace.cost.precision`) is costed by it,
+            and ``fp8_params`` counts the weights of its FP8 GEMMs; None: bf16.
 
     Returns:
         Layer costs in chain order. ``tp_comm_*_s`` is the collectives' summed latency
@@ -56,36 +61,38 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
         what MFU counts).
     """
-    times: dict[int, _GraphTimes] = {}
+    times: dict[tuple[int, bool], _GraphTimes] = {}
 
-    def graph_times(graph: OpGraph) -> _GraphTimes:
-        key = id(graph)
+    def graph_times(graph: OpGraph, fp8: bool = False) -> _GraphTimes:
+        key = (id(graph), fp8)
         if key not in times:
             if not graph.ops:
                 times[key] = _GraphTimes(0.0, 0.0)
             else:
-                problem = ScheduleProblem.from_graph(graph, acc, cost)
+                model = fp8_cost if fp8 and fp8_cost is not None else cost
+                problem = ScheduleProblem.from_graph(graph, acc, model)
                 span = makespan(problem)
                 comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
                            if op.kind is OpKind.COLLECTIVE)
                 times[key] = _GraphTimes(span, min(comm, span))
         return times[key]
 
-    selective: dict[int, tuple[float, float]] = {}
+    selective: dict[tuple[int, bool], tuple[float, float]] = {}
 
-    def selective_core(layer: Layer) -> tuple[float, float]:
+    def selective_core(layer: Layer, fp8: bool) -> tuple[float, float]:
         """(makespan s, tensor-core FLOP) of the attention core selective recompute reruns."""
-        key = id(layer.fwd)
+        key = (id(layer.fwd), fp8)
         if key not in selective:
             core = _subgraph(layer.fwd, layer.selective_ops) if layer.selective_ops else OpGraph(())
-            selective[key] = ((graph_times(core).makespan_s, array_flop(core.ops)) if core.ops
+            selective[key] = ((graph_times(core, fp8).makespan_s, array_flop(core.ops)) if core.ops
                               else (0.0, 0.0))
         return selective[key]
 
     out = []
     for layer in chain.layers:
-        fwd, bwd = graph_times(layer.fwd), graph_times(layer.bwd)
-        recompute_s, recompute_flop = selective_core(layer)
+        fp8 = fp8_cost is not None and layer.kind is not LayerKind.HEAD
+        fwd, bwd = graph_times(layer.fwd, fp8), graph_times(layer.bwd, fp8)
+        recompute_s, recompute_flop = selective_core(layer, fp8)
         out.append(LayerCost(
             name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
             activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
@@ -94,6 +101,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             selective_activation_bytes=layer.selective_activation_bytes,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
+            fp8_params=fp8_weight_params(layer.fwd.ops) if fp8 else 0,
         ))
     return out
 
@@ -102,6 +110,7 @@ CostKey = tuple[int, int, bool]  # (tp, micro_batch, sp)
 
 
 def costs_by_key(chains: Mapping[CostKey, LayerChain], acc: Accelerator, cost: CostModel,
-                 makespan: Makespan = list_makespan_s) -> dict[CostKey, list[LayerCost]]:
+                 makespan: Makespan = list_makespan_s, *, fp8_cost: CostModel | None = None
+                 ) -> dict[CostKey, list[LayerCost]]:
     """:func:`layer_costs` of every chain, keyed like ``chains`` by (tp, micro_batch, sp)."""
-    return {key: layer_costs(chain, acc, cost, makespan) for key, chain in chains.items()}
+    return {key: layer_costs(chain, acc, cost, makespan, fp8_cost=fp8_cost) for key, chain in chains.items()}

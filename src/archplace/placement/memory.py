@@ -10,6 +10,9 @@ fp32 gradient accumulation buffer, fp32 optimizer state):
 * SGD with momentum: 2 + 4 + 8 (fp32 master weights and momentum) = 14 B;
 * the gradient buffer takes the gradient-reduction dtype's bytes (4 fp32 by default, 2 bf16;
   :class:`~archplace.placement.plan.GradReduceDtype`);
+* FP8 training (:mod:`archplace.cost.precision`) adds Transformer Engine's cached FP8 copies
+  of the FP8 GEMMs' weights and their transposes, 2 B per such weight (``fp8_params`` of the
+  layer costs), counted in ``weights`` and sharded like them;
 * ZeRO stages 1-3 divide the optimizer state, then the gradients, then the weights over the d
   data-parallel replicas, and stage 3 adds its window of gathered parameters
   (:mod:`archplace.placement.zero`): 6 + 12/d B for Adam with ZeRO-1, 2 + 16/d with ZeRO-2,
@@ -46,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
+from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
 from archplace.errors import ConfigError
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute, StageMemory
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, gathered_bytes, shard_divisors
@@ -82,15 +86,18 @@ def sequential_sum(values: Iterable[float]) -> float:
 
 
 def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM, *, zero_stage: int = 0,
-                      dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM
+                      dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM, fp8_params: int = 0
                       ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device:
-    2 B, ``grad_bytes`` and the optimizer's bytes per parameter, each divided over the ``dp``
-    replicas as ``zero_stage`` shards it (:func:`archplace.placement.zero.shard_divisors`)."""
+    2 B (+ 2 B of FP8 weight cache per each of the ``fp8_params`` FP8 GEMM weights),
+    ``grad_bytes`` and the optimizer's bytes per parameter, each divided over the ``dp``
+    replicas as ``zero_stage`` shards it (:func:`archplace.placement.zero.shard_divisors`)::
+
+        weights = 2·params/s_w + 2·fp8_params/s_w"""
     p = float(params)
     sw, sg, so = shard_divisors(zero_stage, dp)
-    return (WEIGHT_BYTES_PER_PARAM * p / sw, grad_bytes * p / sg,
-            OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / so)
+    weights = WEIGHT_BYTES_PER_PARAM * p / sw + FP8_WEIGHT_CACHE_BYTES_PER_PARAM * float(fp8_params) / sw
+    return (weights, grad_bytes * p / sg, OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / so)
 
 
 def in_flight_micro_batches(stage: int, pp: int, micro_batches: int,
@@ -244,11 +251,12 @@ def _device_memory(layers: Sequence[LayerCost], *, device: int, held: float, rec
     extra)."""
     if dp < 1:
         raise ConfigError(f"dp must be >= 1, got {dp}")
-    params = 0
+    params = fp8_params = 0
     for layer in layers:
         params += layer.params
+        fp8_params += layer.fp8_params
     weights, gradients, optimizer_bytes = model_state_bytes(
-        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
+        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes, fp8_params=fp8_params)
     extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
     window = float(gathered_bytes(zero_stage, max(layer.params for layer in layers), grad_bytes))
     return StageMemory(stage=device, weights=weights, gradients=gradients, optimizer=optimizer_bytes,

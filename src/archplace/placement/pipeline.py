@@ -190,7 +190,8 @@ def _plan_label(plan: Plan) -> str:
              f"recompute={plan.recompute.value} schedule={plan.schedule.value}")
     if plan.chunks > 1:
         label += f" chunks={plan.chunks}"
-    return label + (" dp_overlap" if plan.dp_overlap else "")
+    label += " dp_overlap" if plan.dp_overlap else ""
+    return label + (" precision=fp8" if plan.precision.value == "fp8" else "")
 
 
 def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,

@@ -9,6 +9,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
 from archplace.hardware.cluster import Cluster
 
@@ -132,10 +133,13 @@ class LayerCost:
         selective_recompute_flop: tensor-core FLOP of that recomputation (for HFU).
         tp_comm_fwd_s, tp_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in TP collectives
             (already included in them; only used to attribute the ``tp_comm`` breakdown).
+        fp8_params: the weights (per TP rank) of the layer's GEMMs that run in FP8, whose FP8
+            copies FP8 training keeps (:mod:`archplace.cost.precision`); 0 in bf16.
 
     Raises:
-        ConfigError: a negative or non-finite figure, non-integer ``params``, or a TP
-            communication time larger than the pass that contains it.
+        ConfigError: a negative or non-finite figure, non-integer ``params`` or
+            ``fp8_params``, ``fp8_params > params``, or a TP communication time larger than
+            the pass that contains it.
     """
 
     name: str
@@ -153,19 +157,24 @@ class LayerCost:
     tp_comm_fwd_s: float = 0.0
     tp_comm_bwd_s: float = 0.0
     selective_recompute_flop: float = 0.0
+    fp8_params: int = 0
 
     def __post_init__(self) -> None:
         # NumPy scalars are accepted and stored as Python int / float.
         owner = f"layer {self.name!r}"
-        try:
-            if isinstance(self.params, bool):
-                raise TypeError
-            params = operator.index(self.params)
-        except TypeError:
-            params = -1
-        if params < 0:
-            raise ConfigError(f"{owner}: params must be an integer >= 0, got {self.params!r}")
-        object.__setattr__(self, "params", params)
+        for name in ("params", "fp8_params"):
+            value = getattr(self, name)
+            try:
+                if isinstance(value, bool):
+                    raise TypeError
+                count = operator.index(value)
+            except TypeError:
+                count = -1
+            if count < 0:
+                raise ConfigError(f"{owner}: {name} must be an integer >= 0, got {value!r}")
+            object.__setattr__(self, name, count)
+        if self.fp8_params > self.params:
+            raise ConfigError(f"{owner}: fp8_params = {self.fp8_params} exceeds params = {self.params}")
         for name in ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes",
                      "working_bytes", "fwd_flop", "bwd_flop", "selective_recompute_s",
                      "tp_comm_fwd_s", "tp_comm_bwd_s", "selective_recompute_flop"):
@@ -292,10 +301,13 @@ class Plan:
             the layer-DAG planner (:func:`archplace.placement.downset_dp.dag_plan`), whose ``stages``
             index a topological order of the DAG's layers, so that the plan names its layers.
             Empty for chain plans.
+        precision: bf16, or fp8: the linear layers' GEMMs in FP8 as Transformer Engine's
+            recipe runs them (:mod:`archplace.cost.precision`); it changes the layer costs,
+            which the caller builds for it, and is recorded here.
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
-            unknown recompute policy or schedule, chunks inconsistent with the schedule
+            unknown recompute policy, schedule or precision, chunks inconsistent with the schedule
             (interleaving also needs pp >= 2), ``len(stages) != pp * chunks``, or stages that do
             not start at layer 0, are empty or are not contiguous, or ``stage_layers`` that do
             not give one name per layer of every range. (Whether the stages cover a
@@ -314,10 +326,16 @@ class Plan:
     zero_stage: int = 0
     dp_overlap: bool = False
     stage_layers: tuple[tuple[str, ...], ...] = ()
+    precision: Precision = Precision.BF16
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch", "chunks"):
             object.__setattr__(self, name, _positive_int("plan", name, getattr(self, name)))
+        try:
+            object.__setattr__(self, "precision", Precision(self.precision))
+        except ValueError:
+            raise ConfigError(f"plan: unknown precision {self.precision!r}; choose from: "
+                              f"{', '.join(p.value for p in Precision)}") from None
         try:
             object.__setattr__(self, "recompute", Recompute(self.recompute))
         except ValueError:
@@ -381,7 +399,8 @@ class Plan:
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
             "recompute": self.recompute.value, "schedule": self.schedule.value,
             "chunks": self.chunks, "sp": self.sp, "zero_stage": self.zero_stage,
-            "dp_overlap": self.dp_overlap, "stages": [list(s) for s in self.stages],
+            "dp_overlap": self.dp_overlap, "precision": self.precision.value,
+            "stages": [list(s) for s in self.stages],
             "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
         if self.stage_layers:
@@ -390,7 +409,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
-        """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored).
+        """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored; a missing
+        ``precision`` is bf16).
 
         Raises:
             ConfigError: a missing or invalid field.
@@ -403,7 +423,8 @@ class Plan:
                        schedule=PipelineSchedule(data.get("schedule", "1f1b")),
                        chunks=int(data.get("chunks", 1)), sp=bool(data.get("sp", False)),
                        zero_stage=stage, dp_overlap=bool(data.get("dp_overlap", False)),
-                       stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())))
+                       stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())),
+                       precision=Precision(data.get("precision", Precision.BF16.value)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan {data!r}: {exc}") from None
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
 from archplace.placement.budget import WorkMeter
 from archplace.placement.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
 from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
@@ -144,6 +145,10 @@ class SegmentTables:
         int_params = np.array([layer.params for layer in layers], dtype=np.int64)
         self.params: FloatArray = np.cumsum(np.where(upper, int_params[None, :], 0),
                                             axis=1).astype(np.float64)
+        int_fp8 = np.array([layer.fp8_params for layer in layers], dtype=np.int64)
+        self.fp8_params: FloatArray | None = (  # FP8 training's weight cache; None in bf16
+            np.cumsum(np.where(upper, int_fp8[None, :], 0), axis=1).astype(np.float64)
+            if int_fp8.any() else None)
         self.saved: FloatArray = seg_sum(column([layer.saved_bytes(recompute) for layer in layers]))
         self.extra: FloatArray = (seg_max(column([layer.activation_bytes for layer in layers]))
                                   if recompute is Recompute.FULL else np.zeros((n, n)))
@@ -161,6 +166,8 @@ class SegmentTables:
         arrays = [self.upper, self.base, self.backward, self.boundary, self.params, self.saved, self.extra,
                   self.working, self.max_params, *self._mid.values(), *self._state.values(),
                   *self._kmax.values(), *self._zero.values()]
+        if self.fp8_params is not None:
+            arrays.append(self.fp8_params)
         return sum(array.nbytes for array in arrays)
 
     def drop_caches(self) -> None:
@@ -253,11 +260,14 @@ class SegmentTables:
             grad = self.setup.grad_bytes
             sw, sg, so = shard_divisors(zero_stage, shards)
 
-            def part(per_param: int, divisor: int) -> FloatArray:
+            def part(per_param: int, divisor: int, count: FloatArray = p) -> FloatArray:
                 if divisor == INFINITE_SHARDS:
                     return np.zeros_like(p)
-                return per_param * p / divisor
-            table = (part(WEIGHT_BYTES_PER_PARAM, sw) + part(grad, sg)) + part(optimizer, so)
+                return per_param * count / divisor
+            weights = part(WEIGHT_BYTES_PER_PARAM, sw)
+            if self.fp8_params is not None:  # as memory.model_state_bytes adds it
+                weights = weights + part(FP8_WEIGHT_CACHE_BYTES_PER_PARAM, sw, self.fp8_params)
+            table = (weights + part(grad, sg)) + part(optimizer, so)
             self._state[key] = table
         return table
 

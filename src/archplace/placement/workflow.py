@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from archplace.cost.model import SystolicCostModel
-from archplace.errors import ConfigError
+from archplace.cost.precision import PRECISION_ORDER, PRECISIONS, Fp8CostModel, Precision, check_precision
+from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.accelerator import Accelerator
 from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey, costs_by_key
@@ -67,22 +68,40 @@ def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple
 
 
 def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False,
-                    attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED
-                    ) -> dict[CostKey, list[LayerCost]]:
+                    attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
+                    precision: Precision = Precision.BF16) -> dict[CostKey, list[LayerCost]]:
     """Layer costs of ``prob``'s model on its chip for each (tp, micro_batch, sp) key; with
     ``fuse``, of the graphs whose element-wise operators are fused into the matmul producing
     their input (:func:`archplace.workload.fusion.fuse_elementwise`); ``attention`` and
-    ``kernels`` as in :class:`archplace.workload.extract.ExtractOptions`.
+    ``kernels`` as in :class:`archplace.workload.extract.ExtractOptions`; ``precision`` fp8:
+    the linear layers' GEMMs in FP8 (:class:`archplace.cost.precision.Fp8CostModel`).
 
     Raises:
-        ConfigError: a TP width the model cannot be split by.
+        ConfigError: a TP width the model cannot be split by, fp8 on a chip without FP8.
     """
+    check_precision(prob.acc, precision)
     chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key[1], seq_len=prob.spec.seq_len,
                                                           tp=key[0], sp=key[2] and key[0] > 1,
                                                           fuse=fuse, attention=attention,
                                                           kernels=kernels))
               for key in keys}
-    return costs_by_key(chains, prob.acc, SystolicCostModel(prob.setup.cluster))
+    cost = SystolicCostModel(prob.setup.cluster)
+    fp8_cost = Fp8CostModel(cost) if precision is Precision.FP8 else None
+    return costs_by_key(chains, prob.acc, cost, fp8_cost=fp8_cost)
+
+
+def precision_setup(prob: Problem, precision: Precision) -> TrainingSetup:
+    """``prob.setup`` for training at ``precision``: with fp8, MFU and HFU are counted against
+    the FP8 peak (``fp8_speedup`` x the bf16 peak), the rate the linear layers' GEMMs run at.
+
+    Raises:
+        ConfigError: fp8 on a chip without FP8 tensor cores.
+    """
+    check_precision(prob.acc, precision)
+    if precision is Precision.BF16:
+        return prob.setup
+    speedup = float(prob.acc.fp8_speedup or 1.0)
+    return replace(prob.setup, peak_flop_per_s=prob.setup.peak_flop_per_s * speedup)
 
 
 @dataclass(frozen=True)
@@ -102,6 +121,8 @@ class PlanGrid:
     ``attention`` and ``kernels`` (not searched either):
     how attention and the element-wise kernels run (:class:`~archplace.workload.options.Attention`,
     :class:`~archplace.workload.options.Kernels`).
+    ``precisions``: bf16 and/or fp8 (:mod:`archplace.cost.precision`), each a separate set of
+    layer costs; the plans of all of them are ranked together (ties: bf16 first).
     """
 
     tps: tuple[int, ...] | None = None
@@ -116,6 +137,7 @@ class PlanGrid:
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
+    precisions: tuple[Precision, ...] = PRECISIONS
 
 
 def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[PlanResult]:
@@ -136,12 +158,37 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
         if t > devices:
             raise ConfigError(f"TP width {t} exceeds the {devices} devices")
     keys = [(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps if t > 1 or not sp]
-    costs = layer_costs_for(prob, keys, fuse=space.fuse, attention=space.attention,
-                            kernels=space.kernels)
-    setup = replace(prob.setup, grad_reduce_dtype=space.grad_reduce_dtype)
-    return plan_search(costs, setup, recomputes=space.recomputes, schedules=space.schedules,
-                       chunks=space.chunks, zero_stages=space.zero_stages, dp_overlap=space.dp_overlap,
-                       top_k=top_k)
+    precisions = [p for p in PRECISION_ORDER if p in space.precisions]
+    if not precisions:
+        raise ConfigError("at least one precision is needed", fields=("precisions",))
+    for precision in precisions:
+        check_precision(prob.acc, precision)
+    ranked: list[tuple[float, int, int, PlanResult]] = []
+    refusal: InfeasibleError | None = None
+    for order, precision in enumerate(precisions):
+        costs = layer_costs_for(prob, keys, fuse=space.fuse, attention=space.attention,
+                                kernels=space.kernels, precision=precision)
+        setup = replace(precision_setup(prob, precision), grad_reduce_dtype=space.grad_reduce_dtype)
+        try:
+            found = plan_search(costs, setup, recomputes=space.recomputes, schedules=space.schedules,
+                                chunks=space.chunks, zero_stages=space.zero_stages,
+                                dp_overlap=space.dp_overlap, top_k=top_k)
+        except InfeasibleError as exc:
+            refusal = refusal or exc
+            continue
+        ranked.extend((result.iteration_time_s, order, rank, _with_precision(result, precision))
+                      for rank, result in enumerate(found))
+    if not ranked and refusal is not None:
+        raise refusal
+    ranked.sort(key=lambda row: row[:3])
+    return [row[3] for row in ranked[:top_k]]
+
+
+def _with_precision(result: PlanResult, precision: Precision) -> PlanResult:
+    """``result`` with its plan marked as trained at ``precision``."""
+    if result.plan.precision is precision:
+        return result
+    return replace(result, plan=replace(result.plan, precision=precision))
 
 
 def even_stages(n_layers: int, stages: int) -> tuple[tuple[int, int], ...]:
@@ -166,17 +213,22 @@ def even_stages(n_layers: int, stages: int) -> tuple[tuple[int, int], ...]:
 def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute,
              schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero_stage: int = 0,
              dp_overlap: bool = False, stages: tuple[tuple[int, int], ...] | None = None, fuse: bool = False,
-             attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED) -> PlanResult:
+             attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
+             precision: Precision = Precision.BF16) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
-    layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanGrid`.
+    layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanGrid`;
+    ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`).
 
     Raises:
-        ConfigError: an invalid plan, stages that do not end at the last layer (the head).
+        ConfigError: an invalid plan, stages that do not end at the last layer (the head), fp8
+            on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     check_tp(prob.spec, tp)
     key = (tp, micro_batch, sp and tp > 1)
-    costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels)[key]
+    setup = precision_setup(prob, precision)
+    costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
+                            precision=precision)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
     if stages and stages[-1][1] != n - 1:
@@ -184,5 +236,6 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
                           fields=("plan.stages",))
     ranges = stages if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
-                 schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap)
-    return evaluate_plan(costs, prob.setup, fixed)
+                 schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap,
+                 precision=precision)
+    return evaluate_plan(costs, setup, fixed)

@@ -16,14 +16,15 @@ _GIB = 2.0**30
 
 def plan_label(result: PlanResult) -> str:
     """One line naming ``result``'s plan: ``tp2 pp4 dp8 b=2 1f1b recompute=selective`` then
-    ``v=CHUNKS`` (interleaved) and the flags ``sp``, ``zeroN``, ``overlap`` that are on."""
+    ``v=CHUNKS`` (interleaved) and the flags ``sp``, ``zeroN``, ``overlap``, ``fp8`` that are on."""
     p = result.plan
     parts = [f"tp{p.tp} pp{p.pp} dp{p.dp}", f"b={p.micro_batch}", p.schedule.value]
     if p.chunks > 1:
         parts.append(f"v={p.chunks}")
     parts.append(f"recompute={p.recompute.value}")
     parts += [flag for flag, on in (("sp", p.sp), (f"zero{p.zero_stage}", p.zero_stage > 0),
-                                    ("overlap", p.dp_overlap)) if on]
+                                    ("overlap", p.dp_overlap), ("fp8", p.precision.value == "fp8"))
+              if on]
     return " ".join(parts)
 
 

@@ -48,7 +48,7 @@ from archplace.placement.plan import Optimizer
 from archplace.schedule.bounds import lower_bound_s
 from archplace.schedule.problem import ScheduleProblem
 from archplace.workload.graph import OpGraph
-from archplace.workload.layers import LayerChain
+from archplace.workload.layers import Layer, LayerChain, LayerKind
 
 
 @dataclass(frozen=True)
@@ -85,17 +85,26 @@ def _graph_floor_s(graph: OpGraph, acc: Accelerator, cost: CostModel, memo: dict
     return memo[key]
 
 
-def chain_floor_s(chain: LayerChain, acc: Accelerator, cost: CostModel) -> float:
+def chain_floor_s(chain: LayerChain, acc: Accelerator, cost: CostModel,
+                  fp8_cost: CostModel | None = None) -> float:
     """``sum_l (L_l^F + L_l^B)``: no schedule runs one micro-batch through every layer of
-    ``chain`` on one device of ``acc`` faster (seconds; repeated layer graphs bounded once)."""
+    ``chain`` on one device of ``acc`` faster (seconds; repeated layer graphs bounded once).
+    With ``fp8_cost`` (FP8 training), every layer but the head is bounded with it, as
+    :func:`archplace.placement.costs.layer_costs` costs them."""
     memo: dict[int, float] = {}
-    return math.fsum(_graph_floor_s(layer.fwd, acc, cost, memo) + _graph_floor_s(layer.bwd, acc, cost, memo)
-                     for layer in chain.layers)
+    fp8_memo: dict[int, float] = {}
+
+    def floor(layer: Layer) -> float:
+        model, seen = ((fp8_cost, fp8_memo) if fp8_cost is not None and layer.kind is not LayerKind.HEAD
+                       else (cost, memo))
+        return _graph_floor_s(layer.fwd, acc, model, seen) + _graph_floor_s(layer.bwd, acc, model, seen)
+    return math.fsum(floor(layer) for layer in chain.layers)
 
 
 def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices: int, cost: CostModel,
                  optimizer: Optimizer = Optimizer.ADAM,
-                 grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> DesignBound:
+                 grad_bytes: int = GRADIENT_BYTES_PER_PARAM, *,
+                 fp8_cost: CostModel | None = None, bf16: bool = True) -> DesignBound:
     """Bounds of ``acc``'s core configuration over the plan space given by ``chains``' keys.
 
     Args:
@@ -106,6 +115,10 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
         optimizer: whose state sets the memory floor.
         grad_bytes: bytes per gradient element (4 fp32, 2 bf16; every ZeRO stage keeps at least
             1/d of them, so the floor over N devices holds for all).
+        fp8_cost: the FP8 cost model when the plan space tries fp8 (used when ``acc`` has FP8
+            tensor cores): the bound is the larger of the two precisions' (FP8's weight cache
+            only adds memory, so the memory floor holds for both).
+        bf16: the plan space tries bf16 (False with fp8 only).
 
     Raises:
         ValueError: ``chains`` is empty.
@@ -113,9 +126,12 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
     if not chains:
         raise ValueError("design_bound needs at least one layer chain")
     per_device = 0.0
+    fp8 = [fp8_cost] if fp8_cost is not None and acc.fp8_speedup is not None else []
     for (tp, micro_batch, _sp), chain in chains.items():
-        floor_s = chain_floor_s(chain, acc, cost)
-        per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
+        floors = ([chain_floor_s(chain, acc, cost)] if bf16 else []) + [chain_floor_s(chain, acc, cost, f)
+                                                                         for f in fp8]
+        for floor_s in floors:
+            per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
     params = min(chain.model_params * tp for (tp, _b, _sp), chain in chains.items())  # >= P: per-rank x t
     state = WEIGHT_BYTES_PER_PARAM + grad_bytes + OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
     return DesignBound(per_device, devices, state * params / devices)

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from archplace.cost.model import CostModel
+from archplace.cost.model import EstimatingCostModel
+from archplace.cost.precision import PRECISION_ORDER, Fp8CostModel, Precision
 from archplace.errors import InfeasibleError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
@@ -135,7 +136,7 @@ def evaluate_designs(
     cluster: Cluster,
     global_batch: int,
     space: PlanGrid,
-    cost: CostModel,
+    cost: EstimatingCostModel,
     makespan: Makespan = list_makespan_s,
 ) -> list[DesignResult]:
     """Best plan of each design over the plan space (every chain of ``chains`` and every option
@@ -149,32 +150,54 @@ def evaluate_designs(
         chains: layer chain per (tp, micro_batch, sp).
         cluster: devices and links.
         global_batch: samples per iteration.
-        space: recompute policies, schedules, chunks, ZeRO stages and DP-overlap settings to try,
-            and the gradient dtype.
-        cost: per-operator cost model.
+        space: recompute policies, schedules, chunks, ZeRO stages, DP-overlap settings and
+            precisions to try, and the gradient dtype. A design without FP8 tensor cores tries
+            bf16 only (none: infeasible, "... has no FP8 tensor cores"); fp8 plans are scored
+            against the FP8 peak (:func:`archplace.placement.workflow.precision_setup`).
+        cost: per-operator cost model (with fp8, wrapped in
+            :class:`~archplace.cost.precision.Fp8CostModel`).
         makespan: layer scheduler (default: the list scheduler; CP-SAT for exact figures).
 
     Returns:
         For each design, in order, its best plan (:func:`archplace.placement.solver.plan_search`:
         fastest; ties: fewer devices, ...), or the reason nothing fits.
     """
-    shared: dict[Accelerator, dict[CostKey, list[LayerCost]]] = {}
+    shared: dict[tuple[Accelerator, Precision], dict[CostKey, list[LayerCost]]] = {}
+    fp8_cost = Fp8CostModel(cost) if Precision.FP8 in space.precisions else None
     out = []
     for acc in accs:
-        key = core_key(acc)
-        if key not in shared:
-            shared[key] = costs_by_key(chains, acc, cost, makespan)
-        setup = TrainingSetup(cluster, global_batch, _seq_len(chains), acc.hbm_bytes,
-                              acc.hbm_bandwidth_bytes_per_s, acc.peak_flop_per_s,
-                              grad_reduce_dtype=space.grad_reduce_dtype)
-        try:
-            (best,) = plan_search(shared[key], setup, recomputes=space.recomputes,
-                                  schedules=space.schedules, chunks=space.chunks,
-                                  zero_stages=space.zero_stages, dp_overlap=space.dp_overlap, top_k=1)
-        except InfeasibleError as exc:
-            out.append(DesignResult(acc, area_mm2(acc), None, str(exc)))
+        precisions = [p for p in PRECISION_ORDER if p in space.precisions
+                      and (p is Precision.BF16 or acc.fp8_speedup is not None)]
+        if not precisions:
+            out.append(DesignResult(acc, area_mm2(acc), None, f"{acc.name} has no FP8 tensor cores"))
             continue
-        out.append(DesignResult(acc, area_mm2(acc), best))
+        found: list[tuple[float, int, PlanResult]] = []
+        refusal = ""
+        for order, precision in enumerate(precisions):
+            key = (core_key(acc), precision)
+            if key not in shared:
+                shared[key] = (costs_by_key(chains, acc, cost, makespan) if precision is Precision.BF16
+                               else costs_by_key(chains, acc, cost, makespan, fp8_cost=fp8_cost))
+            peak = acc.peak_flop_per_s
+            if precision is Precision.FP8:
+                peak *= float(acc.fp8_speedup or 1.0)
+            setup = TrainingSetup(cluster, global_batch, _seq_len(chains), acc.hbm_bytes,
+                                  acc.hbm_bandwidth_bytes_per_s, peak,
+                                  grad_reduce_dtype=space.grad_reduce_dtype)
+            try:
+                (best,) = plan_search(shared[key], setup, recomputes=space.recomputes,
+                                      schedules=space.schedules, chunks=space.chunks,
+                                      zero_stages=space.zero_stages, dp_overlap=space.dp_overlap, top_k=1)
+            except InfeasibleError as exc:
+                refusal = refusal or str(exc)
+                continue
+            if precision is not Precision.BF16:
+                best = dataclasses.replace(best, plan=dataclasses.replace(best.plan, precision=precision))
+            found.append((best.iteration_time_s, order, best))
+        if not found:
+            out.append(DesignResult(acc, area_mm2(acc), None, refusal))
+            continue
+        out.append(DesignResult(acc, area_mm2(acc), min(found, key=lambda row: row[:2])[2]))
     return out
 
 

@@ -8,6 +8,7 @@ from importlib.metadata import version
 from typing import Any
 
 from archplace import limits
+from archplace.cost.precision import PRECISIONS
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
@@ -110,7 +111,9 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
             "zero_stages": list(space.zero_stages), "dp_overlap": list(space.dp_overlap),
             "grad_reduce_dtype": space.grad_reduce_dtype.value, "fuse": space.fuse,
             "attention": space.attention.value, "kernels": space.kernels.value,
-            "version": version("archplace")}
+            "version": version("archplace"),
+            # only when not bf16 alone, so that the stores of earlier searches still resume
+            **({"precisions": [p.value for p in space.precisions]} if space.precisions != PRECISIONS else {})}
 
 
 @dataclass(frozen=True, kw_only=True)

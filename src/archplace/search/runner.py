@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.cost.model import SystolicCostModel
+from archplace.cost.precision import PRECISIONS, Fp8CostModel, Precision
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
@@ -111,17 +112,22 @@ def _exact_task(items: list[tuple[Accelerator, Chains]], cluster: Cluster, globa
 
 
 def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster,
-                grad_bytes: int) -> list[list[DesignBound]]:
-    """Bounds of each core configuration, one per model (``grad_bytes``: the plan space's)."""
+                grad_bytes: int, precisions: tuple[Precision, ...] = PRECISIONS) -> list[list[DesignBound]]:
+    """Bounds of each core configuration, one per model (``grad_bytes`` and ``precisions``: the
+    plan space's)."""
     cost = SystolicCostModel(cluster)
-    return [[design_bound(acc, by_key, cluster.devices, cost, grad_bytes=grad_bytes)
+    fp8_cost = Fp8CostModel(cost) if Precision.FP8 in precisions else None
+    return [[design_bound(acc, by_key, cluster.devices, cost, grad_bytes=grad_bytes, fp8_cost=fp8_cost,
+                          bf16=Precision.BF16 in precisions)
              for by_key in chains.values()] for acc in cores]
 
 
 def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster,
                grad_bytes: int) -> list[float | None]:
-    """:meth:`_Session.pace` of a batch, in a worker (``grad_bytes``: the plan space's)."""
+    """:meth:`_Session.pace` of a batch, in a worker (``grad_bytes``: the plan space's; each
+    plan's layers at its precision)."""
     cost = SystolicCostModel(cluster)
+    fp8_cost = Fp8CostModel(cost)
     out: list[float | None] = []
     for acc, result in pairs:
         if result.best is None:
@@ -132,7 +138,9 @@ def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cl
                                         strict=True):
             assert part.best is not None, name
             plan = part.best.plan
-            layers = costs_by_key(by_key, acc, cost)[(plan.tp, plan.micro_batch, plan.sp)]
+            costs = (costs_by_key(by_key, acc, cost) if plan.precision is Precision.BF16
+                     else costs_by_key(by_key, acc, cost, fp8_cost=fp8_cost))
+            layers = costs[(plan.tp, plan.micro_batch, plan.sp)]
             paces.append(max(t.total_s for t in stage_times(layers, plan, cluster,
                                                            grad_bytes=grad_bytes)))
         out.append(geomean(paces))
@@ -227,7 +235,8 @@ class _Session:
         size = max(1, -(-len(cores) // (4 * jobs)))
         batches = [cores[i:i + size] for i in range(0, len(cores), size)]
         for batch, found in self._run(_bound_task, batches, self.chains, self.request.cluster,
-                                      self.request.plan_space.grad_reduce_dtype.bytes):
+                                      self.request.plan_space.grad_reduce_dtype.bytes,
+                                      self.request.plan_space.precisions):
             self.bound_cache.update(zip(batch, found, strict=True))
             self.tick()
         return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]

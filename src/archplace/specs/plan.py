@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace import limits
+from archplace.cost.precision import PRECISIONS, Precision
 from archplace.errors import ConfigError
 from archplace.placement.plan import (
     MICRO_BATCHES,
@@ -53,6 +54,8 @@ class PlanSpace:
         grad_reduce_dtype: gradient buffer and reduction dtype (fp32 | bf16), not searched.
         optimizer: adam | sgd, not searched.
         top_k: plans returned, best first (1..1,000).
+        precisions: precisions of the linear layers' GEMMs to try: bf16 and/or fp8
+            (Transformer Engine's FP8 recipe, :mod:`archplace.cost.precision`); default bf16.
 
     Raises:
         ConfigError: a value out of range or unknown, an empty list (the field named).
@@ -69,6 +72,7 @@ class PlanSpace:
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
     optimizer: Optimizer = Optimizer.ADAM
     top_k: int = 1
+    precisions: tuple[Precision, ...] = PRECISIONS
 
     def __post_init__(self) -> None:
         if self.tps is not None:
@@ -85,6 +89,7 @@ class PlanSpace:
         store(self, "grad_reduce_dtype", member(GradReduceDtype, self.grad_reduce_dtype, "grad_reduce_dtype"))
         store(self, "optimizer", member(Optimizer, self.optimizer, "optimizer"))
         limits.whole("top_k", self.top_k, 1, limits.MAX_TOP)
+        store(self, "precisions", members(Precision, self.precisions, "precisions"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: every field, enums as their names, tuples as lists."""
@@ -118,6 +123,8 @@ class Plan:
         optimizer: adam | sgd.
         stages: ``(first_layer, last_layer)`` of each of the ``pp * chunks`` stages (embedding =
             layer 0, head = the last); None for Megatron-LM's even split of the blocks.
+        precision: bf16 | fp8: the precision of the linear layers' GEMMs
+            (:mod:`archplace.cost.precision`).
 
     Raises:
         ConfigError: a field out of range or unknown (named ``plan.FIELD``), sp with tp = 1,
@@ -138,6 +145,7 @@ class Plan:
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
     optimizer: Optimizer = Optimizer.ADAM
     stages: tuple[tuple[int, int], ...] | None = None
+    precision: Precision = Precision.BF16
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "chunks"):
@@ -151,6 +159,7 @@ class Plan:
         store(self, "grad_reduce_dtype", member(GradReduceDtype, self.grad_reduce_dtype,
                                                 "plan.grad_reduce_dtype"))
         store(self, "optimizer", member(Optimizer, self.optimizer, "plan.optimizer"))
+        store(self, "precision", member(Precision, self.precision, "plan.precision"))
         check_sp(self.sp, self.tp, "plan.")
         if self.schedule is PipelineSchedule.INTERLEAVED:
             if self.chunks < 2 or self.pp < 2:

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from archplace import inputs, limits
+from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
 from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule
 from archplace.search.executor import EXECUTORS
@@ -62,6 +63,8 @@ class SearchSpec:
         schedules: pipeline schedules tried (``1f1b``, ``interleaved``, ``gpipe``).
         zero_stages: ZeRO stages tried (0..3; ``"all"`` or ``"0,1,3"`` are read too).
         grad_reduce_dtype: ``fp32`` (Megatron-LM's bf16 recipe) or ``bf16`` gradients.
+        precisions: precisions of the linear layers' GEMMs tried: ``bf16`` and/or ``fp8``
+            (Transformer Engine's FP8 recipe; a design without FP8 tensor cores tries bf16 only).
         attention: ``flash``, ``sdpa`` or ``eager``.
         kernels: ``fused`` or ``unfused`` element-wise kernels.
         fuse: also fold element-wise operators into the matmul producing their input.
@@ -100,6 +103,7 @@ class SearchSpec:
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     zero_stages: tuple[int, ...] = ZERO_STAGES
     grad_reduce_dtype: str = "fp32"
+    precisions: tuple[str, ...] = ("bf16",)
     attention: str = "flash"
     kernels: str = "fused"
     fuse: bool = False
@@ -308,6 +312,12 @@ def _recompute(value: object) -> tuple[str, ...]:
     return tuple(_choice(r, "recompute", RECOMPUTES) for r in _nonempty(_listed(value), "recompute"))
 
 
+def _precisions(value: object) -> tuple[str, ...]:
+    choices = tuple(p.value for p in Precision)
+    listed = _nonempty(_listed(value), "precisions")
+    return tuple(dict.fromkeys(_choice(p, "precision", choices) for p in listed))
+
+
 def _schedules(value: object) -> tuple[str, ...]:
     choices = tuple(p.value for p in PipelineSchedule)
     return tuple(_choice(s, "schedule", choices) for s in _nonempty(_listed(value), "schedules"))
@@ -333,6 +343,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "schedules": _schedules,
     "zero_stages": _zero_stages,
     "grad_reduce_dtype": lambda v: _choice(v, "grad_reduce_dtype", tuple(d.value for d in GradReduceDtype)),
+    "precisions": lambda v: _precisions(v),
     "attention": lambda v: parse_attention(v).value,
     "kernels": lambda v: parse_kernels(v).value,
     "fuse": lambda v: _flag(v, "fuse"),
@@ -375,6 +386,7 @@ tp: null                     # TP widths, e.g. [1, 2, 4]; null: every valid widt
 schedules: [1f1b, interleaved, gpipe]
 zero_stages: [0, 1, 2, 3]    # or "all", or "0,1"
 grad_reduce_dtype: fp32      # fp32 or bf16
+precisions: [bf16]           # bf16 and/or fp8 (designs without FP8 tensor cores: bf16 only)
 attention: flash             # flash, sdpa or eager
 kernels: fused               # fused or unfused
 fuse: false                  # fold element-wise operators into their producing matmul
