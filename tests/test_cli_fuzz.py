@@ -235,6 +235,7 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--optimizer": _words(["adam", "sgd"]),
         "--zero-stage": _words(["0", "1", "2", "3", "0,3", "all", "4", "x"]),
         "--grad-reduce-dtype": _words(["fp32", "bf16", "fp8"]),
+        "--precision": _words(["bf16", "fp8"]),
         "--stages": _words(["0-1,2-3", "0-3", "0-0,1-3", "3-0", "0-1,1-3", "a-b", "0-99"]),
         "--out": _output(files, [".json"]),
         "--csv": _output(files, [".csv"]),
