@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ from hypothesis import HealthCheck, settings
 # failures are still reported with their example.
 settings.register_profile("archplace", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("archplace")
+
+# Shared test helpers (tests/helpers/: cli_helpers, the CLI run in-process) importable by every
+# test module.
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 
 @pytest.fixture(autouse=True, scope="session")

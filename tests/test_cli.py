@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from archplace.cli import main
+from cli_helpers import run
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256,
             "vocab_size": 2048}
@@ -20,14 +20,6 @@ buffer: [128 MiB]
 hbm: [32 GiB]
 area_min_fraction: 0.0
 """
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    captured = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
 
 
 @pytest.fixture()

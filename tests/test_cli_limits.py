@@ -13,22 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from archplace import api, limits
-from archplace.cli import main
 from archplace.errors import ConfigError, SolverError
 from archplace.schedule.list_scheduler import list_schedule
 from archplace.schedule.problem import ScheduleProblem
+from cli_helpers import run
 
 BIG = "100000000000000000000000"  # 10**23: typer takes it, NumPy and torch overflow on it
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128,
             "vocab_size": 256}
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    captured = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
 
 
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from archplace.cli import main
 from archplace.cost import gemm
 from archplace.cost.estimate import estimate_layers, estimate_matmul
 from archplace.cost.model import RooflineCostModel, SystolicCostModel
@@ -15,19 +14,12 @@ from archplace.errors import ConfigError
 from archplace.hardware.presets import load_accelerator
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.zoo import load_model
+from cli_helpers import run
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 3, "n_embd": 128, "n_head": 4, "n_positions": 128,
             "vocab_size": 1024}
 PHASE_KEYS = {"single_core_s", "all_cores_s", "bound", "seconds_by_bound", "energy_j", "flop",
               "hbm_bytes", "mfu", "array_flop", "achieved_flop_per_s", "fraction_of_peak", "ops"}
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    captured = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
 
 
 @pytest.fixture(scope="module")

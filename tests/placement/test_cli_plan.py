@@ -7,17 +7,10 @@ import json
 import pytest
 
 from archplace import api
-from archplace.cli import main
+from cli_helpers import run
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
        "vocab_size": 4096}
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err
 
 
 @pytest.fixture(scope="module")

@@ -12,23 +12,16 @@ import pytest
 import yaml
 
 from archplace import api
-from archplace.cli import main
 from archplace.cli_runs import run_fields
 from archplace.config_examples import EXAMPLES
 from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 from archplace.specs.runs import evaluate_fields
+from cli_helpers import run
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
        "vocab_size": 4096}
 CLUSTER = ["--hardware", "a100-80gb", "--devices", "16", "--global-batch", "32"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err
 
 
 @pytest.fixture(scope="module")

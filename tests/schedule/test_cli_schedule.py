@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from schedule_helpers import F, T, V, validate
 
-from archplace.cli import main
 from archplace.schedule.problem import SchedOp, ScheduleProblem
 from archplace.schedule.timeline import Schedule, ScheduledOp
+from cli_helpers import run
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128,
             "vocab_size": 512, "bos_token_id": 0, "eos_token_id": 0}
@@ -24,14 +24,6 @@ PROBLEM = ScheduleProblem((
     SchedOp(3, F, 3e-6, 2e-6),
     SchedOp(4, V, 0.0, 0.0, (2, 3)),
 ), 4, 2)
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    captured = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
 
 
 def schedule_from_json(data: dict[str, Any]) -> Schedule:

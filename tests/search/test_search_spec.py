@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from archplace import api
-from archplace.cli import main
 from archplace.errors import ConfigError
 from archplace.schemas import stamp
 from archplace.specs.search import EXAMPLE, FIELDS, SearchSpec, read_fields
+from cli_helpers import run
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
             "vocab_size": 1024}
@@ -25,14 +25,6 @@ def model(tmp_path: Path) -> str:
     path.parent.mkdir()
     path.write_text(json.dumps(TINY_GPT))
     return str(path)
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    captured = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
 
 
 def test_the_example_loads_into_the_defaults(tmp_path: Path) -> None:
