@@ -257,6 +257,7 @@ def dags(draw, max_layers: int = 7):
     return LayerGraph(tuple(layers), tuple((perm[a], perm[b]) for a, b in edges))
 
 
+@pytest.mark.slow  # ~30 s: 300-400 brute-forced instances (make test keeps the smaller brute-force tests)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_dag_equals_brute_force(data: st.DataObject) -> None:

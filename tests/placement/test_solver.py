@@ -103,6 +103,7 @@ def search_problems(draw):
     return costs, setup, options, draw(st.sampled_from([1, 1, 3, 8]))
 
 
+@pytest.mark.slow  # ~30 s: 300-400 brute-forced instances (make test keeps the smaller brute-force tests)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(search_problems())
 def test_plan_search_equals_brute_force(problem):
