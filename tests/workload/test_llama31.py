@@ -6,16 +6,7 @@ import json
 
 import pytest
 
-from archplace.cli import main
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from cli_helpers import run
 
 
 def test_llama31_8b_graph_estimate_plan_at_8192(capsys: pytest.CaptureFixture[str]) -> None:

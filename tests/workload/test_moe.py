@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from archplace.cli import main
 from archplace.errors import ConfigError
 from archplace.schemas import load_schema
 from archplace.workload.extract import ExtractOptions, check_tp, extract_chain
 from archplace.workload.graph import OpKind
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import ModelSpec, load_model
+from cli_helpers import run
 
 # A small Mixtral-architecture model: 2 layers, hidden 256, 4 experts of width 512, top-2.
 SMALL: dict[str, Any] = {
@@ -33,15 +33,6 @@ def small(**changes: Any) -> ModelSpec:
 
 def valid(kind: str, document: object) -> bool:
     return not list(Draft202012Validator(load_schema(kind)).iter_errors(document))
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_mixtral_total_and_active_parameters_are_the_published_ones():
