@@ -183,7 +183,7 @@ def evaluate(run: EvaluateRun) -> PlanResult:
                              recompute=p.recompute, schedule=p.schedule, chunks=p.chunks, sp=p.sp,
                              zero_stage=p.zero_stage, dp_overlap=p.dp_overlap, stages=p.stages,
                              fuse=model.fuse, attention=model.attention, kernels=model.kernels,
-                             precision=p.precision)
+                             precision=p.precision, cp=p.cp, ep=p.ep)
 
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,

@@ -381,8 +381,14 @@ def test_schedule_options_are_checked(kwargs, message):
 
 
 def test_layer_cost_checks_tp_share():
-    with pytest.raises(ConfigError, match="tp_comm_fwd_s = 2.0 exceeds fwd_s"):
+    with pytest.raises(ConfigError, match="communication 2.0 s exceeds fwd_s"):
         dataclasses.replace(LAYERS[0], tp_comm_fwd_s=2.0)
+    half = LAYERS[0].bwd_s * 0.6
+    with pytest.raises(ConfigError, match="exceeds bwd_s"):  # the sum of the three kinds counts
+        dataclasses.replace(LAYERS[0], cp_comm_bwd_s=half, ep_comm_bwd_s=half)
+    assert dataclasses.replace(LAYERS[0], cp_comm_bwd_s=half).cp_comm_bwd_s == half
+    with pytest.raises(ConfigError, match="expert_params = .* exceeds params"):
+        dataclasses.replace(LAYERS[0], expert_params=LAYERS[0].params + 1)
     with pytest.raises(ConfigError, match="selective_activation_bytes"):
         dataclasses.replace(LAYERS[0], selective_activation_bytes=-1.0)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from archplace.cost.model import CostModel, array_flop
 from archplace.cost.precision import fp8_weight_params
 from archplace.hardware.accelerator import Accelerator
-from archplace.placement.plan import LayerCost
+from archplace.placement.plan import CostKey, LayerCost
 from archplace.schedule.list_scheduler import list_schedule
 from archplace.schedule.problem import ScheduleProblem
 from archplace.workload.graph import OpGraph, OpKind, renumber
@@ -104,9 +104,6 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             fp8_params=fp8_weight_params(layer.fwd.ops) if fp8 else 0,
         ))
     return out
-
-
-CostKey = tuple[int, int, bool]  # (tp, micro_batch, sp)
 
 
 def costs_by_key(chains: Mapping[CostKey, LayerChain], acc: Accelerator, cost: CostModel,

@@ -7,7 +7,7 @@ import math
 import numbers
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
@@ -108,6 +108,46 @@ def _positive_int(owner: str, name: str, value: object) -> int:
     return int(value)
 
 
+class CostKey(NamedTuple):
+    """The layer costs of one TP width, micro-batch size, SP flag, CP degree and EP degree.
+
+    A plain ``(tp, micro_batch, sp)`` tuple equals ``CostKey(tp, micro_batch, sp)`` only when
+    built through this class (the defaults fill cp = ep = 1); build keys with it.
+
+    Attributes:
+        tp: tensor-parallel width.
+        micro_batch: samples per micro-batch.
+        sp: sequence parallelism (Korthikanti et al. 2022, section 4.2.2).
+        cp: context-parallel degree: the sequence split over cp ranks (ring attention).
+        ep: expert-parallel degree: the experts of every MoE layer sharded over ep ranks.
+    """
+
+    tp: int
+    micro_batch: int
+    sp: bool
+    cp: int = 1
+    ep: int = 1
+
+    @classmethod
+    def of(cls, key: tuple[Any, ...]) -> CostKey:
+        """``key`` as a CostKey: a ``(tp, micro_batch, sp)`` or ``(tp, micro_batch, sp, cp, ep)``
+        tuple of integers.
+
+        Raises:
+            ConfigError: another length or a non-integer degree.
+        """
+        if isinstance(key, cls):
+            return key
+        try:
+            if len(key) not in (3, 5):
+                raise ValueError
+            tp, micro_batch, sp, *rest = key
+            return cls(operator.index(tp), operator.index(micro_batch), bool(sp),
+                       *(operator.index(x) for x in rest))
+        except (TypeError, ValueError):
+            raise ConfigError(f"costs keys must be (tp, micro_batch, sp[, cp, ep]), got {key!r}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class LayerCost:
     """Everything placement needs of one layer, for one design, micro-batch size, TP width and SP flag.
@@ -135,11 +175,19 @@ class LayerCost:
             (already included in them; only used to attribute the ``tp_comm`` breakdown).
         fp8_params: the weights (per TP rank) of the layer's GEMMs that run in FP8, whose FP8
             copies FP8 training keeps (:mod:`archplace.cost.precision`); 0 in bf16.
+        expert_params: the part of ``params`` that are routed experts' weights held by this
+            rank (already divided by the EP degree); their gradients are reduced, and their
+            optimizer state sharded, over the expert-data-parallel group (dp * cp * tp / ep
+            ranks) instead of the dense DP group. 0 for dense layers.
+        cp_comm_fwd_s, cp_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in exposed
+            context-parallel (ring attention) communication (already included; breakdown only).
+        ep_comm_fwd_s, ep_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in the expert
+            all-to-all dispatch and combine (already included; breakdown only).
 
     Raises:
         ConfigError: a negative or non-finite figure, non-integer ``params`` or
-            ``fp8_params``, ``fp8_params > params``, or a TP communication time larger than
-            the pass that contains it.
+            ``fp8_params`` or ``expert_params``, ``fp8_params`` or ``expert_params`` larger than
+            ``params``, or TP + CP + EP communication time larger than the pass that contains it.
     """
 
     name: str
@@ -158,11 +206,16 @@ class LayerCost:
     tp_comm_bwd_s: float = 0.0
     selective_recompute_flop: float = 0.0
     fp8_params: int = 0
+    expert_params: int = 0
+    cp_comm_fwd_s: float = 0.0
+    cp_comm_bwd_s: float = 0.0
+    ep_comm_fwd_s: float = 0.0
+    ep_comm_bwd_s: float = 0.0
 
     def __post_init__(self) -> None:
         # NumPy scalars are accepted and stored as Python int / float.
         owner = f"layer {self.name!r}"
-        for name in ("params", "fp8_params"):
+        for name in ("params", "fp8_params", "expert_params"):
             value = getattr(self, name)
             try:
                 if isinstance(value, bool):
@@ -173,19 +226,22 @@ class LayerCost:
             if count < 0:
                 raise ConfigError(f"{owner}: {name} must be an integer >= 0, got {value!r}")
             object.__setattr__(self, name, count)
-        if self.fp8_params > self.params:
-            raise ConfigError(f"{owner}: fp8_params = {self.fp8_params} exceeds params = {self.params}")
+        for name in ("fp8_params", "expert_params"):
+            if getattr(self, name) > self.params:
+                raise ConfigError(f"{owner}: {name} = {getattr(self, name)} exceeds params = {self.params}")
         for name in ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes",
                      "working_bytes", "fwd_flop", "bwd_flop", "selective_recompute_s",
-                     "tp_comm_fwd_s", "tp_comm_bwd_s", "selective_recompute_flop"):
+                     "tp_comm_fwd_s", "tp_comm_bwd_s", "selective_recompute_flop",
+                     "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s", "ep_comm_bwd_s"):
             object.__setattr__(self, name, _finite_non_negative(owner, name, getattr(self, name)))
         if self.selective_activation_bytes is not None:
             object.__setattr__(self, "selective_activation_bytes", _finite_non_negative(
                 owner, "selective_activation_bytes", self.selective_activation_bytes))
-        for comm, total in (("tp_comm_fwd_s", "fwd_s"), ("tp_comm_bwd_s", "bwd_s")):
-            if getattr(self, comm) > getattr(self, total):
-                raise ConfigError(f"{owner}: {comm} = {getattr(self, comm)} exceeds {total} = "
-                                  f"{getattr(self, total)} (TP collectives are part of the pass)")
+        for pass_ in ("fwd", "bwd"):
+            comm = sum(getattr(self, f"{kind}_comm_{pass_}_s") for kind in ("tp", "cp", "ep"))
+            if comm > getattr(self, f"{pass_}_s") * (1 + 1e-12):
+                raise ConfigError(f"{owner}: TP + CP + EP communication {comm} s exceeds {pass_}_s = "
+                                  f"{getattr(self, f'{pass_}_s')} s (collectives are part of the pass)")
 
     def saved_bytes(self, recompute: Recompute) -> float:
         """Bytes one micro-batch keeps for the backward pass under ``recompute``, in bytes:
@@ -304,6 +360,11 @@ class Plan:
         precision: bf16, or fp8: the linear layers' GEMMs in FP8 as Transformer Engine's
             recipe runs them (:mod:`archplace.cost.precision`); it changes the layer costs,
             which the caller builds for it, and is recorded here.
+        cp: context-parallel degree: every sample's sequence is split over cp ranks, attention
+            by ring attention; a pipeline stage occupies tp * cp devices.
+        ep: expert-parallel degree: the routed experts of every MoE layer are sharded over ep
+            ranks taken from the data-parallel group (ep divides dp * cp * tp / etp in
+            Megatron-Core; here ep must divide dp * cp); it does not change the device count.
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
@@ -327,9 +388,11 @@ class Plan:
     dp_overlap: bool = False
     stage_layers: tuple[tuple[str, ...], ...] = ()
     precision: Precision = Precision.BF16
+    cp: int = 1
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "micro_batch", "chunks"):
+        for name in ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep"):
             object.__setattr__(self, name, _positive_int("plan", name, getattr(self, name)))
         try:
             object.__setattr__(self, "precision", Precision(self.precision))
@@ -388,15 +451,16 @@ class Plan:
 
     @property
     def devices(self) -> int:
-        """Devices the plan occupies: tp * pp * dp."""
-        return self.tp * self.pp * self.dp
+        """Devices the plan occupies: tp * cp * pp * dp (ep is carved out of dp * cp)."""
+        return self.tp * self.cp * self.pp * self.dp
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form. ``stages`` lists pp * chunks layer ranges in chain order and
         ``stage_device`` the pipeline device of each (range c runs on device c % pp); a DAG
         plan adds ``stage_layers``, the layer names of every range."""
         out: dict[str, Any] = {
-            "tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
+            "tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp,
+            "micro_batch": self.micro_batch,
             "recompute": self.recompute.value, "schedule": self.schedule.value,
             "chunks": self.chunks, "sp": self.sp, "zero_stage": self.zero_stage,
             "dp_overlap": self.dp_overlap, "precision": self.precision.value,
@@ -410,7 +474,7 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored; a missing
-        ``precision`` is bf16).
+        ``precision`` is bf16, a missing ``cp`` or ``ep`` 1).
 
         Raises:
             ConfigError: a missing or invalid field.
@@ -424,7 +488,8 @@ class Plan:
                        chunks=int(data.get("chunks", 1)), sp=bool(data.get("sp", False)),
                        zero_stage=stage, dp_overlap=bool(data.get("dp_overlap", False)),
                        stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())),
-                       precision=Precision(data.get("precision", Precision.BF16.value)))
+                       precision=Precision(data.get("precision", Precision.BF16.value)),
+                       cp=int(data.get("cp", 1)), ep=int(data.get("ep", 1)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan {data!r}: {exc}") from None
 

@@ -37,6 +37,7 @@ from archplace.placement.pipeline import check_finite_times, evaluate_plan
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
+    CostKey,
     LayerCost,
     PipelineSchedule,
     PlanResult,
@@ -48,9 +49,6 @@ from archplace.placement.search import Family, Search, Variant, in_flight_per_po
 from archplace.placement.tables import FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int
 from archplace.units import format_bytes
-
-CostKey = tuple[int, int, bool]
-"""(tp, micro_batch, sp): the layer costs of one TP width, micro-batch size and SP flag."""
 
 
 def _enums(kind: type, values: Iterable[object], name: str) -> tuple[Any, ...]:
@@ -118,10 +116,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         raise ConfigError("plan_search needs the layer costs of at least one (tp, micro_batch, sp)")
     families: list[Family] = []
     for key, layers in costs.items():
-        try:
-            tp, micro_batch, sp = key
-        except (TypeError, ValueError):
-            raise ConfigError(f"costs keys must be (tp, micro_batch, sp), got {key!r}") from None
+        tp, micro_batch, sp, _cp, _ep = CostKey.of(key)
         check_positive_int("tp", tp)
         check_positive_int("micro_batch", micro_batch)
         if not isinstance(sp, bool):
@@ -196,7 +191,7 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
         raise ConfigError(f"chunks={chunks} does not suit the {kind.value} schedule "
                           f"(interleaved needs chunks >= 2, the others chunks = 1)")
     check_tp_and_micro_batch(setup, tp, micro_batch)
-    return plan_search({(tp, micro_batch, bool(sp)): layers}, setup, recomputes=(policy,),
+    return plan_search({CostKey(tp, micro_batch, bool(sp)): layers}, setup, recomputes=(policy,),
                        schedules=(kind,), chunks=(chunks,) if interleaved else (),
                        zero_stages=(zero_stage,), dp_overlap=(bool(dp_overlap),), top_k=1)[0]
 

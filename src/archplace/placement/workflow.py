@@ -16,11 +16,12 @@ from archplace.cost.precision import PRECISION_ORDER, PRECISIONS, Fp8CostModel, 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.accelerator import Accelerator
 from archplace.placement.budget import check_chain_length
-from archplace.placement.costs import CostKey, costs_by_key
+from archplace.placement.costs import costs_by_key
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import (
     MICRO_BATCHES,
     ZERO_STAGES,
+    CostKey,
     GradReduceDtype,
     LayerCost,
     PipelineSchedule,
@@ -80,8 +81,10 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
         ConfigError: a TP width the model cannot be split by, fp8 on a chip without FP8.
     """
     check_precision(prob.acc, precision)
-    chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key[1], seq_len=prob.spec.seq_len,
-                                                          tp=key[0], sp=key[2] and key[0] > 1,
+    seq_len = prob.spec.seq_len
+    chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key.micro_batch, seq_len=seq_len,
+                                                          tp=key.tp, sp=key.sp and key.tp > 1,
+                                                          cp=key.cp, ep=key.ep,
                                                           fuse=fuse, attention=attention,
                                                           kernels=kernels))
               for key in keys}
@@ -157,7 +160,8 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
         check_tp(prob.spec, t)
         if t > devices:
             raise ConfigError(f"TP width {t} exceeds the {devices} devices")
-    keys = [(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps if t > 1 or not sp]
+    keys = [CostKey(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps
+            if t > 1 or not sp]
     precisions = [p for p in PRECISION_ORDER if p in space.precisions]
     if not precisions:
         raise ConfigError("at least one precision is needed", fields=("precisions",))
@@ -214,7 +218,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero_stage: int = 0,
              dp_overlap: bool = False, stages: tuple[tuple[int, int], ...] | None = None, fuse: bool = False,
              attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
-             precision: Precision = Precision.BF16) -> PlanResult:
+             precision: Precision = Precision.BF16, cp: int = 1, ep: int = 1) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanGrid`;
     ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`).
@@ -225,7 +229,10 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     check_tp(prob.spec, tp)
-    key = (tp, micro_batch, sp and tp > 1)
+    if cp != 1 or ep != 1:  # TODO(issue 14): context and expert parallelism in the engine
+        raise ConfigError(f"plan.cp = {cp} and plan.ep = {ep}: context and expert parallelism are "
+                          f"not modelled yet (only 1)", fields=("plan.cp", "plan.ep"))
+    key = CostKey(tp, micro_batch, sp and tp > 1)
     setup = precision_setup(prob, precision)
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
                             precision=precision)[key]

@@ -127,11 +127,11 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
         raise ValueError("design_bound needs at least one layer chain")
     per_device = 0.0
     fp8 = [fp8_cost] if fp8_cost is not None and acc.fp8_speedup is not None else []
-    for (tp, micro_batch, _sp), chain in chains.items():
+    for (tp, micro_batch, *_), chain in chains.items():
         floors = ([chain_floor_s(chain, acc, cost)] if bf16 else []) + [chain_floor_s(chain, acc, cost, f)
                                                                          for f in fp8]
         for floor_s in floors:
             per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
-    params = min(chain.model_params * tp for (tp, _b, _sp), chain in chains.items())  # >= P: per-rank x t
+    params = min(chain.model_params * tp for (tp, *_), chain in chains.items())  # >= P: per-rank x t
     state = WEIGHT_BYTES_PER_PARAM + grad_bytes + OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
     return DesignBound(per_device, devices, state * params / devices)

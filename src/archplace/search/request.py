@@ -84,16 +84,17 @@ class SearchRequest:
         """The (tp, micro_batch, sp) layer-cost keys of the plan space (SP only with tp > 1)."""
         space = self.plan_space
         assert space.tps is not None  # checked in __post_init__
-        return tuple((t, b, sp) for t in space.tps for b in sorted(set(space.micro_batches))
+        return tuple(CostKey(t, b, sp) for t in space.tps for b in sorted(set(space.micro_batches))
                      for sp in space.sps if t > 1 or not sp)
 
     def chains(self, model: ModelSpec) -> dict[CostKey, LayerChain]:
         """Layer chains of ``model`` for every cost key (graph cache; extraction once per key)."""
-        return {(t, b, sp): cached_chain(model, ExtractOptions(micro_batch=b, seq_len=model.seq_len,
-                                                               tp=t, sp=sp, fuse=self.plan_space.fuse,
-                                                               attention=self.plan_space.attention,
-                                                               kernels=self.plan_space.kernels))
-                for t, b, sp in self.cost_keys}
+        return {key: cached_chain(model, ExtractOptions(micro_batch=key.micro_batch, seq_len=model.seq_len,
+                                                        tp=key.tp, sp=key.sp, fuse=self.plan_space.fuse,
+                                                        attention=self.plan_space.attention,
+                                                        kernels=self.plan_space.kernels,
+                                                        cp=key.cp, ep=key.ep))
+                for key in self.cost_keys}
 
 
 def request_identity(request: SearchRequest) -> dict[str, Any]:

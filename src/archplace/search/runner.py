@@ -140,7 +140,7 @@ def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cl
             plan = part.best.plan
             costs = (costs_by_key(by_key, acc, cost) if plan.precision is Precision.BF16
                      else costs_by_key(by_key, acc, cost, fp8_cost=fp8_cost))
-            layers = costs[(plan.tp, plan.micro_batch, plan.sp)]
+            layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep)]
             paces.append(max(t.total_s for t in stage_times(layers, plan, cluster,
                                                            grad_bytes=grad_bytes)))
         out.append(geomean(paces))
@@ -281,7 +281,7 @@ def _plan_chains(result: DesignResult, chains: Chains) -> Chains:
     for name, part in zip(chains, parts, strict=True):
         assert part.best is not None
         plan = part.best.plan
-        key = (plan.tp, plan.micro_batch, plan.sp)
+        key = CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep)
         out[name] = {key: chains[name][key]}
     return out
 

@@ -125,6 +125,8 @@ class Plan:
             layer 0, head = the last); None for Megatron-LM's even split of the blocks.
         precision: bf16 | fp8: the precision of the linear layers' GEMMs
             (:mod:`archplace.cost.precision`).
+        cp: context-parallel degree (1..2**20): the sequence split over cp ranks.
+        ep: expert-parallel degree (1..2**20): the routed experts sharded over ep ranks.
 
     Raises:
         ConfigError: a field out of range or unknown (named ``plan.FIELD``), sp with tp = 1,
@@ -146,9 +148,11 @@ class Plan:
     optimizer: Optimizer = Optimizer.ADAM
     stages: tuple[tuple[int, int], ...] | None = None
     precision: Precision = Precision.BF16
+    cp: int = 1
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "chunks"):
+        for name in ("tp", "pp", "dp", "chunks", "cp", "ep"):
             limits.whole(f"plan.{name}", getattr(self, name), 1, limits.MAX_DEVICES)
         limits.whole("plan.micro_batch", self.micro_batch, 1, limits.MAX_MICRO_BATCH)
         store(self, "recompute", member(Recompute, self.recompute, "plan.recompute"))

@@ -59,6 +59,10 @@ class ExtractOptions:
         fuse: fuse element-wise operators into the matmul producing their input.
         attention: attention implementation (:class:`Attention`); a string is converted.
         kernels: element-wise kernel fusion (:class:`Kernels`); a string is converted.
+        cp: context-parallel degree: the graph is one rank's share of a sequence split over cp
+            ranks (ring attention).
+        ep: expert-parallel degree: the graph is one rank's share of MoE layers whose routed
+            experts are sharded over ep ranks (all-to-all dispatch and combine).
 
     Raises:
         ConfigError: a non-positive size, an unknown dtype, attention or kernels value.
@@ -73,6 +77,8 @@ class ExtractOptions:
     fuse: bool = False
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
+    cp: int = 1
+    ep: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention", parse_attention(self.attention))
@@ -83,6 +89,8 @@ class ExtractOptions:
             raise ConfigError(f"sequence length must be positive, got {self.seq_len}")
         if self.tp <= 0:
             raise ConfigError(f"TP width must be positive, got {self.tp}")
+        if self.cp <= 0 or self.ep <= 0:
+            raise ConfigError(f"CP and EP degrees must be positive, got cp={self.cp}, ep={self.ep}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
 
