@@ -67,7 +67,8 @@ def search_table(result: SearchResult, top: int) -> Table:
         lines.append(f"samples/s, samples/s/W and MFU are geometric means over {names}; "
                      f"tp/pp/dp, micro-batch and recompute per model in that order")
     if exact:
-        lines.append(f"CP-SAT samples/s: the best {len(exact)} designs' plans re-evaluated with exact "
+        which = "the best design's plan" if len(exact) == 1 else f"the best {len(exact)} designs' plans"
+        lines.append(f"CP-SAT samples/s: {which} re-evaluated with exact "
                      f"(CP-SAT) layer schedules instead of list schedules")
     if result.baseline is not None:
         table.add_section()
