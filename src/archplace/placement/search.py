@@ -318,13 +318,14 @@ class Search:
     def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[_Block] = []
-        grids: dict[tuple[int, int, PipelineSchedule, int, int], tuple[npt.NDArray[np.int64], ...]] = {}
+        grids: dict[tuple[int, int, int, int, PipelineSchedule, int, int],
+                    tuple[npt.NDArray[np.int64], ...]] = {}
         counter = itertools.count()
         for f, state in enumerate(self.states):
             fam = state.family
             n = len(fam.layers)
             for variant in self.variants:
-                key = (fam.tp, fam.micro_batch, variant.schedule, variant.chunks, n)
+                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, variant.schedule, variant.chunks, n)
                 if key not in grids:
                     grids[key] = self.grid(fam, n, variant)
                 p, d, m = grids[key]
