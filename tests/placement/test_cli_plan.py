@@ -128,7 +128,7 @@ def test_evaluate_zero_stages_and_what_the_time_is_made_of(model: str,
     assert gathered[3] > 0 and gathered[:3] == [0.0, 0.0, 0.0]
     for data in results.values():
         assert data["breakdown_s"]["pp_comm"] > 0  # pp = 2: both stages pay the boundary
-        assert set(data["comm_s"]) == {"tp", "pp", "dp"}
+        assert set(data["comm_s"]) == {"tp", "cp", "ep", "pp", "dp"}
         for parts in data["comm_s"].values():
             assert 0.0 <= parts["exposed"] <= parts["total"] * (1 + 1e-12)
         assert data["comm_s"]["dp"]["exposed"] == pytest.approx(data["breakdown_s"]["dp_comm"], rel=1e-12)

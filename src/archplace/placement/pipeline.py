@@ -47,9 +47,18 @@ the rule for whether a plan fits are in :mod:`archplace.placement.memory` and
 
 Breakdown (summed left to right in :data:`BREAKDOWN_KEYS` order to give the iteration time),
 with b the bottleneck segment (largest T_c, the first on ties) and e the device with the largest
-DP + optimizer tail: compute = v m (compute_b - tp_comm_b), tp_comm = v m tp_comm_b, recompute =
-v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed
-DP traffic of device e, optimizer of device e.
+DP + optimizer tail: compute = v m (compute_b - tp_comm_b - cp_comm_b - ep_comm_b), tp_comm =
+v m tp_comm_b, cp_comm = v m cp_comm_b, ep_comm = v m ep_comm_b (the layers' exposed ring
+attention and expert all-to-all shares), recompute = v m recompute_b, pp_comm = v m p2p_b,
+bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed DP traffic of device e, optimizer of
+device e.
+
+Context and expert parallelism (:mod:`archplace.placement.layout`): a plan occupies
+tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are over the DP x CP
+group (dp * cp ranks), the routed experts' (``LayerCost.expert_params``) over the
+expert-data-parallel group (tp * cp * dp / ep ranks), each a collective of its own; the rank
+order (``TrainingSetup.rank_order``) decides the links of those groups and of the pipeline
+sends.
 """
 
 from __future__ import annotations
@@ -295,9 +304,10 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     """Iteration time, breakdown, throughput, MFU, HFU, communication and memory of one plan
     (module docstring).
 
-    MFU = model FLOP per iteration / (iteration time * tp * pp * dp * peak FLOP/s), with model
-    FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp (layer FLOP
-    are per TP rank and micro-batch; recomputation and batch padding are not model FLOP). It is
+    MFU = model FLOP per iteration / (iteration time * tp * cp * pp * dp * peak FLOP/s), with
+    model FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp * cp
+    (layer FLOP are per TP and CP rank and micro-batch; recomputation and batch padding are not
+    model FLOP). It is
     at most 1 when every layer's FLOP take at least ``flop / peak`` of its time (true of the
     cost models' layers; layer-graph files are checked by ``dag_plan``). HFU adds the FLOP the
     backward passes recompute (``LayerCost.recompute_flop``): Korthikanti et al. 2022, section

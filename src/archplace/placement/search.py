@@ -1,8 +1,9 @@
 """Exact best-first search over parallel plans (the engine of ``solver.plan_search``).
 
 A *candidate* fixes everything but the stage split: family (TP width t, micro-batch b, SP flag,
-recompute policy -- one table of layer costs), schedule and chunks v, pipeline depth p, DP
-degree d (hence m micro-batches), ZeRO stage and DP overlap. Its best iteration time is
+CP degree c, EP degree e, recompute policy -- one table of layer costs), schedule and chunks v,
+pipeline depth p, DP degree d (hence m micro-batches; t c p d devices, e dividing d c), ZeRO
+stage and DP overlap. Its best iteration time is
 
     min over splits into s = p v segments of  K * max_c T_c + max_c Y_c,   K = v m + p - 1,
 
@@ -16,7 +17,12 @@ overlap Y is a non-decreasing function of the segment's parameter count, so (for
 and 1, whose segment times do not depend on d) the front of (max T, max params) is computed once
 per memory configuration and serves every d, ZeRO setting and the no-overlap objective; with
 overlap Y also depends on the segment's backward time, and with ZeRO-2/3 T depends on d (the
-per-layer collectives), so the front of (max T, max Y) is enumerated per candidate.
+per-layer collectives), so the front of (max T, max Y) is enumerated per candidate. Chains with
+routed-expert parameters are always enumerated per candidate: their Y adds the dense parameters'
+tail (over the DP x CP group) and the experts' (over the expert-data-parallel group), a function
+of two parameter counts, not of their sum. The p2p links, and so T, depend on d in the
+"tp-cp-ep-dp-pp" rank order (pipeline neighbours t c d ranks apart): the shared fronts are keyed
+by the links as well.
 
 Interleaved candidates (v >= 2) are split as Megatron-LM requires (:func:`interleaved_splits`:
 blocks evenly over the p v chunks), at most one or two splits per candidate, each scored

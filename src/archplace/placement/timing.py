@@ -2,7 +2,8 @@
 
 Device ranks are laid out with TP fastest-varying, then PP, then DP: rank = t + tp * (j + pp * r)
 for TP rank t, pipeline device j and replica r (TP groups, the most talkative, stay inside a
-node when tp <= devices_per_node; Megatron-LM's default order puts DP before PP instead). A
+node when tp <= devices_per_node; Megatron-LM's default order puts DP before PP instead, and
+context parallelism widens a stage: both in :mod:`archplace.placement.layout`). A
 group of ``size`` ranks at stride ``stride`` spans ``stride * (size - 1) + 1`` consecutive ranks,
 and its messages use the link ``Cluster.link`` returns for that span (alpha-beta model, Hockney
 1994):
