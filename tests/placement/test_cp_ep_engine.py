@@ -387,6 +387,8 @@ def test_layer_graph_planner_refuses_cp_ep_and_experts():
     graph = LayerGraph(layers, ((0, 1),))
     with pytest.raises(ConfigError, match="layer-graph plans support cp = ep = 1 only, got cp=2, ep=1"):
         dag_plan(graph, setup(), micro_batch=1, recompute=Recompute.NONE, cp=2)
+    with pytest.raises(ConfigError, match="use the rank order tp-cp-ep-pp-dp, not tp-cp-ep-dp-pp"):
+        dag_plan(graph, setup(order=RankOrder.TP_CP_EP_DP_PP), micro_batch=1, recompute=Recompute.NONE)
     graph = LayerGraph((moe_layer("a"), moe_layer("b", experts=0)), ((0, 1),))
     with pytest.raises(ConfigError, match="layer 'a' has 600 routed-expert parameters"):
         dag_plan(graph, setup(), micro_batch=1, recompute=Recompute.NONE)

@@ -71,6 +71,7 @@ from archplace.placement.plan import (
     PipelineSchedule,
     Plan,
     PlanResult,
+    RankOrder,
     Recompute,
     TrainingSetup,
     check_zero_stage,
@@ -424,6 +425,9 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         raise ConfigError(f"layer-graph plans support cp = ep = 1 only, got cp={cp}, ep={ep} "
                           f"(context and expert parallelism are planned for layer chains)",
                           fields=("cp", "ep"))
+    if setup.rank_order is not RankOrder.TP_CP_EP_PP_DP:
+        raise ConfigError(f"layer-graph plans use the rank order {RankOrder.TP_CP_EP_PP_DP.value}, "
+                          f"not {setup.rank_order.value}", fields=("rank_order",))
     experts = next((layer for layer in graph.layers if layer.expert_params), None)
     if experts is not None:
         raise ConfigError(f"layer-graph plans model dense parameters only: layer {experts.name!r} has "
