@@ -12,7 +12,8 @@ same floating-point operations as ``evaluate_plan``, and the returned results ar
 ``evaluate_plan`` of the chosen plans.
 
 Ties (iteration times compared exactly) go to fewer devices, then fewer pipeline stages, then
-the smaller TP width, fewer chunks, the smaller micro-batch, less recomputation (none,
+the smaller TP width, the smaller CP degree, the smaller EP degree, fewer chunks, the smaller
+micro-batch, less recomputation (none,
 selective, full), the schedule (1F1B, interleaved, GPipe), SP off, the lower ZeRO stage, overlap off, and
 finally the lexicographically smallest stages.
 
