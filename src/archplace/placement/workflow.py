@@ -219,9 +219,12 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
     """The ``top_k`` best plans of ``prob`` over ``space``, best first.
 
     Raises:
-        ConfigError: an invalid option (e.g. a TP width that does not divide the heads), a chain
-            too long or a search too large (:mod:`archplace.placement.budget`).
-        InfeasibleError: no plan fits, with the closest candidate's numbers.
+        ConfigError: an invalid option (e.g. a TP width that does not divide the heads, a CP
+            degree not splitting the sequence into 2 cp chunks, an EP degree for a dense model or
+            not dividing its experts: :func:`check_cp`, :func:`check_ep`), a chain too long or a
+            search too large (:mod:`archplace.placement.budget`).
+        InfeasibleError: no plan fits, with the closest candidate's numbers; no (tp, cp, ep) fits
+            the devices.
     """
     if top_k <= 0:
         raise ConfigError(f"top_k must be positive, got {top_k}")
@@ -241,10 +244,10 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
         check_cp(prob.spec, cp)
     for ep in eps:
         check_ep(prob.spec, ep)
-    keys = [CostKey(t, b, sp, cp, ep) for t in tps for b in space.micro_batches for sp in space.sps
-            for cp in dict.fromkeys(cps) for ep in dict.fromkeys(eps)
-            if (t > 1 or not sp) and t * cp <= devices and t * ep <= devices]
-    if not keys:
+    every = [CostKey(t, b, sp, cp, ep) for t in tps for b in space.micro_batches for sp in space.sps
+             for cp in dict.fromkeys(cps) for ep in dict.fromkeys(eps) if t > 1 or not sp]
+    keys = [key for key in every if key.tp * key.cp <= devices and key.tp * key.ep <= devices]
+    if every and not keys:
         raise InfeasibleError(f"no valid plan: no (tp, cp, ep) of the given ones fits {devices} devices "
                               f"(tp*cp and tp*ep must not exceed them)")
     precisions = [p for p in PRECISION_ORDER if p in space.precisions]
