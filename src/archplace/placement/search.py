@@ -132,8 +132,13 @@ class _FamilyState:
     params_sum: float = 0.0
     table_bytes: int = 0
     experts: bool = False
+    dense_max: float = 0.0
+    dense_sum: float = 0.0
+    expert_max: float = 0.0
+    expert_sum: float = 0.0
     costs: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = field(
         default_factory=dict)
+    bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -207,6 +212,10 @@ class Search:
             state.layer_params_max = float(max(layer.params for layer in fam.layers))
             state.params_sum = float(sum(layer.params for layer in fam.layers))
             state.experts = any(layer.expert_params for layer in fam.layers)
+            state.dense_max = float(max(layer.params - layer.expert_params for layer in fam.layers))
+            state.dense_sum = float(sum(layer.params - layer.expert_params for layer in fam.layers))
+            state.expert_max = float(max(layer.expert_params for layer in fam.layers))
+            state.expert_sum = float(sum(layer.expert_params for layer in fam.layers))
             self.states.append(state)
         self.max_zero_stage = max((variant.zero_stage for variant in self.variants), default=0)
         self.found: list[Found] = []
@@ -285,32 +294,57 @@ class Search:
         """DP + optimizer tail of a device with ``params`` (charged) parameters, the bucketed
         (overlapped) gradient reduction counted 0: a lower bound of the tail when params bounds
         the largest device from below (every other part grows with params). With routed experts
-        only the optimizer step over the larger shard count (the step of P parameters split
-        anyhow between the two groups is at least that)."""
+        the largest of three lower bounds: the optimizer step of ``params`` over the larger shard
+        count, and the tail of the dense part alone and of the experts' part alone, each of a
+        lower bound of the largest device's dense (expert) parameters (every part of the tail is
+        >= 0 and grows with its parameter count)."""
         setup = self.setup
         fam = state.family
         zs = variant.zero_stage
         coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
-        if state.experts:
-            shards_e = (np.maximum(d * fam.cp, fam.tp * fam.cp * d // fam.ep) if zs >= 1
-                        else np.ones_like(d))
-            return np.asarray(coefficient * params / shards_e, dtype=np.float64)
-        shards = d * fam.cp if zs >= 1 else 1
+        dense_group = d * fam.cp
+        if not state.experts:
+            return self._group_bound(state, variant, p, d, params, dense_group, 0, coefficient)
+        expert_group = fam.tp * dense_group // fam.ep
+        step = coefficient * params / (np.maximum(dense_group, expert_group) if zs >= 1 else np.ones_like(d))
+        v = variant.chunks
+        dense = self._group_bound(state, variant, p, d, np.maximum(v * state.dense_max, state.dense_sum / p),
+                                  dense_group, 0, coefficient)
+        experts = self._group_bound(state, variant, p, d,
+                                    np.maximum(v * state.expert_max, state.expert_sum / p),
+                                    expert_group, 1, coefficient)
+        return np.maximum(np.asarray(step, dtype=np.float64), np.maximum(dense, experts))
+
+    def _group_bound(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                     d: npt.NDArray[np.int64], params: FloatArray, group: npt.NDArray[np.int64],
+                     which: int, coefficient: float) -> FloatArray:
+        """Exposed traffic (bucketed reduction counted 0) + optimizer step of ``params``
+        parameters reduced and sharded over a group of ``group`` ranks (``which``: 0 the DP x CP
+        group, 1 the expert-data-parallel group), as ``zero.dp_tail_comm_s`` charges them."""
+        setup = self.setup
+        zs = variant.zero_stage
+        shards = group if zs >= 1 else 1
         out: FloatArray = np.asarray(coefficient * params / shards, dtype=np.float64)
         if zs >= 3:
             return out
         pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
-        pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
-        cost = {pair: self._costs(state, *pair)[0] for pair in set(pairs)}
-        const = np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
-        per_byte = np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+        size = np.broadcast_to(np.asarray(group), pp_b.shape)
+        key = (which, pp_b.tobytes(), dp_b.tobytes(), pp_b.shape)
+        arrays = state.bound_costs.get(key)
+        if arrays is None:
+            pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
+            cost = {pair: self._costs(state, *pair)[which] for pair in set(pairs)}
+            arrays = (np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape),
+                      np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape))
+            state.bound_costs[key] = arrays
+        const, per_byte = arrays
         # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
         grads = setup.grad_bytes * par_b
         comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
                 else np.zeros_like(const))
         if not variant.overlap and zs <= 1:
             comm = comm + (const + per_byte * grads if zs == 0 else const / 2.0 + per_byte / 2.0 * grads)
-        return out + np.where((dp_b * fam.cp > 1) & (par_b > 0), comm, 0.0)
+        return out + np.where((size > 1) & (par_b > 0), comm, 0.0)
 
     def run(self) -> list[Found]:
         """Visit candidates best bound first; returns every found optimum within the cutoff.
