@@ -1,7 +1,8 @@
 """Brute force and hypothesis strategies for the placement tests.
 
-The brute force enumerates every configuration (TP width, micro-batch, SP flag, recompute,
-schedule and chunks, pipeline depth, DP degree, ZeRO-1, overlap) and every contiguous split,
+The brute force enumerates every configuration (TP width, micro-batch, SP flag, CP and EP
+degree, recompute, schedule and chunks, pipeline depth, DP degree, ZeRO stage, overlap) and
+every contiguous split,
 scores each plan with ``evaluate_plan`` and ranks the results by the documented tie-break.
 It shares nothing with the solver but ``evaluate_plan`` and the value objects.
 """
@@ -17,6 +18,7 @@ from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
 from archplace.placement.plan import (
+    CostKey,
     GradReduceDtype,
     LayerCost,
     Optimizer,
@@ -57,7 +59,7 @@ def block_uniform(n, parts):
 
 def rank_key(plan):
     """The documented tie-break after the iteration time."""
-    return (plan.devices, plan.pp, plan.tp, plan.chunks, plan.micro_batch,
+    return (plan.devices, plan.pp, plan.tp, plan.cp, plan.ep, plan.chunks, plan.micro_batch,
             RECOMPUTES.index(plan.recompute), SCHEDULE_RANK[plan.schedule], plan.sp, plan.zero_stage,
             plan.dp_overlap, plan.stages)
 
@@ -88,15 +90,18 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
     times = []
     any_valid = False
     min_peak = None
-    for (tp, b, sp), layers in costs.items():
+    for key, layers in costs.items():
+        tp, b, sp, cp, ep = CostKey.of(key)
         n = len(layers)
         for rc in recomputes:
             for schedule in schedules:
                 for v in (chunks if schedule is PipelineSchedule.INTERLEAVED else (1,)):
                     for p in range(2 if v > 1 else 1, n // v + 1):
-                        if tp * p > devices:
+                        if tp * cp * p > devices:
                             break
-                        for d in range(1, devices // (tp * p) + 1):
+                        for d in range(1, devices // (tp * cp * p) + 1):
+                            if (d * cp) % ep:
+                                continue
                             for z in zeros:
                                 for o in overlaps:
                                     best = None
@@ -105,7 +110,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                                     for stages in splits:
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
-                                                    sp=sp, zero_stage=z, dp_overlap=o)
+                                                    sp=sp, zero_stage=z, dp_overlap=o, cp=cp, ep=ep)
                                         try:
                                             micro_batches(setup, plan)
                                         except ConfigError:

@@ -34,8 +34,8 @@ def test_plan_json_and_evaluate_of_its_plan_agree(model: str, fuse: list[str],
     plan = data["plan"]
     assert set(data) >= {"plan", "iteration_time_s", "throughput_samples_per_s", "tokens_per_s", "mfu",
                          "breakdown_s", "memory_per_device_bytes", "plans"}
-    assert set(data["breakdown_s"]) == {"compute", "bubble", "recompute", "tp_comm", "pp_comm", "dp_comm",
-                                        "optimizer"}
+    assert set(data["breakdown_s"]) == {"compute", "bubble", "recompute", "tp_comm", "cp_comm", "ep_comm",
+                                        "pp_comm", "dp_comm", "optimizer"}
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["iteration_time_s"], rel=1e-9)
     assert plan["tp"] * plan["pp"] * plan["dp"] <= 16 and plan["tp"] in (1, 2)
     times = [p["iteration_time_s"] for p in data["plans"]]
@@ -128,7 +128,7 @@ def test_evaluate_zero_stages_and_what_the_time_is_made_of(model: str,
     assert gathered[3] > 0 and gathered[:3] == [0.0, 0.0, 0.0]
     for data in results.values():
         assert data["breakdown_s"]["pp_comm"] > 0  # pp = 2: both stages pay the boundary
-        assert set(data["comm_s"]) == {"tp", "pp", "dp"}
+        assert set(data["comm_s"]) == {"tp", "cp", "ep", "pp", "dp"}
         for parts in data["comm_s"].values():
             assert 0.0 <= parts["exposed"] <= parts["total"] * (1 + 1e-12)
         assert data["comm_s"]["dp"]["exposed"] == pytest.approx(data["breakdown_s"]["dp_comm"], rel=1e-12)

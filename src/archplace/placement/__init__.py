@@ -9,6 +9,8 @@ Public API:
   :func:`interleaved_in_flight_chunks`, :func:`interleaved_chunk_counts` -- per-device memory
   of a stage (or of an interleaved device);
 * :mod:`archplace.placement.zero` -- ZeRO stages 0-3 and the DP traffic they add;
+* :mod:`archplace.placement.layout` -- the rank layout of a plan with context and expert
+  parallelism (:class:`RankOrder`) and the links of its groups;
 * the value objects and enums of :mod:`archplace.placement.plan`.
 """
 
@@ -28,6 +30,7 @@ from archplace.placement.plan import (
     PipelineSchedule,
     Plan,
     PlanResult,
+    RankOrder,
     Recompute,
     StageMemory,
     TrainingSetup,
@@ -43,6 +46,7 @@ __all__ = [
     "PipelineSchedule",
     "Plan",
     "PlanResult",
+    "RankOrder",
     "Recompute",
     "StageMemory",
     "TrainingSetup",

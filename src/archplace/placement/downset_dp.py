@@ -71,6 +71,7 @@ from archplace.placement.plan import (
     PipelineSchedule,
     Plan,
     PlanResult,
+    RankOrder,
     Recompute,
     TrainingSetup,
     check_zero_stage,
@@ -385,7 +386,8 @@ def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], d: int, p
 def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recompute: Recompute | str,
              tp: int = 1, schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
              zero_stage: int = 0, dp_overlap: bool = False, sp: bool = False,
-             max_downsets: int = MAX_DOWNSETS, max_stage_pairs: int = MAX_STAGE_PAIRS) -> PlanResult:
+             max_downsets: int = MAX_DOWNSETS, max_stage_pairs: int = MAX_STAGE_PAIRS,
+             cp: int = 1, ep: int = 1) -> PlanResult:
     """The fastest plan of a layer DAG for fixed TP width, micro-batch, recompute policy,
     schedule, ZeRO-1, DP overlap and SP: over every pipeline depth p, DP degree d (tp p d <=
     devices, the batch rule of ``setup``) and chain of p downsets (Piper, Tarnawski et al. 2021;
@@ -399,6 +401,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
             recorded; ZeRO stages 0 and 1 only).
         schedule: ``gpipe`` or ``1f1b``.
         max_downsets, max_stage_pairs: size limits of the exact search.
+        cp, ep: context- and expert-parallel degrees: only 1 (layer-graph plans model dense
+            parameters reduced over the DP group only).
 
     Returns:
         ``evaluate_plan`` of the linearized best plan (:func:`linearize`); ``plan.stages`` index
@@ -406,7 +410,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         module docstring; on a chain the plan equals ``optimal_plan``'s.
 
     Raises:
-        ConfigError: a non-positive micro_batch or tp, an unknown policy, the interleaved
+        ConfigError: a non-positive micro_batch or tp, cp or ep > 1, layers with routed-expert
+            parameters, an unknown policy, the interleaved
             schedule, a layer whose FLOP would run faster than the chip's peak (MFU above 1),
             or a graph with more downsets or candidate stages than the limits.
         InfeasibleError: no valid (p, d) exists ("no valid plan: ..."); OutOfMemoryError (a
@@ -416,6 +421,17 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     """
     check_positive_int("micro_batch", micro_batch)
     check_positive_int("tp", tp)
+    if cp != 1 or ep != 1:
+        raise ConfigError(f"layer-graph plans support cp = ep = 1 only, got cp={cp}, ep={ep} "
+                          f"(context and expert parallelism are planned for layer chains)",
+                          fields=("cp", "ep"))
+    if setup.rank_order is not RankOrder.TP_CP_EP_PP_DP:
+        raise ConfigError(f"layer-graph plans use the rank order {RankOrder.TP_CP_EP_PP_DP.value}, "
+                          f"not {setup.rank_order.value}", fields=("rank_order",))
+    experts = next((layer for layer in graph.layers if layer.expert_params), None)
+    if experts is not None:
+        raise ConfigError(f"layer-graph plans model dense parameters only: layer {experts.name!r} has "
+                          f"{experts.expert_params} routed-expert parameters (plan MoE models as chains)")
     try:
         policy = Recompute(recompute)
         kind = PipelineSchedule(schedule)

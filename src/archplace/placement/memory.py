@@ -16,7 +16,10 @@ fp32 gradient accumulation buffer, fp32 optimizer state):
 * ZeRO stages 1-3 divide the optimizer state, then the gradients, then the weights over the d
   data-parallel replicas, and stage 3 adds its window of gathered parameters
   (:mod:`archplace.placement.zero`): 6 + 12/d B for Adam with ZeRO-1, 2 + 16/d with ZeRO-2,
-  18/d (+ the window) with ZeRO-3.
+  18/d (+ the window) with ZeRO-3. With context parallelism the dense parameters are sharded
+  over the DP x CP group (d cp ranks: Megatron-Core's distributed optimizer shards over its
+  ``dp-cp`` group), the routed experts' parameters (``LayerCost.expert_params``) over the
+  expert-data-parallel group (tp cp d / ep ranks; :mod:`archplace.placement.layout`).
 
 Activations kept for the backward pass, per micro-batch, follow the layer costs (Korthikanti et
 al. 2022, section 4: ``activation_bytes`` without recomputation, ``selective_activation_bytes``
@@ -86,18 +89,52 @@ def sequential_sum(values: Iterable[float]) -> float:
 
 
 def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM, *, zero_stage: int = 0,
-                      dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM, fp8_params: int = 0
-                      ) -> tuple[float, float, float]:
+                      dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM, fp8_params: int = 0,
+                      expert_params: int = 0, expert_dp: int | None = None,
+                      fp8_expert_params: int = 0) -> tuple[float, float, float]:
     """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device:
     2 B (+ 2 B of FP8 weight cache per each of the ``fp8_params`` FP8 GEMM weights),
     ``grad_bytes`` and the optimizer's bytes per parameter, each divided over the ``dp``
     replicas as ``zero_stage`` shards it (:func:`archplace.placement.zero.shard_divisors`)::
 
-        weights = 2·params/s_w + 2·fp8_params/s_w"""
-    p = float(params)
+        weights = 2·params/s_w + 2·fp8_params/s_w
+
+    ``expert_params`` of the ``params`` (and ``fp8_expert_params`` of the ``fp8_params``) are
+    routed experts' weights, sharded the same way over the ``expert_dp`` ranks of the
+    expert-data-parallel group (default ``dp``) instead; the dense rest over ``dp`` (the DP x
+    CP group with context parallelism)::
+
+        weights = (2·dense/s_w + 2·fp8_dense/s_w) + (2·experts/e_w + 2·fp8_experts/e_w)
+
+    Raises:
+        ConfigError: expert counts larger than the totals.
+    """
+    if not 0 <= expert_params <= params or not 0 <= fp8_expert_params <= min(fp8_params, expert_params):
+        raise ConfigError(f"expert_params {expert_params} (fp8 {fp8_expert_params}) must be within "
+                          f"params {params} (fp8 {fp8_params})")
+    p = float(params - expert_params)
     sw, sg, so = shard_divisors(zero_stage, dp)
-    weights = WEIGHT_BYTES_PER_PARAM * p / sw + FP8_WEIGHT_CACHE_BYTES_PER_PARAM * float(fp8_params) / sw
-    return (weights, grad_bytes * p / sg, OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * p / so)
+    per_optimizer = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
+    weights = (WEIGHT_BYTES_PER_PARAM * p / sw
+               + FP8_WEIGHT_CACHE_BYTES_PER_PARAM * float(fp8_params - fp8_expert_params) / sw)
+    gradients = grad_bytes * p / sg
+    state = per_optimizer * p / so
+    if expert_params:
+        e = float(expert_params)
+        ew, eg, eo = shard_divisors(zero_stage, dp if expert_dp is None else expert_dp)
+        weights = weights + (WEIGHT_BYTES_PER_PARAM * e / ew
+                             + FP8_WEIGHT_CACHE_BYTES_PER_PARAM * float(fp8_expert_params) / ew)
+        gradients = gradients + grad_bytes * e / eg
+        state = state + per_optimizer * e / eo
+    return (weights, gradients, state)
+
+
+def fp8_expert_count(layer: LayerCost) -> int:
+    """The FP8 GEMM weights of ``layer`` that are routed experts' (whose FP8 copies shard with
+    the experts under ZeRO-3): min(fp8_params, expert_params), assuming the experts' grouped
+    GEMMs run in FP8 whenever the layer has FP8 weights (Transformer Engine's recipe runs
+    every linear layer's GEMM in FP8)."""
+    return min(layer.fp8_params, layer.expert_params)
 
 
 def in_flight_micro_batches(stage: int, pp: int, micro_batches: int,
@@ -152,7 +189,8 @@ def interleaved_in_flight_chunks(device: int, pp: int, micro_batches: int, chunk
 def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
                  recompute: Recompute, optimizer: Optimizer = Optimizer.ADAM,
                  zero_stage: int = 0, dp: int = 1,
-                 grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> StageMemory:
+                 grad_bytes: int = GRADIENT_BYTES_PER_PARAM,
+                 expert_dp: int | None = None) -> StageMemory:
     """Memory of one device of a pipeline stage, in bytes.
 
     Args:
@@ -161,8 +199,11 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         in_flight: micro-batches in flight (see :func:`in_flight_micro_batches`).
         recompute: activation recomputation policy.
         optimizer: optimizer whose state is kept.
-        zero_stage, dp: ZeRO stage and the data-parallel replicas it shards over.
+        zero_stage, dp: ZeRO stage and the data-parallel replicas it shards the dense
+            parameters over (the DP x CP group, dp * cp ranks, with context parallelism).
         grad_bytes: bytes per gradient element (4 fp32, 2 bf16).
+        expert_dp: the ranks it shards the routed experts' parameters over (the
+            expert-data-parallel group, :mod:`archplace.placement.layout`); default ``dp``.
 
     Returns:
         weights = 2 B x params, gradients = grad_bytes x params, optimizer = 12 B (Adam) or
@@ -179,7 +220,8 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         raise ConfigError(f"in_flight and dp must be >= 1, got {in_flight}, {dp}")
     saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
     return _device_memory(layers, device=stage, held=in_flight * saved, recompute=recompute,
-                          optimizer=optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes)
+                          optimizer=optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes,
+                          expert_dp=expert_dp)
 
 
 def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
@@ -221,11 +263,13 @@ def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, de
                               pp: int, micro_batches: int, recompute: Recompute,
                               optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0,
                               dp: int = 1,
-                              grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> StageMemory:
+                              grad_bytes: int = GRADIENT_BYTES_PER_PARAM,
+                              expert_dp: int | None = None) -> StageMemory:
     """Memory of pipeline device ``device`` of ``pp`` holding v = ``len(chunk_layers)`` model
     chunks under the interleaved schedule with ``micro_batches`` micro-batches, in bytes.
 
-    Model state of all its layers (sharded as ``zero_stage`` says over ``dp``); activations =
+    Model state of all its layers (sharded as ``zero_stage`` says over ``dp``, the routed
+    experts' over ``expert_dp`` as in :func:`stage_memory`); activations =
     the largest, over the schedule's snapshots (:func:`interleaved_chunk_counts`), of
     sum over its chunks c of count_c x saved bytes of chunk c, plus the largest
     ``activation_bytes`` of its layers under full recomputation; working = the largest working
@@ -242,21 +286,25 @@ def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, de
     held = max(sequential_sum(k * b for k, b in zip(snapshot, saved, strict=True)) for snapshot in counts)
     return _device_memory([layer for chunk in chunk_layers for layer in chunk], device=device,
                           held=held, recompute=recompute, optimizer=optimizer, zero_stage=zero_stage,
-                          dp=dp, grad_bytes=grad_bytes)
+                          dp=dp, grad_bytes=grad_bytes, expert_dp=expert_dp)
 
 
 def _device_memory(layers: Sequence[LayerCost], *, device: int, held: float, recompute: Recompute,
-                   optimizer: Optimizer, zero_stage: int, dp: int, grad_bytes: int) -> StageMemory:
+                   optimizer: Optimizer, zero_stage: int, dp: int, grad_bytes: int,
+                   expert_dp: int | None = None) -> StageMemory:
     """StageMemory of ``layers`` keeping ``held`` bytes of activations (+ the full-recompute
     extra)."""
-    if dp < 1:
-        raise ConfigError(f"dp must be >= 1, got {dp}")
-    params = fp8_params = 0
+    if dp < 1 or (expert_dp is not None and expert_dp < 1):
+        raise ConfigError(f"dp and expert_dp must be >= 1, got {dp}, {expert_dp}")
+    params = fp8_params = experts = fp8_experts = 0
     for layer in layers:
         params += layer.params
         fp8_params += layer.fp8_params
+        experts += layer.expert_params
+        fp8_experts += fp8_expert_count(layer)
     weights, gradients, optimizer_bytes = model_state_bytes(
-        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes, fp8_params=fp8_params)
+        params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes, fp8_params=fp8_params,
+        expert_params=experts, expert_dp=expert_dp, fp8_expert_params=fp8_experts)
     extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
     window = float(gathered_bytes(zero_stage, max(layer.params for layer in layers), grad_bytes))
     return StageMemory(stage=device, weights=weights, gradients=gradients, optimizer=optimizer_bytes,

@@ -47,9 +47,18 @@ the rule for whether a plan fits are in :mod:`archplace.placement.memory` and
 
 Breakdown (summed left to right in :data:`BREAKDOWN_KEYS` order to give the iteration time),
 with b the bottleneck segment (largest T_c, the first on ties) and e the device with the largest
-DP + optimizer tail: compute = v m (compute_b - tp_comm_b), tp_comm = v m tp_comm_b, recompute =
-v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed
-DP traffic of device e, optimizer of device e.
+DP + optimizer tail: compute = v m (compute_b - tp_comm_b - cp_comm_b - ep_comm_b), tp_comm =
+v m tp_comm_b, cp_comm = v m cp_comm_b, ep_comm = v m ep_comm_b (the layers' exposed ring
+attention and expert all-to-all shares), recompute = v m recompute_b, pp_comm = v m p2p_b,
+bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed DP traffic of device e, optimizer of
+device e.
+
+Context and expert parallelism (:mod:`archplace.placement.layout`): a plan occupies
+tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are over the DP x CP
+group (dp * cp ranks), the routed experts' (``LayerCost.expert_params``) over the
+expert-data-parallel group (tp * cp * dp / ep ranks), each a collective of its own; the rank
+order (``TrainingSetup.rank_order``) decides the links of those groups and of the pipeline
+sends.
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ import numpy as np
 
 from archplace.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
 from archplace.hardware.cluster import Cluster
+from archplace.placement.layout import RankLayout, check_expert_degree
 from archplace.placement.memory import (
     in_flight_micro_batches,
     interleaved_device_memory,
@@ -74,13 +84,13 @@ from archplace.placement.plan import (
     PipelineSchedule,
     Plan,
     PlanResult,
+    RankOrder,
     Recompute,
     StageMemory,
     StageTime,
     TrainingSetup,
 )
 from archplace.placement.timing import (
-    dp_allreduce_cost,
     micro_batch_count,
     optimizer_step_time_s,
     pipeline_p2p_time_s,
@@ -88,7 +98,8 @@ from archplace.placement.timing import (
 from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s
 from archplace.units import format_bytes
 
-BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "pp_comm", "dp_comm", "optimizer")
+BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
+                  "optimizer")
 """Keys of ``PlanResult.breakdown_s``, in the order they are summed."""
 
 
@@ -118,25 +129,39 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
         raise ConfigError(f"plan: stages cover layers 0..{last} but the chain has {n_layers} "
                           f"layers (0..{n_layers - 1})")
     if plan.devices > setup.cluster.devices:
-        raise ConfigError(f"plan: tp*pp*dp = {plan.tp}*{plan.pp}*{plan.dp} = {plan.devices} "
+        if plan.cp == 1:
+            raise ConfigError(f"plan: tp*pp*dp = {plan.tp}*{plan.pp}*{plan.dp} = {plan.devices} "
+                              f"exceeds the cluster's {setup.cluster.devices} devices")
+        raise ConfigError(f"plan: tp*cp*pp*dp = {plan.tp}*{plan.cp}*{plan.pp}*{plan.dp} = {plan.devices} "
                           f"exceeds the cluster's {setup.cluster.devices} devices")
+    check_expert_degree(cp=plan.cp, ep=plan.ep, dp=plan.dp)
     micro_batches(setup, plan)
 
 
 def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
-                grad_bytes: int) -> tuple[StageTime, ...]:
+                grad_bytes: int, rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP) -> tuple[StageTime, ...]:
     """Per-micro-batch time of every segment of a (valid) plan; see the module docstring
-    (``grad_bytes``: bytes per gradient element of the ZeRO-2/3 reduce-scatters)."""
+    (``grad_bytes``: bytes per gradient element of the ZeRO-2/3 reduce-scatters; ``rank_order``:
+    the layout of the groups, :mod:`archplace.placement.layout`)."""
     times = []
     n_segments = len(plan.stages)
-    per_layer_zero = plan.zero_stage >= 2 and plan.dp > 1  # ZeRO-2/3 collectives in each layer
-    cost = dp_allreduce_cost(cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp) if per_layer_zero else (0.0, 0.0)
+    layout = RankLayout.of(plan, rank_order)
+    experts = any(layer.expert_params for layer in layers)
+    # ZeRO-2/3 collectives in each layer
+    per_layer_zero = plan.zero_stage >= 2 and (layout.dense_dp > 1 or (experts and layout.expert_dp > 1))
+    cost = layout.dense_dp_cost(cluster) if per_layer_zero else (0.0, 0.0)
+    expert_cost = layout.expert_dp_cost(cluster) if per_layer_zero and experts else (0.0, 0.0)
+    stride = layout.pp_stride
     for c, (first, last) in enumerate(plan.stages):
         stage = layers[first:last + 1]
         fwd = sequential_sum(layer.fwd_s for layer in stage)
         bwd = sequential_sum(layer.bwd_s for layer in stage)
         tp_comm = (sequential_sum(layer.tp_comm_fwd_s for layer in stage)
                    + sequential_sum(layer.tp_comm_bwd_s for layer in stage))
+        cp_comm = (sequential_sum(layer.cp_comm_fwd_s for layer in stage)
+                   + sequential_sum(layer.cp_comm_bwd_s for layer in stage))
+        ep_comm = (sequential_sum(layer.ep_comm_fwd_s for layer in stage)
+                   + sequential_sum(layer.ep_comm_bwd_s for layer in stage))
         if plan.recompute is Recompute.FULL:
             recompute = fwd
         elif plan.recompute is Recompute.SELECTIVE:
@@ -145,24 +170,28 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
             recompute = 0.0
         p2p_in = (pipeline_p2p_time_s(cluster, plan.tp, layers[first - 1].boundary_bytes,
                                       pp=plan.pp, segment=c - 1, chunks=plan.chunks,
-                                      scatter_gather=not plan.sp)
+                                      scatter_gather=not plan.sp, stride=stride)
                   if c > 0 else 0.0)
         p2p_out = (pipeline_p2p_time_s(cluster, plan.tp, layers[last].boundary_bytes, pp=plan.pp,
-                                       segment=c, chunks=plan.chunks, scatter_gather=not plan.sp)
+                                       segment=c, chunks=plan.chunks, scatter_gather=not plan.sp,
+                                       stride=stride)
                    if c < n_segments - 1 else 0.0)
         p2p = p2p_in + p2p_out
         if per_layer_zero:
             exposed, total = layer_zero_comm_s(
-                cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=plan.dp,
-                params=np.array([float(layer.params) for layer in stage]),
+                cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=layout.dense_dp,
+                params=np.array([float(layer.params - layer.expert_params) for layer in stage]),
                 fwd_s=np.array([layer.fwd_s for layer in stage]),
-                backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]))
+                backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]),
+                expert_cost=expert_cost, expert_dp=layout.expert_dp,
+                expert_params=np.array([float(layer.expert_params) for layer in stage]) if experts else None)
             dp_comm, dp_total = sequential_sum(exposed.tolist()), sequential_sum(total.tolist())
         else:
             dp_comm = dp_total = 0.0
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
                                tp_comm_s=tp_comm, backward_s=bwd + recompute,
-                               dp_comm_s=dp_comm, dp_comm_total_s=dp_total))
+                               dp_comm_s=dp_comm, dp_comm_total_s=dp_total,
+                               cp_comm_s=cp_comm, ep_comm_s=ep_comm))
     return tuple(times)
 
 
@@ -170,7 +199,9 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
                 plan: Plan) -> tuple[StageMemory, ...]:
     """Memory of one device of every pipeline device (stage) of a (valid) plan."""
     m = micro_batches(setup, plan)
-    sharding = {"zero_stage": plan.zero_stage, "dp": plan.dp, "grad_bytes": setup.grad_bytes}
+    layout = RankLayout.of(plan, setup.rank_order)
+    sharding = {"zero_stage": plan.zero_stage, "dp": layout.dense_dp, "grad_bytes": setup.grad_bytes,
+                "expert_dp": layout.expert_dp}
     if plan.schedule is not PipelineSchedule.INTERLEAVED:
         return tuple(
             stage_memory(layers[first:last + 1], stage=j,
@@ -186,7 +217,9 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
 
 
 def _plan_label(plan: Plan) -> str:
-    label = (f"tp={plan.tp} pp={plan.pp} dp={plan.dp} micro_batch={plan.micro_batch} "
+    label = (f"tp={plan.tp}" + (f" cp={plan.cp}" if plan.cp > 1 else "")
+             + (f" ep={plan.ep}" if plan.ep > 1 else "")
+             + f" pp={plan.pp} dp={plan.dp} micro_batch={plan.micro_batch} "
              f"recompute={plan.recompute.value} schedule={plan.schedule.value}")
     if plan.chunks > 1:
         label += f" chunks={plan.chunks}"
@@ -206,7 +239,8 @@ def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     if need <= hbm:
         return
     hints = []
-    if plan.dp > 1:
+    layout = RankLayout.of(plan, setup.rank_order)
+    if layout.dense_dp > 1 or (layout.expert_dp > 1 and any(layer.expert_params for layer in layers)):
         for stage in range(plan.zero_stage + 1, 4):
             other = plan_memory(layers, setup, replace(plan, zero_stage=stage))[worst].total
             hints.append(f"zero_stage={stage} would need {format_bytes(other)}")
@@ -222,19 +256,30 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     charged to its device (interleaved: v copies of the segment); the device's tail is the
     largest sum of the first two. See :func:`archplace.placement.zero.dp_tail_comm_s`."""
     v = plan.chunks
-    shards = plan.dp if plan.zero_stage >= 1 else 1
-    cost = dp_allreduce_cost(setup.cluster, tp=plan.tp, pp=plan.pp, dp=plan.dp)
+    layout = RankLayout.of(plan, setup.rank_order)
+    sharded = plan.zero_stage >= 1
+    shards = layout.dense_dp if sharded else 1
+    expert_shards = layout.expert_dp if sharded else 1
+    cost = layout.dense_dp_cost(setup.cluster)
+    experts = any(layer.expert_params for layer in layers)
+    expert_cost = layout.expert_dp_cost(setup.cluster) if experts else (0.0, 0.0)
     out = []
     for (first, last), time in zip(plan.stages, times, strict=True):
-        params = 0
+        params = expert_params = 0
         for layer in layers[first:last + 1]:
-            params += layer.params
-        charged = v * params
+            params += layer.params - layer.expert_params
+            expert_params += layer.expert_params
+        charged, charged_experts = v * params, v * expert_params
         exposed, total = dp_tail_comm_s(cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes,
-                                        dp=plan.dp, params=float(charged),
-                                        backward_s=v * time.backward_s, overlap=plan.dp_overlap)
-        out.append((float(exposed), optimizer_step_time_s(charged, setup.hbm_bandwidth_bytes_per_s,
-                                                          setup.optimizer, shards), float(total)))
+                                        dp=layout.dense_dp, params=float(charged),
+                                        backward_s=v * time.backward_s, overlap=plan.dp_overlap,
+                                        expert_cost=expert_cost, expert_dp=layout.expert_dp,
+                                        expert_params=float(charged_experts))
+        step = optimizer_step_time_s(charged, setup.hbm_bandwidth_bytes_per_s, setup.optimizer, shards)
+        if charged_experts:
+            step = step + optimizer_step_time_s(charged_experts, setup.hbm_bandwidth_bytes_per_s,
+                                                setup.optimizer, expert_shards)
+        out.append((float(exposed), step, float(total)))
     return out
 
 
@@ -259,9 +304,10 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     """Iteration time, breakdown, throughput, MFU, HFU, communication and memory of one plan
     (module docstring).
 
-    MFU = model FLOP per iteration / (iteration time * tp * pp * dp * peak FLOP/s), with model
-    FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp (layer FLOP
-    are per TP rank and micro-batch; recomputation and batch padding are not model FLOP). It is
+    MFU = model FLOP per iteration / (iteration time * tp * cp * pp * dp * peak FLOP/s), with
+    model FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp * cp
+    (layer FLOP are per TP and CP rank and micro-batch; recomputation and batch padding are not
+    model FLOP). It is
     at most 1 when every layer's FLOP take at least ``flop / peak`` of its time (true of the
     cost models' layers; layer-graph files are checked by ``dag_plan``). HFU adds the FLOP the
     backward passes recompute (``LayerCost.recompute_flop``): Korthikanti et al. 2022, section
@@ -281,7 +327,8 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     memory = plan_memory(layers, setup, plan)
     check_fits(layers, setup, plan, memory)
 
-    times = stage_times(layers, plan, setup.cluster, grad_bytes=setup.grad_bytes)
+    times = stage_times(layers, plan, setup.cluster, grad_bytes=setup.grad_bytes,
+                        rank_order=setup.rank_order)
     totals = [t.total_s for t in times]
     neck = times[totals.index(max(totals))]
     tails = device_tails(layers, setup, plan, times)
@@ -289,10 +336,12 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     tail = tails[tail_sums.index(max(tail_sums))]
     slots = plan.chunks * m
     breakdown = {
-        "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s),
+        "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s - neck.cp_comm_s - neck.ep_comm_s),
         "bubble": (plan.pp - 1) * neck.total_s,
         "recompute": slots * neck.recompute_s,
         "tp_comm": slots * neck.tp_comm_s,
+        "cp_comm": slots * neck.cp_comm_s,
+        "ep_comm": slots * neck.ep_comm_s,
         "pp_comm": slots * neck.p2p_s,
         "dp_comm": slots * neck.dp_comm_s + tail[0],
         "optimizer": tail[1],
@@ -305,9 +354,10 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         raise SolverError(f"iteration time overflows ({parts}): the layer times of "
                           f"{setup.global_batch:,} samples add up beyond {sys.float_info.max:.3g} s")
     samples = setup.global_batch / plan.micro_batch
-    model_flop = samples * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * plan.tp
+    ranks = plan.tp * plan.cp  # layer FLOP are per TP and CP rank
+    model_flop = samples * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * ranks
     hardware_flop = model_flop + samples * sequential_sum(
-        layer.recompute_flop(plan.recompute) for layer in layers) * plan.tp
+        layer.recompute_flop(plan.recompute) for layer in layers) * ranks
     throughput = setup.global_batch / iteration_s
     mfu = model_flop / (iteration_s * plan.devices * setup.peak_flop_per_s)
     if not mfu <= 1.0 + 1e-9:
@@ -326,6 +376,8 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         model_flop_per_s_per_device=model_flop / (iteration_s * plan.devices),
         comm_s={
             "tp": {"total": breakdown["tp_comm"], "exposed": breakdown["tp_comm"]},
+            "cp": {"total": breakdown["cp_comm"], "exposed": breakdown["cp_comm"]},
+            "ep": {"total": breakdown["ep_comm"], "exposed": breakdown["ep_comm"]},
             "pp": {"total": breakdown["pp_comm"], "exposed": breakdown["pp_comm"]},
             "dp": {"total": slots * neck.dp_comm_total_s + tail[2], "exposed": breakdown["dp_comm"]},
         },

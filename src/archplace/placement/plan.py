@@ -67,6 +67,24 @@ class GradReduceDtype(enum.StrEnum):
         return 4 if self is GradReduceDtype.FP32 else 2
 
 
+class RankOrder(enum.StrEnum):
+    """Order in which the parallel dimensions are laid over the device ranks, fastest-varying
+    first (Megatron-Core's ``order`` argument of ``initialize_model_parallel``, built by its
+    ``RankGenerator`` in ``megatron/core/parallel_state.py``).
+
+    TP_CP_EP_PP_DP ("tp-cp-ep-pp-dp", archplace's default, its layout before context and expert
+    parallelism): pipeline neighbours are tp * cp ranks apart and the replicas outermost.
+    TP_CP_EP_DP_PP ("tp-cp-ep-dp-pp", Megatron-Core's default): the data-parallel replicas sit
+    inside a pipeline stage's block of tp * cp * dp consecutive ranks and pipeline neighbours are
+    tp * cp * dp ranks apart. TP, CP and EP groups are the same in both orders; the order decides
+    the links of the pipeline sends and of the DP x CP and expert-data-parallel reductions
+    (:mod:`archplace.placement.layout`).
+    """
+
+    TP_CP_EP_PP_DP = "tp-cp-ep-pp-dp"
+    TP_CP_EP_DP_PP = "tp-cp-ep-dp-pp"
+
+
 MICRO_BATCHES = (1, 2, 4, 8)
 """Micro-batch sizes ``plan`` and ``search`` try unless told otherwise (the one definition)."""
 
@@ -291,9 +309,11 @@ class TrainingSetup:
             is padded up: m = ceil(global_batch / (micro_batch * dp)) micro-batches per
             pipeline (rounded up to a multiple of pp for the interleaved schedule) are run and
             the padding samples are wasted work (throughput and MFU count only global_batch).
+        rank_order: how the TP, CP, EP, DP and PP groups are laid over the ranks
+            (:class:`RankOrder`; "tp-cp-ep-pp-dp" by default, "tp-cp-ep-dp-pp" as Megatron-Core).
 
     Raises:
-        ConfigError: a non-positive field or an unknown optimizer.
+        ConfigError: a non-positive field, an unknown optimizer or rank order.
     """
 
     cluster: Cluster
@@ -305,6 +325,7 @@ class TrainingSetup:
     optimizer: Optimizer = Optimizer.ADAM
     dp_must_divide_batch: bool = True
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
+    rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
@@ -322,6 +343,11 @@ class TrainingSetup:
         except ValueError:
             raise ConfigError(f"unknown grad_reduce_dtype {self.grad_reduce_dtype!r}; choose from: "
                               f"{', '.join(d.value for d in GradReduceDtype)}") from None
+        try:
+            object.__setattr__(self, "rank_order", RankOrder(self.rank_order))
+        except ValueError:
+            raise ConfigError(f"unknown rank_order {self.rank_order!r}; choose from: "
+                              f"{', '.join(o.value for o in RankOrder)}") from None
 
     @property
     def grad_bytes(self) -> int:
@@ -546,6 +572,8 @@ class StageTime:
         dp_comm_s: ZeRO-2/3 collectives of every micro-batch left exposed after the per-layer
             overlap (:func:`archplace.placement.zero.layer_zero_comm_s`); 0 for stages 0 and 1.
         dp_comm_total_s: those collectives' whole time, overlapped or not.
+        cp_comm_s, ep_comm_s: the parts of ``compute_s`` spent in exposed context-parallel
+            (ring attention) and expert all-to-all communication.
     """
 
     compute_s: float
@@ -555,6 +583,8 @@ class StageTime:
     backward_s: float = 0.0
     dp_comm_s: float = 0.0
     dp_comm_total_s: float = 0.0
+    cp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -567,14 +597,15 @@ class StageTime:
         return {"compute": self.compute_s, "recompute": self.recompute_s, "p2p": self.p2p_s,
                 "tp_comm": self.tp_comm_s, "backward": self.backward_s,
                 "dp_comm": self.dp_comm_s, "dp_comm_total": self.dp_comm_total_s,
-                "total": self.total_s}
+                "cp_comm": self.cp_comm_s, "ep_comm": self.ep_comm_s, "total": self.total_s}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StageTime:
         """Inverse of :meth:`to_dict` (``total`` is derived)."""
         return cls(float(data["compute"]), float(data["recompute"]), float(data["p2p"]),
                    float(data.get("tp_comm", 0.0)), float(data.get("backward", 0.0)),
-                   float(data.get("dp_comm", 0.0)), float(data.get("dp_comm_total", 0.0)))
+                   float(data.get("dp_comm", 0.0)), float(data.get("dp_comm_total", 0.0)),
+                   float(data.get("cp_comm", 0.0)), float(data.get("ep_comm", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,7 +625,7 @@ class PlanResult:
             passes recompute counted too (full: the forward again; selective: the attention
             core); equal to ``mfu`` without recomputation.
         model_flop_per_s_per_device: achieved model FLOP/s of one device, ``mfu`` * peak.
-        comm_s: per communication kind (``tp``, ``pp``, ``dp``) the seconds per iteration on
+        comm_s: per communication kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) the seconds per iteration on
             the critical device, ``{"total": ..., "exposed": ...}``: all of its time, and the
             part not hidden behind computation (what the iteration time contains).
         memory: per-device memory of every pipeline device (stage).

@@ -1,8 +1,9 @@
 """Exact best-first search over parallel plans (the engine of ``solver.plan_search``).
 
 A *candidate* fixes everything but the stage split: family (TP width t, micro-batch b, SP flag,
-recompute policy -- one table of layer costs), schedule and chunks v, pipeline depth p, DP
-degree d (hence m micro-batches), ZeRO stage and DP overlap. Its best iteration time is
+CP degree c, EP degree e, recompute policy -- one table of layer costs), schedule and chunks v,
+pipeline depth p, DP degree d (hence m micro-batches; t c p d devices, e dividing d c), ZeRO
+stage and DP overlap. Its best iteration time is
 
     min over splits into s = p v segments of  K * max_c T_c + max_c Y_c,   K = v m + p - 1,
 
@@ -16,7 +17,12 @@ overlap Y is a non-decreasing function of the segment's parameter count, so (for
 and 1, whose segment times do not depend on d) the front of (max T, max params) is computed once
 per memory configuration and serves every d, ZeRO setting and the no-overlap objective; with
 overlap Y also depends on the segment's backward time, and with ZeRO-2/3 T depends on d (the
-per-layer collectives), so the front of (max T, max Y) is enumerated per candidate.
+per-layer collectives), so the front of (max T, max Y) is enumerated per candidate. Chains with
+routed-expert parameters are always enumerated per candidate: their Y adds the dense parameters'
+tail (over the DP x CP group) and the experts' (over the expert-data-parallel group), a function
+of two parameter counts, not of their sum. The p2p links, and so T, depend on d in the
+"tp-cp-ep-dp-pp" rank order (pipeline neighbours t c d ranks apart): the shared fronts are keyed
+by the links as well.
 
 Interleaved candidates (v >= 2) are split as Megatron-LM requires (:func:`interleaved_splits`:
 blocks evenly over the p v chunks), at most one or two splits per candidate, each scored
@@ -47,6 +53,7 @@ import numpy.typing as npt
 
 from archplace.placement.budget import TABLE_BYTES, WorkMeter, check_chain_length, dp_cells
 from archplace.placement.kernels import first_split, fits_greedily, min_max
+from archplace.placement.layout import RankLayout
 from archplace.placement.memory import interleaved_device_memory, interleaved_in_flight_chunks
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
@@ -57,12 +64,8 @@ from archplace.placement.plan import (
     Recompute,
     TrainingSetup,
 )
-from archplace.placement.tables import INFINITE_SHARDS, FloatArray, SegmentTables
-from archplace.placement.timing import (
-    dp_allreduce_cost,
-    dp_degrees,
-    optimizer_step_time_s,
-)
+from archplace.placement.tables import ALL_SHARDS, NO_SHARDS, FloatArray, SegmentTables, Shards
+from archplace.placement.timing import dp_degrees, optimizer_step_time_s
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, dp_tail_comm_s
 
 SLACK = 1e-9
@@ -74,13 +77,15 @@ TIE_RTOL = 1e-12
 
 @dataclass(frozen=True, slots=True)
 class Family:
-    """One table of layer costs: (tp, micro_batch, sp) and a recompute policy."""
+    """One table of layer costs: (tp, micro_batch, sp, cp, ep) and a recompute policy."""
 
     tp: int
     micro_batch: int
     sp: bool
     recompute: Recompute
     layers: Sequence[LayerCost]
+    cp: int = 1
+    ep: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +131,14 @@ class _FamilyState:
     layer_params_max: float = 0.0
     params_sum: float = 0.0
     table_bytes: int = 0
+    experts: bool = False
+    dense_max: float = 0.0
+    dense_sum: float = 0.0
+    expert_max: float = 0.0
+    expert_sum: float = 0.0
+    costs: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = field(
+        default_factory=dict)
+    bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -198,6 +211,11 @@ class Search:
             state.layer_base_sum = float(sum(base))
             state.layer_params_max = float(max(layer.params for layer in fam.layers))
             state.params_sum = float(sum(layer.params for layer in fam.layers))
+            state.experts = any(layer.expert_params for layer in fam.layers)
+            state.dense_max = float(max(layer.params - layer.expert_params for layer in fam.layers))
+            state.dense_sum = float(sum(layer.params - layer.expert_params for layer in fam.layers))
+            state.expert_max = float(max(layer.expert_params for layer in fam.layers))
+            state.expert_sum = float(sum(layer.expert_params for layer in fam.layers))
             self.states.append(state)
         self.max_zero_stage = max((variant.zero_stage for variant in self.variants), default=0)
         self.found: list[Found] = []
@@ -214,25 +232,31 @@ class Search:
         devices = setup.cluster.devices
         v = variant.chunks
         interleaved = variant.schedule is PipelineSchedule.INTERLEAVED
-        depths = np.arange(2 if interleaved else 1, min(n // v, devices // fam.tp) + 1)
+        width = fam.tp * fam.cp  # devices of one pipeline stage of one replica
+        depths = np.arange(2 if interleaved else 1, min(n // v, devices // width) + 1)
         if interleaved:  # only depths with a block-uniform split (``interleaved_splits``)
             depths = depths[[bool(interleaved_splits(n, int(p) * v)) for p in depths]].astype(np.int64)
         g = setup.global_batch
         if setup.dp_must_divide_batch:  # d among the divisors of g / b: a small grid on any cluster
-            widths = np.array(dp_degrees(setup, fam.micro_batch, devices // fam.tp), dtype=np.int64)
+            widths = np.array(dp_degrees(setup, fam.micro_batch, devices // width), dtype=np.int64)
             p = np.repeat(depths, len(widths)).astype(np.int64)
             d = np.tile(widths, len(depths))
             m = (g // fam.micro_batch) // d if len(d) else d
-            valid = fam.tp * p * d <= devices
+            valid = width * p * d <= devices
             if interleaved:
                 valid &= m % p == 0
+            if fam.ep > 1:  # the expert-parallel ranks are taken from the dp * cp ranks
+                valid &= (d * fam.cp) % fam.ep == 0
             return p[valid], d[valid], m[valid]
-        widths = devices // (fam.tp * depths)  # padded batches: every d up to the devices
+        widths = devices // (width * depths)  # padded batches: every d up to the devices
         p = np.repeat(depths, widths).astype(np.int64)
         d = (np.arange(len(p)) - np.repeat(np.cumsum(widths) - widths, widths) + 1).astype(np.int64)
         m = -(-g // (fam.micro_batch * d))
         if interleaved:
             m = p * -(-m // p)
+        if fam.ep > 1:
+            keep = (d * fam.cp) % fam.ep == 0
+            p, d, m = p[keep], d[keep], m[keep]
         return p, d, m
 
     def _bound0(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
@@ -242,34 +266,85 @@ class Search:
         s = p * v
         t_low = np.maximum(state.layer_base_max, state.layer_base_sum / s)
         params = np.maximum(v * state.layer_params_max, state.params_sum / p)
-        return (v * m + p - 1) * t_low + self._tail_bound(state.family, variant, p, d, params)
+        return (v * m + p - 1) * t_low + self._tail_bound(state, variant, p, d, params)
 
-    def _tail_bound(self, fam: Family, variant: Variant, p: npt.NDArray[np.int64],
+    def _costs(self, state: _FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate
+        (:mod:`archplace.placement.layout`)."""
+        key = (p, d)
+        costs = state.costs.get(key)
+        if costs is None:
+            fam = state.family
+            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order)
+            costs = (layout.dense_dp_cost(self.setup.cluster),
+                     layout.expert_dp_cost(self.setup.cluster) if state.experts else (0.0, 0.0))
+            state.costs[key] = costs
+        return costs
+
+    def _max_shards(self, state: _FamilyState, zero_stage: int, d: int) -> int:
+        """The larger ZeRO shard count of a candidate's dense and expert parameters (1 at stage 0)."""
+        if zero_stage == 0:
+            return 1
+        fam = state.family
+        dense = d * fam.cp
+        return max(dense, fam.tp * dense // fam.ep) if state.experts else dense
+
+    def _tail_bound(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                     d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
         """DP + optimizer tail of a device with ``params`` (charged) parameters, the bucketed
         (overlapped) gradient reduction counted 0: a lower bound of the tail when params bounds
-        the largest device from below (every other part grows with params)."""
+        the largest device from below (every other part grows with params). With routed experts
+        the largest of three lower bounds: the optimizer step of ``params`` over the larger shard
+        count, and the tail of the dense part alone and of the experts' part alone, each of a
+        lower bound of the largest device's dense (expert) parameters (every part of the tail is
+        >= 0 and grows with its parameter count)."""
         setup = self.setup
-        shards = d if variant.zero_stage >= 1 else 1
-        out: FloatArray = np.asarray(optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s,
-                                                           setup.optimizer) * params / shards,
-                                     dtype=np.float64)
+        fam = state.family
         zs = variant.zero_stage
+        coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
+        dense_group = d * fam.cp
+        if not state.experts:
+            return self._group_bound(state, variant, p, d, params, dense_group, 0, coefficient)
+        expert_group = fam.tp * dense_group // fam.ep
+        step = coefficient * params / (np.maximum(dense_group, expert_group) if zs >= 1 else np.ones_like(d))
+        v = variant.chunks
+        dense = self._group_bound(state, variant, p, d, np.maximum(v * state.dense_max, state.dense_sum / p),
+                                  dense_group, 0, coefficient)
+        experts = self._group_bound(state, variant, p, d,
+                                    np.maximum(v * state.expert_max, state.expert_sum / p),
+                                    expert_group, 1, coefficient)
+        return np.maximum(np.asarray(step, dtype=np.float64), np.maximum(dense, experts))
+
+    def _group_bound(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                     d: npt.NDArray[np.int64], params: FloatArray, group: npt.NDArray[np.int64],
+                     which: int, coefficient: float) -> FloatArray:
+        """Exposed traffic (bucketed reduction counted 0) + optimizer step of ``params``
+        parameters reduced and sharded over a group of ``group`` ranks (``which``: 0 the DP x CP
+        group, 1 the expert-data-parallel group), as ``zero.dp_tail_comm_s`` charges them."""
+        setup = self.setup
+        zs = variant.zero_stage
+        shards = group if zs >= 1 else 1
+        out: FloatArray = np.asarray(coefficient * params / shards, dtype=np.float64)
         if zs >= 3:
             return out
         pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
-        pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
-        cost = {pair: dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=pair[0], dp=pair[1])
-                for pair in set(pairs)}
-        const = np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
-        per_byte = np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape)
+        size = np.broadcast_to(np.asarray(group), pp_b.shape)
+        key = (which, pp_b.tobytes(), dp_b.tobytes(), pp_b.shape)
+        arrays = state.bound_costs.get(key)
+        if arrays is None:
+            pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
+            cost = {pair: self._costs(state, *pair)[which] for pair in set(pairs)}
+            arrays = (np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape),
+                      np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape))
+            state.bound_costs[key] = arrays
+        const, per_byte = arrays
         # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
         grads = setup.grad_bytes * par_b
         comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
                 else np.zeros_like(const))
         if not variant.overlap and zs <= 1:
             comm = comm + (const + per_byte * grads if zs == 0 else const / 2.0 + per_byte / 2.0 * grads)
-        return out + np.where((dp_b > 1) & (par_b > 0), comm, 0.0)
+        return out + np.where((size > 1) & (par_b > 0), comm, 0.0)
 
     def run(self) -> list[Found]:
         """Visit candidates best bound first; returns every found optimum within the cutoff.
@@ -283,13 +358,14 @@ class Search:
     def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[_Block] = []
-        grids: dict[tuple[int, int, PipelineSchedule, int, int], tuple[npt.NDArray[np.int64], ...]] = {}
+        grids: dict[tuple[int, int, int, int, PipelineSchedule, int, int],
+                    tuple[npt.NDArray[np.int64], ...]] = {}
         counter = itertools.count()
         for f, state in enumerate(self.states):
             fam = state.family
             n = len(fam.layers)
             for variant in self.variants:
-                key = (fam.tp, fam.micro_batch, variant.schedule, variant.chunks, n)
+                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, variant.schedule, variant.chunks, n)
                 if key not in grids:
                     grids[key] = self.grid(fam, n, variant)
                 p, d, m = grids[key]
@@ -331,7 +407,7 @@ class Search:
         p, d, m = block.p[keep], block.d[keep], block.m[keep]
         params = np.maximum(v * state.layer_params_max, state.params_sum / p)
         bound = ((v * m + p - 1) * tab.time_bound()[p * v]
-                 + self._tail_bound(state.family, variant, p, d, params))
+                 + self._tail_bound(state, variant, p, d, params))
         order = np.lexsort((p, p * d, bound))
         block.p, block.d, block.m, block.bound = p[order], d[order], m[order], bound[order]
         block.refined = True
@@ -358,7 +434,8 @@ class Search:
             self._account(resident[-1])
         if state.tables is None:
             fam = state.family
-            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute, fam.sp, self.meter)
+            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute, fam.sp, self.meter,
+                                         cp=fam.cp, ep=fam.ep)
         if not resident or resident[-1] is not state:
             at = next((i for i, other in enumerate(resident) if other is state), None)
             if at is not None:
@@ -385,7 +462,6 @@ class Search:
         group = (variant.schedule, variant.chunks, p, variant.zero_stage)
         if state.infeasible_at.get(group, 0) >= d:
             return
-        fam = state.family
         tab = self._tables(state)
         v = variant.chunks
         k_factor = v * m + p - 1
@@ -401,21 +477,22 @@ class Search:
                 self._record(f, variant, p, d, m, best, points)
             return
         in_flight = in_flight_per_position(variant.schedule, p, m, v)
-        shards = self._canonical_shards(state, tab, zs, d if zs else 1, max(in_flight))
-        mem_key = (variant.schedule, v, p, tuple(in_flight), zs, shards)
+        shards = self._canonical_shards(state, tab, zs, tab.shards(zs, d), max(in_flight))
+        links = tuple(tab.position_links(p, v, d))
+        mem_key = (variant.schedule, v, p, tuple(in_flight), zs, shards, links)
         front = state.fronts.get(mem_key)
         if front is None:
             if not _fits(tab.capacity(zs, shards), in_flight):
                 front = []
             else:
-                front = self._front(tab, tab.position_times(p, v), in_flight, zs, shards,
+                front = self._front(tab, tab.position_times(p, v, dp=d), in_flight, zs, shards,
                                     tab.params, None)
             state.fronts[mem_key] = front
         if not front:
             state.infeasible_at[group] = max(d, state.infeasible_at.get(group, 0))
             return
-        if not variant.per_candidate:
-            values = [k_factor * tau + self._tail_of(fam, variant, p, d, v * pmax)
+        if not self._per_candidate(state, variant):
+            values = [k_factor * tau + self._tail_of(state, variant, p, d, v * pmax)
                       for tau, pmax in front]
             best = min(values)
             points = [(tau, pmax) for (tau, pmax), value in zip(front, values, strict=True)
@@ -423,7 +500,7 @@ class Search:
         else:
             # the front without the ZeRO-2/3 collectives bounds the objective from below
             step = optimizer_step_time_s(1.0, self.setup.hbm_bandwidth_bytes_per_s,
-                                         self.setup.optimizer) / (d if zs else 1)
+                                         self.setup.optimizer) / self._max_shards(state, zs, d)
             if min(k_factor * tau + step * v * pmax for tau, pmax in front) > limit:
                 return
             tail = tab.tail(pp=p, dp=d, chunks=v, zero_stage=zs, overlap=variant.overlap)
@@ -445,7 +522,7 @@ class Search:
     def _record(self, f: int, variant: Variant, p: int, d: int, m: int, best: float,
                 points: list[tuple[float, float]]) -> None:
         fam = self.states[f].family
-        rank = (fam.tp * p * d, p, fam.tp, variant.chunks, fam.micro_batch,
+        rank = (fam.tp * fam.cp * p * d, p, fam.tp, fam.cp, fam.ep, variant.chunks, fam.micro_batch,
                 RECOMPUTE_ORDER.index(fam.recompute), SCHEDULE_ORDER.index(variant.schedule), fam.sp,
                 variant.zero_stage, variant.overlap)
         self.found.append(Found(best, rank, f, variant, p, d, m, points))
@@ -458,7 +535,7 @@ class Search:
         state = self.states[f]
         fam = state.family
         zs = variant.zero_stage
-        key = (p, variant.chunks, m, zs, d if zs else 1)
+        key = (p, variant.chunks, m, zs, d if zs else 1)  # cp and ep are the family's
         fitting = state.interleaved.get(key)
         if fitting is None:
             fitting = [stages for stages in interleaved_splits(len(fam.layers), p * variant.chunks)
@@ -469,22 +546,26 @@ class Search:
     def interleaved_peaks(self, f: int, variant: Variant, p: int, d: int, m: int,
                           stages: tuple[tuple[int, int], ...]) -> list[float]:
         """``StageMemory.total`` of every device of an interleaved plan with ``stages``."""
-        layers = self.states[f].family.layers
+        fam = self.states[f].family
+        layers = fam.layers
         self.meter.charge(4 * len(layers) * variant.chunks * p)
+        layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order)
         return [interleaved_device_memory(
             [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=m,
-            recompute=self.states[f].family.recompute, optimizer=self.setup.optimizer,
-            zero_stage=variant.zero_stage, dp=d, grad_bytes=self.setup.grad_bytes).total
+            recompute=fam.recompute, optimizer=self.setup.optimizer,
+            zero_stage=variant.zero_stage, dp=layout.dense_dp, grad_bytes=self.setup.grad_bytes,
+            expert_dp=layout.expert_dp).total
             for j in range(p)]
 
     def _interleaved_points(self, f: int, variant: Variant, p: int, d: int, m: int
                             ) -> list[tuple[tuple[float, float], tuple[tuple[int, int], ...]]]:
         """(max segment time, max second figure) of every fitting interleaved split."""
-        tab = self._tables(self.states[f])
+        state = self.states[f]
+        tab = self._tables(state)
         v, zs = variant.chunks, variant.zero_stage
         times = tab.position_times(p, v, zs, d)
         second = (tab.tail(pp=p, dp=d, chunks=v, zero_stage=zs, overlap=variant.overlap)
-                  if variant.per_candidate else tab.params)
+                  if self._per_candidate(state, variant) else tab.params)
         out = []
         for stages in self.interleaved_fitting(f, variant, p, d, m):
             tau = max(float(times[c][a, e]) for c, (a, e) in enumerate(stages))
@@ -499,10 +580,11 @@ class Search:
         scored = self._interleaved_points(f, variant, p, d, m)
         if not scored:
             return None
-        fam = self.states[f].family
+        state = self.states[f]
         k_factor = variant.chunks * m + p - 1
-        values = [k_factor * tau + (y if variant.per_candidate
-                                    else self._tail_of(fam, variant, p, d, variant.chunks * y))
+        per_candidate = self._per_candidate(state, variant)
+        values = [k_factor * tau + (y if per_candidate
+                                    else self._tail_of(state, variant, p, d, variant.chunks * y))
                   for (tau, y), _ in scored]
         best = min(values)
         return best, [point for (point, _), value in zip(scored, values, strict=True)
@@ -516,34 +598,43 @@ class Search:
         limit = self.cutoff * (1 + SLACK)
         self.found = [found for found in self.found if found.value <= limit]
 
-    def _tail_of(self, fam: Family, variant: Variant, p: int, d: int, params: float) -> float:
+    @staticmethod
+    def _per_candidate(state: _FamilyState, variant: Variant) -> bool:
+        """Whether the front of (max T, max Y) must be enumerated per (p, d): the variant's
+        rule, and always for chains with routed experts, whose tail is a function of two
+        parameter counts (dense and expert), not of their sum."""
+        return variant.per_candidate or state.experts
+
+    def _tail_of(self, state: _FamilyState, variant: Variant, p: int, d: int, params: float) -> float:
         """The tail of a device with ``params`` (charged) parameters without overlap, as
-        ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1)."""
+        ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1, chains without experts)."""
         setup = self.setup
-        cost = dp_allreduce_cost(setup.cluster, tp=fam.tp, pp=p, dp=d)
+        cost = self._costs(state, p, d)[0]
+        dense = d * state.family.cp
         exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
-                                 dp=d, params=float(params), backward_s=0.0, overlap=False)[0]
+                                 dp=dense, params=float(params), backward_s=0.0, overlap=False)[0]
         return float(exposed + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s,
-                                                     setup.optimizer, d if variant.zero_stage else 1))
+                                                     setup.optimizer, dense if variant.zero_stage else 1))
 
     def _canonical_shards(self, state: _FamilyState, tab: SegmentTables, zero_stage: int,
-                          shards: int, k_top: int) -> int:
-        """``shards``, or 1 when the stage's capacity table at ``shards`` replicas equals the one
-        at 1 replica for every in-flight count up to k_top (then they share fronts), decided
-        through the sandwich 1 replica <= shards <= infinitely many."""
-        if shards == 1:
-            return 1
+                          shards: Shards, k_top: int) -> Shards:
+        """``shards``, or (1, 1) when the stage's capacity table at ``shards`` replicas equals the
+        one at 1 replica for every in-flight count up to k_top (then they share fronts), decided
+        through the sandwich 1 replica <= shards <= infinitely many (memory never grows with
+        either shard count)."""
+        if shards == NO_SHARDS:
+            return NO_SHARDS
         key = (k_top, zero_stage)
         verdict = state.canonical.get(key)
         if verdict is None:
-            low = np.minimum(tab.capacity(zero_stage, 1), k_top)
-            high = np.minimum(tab.capacity(zero_stage, INFINITE_SHARDS), k_top)
+            low = np.minimum(tab.capacity(zero_stage, NO_SHARDS), k_top)
+            high = np.minimum(tab.capacity(zero_stage, ALL_SHARDS), k_top)
             verdict = 1 if np.array_equal(low, high) else 0
             state.canonical[key] = verdict
-        return 1 if verdict == 1 else shards
+        return NO_SHARDS if verdict == 1 else shards
 
     def _front(self, tab: SegmentTables, times: Sequence[FloatArray], in_flight: Sequence[int],
-               zero_stage: int, shards: int, second: FloatArray,
+               zero_stage: int, shards: Shards, second: FloatArray,
                stop: Callable[[float], bool] | None) -> list[tuple[float, float]]:
         """The Pareto front of (max segment time, max ``second``) over fitting splits, as
         (tau, y) points with increasing tau, ``times`` the time table of every position;
@@ -580,9 +671,9 @@ class Search:
                 found.family, variant, found.p, found.d, found.m) if tau <= point[0] and y <= point[1])
         in_flight = in_flight_per_position(variant.schedule, found.p, found.m, v)
         zs = variant.zero_stage
-        capacity = tab.capacity(zs, found.d if zs else 1)
+        capacity = tab.capacity(zs, tab.shards(zs, found.d))
         second = (tab.tail(pp=found.p, dp=found.d, chunks=v, zero_stage=zs, overlap=variant.overlap)
-                  if variant.per_candidate else tab.params)
+                  if self._per_candidate(self.states[found.family], variant) else tab.params)
         times = tab.position_times(found.p, v, zs, found.d)
         tau, y = point
 
@@ -599,7 +690,7 @@ class Search:
         return Plan(tp=fam.tp, pp=found.p, dp=found.d, micro_batch=fam.micro_batch,
                     recompute=fam.recompute, stages=stages, schedule=variant.schedule,
                     chunks=variant.chunks, sp=fam.sp, zero_stage=variant.zero_stage,
-                    dp_overlap=variant.overlap)
+                    dp_overlap=variant.overlap, cp=fam.cp, ep=fam.ep)
 
 
 def _fits(capacity: npt.NDArray[np.int64], in_flight: Sequence[int]) -> bool:

@@ -12,7 +12,8 @@ same floating-point operations as ``evaluate_plan``, and the returned results ar
 ``evaluate_plan`` of the chosen plans.
 
 Ties (iteration times compared exactly) go to fewer devices, then fewer pipeline stages, then
-the smaller TP width, fewer chunks, the smaller micro-batch, less recomputation (none,
+the smaller TP width, the smaller CP degree, the smaller EP degree, fewer chunks, the smaller
+micro-batch, less recomputation (none,
 selective, full), the schedule (1F1B, interleaved, GPipe), SP off, the lower ZeRO stage, overlap off, and
 finally the lexicographically smallest stages.
 
@@ -46,7 +47,7 @@ from archplace.placement.plan import (
     check_zero_stage,
 )
 from archplace.placement.search import Family, Search, Variant, in_flight_per_position, interleaved_splits
-from archplace.placement.tables import FloatArray, SegmentTables
+from archplace.placement.tables import NO_SHARDS, FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int
 from archplace.units import format_bytes
 
@@ -81,7 +82,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     """The ``top_k`` fastest distinct plan configurations, fastest first.
 
     Args:
-        costs: layer chain per (tp, micro_batch, sp); the chains may differ by key.
+        costs: layer chain per :class:`CostKey` (tp, micro_batch, sp, cp, ep); the chains may
+            differ by key. A key's cp and ep are searched with it: tp * cp * pp * dp devices,
+            ep dividing dp * cp (:mod:`archplace.placement.layout`).
         setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
         recomputes, schedules: policies to consider.
         chunks: model chunks per device (v >= 2) tried with the interleaved schedule.
@@ -116,15 +119,17 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         raise ConfigError("plan_search needs the layer costs of at least one (tp, micro_batch, sp)")
     families: list[Family] = []
     for key, layers in costs.items():
-        tp, micro_batch, sp, _cp, _ep = CostKey.of(key)
+        tp, micro_batch, sp, cp, ep = CostKey.of(key)
         check_positive_int("tp", tp)
         check_positive_int("micro_batch", micro_batch)
+        check_positive_int("cp", cp)
+        check_positive_int("ep", ep)
         if not isinstance(sp, bool):
             raise ConfigError(f"costs key {key!r}: sp must be a bool")
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
         check_finite_times(layers)
-        families.extend(Family(tp, micro_batch, sp, rc, tuple(layers)) for rc in recompute_list)
+        families.extend(Family(tp, micro_batch, sp, rc, tuple(layers), cp, ep) for rc in recompute_list)
     variants = [Variant(schedule, v, z, o)
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
@@ -132,9 +137,12 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     search = Search(families, variants, setup, top_k)
     found = search.run()
     if not search.any_candidate:
+        extended = any(fam.cp > 1 or fam.ep > 1 for fam in families)
         raise InfeasibleError(
-            f"no valid plan: no (tp, pp, dp, micro-batch) combination of the given ones suits "
-            f"{setup.cluster.devices} devices and the global batch {setup.global_batch}")
+            f"no valid plan: no ({'tp, cp, ep, pp, dp' if extended else 'tp, pp, dp'}, micro-batch) "
+            f"combination of the given ones suits {setup.cluster.devices} devices and the global batch "
+            f"{setup.global_batch}" + (" (tp*cp*pp*dp must not exceed the devices and ep must divide dp*cp)"
+                                        if extended else ""))
     if not found:
         _raise_closest(search, families, variants, setup)
     results = []
@@ -203,12 +211,12 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
     candidate, among all options; memory never grows with d, so the largest valid d of every p
     is the closest, and a min-max DP over the split finds the smallest peak for it."""
     frugal_rc = max((fam.recompute for fam in families), key=RECOMPUTE_ORDER.index)
-    smallest_b: dict[tuple[int, bool], int] = {}
+    smallest_b: dict[tuple[int, bool, int, int], int] = {}
     for fam in families:
-        key = (fam.tp, fam.sp)
+        key = (fam.tp, fam.sp, fam.cp, fam.ep)
         smallest_b[key] = min(smallest_b.get(key, fam.micro_batch), fam.micro_batch)
-    chosen = [f for f, fam in enumerate(families)
-              if fam.recompute is frugal_rc and fam.micro_batch == smallest_b[(fam.tp, fam.sp)]]
+    chosen = [f for f, fam in enumerate(families) if fam.recompute is frugal_rc
+              and fam.micro_batch == smallest_b[(fam.tp, fam.sp, fam.cp, fam.ep)]]
     schedule = min({variant.schedule for variant in variants}, key=SCHEDULE_ORDER.index)
     # per ZeRO stage offered (which one needs least depends on d: ZeRO-3's gathered window
     # costs memory at d = 1), the variant with the most chunks, no overlap
@@ -236,7 +244,9 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
         needs = [float(block(c, slice(a, a + 1), slice(e, e + 1))[0, 0])
                  for c, (a, e) in enumerate(stages)]
         where = f"on stage {needs.index(max(needs))}"
-    label = (f"tp={fam.tp}, micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
+    label = (f"tp={fam.tp}, " + (f"cp={fam.cp}, " if fam.cp > 1 else "")
+             + (f"ep={fam.ep}, " if fam.ep > 1 else "")
+             + f"micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
              f"schedule={variant.schedule.value}"
              + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
              + (f", zero_stage={variant.zero_stage}" if variant.zero_stage else "")
@@ -251,9 +261,9 @@ class Closest:
 
     Attributes:
         peak_bytes: its largest per-device memory, bytes (the least over the candidates).
-        devices: devices it occupies, tp * pp * dp.
+        devices: devices it occupies, tp * cp * pp * dp.
         pp: pipeline depth.
-        family: index of its layer-cost family (tp, micro-batch, SP, recompute) in the search.
+        family: index of its layer-cost family (tp, micro-batch, SP, cp, ep, recompute) in the search.
         dp: data-parallel degree.
         micro_batch_count: micro-batches per iteration (per pipeline).
         variant: its schedule, chunks, ZeRO stage and DP overlap.
@@ -324,7 +334,7 @@ def _closest(search: Search, families: Sequence[Family],
         p_all, d_all, m_all = search.grid(fam, len(fam.layers), variant)
         loose = tab.loose_memory_bound(search.max_zero_stage)
         n = tab.n
-        mean_state = float(tab.state(variant.zero_stage, 1)[0, n - 1]) / n
+        mean_state = float(tab.state(variant.zero_stage, NO_SHARDS)[0, n - 1]) / n
         mean_saved = float(tab.saved[0, n - 1]) / n
         for p in np.unique(p_all).tolist():  # the largest d of every p
             row = int(np.flatnonzero(p_all == p)[-1])
@@ -378,7 +388,7 @@ def _closest(search: Search, families: Sequence[Family],
                 meter.charge(dp_cells(tab.n, p) + p * tab.n)
                 fits = d_row == d or fits_greedily(_column(block), tab.n, p, least)
             if fits:
-                candidate = Closest(least, fam.tp * p * d_row, p, f, d_row, m_row, variant)
+                candidate = Closest(least, fam.tp * fam.cp * p * d_row, p, f, d_row, m_row, variant)
                 if best is None or candidate.order < best.order:
                     best = candidate
                 break
@@ -399,7 +409,7 @@ def _memory_blocks(tab: SegmentTables, variant: Variant, p: int, d: int, m: int,
     when given)."""
     in_flight = in_flight_per_position(variant.schedule, p, m, variant.chunks)
     zs = variant.zero_stage
-    shards = d if zs else 1
+    shards = tab.shards(zs, d)
     if cache is None:
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
             return tab.memory(in_flight[c], zs, shards, rows, cols)

@@ -17,9 +17,14 @@ import numpy.typing as npt
 
 from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
 from archplace.placement.budget import WorkMeter
-from archplace.placement.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+from archplace.placement.layout import Cost, RankLayout
+from archplace.placement.memory import (
+    OPTIMIZER_STATE_BYTES_PER_PARAM,
+    WEIGHT_BYTES_PER_PARAM,
+    fp8_expert_count,
+)
 from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
-from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, dp_allreduce_cost, p2p_link
+from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, p2p_link
 from archplace.placement.zero import dp_tail_comm_s, gathered_bytes, layer_zero_comm_s, shard_divisors
 
 FloatArray = npt.NDArray[np.float64]
@@ -32,6 +37,13 @@ UNBOUNDED = 1 << 40
 INFINITE_SHARDS = 0
 """``shards`` value meaning "infinitely many replicas": the sharded parts of the model state
 vanish (the limit of a ZeRO stage as d grows), used for bounds only."""
+
+Shards = tuple[int, int]
+"""(ranks the dense parameters are sharded over, ranks the routed experts' are sharded over):
+the DP x CP and expert-data-parallel group sizes under a ZeRO stage >= 1, (1, 1) at stage 0."""
+
+NO_SHARDS: Shards = (1, 1)
+ALL_SHARDS: Shards = (INFINITE_SHARDS, INFINITE_SHARDS)
 
 
 THRESHOLD_BLOCK = 1 << 22
@@ -90,20 +102,23 @@ def _min_max_by_count(values: FloatArray, upper: BoolArray, meter: WorkMeter | N
 
 
 class SegmentTables:
-    """Per-segment figures of one layer chain (one TP width, micro-batch size, SP flag and
-    recompute policy) on one setup; see the module docstring.
+    """Per-segment figures of one layer chain (one TP width, micro-batch size, SP flag, CP and
+    EP degree and recompute policy) on one setup; see the module docstring.
 
     Attributes:
         n: layers in the chain.
         base: compute + recompute per micro-batch (a segment's time without its p2p), seconds.
         backward: backward + recompute per micro-batch, seconds.
         params: parameters (as float64).
+        dense_params, expert_params: the dense parameters and the routed experts' (float64;
+            expert_params None when the chain has none).
         saved: bytes one micro-batch keeps for the backward pass; extra: bytes re-materialised
             under full recomputation (0 otherwise); working: largest working set.
     """
 
     def __init__(self, layers: Sequence[LayerCost], setup: TrainingSetup, tp: int,
-                 recompute: Recompute, sp: bool = False, meter: WorkMeter | None = None) -> None:
+                 recompute: Recompute, sp: bool = False, meter: WorkMeter | None = None,
+                 cp: int = 1, ep: int = 1) -> None:
         n = len(layers)
         self.n = n
         self.meter = meter
@@ -111,6 +126,8 @@ class SegmentTables:
             meter.charge(8 * n * n)  # the cumulative sums below
         self.setup = setup
         self.tp = tp
+        self.cp = cp
+        self.ep = ep
         self.sp = sp
         self.recompute = recompute
         idx = np.arange(n)
@@ -146,18 +163,30 @@ class SegmentTables:
         self.params: FloatArray = np.cumsum(np.where(upper, int_params[None, :], 0),
                                             axis=1).astype(np.float64)
         int_fp8 = np.array([layer.fp8_params for layer in layers], dtype=np.int64)
-        self.fp8_params: FloatArray | None = (  # FP8 training's weight cache; None in bf16
-            np.cumsum(np.where(upper, int_fp8[None, :], 0), axis=1).astype(np.float64)
-            if int_fp8.any() else None)
+        int_experts = np.array([layer.expert_params for layer in layers], dtype=np.int64)
+        self.has_experts = bool(int_experts.any())
+
+        def int_sum(values: IntArray) -> FloatArray:
+            return np.cumsum(np.where(upper, values[None, :], 0), axis=1).astype(np.float64)
+        fp8_experts = np.array([fp8_expert_count(layer) for layer in layers], dtype=np.int64)
+        self.fp8_params: FloatArray | None = (  # FP8 training's weight cache (dense part); None in bf16
+            int_sum(int_fp8 - fp8_experts) if int_fp8.any() else None)
+        self.dense_params: FloatArray = int_sum(int_params - int_experts) if self.has_experts else self.params
+        self.expert_params: FloatArray | None = int_sum(int_experts) if self.has_experts else None
+        self.fp8_expert_params: FloatArray | None = (
+            int_sum(fp8_experts) if self.has_experts and fp8_experts.any() else None)
+        self.layer_dense = column([float(layer.params - layer.expert_params) for layer in layers])
+        self.layer_experts = column([float(layer.expert_params) for layer in layers])
         self.saved: FloatArray = seg_sum(column([layer.saved_bytes(recompute) for layer in layers]))
         self.extra: FloatArray = (seg_max(column([layer.activation_bytes for layer in layers]))
                                   if recompute is Recompute.FULL else np.zeros((n, n)))
         self.working: FloatArray = seg_max(column([layer.working_bytes for layer in layers]))
         self._mid: dict[tuple[tuple[float, float] | None, tuple[float, float] | None],
                         FloatArray] = {}
-        self._state: dict[tuple[int, int], FloatArray] = {}
-        self._kmax: dict[tuple[int, int], IntArray] = {}
-        self._zero: dict[tuple[int, int, float, float], FloatArray] = {}
+        self._state: dict[tuple[int, Shards], FloatArray] = {}
+        self._kmax: dict[tuple[int, Shards], IntArray] = {}
+        self._zero: dict[tuple[object, ...], FloatArray] = {}
+        self._costs: dict[tuple[int, int], tuple[Cost, Cost]] = {}
         self._t_bound: FloatArray | None = None
         self._loose: tuple[int, FloatArray] | None = None
 
@@ -166,8 +195,11 @@ class SegmentTables:
         arrays = [self.upper, self.base, self.backward, self.boundary, self.params, self.saved, self.extra,
                   self.working, self.max_params, *self._mid.values(), *self._state.values(),
                   *self._kmax.values(), *self._zero.values()]
-        if self.fp8_params is not None:
-            arrays.append(self.fp8_params)
+        for extra in (self.fp8_params, self.expert_params, self.fp8_expert_params):
+            if extra is not None:
+                arrays.append(extra)
+        if self.has_experts:
+            arrays.append(self.dense_params)
         return sum(array.nbytes for array in arrays)
 
     def drop_caches(self) -> None:
@@ -203,12 +235,40 @@ class SegmentTables:
             self._mid[key] = table
         return table
 
-    def position_links(self, pp: int, chunks: int) -> list[tuple[float, float] | None]:
-        """Link after each of the pp * chunks segments (None for the last), as ``p2p_link``."""
+    def layout(self, pp: int, dp: int) -> RankLayout:
+        """The rank layout of this chain's plans with pp stages and dp replicas."""
+        return RankLayout(self.tp, self.cp, self.ep, pp, dp, self.setup.rank_order)
+
+    def shards(self, zero_stage: int, dp: int) -> Shards:
+        """(dense, expert) ZeRO shard counts with dp replicas: the DP x CP and expert-data-parallel
+        group sizes with a ZeRO stage >= 1, else (1, 1)."""
+        if zero_stage == 0:
+            return NO_SHARDS
+        return dp * self.cp, self.tp * self.cp * dp // self.ep
+
+    def group_costs(self, pp: int, dp: int) -> tuple[Cost, Cost]:
+        """All-reduce costs (start-up s, s per byte) over the DP x CP group and over the
+        expert-data-parallel group ((0, 0) without experts)."""
+        key = (pp, dp)
+        costs = self._costs.get(key)
+        if costs is None:
+            layout = self.layout(pp, dp)
+            cluster = self.setup.cluster
+            costs = (layout.dense_dp_cost(cluster),
+                     layout.expert_dp_cost(cluster) if self.has_experts else (0.0, 0.0))
+            self._costs[key] = costs
+        return costs
+
+    def position_links(self, pp: int, chunks: int, dp: int = 1) -> list[tuple[float, float] | None]:
+        """Link after each of the pp * chunks segments (None for the last), as ``p2p_link``
+        (pipeline neighbours ``RankLayout.pp_stride`` ranks apart, which depends on dp in the
+        "tp-cp-ep-dp-pp" order)."""
         cluster = self.setup.cluster
         scatter = not self.sp
-        neighbour = p2p_link(cluster, tp=self.tp, pp=pp, segment=0, scatter_gather=scatter)
-        wrap = p2p_link(cluster, tp=self.tp, pp=pp, segment=pp - 1, chunks=2, scatter_gather=scatter)
+        stride = self.layout(pp, dp).pp_stride
+        neighbour = p2p_link(cluster, tp=self.tp, pp=pp, segment=0, scatter_gather=scatter, stride=stride)
+        wrap = p2p_link(cluster, tp=self.tp, pp=pp, segment=pp - 1, chunks=2, scatter_gather=scatter,
+                        stride=stride)
         s = pp * chunks
         return [None if c == s - 1 else wrap if chunks > 1 and c % pp == pp - 1 else neighbour
                 for c in range(s)]
@@ -217,10 +277,10 @@ class SegmentTables:
         """Time table of every segment position c of a pp * chunks split: its input boundary's
         link is the one after position c - 1, its output boundary's the one after c; plus,
         with ZeRO stage 2 or 3, the exposed per-layer collectives (:meth:`zero_time`)."""
-        links = self.position_links(pp, chunks)
+        links = self.position_links(pp, chunks, dp)
         times = [self.segment_time(links[c - 1] if c > 0 else None, links[c])
                  for c in range(len(links))]
-        if zero_stage < 2 or dp == 1:
+        if zero_stage < 2 or self.shards(zero_stage, dp) == NO_SHARDS:
             return times
         extra = self.zero_time(pp, dp, zero_stage)
         return [table + extra for table in times]
@@ -228,13 +288,17 @@ class SegmentTables:
     def zero_time(self, pp: int, dp: int, zero_stage: int) -> FloatArray:
         """Exposed ZeRO-2/3 collectives per micro-batch of every segment: the sum over its
         layers of :func:`archplace.placement.zero.layer_zero_comm_s`, in seconds."""
-        cost = dp_allreduce_cost(self.setup.cluster, tp=self.tp, pp=pp, dp=dp)
-        key = (zero_stage, dp, *cost)
+        cost, expert_cost = self.group_costs(pp, dp)
+        key = (zero_stage, dp, *cost, *expert_cost)
         table = self._zero.get(key)
         if table is None:
             exposed, _ = layer_zero_comm_s(cost, zero_stage=zero_stage, grad_bytes=self.setup.grad_bytes,
-                                           dp=dp, params=self.layer_params, fwd_s=self.layer_fwd,
-                                           backward_s=self.layer_backward)
+                                           dp=dp * self.cp,
+                                           params=self.layer_dense if self.has_experts else self.layer_params,
+                                           fwd_s=self.layer_fwd, backward_s=self.layer_backward,
+                                           expert_cost=expert_cost,
+                                           expert_dp=self.tp * self.cp * dp // self.ep,
+                                           expert_params=self.layer_experts if self.has_experts else None)
             table = np.cumsum(np.where(self.upper, exposed[None, :], 0.0), axis=1)
             self._zero[key] = table
         return table
@@ -248,17 +312,18 @@ class SegmentTables:
 
     # ---------------------------------------------------------------- memory
 
-    def state(self, zero_stage: int, shards: int) -> FloatArray:
+    def state(self, zero_stage: int, shards: Shards) -> FloatArray:
         """Model-state bytes (weights + gradients + optimizer, each divided as ``zero_stage``
-        shards it over ``shards`` replicas; INFINITE_SHARDS: the sharded parts vanish) of every
-        segment."""
+        shards it: the dense parameters over ``shards[0]`` replicas, the routed experts' over
+        ``shards[1]``; INFINITE_SHARDS: the sharded parts vanish) of every segment, as
+        ``memory.model_state_bytes`` adds them."""
         key = (zero_stage, shards)
         table = self._state.get(key)
         if table is None:
-            p = self.params
+            p = self.dense_params
             optimizer = OPTIMIZER_STATE_BYTES_PER_PARAM[self.setup.optimizer]
             grad = self.setup.grad_bytes
-            sw, sg, so = shard_divisors(zero_stage, shards)
+            sw, sg, so = shard_divisors(zero_stage, shards[0])
 
             def part(per_param: int, divisor: int, count: FloatArray = p) -> FloatArray:
                 if divisor == INFINITE_SHARDS:
@@ -267,7 +332,21 @@ class SegmentTables:
             weights = part(WEIGHT_BYTES_PER_PARAM, sw)
             if self.fp8_params is not None:  # as memory.model_state_bytes adds it
                 weights = weights + part(FP8_WEIGHT_CACHE_BYTES_PER_PARAM, sw, self.fp8_params)
-            table = (weights + part(grad, sg)) + part(optimizer, so)
+            gradients, state = part(grad, sg), part(optimizer, so)
+            if self.expert_params is not None:
+                e = self.expert_params
+                ew, eg, eo = shard_divisors(zero_stage, shards[1])
+                expert_weights = part(WEIGHT_BYTES_PER_PARAM, ew, e)
+                if self.fp8_expert_params is not None:
+                    expert_weights = expert_weights + part(FP8_WEIGHT_CACHE_BYTES_PER_PARAM, ew,
+                                                           self.fp8_expert_params)
+                else:
+                    expert_weights = expert_weights + part(FP8_WEIGHT_CACHE_BYTES_PER_PARAM, ew,
+                                                           np.zeros_like(e))
+                weights = weights + expert_weights
+                gradients = gradients + part(grad, eg, e)
+                state = state + part(optimizer, eo, e)
+            table = (weights + gradients) + state
             self._state[key] = table
         return table
 
@@ -275,7 +354,7 @@ class SegmentTables:
         """ZeRO-3's window of gathered state of every segment (0 below stage 3), in bytes."""
         return gathered_bytes(zero_stage, self.max_params, self.setup.grad_bytes)
 
-    def capacity(self, zero_stage: int, shards: int) -> IntArray:
+    def capacity(self, zero_stage: int, shards: Shards) -> IntArray:
         """Largest in-flight count with which each segment, as a stage of a GPipe or 1F1B
         pipeline, fits in HBM (0: none; UNBOUNDED when it saves nothing and fits; -1 below the
         diagonal): ``StageMemory.total`` = ((state + (k saved + extra)) + working) + gathered
@@ -312,7 +391,7 @@ class SegmentTables:
         self._kmax[key] = table
         return table
 
-    def memory(self, in_flight: int, zero_stage: int, shards: int,
+    def memory(self, in_flight: int, zero_stage: int, shards: Shards,
                rows: slice = slice(None), cols: slice = slice(None)) -> FloatArray:
         """``StageMemory.total`` of the segments [rows, cols] as stages holding ``in_flight``
         micro-batches (inf below the diagonal)."""
@@ -329,7 +408,7 @@ class SegmentTables:
         stages as d grows + one micro-batch's activations + extra + working) per segment."""
         key = min(max_zero_stage, 3)
         if self._loose is None or self._loose[0] != key:
-            floor = self.state(min(key, 2), INFINITE_SHARDS)  # the weights, and for stage < 2 the gradients
+            floor = self.state(min(key, 2), ALL_SHARDS)  # the weights, and for stage < 2 the gradients
             if key == 3:
                 floor = np.minimum(floor, self.gathered(3))
             loose = (floor + (self.saved + self.extra)) + self.working
@@ -347,13 +426,22 @@ class SegmentTables:
         """Exposed once-per-iteration DP traffic + optimizer step of every segment as charged to
         its device (v copies of the segment), as ``pipeline.device_tails`` computes them, in
         seconds."""
-        charged = chunks * self.params if chunks > 1 else self.params
+        dense = self.dense_params
+        charged = chunks * dense if chunks > 1 else dense
         setup = self.setup
-        cost = dp_allreduce_cost(setup.cluster, tp=self.tp, pp=pp, dp=dp)
+        cost, expert_cost = self.group_costs(pp, dp)
         window = chunks * self.backward if chunks > 1 else self.backward
-        exposed, _ = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=dp,
-                                    params=charged, backward_s=window, overlap=overlap)
-        shards = dp if zero_stage >= 1 else 1
+        shards, expert_shards = self.shards(zero_stage, dp)
+        experts = self.expert_params
+        charged_experts = (chunks * experts if chunks > 1 else experts) if experts is not None else 0.0
+        exposed, _ = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes,
+                                    dp=dp * self.cp, params=charged, backward_s=window, overlap=overlap,
+                                    expert_cost=expert_cost, expert_dp=self.tp * self.cp * dp // self.ep,
+                                    expert_params=charged_experts)
         step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged / shards
                 / setup.hbm_bandwidth_bytes_per_s)
+        if experts is not None:  # as pipeline.device_tails adds the experts' step
+            step = step + np.where(charged_experts > 0,
+                                   OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged_experts
+                                   / expert_shards / setup.hbm_bandwidth_bytes_per_s, 0.0)
         return exposed + step

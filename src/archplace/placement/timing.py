@@ -2,7 +2,8 @@
 
 Device ranks are laid out with TP fastest-varying, then PP, then DP: rank = t + tp * (j + pp * r)
 for TP rank t, pipeline device j and replica r (TP groups, the most talkative, stay inside a
-node when tp <= devices_per_node; Megatron-LM's default order puts DP before PP instead). A
+node when tp <= devices_per_node; Megatron-LM's default order puts DP before PP instead, and
+context parallelism widens a stage: both in :mod:`archplace.placement.layout`). A
 group of ``size`` ranks at stride ``stride`` spans ``stride * (size - 1) + 1`` consecutive ranks,
 and its messages use the link ``Cluster.link`` returns for that span (alpha-beta model, Hockney
 1994):
@@ -43,7 +44,7 @@ def group_span(size: int, stride: int) -> int:
 
 
 def p2p_link(cluster: Cluster, *, tp: int, pp: int, segment: int, chunks: int = 1,
-             scatter_gather: bool = False) -> tuple[float, float]:
+             scatter_gather: bool = False, stride: int | None = None) -> tuple[float, float]:
     """(alpha_s, beta_bytes_per_s) of the boundary after pipeline segment ``segment``: the
     neighbour link (span tp + 1), or with interleaving the wrap-around link from the last device
     to the first (span tp * (pp - 1) + 1) after every chunk on the last device.
@@ -55,8 +56,13 @@ def p2p_link(cluster: Cluster, *, tp: int, pp: int, segment: int, chunks: int = 
     (tp - 1) start-ups and (tp - 1)/tp of the bytes). One transfer of b bytes then costs
     alpha + b / (tp beta) + (tp - 1) alpha_tp + (tp - 1)/tp b / beta_tp, returned as one
     affine link: alpha' = alpha + (tp - 1) alpha_tp, 1/beta' = 1/(tp beta) + (tp - 1)/(tp beta_tp).
+
+    ``stride``: ranks between pipeline neighbours (tp by default; with context parallelism and
+    the rank orders of :class:`~archplace.placement.plan.RankOrder` see
+    :attr:`archplace.placement.layout.RankLayout.pp_stride`).
     """
-    span = group_span(pp, tp) if chunks > 1 and segment % pp == pp - 1 else group_span(2, tp)
+    step = tp if stride is None else stride
+    span = group_span(pp, step) if chunks > 1 and segment % pp == pp - 1 else group_span(2, step)
     alpha, beta = cluster.link(span)
     if not scatter_gather or tp == 1:
         return alpha, beta
@@ -66,11 +72,12 @@ def p2p_link(cluster: Cluster, *, tp: int, pp: int, segment: int, chunks: int = 
 
 
 def pipeline_p2p_time_s(cluster: Cluster, tp: int, boundary_bytes: float, *, pp: int = 2,
-                        segment: int = 0, chunks: int = 1, scatter_gather: bool = False) -> float:
+                        segment: int = 0, chunks: int = 1, scatter_gather: bool = False,
+                        stride: int | None = None) -> float:
     """Time of one segment boundary per micro-batch, in seconds: send the activation forward and
     receive its gradient backward, 2 * (alpha + bytes / beta), on the link of :func:`p2p_link`."""
     alpha, beta = p2p_link(cluster, tp=tp, pp=pp, segment=segment, chunks=chunks,
-                           scatter_gather=scatter_gather)
+                           scatter_gather=scatter_gather, stride=stride)
     return 2.0 * (alpha + boundary_bytes / beta)
 
 
@@ -93,11 +100,18 @@ def dp_allreduce_cost(cluster: Cluster, *, tp: int, pp: int, dp: int) -> tuple[f
         2 (g - 1) alpha_intra + 2 (k - 1) alpha_inter
         + 2 (g - 1)/g * bytes / beta_intra + 2 (k - 1)/k * (bytes / g) / beta_inter
 
-    Returns (0, 0) when dp = 1.
+    Returns (0, 0) when dp = 1. (:func:`strided_allreduce_cost` of dp ranks at stride tp * pp.)
     """
+    return strided_allreduce_cost(cluster, dp, tp * pp)
+
+
+def strided_allreduce_cost(cluster: Cluster, size: int, stride: int) -> tuple[float, float]:
+    """(start-up seconds, seconds per byte) of an all-reduce over ``size`` ranks ``stride``
+    apart: one ring on the link of the group's span, or hierarchical when it has several members
+    in each of several nodes (as :func:`dp_allreduce_cost` explains); (0, 0) for one rank."""
+    dp = size
     if dp == 1:
         return 0.0, 0.0
-    stride = tp * pp
     node = cluster.devices_per_node
     g = node // stride if stride < node and node % stride == 0 else 1
     if g <= 1 or g >= dp or dp % g:

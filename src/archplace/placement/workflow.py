@@ -38,6 +38,13 @@ from archplace.workload.zoo import ModelSpec
 
 MAX_TP = 64  # widest TP width tried by default
 
+MIN_TOKENS_PER_CP_RANK = 8192
+"""Fewest tokens of a sample per context-parallel rank that the automatic CP degrees keep
+(:func:`valid_cp_degrees`): Llama 3 trains its 131,072-token sequences with CP16, i.e. 8,192
+tokens per rank (Llama Team, "The Llama 3 Herd of Models", 2024, sec. 3.3.2); shorter shares
+leave the ring's KV exchange less to hide behind (an assumption of the default only: ``cps``
+given explicitly may go lower)."""
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -66,6 +73,63 @@ def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple
             pass
         t *= 2
     return tuple(widths)
+
+
+def check_cp(spec: ModelSpec, cp: int) -> None:
+    """Refuse a CP degree the sequence cannot be split by: Megatron-Core's causal load balancing
+    cuts the sequence into 2 cp chunks (rank i takes chunks i and 2 cp - 1 - i), so cp > 1 needs
+    seq_len % (2 cp) == 0.
+
+    Raises:
+        ConfigError: cp not a positive integer, or the sequence not divisible by 2 cp.
+    """
+    if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
+        raise ConfigError(f"plan.cp must be a positive integer, got {cp!r}", fields=("plan.cp",))
+    if cp > 1 and spec.seq_len % (2 * cp):
+        raise ConfigError(f"plan.cp = {cp}: the sequence length {spec.seq_len} must be divisible by "
+                          f"2*cp = {2 * cp} (causal load balancing splits it into 2*cp chunks)",
+                          fields=("plan.cp",))
+
+
+def check_ep(spec: ModelSpec, ep: int) -> None:
+    """Refuse an EP degree the model's experts cannot be sharded by.
+
+    Raises:
+        ConfigError: ep not a positive integer, ep > 1 for a dense model, or ep not dividing the
+            routed experts of every MoE layer.
+    """
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise ConfigError(f"plan.ep must be a positive integer, got {ep!r}", fields=("plan.ep",))
+    if ep == 1:
+        return
+    if not spec.experts:
+        raise ConfigError(f"plan.ep = {ep}: {spec.name} is a dense model (no routed experts to shard); "
+                          f"use ep 1", fields=("plan.ep",))
+    if spec.experts % ep:
+        raise ConfigError(f"plan.ep = {ep} must divide the {spec.experts} routed experts of {spec.name}",
+                          fields=("plan.ep",))
+
+
+def valid_cp_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
+    """1 and the powers of two cp <= devices that :func:`check_cp` accepts and that leave at least
+    :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank."""
+    degrees = [1]
+    cp = 2
+    while cp <= devices and spec.seq_len % (2 * cp) == 0 and spec.seq_len // cp >= MIN_TOKENS_PER_CP_RANK:
+        degrees.append(cp)
+        cp *= 2
+    return tuple(degrees)
+
+
+def valid_ep_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
+    """1 and, for a mixture-of-experts model, the powers of two ep <= devices dividing its routed
+    experts per MoE layer; (1,) for a dense model."""
+    degrees = [1]
+    ep = 2
+    while spec.experts and ep <= devices and spec.experts % ep == 0:
+        degrees.append(ep)
+        ep *= 2
+    return tuple(degrees)
 
 
 def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False,
@@ -126,6 +190,12 @@ class PlanGrid:
     :class:`~archplace.workload.options.Kernels`).
     ``precisions``: bf16 and/or fp8 (:mod:`archplace.cost.precision`), each a separate set of
     layer costs; the plans of all of them are ranked together (ties: bf16 first).
+    ``cps``: context-parallel degrees to try; None means :func:`valid_cp_degrees` (1 and the
+    powers of two dividing the sequence into 2 cp chunks of at least
+    :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank). ``eps``: expert-parallel degrees; None
+    means :func:`valid_ep_degrees` (powers of two dividing the routed experts of an MoE model,
+    1 for a dense one). Each (tp, micro-batch, sp, cp, ep) is a set of layer costs; the engine
+    takes tp * cp * pp * dp devices with ep dividing dp * cp.
     """
 
     tps: tuple[int, ...] | None = None
@@ -141,15 +211,20 @@ class PlanGrid:
     kernels: Kernels = Kernels.FUSED
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
     precisions: tuple[Precision, ...] = PRECISIONS
+    cps: tuple[int, ...] | None = None
+    eps: tuple[int, ...] | None = None
 
 
 def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[PlanResult]:
     """The ``top_k`` best plans of ``prob`` over ``space``, best first.
 
     Raises:
-        ConfigError: an invalid option (e.g. a TP width that does not divide the heads), a chain
-            too long or a search too large (:mod:`archplace.placement.budget`).
-        InfeasibleError: no plan fits, with the closest candidate's numbers.
+        ConfigError: an invalid option (e.g. a TP width that does not divide the heads, a CP
+            degree not splitting the sequence into 2 cp chunks, an EP degree for a dense model or
+            not dividing its experts: :func:`check_cp`, :func:`check_ep`), a chain too long or a
+            search too large (:mod:`archplace.placement.budget`).
+        InfeasibleError: no plan fits, with the closest candidate's numbers; no (tp, cp, ep) fits
+            the devices.
     """
     if top_k <= 0:
         raise ConfigError(f"top_k must be positive, got {top_k}")
@@ -160,8 +235,21 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
         check_tp(prob.spec, t)
         if t > devices:
             raise ConfigError(f"TP width {t} exceeds the {devices} devices")
-    keys = [CostKey(t, b, sp) for t in tps for b in space.micro_batches for sp in space.sps
-            if t > 1 or not sp]
+    cps = space.cps if space.cps is not None else valid_cp_degrees(prob.spec, devices)
+    eps = space.eps if space.eps is not None else valid_ep_degrees(prob.spec, devices)
+    if not cps or not eps:
+        raise ConfigError("at least one CP degree and one EP degree are needed",
+                          fields=("cps",) if not cps else ("eps",))
+    for cp in cps:
+        check_cp(prob.spec, cp)
+    for ep in eps:
+        check_ep(prob.spec, ep)
+    every = [CostKey(t, b, sp, cp, ep) for t in tps for b in space.micro_batches for sp in space.sps
+             for cp in dict.fromkeys(cps) for ep in dict.fromkeys(eps) if t > 1 or not sp]
+    keys = [key for key in every if key.tp * key.cp <= devices and key.tp * key.ep <= devices]
+    if every and not keys:
+        raise InfeasibleError(f"no valid plan: no (tp, cp, ep) of the given ones fits {devices} devices "
+                              f"(tp*cp and tp*ep must not exceed them)")
     precisions = [p for p in PRECISION_ORDER if p in space.precisions]
     if not precisions:
         raise ConfigError("at least one precision is needed", fields=("precisions",))
@@ -221,18 +309,23 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              precision: Precision = Precision.BF16, cp: int = 1, ep: int = 1) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanGrid`;
-    ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`).
+    ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp`` and
+    ``ep`` the context- and expert-parallel degrees (tp * cp * pp * dp devices; the rank order
+    is ``prob.setup.rank_order``).
 
     Raises:
-        ConfigError: an invalid plan, stages that do not end at the last layer (the head), fp8
-            on a chip without FP8 tensor cores.
+        ConfigError: an invalid plan (also: cp not splitting the sequence into 2 cp chunks, ep > 1
+            for a dense model or not dividing its experts, ep not dividing dp * cp), stages that
+            do not end at the last layer (the head), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     check_tp(prob.spec, tp)
-    if cp != 1 or ep != 1:  # TODO(issue 14): context and expert parallelism in the engine
-        raise ConfigError(f"plan.cp = {cp} and plan.ep = {ep}: context and expert parallelism are "
-                          f"not modelled yet (only 1)", fields=("plan.cp", "plan.ep"))
-    key = CostKey(tp, micro_batch, sp and tp > 1)
+    check_cp(prob.spec, cp)
+    check_ep(prob.spec, ep)
+    if isinstance(dp, int) and dp >= 1 and (dp * cp) % ep:
+        raise ConfigError(f"plan.ep = {ep} must divide dp*cp = {dp}*{cp} = {dp * cp} (the expert-parallel "
+                          f"ranks are taken from the data- and context-parallel ranks)", fields=("plan.ep",))
+    key = CostKey(tp, micro_batch, sp and tp > 1, cp, ep)
     setup = precision_setup(prob, precision)
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
                             precision=precision)[key]
@@ -244,5 +337,5 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     ranges = stages if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap,
-                 precision=precision)
+                 precision=precision, cp=cp, ep=ep)
     return evaluate_plan(costs, setup, fixed)

@@ -120,19 +120,38 @@ def bucketed_exposed_s(const_s: float, per_byte_s: float, total_bytes: ArrayLike
 
 
 def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
-                   params: ArrayLike, backward_s: ArrayLike, overlap: bool
-                   ) -> tuple[FloatArray, FloatArray]:
+                   params: ArrayLike, backward_s: ArrayLike, overlap: bool,
+                   expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
+                   expert_params: ArrayLike = 0.0) -> tuple[FloatArray, FloatArray]:
     """(exposed, total) seconds of the once-per-iteration DP traffic of ``params`` parameters
     (module docstring): stage 0 the all-reduce of the gradients, stage 1 their reduce-scatter
     and the parameter all-gather, stage 2 the parameter all-gather, stage 3 nothing. With
     ``overlap`` the gradient reduction is bucketed over ``backward_s``
     (:func:`bucketed_exposed_s`); the all-gather is always exposed.
 
+    Expert parameters (``expert_params``, routed experts' weights) have their own collectives
+    of the same kinds over the expert-data-parallel group (``expert_cost``, ``expert_dp``
+    ranks), after the dense ones on the same stream: their times add (with ``overlap`` each
+    reduction is bucketed over the backward pass on its own, Megatron-Core keeping expert and
+    dense gradients in separate buffers; an assumption that their exposed parts add).
+
     Args:
-        cost: (start-up s, s per byte) of an all-reduce over the DP group
-            (:func:`archplace.placement.timing.dp_allreduce_cost`); a reduce-scatter or an
-            all-gather costs half of each.
+        cost: (start-up s, s per byte) of an all-reduce over the DP group (DP x CP with context
+            parallelism; :mod:`archplace.placement.layout`), ``dp`` its ranks; a
+            reduce-scatter or an all-gather costs half of each.
+        params: the parameters reduced over it (the dense ones).
     """
+    exposed, total = _tail_one(cost, zero_stage, grad_bytes, dp, params, backward_s, overlap)
+    if expert_dp == 1 or not np.any(np.asarray(expert_params) > 0):
+        return exposed, total
+    exposed_e, total_e = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params,
+                                   backward_s, overlap)
+    return exposed + exposed_e, total + total_e
+
+
+def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: int,
+              params: ArrayLike, backward_s: ArrayLike, overlap: bool) -> tuple[FloatArray, FloatArray]:
+    """:func:`dp_tail_comm_s` of one group."""
     count = np.asarray(params, dtype=np.float64)
     zeros = np.zeros_like(count)
     if dp == 1 or zero_stage >= 3:
@@ -158,25 +177,43 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
 
 
 def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
-                      params: ArrayLike, fwd_s: ArrayLike, backward_s: ArrayLike
-                      ) -> tuple[FloatArray, FloatArray]:
+                      params: ArrayLike, fwd_s: ArrayLike, backward_s: ArrayLike,
+                      expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
+                      expert_params: ArrayLike | None = None) -> tuple[FloatArray, FloatArray]:
     """(exposed, total) seconds per micro-batch of each layer's ZeRO-2/3 collectives (module
-    docstring), for arrays of layers' ``params``, forward times and backward (+ recompute)
-    times. Stage 2: reduce-scatter RS of the gradients, exposed max(0, RS - backward).
-    Stage 3: all-gather AG of the parameters before the forward and before the backward pass,
-    and RS after it: exposed max(0, AG - forward) + max(0, (AG + RS) - backward), total
-    (AG + AG) + RS. Layers without parameters and stages 0 and 1 have none."""
+    docstring), for arrays of layers' ``params`` (the dense ones, over the ``dp`` ranks of
+    ``cost``), forward times and backward (+ recompute) times. Stage 2: reduce-scatter RS of the
+    gradients, exposed max(0, RS - backward). Stage 3: all-gather AG of the parameters before
+    the forward and before the backward pass, and RS after it: exposed max(0, AG - forward) +
+    max(0, (AG + RS) - backward), total (AG + AG) + RS. Layers without parameters and stages 0
+    and 1 have none. ``expert_params`` (per layer) have their own RS and AG over the
+    expert-data-parallel group (``expert_cost``, ``expert_dp`` ranks), added to the dense ones
+    (one stream)."""
     count = np.asarray(params, dtype=np.float64)
     zeros = np.zeros_like(count)
-    if dp == 1 or zero_stage < 2:
+    experts = (expert_params is not None and expert_dp > 1
+               and bool(np.any(np.asarray(expert_params) > 0)))
+    if zero_stage < 2 or (dp == 1 and not experts):
         return zeros, zeros
-    half_const, half_byte = cost[0] / 2.0, cost[1] / 2.0
-    has = count > 0
-    rs = np.where(has, half_const + half_byte * (grad_bytes * count), 0.0)
+    rs, ag = _layer_collectives(cost if dp > 1 else (0.0, 0.0), grad_bytes, count)
+    if experts:
+        rs_e, ag_e = _layer_collectives(expert_cost, grad_bytes,
+                                        np.asarray(expert_params, dtype=np.float64))
+        rs, ag = rs + rs_e, ag + ag_e
     backward = np.asarray(backward_s, dtype=np.float64)
     if zero_stage == 2:
         return np.maximum(0.0, rs - backward), rs
-    ag = np.where(has, half_const + half_byte * (WEIGHT_BYTES_PER_PARAM * count), 0.0)
     forward = np.asarray(fwd_s, dtype=np.float64)
     exposed = np.maximum(0.0, ag - forward) + np.maximum(0.0, (ag + rs) - backward)
     return exposed, (ag + ag) + rs
+
+
+def _layer_collectives(cost: tuple[float, float], grad_bytes: int,
+                       count: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(reduce-scatter of the gradients, all-gather of the weights) of layers with ``count``
+    parameters over a group of all-reduce ``cost``, in seconds (0 without parameters)."""
+    half_const, half_byte = cost[0] / 2.0, cost[1] / 2.0
+    has = count > 0
+    rs = np.where(has, half_const + half_byte * (grad_bytes * count), 0.0)
+    ag = np.where(has, half_const + half_byte * (WEIGHT_BYTES_PER_PARAM * count), 0.0)
+    return rs, ag

@@ -1,0 +1,171 @@
+"""Where the TP, CP, EP, DP and PP groups of a plan sit among the device ranks, and the links
+their collectives use.
+
+A plan with degrees tp, cp, pp, dp occupies tp * cp * pp * dp ranks; ep is carved out of the
+dp * cp ranks that hold one copy of a pipeline stage's dense weights. The layout follows
+Megatron-Core (``megatron/core/parallel_state.py``): ``initialize_model_parallel(order=...)``
+builds the dense groups with a ``RankGenerator`` over (tp, cp, dp, pp) in the order given,
+fastest-varying first, and the expert groups with a second ``RankGenerator`` over (expert-TP,
+ep, expert-DP, pp) in the same order, whose pipeline groups must equal the dense ones. With
+expert-TP width 1 (the width the layer costs assume: ``LayerCost.expert_params`` are whole
+experts on every TP rank) the ep x edp expert ranks of a stage are its tp x cp x dp dense ranks
+relabelled, so
+
+* the DP x CP group (Megatron-Core's ``dp-cp`` group: the dense gradients are reduced over it
+  and its distributed optimizer shards over it, ``get_data_parallel_group(
+  with_context_parallel=True)``; "we piggyback GPUs of context parallelism on data parallel
+  group for weight gradient all-reduce", its docstring of ``context_parallel_size``) has
+  dp * cp ranks: the stage's ranks with the same TP rank;
+* the expert-data-parallel group (``ep-dp`` group: the routed experts' gradients and
+  optimizer shards) has edp = tp * cp * dp / ep ranks: every ep-th of the stage's ranks;
+
+where "the stage's ranks" are its tp * cp * dp ranks listed TP fastest, then CP, then DP
+(index k). With :class:`~archplace.placement.plan.RankOrder` "tp-cp-ep-dp-pp" (Megatron-Core's
+default) they are consecutive: rank = k + tp cp dp j for pipeline device j, pipeline neighbours
+tp * cp * dp ranks apart. With "tp-cp-ep-pp-dp" (archplace's default; before context and expert
+parallelism it was "TP, then PP, then DP") rank = (k mod tp cp) + tp cp j + tp cp pp (k div tp cp),
+pipeline neighbours tp * cp ranks apart. (Megatron-Core accepts expert layers with a pp-before-dp
+order only when edp = dp, i.e. ep = tp * cp, or pp = 1 -- its assertion "When not using pp-last
+rank ordering, the data parallel size of the attention and moe layers must be the same";
+archplace extends the relabelling above to every ep dividing dp * cp, an assumption.)
+
+A collective over a group uses :func:`archplace.placement.timing.strided_allreduce_cost` when
+its ranks are evenly spaced (every group of the layout before issue 14 is), else
+:func:`group_allreduce_cost`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from archplace.errors import ConfigError
+from archplace.hardware.cluster import Cluster
+from archplace.placement.plan import Plan, RankOrder
+from archplace.placement.timing import group_span, strided_allreduce_cost
+
+Cost = tuple[float, float]
+"""(start-up seconds, seconds per byte) of an all-reduce (a reduce-scatter or an all-gather
+costs half of each)."""
+
+
+def group_allreduce_cost(cluster: Cluster, offsets: npt.NDArray[np.int64]) -> Cost:
+    """(start-up s, s per byte) of a ring all-reduce over the ranks ``offsets`` (ascending, the
+    group containing rank 0).
+
+    Evenly spaced ranks: :func:`~archplace.placement.timing.strided_allreduce_cost`. Otherwise,
+    with n ranks: when every node the group touches holds the same number g of its members,
+    1 < g < n, the reduction is hierarchical as for DP groups (reduce-scatter inside the node on
+    the link spanning its members there, all-reduce of each member's 1/g shard across the k = n/g
+    nodes, all-gather inside; see ``dp_allreduce_cost``); else one ring on the link of the
+    group's whole span: 2 (n - 1) alpha + 2 (n - 1)/n bytes / beta.
+    """
+    n = len(offsets)
+    if n <= 1:
+        return 0.0, 0.0
+    steps = np.diff(offsets)
+    if bool((steps == steps[0]).all()):
+        return strided_allreduce_cost(cluster, n, int(steps[0]))
+    node = cluster.devices_per_node
+    _, counts = np.unique(offsets // node, return_counts=True)
+    g = int(counts[0])
+    if g <= 1 or g >= n or bool((counts != g).any()):
+        alpha, beta = cluster.link(int(offsets[-1] - offsets[0]) + 1)
+        return 2.0 * (n - 1) * alpha, 2.0 * (n - 1) / n / beta
+    k = n // g
+    alpha_in, beta_in = cluster.link(int(offsets[g - 1] - offsets[0]) + 1)
+    alpha_out, beta_out = cluster.link(node + 1)
+    return (2.0 * (g - 1) * alpha_in + 2.0 * (k - 1) * alpha_out,
+            2.0 * (g - 1) / g / beta_in + 2.0 * (k - 1) / k / (g * beta_out))
+
+
+def check_expert_degree(*, cp: int, ep: int, dp: int) -> None:
+    """Raise ConfigError unless ep divides dp * cp (the expert-parallel ranks are taken from the
+    data- and context-parallel ranks of a stage)."""
+    if (dp * cp) % ep:
+        raise ConfigError(f"plan: ep={ep} must divide dp*cp = {dp}*{cp} = {dp * cp} (the expert-parallel "
+                          f"ranks are taken from the data- and context-parallel ranks)")
+
+
+@dataclass(frozen=True, slots=True)
+class RankLayout:
+    """The rank layout of one plan (module docstring).
+
+    Attributes:
+        tp, cp, ep, pp, dp: the plan's degrees (ep divides dp * cp).
+        order: the rank order.
+
+    Raises:
+        ConfigError: ep does not divide dp * cp.
+    """
+
+    tp: int
+    cp: int
+    ep: int
+    pp: int
+    dp: int
+    order: RankOrder = RankOrder.TP_CP_EP_PP_DP
+
+    def __post_init__(self) -> None:
+        check_expert_degree(cp=self.cp, ep=self.ep, dp=self.dp)
+
+    @classmethod
+    def of(cls, plan: Plan, order: RankOrder) -> RankLayout:
+        """The layout of ``plan`` in ``order``."""
+        return cls(plan.tp, plan.cp, plan.ep, plan.pp, plan.dp, order)
+
+    @property
+    def dense_dp(self) -> int:
+        """Ranks of the DP x CP group: dp * cp (the dense parameters' ZeRO shards)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks of the expert-data-parallel group: tp * cp * dp / ep (the routed experts'
+        ZeRO shards)."""
+        return self.tp * self.cp * self.dp // self.ep
+
+    @property
+    def pp_stride(self) -> int:
+        """Ranks between pipeline neighbours: tp * cp ("tp-cp-ep-pp-dp") or tp * cp * dp
+        ("tp-cp-ep-dp-pp")."""
+        block = self.tp * self.cp
+        return block if self.order is RankOrder.TP_CP_EP_PP_DP else block * self.dp
+
+    def stage_ranks(self, index: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Global ranks of pipeline device 0's ranks number ``index`` (TP fastest, then CP,
+        then DP; module docstring)."""
+        if self.order is RankOrder.TP_CP_EP_DP_PP:
+            return index
+        block = self.tp * self.cp
+        return index % block + block * self.pp * (index // block)
+
+    def dense_dp_offsets(self) -> npt.NDArray[np.int64]:
+        """Ranks of the DP x CP group of rank 0, ascending."""
+        return np.sort(self.stage_ranks(self.tp * np.arange(self.dense_dp, dtype=np.int64)))
+
+    def expert_dp_offsets(self) -> npt.NDArray[np.int64]:
+        """Ranks of the expert-data-parallel group of rank 0, ascending."""
+        return np.sort(self.stage_ranks(self.ep * np.arange(self.expert_dp, dtype=np.int64)))
+
+    def dense_dp_cost(self, cluster: Cluster) -> Cost:
+        """All-reduce cost over the DP x CP group (equal to ``dp_allreduce_cost(cluster, tp=tp,
+        pp=pp, dp=dp)`` with cp = 1 in the default order)."""
+        if self.dense_dp == 1:
+            return 0.0, 0.0
+        if self.cp == 1 and self.order is RankOrder.TP_CP_EP_PP_DP:
+            return strided_allreduce_cost(cluster, self.dp, self.tp * self.pp)
+        return group_allreduce_cost(cluster, self.dense_dp_offsets())
+
+    def expert_dp_cost(self, cluster: Cluster) -> Cost:
+        """All-reduce cost over the expert-data-parallel group."""
+        if self.expert_dp == 1:
+            return 0.0, 0.0
+        return group_allreduce_cost(cluster, self.expert_dp_offsets())
+
+    def pp_span(self, wrap: bool = False) -> int:
+        """Ranks spanned by two pipeline neighbours, or with ``wrap`` by the interleaved
+        schedule's wrap-around boundary from the last device to the first."""
+        return group_span(self.pp if wrap else 2, self.pp_stride)
