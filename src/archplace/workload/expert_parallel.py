@@ -60,6 +60,18 @@ def check_ep(spec: ModelSpec, ep: int) -> None:
         raise ConfigError(f"EP degree {ep} does not divide the {spec.experts} routed experts of {spec.name}")
 
 
+def shared_experts(spec: ModelSpec) -> int:
+    """Shared experts of each mixture-of-experts block of ``spec``, always active and not sharded
+    by ep: DeepSeek-V3's ``n_shared_experts``; Qwen2-MoE's one gated shared expert (when its
+    ``shared_expert_intermediate_size`` is set); 0 for Mixtral, Qwen3-MoE and dense models."""
+    if not spec.experts:
+        return 0
+    config = spec.config
+    if config.get("n_shared_experts"):
+        return int(config["n_shared_experts"])
+    return 1 if config.get("shared_expert_intermediate_size") else 0
+
+
 def load_factor(ep: int, capacity_factor: float = 1.0, load_imbalance: float = 1.0) -> float:
     """Rows the busiest rank's experts process over the balanced share: the capacity factor when
     above 1 (padding), else the load imbalance (dropless; 1 at ep = 1, where one rank holds every
@@ -270,4 +282,4 @@ def shard_experts(chain: LayerChain, ep: int, capacity_factor: float = 1.0, load
     return dataclasses.replace(chain, layers=tuple(layers), ep=ep)
 
 
-__all__ = ["ALL_TO_ALL", "check_ep", "load_factor", "shard_experts", "shard_layer"]
+__all__ = ["ALL_TO_ALL", "check_ep", "load_factor", "shard_experts", "shard_layer", "shared_experts"]
