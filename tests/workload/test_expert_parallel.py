@@ -233,3 +233,13 @@ def test_graph_cli_shows_ep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "4 (top 2), 2 per rank, 256 tokens each;" in out and "all-to-all 0.25 MiB" in out
     code, _, err = run(["graph", "--model", str(path), "--seq-len", "256", "--ep", "3"], capsys)
     assert code == 2 and "EP degree 3 does not divide the 4 routed experts" in err
+
+
+def test_fused_epilogues_keep_their_flop() -> None:
+    """With ``--fuse`` the gating activation (and the combine's sum) run in the grouped GEMMs'
+    epilogues; their element-wise FLOP survive the transform."""
+    chain = extract_chain(small(), ExtractOptions(micro_batch=1, seq_len=64, fuse=True))
+    base, block = chain.layers[1], shard_experts(chain, 2).layers[1]
+    assert any(op.fused_elements for op in grouped(block.fwd))
+    assert (block.fwd.flop, block.bwd.flop) == (base.fwd.flop, base.bwd.flop)
+    assert block.fwd.collectives() == block.bwd.collectives() == {"all_to_all": 2}

@@ -33,7 +33,10 @@ dispatch and combine kernels run it over InfiniBand and NVLink at once (DeepSeek
 ``c/p · n`` over the intra-node link while the ``p-1-c`` others get ``(p-1-c)/p · n`` over the
 inter-node link at the per-device bandwidth, concurrently, so the time is the slower of
 ``c·α_intra + c/p · n/β_intra`` and ``(p-1-c)·α_inter + (p-1-c)/p · n/β_inter``, for the
-busiest rank (:func:`cluster_all_to_all_time_s`).  ``n`` is the buffer one rank sends (the
+busiest rank (:func:`cluster_all_to_all_time_s`).  The copies are assumed spread uniformly
+over the group: DeepSeek-V3's node-limited routing (each token sent to at most 4 nodes, its
+copies for one node sent once over InfiniBand, sec. 2.1.2 and 3.2.2) cuts the inter-node
+share below that and is not modelled.  ``n`` is the buffer one rank sends (the
 routed tokens times hidden size times bytes per element, padded as the capacity factor says).
 
 Which algorithm: on a ``switched`` network the faster of ring and tree (as NCCL

@@ -152,7 +152,9 @@ def _scale_op(op: Operator, ep: int, rows_per_expert: int, factor: float, dtype_
         read = weights / ep + max(op.bytes_read - weights, 0.0) * factor
         written = op.bytes_written * factor
     fused = math.ceil(op.fused_elements * factor)
-    return dataclasses.replace(op, batch=batch, m=m, k=k, n=n, flop=2.0 * batch * m * k * n,
+    epilogue = op.flop - 2.0 * op.batch * op.m * op.k * op.n  # element-wise work fused in (--fuse)
+    return dataclasses.replace(op, batch=batch, m=m, k=k, n=n,
+                               flop=2.0 * batch * m * k * n + epilogue * factor,
                                elements=batch * m * n, bytes_read=read, bytes_written=written,
                                fused_elements=fused)
 
