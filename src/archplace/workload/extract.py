@@ -167,8 +167,8 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
 
     Raises:
         ConfigError: the config is rejected by transformers, the TP width does
-            not divide the heads / KV heads / FFN size, or the EP degree the routed experts
-            (or is above 1 for a dense model).
+            not divide the heads / KV heads / FFN size, or the EP degree does not divide the
+            routed experts (or is above 1 for a dense model).
         ExtractionError: the model code cannot be traced.
     """
     check_tp(spec, options.tp)
