@@ -90,26 +90,21 @@ def _grouped(op: Operator) -> str | None:
     return found[0] if found else None
 
 
-def _region(graph: OpGraph, phase: Phase) -> tuple[set[int], set[int]]:
+def _region(graph: OpGraph) -> tuple[set[int], set[int]]:
     """(region, entries): the experts' operators of ``graph`` and the grouped GEMMs that read
-    tokens from outside it.  Forward: the first grouped GEMM, the last one, and every operator
-    on a path between them; backward: the grouped GEMMs that read the gradient from outside,
-    those that read it from inside, and every operator between them."""
-    grouped = [op.id for op in graph.ops if _grouped(op)]
+    tokens (or their gradient) from outside it -- those fed by no other grouped GEMM. The region
+    is every grouped GEMM and every operator on a path from an entry to another grouped GEMM
+    (the gating activation forward, its gradient backward)."""
+    grouped = {op.id for op in graph.ops if _grouped(op)}
     if not grouped:
         return set(), set()
     succ: dict[int, list[int]] = {op.id: [] for op in graph.ops}
     for op in graph.ops:
         for p in op.preds:
             succ[p].append(op.id)
-    grouped_set = set(grouped)
-    if phase is Phase.FWD:
-        entries = {grouped[0]}
-    else:  # the grouped GEMMs fed by no grouped GEMM (directly or through the gating gradient)
-        entries = {g for g in grouped if not (_ancestors(graph, [g]) - {g}) & grouped_set}
-    exits = grouped_set - entries if len(grouped_set) > len(entries) else set(entries)
-    region = (_descendants(succ, entries) & _ancestors(graph, exits)) | grouped_set
-    return region, entries
+    entries = {g for g in grouped if not (_ancestors(graph, [g]) - {g}) & grouped}
+    inner = (grouped - entries) or entries
+    return (_descendants(succ, entries) & _ancestors(graph, inner)) | grouped, entries
 
 
 def _descendants(succ: dict[int, list[int]], start: Iterable[int]) -> set[int]:
@@ -163,7 +158,7 @@ def _shard_graph(graph: OpGraph, phase: Phase, ep: int, rows_per_expert: int, fa
                  buffer_bytes: float, elements: int, dtype_bytes: int) -> OpGraph:
     """``graph`` with its experts' region scaled and (for ep > 1) an all-to-all before the
     region's entries and after its exits."""
-    region, entries = _region(graph, phase)
+    region, entries = _region(graph)
     if not region:
         return graph
     ops = {op.id: (_scale_op(op, ep, rows_per_expert, factor, dtype_bytes) if op.id in region else op)
