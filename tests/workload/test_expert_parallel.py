@@ -179,6 +179,11 @@ def test_shared_experts_are_counted_and_not_sharded() -> None:
     deepseek = load_model("deepseek-v3")
     assert (shared_experts(deepseek), shared_experts(load_model("mixtral-8x7b"))) == (1, 0)
     assert shared_experts(load_model("opt-350m")) == 0
+    qwen2 = {"model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
+             "num_key_value_heads": 4, "intermediate_size": 256, "moe_intermediate_size": 64,
+             "shared_expert_intermediate_size": 128, "num_experts": 4, "num_experts_per_tok": 2,
+             "vocab_size": 500, "max_position_embeddings": 512}
+    assert shared_experts(ModelSpec("small-qwen2-moe", json.dumps(qwen2), 64)) == 1
     config = {"model_type": "deepseek_v3", "num_hidden_layers": 3, "first_k_dense_replace": 1,
               "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64,
               "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
@@ -243,3 +248,19 @@ def test_fused_epilogues_keep_their_flop() -> None:
     assert any(op.fused_elements for op in grouped(block.fwd))
     assert (block.fwd.flop, block.bwd.flop) == (base.fwd.flop, base.bwd.flop)
     assert block.fwd.collectives() == block.bwd.collectives() == {"all_to_all": 2}
+
+
+@pytest.mark.slow
+def test_deepseek_v3_at_ep64() -> None:
+    """DeepSeek-V3's published layout (EP64, technical report sec. 3.2): 4 of the 256 routed experts
+    per rank, the same FLOP per rank, 4,096 tokens x top-8 copies of 7,168 bf16 values per all-to-all."""
+    chain = extract_chain(load_model("deepseek-v3"), ExtractOptions(micro_batch=1, seq_len=4096, ep=64))
+    traced = extract_chain(load_model("deepseek-v3"), ExtractOptions(micro_batch=1, seq_len=4096))
+    moe, base = chain.layers[4], traced.layers[4]
+    expert = 3 * 7168 * 2048
+    assert moe.expert_params == 4 * expert and moe.params == base.params - 252 * expert
+    assert (moe.fwd.flop, moe.bwd.flop) == (base.fwd.flop, base.bwd.flop)
+    assert moe.tokens_per_expert == 64 * 4096 * 8 // 256 == 8192
+    assert moe.all_to_all_bytes == 4096 * 8 * 7168 * 2
+    assert chain.layers[1] == traced.layers[1]  # the 3 dense blocks are not sharded
+    assert chain.active_params == traced.active_params
