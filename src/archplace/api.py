@@ -50,6 +50,7 @@ from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, P
 from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage, parse_zero_stages
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
+from archplace.workload.expert_parallel import shared_experts
 from archplace.workload.extract import check_tp
 from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.summary import chain_summary
@@ -85,31 +86,37 @@ def hardware() -> list[dict[str, Any]]:
 
 def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: int = 1,
           sp: bool = False, fuse: bool = False, attention: Attention | str = Attention.FLASH,
-          kernels: Kernels | str = Kernels.FUSED) -> dict[str, Any]:
-    """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1).
+          kernels: Kernels | str = Kernels.FUSED, ep: int = 1) -> dict[str, Any]:
+    """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1, per expert-parallel
+    rank for ``ep`` > 1: :mod:`archplace.workload.expert_parallel`).
 
     ``attention`` (eager | sdpa | flash) and ``kernels`` (fused | unfused), members or names,
     as in :class:`~archplace.workload.extract.ExtractOptions`; every function here that traces
     a model takes them.
 
     Returns:
-        ``{"model", "micro_batch", "seq_len", "tp", "sp", "attention", "kernels",
+        ``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "attention", "kernels",
         "layers": [{"name", "kind", "params",
         "fwd_flop", "bwd_flop", "activation_bytes", "boundary_bytes", "collectives",
         "operators"}], "total": {"params", "fwd_flop", "bwd_flop"}}``; bytes per micro-batch.
+        Mixture-of-experts blocks add ``experts``, ``experts_per_token``, ``tokens_per_expert``,
+        ``active_params``, ``shared_experts``, ``local_experts`` and ``all_to_all_bytes``.
 
     Raises:
         ConfigError: unknown model, sizes out of range (:mod:`archplace.limits`), a TP width that
             does not divide the heads, KV heads or FFN size, ``sp`` with ``tp`` = 1, an unknown
-            attention or kernels value.
+            attention or kernels value, an ``ep`` that does not divide the routed experts (or
+            above 1 for a dense model).
         ExtractionError: the model code cannot be traced.
     """
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse)  # type: ignore[arg-type]
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
+    limits.whole("ep", ep, 1, limits.MAX_DEVICES)
     check_sp(sp, tp)
-    chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp)
-    return {**chain_summary(chain, sp=sp), "attention": spec.attention.value, "kernels": spec.kernels.value}
+    chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep)
+    summary = chain_summary(chain, sp=sp, shared_experts=shared_experts(app.load_model(spec)))
+    return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value}
 
 
 def _check_cluster(devices: int, global_batch: int) -> None:

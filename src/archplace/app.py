@@ -101,17 +101,20 @@ def cluster_or_none(hardware: HardwareSpec, devices: int) -> Cluster | None:
         raise
 
 
-def layer_chain(model: ModelSpec, *, micro_batch: int = 1, tp: int = 1, sp: bool = False) -> LayerChain:
-    """The traced layer chain of ``model`` (graph cache), per TP rank of a ``tp``-wide group.
+def layer_chain(model: ModelSpec, *, micro_batch: int = 1, tp: int = 1, sp: bool = False,
+                ep: int = 1) -> LayerChain:
+    """The traced layer chain of ``model`` (graph cache), per TP rank of a ``tp``-wide group and
+    per EP rank of an ``ep``-wide expert-parallel group.
 
     Raises:
-        ConfigError: as :func:`load_model`, a TP width the model cannot be split by.
+        ConfigError: as :func:`load_model`, a TP width the model cannot be split by, an EP
+            degree that does not divide its routed experts.
         ExtractionError: the model cannot be traced.
     """
     loaded = load_model(model, (micro_batch,))
     return cached_chain(loaded, ExtractOptions(micro_batch=micro_batch, seq_len=loaded.seq_len, tp=tp,
                                                sp=sp, fuse=model.fuse, attention=model.attention,
-                                               kernels=model.kernels))
+                                               kernels=model.kernels, ep=ep))
 
 
 def training_setup(hardware: HardwareSpec, *, devices: int, global_batch: int, seq_len: int,

@@ -23,6 +23,8 @@ def register(app: typer.Typer) -> None:
         seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
         micro_batch: Annotated[int, typer.Option(help="Samples per micro-batch.")] = 1,
         tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
+        ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models): "
+                                              "one rank's share of the routed experts.")] = 1,
         sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism.")] = False,
         fuse: Annotated[bool, typer.Option("--fuse", help="Fuse element-wise ops into matmuls.")] = False,
         attention: AttentionOption = "flash",
@@ -31,7 +33,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Per-layer FLOP, parameters, activation bytes and collectives of MODEL's graphs."""
         summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse,
-                            attention=attention, kernels=kernels)
+                            attention=attention, kernels=kernels, ep=ep)
         if as_json:
             typer.echo(json.dumps(stamp("graph", summary), indent=2))
         else:

@@ -92,7 +92,7 @@ def test_cluster_link_choice() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("all_to_all", N, 8, A, B), "unknown collective"),
+    (("broadcast", N, 8, A, B), "unknown collective"),
     (("all_reduce", -1.0, 8, A, B), "bytes"),
     (("all_reduce", N, 0, A, B), "group size"),
     (("all_reduce", N, 8, -1e-6, B), "latency"),

@@ -23,6 +23,22 @@ ISCA 2023): the bandwidth term is the ring's, since all 2d links carry traffic,
 but only ``Σ(p_i - 1)`` start-ups are paid.  Send/receive of ``n`` bytes between
 two devices is ``α + n/β``.
 
+All-to-all (expert-parallel token dispatch and combine): every rank holds a buffer of ``n``
+bytes, ``n/p`` for each member, keeps its own share and sends the other ``(p-1)/p`` of it, one
+message per peer (the pairwise exchange of Thakur et al. 2005, sec. 4.5, which NCCL runs as p
+concurrent send/receive pairs): ``(p-1)·α + (p-1)/p · n/β``, whatever the topology (a torus's
+bisection is not modelled).  A group larger than a node is hierarchical, as DeepSeek-V3's
+dispatch and combine kernels run it over InfiniBand and NVLink at once (DeepSeek-AI,
+"DeepSeek-V3 Technical Report", 2024, sec. 3.2.2): the ``c`` peers on the rank's own node get
+``c/p · n`` over the intra-node link while the ``p-1-c`` others get ``(p-1-c)/p · n`` over the
+inter-node link at the per-device bandwidth, concurrently, so the time is the slower of
+``c·α_intra + c/p · n/β_intra`` and ``(p-1-c)·α_inter + (p-1-c)/p · n/β_inter``, for the
+busiest rank (:func:`cluster_all_to_all_time_s`).  The copies are assumed spread uniformly
+over the group: DeepSeek-V3's node-limited routing (each token sent to at most 4 nodes, its
+copies for one node sent once over InfiniBand, sec. 2.1.2 and 3.2.2) cuts the inter-node
+share below that and is not modelled.  ``n`` is the buffer one rank sends (the
+routed tokens times hidden size times bytes per element, padded as the capacity factor says).
+
 Which algorithm: on a ``switched`` network the faster of ring and tree (as NCCL
 chooses by message size); on a ``ring`` the ring; on ``torus2d``/``torus3d`` the
 torus algorithm.  The caller picks the link: :func:`cluster_collective_time_s`
@@ -38,7 +54,7 @@ import math
 from archplace.errors import ConfigError
 from archplace.hardware.cluster import Cluster, Topology
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 ALGORITHMS = ("ring", "tree", "torus")
 
 _TORUS_DIMS = {Topology.TORUS_2D: 2, Topology.TORUS_3D: 3}
@@ -47,13 +63,13 @@ _TORUS_DIMS = {Topology.TORUS_2D: 2, Topology.TORUS_3D: 3}
 def collective_kind(target: str) -> str:
     """The collective of an operator target: ``"_c10d_functional.all_reduce.default"`` ->
     ``"all_reduce"``; ``all_gather_into_tensor`` -> ``all_gather``; ``send``/``recv`` ->
-    ``send_recv``.
+    ``send_recv``; ``all_to_all_single`` (or ``alltoall``) -> ``all_to_all``.
 
     Raises:
         ConfigError: a target that names none of :data:`KINDS`.
     """
     text = target.lower()
-    for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         if kind in text or kind.replace("_", "") in text:
             return kind
     if "send" in text or "recv" in text:
@@ -120,13 +136,16 @@ def collective_time_s(
     """Seconds of one collective (formulas and algorithm choice in the module docstring).
 
     Args:
-        kind: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"`` or ``"send_recv"``.
-        bytes_: the full buffer in bytes (all-gather: its output; reduce-scatter: its input).
+        kind: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"send_recv"`` or
+            ``"all_to_all"``.
+        bytes_: the full buffer in bytes (all-gather: its output; reduce-scatter: its input;
+            all-to-all: the buffer one rank sends, its own share included).
         group_size: devices taking part; 1 (or 0 bytes) costs nothing.
         latency_s: alpha, the per-message start-up of the link, seconds.
         bandwidth_bytes_per_s: beta, per device and direction.
         topology: a :class:`Topology` or its text (``switched``, ``ring``, ``torus2d``, ``torus3d``).
-        algorithm: force ``"ring"``, ``"tree"`` or ``"torus"`` instead of the topology's choice.
+        algorithm: force ``"ring"``, ``"tree"`` or ``"torus"`` instead of the topology's choice
+            (ignored by send/receive and all-to-all, which have one algorithm each).
 
     Raises:
         ConfigError: an unknown kind, topology or algorithm; negative or non-finite bytes or
@@ -144,6 +163,8 @@ def collective_time_s(
         return 0.0
     if kind == "send_recv":
         return latency_s + bytes_ / bandwidth_bytes_per_s
+    if kind == "all_to_all":
+        return _all_to_all(float(bytes_), group_size, group_size - 1, latency_s, bandwidth_bytes_per_s)
     args = (kind, float(bytes_), group_size, latency_s, bandwidth_bytes_per_s)
     if algorithm is not None:
         return _time(*args, algorithm, topo)
@@ -171,13 +192,69 @@ def cluster_collective_time_s(
         cluster: devices and links.
         kind, bytes_, group_size, algorithm: as :func:`collective_time_s`.
         stride: rank distance between group members (1 for a TP group of consecutive
-            ranks; ``tp`` for a DP group laid out after TP).
+            ranks; ``tp`` for a DP group laid out after TP). An all-to-all of consecutive ranks
+            is :func:`cluster_all_to_all_time_s`.
 
     Raises:
         ConfigError: as :func:`collective_time_s`, or a stride below 1.
     """
     if stride < 1:
         raise ConfigError(f"collective {kind}: stride must be >= 1, got {stride}")
+    if kind == "all_to_all" and stride == 1:
+        return cluster_all_to_all_time_s(cluster, bytes_, group_size)
     alpha, beta = cluster.group_link(group_size, stride)
     return collective_time_s(kind, bytes_, group_size, alpha, beta, cluster.topology,
                              algorithm=algorithm)
+
+
+def _all_to_all(n: float, p: int, peers: int, alpha: float, beta: float) -> float:
+    """Pairwise-exchange time of ``peers`` of the ``p - 1`` messages of ``n / p`` bytes each."""
+    return peers * alpha + peers / p * n / beta
+
+
+def same_node_peers(cluster: Cluster, group_size: int) -> tuple[int, int]:
+    """(fewest, most) other members of a rank's group on the rank's own node, over every rank of
+    ``cluster`` grouped in aligned blocks of ``group_size`` consecutive ranks (the expert-parallel
+    groups of Megatron-Core's expert rank layout etp-ep-edp with etp = 1).
+
+    Raises:
+        ConfigError: a group size below 1.
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ConfigError(f"all_to_all: group size must be a whole number >= 1, got {group_size!r}")
+    node = cluster.devices_per_node
+    if cluster.devices <= node:
+        return group_size - 1, group_size - 1
+    period = group_size * node // math.gcd(group_size, node)  # the layout repeats after lcm ranks
+    counts = set()
+    for start in range(0, period, group_size):
+        end = start + group_size
+        first_node, last_node = start // node, (end - 1) // node
+        for index in range(first_node, last_node + 1):
+            counts.add(min(end, (index + 1) * node) - max(start, index * node) - 1)
+    return min(counts), max(counts)
+
+
+def cluster_all_to_all_time_s(cluster: Cluster, bytes_: float, group_size: int) -> float:
+    """Seconds of an all-to-all of ``bytes_`` per rank over ``group_size`` consecutive ranks of
+    ``cluster`` (module docstring): the intra-node share over the intra-node link and the rest
+    over the inter-node link, concurrently, for the rank with the most traffic on each.
+
+    Args:
+        cluster: devices and links (sustained bandwidths, :meth:`Cluster.link`).
+        bytes_: the buffer one rank sends, its own share included, bytes.
+        group_size: ranks in the group (the EP degree); 1 (or 0 bytes) costs nothing.
+
+    Raises:
+        ConfigError: negative or non-finite bytes, a group size below 1.
+    """
+    intra_alpha, intra_beta = cluster.link(1)
+    _check("all_to_all", bytes_, group_size, intra_alpha, intra_beta)
+    if group_size <= 1 or bytes_ == 0:
+        return 0.0
+    fewest, most = same_node_peers(cluster, group_size)
+    inter_alpha, inter_beta = cluster.link(cluster.devices_per_node + 1)
+    n = float(bytes_)
+    intra = _all_to_all(n, group_size, most, intra_alpha, intra_beta)
+    inter = _all_to_all(n, group_size, group_size - 1 - fewest, inter_alpha, inter_beta)
+    return max(intra, inter)

@@ -2,7 +2,8 @@
 
 Each distinct layer graph (the repeated blocks share one) is scheduled once on
 the chip's cores; its makespan is the layer's forward or backward time per
-micro-batch.  The part of it spent in TP collectives, and the time selective
+micro-batch.  The part of it spent in TP collectives, the part spent in the expert-parallel
+all-to-alls (collectives whose target names ``all_to_all``), and the time selective
 recomputation needs to re-run the attention core, are attributed here too.
 """
 
@@ -32,6 +33,12 @@ def list_makespan_s(problem: ScheduleProblem) -> float:
 class _GraphTimes:
     makespan_s: float
     collective_s: float
+    ep_collective_s: float = 0.0
+
+
+def _is_all_to_all(target: str) -> bool:
+    """Whether a collective's target is an expert-parallel all-to-all."""
+    return "all_to_all" in target or "alltoall" in target
 
 
 def _subgraph(graph: OpGraph, names: Iterable[str]) -> OpGraph:
@@ -55,8 +62,11 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             and ``fp8_params`` counts the weights of its FP8 GEMMs; None: bf16.
 
     Returns:
-        Layer costs in chain order. ``tp_comm_*_s`` is the collectives' summed latency
-        (at most the makespan); ``selective_recompute_s`` the makespan of the attention
+        Layer costs in chain order. ``tp_comm_*_s`` is the TP collectives' summed latency
+        (at most the makespan); ``ep_comm_*_s`` the expert all-to-alls' (at most what the TP
+        share leaves of the makespan); ``expert_params`` the routed experts' parameters the
+        layer holds per rank (:attr:`archplace.workload.layers.Layer.expert_params`);
+        ``selective_recompute_s`` the makespan of the attention
         core's forward operators and ``selective_recompute_flop`` their matmul FLOP (for HFU);
         ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
         what MFU counts).
@@ -73,8 +83,11 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
                 problem = ScheduleProblem.from_graph(graph, acc, model)
                 span = makespan(problem)
                 comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
-                           if op.kind is OpKind.COLLECTIVE)
-                times[key] = _GraphTimes(span, min(comm, span))
+                           if op.kind is OpKind.COLLECTIVE and not _is_all_to_all(op.target))
+                ep_comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
+                              if op.kind is OpKind.COLLECTIVE and _is_all_to_all(op.target))
+                tp_s = min(comm, span)
+                times[key] = _GraphTimes(span, tp_s, min(ep_comm, span - tp_s))
         return times[key]
 
     selective: dict[tuple[int, bool], tuple[float, float]] = {}
@@ -102,6 +115,8 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
             fp8_params=fp8_weight_params(layer.fwd.ops) if fp8 else 0,
+            expert_params=layer.expert_params,
+            ep_comm_fwd_s=fwd.ep_collective_s, ep_comm_bwd_s=bwd.ep_collective_s,
         ))
     return out
 

@@ -24,7 +24,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from archplace.outputs import replace_atomically
-from archplace.workload.extract import ExtractOptions, extract_chain
+from archplace.workload.expert_parallel import check_ep, shard_experts
+from archplace.workload.extract import ExtractOptions, extract_chain, traced_options
 from archplace.workload.layers import LayerChain
 from archplace.workload.zoo import ModelSpec
 
@@ -45,7 +46,7 @@ def cache_key(spec: ModelSpec, options: ExtractOptions) -> str:
     payload = {
         "config": json.loads(spec.config_json), "options": asdict(options),
         "versions": {name: version(name) for name in ("torch", "transformers", "archplace")},
-        "format": 5,
+        "format": 6,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -88,11 +89,18 @@ class GraphCache:
             log.warning("cannot write graph cache file %s (%s)", path, exc)
 
     def chain(self, spec: ModelSpec, options: ExtractOptions) -> LayerChain:
-        """The chain from the cache, extracting and storing it on a miss.
+        """The chain from the cache, extracting and storing it on a miss. An expert-parallel
+        chain (``options.ep`` > 1, or a capacity factor or load imbalance above 1) is derived
+        from the cached traced one (:func:`archplace.workload.expert_parallel.shard_experts`).
 
         Raises:
             ConfigError, ExtractionError: as :func:`extract_chain`.
         """
+        if options.shards_experts:  # derived from the cached traced chain, not stored
+            check_ep(spec, options.ep)
+            return shard_experts(self.chain(spec, traced_options(options)), options.ep,
+                                 options.capacity_factor, options.expert_load_imbalance,
+                                 options.dtype_bytes)
         cached = self.load(spec, options)
         if cached is not None:
             return cached

@@ -23,6 +23,7 @@ from typing import Any
 from archplace.errors import ConfigError, ExtractionError
 from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
+from archplace.workload.expert_parallel import check_ep, shard_experts
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved
@@ -62,10 +63,24 @@ class ExtractOptions:
         cp: context-parallel degree: the graph is one rank's share of a sequence split over cp
             ranks (ring attention).
         ep: expert-parallel degree: the graph is one rank's share of MoE layers whose routed
-            experts are sharded over ep ranks (all-to-all dispatch and combine).
+            experts are sharded over ep ranks (all-to-all dispatch and combine;
+            :mod:`archplace.workload.expert_parallel`). Must divide the routed experts.
+        capacity_factor: expert capacity over the balanced share of routed tokens. 1.0 (the
+            default): dropless, no padding, as Megatron-Core's default
+            (``moe_expert_capacity_factor=None``) and DeepSeek-V3 (technical report sec. 3.2:
+            no token is dropped in training); above 1 every expert's buffer is padded to that
+            capacity and tokens over it dropped (GShard, Lepikhin et al. 2021, sec. 2.2; Switch
+            Transformer, Fedus et al. 2022, sec. 2.2, which trains at 1.0 to 2.0), so the experts'
+            GEMMs and the all-to-all bytes scale with it.
+        expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean, for
+            dropless routing (capacity factor 1.0); it sets that rank's expert GEMM rows and
+            all-to-all bytes. 1.0 (the default): perfectly balanced, the aim of DeepSeek-V3's
+            auxiliary-loss-free balancing (technical report sec. 2.1.2). Ignored with a capacity
+            factor above 1 (every expert is then padded to capacity) and at ep = 1.
 
     Raises:
-        ConfigError: a non-positive size, an unknown dtype, attention or kernels value.
+        ConfigError: a non-positive size, an unknown dtype, attention or kernels value, a
+            capacity factor or load imbalance below 1 or not finite.
     """
 
     micro_batch: int
@@ -79,6 +94,8 @@ class ExtractOptions:
     kernels: Kernels = Kernels.FUSED
     cp: int = 1
     ep: int = 1
+    capacity_factor: float = 1.0
+    expert_load_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention", parse_attention(self.attention))
@@ -93,6 +110,21 @@ class ExtractOptions:
             raise ConfigError(f"CP and EP degrees must be positive, got cp={self.cp}, ep={self.ep}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
+        for name in ("capacity_factor", "expert_load_imbalance"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 1.0 <= value < math.inf:
+                raise ConfigError(f"{name.replace('_', ' ')} must be a finite number >= 1, got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+    @property
+    def shards_experts(self) -> bool:
+        """Whether the MoE layers differ from the traced (ep = 1, balanced, unpadded) ones."""
+        return (self.ep, self.capacity_factor, self.expert_load_imbalance) != (1, 1.0, 1.0)
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per element of :attr:`dtype`."""
+        return 4 if self.dtype == "float32" else 2
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
@@ -113,23 +145,37 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
                 TensorParallel(tp), spec.name)
 
 
+def traced_options(options: ExtractOptions) -> ExtractOptions:
+    """The options of the chain that is traced for ``options``: ep = 1, balanced and unpadded
+    (:func:`extract_chain` derives the expert-parallel chain from it)."""
+    return dataclasses.replace(options, ep=1, capacity_factor=1.0, expert_load_imbalance=1.0)
+
+
 def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     """Trace ``spec`` and return its layer chain embedding -> L blocks -> head + loss.
 
     Args:
         spec: the model.
-        options: micro-batch, sequence length, dtype, TP width, SP, fusion.
+        options: micro-batch, sequence length, dtype, TP width, SP, fusion, EP degree,
+            capacity factor and load imbalance.
 
     Returns:
         A :class:`LayerChain` whose blocks share one traced block's graphs. Figures
-        are per device (per TP rank) and per micro-batch, at ``options.dtype``.
+        are per device (per TP and EP rank) and per micro-batch, at ``options.dtype``. The
+        expert-parallel chain is derived from the traced ep = 1 one
+        (:func:`archplace.workload.expert_parallel.shard_experts`).
 
     Raises:
-        ConfigError: the config is rejected by transformers, or the TP width does
-            not divide the heads / KV heads / FFN size.
+        ConfigError: the config is rejected by transformers, the TP width does
+            not divide the heads / KV heads / FFN size, or the EP degree does not divide the
+            routed experts (or is above 1 for a dense model).
         ExtractionError: the model code cannot be traced.
     """
     check_tp(spec, options.tp)
+    check_ep(spec, options.ep)
+    if options.shards_experts:
+        return shard_experts(extract_chain(spec, traced_options(options)), options.ep,
+                             options.capacity_factor, options.expert_load_imbalance, options.dtype_bytes)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -342,7 +388,7 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
 
 def _experts(traced: Traced, sharding: Sharding, fwd_nodes: Sequence[Any], tokens: int) -> dict[str, int]:
     """Layer fields of the routed experts read by the grouped GEMMs among ``fwd_nodes`` (none for a
-    dense layer): experts, experts per token, tokens per expert, expert parameters."""
+    dense layer): experts, experts per token, tokens per expert, expert parameters, routed tokens."""
     grouped = [n for n in fwd_nodes if op_name(n) == experts_op.FORWARD_OP]
     if not grouped:
         return {}
@@ -350,7 +396,8 @@ def _experts(traced: Traced, sharding: Sharding, fwd_nodes: Sequence[Any], token
     batch, m, _, _ = matmul_dims(grouped[0], experts_op.FORWARD_OP)
     routed = int(grouped[0].args[0].meta["val"].shape[0])
     return {"experts": batch, "experts_per_token": routed // tokens, "tokens_per_expert": m,
-            "expert_params": sum(_param_numel(traced, sharding, w) for w in weights)}
+            "expert_params": sum(_param_numel(traced, sharding, w) for w in weights),
+            "routed_tokens": routed}
 
 
 def _saved_bytes(node: Any) -> float:
@@ -385,4 +432,4 @@ def _is_square(node: Any, seq_len: int, micro_batch: int) -> bool:
     return math.prod(int(d) for d in shape[:-2]) > micro_batch
 
 
-__all__ = ["ExtractOptions", "check_tp", "extract_chain", "ExtractionError"]
+__all__ = ["ExtractOptions", "check_tp", "extract_chain", "traced_options", "ExtractionError"]

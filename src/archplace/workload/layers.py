@@ -47,8 +47,16 @@ class Layer:
         experts: routed experts of the layer's mixture-of-experts FFN; 0 for a dense layer.
         experts_per_token: experts each token is routed to (top-k); 0 for a dense layer.
         tokens_per_expert: rows of each expert's GEMMs per micro-batch under balanced routing,
-            ``ceil(tokens x top-k / experts)`` (:mod:`archplace.workload.experts_op`).
-        expert_params: parameters of all the routed experts (included in ``params``).
+            ``ceil(tokens x top-k / experts)`` (:mod:`archplace.workload.experts_op`); with expert
+            parallelism, of each of this rank's experts, ``ceil(factor x ep x tokens x top-k /
+            experts)`` (:mod:`archplace.workload.expert_parallel`).
+        expert_params: parameters of the routed experts this rank holds (included in
+            ``params``): all of them at ep = 1, ``1/ep`` of them with expert parallelism.
+        routed_tokens: token copies the layer's router sends to experts per micro-batch, tokens
+            x top-k (the rows each all-to-all moves, before padding); 0 for a dense layer.
+        ep: expert-parallel degree the routed experts are sharded over (1: not sharded).
+        all_to_all_bytes: bytes one rank sends in each of the layer's expert-parallel
+            all-to-alls (two forward, two backward) per micro-batch; 0 when ep = 1.
     """
 
     name: str
@@ -66,6 +74,9 @@ class Layer:
     experts_per_token: int = 0
     tokens_per_expert: int = 0
     expert_params: int = 0
+    routed_tokens: int = 0
+    ep: int = 1
+    all_to_all_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.selective_activation_bytes < 0:
@@ -73,10 +84,12 @@ class Layer:
 
     @property
     def active_params(self) -> int:
-        """Parameters one token uses: ``params`` less the routed experts it is not sent to."""
+        """Parameters one token uses: ``params`` less the routed experts it is not sent to (with
+        expert parallelism, the model's figure: the experts of all ``ep`` ranks counted)."""
         if not self.experts:
             return self.params
-        return self.params - self.expert_params + self.expert_params * self.experts_per_token // self.experts
+        routed = self.expert_params * self.ep
+        return self.params - self.expert_params + routed * self.experts_per_token // self.experts
 
     @property
     def fwd_flop(self) -> float:
@@ -101,6 +114,8 @@ class LayerChain:
         layers: embedding, blocks, head, in order.
         shared_params: parameters held by two layers (tied input and output
             embeddings: the head keeps its own copy, as in Megatron-LM), per TP rank.
+        ep: expert-parallel degree the routed experts are sharded over
+            (:mod:`archplace.workload.expert_parallel`); parameters are per EP rank too.
     """
 
     model: str
@@ -109,6 +124,7 @@ class LayerChain:
     tp: int
     layers: tuple[Layer, ...]
     shared_params: int = 0
+    ep: int = 1
 
     @property
     def params(self) -> int:
