@@ -32,6 +32,18 @@ def list_makespan_s(problem: ScheduleProblem) -> float:
 class _GraphTimes:
     makespan_s: float
     collective_s: float
+    ring_s: float = 0.0
+
+
+def _ring_exposed_s(model: CostModel, graph: OpGraph, acc: Accelerator) -> float:
+    """Exposed ring-attention communication of the graph's attention operators under context
+    parallelism (their estimates' ``communication_s``, :func:`archplace.cost.attention.with_ring`);
+    0 without CP or for a model that gives no estimates."""
+    estimate = getattr(model, "estimate", None)
+    if estimate is None:
+        return 0.0
+    return float(sum(estimate(op, acc).communication_s for op in graph.ops
+                     if op.kind is OpKind.ATTENTION and op.cp > 1))
 
 
 def _subgraph(graph: OpGraph, names: Iterable[str]) -> OpGraph:
@@ -56,7 +68,8 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
 
     Returns:
         Layer costs in chain order. ``tp_comm_*_s`` is the collectives' summed latency
-        (at most the makespan); ``selective_recompute_s`` the makespan of the attention
+        (at most the makespan); ``cp_comm_*_s`` the exposed ring-attention communication of a
+        chain traced with context parallelism (at most the makespan); ``selective_recompute_s`` the makespan of the attention
         core's forward operators and ``selective_recompute_flop`` their matmul FLOP (for HFU);
         ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
         what MFU counts).
@@ -67,14 +80,15 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         key = (id(graph), fp8)
         if key not in times:
             if not graph.ops:
-                times[key] = _GraphTimes(0.0, 0.0)
+                times[key] = _GraphTimes(0.0, 0.0, 0.0)
             else:
                 model = fp8_cost if fp8 and fp8_cost is not None else cost
                 problem = ScheduleProblem.from_graph(graph, acc, model)
                 span = makespan(problem)
                 comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
                            if op.kind is OpKind.COLLECTIVE)
-                times[key] = _GraphTimes(span, min(comm, span))
+                ring = _ring_exposed_s(model, graph, acc)
+                times[key] = _GraphTimes(span, min(comm, span), min(ring, span))
         return times[key]
 
     selective: dict[tuple[int, bool], tuple[float, float]] = {}
@@ -101,6 +115,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             selective_activation_bytes=layer.selective_activation_bytes,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
+            cp_comm_fwd_s=fwd.ring_s, cp_comm_bwd_s=bwd.ring_s,
             fp8_params=fp8_weight_params(layer.fwd.ops) if fp8 else 0,
         ))
     return out

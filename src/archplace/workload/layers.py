@@ -101,6 +101,8 @@ class LayerChain:
         layers: embedding, blocks, head, in order.
         shared_params: parameters held by two layers (tied input and output
             embeddings: the head keeps its own copy, as in Megatron-LM), per TP rank.
+        cp: context-parallel degree the graphs are one rank's share of: each rank holds
+            ``seq_len / cp`` tokens of every sample (``seq_len`` stays the whole sample).
     """
 
     model: str
@@ -109,6 +111,7 @@ class LayerChain:
     tp: int
     layers: tuple[Layer, ...]
     shared_params: int = 0
+    cp: int = 1
 
     @property
     def params(self) -> int:
