@@ -101,6 +101,7 @@ from archplace.hardware.power import (
 from archplace.workload.attention_blocks import (
     BLOCK,
     attention_flop,
+    blocks,
     computed_area,
     is_backward,
     op_area,
@@ -298,6 +299,6 @@ def with_ring_many(op: Operator, many: ManyEstimates, cluster: Cluster | None) -
                          many.memory_s, many.hbm_bytes, many.energy_j)
 
 
-__all__ = ["BLOCK", "attention_arrays", "attention_flop", "attention_many", "computed_area",
+__all__ = ["BLOCK", "attention_arrays", "attention_flop", "attention_many", "blocks", "computed_area",
            "estimate_arrays", "hbm_traffic_bytes", "ring_exposed_s", "ring_transfer_s",
            "with_ring", "with_ring_many"]
