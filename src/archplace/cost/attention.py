@@ -84,13 +84,13 @@ from numpy.typing import NDArray
 from archplace.cost import batched
 from archplace.cost.collective import collective_time_s
 from archplace.cost.types import Bound, ManyEstimates, OpEstimate
-from archplace.errors import ConfigError
 from archplace.cost.vector import (
     BACKWARD_CYCLES_PER_ELEMENT,
     CYCLES_PER_ELEMENT,
     SIMPLE_CYCLES_PER_ELEMENT,
     TRANSCENDENTAL_CYCLES_PER_ELEMENT,
 )
+from archplace.errors import ConfigError
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import (
     HBM_PATH_ENERGY_J_PER_BYTE,

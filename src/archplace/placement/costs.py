@@ -69,7 +69,8 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
     Returns:
         Layer costs in chain order. ``tp_comm_*_s`` is the collectives' summed latency
         (at most the makespan); ``cp_comm_*_s`` the exposed ring-attention communication of a
-        chain traced with context parallelism (at most the makespan); ``selective_recompute_s`` the makespan of the attention
+        chain traced with context parallelism (at most the makespan);
+        ``selective_recompute_s`` the makespan of the attention
         core's forward operators and ``selective_recompute_flop`` their matmul FLOP (for HFU);
         ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
         what MFU counts).

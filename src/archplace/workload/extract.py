@@ -317,7 +317,8 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     groups = fuse_kernels(traced, fwd_nodes, bwd_nodes, hidden_size) if fused_kernels else []
     graphs = []
     for phase, nodes in ((Phase.FWD, fwd_nodes), (Phase.BWD, bwd_nodes)):
-        graph = renumber(_operators(traced, sharding, nodes, phase, skip, options.cp)) if nodes else OpGraph(())
+        graph = (renumber(_operators(traced, sharding, nodes, phase, skip, options.cp)) if nodes
+                 else OpGraph(()))
         if groups:
             graph = merge_groups(graph, [g.fwd if phase is Phase.FWD else g.bwd for g in groups])
         graphs.append(fuse_elementwise(graph) if fuse else graph)
