@@ -196,3 +196,15 @@ def test_mla_traffic_and_cost():
         same = model.estimate(op(16, 4096, 192, 4096, v_dim=192, backward=backward_), acc)
         assert narrow.all_cores_s < wide.all_cores_s and narrow.hbm_bytes < wide.hbm_bytes
         assert same == wide  # v_dim = d is standard attention, to the bit
+
+
+def test_ring_transfers_energy_and_operator_checks():
+    """Three forward transfers of 1 GB read and written: 6e9 bytes on the HBM path."""
+    from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE
+
+    assert with_ring(FOUR, kernel(9.009), CLUSTER).energy_j == pytest.approx(6e9 * HBM_PATH_ENERGY_J_PER_BYTE)
+    with pytest.raises(ConfigError, match="n = m x cp"):
+        op(1, 256, 64, 256, cp=2)
+    with pytest.raises(ConfigError, match="even m"):
+        op(1, 255, 64, 510, cp=2)
+    assert op(1, 255, 64, 510, cp=2, causal=False).cp == 2

@@ -72,6 +72,7 @@ link otherwise).  The exposed communication is::
 
 added to the latency on one core and on all cores (each with its own T), reported as the
 estimate's ``communication_s`` (on all cores) and making it communication-bound when positive.
+The c - 1 transfers' bytes are charged the HBM-path energy on both ends, as a collective's.
 """
 
 from __future__ import annotations
@@ -256,6 +257,16 @@ def ring_transfer_s(op: Operator, cluster: Cluster | None) -> float:
     return collective_time_s("send_recv", sent, 2, alpha, beta)
 
 
+def ring_energy_j(op: Operator) -> float:
+    """Energy of the ring's c - 1 transfers: their bytes read on the sender and written on the
+    receiver at ``HBM_PATH_ENERGY_J_PER_BYTE``, as a collective's are (link energy is not
+    modelled); 0 without CP."""
+    if op.cp <= 1:
+        return 0.0
+    sent = op.ring_bytes * (2.0 if is_backward(op) else 1.0)
+    return (op.cp - 1) * 2.0 * sent * HBM_PATH_ENERGY_J_PER_BYTE
+
+
 def ring_exposed_s(op: Operator, kernel_s: FloatArray, transfer_s: float) -> FloatArray:
     """Exposed ring communication ``Σ_{r=0}^{c-2} max(0, t_x - T · a_r / A)`` (module docstring)
     for kernel times ``kernel_s`` (seconds, one per design) and one transfer of ``transfer_s``."""
@@ -284,7 +295,8 @@ def with_ring(op: Operator, estimate: OpEstimate, cluster: Cluster | None) -> Op
         op, np.array([estimate.single_core_s, estimate.all_cores_s]), transfer))
     return OpEstimate(
         estimate.single_core_s + single, estimate.all_cores_s + every, estimate.compute_single_s,
-        estimate.compute_all_s, estimate.memory_s, every, estimate.hbm_bytes, estimate.energy_j,
+        estimate.compute_all_s, estimate.memory_s, every, estimate.hbm_bytes,
+        estimate.energy_j + ring_energy_j(op),
         Bound.COMMUNICATION if single > 0 else estimate.bound_single,
         Bound.COMMUNICATION if every > 0 else estimate.bound_all)
 
@@ -296,9 +308,9 @@ def with_ring_many(op: Operator, many: ManyEstimates, cluster: Cluster | None) -
     transfer = ring_transfer_s(op, cluster)
     return ManyEstimates(many.single_core_s + ring_exposed_s(op, many.single_core_s, transfer),
                          many.all_cores_s + ring_exposed_s(op, many.all_cores_s, transfer),
-                         many.memory_s, many.hbm_bytes, many.energy_j)
+                         many.memory_s, many.hbm_bytes, many.energy_j + ring_energy_j(op))
 
 
 __all__ = ["BLOCK", "attention_arrays", "attention_flop", "attention_many", "blocks", "computed_area",
-           "estimate_arrays", "hbm_traffic_bytes", "ring_exposed_s", "ring_transfer_s",
+           "estimate_arrays", "hbm_traffic_bytes", "ring_energy_j", "ring_exposed_s", "ring_transfer_s",
            "with_ring", "with_ring_many"]

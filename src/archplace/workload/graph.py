@@ -111,6 +111,10 @@ class Operator:
     def __post_init__(self) -> None:
         if any(p >= self.id or p < 0 for p in self.preds):
             raise ConfigError(f"operator {self.name}: predecessors {self.preds} must precede id {self.id}")
+        if self.cp != 1 and (self.cp < 1 or self.n != self.m * self.cp or (self.causal and self.m % 2)):
+            raise ConfigError(f"operator {self.name}: ring attention over cp={self.cp} ranks needs cp >= 1, "
+                              f"n = m x cp and, causal, an even m (2 chunks per rank); got m={self.m}, "
+                              f"n={self.n}")
 
     @property
     def core_type(self) -> CoreType:
