@@ -15,7 +15,9 @@ dV = P^T dO over d_v; 2.5x the forward when d_v = d; Dao 2023 sec. 4.1, Algorith
 queries (``m``) and computes them against the keys of the whole sequence (``n`` = s), which
 arrive block by block around the ring in c steps.  Under a causal mask the sequence is cut into
 2c chunks of q = s/(2c) tokens and rank i holds chunks i and 2c-1-i (the load balancing of
-Megatron-Core's context parallelism and of Transformer Engine's ``attn_forward_func_with_cp``;
+Megatron-Core's context parallelism: its "Context parallelism overview" user-guide page and
+``get_batch_on_this_cp_rank``, with the attention of Transformer Engine's
+``attn_forward_func_with_cp``;
 Llama 3, Dubey et al. 2024 sec. 3.3.2, balances the same way with an all-gather of K and V).
 Step 0 uses the rank's own K and V: chunk 2c-1-i against chunk i in full and each chunk against
 itself under the causal mask, ``q² + 2·tri(q)`` score elements, with ``tri(q)`` the causal
