@@ -1,8 +1,11 @@
 """Cost of a fused attention operator (``OpKind.ATTENTION``) on the systolic template.
 
 The operator (:mod:`archplace.workload.attention_op`) is one FlashAttention kernel:
-``batch`` = micro-batch x heads B, ``m`` = query length s_q, ``k`` = head dim d, ``n`` = key
-length s_kv.  Formulas:
+``batch`` = micro-batch x heads B, ``m`` = query length s_q, ``k`` = head dim d of Q and K,
+``n`` = key length s_kv, d_v the head dim of V and O (``v_dim``; d except in multi-head latent
+attention).  Below, a formula written with d alone holds for d_v = d; with d_v != d, every GEMM
+over the value dimension (P V, dP = dO V^T, dV = P^T dO) and every V, O, dO, dV term of the
+traffic uses d_v (:mod:`archplace.workload.attention_blocks`).  Formulas:
 
 * **Score blocks.**  FlashAttention-2 tiles the s_q x s_kv score matrix into blocks of
   ``BLOCK`` x ``BLOCK`` (assumption: 128; Dao 2023, sec. 3.3, tunes the block sizes among
@@ -47,6 +50,29 @@ length s_kv.  Formulas:
 core (single) or on all of them (all).  The scalar path (:func:`attention_arrays`) and the
 vectorised path (:func:`attention_many`) share one NumPy implementation, so they agree
 exactly.
+
+**Ring attention (context parallelism, ``op.cp`` = c > 1).**  The operator computes the
+rank's queries against the whole sequence in c steps (score areas per step in
+:func:`archplace.workload.attention_blocks.ring_steps`); the kernel time T above covers all of
+them (its block GEMMs and traffic are those of the chunk tiles, and its HBM traffic is that of
+one kernel over the rank's queries and all the keys it computes: the per-step rescaling of O
+is not charged).  At steps 0 .. c-2 the rank sends the K and V block it holds to the next rank
+of the ring and receives the next one while it computes on the current one; the last step sends
+nothing (Liu et al., "Ring Attention with Blockwise Transformers", 2023, sec. 3; Transformer
+Engine's ``attn_forward_func_with_cp``, whose send/receive of step r+1 is posted before the
+attention of step r).  The backward pass sends K, V and the dK, dV accumulated so far: twice
+the bytes, the same overlap.  With ``a_r`` the score elements of step r and A their sum, step
+r computes for ``t_r = T · a_r / A`` (assumption: the kernel's time splits over the steps in
+proportion to their scores), and one transfer takes ``t_x = α + bytes / β`` (a send/receive
+of :mod:`archplace.cost.collective`, on the link :meth:`Cluster.group_link` gives a group of c
+ranks ``op.cp_stride`` (= tp) apart: NVLink while tp x c ranks fit in a node, the inter-node
+link otherwise).  The exposed communication is::
+
+    exposed = Σ_{r=0}^{c-2} max(0, t_x - t_r)
+
+added to the latency on one core and on all cores (each with its own T), reported as the
+estimate's ``communication_s`` (on all cores) and making it communication-bound when positive.
+The c - 1 transfers' bytes are charged the HBM-path energy on both ends, as a collective's.
 """
 
 from __future__ import annotations
@@ -57,12 +83,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.cost import batched
+from archplace.cost.collective import collective_time_s
+from archplace.cost.types import Bound, ManyEstimates, OpEstimate
 from archplace.cost.vector import (
     BACKWARD_CYCLES_PER_ELEMENT,
     CYCLES_PER_ELEMENT,
     SIMPLE_CYCLES_PER_ELEMENT,
     TRANSCENDENTAL_CYCLES_PER_ELEMENT,
 )
+from archplace.errors import ConfigError
+from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import (
     HBM_PATH_ENERGY_J_PER_BYTE,
     LOCAL_SRAM_ENERGY_J_PER_BYTE,
@@ -75,6 +105,10 @@ from archplace.workload.attention_blocks import (
     blocks,
     computed_area,
     is_backward,
+    op_area,
+    op_blocks,
+    ring_steps,
+    value_dim,
 )
 from archplace.workload.graph import Operator, OpKind
 
@@ -95,14 +129,14 @@ LSE_BYTES = 4
 
 def _gemms(op: Operator) -> list[tuple[int, int, int, int]]:
     """(batch, m, k, n) of the block GEMMs of one operator."""
-    _, count = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
-    br, bc = blocks(op.m, op.n)
-    d, b = op.k, op.batch * count
+    _, count = op_area(op)
+    br, bc = op_blocks(op)
+    d, d_v, b = op.k, value_dim(op), op.batch * count
     score, value = (b, br, d, bc), (b, br, bc, d)
     if not is_backward(op):
-        return [score, value]
-    transposed = (b, bc, br, d)
-    return [score, score, transposed, transposed, value]
+        return [score, (b, br, bc, d_v)]
+    # S = Q K^T, dP = dO V^T, dV = P^T dO, dK = dS^T Q, dQ = dS K
+    return [score, (b, br, d_v, bc), (b, bc, br, d_v), (b, bc, br, d), value]
 
 
 def estimate_arrays(op: Operator, rows: IntArray, cols: IntArray, tensor_cores: IntArray,
@@ -125,7 +159,7 @@ def estimate_arrays(op: Operator, rows: IntArray, cols: IntArray, tensor_cores: 
         return {key: zeros for key in ("single_s", "all_s", "compute_single_s", "compute_all_s",
                                        "memory_s", "hbm_bytes", "energy_j")}
     backward = is_backward(op)
-    area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
+    area, _ = op_area(op)
     fraction = area / (op.m * op.n)
     single_cyc = np.zeros(count, dtype=np.int64)
     all_cyc = np.zeros(count, dtype=np.int64)
@@ -162,13 +196,22 @@ def hbm_traffic_bytes(op: Operator, sram_bytes: FloatArray, fraction: float) -> 
     sram = np.where(finite, sram_bytes, 0.0) // e
     col_block = np.maximum(1, np.ceil(sram / (4 * max(d, 1))))
     row_block = np.maximum(1, np.minimum(col_block, d))
+    d_v = value_dim(op)
     if is_backward(op):
         passes = np.where(finite, np.ceil(s_kv / col_block), 1.0)
-        result: FloatArray = (e * b * (4.0 * s_kv * d + passes * fraction * 4.0 * s_q * d)
+        if d_v == d:  # the same arithmetic as ever, so figures stay bit-identical
+            kv, q_side = 4.0 * s_kv * d, 4.0 * s_q * d
+        else:  # K, V read and dK, dV written; Q, dO read and dQ read and written per pass
+            kv, q_side = 2.0 * s_kv * (d + d_v), 1.0 * s_q * (3 * d + d_v)
+        result: FloatArray = (e * b * (kv + passes * fraction * q_side)
                               + 2 * LSE_BYTES * b * s_q * passes * fraction)
         return result
     passes = np.where(finite, np.ceil(s_q / row_block), 1.0)
-    result = e * b * (2.0 * s_q * d + passes * fraction * 2.0 * s_kv * d) + LSE_BYTES * b * s_q
+    if d_v == d:
+        q_side, kv = 2.0 * s_q * d, 2.0 * s_kv * d
+    else:  # Q read and O written once; K and V read per pass
+        q_side, kv = 1.0 * s_q * (d + d_v), 1.0 * s_kv * (d + d_v)
+    result = e * b * (q_side + passes * fraction * kv) + LSE_BYTES * b * s_q
     return result
 
 
@@ -196,5 +239,78 @@ def attention_many(op: Operator, configs: Any) -> dict[str, FloatArray]:
         configs.clock_hz, configs.vector_lanes, configs.vector_cores, configs.scalesim_timing)
 
 
-__all__ = ["BLOCK", "attention_arrays", "attention_flop", "attention_many", "computed_area",
-           "estimate_arrays", "hbm_traffic_bytes"]
+def ring_transfer_s(op: Operator, cluster: Cluster | None) -> float:
+    """Seconds of one ring step's transfer ``t_x = α + bytes / β`` (module docstring): the K and
+    V block (``op.ring_bytes``) forward, K, V, dK and dV (twice the bytes) backward, on the
+    link of a group of ``op.cp`` ranks ``op.cp_stride`` apart.  0 without CP.
+
+    Raises:
+        ConfigError: a ring over several ranks and no cluster.
+    """
+    if op.cp <= 1:
+        return 0.0
+    if cluster is None:
+        raise ConfigError(f"operator {op.name}: ring attention over {op.cp} context-parallel "
+                          "ranks needs the cluster's links (a cost model with cluster=...)")
+    alpha, beta = cluster.group_link(op.cp, max(op.cp_stride, 1))
+    sent = op.ring_bytes * (2.0 if is_backward(op) else 1.0)
+    return collective_time_s("send_recv", sent, 2, alpha, beta)
+
+
+def ring_energy_j(op: Operator) -> float:
+    """Energy of the ring's c - 1 transfers: their bytes read on the sender and written on the
+    receiver at ``HBM_PATH_ENERGY_J_PER_BYTE``, as a collective's are (link energy is not
+    modelled); 0 without CP."""
+    if op.cp <= 1:
+        return 0.0
+    sent = op.ring_bytes * (2.0 if is_backward(op) else 1.0)
+    return (op.cp - 1) * 2.0 * sent * HBM_PATH_ENERGY_J_PER_BYTE
+
+
+def ring_exposed_s(op: Operator, kernel_s: FloatArray, transfer_s: float) -> FloatArray:
+    """Exposed ring communication ``Σ_{r=0}^{c-2} max(0, t_x - T · a_r / A)`` (module docstring)
+    for kernel times ``kernel_s`` (seconds, one per design) and one transfer of ``transfer_s``."""
+    kernel = np.asarray(kernel_s, dtype=np.float64)
+    exposed = np.zeros_like(kernel)
+    steps = ring_steps(op)
+    total = float(sum(area for area, _ in steps))
+    if op.cp <= 1 or transfer_s <= 0 or total <= 0:
+        return exposed
+    for area, _ in steps[:-1]:
+        exposed = exposed + np.maximum(0.0, transfer_s - kernel * (area / total))
+    return exposed
+
+
+def with_ring(op: Operator, estimate: OpEstimate, cluster: Cluster | None) -> OpEstimate:
+    """``estimate`` (of the attention kernel) with the exposed ring communication added to both
+    latencies, ``communication_s`` = the exposed time on all cores; unchanged without CP.
+
+    Raises:
+        ConfigError: as :func:`ring_transfer_s`.
+    """
+    if op.cp <= 1:
+        return estimate
+    transfer = ring_transfer_s(op, cluster)
+    single, every = (float(x) for x in ring_exposed_s(
+        op, np.array([estimate.single_core_s, estimate.all_cores_s]), transfer))
+    return OpEstimate(
+        estimate.single_core_s + single, estimate.all_cores_s + every, estimate.compute_single_s,
+        estimate.compute_all_s, estimate.memory_s, every, estimate.hbm_bytes,
+        estimate.energy_j + ring_energy_j(op),
+        Bound.COMMUNICATION if single > 0 else estimate.bound_single,
+        Bound.COMMUNICATION if every > 0 else estimate.bound_all)
+
+
+def with_ring_many(op: Operator, many: ManyEstimates, cluster: Cluster | None) -> ManyEstimates:
+    """:func:`with_ring` on every design of ``many`` (equal to it design by design)."""
+    if op.cp <= 1:
+        return many
+    transfer = ring_transfer_s(op, cluster)
+    return ManyEstimates(many.single_core_s + ring_exposed_s(op, many.single_core_s, transfer),
+                         many.all_cores_s + ring_exposed_s(op, many.all_cores_s, transfer),
+                         many.memory_s, many.hbm_bytes, many.energy_j + ring_energy_j(op))
+
+
+__all__ = ["BLOCK", "attention_arrays", "attention_flop", "attention_many", "blocks", "computed_area",
+           "estimate_arrays", "hbm_traffic_bytes", "ring_energy_j", "ring_exposed_s", "ring_transfer_s",
+           "with_ring", "with_ring_many"]

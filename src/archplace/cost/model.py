@@ -25,8 +25,8 @@ from archplace.cost.attention import (
     BACKWARD_VECTOR_CYCLES,
     FORWARD_VECTOR_CYCLES,
     attention_flop,
-    computed_area,
     is_backward,
+    with_ring,
 )
 from archplace.cost.systolic import ManyEstimates, SystolicCostModel, op_key
 from archplace.cost.types import (
@@ -42,6 +42,7 @@ from archplace.cost.vector import cycles_per_element, vector_hbm_bytes
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE, MAC_ENERGY_J, VECTOR_OP_ENERGY_J
+from archplace.workload.attention_blocks import op_area
 from archplace.workload.graph import Operator, OpKind
 
 __all__ = [
@@ -92,7 +93,9 @@ class RooflineCostModel:
     * vector op: ``elements · cycles_per_element`` lane operations at ``lanes·clock_hz``
       per core;
     * both bounded below by ``(bytes_read + bytes_written) / hbm_bandwidth``;
-    * collective: as :class:`SystolicCostModel` (needs ``cluster`` for groups > 1).
+    * collective: as :class:`SystolicCostModel` (needs ``cluster`` for groups > 1);
+    * fused attention under context parallelism: plus its exposed ring communication
+      (:func:`archplace.cost.attention.with_ring`, needs ``cluster``).
 
     Energy counts the same MAC, lane and HBM-path energies as the systolic model
     (no operand-feed energy).
@@ -119,7 +122,7 @@ class RooflineCostModel:
         if op.kind is OpKind.COLLECTIVE:
             return self._collective(op, hbm_bytes)
         if op.kind is OpKind.ATTENTION:  # its GEMMs at the arrays' peak, its softmax on the lanes
-            area, _ = computed_area(op.m, op.n, op.causal, op.skip_masked_blocks)
+            area, _ = op_area(op)
             macs = attention_flop(op) / 2.0
             fused = float(op.batch * area * (BACKWARD_VECTOR_CYCLES if is_backward(op)
                                              else FORWARD_VECTOR_CYCLES))
@@ -146,9 +149,10 @@ class RooflineCostModel:
             every = single / acc.vector_cores
             energy = ops * VECTOR_OP_ENERGY_J
         energy += hbm_bytes * HBM_PATH_ENERGY_J_PER_BYTE
-        return OpEstimate(max(single, memory_s), max(every, memory_s), single, every, memory_s, 0.0,
-                          hbm_bytes, energy, compute_or_memory(single, memory_s),
-                          compute_or_memory(every, memory_s))
+        result = OpEstimate(max(single, memory_s), max(every, memory_s), single, every, memory_s, 0.0,
+                            hbm_bytes, energy, compute_or_memory(single, memory_s),
+                            compute_or_memory(every, memory_s))
+        return with_ring(op, result, self.cluster) if op.kind is OpKind.ATTENTION else result
 
     def _collective(self, op: Operator, hbm_bytes: float) -> OpEstimate:
         return collective_estimate(op, self.cluster, hbm_bytes * HBM_PATH_ENERGY_J_PER_BYTE,

@@ -19,7 +19,8 @@ Per operator kind (docs/model.md, Per-operator cost):
   the op's HBM bytes over the bandwidth (``bytes_read + bytes_written``; only the
   written bytes for generators and fills, none for allocations).
 * fused attention -- :mod:`archplace.cost.attention` (FlashAttention on the arrays, the
-  vector cores and HBM).
+  vector cores and HBM; under context parallelism plus the exposed ring communication on the
+  link of the model's cluster the CP group spans).
 * collective -- :mod:`archplace.cost.collective` on the link of the model's
   cluster that a group of ``op.group`` consecutive ranks spans; ``op.target`` names
   the collective, the buffer is the larger of ``bytes_read`` and ``bytes_written``
@@ -77,7 +78,7 @@ def op_key(op: Operator) -> tuple[Any, ...]:
            getattr(op, "causal", False), getattr(op, "skip_masked_blocks", False),
            getattr(op, "dtype_bytes", 0))
     if op.kind is OpKind.ATTENTION:
-        return (*key, op.flop, op.phase)
+        return (*key, op.flop, op.phase, op.v_dim, op.cp, op.cp_stride, op.ring_bytes)
     return key
 
 
@@ -192,6 +193,8 @@ class SystolicCostModel:
             result = _attention_estimate(attention.attention_arrays(op, acc))
         else:
             result = self._vector(op, acc)
+        if op.kind is OpKind.ATTENTION:
+            result = attention.with_ring(op, result, self.cluster)
         if self._cache_size:
             if len(self._cache) >= self._cache_size:
                 self._cache.clear()
@@ -294,6 +297,8 @@ class SystolicCostModel:
             result = _vector_many(op, configs)
         if declared and op.kind is not OpKind.COLLECTIVE:
             result = _with_declared(op, configs, result)
+        if op.kind is OpKind.ATTENTION:
+            result = attention.with_ring_many(op, result, self.cluster)
         if self._cache_size:
             if len(self._many) >= max(1, self._cache_size // 256):
                 self._many.clear()

@@ -34,11 +34,23 @@ class _GraphTimes:
     makespan_s: float
     collective_s: float
     ep_collective_s: float = 0.0
+    ring_s: float = 0.0
 
 
 def _is_all_to_all(target: str) -> bool:
     """Whether a collective's target is an expert-parallel all-to-all."""
     return "all_to_all" in target or "alltoall" in target
+
+
+def _ring_exposed_s(model: CostModel, graph: OpGraph, acc: Accelerator) -> float:
+    """Exposed ring-attention communication of the graph's attention operators under context
+    parallelism (their estimates' ``communication_s``, :func:`archplace.cost.attention.with_ring`);
+    0 without CP or for a model that gives no estimates."""
+    estimate = getattr(model, "estimate", None)
+    if estimate is None:
+        return 0.0
+    return float(sum(estimate(op, acc).communication_s for op in graph.ops
+                     if op.kind is OpKind.ATTENTION and op.cp > 1))
 
 
 def _subgraph(graph: OpGraph, names: Iterable[str]) -> OpGraph:
@@ -64,8 +76,10 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
     Returns:
         Layer costs in chain order. ``tp_comm_*_s`` is the TP collectives' summed latency
         (at most the makespan); ``ep_comm_*_s`` the expert all-to-alls' (at most what the TP
-        share leaves of the makespan); ``expert_params`` the routed experts' parameters the
-        layer holds per rank (:attr:`archplace.workload.layers.Layer.expert_params`);
+        share leaves of the makespan); ``cp_comm_*_s`` the exposed ring-attention communication
+        of a chain traced with context parallelism (at most what the TP and EP shares leave);
+        ``expert_params`` the routed experts' parameters the layer holds per rank
+        (:attr:`archplace.workload.layers.Layer.expert_params`);
         ``selective_recompute_s`` the makespan of the attention
         core's forward operators and ``selective_recompute_flop`` their matmul FLOP (for HFU);
         ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
@@ -77,7 +91,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         key = (id(graph), fp8)
         if key not in times:
             if not graph.ops:
-                times[key] = _GraphTimes(0.0, 0.0)
+                times[key] = _GraphTimes(0.0, 0.0, 0.0)
             else:
                 model = fp8_cost if fp8 and fp8_cost is not None else cost
                 problem = ScheduleProblem.from_graph(graph, acc, model)
@@ -86,8 +100,10 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
                            if op.kind is OpKind.COLLECTIVE and not _is_all_to_all(op.target))
                 ep_comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
                               if op.kind is OpKind.COLLECTIVE and _is_all_to_all(op.target))
+                ring = _ring_exposed_s(model, graph, acc)
                 tp_s = min(comm, span)
-                times[key] = _GraphTimes(span, tp_s, min(ep_comm, span - tp_s))
+                ep_s = min(ep_comm, span - tp_s)
+                times[key] = _GraphTimes(span, tp_s, ep_s, min(ring, span - tp_s - ep_s))
         return times[key]
 
     selective: dict[tuple[int, bool], tuple[float, float]] = {}
@@ -114,6 +130,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             selective_activation_bytes=layer.selective_activation_bytes,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
+            cp_comm_fwd_s=fwd.ring_s, cp_comm_bwd_s=bwd.ring_s,
             fp8_params=fp8_weight_params(layer.fwd.ops) if fp8 else 0,
             expert_params=layer.expert_params,
             ep_comm_fwd_s=fwd.ep_collective_s, ep_comm_bwd_s=bwd.ep_collective_s,

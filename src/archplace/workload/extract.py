@@ -61,7 +61,10 @@ class ExtractOptions:
         attention: attention implementation (:class:`Attention`); a string is converted.
         kernels: element-wise kernel fusion (:class:`Kernels`); a string is converted.
         cp: context-parallel degree: the graph is one rank's share of a sequence split over cp
-            ranks (ring attention).
+            ranks: every layer traced at seq_len / cp tokens per sample, except that the fused
+            attention operator computes the rank's queries against the whole sequence (ring
+            attention with causal load balancing, :mod:`archplace.workload.attention_blocks`).
+            Needs seq_len divisible by 2 x cp and a fused attention (flash or sdpa).
         ep: expert-parallel degree: the graph is one rank's share of MoE layers whose routed
             experts are sharded over ep ranks (all-to-all dispatch and combine;
             :mod:`archplace.workload.expert_parallel`). Must divide the routed experts.
@@ -80,7 +83,8 @@ class ExtractOptions:
 
     Raises:
         ConfigError: a non-positive size, an unknown dtype, attention or kernels value, a
-            capacity factor or load imbalance below 1 or not finite.
+            capacity factor or load imbalance below 1 or not finite; cp > 1 with a sequence
+            length not divisible by 2 x cp or with eager attention.
     """
 
     micro_batch: int
@@ -110,6 +114,13 @@ class ExtractOptions:
             raise ConfigError(f"CP and EP degrees must be positive, got cp={self.cp}, ep={self.ep}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
+        if self.cp > 1 and self.seq_len % (2 * self.cp):
+            raise ConfigError(f"context parallelism cp={self.cp}: the sequence length {self.seq_len} "
+                              f"must be a multiple of 2 x cp = {2 * self.cp} (each sequence is cut "
+                              "into 2 x cp equal chunks for causal load balancing)")
+        if self.cp > 1 and self.attention is Attention.EAGER:
+            raise ConfigError(f"context parallelism cp={self.cp} needs a fused attention "
+                              "(flash or sdpa; ring attention runs fused kernels), not eager")
         for name in ("capacity_factor", "expert_load_imbalance"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 1.0 <= value < math.inf:
@@ -161,9 +172,9 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
 
     Returns:
         A :class:`LayerChain` whose blocks share one traced block's graphs. Figures
-        are per device (per TP and EP rank) and per micro-batch, at ``options.dtype``. The
-        expert-parallel chain is derived from the traced ep = 1 one
-        (:func:`archplace.workload.expert_parallel.shard_experts`).
+        are per device (per TP, CP and EP rank: seq_len / cp tokens of each sample) and per
+        micro-batch, at ``options.dtype``. The expert-parallel chain is derived from the traced
+        ep = 1 one (:func:`archplace.workload.expert_parallel.shard_experts`).
 
     Raises:
         ConfigError: the config is rejected by transformers, the TP width does
@@ -182,7 +193,7 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
         model = build_model(spec, options.dtype, options.training, options.attention)
         container = find_block_container(model)
         try:
-            gm, param_names = trace(model, options.micro_batch, options.seq_len)
+            gm, param_names = trace(model, options.micro_batch, options.seq_len // options.cp)
         except Exception as exc:  # torch raises many types; report one line
             raise ExtractionError(
                 f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
@@ -209,10 +220,10 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     kinds_in_order = [block for block, run in zip(traced_blocks, runs, strict=True) for _ in range(run)]
     blocks = tuple(_rename(block, f"block.{i}") for i, block in enumerate(kinds_in_order))
     block = traced_blocks[-1]
-    log.info("extracted %s (tp=%d): %d fwd + %d bwd operators per block", spec.name, options.tp,
-             len(block.fwd), len(block.bwd))
+    log.info("extracted %s (tp=%d, cp=%d): %d fwd + %d bwd operators per block", spec.name,
+             options.tp, options.cp, len(block.fwd), len(block.bwd))
     return LayerChain(spec.name, options.micro_batch, options.seq_len, options.tp,
-                      (embedding, *blocks, head), shared_params=shared)
+                      (embedding, *blocks, head), shared_params=shared, cp=options.cp)
 
 
 def _rename(layer: Layer, name: str) -> Layer:
@@ -231,7 +242,7 @@ def _split_dims(dims: tuple[int, int, int, int], split: str | None, tp: int) -> 
 
 
 def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: Phase,
-               skip_masked_blocks: bool) -> list[Operator]:
+               skip_masked_blocks: bool, cp: int = 1) -> list[Operator]:
     """Operators of ``nodes`` (one layer, one phase), sharded, with TP collectives inserted."""
     ops: list[Operator] = []
     produced: dict[Any, int] = {}  # storage node (or its collective) -> operator id
@@ -258,7 +269,7 @@ def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: 
         for kind, tensor in sharding.before.get(n, ()):
             if (kind, tensor) not in produced:
                 collective(kind, tensor)
-        ops.append(_operator(traced, sharding, n, phase, len(ops), producer_id, skip_masked_blocks))
+        ops.append(_operator(traced, sharding, n, phase, len(ops), producer_id, skip_masked_blocks, cp))
         produced[n] = len(ops) - 1
         if n in sharding.after:
             collective(sharding.after[n], n)
@@ -266,7 +277,7 @@ def _operators(traced: Traced, sharding: Sharding, nodes: Sequence[Any], phase: 
 
 
 def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: int,
-              producer_id: Any, skip_masked_blocks: bool = False) -> Operator:
+              producer_id: Any, skip_masked_blocks: bool = False, cp: int = 1) -> Operator:
     kind = traced.kind[n]
     assert kind is not None
     name = op_name(n)
@@ -282,7 +293,7 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
     preds = {p for p in (producer_id(a) for a in n.all_input_nodes) if p is not None and p < op_id}
     if kind is OpKind.ATTENTION:
         return _attention_operator(traced, sharding, n, phase, op_id, tuple(sorted(preds)),
-                                   bytes_read, skip_masked_blocks)
+                                   bytes_read, skip_masked_blocks, cp)
     if kind is OpKind.MATMUL:
         batch, m, k, nn = _split_dims(matmul_dims(n, name), sharding.split.get(n), sharding.tp)
         flop = 2.0 * batch * m * k * nn
@@ -308,24 +319,32 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
 
 def _attention_operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: int,
                         preds: tuple[int, ...], bytes_read: float,
-                        skip_masked_blocks: bool) -> Operator:
+                        skip_masked_blocks: bool, cp: int = 1) -> Operator:
     """A fused attention node (forward ``(q, k, v, causal, ...)`` or backward ``(dO, q, k, v,
     O, lse, causal, ...)``) as an ``ATTENTION`` operator: batch = micro-batch x local heads,
-    m = s_q, k = head dim, n = s_kv (fields of :class:`Operator`)."""
+    m = s_q, k = head dim of Q and K, n = s_kv, v_dim = V's head dim when it differs (fields of
+    :class:`Operator`).  With ``cp`` > 1 the traced lengths are the rank's s/cp tokens: n
+    becomes the whole sequence and the ring fields are set (CP group stride = the TP width)."""
     backward = "backward" in op_name(n)
-    q, key = (n.args[1], n.args[2]) if backward else (n.args[0], n.args[1])
+    q, key, value = (n.args[1], n.args[2], n.args[3]) if backward else n.args[:3]
     causal = bool(n.args[6] if backward else n.args[3])
-    q_val, k_val = q.meta["val"], key.meta["val"]
+    q_val, k_val, v_val = q.meta["val"], key.meta["val"], value.meta["val"]
     b, heads, s_q, d = (int(x) for x in q_val.shape)
-    s_kv = int(k_val.shape[2])
+    s_kv, d_v = int(k_val.shape[2]), int(v_val.shape[-1])
     factor = sharding.tensor_factor(traced.storage(q))
     val = n.meta.get("val")
+    ring: dict[str, Any] = {}
+    if cp > 1:
+        ring = {"cp": cp, "cp_stride": sharding.tp,
+                "ring_bytes": sum(tensor_bytes(t.meta["val"]) * sharding.tensor_factor(traced.storage(t))
+                                  for t in (key, value))}
     op = Operator(
         id=op_id, name=n.name, target=str(n.target), kind=OpKind.ATTENTION, phase=phase,
-        batch=math.ceil(b * heads * factor), m=s_q, k=d, n=s_kv,
+        batch=math.ceil(b * heads * factor), m=s_q, k=d, n=s_kv * cp,
         elements=math.ceil(first_numel(val) * factor), flop=0.0, bytes_read=bytes_read,
         bytes_written=tensor_bytes(val) * sharding.tensor_factor(n), preds=preds, causal=causal,
         skip_masked_blocks=skip_masked_blocks, dtype_bytes=int(q_val.element_size()),
+        v_dim=d_v if d_v != d else 0, **ring,
     )
     return dataclasses.replace(op, flop=attention_flop(op))
 
@@ -333,7 +352,7 @@ def _attention_operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase
 def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: Sharding, index: int,
                 kind: LayerKind, options: ExtractOptions, hidden_size: int) -> tuple[Layer, set[Any]]:
     """The layer ``index`` of the traced graph and the parameter placeholders it holds."""
-    fuse, seq_len = options.fuse, options.seq_len
+    fuse, seq_len = options.fuse, options.seq_len // options.cp  # the rank's tokens per sample
     fused_kernels = options.kernels is Kernels.FUSED
     mine = {n for n, (layer, _) in where.items() if layer == index}
     compute = [n for n in traced.calls if n in mine and traced.kind[n] is not None]
@@ -343,7 +362,8 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     groups = fuse_kernels(traced, fwd_nodes, bwd_nodes, hidden_size) if fused_kernels else []
     graphs = []
     for phase, nodes in ((Phase.FWD, fwd_nodes), (Phase.BWD, bwd_nodes)):
-        graph = renumber(_operators(traced, sharding, nodes, phase, skip)) if nodes else OpGraph(())
+        graph = (renumber(_operators(traced, sharding, nodes, phase, skip, options.cp)) if nodes
+                 else OpGraph(()))
         if groups:
             graph = merge_groups(graph, [g.fwd if phase is Phase.FWD else g.bwd for g in groups])
         graphs.append(fuse_elementwise(graph) if fuse else graph)

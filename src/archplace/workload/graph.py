@@ -72,6 +72,15 @@ class Operator:
             hides entirely (FlashAttention-2; PyTorch SDPA computes every block);
             ``dtype_bytes`` bytes of Q, K, V and O.  ``target`` ends in ``backward`` for the
             backward operator.  False / 0 for other kinds.
+        v_dim: for ``ATTENTION``, the head dim of V (and O) when it differs from ``k``, the
+            head dim of Q and K (DeepSeek's multi-head latent attention: 128 against 192);
+            0 means equal to ``k``.
+        cp, cp_stride, ring_bytes: for ``ATTENTION`` under context parallelism (ring
+            attention, :mod:`archplace.workload.attention_blocks`): the CP degree c (1 without
+            it); the rank distance between the members of the CP group (the TP width, ranks
+            ordered TP -> CP); the bytes of the K and V block this rank passes to the next one
+            at each step of the forward ring.  With c > 1, ``m`` is the rank's s/c queries and
+            ``n`` the whole sequence s.
     """
 
     id: int
@@ -94,10 +103,18 @@ class Operator:
     causal: bool = False
     skip_masked_blocks: bool = False
     dtype_bytes: int = 0
+    v_dim: int = 0
+    cp: int = 1
+    cp_stride: int = 1
+    ring_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if any(p >= self.id or p < 0 for p in self.preds):
             raise ConfigError(f"operator {self.name}: predecessors {self.preds} must precede id {self.id}")
+        if self.cp != 1 and (self.cp < 1 or self.n != self.m * self.cp or (self.causal and self.m % 2)):
+            raise ConfigError(f"operator {self.name}: ring attention over cp={self.cp} ranks needs cp >= 1, "
+                              f"n = m x cp and, causal, an even m (2 chunks per rank); got m={self.m}, "
+                              f"n={self.n}")
 
     @property
     def core_type(self) -> CoreType:

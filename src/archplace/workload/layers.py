@@ -116,6 +116,8 @@ class LayerChain:
             embeddings: the head keeps its own copy, as in Megatron-LM), per TP rank.
         ep: expert-parallel degree the routed experts are sharded over
             (:mod:`archplace.workload.expert_parallel`); parameters are per EP rank too.
+        cp: context-parallel degree the graphs are one rank's share of: each rank holds
+            ``seq_len / cp`` tokens of every sample (``seq_len`` stays the whole sample).
     """
 
     model: str
@@ -125,6 +127,7 @@ class LayerChain:
     layers: tuple[Layer, ...]
     shared_params: int = 0
     ep: int = 1
+    cp: int = 1
 
     @property
     def params(self) -> int:
