@@ -198,6 +198,8 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--seq-len": _ints([64, 128, 256]),
         "--micro-batch": _ints([1, 2, 4]),
         "--tp": _ints([1, 2, 4]),
+        "--cp": _ints([1, 2]),
+        "--ep": _ints([1, 2]),
         "--pp": _ints([1, 2]),
         "--dp": _ints([1, 2, 8]),
         "--chunks": _ints([1, 2]),

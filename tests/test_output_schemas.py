@@ -166,6 +166,24 @@ def test_closed_and_open_objects(documents: dict[str, dict[str, Any]]) -> None:
         assert any("'pipeline' was unexpected" in e for e in _errors(kind, document))
 
 
+def test_context_and_expert_parallel_terms(documents: dict[str, dict[str, Any]]) -> None:
+    """The breakdown parts and communication kinds of context and expert parallelism are
+    allowed (optional: present once the engine models them), other parts and kinds are not."""
+    for name, kind in (("plan", "plan"), ("evaluate interleaved zero3", "evaluate")):
+        document = copy.deepcopy(documents[name])
+        assert "cp_comm" not in document["breakdown_s"] and "cp" not in document["comm_s"]
+        document["breakdown_s"].update(cp_comm=0.0, ep_comm=0.25)
+        document["comm_s"].update(cp={"total": 0.5, "exposed": 0.25}, ep={"total": 0.0, "exposed": 0.0})
+        document["plan"].update(cp=2, ep=4)
+        assert _errors(kind, document) == []
+        document["breakdown_s"]["sp_comm"] = 0.0
+        document["comm_s"]["cp"] = {"total": -1.0, "exposed": 0.0}
+        errors = _errors(kind, document)
+        assert any("'sp_comm' was unexpected" in e for e in errors) and len(errors) == 2, errors
+        document["plan"]["cp"] = 0
+        assert len(_errors(kind, document)) == 3
+
+
 def test_outputs_cover_the_variants(documents: dict[str, dict[str, Any]]) -> None:
     """The documents above exercise what the schemas branch on, so each branch is validated."""
     each = documents["search per model, no baseline"]["per_model"]

@@ -46,6 +46,9 @@ from archplace.workload.options import Attention, Kernels
     (lambda: PlanSpace(zero_stages=(0, 5)), "zero_stages: zero_stage must be 0, 1, 2 or 3, got 5"),
     (lambda: PlanSpace(chunks=(1,)), "chunks: chunks must be a whole number from 2"),
     (lambda: PlanSpace(top_k=0), "top_k must be a whole number from 1 to 1,000, got 0"),
+    (lambda: PlanSpace(cps=(4, 0)), "cps: cp must be a whole number from 1 to 1,048,576, got 0"),
+    (lambda: PlanSpace(eps=()), "eps needs at least one value"),
+    (lambda: Plan(tp=1, pp=1, dp=1, micro_batch=1, cp=0), "plan.cp must be a whole number from 1"),
     (lambda: PlanSpace(optimizer="lamb"), "optimizer: unknown optimizer 'lamb'"),  # type: ignore[arg-type]
     (lambda: ModelSpec(""), "model must be a model preset name or the path of an HF config.json"),
     (lambda: ModelSpec("gpt2-xl", seq_len=0), "seq_len must be a whole number from 1 to 1,048,576, got 0"),
@@ -81,9 +84,10 @@ def test_the_cli_shows_the_option_of_a_named_field() -> None:
     with pytest.raises(ConfigError) as info:
         PlanRun.from_dict({"model": "m", "devices": 8})
     assert cli_message(info.value) == "plan run: missing fields --hardware, --global-batch"
-    fields = ("tps", "micro_batches", "plan.micro_batch", "top_k", "zero_stages", "seq_len")
+    fields = ("tps", "micro_batches", "plan.micro_batch", "top_k", "zero_stages", "seq_len", "cps", "eps",
+              "plan.cp", "plan.ep")
     assert [flag_of(f) for f in fields] == ["--tp", "--micro-batch", "--micro-batch", "--top", "--zero-stage",
-                                            "--seq-len"]
+                                            "--seq-len", "--cp", "--ep", "--cp", "--ep"]
     assert cli_message(ConfigError("tp 3 is odd")) == "tp 3 is odd"  # no fields: the text as it is
 
 
@@ -138,7 +142,8 @@ def _plans(draw: st.DrawFn) -> Plan:
                 dp_overlap=draw(st.booleans()),
                 grad_reduce_dtype=draw(st.sampled_from(list(GradReduceDtype))),
                 optimizer=draw(st.sampled_from(list(Optimizer))),
-                stages=None if even else tuple((i, i) for i in range(pp * chunks)))
+                stages=None if even else tuple((i, i) for i in range(pp * chunks)),
+                cp=draw(_small), ep=draw(_small))
 
 
 _spaces = st.builds(
@@ -151,7 +156,8 @@ _spaces = st.builds(
     sp=st.booleans(), zero_stages=st.lists(st.integers(0, 3), min_size=1).map(tuple),
     dp_overlap=st.lists(st.booleans(), min_size=1).map(tuple),
     grad_reduce_dtype=st.sampled_from(list(GradReduceDtype)), optimizer=st.sampled_from(list(Optimizer)),
-    top_k=st.integers(1, 1000))
+    top_k=st.integers(1, 1000), cps=st.none() | st.lists(_small, min_size=1, max_size=3).map(tuple),
+    eps=st.none() | st.lists(_small, min_size=1, max_size=3).map(tuple))
 _models = st.builds(ModelSpec, model=st.sampled_from(["gpt2-xl", "llama2-7b", "cfg/config.json"]),
                     seq_len=st.none() | st.integers(1, 2**20), attention=st.sampled_from(list(Attention)),
                     kernels=st.sampled_from(list(Kernels)), fuse=st.booleans())

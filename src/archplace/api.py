@@ -38,7 +38,6 @@ from archplace.placement.plan import (
     PlanResult,
     Recompute,
 )
-from archplace.placement.workflow import PlanGrid
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.solve import get_scheduler, solve_problem
 from archplace.search.objective import Objective, rank
@@ -47,7 +46,7 @@ from archplace.search.runner import Progress
 from archplace.search.store import ResultStore, StoredResult
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage, parse_zero_stages
+from archplace.specs.plan import check_sp, degrees, enum_choices, fixed_zero_stage, parse_zero_stages
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.expert_parallel import shared_experts
@@ -129,8 +128,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1,
          fuse: bool = False, zero_stages: str | Iterable[int] | None = None,
          grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
-         kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None
-         ) -> list[PlanResult]:
+         kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None,
+         cps: Iterable[int] | None = None, eps: Iterable[int] | None = None) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -145,10 +144,13 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     ``attention`` and ``kernels`` as in :func:`graph`.
     ``precisions``: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8, Transformer
     Engine's recipe: :mod:`archplace.cost.precision`), ranked together; default bf16.
+    ``cps`` and ``eps``: the context-parallel (sequence split, ring attention) and
+    expert-parallel (routed experts sharded over data-parallel ranks) degrees to try; default:
+    the engine's automatic choice.
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
-            devices, TP widths 1..2**20, global batch 1..2**30, micro-batches 1..2**20, top_k
+            devices, TP, CP and EP degrees 1..2**20, global batch 1..2**30, micro-batches 1..2**20, top_k
             1..1,000, ...), a chain too long or a plan space too large to search
             (:mod:`archplace.placement.budget`), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: nothing fits, with the closest candidate's numbers.
@@ -159,7 +161,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                       schedules=tuple(schedules) if schedules else tuple(PipelineSchedule),  # type: ignore[arg-type]
                       sp=bool(sp), zero_stages=parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,)),
                       grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k,  # type: ignore[arg-type]
-                      precisions=tuple(precisions) if precisions is not None else PRECISIONS)  # type: ignore[arg-type]
+                      precisions=tuple(precisions) if precisions is not None else PRECISIONS,  # type: ignore[arg-type]
+                      cps=None if cps is None else tuple(cps), eps=None if eps is None else tuple(eps))
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse)),  # type: ignore[arg-type]
         HardwareSpec(hardware), ClusterSpec(devices, global_batch), space))
@@ -181,10 +184,12 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
              fuse: bool = False, zero_stage: int | None = None,
              grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
-             kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16") -> PlanResult:
+             kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16", cp: int = 1,
+             ep: int = 1) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention`` and ``kernels`` as in :func:`plan`;
-    ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``).
+    ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp`` and ``ep`` the
+    context- and expert-parallel degrees, as in :func:`plan`).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -196,7 +201,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
-            devices, tp, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
+            devices, tp, cp, ep, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
             ...), an invalid plan, fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
@@ -204,7 +209,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,  # type: ignore[arg-type]
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
-                 stages=parse_stages(stages) if stages else None, precision=precision)  # type: ignore[arg-type]
+                 stages=parse_stages(stages) if stages else None, precision=precision, cp=cp, ep=ep)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse))  # type: ignore[arg-type]
     return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
 
@@ -280,6 +285,8 @@ def search_request(
     zero_stages: str | Iterable[int] | None = None,
     grad_reduce_dtype: str = "fp32",
     precisions: Iterable[str] = ("bf16",),
+    cps: Iterable[int] | None = None,
+    eps: Iterable[int] | None = None,
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -309,6 +316,8 @@ def search_request(
         grad_reduce_dtype: fp32 (default, Megatron-LM's bf16 recipe) or bf16 gradients.
         precisions: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8,
             :mod:`archplace.cost.precision`); a design without FP8 tensor cores tries bf16 only.
+        cps: context-parallel degrees to try (default: 1 only).
+        eps: expert-parallel degrees to try (default: 1 only).
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
@@ -324,6 +333,9 @@ def search_request(
     batches = limits.whole_each("micro_batches", micro_batches, 1, limits.MAX_MICRO_BATCH)
     if tp is not None:
         limits.whole_each("tp", tp, 1, limits.MAX_DEVICES)
+    # TODO(issue 14): an automatic choice of CP and EP degrees for the search; 1 until then
+    cp_degrees = (1,) if cps is None else degrees(tuple(cps), "cps")
+    ep_degrees = (1,) if eps is None else degrees(tuple(eps), "eps")
     specs = tuple(app.load_model(ModelSpec(name, seq_len), batches) for name in names)
     search_space = app.design_space(space)
     links = app.cluster(HardwareSpec(cluster or search_space.base), devices)
@@ -358,13 +370,14 @@ def search_request(
                 raise ConfigError(f"tp {width} must be between 1 and the {devices} devices", fields=("tp",))
             for spec in specs:
                 check_tp(spec, width)
-    plan_space = PlanGrid(tps=tps, micro_batches=batches,
-                           recomputes=parse_recompute(recompute),
-                           schedules=enum_choices(PipelineSchedule, schedules, "schedule"),
-                           zero_stages=parse_zero_stages(zero_stages),
-                           grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
-                                                           "grad_reduce_dtype")[0],
-                           fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen)
+    plan_space = app.plan_grid(tps=tps, micro_batches=batches,
+                               recomputes=parse_recompute(recompute),
+                               schedules=enum_choices(PipelineSchedule, schedules, "schedule"),
+                               zero_stages=parse_zero_stages(zero_stages),
+                               grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
+                                                               "grad_reduce_dtype")[0],
+                               fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen,
+                               cps=cp_degrees, eps=ep_degrees)
     reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
@@ -452,7 +465,8 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
                           area_budget=spec.area_budget, power_budget=spec.power_budget,
                           baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
                           kernels=spec.kernels, zero_stages=spec.zero_stages,
-                          grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions)
+                          grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions,
+                          cps=spec.cps, eps=spec.eps)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:

@@ -9,6 +9,7 @@ module loads a preset or reads an input file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -151,6 +152,30 @@ def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec,
     return workflow.Problem(loaded, acc, setup)
 
 
+def plan_grid(*, cps: tuple[int, ...] | None = None, eps: tuple[int, ...] | None = None,
+              **fields: Any) -> workflow.PlanGrid:
+    """The placement engine's :class:`~archplace.placement.workflow.PlanGrid` of ``fields``, with
+    the context- and expert-parallel degrees to try (``cps``, ``eps``; None: the engine's
+    automatic choice), passed by keyword.
+
+    Raises:
+        ConfigError: a CP or EP degree other than 1 while the engine does not search them.
+    """
+    # TODO(issue 14, merge with dims): PlanGrid gains cps and eps; once it has them, this passes
+    # both straight through and the refusal below goes.
+    known = {item.name for item in dataclasses.fields(workflow.PlanGrid)}
+    degrees: dict[str, Any] = {}
+    for name, values in (("cps", cps), ("eps", eps)):
+        if values is None:
+            continue
+        if name in known:
+            degrees[name] = values
+        elif any(value != 1 for value in values):
+            raise ConfigError(f"{name} = {list(values)}: {'context' if name == 'cps' else 'expert'} "
+                              "parallelism is not modelled yet (only 1)", fields=(name,))
+    return workflow.PlanGrid(**fields, **degrees)
+
+
 def plan(run: PlanRun) -> list[PlanResult]:
     """The ``run.space.top_k`` best plans of the run's model on its cluster, best first.
 
@@ -162,12 +187,12 @@ def plan(run: PlanRun) -> list[PlanResult]:
     space, model = run.space, run.model
     prob = problem(model, run.hardware, run.cluster, micro_batches=space.micro_batches,
                    optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype)
-    grid = workflow.PlanGrid(tps=space.tps, micro_batches=space.micro_batches,
-                              sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
-                              schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
-                              dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
-                              kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
-                              precisions=space.precisions)
+    grid = plan_grid(tps=space.tps, micro_batches=space.micro_batches,
+                     sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
+                     schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
+                     dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
+                     kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
+                     precisions=space.precisions, cps=space.cps, eps=space.eps)
     return workflow.plan(prob, grid, space.top_k)
 
 
@@ -297,5 +322,5 @@ def read_schedule_problem(path: str | os.PathLike[str]) -> ScheduleProblem:
 
 __all__ = ["EvaluateRun", "PlanRun", "accelerator", "cluster", "cluster_or_none", "design_space",
            "estimate_model", "estimate_preset_matmul", "evaluate", "layer_chain", "layer_problem",
-           "load_model", "plan", "problem", "read_run_file", "read_schedule_problem", "schedule_layer",
-           "training_setup"]
+           "load_model", "plan", "plan_grid", "problem", "read_run_file", "read_schedule_problem",
+           "schedule_layer", "training_setup"]

@@ -21,6 +21,8 @@ from archplace.cli_options import (
     GradDtypeOption,
     KernelsOption,
     PrecisionsOption,
+    SearchCpsOption,
+    SearchEpsOption,
     ZeroStagesOption,
     cli_message,
 )
@@ -58,7 +60,7 @@ def _one(value: Any) -> tuple[Any, ...]:
 _SEARCH_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "model": ("models", tuple), "micro_batch": ("micro_batches", tuple), "recompute": ("recompute", _one),
     "tp": ("tp", tuple), "zero_stage": ("zero_stages", _same), "store": ("store", str),
-    "precision": ("precisions", tuple),
+    "precision": ("precisions", tuple), "cp": ("cps", tuple), "ep": ("eps", tuple),
     **{name: (name, _same) for name in (
         "devices", "global_batch", "space", "strategy", "trials", "seed", "seq_len", "cluster", "top",
         "jobs", "executor", "scheduler", "objective", "area_budget", "power_budget", "baseline",
@@ -91,6 +93,8 @@ def search(
     recompute: Annotated[str, typer.Option(help="none | selective | full | both | all.")] = "both",
     tp: Annotated[list[int] | None, typer.Option(
         help="TP width to try (repeatable) [valid widths within a node].")] = None,
+    cp: SearchCpsOption = None,
+    ep: SearchEpsOption = None,
     cluster: Annotated[str | None, typer.Option(
         help="Hardware preset or YAML whose links form the cluster [the space's base].")] = None,
     top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,

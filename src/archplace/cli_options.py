@@ -32,9 +32,23 @@ PrecisionsOption = Annotated[list[str] | None, typer.Option(
                                             "ranked together [bf16].")]
 PrecisionOption = Annotated[str, typer.Option("--precision", metavar="bf16|fp8", help=_PRECISION_HELP + ".")]
 
+_CP_HELP = "Context-parallel degree: each sample's sequence split over CP ranks (ring attention)"
+_EP_HELP = "Expert-parallel degree: each MoE layer's routed experts sharded over EP ranks of the DP group"
+CpsOption = Annotated[list[int] | None, typer.Option(
+    "--cp", help=_CP_HELP + "; repeatable, the degrees to try [automatic].")]
+EpsOption = Annotated[list[int] | None, typer.Option(
+    "--ep", help=_EP_HELP + "; repeatable, the degrees to try [automatic].")]
+SearchCpsOption = Annotated[list[int] | None, typer.Option(
+    "--cp", help=_CP_HELP + "; repeatable, the degrees to try [1].")]
+SearchEpsOption = Annotated[list[int] | None, typer.Option(
+    "--ep", help=_EP_HELP + "; repeatable, the degrees to try [1].")]
+CpOption = Annotated[int, typer.Option("--cp", help=_CP_HELP + ".")]
+EpOption = Annotated[int, typer.Option("--ep", help=_EP_HELP + ".")]
+
 
 _FLAGS = {"tps": "--tp", "micro_batches": "--micro-batch", "top_k": "--top", "zero_stages": "--zero-stage",
-          "recomputes": "--recompute", "schedules": "--schedule", "precisions": "--precision"}
+          "recomputes": "--recompute", "schedules": "--schedule", "precisions": "--precision",
+          "cps": "--cp", "eps": "--ep"}
 
 
 def flag_of(field: str) -> str:

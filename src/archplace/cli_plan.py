@@ -12,6 +12,10 @@ from rich.console import Console
 from archplace import api, cli_runs
 from archplace.cli_options import (
     AttentionOption,
+    CpOption,
+    CpsOption,
+    EpOption,
+    EpsOption,
     GradDtypeOption,
     KernelsOption,
     PrecisionOption,
@@ -64,6 +68,8 @@ def register(app: typer.Typer) -> None:
         seq_len: SeqLen = None,
         tp: Annotated[list[int] | None, typer.Option(help="TP widths to try (repeatable) [all valid].")]
         = None,
+        cp: CpsOption = None,
+        ep: EpsOption = None,
         micro_batch: Annotated[list[int] | None, typer.Option(help="Micro-batches (repeatable) [1 2 4 8].")]
         = None,
         recompute: Annotated[list[str] | None, typer.Option(help="none|selective|full (repeatable).")]
@@ -82,7 +88,8 @@ def register(app: typer.Typer) -> None:
         kernels: KernelsOption = "fused",
         as_json: AsJson = False,
     ) -> None:
-        """Best parallel plans (TP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES chips."""
+        """Best parallel plans (TP/CP/EP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES
+        chips."""
         if layer_graph is not None and (model is not None or config is not None):
             raise ConfigError("give either --model or --layer-graph (a --config file is for --model)")
         if layer_graph is None and model is None and config is None:
@@ -90,7 +97,7 @@ def register(app: typer.Typer) -> None:
         if no_zero and zero_stage is not None:
             raise ConfigError("give --no-zero or --zero-stage, not both")
         if layer_graph is not None:
-            given = [f"--{name}" for name in ("fuse", "attention", "kernels", "precision")
+            given = [f"--{name}" for name in ("fuse", "attention", "kernels", "precision", "cp", "ep")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
             if given:
                 raise ConfigError(f"{', '.join(given)} applies to --model (a layer graph file carries "
@@ -113,7 +120,8 @@ def register(app: typer.Typer) -> None:
         else:
             run = cli_runs.plan_run(ctx, config, dict(
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
-                hardware=hardware, devices=devices, global_batch=global_batch, tp=tp, micro_batch=micro_batch,
+                hardware=hardware, devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep,
+                micro_batch=micro_batch,
                 recompute=recompute, schedule=schedule, no_sp=no_sp, grad_reduce_dtype=grad_reduce_dtype,
                 precision=precision, optimizer=optimizer, top=top), zero_stage, no_zero)
             results = api.plan_run(run)
@@ -139,6 +147,8 @@ def register(app: typer.Typer) -> None:
                            "whole output (model, hardware and cluster too); options given here "
                            "override its fields.")] = None,
         tp: Annotated[int | None, typer.Option(help="Tensor-parallel width.")] = None,
+        cp: CpOption = 1,
+        ep: EpOption = 1,
         pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
         dp: Annotated[int | None, typer.Option(help="Data-parallel degree.")] = None,
         micro_batch: Annotated[int | None, typer.Option(help="Samples per micro-batch.")] = None,
@@ -165,7 +175,8 @@ def register(app: typer.Typer) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
-            devices=devices, global_batch=global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
+            devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp,
+            micro_batch=micro_batch,
             recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,
             grad_reduce_dtype=grad_reduce_dtype, precision=precision, optimizer=optimizer, stages=stages),
             zero_stage, zero)

@@ -50,13 +50,14 @@ def _merge(out: dict[str, Any], new: Mapping[str, Any]) -> None:
 
 
 _PLAN_RENAMES = {"tp": "tps", "micro_batch": "micro_batches", "recompute": "recomputes",
-                 "schedule": "schedules", "top": "top_k", "precision": "precisions"}
+                 "schedule": "schedules", "top": "top_k", "precision": "precisions", "cp": "cps",
+                 "ep": "eps"}
 
 
 def _plan_fields(name: str, value: Any) -> dict[str, Any]:
     if name == "no_sp":
         return {"sp": not value}
-    if name in ("tp", "micro_batch", "recompute", "schedule", "precision"):
+    if name in ("tp", "micro_batch", "recompute", "schedule", "precision", "cp", "ep"):
         return {_PLAN_RENAMES[name]: list(value)} if value else {}
     if name == "top":
         return {"top_k": value}
@@ -77,8 +78,8 @@ def plan_run(ctx: typer.Context, config: Path | None, options: dict[str, Any],
     return PlanRun.from_dict(values)
 
 
-_PLAN_OPTIONS = ("tp", "pp", "dp", "micro_batch", "recompute", "schedule", "chunks", "sp", "dp_overlap",
-                 "precision", *PLAN_SETUP_KEYS)
+_PLAN_OPTIONS = ("tp", "cp", "ep", "pp", "dp", "micro_batch", "recompute", "schedule", "chunks", "sp",
+                 "dp_overlap", "precision", *PLAN_SETUP_KEYS)
 
 
 def _evaluate_fields(name: str, value: Any) -> dict[str, Any]:

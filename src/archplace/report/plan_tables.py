@@ -15,10 +15,14 @@ _GIB = 2.0**30
 
 
 def plan_label(result: PlanResult) -> str:
-    """One line naming ``result``'s plan: ``tp2 pp4 dp8 b=2 1f1b recompute=selective`` then
-    ``v=CHUNKS`` (interleaved) and the flags ``sp``, ``zeroN``, ``overlap``, ``fp8`` that are on."""
+    """One line naming ``result``'s plan: ``tp2 cp2 ep4 pp4 dp8 b=2 1f1b recompute=selective``
+    (``cpN`` and ``epN`` only when above 1, so a dense plan reads ``tp2 pp4 dp8 ...``) then
+    ``v=CHUNKS`` (interleaved) and the flags ``sp``, ``zeroN`` (the ZeRO stage, when above 0),
+    ``overlap``, ``fp8`` (the precision, when not bf16) that are on."""
     p = result.plan
-    parts = [f"tp{p.tp} pp{p.pp} dp{p.dp}", f"b={p.micro_batch}", p.schedule.value]
+    degrees = [f"tp{p.tp}", *(f"{name}{value}" for name, value in (("cp", p.cp), ("ep", p.ep)) if value > 1),
+               f"pp{p.pp}", f"dp{p.dp}"]
+    parts = [" ".join(degrees), f"b={p.micro_batch}", p.schedule.value]
     if p.chunks > 1:
         parts.append(f"v={p.chunks}")
     parts.append(f"recompute={p.recompute.value}")
@@ -47,7 +51,8 @@ def summary_table(results: list[PlanResult], title: str) -> Table:
 
 def detail_tables(result: PlanResult) -> list[Table]:
     """The four tables that explain one plan, in print order: the iteration time breakdown (s and
-    share), :func:`comm_table`, :func:`stage_time_table` and the memory per device (GiB by kind,
+    share; every part the result has, e.g. ``cp_comm`` and ``ep_comm`` with context and expert
+    parallelism), :func:`comm_table`, :func:`stage_time_table` and the memory per device (GiB by kind,
     with the layers each device holds)."""
     breakdown = Table(title="iteration time breakdown")
     breakdown.add_column("part")
@@ -71,7 +76,8 @@ def detail_tables(result: PlanResult) -> list[Table]:
 
 
 def comm_table(result: PlanResult) -> Table:
-    """Communication of the critical device per iteration: all of it and its exposed part."""
+    """Communication of the critical device per iteration: all of it and its exposed part, for
+    every kind the result has (tp, pp, dp; cp and ep with context and expert parallelism)."""
     table = Table(title="communication per iteration (s; exposed = not hidden behind computation)")
     for column in ("kind", "total", "exposed", "hidden"):
         table.add_column(column, justify="right")

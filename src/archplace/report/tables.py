@@ -8,6 +8,7 @@ from typing import IO, Any
 
 from rich.table import Table
 
+from archplace.placement.plan import Plan
 from archplace.search.evaluate import DesignResult, geomean
 from archplace.search.request import SearchResult
 from archplace.search.store import StoredResult
@@ -16,7 +17,26 @@ _MIB = 2.0**20
 _GIB = 2.0**30
 
 
-def _design_row(label: str, r: DesignResult) -> list[str]:
+def _degrees(plans: list[Plan], wide: bool) -> str:
+    """The parallel degrees of each plan (one per model): ``tp/pp/dp``, or ``tp/cp/ep/pp/dp``
+    when ``wide``."""
+    return " | ".join(f"{p.tp}/{p.cp}/{p.ep}/{p.pp}/{p.dp}" if wide else f"{p.tp}/{p.pp}/{p.dp}"
+                      for p in plans)
+
+
+def _plans(r: DesignResult) -> list[Plan]:
+    """The plan of each model of a design's result (none when it is infeasible)."""
+    if r.best is None:
+        return []
+    return [c.best.plan for c in (r.components or (r,)) if c.best is not None]
+
+
+def _wide(results: list[DesignResult]) -> bool:
+    """Whether any plan of ``results`` uses context or expert parallelism (cp or ep > 1)."""
+    return any(p.cp > 1 or p.ep > 1 for r in results for p in _plans(r))
+
+
+def _design_row(label: str, r: DesignResult, wide: bool = False) -> list[str]:
     a = r.accelerator
     chip = [label, a.name, f"{a.tensor_cores}×{a.array_rows}×{a.array_cols}",
             f"{a.vector_cores}×{a.vector_lanes}", f"{a.buffer_bytes / _MIB:.0f} MiB",
@@ -24,9 +44,9 @@ def _design_row(label: str, r: DesignResult) -> list[str]:
     if r.best is None:
         return [*chip, "infeasible", "", "", "0", "", ""]
     parts = r.components or (r,)  # several models: one plan each, figures are geometric means
-    plans = [c.best.plan for c in parts if c.best is not None]
+    plans = _plans(r)
     mfu = geomean([c.best.mfu for c in parts if c.best is not None])
-    return [*chip, " | ".join(f"{p.tp}/{p.pp}/{p.dp}" for p in plans),
+    return [*chip, _degrees(plans, wide),
             " | ".join(str(p.micro_batch) for p in plans), " | ".join(p.recompute.value for p in plans),
             f"{r.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}", f"{mfu:.1%}"]
 
@@ -34,17 +54,20 @@ def _design_row(label: str, r: DesignResult) -> list[str]:
 def search_table(result: SearchResult, top: int) -> Table:
     """The ``top`` best designs (chip, area, TDP, plan, samples/s, per watt, MFU) -- the Pareto
     front for the ``pareto`` objective -- then the baseline; the caption says how the space was
-    explored, the CP-SAT re-evaluation and the ratio to the baseline."""
+    explored, the CP-SAT re-evaluation and the ratio to the baseline. The plan's degrees read
+    ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a plan shown uses cp or ep > 1."""
     pareto = result.objective.value == "pareto"
     table = Table(title=f"{'Pareto front' if pareto else 'best designs'} for {result.model} on "
                         f"{result.devices} devices, global batch {result.global_batch} "
                         f"(objective: {result.objective.value})")
     exact = {r.accelerator.name: r for r in result.exact}
+    rows = result.front if pareto else result.evaluated
+    wide = _wide([*rows[:top], *([result.baseline] if result.baseline is not None else [])])
     columns = ["#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
-               "tp/pp/dp", "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU"]
+               "tp/cp/ep/pp/dp" if wide else "tp/pp/dp", "micro-batch", "recompute", "samples/s",
+               "samples/s/W", "MFU"]
     if exact:
         columns.append("CP-SAT samples/s")
-    rows = result.front if pareto else result.evaluated
     longest = max((len(r.accelerator.name) for r in rows[:top]), default=0)
     for name in columns:
         if name == "design":  # never truncate a design's name
@@ -52,7 +75,7 @@ def search_table(result: SearchResult, top: int) -> Table:
         else:
             table.add_column(name, justify="right")
     for i, r in enumerate(rows[:top], 1):
-        cells = _design_row(str(i), r)
+        cells = _design_row(str(i), r, wide)
         if exact:
             found = exact.get(r.accelerator.name)
             cells.append(f"{found.throughput_samples_per_s:,.1f}" if found is not None else "")
@@ -65,14 +88,15 @@ def search_table(result: SearchResult, top: int) -> Table:
     if models:
         names = ", ".join(c.model for c in models)
         lines.append(f"samples/s, samples/s/W and MFU are geometric means over {names}; "
-                     f"tp/pp/dp, micro-batch and recompute per model in that order")
+                     f"{'tp/cp/ep/pp/dp' if wide else 'tp/pp/dp'}, micro-batch and recompute per model "
+                     "in that order")
     if exact:
         which = "the best design's plan" if len(exact) == 1 else f"the best {len(exact)} designs' plans"
         lines.append(f"CP-SAT samples/s: {which} re-evaluated with exact "
                      f"(CP-SAT) layer schedules instead of list schedules")
     if result.baseline is not None:
         table.add_section()
-        table.add_row(*_design_row("base", result.baseline))
+        table.add_row(*_design_row("base", result.baseline, wide))
         speedup = result.speedup_vs_baseline
         if speedup is not None:
             lines.append(f"best / {result.baseline.accelerator.name}: {speedup:.2f}× "
@@ -129,7 +153,8 @@ def _flat(row: StoredResult, rank: int) -> dict[str, Any]:
             "vector_cores": acc.vector_cores, "vector_lanes": acc.vector_lanes,
             "buffer_bytes": acc.buffer_bytes, "hbm_bytes": acc.hbm_bytes,
             "tp": _per_model([p.tp for p in plans]), "pp": _per_model([p.pp for p in plans]),
-            "dp": _per_model([p.dp for p in plans]),
+            "dp": _per_model([p.dp for p in plans]), "cp": _per_model([p.cp for p in plans]),
+            "ep": _per_model([p.ep for p in plans]),
             "micro_batch": _per_model([p.micro_batch for p in plans]),
             "recompute": _per_model([p.recompute.value for p in plans]),
             "infeasible_reason": r.infeasible_reason}
@@ -148,9 +173,12 @@ def _ranked(rows: list[StoredResult]) -> list[tuple[int, StoredResult]]:
 def results_table(rows: list[StoredResult], title: str, top: int | None = None) -> Table:
     """Stored results in the order of :func:`archplace.api.results` (search by search, each best
     first), at most ``top`` per search: rank, search (id and models), design, area, TDP, plan,
-    samples/s, samples/s/W, MFU; the caption describes each search."""
+    samples/s, samples/s/W, MFU; the caption describes each search. The degrees read
+    ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a stored plan uses cp or ep > 1."""
     table = Table(title=title)
-    for name in ("#", "search", "design", "area mm²", "TDP W", "tp/pp/dp", "micro-batch", "recompute",
+    wide = _wide([row.outcome for row in rows])
+    for name in ("#", "search", "design", "area mm²", "TDP W", "tp/cp/ep/pp/dp" if wide else "tp/pp/dp",
+                 "micro-batch", "recompute",
                  "samples/s", "samples/s/W", "MFU"):
         table.add_column(name, justify="left" if name in ("search", "design") else "right",
                          no_wrap=name == "design")
@@ -176,7 +204,7 @@ def results_table(rows: list[StoredResult], title: str, top: int | None = None) 
             continue
         bests = [c.best for c in (r.components or (r,)) if c.best is not None]
         plans = [b.plan for b in bests]
-        table.add_row(*chip, " | ".join(f"{p.tp}/{p.pp}/{p.dp}" for p in plans),
+        table.add_row(*chip, _degrees(plans, wide),
                       " | ".join(str(p.micro_batch) for p in plans),
                       " | ".join(p.recompute.value for p in plans),
                       f"{row.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}",

@@ -38,13 +38,14 @@ class SearchRequest:
         designs: accelerators to consider (already within the area and power budgets).
         cluster: devices and links (shared by every design).
         global_batch: samples per iteration.
-        plan_space: parallel-plan options searched for every design (``tps`` must be given).
+        plan_space: parallel-plan options searched for every design (``tps`` must be given;
+            its CP and EP degrees, ``cps`` and ``eps``, default to 1 only).
         objective: what "best" means.
         baseline: a reference design evaluated the same way (e.g. the tpuv4 preset), or None.
 
     Raises:
         ConfigError: no model or design, sizes out of range (:mod:`archplace.limits`: devices,
-            TP widths 1..2**20, global batch 1..2**30, micro-batches 1..2**20, at most 2**26
+            TP, CP and EP degrees 1..2**20, global batch 1..2**30, micro-batches 1..2**20, at most 2**26
             tokens per micro-batch), a chain longer than the plan search takes, empty option
             lists.
     """
@@ -71,6 +72,8 @@ class SearchRequest:
         if space.tps is None:
             raise ConfigError("the plan space's TP widths must be given")
         limits.whole_each("tp", space.tps, 1, limits.MAX_DEVICES)
+        for name in ("cps", "eps"):
+            limits.whole_each(name, _degrees(space, name), 1, limits.MAX_DEVICES)
         for spec in self.models:
             check_chain_length(spec.num_layers + 2)
             for b in batches:
@@ -81,11 +84,13 @@ class SearchRequest:
 
     @property
     def cost_keys(self) -> tuple[CostKey, ...]:
-        """The (tp, micro_batch, sp) layer-cost keys of the plan space (SP only with tp > 1)."""
+        """The (tp, micro_batch, sp, cp, ep) layer-cost keys of the plan space (SP only with
+        tp > 1)."""
         space = self.plan_space
         assert space.tps is not None  # checked in __post_init__
-        return tuple(CostKey(t, b, sp) for t in space.tps for b in sorted(set(space.micro_batches))
-                     for sp in space.sps if t > 1 or not sp)
+        return tuple(CostKey(t, b, sp, cp, ep) for t in space.tps for b in sorted(set(space.micro_batches))
+                     for sp in space.sps if t > 1 or not sp
+                     for cp in _degrees(space, "cps") for ep in _degrees(space, "eps"))
 
     def chains(self, model: ModelSpec) -> dict[CostKey, LayerChain]:
         """Layer chains of ``model`` for every cost key (graph cache; extraction once per key)."""
@@ -97,8 +102,17 @@ class SearchRequest:
                 for key in self.cost_keys}
 
 
+def _degrees(space: PlanGrid, name: str) -> tuple[int, ...]:
+    """The CP or EP degrees (``name`` ``cps`` or ``eps``) of a search's plan space: 1 only when
+    it does not give them."""
+    # TODO(issue 14, merge with dims): space.cps / space.eps once PlanGrid has them
+    given = getattr(space, name, None)
+    return (1,) if given is None else tuple(given)
+
+
 def request_identity(request: SearchRequest) -> dict[str, Any]:
-    """Everything that determines a search's results, as JSON (the store's search key).
+    """Everything that determines a search's results, as JSON (the store's search key): the
+    cost keys carry the TP, CP and EP degrees searched.
 
     The strategy is not part of it: a design's result does not depend on how it was reached,
     so strategies share finished evaluations through the store.

@@ -56,9 +56,14 @@ class PlanSpace:
         top_k: plans returned, best first (1..1,000).
         precisions: precisions of the linear layers' GEMMs to try: bf16 and/or fp8
             (Transformer Engine's FP8 recipe, :mod:`archplace.cost.precision`); default bf16.
+        cps: context-parallel degrees to try (each 1..2**20: the sequence split over cp ranks,
+            ring attention); None: the engine's automatic choice.
+        eps: expert-parallel degrees to try (each 1..2**20: the routed experts sharded over ep
+            ranks of the data-parallel group); None: the engine's automatic choice.
 
     Raises:
-        ConfigError: a value out of range or unknown, an empty list (the field named).
+        ConfigError: a value out of range or unknown, an empty list (the field named; for
+            ``cps`` and ``eps`` also in the error's ``fields``).
     """
 
     tps: tuple[int, ...] | None = None
@@ -73,6 +78,8 @@ class PlanSpace:
     optimizer: Optimizer = Optimizer.ADAM
     top_k: int = 1
     precisions: tuple[Precision, ...] = PRECISIONS
+    cps: tuple[int, ...] | None = None
+    eps: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.tps is not None:
@@ -90,6 +97,9 @@ class PlanSpace:
         store(self, "optimizer", member(Optimizer, self.optimizer, "optimizer"))
         limits.whole("top_k", self.top_k, 1, limits.MAX_TOP)
         store(self, "precisions", members(Precision, self.precisions, "precisions"))
+        for name in ("cps", "eps"):
+            if getattr(self, name) is not None:
+                store(self, name, degrees(getattr(self, name), name))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: every field, enums as their names, tuples as lists."""
@@ -189,6 +199,20 @@ class Plan:
             ConfigError: an unknown or missing key (named), or a bad value.
         """
         return cls(**check_keys(cls, data, "plan", ignored=("stage_device",)))
+
+
+def degrees(values: object, field: str) -> tuple[int, ...]:
+    """A non-empty list of parallel degrees (whole numbers 1..2**20), once each, in order: the
+    CP or EP degrees of ``field`` (``cps``, ``eps``; the element named without the ``s``).
+
+    Raises:
+        ConfigError: "``field``: cp must be a whole number from 1 to 1,048,576, got VALUE" (or
+            not a list, or empty), with ``field`` in its ``fields``.
+    """
+    try:
+        return wholes(values, field, field.rstrip("s"), 1, limits.MAX_DEVICES)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), fields=(field,)) from None
 
 
 def check_sp(sp: bool, tp: int, prefix: str = "") -> None:

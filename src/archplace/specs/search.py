@@ -26,7 +26,7 @@ from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype
 from archplace.search.executor import EXECUTORS
 from archplace.search.objective import Objective
 from archplace.search.strategies import STRATEGIES
-from archplace.specs.plan import parse_zero_stages
+from archplace.specs.plan import degrees, parse_zero_stages
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.options import parse_attention, parse_kernels
 
@@ -65,6 +65,8 @@ class SearchSpec:
         grad_reduce_dtype: ``fp32`` (Megatron-LM's bf16 recipe) or ``bf16`` gradients.
         precisions: precisions of the linear layers' GEMMs tried: ``bf16`` and/or ``fp8``
             (Transformer Engine's FP8 recipe; a design without FP8 tensor cores tries bf16 only).
+        cps: context-parallel degrees tried (1..2**20 each); None: 1 only.
+        eps: expert-parallel degrees tried (1..2**20 each); None: 1 only.
         attention: ``flash``, ``sdpa`` or ``eager``.
         kernels: ``fused`` or ``unfused`` element-wise kernels.
         fuse: also fold element-wise operators into the matmul producing their input.
@@ -104,6 +106,8 @@ class SearchSpec:
     zero_stages: tuple[int, ...] = ZERO_STAGES
     grad_reduce_dtype: str = "fp32"
     precisions: tuple[str, ...] = ("bf16",)
+    cps: tuple[int, ...] | None = None
+    eps: tuple[int, ...] | None = None
     attention: str = "flash"
     kernels: str = "fused"
     fuse: bool = False
@@ -344,6 +348,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "zero_stages": _zero_stages,
     "grad_reduce_dtype": lambda v: _choice(v, "grad_reduce_dtype", tuple(d.value for d in GradReduceDtype)),
     "precisions": lambda v: _precisions(v),
+    "cps": _optional(lambda v: degrees(_listed(v), "cps")),
+    "eps": _optional(lambda v: degrees(_listed(v), "eps")),
     "attention": lambda v: parse_attention(v).value,
     "kernels": lambda v: parse_kernels(v).value,
     "fuse": lambda v: _flag(v, "fuse"),
@@ -387,6 +393,8 @@ schedules: [1f1b, interleaved, gpipe]
 zero_stages: [0, 1, 2, 3]    # or "all", or "0,1"
 grad_reduce_dtype: fp32      # fp32 or bf16
 precisions: [bf16]           # bf16 and/or fp8 (designs without FP8 tensor cores: bf16 only)
+cps: null                    # context-parallel degrees, e.g. [1, 2]; null: 1 only
+eps: null                    # expert-parallel degrees, e.g. [1, 8]; null: 1 only
 attention: flash             # flash, sdpa or eager
 kernels: fused               # fused or unfused
 fuse: false                  # fold element-wise operators into their producing matmul
