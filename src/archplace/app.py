@@ -9,7 +9,6 @@ module loads a preset or reads an input file.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -156,24 +155,8 @@ def plan_grid(*, cps: tuple[int, ...] | None = None, eps: tuple[int, ...] | None
               **fields: Any) -> workflow.PlanGrid:
     """The placement engine's :class:`~archplace.placement.workflow.PlanGrid` of ``fields``, with
     the context- and expert-parallel degrees to try (``cps``, ``eps``; None: the engine's
-    automatic choice), passed by keyword.
-
-    Raises:
-        ConfigError: a CP or EP degree other than 1 while the engine does not search them.
-    """
-    # TODO(issue 14, merge with dims): PlanGrid gains cps and eps; once it has them, this passes
-    # both straight through and the refusal below goes.
-    known = {item.name for item in dataclasses.fields(workflow.PlanGrid)}
-    degrees: dict[str, Any] = {}
-    for name, values in (("cps", cps), ("eps", eps)):
-        if values is None:
-            continue
-        if name in known:
-            degrees[name] = values
-        elif any(value != 1 for value in values):
-            raise ConfigError(f"{name} = {list(values)}: {'context' if name == 'cps' else 'expert'} "
-                              "parallelism is not modelled yet (only 1)", fields=(name,))
-    return workflow.PlanGrid(**fields, **degrees)
+    automatic choice), passed by keyword."""
+    return workflow.PlanGrid(**fields, cps=cps, eps=eps)
 
 
 def plan(run: PlanRun) -> list[PlanResult]:

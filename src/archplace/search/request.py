@@ -105,8 +105,7 @@ class SearchRequest:
 def _degrees(space: PlanGrid, name: str) -> tuple[int, ...]:
     """The CP or EP degrees (``name`` ``cps`` or ``eps``) of a search's plan space: 1 only when
     it does not give them."""
-    # TODO(issue 14, merge with dims): space.cps / space.eps once PlanGrid has them
-    given = getattr(space, name, None)
+    given = space.cps if name == "cps" else space.eps
     return (1,) if given is None else tuple(given)
 
 
