@@ -92,7 +92,8 @@ def search(
     tp: Annotated[list[int] | None, typer.Option(
         help="TP width to try (repeatable) [valid widths within a node].")] = None,
     cluster: Annotated[str | None, typer.Option(
-        help="Hardware or cluster preset (phaze-paper) or YAML whose links form the cluster [the space's base].")] = None,
+        help="Hardware or cluster preset (phaze-paper) or YAML whose links form the cluster "
+             "[the space's base].")] = None,
     top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option(

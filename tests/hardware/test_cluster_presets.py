@@ -56,7 +56,8 @@ def test_phaze_paper_all_reduce_is_phazes(group: int, stride: int) -> None:
     cluster = load_cluster("phaze-paper", 1024)
     n = 3 * 2**20
     expected = 2 * (group - 1) / group * n / (4 * GIB)
-    assert cluster_collective_time_s(cluster, "all_reduce", n, group, stride) == pytest.approx(expected, rel=1e-12)
+    got = cluster_collective_time_s(cluster, "all_reduce", n, group, stride)
+    assert got == pytest.approx(expected, rel=1e-12)
     assert cluster_collective_time_s(cluster, "send_recv", n, 2, stride) == pytest.approx(n / (4 * GIB))
 
 

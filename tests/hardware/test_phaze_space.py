@@ -49,7 +49,8 @@ def core_key(tc: int, rows: int, cols: int, vc: int, buf: float) -> CoreKey:
     return (tc, rows, cols, vc, int(buf))
 
 
-def test_same_core_configurations_and_areas(phaze: SearchSpace, phaze_areas_um2: dict[CoreKey, float]) -> None:
+def test_same_core_configurations_and_areas(phaze: SearchSpace,
+                                            phaze_areas_um2: dict[CoreKey, float]) -> None:
     ours = {core_key(*c[:5]): c[5] for c in phaze.core_configurations()}
     assert len(ours) == 29360
     assert set(ours) == set(phaze_areas_um2)
