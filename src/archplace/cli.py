@@ -80,7 +80,8 @@ def search(
     config: Annotated[Path | None, typer.Option(
         help="YAML file of the search's fields (see: archplace config --example search); the "
              "options given here override its fields.")] = None,
-    space: Annotated[str, typer.Option(help="Search space: 'tiny', 'phaze' or a space YAML file.")] = "tiny",
+    space: Annotated[str, typer.Option(
+        help="Search space: 'tiny', 'phaze', 'phaze-square' or a space YAML file.")] = "tiny",
     strategy: Annotated[str, typer.Option(
         help="exhaustive (provable pruning) | exhaustive-all | phaze | wham | optuna.")] = "exhaustive",
     trials: Annotated[int | None, typer.Option(help="Most designs to evaluate.")] = None,

@@ -48,6 +48,7 @@ schedulers this template does not have.
 from __future__ import annotations
 
 import bisect
+import functools
 
 from archplace.hardware.accelerator import Accelerator
 
@@ -101,6 +102,7 @@ def core_buffer_bytes(pes: int) -> int:
     return max(CORE_BUFFER_MIN_BYTES, CORE_BUFFER_BYTES_PER_PE * pes)
 
 
+@functools.lru_cache(maxsize=1024)
 def core_buffer_area_mm2(pes: int) -> float:
     """Area of the core-local buffer of a core of ``pes`` PEs, mm² (table in the docstring).
 
@@ -113,6 +115,7 @@ def core_buffer_area_mm2(pes: int) -> float:
     return _interpolate(CORE_BUFFER_TABLE_KIB, CORE_BUFFER_TABLE_UM2, kib) / _UM2_PER_MM2
 
 
+@functools.lru_cache(maxsize=1024)
 def sram_area_mm2(capacity_bytes: float) -> float:
     """Area of ``capacity_bytes`` of global-buffer SRAM, mm² (table in the module docstring).
 
