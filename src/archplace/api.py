@@ -293,7 +293,7 @@ def search_request(
     Args:
         model: a model preset name or the path of an HF ``config.json``; or several (the
             objective is then the geometric mean over the models).
-        space: a bundled space name (``tiny``, ``phaze``) or the path of a space YAML file.
+        space: a bundled space name (``tiny``, ``phaze``, ``phaze-square``) or the path of a space YAML file.
         devices: accelerators in the cluster.
         global_batch: samples per iteration.
         seq_len: tokens per sample (default: each model's context length).

@@ -82,7 +82,8 @@ def search(
     config: Annotated[Path | None, typer.Option(
         help="YAML file of the search's fields (see: archplace config --example search); the "
              "options given here override its fields.")] = None,
-    space: Annotated[str, typer.Option(help="Search space: 'tiny', 'phaze' or a space YAML file.")] = "tiny",
+    space: Annotated[str, typer.Option(
+        help="Search space: 'tiny', 'phaze', 'phaze-square' or a space YAML file.")] = "tiny",
     strategy: Annotated[str, typer.Option(
         help="exhaustive (provable pruning) | exhaustive-all | phaze | wham | optuna.")] = "exhaustive",
     trials: Annotated[int | None, typer.Option(help="Most designs to evaluate.")] = None,
@@ -96,7 +97,8 @@ def search(
     cp: SearchCpsOption = None,
     ep: SearchEpsOption = None,
     cluster: Annotated[str | None, typer.Option(
-        help="Hardware preset or YAML whose links form the cluster [the space's base].")] = None,
+        help="Hardware or cluster preset (phaze-paper) or YAML whose links form the cluster "
+             "[the space's base].")] = None,
     top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option(

@@ -89,7 +89,10 @@ def operators() -> list[Operator]:
 
 
 def test_model_many_equals_scalar_on_phaze_space() -> None:
-    designs = list(load_space("phaze").designs()[::41])
+    # ~230 of the 88,080 designs (the space had 9,477 square-array designs when this took
+    # every 41st); most of them rectangular
+    designs = list(load_space("phaze").designs()[::383])
+    assert sum(acc.array_rows != acc.array_cols for acc in designs) > len(designs) // 2
     designs.append(replace(designs[0], dataflow=Dataflow.OS, name="os"))
     designs.append(replace(designs[-2], buffer_bytes=math.inf, name="inf"))
     designs += [replace(acc, array_timing=ArrayTiming.SCALESIM, name=f"{acc.name}-scalesim")

@@ -108,8 +108,10 @@ def check(tmp: Path, case: tuple[int, int, int, int, int, str]) -> None:
     assert total == ours - 1, case
 
 
-# Hand-picked: a multiple of the array, everything smaller than it, a rectangular array.
-FAST_CASES = [(64, 64, 64, 16, 16, "ws"), (10, 7, 13, 4, 4, "os"), (33, 20, 9, 8, 4, "ws")]
+# Hand-picked: a multiple of the array, everything smaller than it, rectangular arrays (PHAZE's
+# space varies rows and cols separately) in both dataflows.
+FAST_CASES = [(64, 64, 64, 16, 16, "ws"), (10, 7, 13, 4, 4, "os"), (33, 20, 9, 8, 4, "ws"),
+              (21, 13, 40, 4, 16, "os"), (50, 9, 5, 16, 2, "ws"), (7, 30, 3, 2, 8, "os")]
 
 
 @pytest.mark.parametrize("case", FAST_CASES)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from archplace.errors import ConfigError
-from archplace.hardware.area import area_mm2
+from archplace.hardware.area import area_mm2, area_of_mm2
 from archplace.hardware.presets import load_accelerator
 from archplace.hardware.space import SearchSpace, design_name, load_space, space_names
 
@@ -35,7 +35,7 @@ SMALL: dict[str, Any] = {
 
 
 def test_bundled_names() -> None:
-    assert space_names() == ["phaze", "tiny"]
+    assert space_names() == ["phaze", "phaze-square", "tiny"]
 
 
 def test_tiny_size_and_area_rule() -> None:
@@ -55,13 +55,11 @@ def test_tiny_keeps_exactly_the_designs_the_rule_admits() -> None:
     space = load_space("tiny")
     base = load_accelerator("tpuv4")
     budget = area_mm2(base)
-    sram = {32: 46.141, 64: 87.996, 128: 174.814}
     expected = []
     for tc, dim, vc, buf, hbm in itertools.product(
         [2, 4, 8, 16], [64, 128, 256], [1, 2], [32, 64, 128], [32]
     ):
-        macs = tc * dim * dim
-        area = macs * 786.8e-6 + vc * dim * 8 * 770e-6 + (tc + vc) * 5.8e-3 + sram[buf] + 0.61
+        area = area_of_mm2(tc, dim, dim, vc, dim * 8, buf * MIB)
         if 0.3 * budget - 1e-6 <= area <= budget + 1e-6:
             expected.append(f"tc{tc}-{dim}x{dim}-vc{vc}-buf{buf}MiB-hbm{hbm}GiB")
     assert [a.name for a in space.designs()] == expected
@@ -87,14 +85,16 @@ def test_designs_are_deterministic_unique_and_lanes_tied() -> None:
         assert acc.array_rows == acc.array_cols == acc.vector_lanes // 8  # TPU sublanes
 
 
-def test_phaze_space_obeys_the_rule() -> None:
-    space = load_space("phaze")
+def test_phaze_square_space_obeys_the_rule() -> None:
+    # the square-array part of PHAZE's space (the `phaze` space before PHAZE's rectangular
+    # arrays, its exact areas and its one-vector-core waiver: 3,159 core configurations then)
+    space = load_space("phaze-square")
     designs = space.designs()
     assert space.base == "phaze-ref"
     assert space.area_budget_mm2 == pytest.approx(278.8, rel=0.002)
-    assert all(a.vector_lanes == a.array_cols for a in designs[::53])
+    assert all(a.vector_lanes == a.array_cols == a.array_rows for a in designs[::53])
     assert space.size_before_area_rule == 13 * 13 * 8 * 7 * 3
-    assert 0 < len(designs) < space.size_before_area_rule
+    assert len(designs) == 3 * 3434
     assert all(space.admits(a) for a in designs[::97])
 
 
@@ -112,7 +112,7 @@ def test_one_core_designs_waive_the_lower_bound(tmp_path: Path) -> None:
 
 def test_lower_bound_drops_small_multi_core_designs(tmp_path: Path) -> None:
     data = dict(SMALL, tensor_cores=[2], buffer=["8 MiB", "64 MiB"], hbm=["32 GiB"])
-    # tc2 + 8 MiB = 25.2 + 0.8 + 11.0 + 1.7 = 38.7 mm² < 83.6; with 64 MiB: 115.4 mm², kept
+    # tc2 + 8 MiB = 24.9 + 0.9 + 12.0 + 0.2 = 38.0 mm² < 84.1; with 64 MiB: 114.7 mm², kept
     names = [a.name for a in load_space(write(tmp_path, data)).designs()]
     assert names == ["tc2-128x128-vc2-buf64MiB-hbm32GiB"]
 
@@ -157,7 +157,7 @@ def test_design_name() -> None:
 def test_unknown_space() -> None:
     with pytest.raises(ConfigError) as info:
         load_space("huge")
-    assert str(info.value) == "unknown search space 'huge'; choose from: phaze, tiny"
+    assert str(info.value) == "unknown search space 'huge'; choose from: phaze, phaze-square, tiny"
 
 
 @pytest.mark.parametrize(
@@ -175,6 +175,10 @@ def test_unknown_space() -> None:
         ({"area_max_mm2": "300 mm2"}, "area_max_mm2: expected a bare number"),
         ({"area_min_fraction": 1.5}, r"area_min_fraction: expected a number in \[0, 1\]"),
         ({"vector_lanes": [128]}, "unknown field 'vector_lanes'"),
+        ({"array_rows": [2, 4]}, "give either array_dim .* got array_dim, array_rows"),
+        ({"area_floor_waived_for": ["hbm"]}, r"area_floor_waived_for\[0\]: expected one of"),
+        ({"area_floor_waived_for": "tensor_cores"}, "area_floor_waived_for: expected a list"),
+        ({"area_floor_waived_for": ["vector_cores", "vector_cores"]}, "repeated values"),
     ],
 )
 def test_bad_space(tmp_path: Path, change: dict[str, Any], message: str) -> None:
@@ -182,6 +186,44 @@ def test_bad_space(tmp_path: Path, change: dict[str, Any], message: str) -> None
     with pytest.raises(ConfigError, match=message) as info:
         load_space(file)
     assert str(info.value).startswith(file)
+
+
+def test_rectangular_arrays(tmp_path: Path) -> None:
+    data = {k: v for k, v in SMALL.items() if k != "array_dim"}
+    data.update(array_rows=[64, 128], array_cols=[128, 256], tensor_cores=[8], buffer=["128 MiB"],
+                hbm=["32 GiB"], area_min_fraction=0.0)
+    space = load_space(write(tmp_path, data))
+    assert space.array_dims == ()
+    assert space.array_shapes == ((64, 128), (64, 256), (128, 128), (128, 256))
+    assert space.size_before_area_rule == 4
+    names = [a.name for a in space.designs()]
+    # 8 x 128x256 is 199 mm² of PEs + 175 mm² of buffer: over the 280 mm² budget
+    assert names == ["tc8-64x128-vc2-buf128MiB-hbm32GiB", "tc8-64x256-vc2-buf128MiB-hbm32GiB",
+                     "tc8-128x128-vc2-buf128MiB-hbm32GiB"]
+    for acc in space.designs():
+        assert acc.vector_lanes == acc.array_cols  # tied to the width, as in PHAZE
+    assert design_name(8, 64, 2, 128 * MIB, 32 * GIB, array_cols=256) == names[1]
+    data_missing = {k: v for k, v in data.items() if k != "array_cols"}
+    with pytest.raises(ConfigError, match="got array_rows$"):
+        load_space(write(tmp_path, data_missing))
+    with pytest.raises(ConfigError, match="got none of them"):
+        load_space(write(tmp_path, {k: v for k, v in data_missing.items() if k != "array_rows"}))
+
+
+def test_area_floor_waiver(tmp_path: Path) -> None:
+    # one vector core and 2 tensor cores: below the floor, kept only when vector_cores waives it
+    data = dict(SMALL, tensor_cores=[2], vector_cores=[1, 2], buffer=["8 MiB"], hbm=["32 GiB"])
+    assert load_space(write(tmp_path, data)).designs() == ()
+    both = load_space(write(tmp_path, dict(data, area_floor_waived_for=["tensor_cores", "vector_cores"])))
+    assert [a.name for a in both.designs()] == ["tc2-128x128-vc1-buf8MiB-hbm32GiB"]
+    none = load_space(write(tmp_path, dict(data, tensor_cores=[1], area_floor_waived_for=[])))
+    assert none.designs() == ()
+    with pytest.raises(ConfigError, match="area_floor_waived_for"):
+        SearchSpace("s", "tpuv4", load_accelerator("tpuv4"), (1,), (128,), (1,), (MIB,), (GIB,),
+                    area_floor_waived_for=("hbm",))
+    with pytest.raises(ConfigError, match="give either array_dim"):
+        SearchSpace("s", "tpuv4", load_accelerator("tpuv4"), (1,), (128,), (1,), (MIB,), (GIB,),
+                    array_rows=(2,), array_cols=(4,))
 
 
 def test_missing_field(tmp_path: Path) -> None:

@@ -168,3 +168,26 @@ def test_store_key_tells_fused_from_eager() -> None:
     eager = request_identity(api.search_request("gpt2-xl", **OPTIONS))
     fused = request_identity(api.search_request("gpt2-xl", fuse=True, **OPTIONS))
     assert eager != fused and {k for k in eager if eager[k] != fused[k]} == {"fuse"}
+
+
+def test_rectangular_space_bounds_hold_and_pruning_is_lossless(tmp_path: Path) -> None:
+    """Arrays with rows != cols (PHAZE's space): the bounds are above every design, both
+    orientations of an array are kept apart, and the pruned search returns the plain answer."""
+    space = tmp_path / "rect.yaml"
+    space.write_text("base: tpuv4\ntensor_cores: [2, 8]\narray_rows: [32, 128]\narray_cols: [32, 128]\n"
+                     "vector_cores: [2]\nbuffer: [32 MiB]\nhbm: [32 GiB]\narea_min_fraction: 0.0\n")
+    options = dict(OPTIONS, space=str(space))
+    plain = api.search("gpt2-xl", strategy="exhaustive-all", **options)
+    request = api.search_request("gpt2-xl", **options)
+    assert len(plain.evaluated) == len(request.designs) == 8
+    chains = model_chains(request)["gpt2-xl"]
+    cost = SystolicCostModel(request.cluster)
+    by_name = {}
+    for result in plain.evaluated:
+        bound = design_bound(result.accelerator, chains, request.cluster.devices, cost)
+        assert bound.throughput(result.accelerator) >= result.throughput_samples_per_s
+        by_name[result.accelerator.name] = result.throughput_samples_per_s
+    assert by_name["tc8-32x128-vc2-buf32MiB-hbm32GiB"] != by_name["tc8-128x32-vc2-buf32MiB-hbm32GiB"]
+    pruned = api.search("gpt2-xl", strategy="exhaustive", **options)
+    assert plain.best is not None and pruned.best is not None
+    assert pruned.best.to_dict() == plain.best.to_dict()

@@ -46,6 +46,11 @@ the cluster's links carry the collective efficiencies (:class:`Cluster`).
 Bundled presets live in ``archplace/hardware/presets/*.yaml`` and are found by
 name; any other argument containing a ``/`` or ending in ``.yaml`` is read as a
 path.  Every problem raises one :class:`ConfigError` line naming the file and field.
+
+Cluster presets (``archplace/hardware/clusters/*.yaml``, e.g. ``phaze-paper``) hold links
+only: a top-level ``source`` and a ``cluster`` section as above, no chip.  :func:`load_cluster`
+takes their names as well as those of the hardware presets, so they go with any chip or
+search space (``--cluster phaze-paper``).
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ from archplace.units import format_bytes, parse_bandwidth, parse_bytes, parse_fr
 
 _FOLDER = "presets"
 _KIND = "hardware preset"
+_CLUSTER_FOLDER = "clusters"
+_CLUSTER_KIND = "cluster preset"
 _TOP_FIELDS = ("source", "description", "accelerator", "cluster", "datasheet", "efficiency")
 _ACCELERATOR_FIELDS = (
     "name", "tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
@@ -89,6 +96,20 @@ _CLUSTER_FIELDS = (
 def accelerator_preset_names() -> list[str]:
     """Names of the bundled hardware presets, sorted (e.g. ``["tpuv4"]``)."""
     return _config.bundled_names(_FOLDER)
+
+
+def cluster_preset_names() -> list[str]:
+    """Names of the bundled cluster presets (links only, no chip), sorted (``["phaze-paper"]``)."""
+    return _config.bundled_names(_CLUSTER_FOLDER)
+
+
+def _read_cluster_preset(name: str, devices: int) -> Cluster:
+    config = _config.resolve(name, _CLUSTER_FOLDER, _CLUSTER_KIND)
+    data = _config.read_mapping(config)
+    _config.check_keys(data, config.label, required=["source", "cluster"], optional=["description"])
+    _config.text_field(data["source"], f"{config.label}: source")
+    section = _config.section(data, "cluster", config.label)
+    return _parse_cluster(section, f"{config.label}: cluster", devices)
 
 
 def _read(name_or_path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
@@ -286,15 +307,26 @@ def load_cluster(name_or_path: str | os.PathLike[str], devices: int) -> Cluster:
     """A cluster of ``devices`` accelerators with the links of a preset's ``cluster`` section,
     and the collective efficiency of each link from its ``efficiency`` section (1 without one).
 
-    ``devices_per_node`` is capped at ``devices`` (a cluster smaller than one node).
+    ``name_or_path`` is a hardware preset, a cluster preset (:func:`cluster_preset_names`, links
+    only) or the path of a hardware file.  ``devices_per_node`` is capped at ``devices`` (a
+    cluster smaller than one node).
 
     Raises:
-        ConfigError: as :func:`load_accelerator`, a preset without a ``cluster`` section,
-            an unknown topology, or a non-positive ``devices``.
+        ConfigError: as :func:`load_accelerator` (an unknown name lists the hardware and the
+            cluster presets), a preset without a ``cluster`` section, an unknown topology, or
+            a non-positive ``devices``.
     """
     if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 0:
         raise ConfigError(f"devices must be a positive whole number, got {devices!r}")
-    label, data = _read(name_or_path)
+    clusters = cluster_preset_names()
+    if isinstance(name_or_path, str) and name_or_path in clusters:
+        return _read_cluster_preset(name_or_path, devices)
+    try:
+        label, data = _read(name_or_path)
+    except ConfigError as exc:
+        if str(exc).startswith(f"unknown {_KIND} "):
+            raise ConfigError(f"{exc}; cluster presets: {', '.join(clusters)}") from None
+        raise
     section = _config.section(data, "cluster", label)
     cluster = _parse_cluster(section, f"{label}: cluster", devices)
     efficiency = _efficiency_section(data, label)

@@ -7,24 +7,30 @@ field::
     source: "..."
     base: tpuv4                 # preset name, or a path (relative to this file)
     tensor_cores: [2, 4, 8, 16]
-    array_dim: [64, 128, 256]   # square arrays: rows = cols = array_dim
+    array_dim: [64, 128, 256]   # square arrays: rows = cols = array_dim; or, instead,
+    # array_rows: [2, 4, 8]     # rectangular arrays: every rows x cols pair
+    # array_cols: [2, 4, 8]
     vector_cores: [1, 2]
     buffer: [32 MiB, 64 MiB, 128 MiB]
     hbm: [32 GiB]
     area_max_mm2: null          # optional; default: area of the base preset
     area_min_fraction: 0.3      # optional; default 0.3
+    area_floor_waived_for: [tensor_cores]   # optional; default [tensor_cores]
     vector_lanes_per_col: 1     # optional; default 1 (PHAZE)
     array_timing: overlapped    # optional; one value or a list; default: the base preset's
     fp8_speedup: 2              # optional; FP8 GEMM rate / bf16 rate of every design;
                                 # default: the base preset's (none: no FP8)
 
 As in PHAZE (Wang et al., ICML 2024): the vector lanes of a vector core are tied
-to the array width, ``vector_lanes = array_dim * vector_lanes_per_col`` -- PHAZE
+to the array width, ``vector_lanes = array_cols * vector_lanes_per_col`` -- PHAZE
 uses 1; a TPU's vector unit has 8 sublanes per lane, so a TPU-faithful space
 uses 8 (128 x 8 = 1024 for 128-wide arrays).  A design is kept when
 ``area_min_fraction * A_max <= area <= A_max``, where ``A_max`` defaults to the
 area of the base preset (the TPUv4-like chip) and the lower bound is waived for
-designs with a single tensor core.
+designs with a single tensor core -- or, with ``area_floor_waived_for:
+[tensor_cores, vector_cores]``, a single tensor core or a single vector core, as PHAZE's
+code has it (``Estimator/architecture.py``, ``generate_all_cores_to_explore``:
+``area_factor = 0.0 if num_tc == 1 or num_vc == 1``).
 
 ``array_timing`` picks the systolic cycle model of every design (``overlapped``, the
 default, or ``scalesim``; :class:`~archplace.hardware.accelerator.ArrayTiming`); a list
@@ -48,15 +54,19 @@ from typing import Any
 from archplace.errors import ConfigError
 from archplace.hardware import _config
 from archplace.hardware.accelerator import Accelerator, ArrayTiming
-from archplace.hardware.area import area_mm2
+from archplace.hardware.area import area_mm2, area_of_mm2
 from archplace.hardware.presets import load_accelerator, parse_array_timing, parse_fp8_speedup
 from archplace.units import parse_bytes
 
 _FOLDER = "spaces"
 _KIND = "search space"
-_LIST_FIELDS = ("tensor_cores", "array_dim", "vector_cores", "buffer", "hbm")
+_LIST_FIELDS = ("tensor_cores", "vector_cores", "buffer", "hbm")
+_ARRAY_FIELDS = ("array_dim", "array_rows", "array_cols")
 _OPTIONAL_FIELDS = ("source", "description", "area_max_mm2", "area_min_fraction", "fp8_speedup",
-                    "vector_lanes_per_col", "array_timing")
+                    "vector_lanes_per_col", "array_timing", "area_floor_waived_for", *_ARRAY_FIELDS)
+
+# The fields whose value 1 may waive the area floor (``area_floor_waived_for``).
+WAIVER_FIELDS = ("tensor_cores", "vector_cores")
 
 # Relative slack on the area comparisons, so the base design itself is never lost to rounding.
 _AREA_RTOL = 1e-9
@@ -88,11 +98,17 @@ def hbm_label(hbm_bytes: float) -> str:
 
 def design_name(tensor_cores: int, array_dim: int, vector_cores: int,
                 buffer_bytes: float, hbm_bytes: float,
-                array_timing: ArrayTiming = ArrayTiming.OVERLAPPED) -> str:
+                array_timing: ArrayTiming = ArrayTiming.OVERLAPPED, array_cols: int | None = None) -> str:
     """Readable unique name of a design, e.g. ``tc8-128x128-vc2-buf128MiB-hbm32GiB``
-    (``...-hbm32GiB-scalesim`` with SCALE-Sim's array timing)."""
+    (``...-hbm32GiB-scalesim`` with SCALE-Sim's array timing).
+
+    ``array_dim`` is the array's rows; its cols are ``array_cols``, or ``array_dim`` again
+    (a square array) when None: ``design_name(8, 64, 2, ..., array_cols=256)`` names
+    ``tc8-64x256-...``.
+    """
+    cols = array_dim if array_cols is None else array_cols
     suffix = "" if array_timing is ArrayTiming.OVERLAPPED else f"-{array_timing.value}"
-    return (f"tc{tensor_cores}-{array_dim}x{array_dim}-vc{vector_cores}"
+    return (f"tc{tensor_cores}-{array_dim}x{cols}-vc{vector_cores}"
             f"-buf{buffer_label(buffer_bytes)}-hbm{hbm_label(hbm_bytes)}{suffix}")
 
 
@@ -122,7 +138,8 @@ class SearchSpace:
             data type) of every design come from it.
         tensor_cores: values of ``Accelerator.tensor_cores``.
         array_dims: values of the (square) array size; rows = cols = value, vector lanes =
-            value x ``vector_lanes_per_col``.
+            value x ``vector_lanes_per_col``.  Empty when ``array_rows`` and ``array_cols``
+            are given.
         vector_cores: values of ``Accelerator.vector_cores``.
         buffer_bytes: values of the global-buffer capacity, bytes.
         hbm_bytes: values of the HBM capacity, bytes.
@@ -134,12 +151,19 @@ class SearchSpace:
             sublanes).
         array_timings: values of ``Accelerator.array_timing``; ``None`` means the base
             design's alone.
+        array_rows, array_cols: rectangular arrays instead of ``array_dims``: every pair of a
+            rows value and a cols value (vector lanes = cols x ``vector_lanes_per_col``);
+            ``None`` (both) for square arrays.
+        area_floor_waived_for: the fields (``tensor_cores``, ``vector_cores``) whose value 1
+            waives the area floor: ``("tensor_cores",)`` by default; PHAZE's code waives it
+            for one tensor core or one vector core (both fields).
 
     Raises:
         ConfigError: an empty list, a repeated, non-positive or (for counts) non-integer
             value, a non-positive ``area_max_mm2``, a fraction outside [0, 1], a
-            ``vector_lanes_per_col`` that is not a positive whole number, or an empty,
-            repeated or unknown array timing.
+            ``vector_lanes_per_col`` that is not a positive whole number, an empty,
+            repeated or unknown array timing, square and rectangular arrays both or neither
+            given, or an unknown or repeated waiver field.
     """
 
     name: str
@@ -155,6 +179,9 @@ class SearchSpace:
     source: str = ""
     vector_lanes_per_col: int = 1
     array_timings: tuple[ArrayTiming, ...] | None = None
+    array_rows: tuple[int, ...] | None = None
+    array_cols: tuple[int, ...] | None = None
+    area_floor_waived_for: tuple[str, ...] = ("tensor_cores",)
 
     def __post_init__(self) -> None:
         if (isinstance(self.vector_lanes_per_col, bool) or not isinstance(self.vector_lanes_per_col, int)
@@ -162,7 +189,7 @@ class SearchSpace:
             raise ConfigError(f"search space '{self.name}': vector_lanes_per_col must be a positive "
                               f"whole number, got {self.vector_lanes_per_col!r}")
         _check_values(self.name, "tensor_cores", self.tensor_cores, integral=True)
-        _check_values(self.name, "array_dim", self.array_dims, integral=True)
+        self._check_arrays()
         _check_values(self.name, "vector_cores", self.vector_cores, integral=True)
         _check_values(self.name, "buffer", self.buffer_bytes, integral=False)
         _check_values(self.name, "hbm", self.hbm_bytes, integral=False)
@@ -183,6 +210,30 @@ class SearchSpace:
                 and 0.0 <= self.area_min_fraction <= 1.0):
             raise ConfigError(f"search space '{self.name}': area_min_fraction must be in "
                               f"[0, 1], got {self.area_min_fraction!r}")
+        waived = self.area_floor_waived_for
+        if (not isinstance(waived, tuple) or any(f not in WAIVER_FIELDS for f in waived)
+                or len(set(waived)) != len(waived)):
+            raise ConfigError(f"search space '{self.name}': area_floor_waived_for must list some of "
+                              f"{', '.join(WAIVER_FIELDS)} once each, got {waived!r}")
+
+    def _check_arrays(self) -> None:
+        rectangular = (self.array_rows, self.array_cols)
+        if all(v is None for v in rectangular):
+            _check_values(self.name, "array_dim", self.array_dims, integral=True)
+            return
+        if any(v is None for v in rectangular) or self.array_dims:
+            raise ConfigError(f"search space '{self.name}': give either array_dim (square arrays) "
+                              f"or both array_rows and array_cols (rectangular arrays)")
+        _check_values(self.name, "array_rows", tuple(self.array_rows or ()), integral=True)
+        _check_values(self.name, "array_cols", tuple(self.array_cols or ()), integral=True)
+
+    @property
+    def array_shapes(self) -> tuple[tuple[int, int], ...]:
+        """The ``(rows, cols)`` of the arrays, in enumeration order: ``(d, d)`` for each
+        ``array_dims`` value, else every ``array_rows`` x ``array_cols`` pair (rows outer)."""
+        if self.array_rows is None or self.array_cols is None:
+            return tuple((d, d) for d in self.array_dims)
+        return tuple(itertools.product(self.array_rows, self.array_cols))
 
     @property
     def area_budget_mm2(self) -> float:
@@ -206,43 +257,63 @@ class SearchSpace:
     @property
     def size_before_area_rule(self) -> int:
         """Number of value combinations before the area rule."""
-        return (len(self.tensor_cores) * len(self.array_dims) * len(self.vector_cores)
+        return (len(self.tensor_cores) * len(self.array_shapes) * len(self.vector_cores)
                 * len(self.buffer_bytes) * len(self.hbm_bytes) * len(self.timings))
+
+    def _floor_waived(self, tensor_cores: int, vector_cores: int) -> bool:
+        counts = {"tensor_cores": tensor_cores, "vector_cores": vector_cores}
+        return any(counts[field] == 1 for field in self.area_floor_waived_for)
 
     def admits(self, acc: Accelerator) -> bool:
         """Whether ``acc`` satisfies the area rule of this space."""
-        return _admits(area_mm2(acc), acc.tensor_cores, self.area_budget_mm2, self.area_floor_mm2)
+        return _admits(area_mm2(acc), self._floor_waived(acc.tensor_cores, acc.vector_cores),
+                       self.area_budget_mm2, self.area_floor_mm2)
+
+    def core_configurations(self) -> tuple[tuple[int, int, int, int, float, float], ...]:
+        """The core configurations the area rule admits, HBM and array timing left out.
+
+        Returns:
+            ``(tensor_cores, array_rows, array_cols, vector_cores, buffer_bytes, area_mm2)``
+            tuples, in the order of :meth:`designs` (vector lanes are ``array_cols x
+            vector_lanes_per_col``).  HBM adds no die area, so each of them is a design at
+            every HBM capacity and array timing of the space.
+        """
+        budget, floor = self.area_budget_mm2, self.area_floor_mm2
+        lanes_per_col = self.vector_lanes_per_col
+        out = []
+        for tc, (rows, cols), vc, buf in itertools.product(
+            self.tensor_cores, self.array_shapes, self.vector_cores, self.buffer_bytes,
+        ):
+            area = area_of_mm2(tc, rows, cols, vc, cols * lanes_per_col, buf)
+            if _admits(area, self._floor_waived(tc, vc), budget, floor):
+                out.append((tc, rows, cols, vc, buf, area))
+        return tuple(out)
 
     def designs(self) -> tuple[Accelerator, ...]:
         """Every design of the space that satisfies the area rule.
 
-        Order: nested loops over tensor_cores, array_dim, vector_cores, buffer, hbm and
-        array timing, each in the order of its list (deterministic).  Each design is named
-        by :func:`design_name`; the unsearched fields (clock, HBM bandwidth, data type,
-        dataflow) are those of ``base_accelerator``.
+        Order: nested loops over tensor_cores, the array shapes (:attr:`array_shapes`),
+        vector_cores, buffer, hbm and array timing, each in the order of its list
+        (deterministic).  Each design is named by :func:`design_name`; the unsearched fields
+        (clock, HBM bandwidth, data type, dataflow) are those of ``base_accelerator``.
         """
-        budget, floor = self.area_budget_mm2, self.area_floor_mm2
         out: list[Accelerator] = []
-        for tc, dim, vc, buf, hbm, timing in itertools.product(
-            self.tensor_cores, self.array_dims, self.vector_cores,
-            self.buffer_bytes, self.hbm_bytes, self.timings,
-        ):
-            acc = replace(
-                self.base_accelerator, name=design_name(tc, dim, vc, buf, hbm, timing), tensor_cores=tc,
-                array_rows=dim, array_cols=dim, vector_cores=vc,
-                vector_lanes=dim * self.vector_lanes_per_col,
-                buffer_bytes=buf, hbm_bytes=hbm, array_timing=timing,
-                efficiency=None,  # designs keep the cycle model
-            )
-            if _admits(area_mm2(acc), tc, budget, floor):
-                out.append(acc)
+        for tc, rows, cols, vc, buf, _ in self.core_configurations():
+            for hbm, timing in itertools.product(self.hbm_bytes, self.timings):
+                out.append(replace(
+                    self.base_accelerator, name=design_name(tc, rows, vc, buf, hbm, timing, cols),
+                    tensor_cores=tc, array_rows=rows, array_cols=cols, vector_cores=vc,
+                    vector_lanes=cols * self.vector_lanes_per_col,
+                    buffer_bytes=buf, hbm_bytes=hbm, array_timing=timing,
+                    efficiency=None,  # designs keep the cycle model
+                ))
         return tuple(out)
 
 
-def _admits(area: float, tensor_cores: int, budget: float, floor: float) -> bool:
+def _admits(area: float, floor_waived: bool, budget: float, floor: float) -> bool:
     if area > budget * (1.0 + _AREA_RTOL):
         return False
-    return tensor_cores == 1 or area >= floor * (1.0 - _AREA_RTOL)
+    return floor_waived or area >= floor * (1.0 - _AREA_RTOL)
 
 
 def _plain_number(value: str | int | float, what: str) -> float:
@@ -252,7 +323,7 @@ def _plain_number(value: str | int | float, what: str) -> float:
 
 
 def space_names() -> list[str]:
-    """Names of the bundled search spaces, sorted (e.g. ``["phaze", "tiny"]``)."""
+    """Names of the bundled search spaces, sorted (``["phaze", "phaze-square", "tiny"]``)."""
     return _config.bundled_names(_FOLDER)
 
 
@@ -275,6 +346,32 @@ def _bytes_list(raw: Any, where: str) -> tuple[float, ...]:
     return tuple(_config.quantity(v, parse_bytes, f"{where}[{i}]") for i, v in enumerate(values))
 
 
+def _waiver_list(raw: Any, where: str) -> tuple[str, ...]:
+    """The ``area_floor_waived_for`` list: some of ``tensor_cores``, ``vector_cores`` (may be empty)."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a list of some of {', '.join(WAIVER_FIELDS)}, got {raw!r}")
+    for i, value in enumerate(raw):
+        if value not in WAIVER_FIELDS:
+            raise ConfigError(f"{where}[{i}]: expected one of {', '.join(WAIVER_FIELDS)}, got {value!r}")
+    if len(set(raw)) != len(raw):
+        raise ConfigError(f"{where}: repeated values {raw}")
+    return tuple(raw)
+
+
+def _array_lists(data: dict[str, Any], label: str) -> tuple[tuple[int, ...], tuple[int, ...] | None,
+                                                            tuple[int, ...] | None]:
+    """``(array_dims, array_rows, array_cols)`` of a space file: ``array_dim`` alone (square
+    arrays) or ``array_rows`` and ``array_cols`` together (rectangular arrays)."""
+    given = [f for f in _ARRAY_FIELDS if f in data]
+    if given == ["array_dim"]:
+        return _int_list(data["array_dim"], f"{label}: array_dim"), None, None
+    if given == ["array_rows", "array_cols"]:
+        return ((), _int_list(data["array_rows"], f"{label}: array_rows"),
+                _int_list(data["array_cols"], f"{label}: array_cols"))
+    raise ConfigError(f"{label}: give either array_dim (square arrays) or both array_rows and "
+                      f"array_cols (rectangular arrays), got {', '.join(given) or 'none of them'}")
+
+
 def _timing_list(raw: Any, where: str) -> tuple[ArrayTiming, ...]:
     """One array timing or a list of them (``scalesim`` or ``[overlapped, scalesim]``)."""
     if not isinstance(raw, list):
@@ -284,7 +381,7 @@ def _timing_list(raw: Any, where: str) -> tuple[ArrayTiming, ...]:
 
 
 def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
-    """The search space of a bundled name (``tiny``, ``phaze``) or of a YAML file.
+    """The search space of a bundled name (``tiny``, ``phaze``, ``phaze-square``) or of a YAML file.
 
     Raises:
         ConfigError: unknown name (listing the bundled ones), missing file, malformed YAML,
@@ -320,7 +417,9 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
     stem = Path(config.label).stem
     # the fields are read first: their errors name the file and the field already
     tensor_cores = _int_list(data["tensor_cores"], f"{label}: tensor_cores")
-    array_dims = _int_list(data["array_dim"], f"{label}: array_dim")
+    array_dims, array_rows, array_cols = _array_lists(data, label)
+    waived = (_waiver_list(data["area_floor_waived_for"], f"{label}: area_floor_waived_for")
+              if "area_floor_waived_for" in data else ("tensor_cores",))
     vector_cores = _int_list(data["vector_cores"], f"{label}: vector_cores")
     buffer_bytes = _bytes_list(data["buffer"], f"{label}: buffer")
     hbm_bytes = _bytes_list(data["hbm"], f"{label}: hbm")
@@ -339,6 +438,9 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
             source=source,
             vector_lanes_per_col=lanes_per_col,
             array_timings=timings,
+            array_rows=array_rows,
+            array_cols=array_cols,
+            area_floor_waived_for=waived,
         )
     except ConfigError as exc:
         raise ConfigError(f"{label}: {exc}") from None

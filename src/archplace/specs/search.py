@@ -46,7 +46,7 @@ class SearchSpec:
             a list of one.
         devices: accelerators in the cluster (1..2**20).
         global_batch: samples per iteration (1..2**30).
-        space: design space: a bundled name (``tiny``, ``phaze``) or a space YAML file.
+        space: design space: a bundled name (``tiny``, ``phaze``, ``phaze-square``) or a space YAML file.
         cluster: hardware preset (or YAML) whose links form the cluster; None: the space's base.
         strategy: ``exhaustive`` (provable pruning), ``exhaustive-all``, ``phaze``, ``wham`` or
             ``optuna``.
@@ -379,7 +379,7 @@ seq_len: null                # tokens per sample; null: each model's context len
 per_model: false             # with several models: search each on its own
 
 # The designs
-space: tiny                  # tiny, phaze, or a space YAML file
+space: tiny                  # tiny, phaze, phaze-square, or a space YAML file
 cluster: null                # preset whose links form the cluster; null: the space's base
 area_budget: null            # largest die area, e.g. "280 mm2"; null: the space's rule
 power_budget: null           # largest TDP per chip, e.g. "300 W"
