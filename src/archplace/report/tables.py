@@ -16,6 +16,16 @@ _MIB = 2.0**20
 _GIB = 2.0**30
 
 
+DESIGN_COLUMNS = ("#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
+                  "tp/pp/dp", "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU")
+"""Columns of :func:`search_table` (and of the HTML report's table of designs)."""
+
+
+def design_cells(label: str, r: DesignResult) -> list[str]:
+    """The cells of one design under :data:`DESIGN_COLUMNS`, ``label`` in the first."""
+    return _design_row(label, r)
+
+
 def _design_row(label: str, r: DesignResult) -> list[str]:
     a = r.accelerator
     chip = [label, a.name, f"{a.tensor_cores}×{a.array_rows}×{a.array_cols}",
@@ -40,8 +50,7 @@ def search_table(result: SearchResult, top: int) -> Table:
                         f"{result.devices} devices, global batch {result.global_batch} "
                         f"(objective: {result.objective.value})")
     exact = {r.accelerator.name: r for r in result.exact}
-    columns = ["#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
-               "tp/pp/dp", "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU"]
+    columns = list(DESIGN_COLUMNS)
     if exact:
         columns.append("CP-SAT samples/s")
     rows = result.front if pareto else result.evaluated
