@@ -32,7 +32,12 @@ from archplace.hardware.cluster import Cluster, Topology
 from archplace.placement.plan import Plan, PlanResult
 from archplace.report.html import Block, Figures, Heading, Text, designs_table, plans_table, render_page
 from archplace.report.plan_tables import plan_label
-from archplace.report.plotly_plan import breakdown_figure, layer_schedule_figure, memory_figure, timeline_figure
+from archplace.report.plotly_plan import (
+    breakdown_figure,
+    layer_schedule_figure,
+    memory_figure,
+    timeline_figure,
+)
 from archplace.report.plotly_space import design_space_figures
 from archplace.schedule.list_scheduler import list_schedule
 from archplace.schedule.problem import ScheduleProblem
@@ -80,9 +85,10 @@ def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, pla
         ConfigError, ExtractionError: the model cannot be traced under the plan.
     """
     model = setup.model
-    chain = cached_chain(model, ExtractOptions(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp,
-                                               sp=plan.sp, fuse=setup.fuse, attention=setup.attention,
-                                               kernels=setup.kernels, cp=plan.cp, ep=plan.ep))
+    options = ExtractOptions(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp, sp=plan.sp,
+                             fuse=setup.fuse, attention=setup.attention, kernels=setup.kernels, cp=plan.cp,
+                             ep=plan.ep)
+    chain = cached_chain(model, options)
     layer = next((item for item in chain.layers if item.kind is LayerKind.BLOCK), chain.layers[0])
     cost = SystolicCostModel(cluster) if cluster is not None else SystolicCostModel()
     chosen = Fp8CostModel(cost) if plan.precision is Precision.FP8 else cost
@@ -156,8 +162,8 @@ def search_report_html(results: Sequence[SearchResult], requests: Sequence[Searc
             space = request.plan_space
             setup = ModelSetup(request.models[0], space.fuse, space.attention, space.kernels)
             cluster = request.cluster
-        caption = f"strategy {result.strategy}: {result.note or f'{len(result.evaluated)} designs evaluated'}" \
-                  f" ({result.considered} in the space)"
+        evaluated = result.note or f"{len(result.evaluated)} designs evaluated"
+        caption = f"strategy {result.strategy}: {evaluated} ({result.considered} in the space)"
         if result.baseline is not None and result.speedup_vs_baseline is not None:
             caption += (f"\nbest / {result.baseline.accelerator.name}: {result.speedup_vs_baseline:.2f}× "
                         f"on the same cluster, model and plan search")
@@ -178,7 +184,8 @@ def _stored_setup(request: dict[str, Any], names: Sequence[str]) -> tuple[ModelS
         links = dict(request["cluster"])
         links["topology"] = Topology(links.get("topology", Topology.SWITCHED.value))
         cluster = Cluster(**links)
-        setup = ModelSetup(model, bool(request.get("fuse", False)), Attention(request.get("attention", "flash")),
+        attention = Attention(request.get("attention", "flash"))
+        setup = ModelSetup(model, bool(request.get("fuse", False)), attention,
                            Kernels(request.get("kernels", "fused")))
     except (LookupError, TypeError, ValueError) as exc:
         raise ConfigError(f"the stored request cannot be read back ({exc})") from None

@@ -151,7 +151,8 @@ def simulate_pipeline(forward_s: Sequence[float], backward_s: Sequence[float], *
                 backward, chunk, mb = orders[d][position[d]]
                 segment = chunk * pp + d
                 if backward:
-                    needs = [(False, segment, mb)] + ([(True, segment + 1, mb)] if segment + 1 < segments else [])
+                    later = [(True, segment + 1, mb)] if segment + 1 < segments else []
+                    needs = [(False, segment, mb), *later]
                 else:
                     needs = [(False, segment - 1, mb)] if segment > 0 else []
                 if any(n not in done for n in needs):

@@ -29,7 +29,8 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "working", "
 _MEMORY_COLORS = {"weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#8172B3",
                   "activations": "#55A868", "working": "#937860", "gathered": "#DA8BC3"}
 _PASS_COLORS = {False: "#4C72B0", True: "#DD8452"}
-_LAYOUT = {"margin": {"t": 60, "b": 50, "l": 80, "r": 20}, "legend": {"orientation": "h", "y": -0.2}}
+_MARGIN = {"t": 60, "b": 50, "l": 80, "r": 20}
+_LAYOUT = {"margin": _MARGIN, "legend": {"orientation": "h", "y": -0.2}}
 
 
 def _device_label(device: int) -> str:
@@ -42,8 +43,8 @@ def timeline_traces(timeline: PipelineTimeline) -> list[go.Bar]:
     traces = []
     for backward in (False, True):
         blocks = [b for b in timeline.blocks if b.backward is backward]
-        labels = [str(b.micro_batch) if timeline.chunks == 1 else f"{b.micro_batch}.{b.segment // timeline.pp}"
-                  for b in blocks]
+        labels = [str(b.micro_batch) if timeline.chunks == 1
+                  else f"{b.micro_batch}.{b.segment // timeline.pp}" for b in blocks]
         traces.append(go.Bar(
             name="backward" if backward else "forward", orientation="h",
             y=[_device_label(b.device) for b in blocks], base=[b.start_s * _MS for b in blocks],
@@ -149,5 +150,6 @@ def layer_schedule_figure(problem: ScheduleProblem, schedule: Schedule, title: s
         title=title or (f"makespan {makespan_us:.1f} µs ({problem.tensor_cores} tensor, "
                         f"{problem.vector_cores} vector cores; hatched: on all cores)"),
         barmode="overlay", xaxis_title="time (µs)", height=max(300, 100 + 22 * len(rows)),
-        yaxis={"tickvals": list(range(len(rows))), "ticktext": rows, "autorange": "reversed"}, **_LAYOUT)
+        yaxis={"tickvals": list(range(len(rows))), "ticktext": rows, "autorange": "reversed"},
+        **{**_LAYOUT, "margin": {**_MARGIN, "t": 80}})
     return figure
