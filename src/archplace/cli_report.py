@@ -31,7 +31,7 @@ def write_plan_report(path: Path | None, results: list[PlanResult],
 
 def report(
     store: Annotated[Path, typer.Argument(help="Result store written by search --store (only read).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")],
     search_id: Annotated[str | None, typer.Option(
         "--search", help="Only the search whose id starts with this [every search of the store].")] = None,
     top: Annotated[int, typer.Option(help="Designs in each table.")] = 10,
