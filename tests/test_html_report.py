@@ -213,6 +213,8 @@ def test_report_refuses_a_bad_store_and_writes_nothing(case: str, tmp_path: Path
     status, _, err = run(["report", str(store), "-o", str(out)], capsys)
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "out").exists() and (case != "missing" or not store.exists())
+    if case == "itself":
+        assert store.read_bytes() == b""
 
 
 def test_api_report_functions(pages: dict[str, Path], searched: SearchResult, tmp_path: Path) -> None:
@@ -267,3 +269,29 @@ def test_chromium_draws_every_figure_without_console_messages(pages: dict[str, P
     assert shot.returncode == 0 and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ARTIFACTS.mkdir(exist_ok=True)
     shutil.copyfile(screenshot, ARTIFACTS / "report.png")
+
+
+@pytest.mark.parametrize(("strategy", "objective", "heading"), [
+    ("phaze", "pareto", "Pareto front and the designs after it (objective: pareto)"),
+    ("optuna", "throughput-per-watt", "best designs (objective: throughput-per-watt)")])
+def test_stores_of_other_strategies_and_objectives(space: Path, tmp_path: Path, strategy: str, objective: str,
+                                                   heading: str, capsys: pytest.CaptureFixture[str]) -> None:
+    db, page = tmp_path / "run.db", tmp_path / "report.html"
+    argv = [*SEARCH, "--space", str(space), "--store", str(db), "--strategy", strategy,
+            "--objective", objective, "--trials", "5"]
+    assert run(argv, capsys)[0] == 0
+    assert run(["report", str(db), "-o", str(page)], capsys)[0] == 0
+    text = page.read_text(encoding="utf-8")
+    assert f"<h3>{heading}</h3>" in text and _figures_written(page) == text.count("Plotly.newPlot(") == 6
+
+
+def test_a_store_where_nothing_fits_still_renders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = tmp_path / "space.yaml"
+    tiny.write_text(SPACE.replace("hbm: [16 GiB]", "hbm: [1 GiB]").replace("[2, 4, 8]", "[2]"))
+    db, page = tmp_path / "run.db", tmp_path / "report.html"
+    status, _, err = run([*SEARCH, "--space", str(tiny), "--store", str(db)], capsys)
+    assert status == 2 and "no design of the space can train" in err
+    assert run(["report", str(db), "-o", str(page)], capsys)[0] == 0
+    text = page.read_text(encoding="utf-8")
+    assert _figures_written(page) == 2 and "no design fits, so no plan to show" in text
+    assert "4 infeasible not shown" in text
