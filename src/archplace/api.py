@@ -29,7 +29,6 @@ from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import preset_summaries
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
-from archplace.outputs import write_text_output
 from archplace.placement import workflow
 from archplace.placement.plan import (
     MICRO_BATCHES,
@@ -511,70 +510,30 @@ def plot_design_space(source: SearchResult | str, path: str | Path, *, search: s
     draw_design_space(designs, path, best=best, title=f"{source}{label}: {len(rows)} stored designs")
 
 
+
 def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10) -> Path:
-    """Write the HTML report of a result store (``archplace report``): one self-contained page
-    (plotly.js inline; no network needed to open it) with, per search, every stored design
-    against die area and against TDP with the Pareto front, the best designs' table and the
-    best design's plan figures (:mod:`archplace.reports`).
+    """Write the HTML report of a result store (``archplace report``) and return its path:
+    :func:`archplace.reports.write_store_report` (arguments, what the page shows, errors)."""
+    from archplace.reports import write_store_report  # plotly only when asked for
 
-    Args:
-        store: the SQLite file a search wrote (only read).
-        out: the HTML file to write (replaced atomically).
-        search: only the search whose id starts with this (default: every search).
-        top: designs in each table.
-
-    Returns:
-        ``out`` as a path.
-
-    Raises:
-        ConfigError: the store is missing, empty, not a result store of this version or corrupt;
-            ``search`` matches no search or several; ``top`` < 1; ``out`` cannot be written
-            (nothing is written when anything fails).
-    """
-    from archplace.reports import store_report_html  # plotly only when asked for
-
-    limits.whole("top", top, 1, limits.MAX_TOP)
-    path = Path(out)
-    if path.resolve() == Path(store).resolve():
-        raise ConfigError(f"out {path}: that is the result store, which a report only reads")
-    write_text_output(path, "out", store_report_html(store, search=search, top=top))
-    return path
+    return write_store_report(store, out, search=search, top=top)
 
 
 def report_search(results: SearchResult | Sequence[SearchResult], out: str | Path, *,
                   spec: SearchSpec | None = None, top: int = 10) -> Path:
-    """Write the HTML report of search results (``search --report``; one section per result):
-    as :func:`report`, with the baseline in each table; with the ``spec`` they were searched
-    with, the best design's layer schedule too (the spec's models are loaded again, not
-    searched).
+    """Write the HTML report of search results (``search --report``): with the ``spec`` they
+    were searched with, the best design's layer schedule too (its models loaded again, not
+    searched); :func:`archplace.reports.write_search_report`."""
+    from archplace.reports import write_search_report
 
-    Raises:
-        ConfigError: ``top`` < 1, a spec whose models cannot be loaded, ``out`` cannot be written.
-    """
-    from archplace.reports import search_report_html
-
-    limits.whole("top", top, 1, limits.MAX_TOP)
-    chosen = [results] if isinstance(results, SearchResult) else list(results)
     requests = [spec_request(spec, names) for names in spec.groups] if spec is not None else []
-    path = Path(out)
-    write_text_output(path, "out", search_report_html(chosen, requests, top=top))
-    return path
+    return write_search_report(results, out, requests=requests, top=top)
 
 
 def report_plan(results: PlanResult | Sequence[PlanResult], out: str | Path, *,
                 run: PlanRun | EvaluateRun | None = None) -> Path:
-    """Write the HTML report of plans (``plan --report``, ``evaluate --report``), best first:
-    their table, then the first plan's pipeline timeline, memory per device, time breakdown
-    and -- given the ``run`` they came from -- the HBM line and one transformer block's
-    operator schedule on the cores.
+    """Write the HTML report of plans, best first (``plan --report``, ``evaluate --report``):
+    :func:`archplace.reports.write_plan_report`."""
+    from archplace.reports import write_plan_report
 
-    Raises:
-        ConfigError: no plan; the run's model or hardware cannot be loaded; ``out`` cannot be
-            written.
-    """
-    from archplace.reports import plan_report_html
-
-    chosen = [results] if isinstance(results, PlanResult) else list(results)
-    path = Path(out)
-    write_text_output(path, "out", plan_report_html(chosen, run))
-    return path
+    return write_plan_report(results, out, run=run)

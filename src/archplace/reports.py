@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archplace import app
+from archplace import app, limits
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel, Precision
 from archplace.errors import ArchplaceError, ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster, Topology
+from archplace.outputs import write_text_output
 from archplace.placement.plan import Plan, PlanResult
 from archplace.report.html import Block, Figures, Heading, Text, designs_table, plans_table, render_page
 from archplace.report.plan_tables import plan_label
@@ -104,7 +105,8 @@ def plan_blocks(result: PlanResult, *, hbm_bytes: float | None, layer: LayerView
                 layer_note: str = "") -> list[Block]:
     """The plan figures of ``result``: pipeline timeline; memory per device and time breakdown;
     the layer schedule, or ``layer_note`` saying why there is none."""
-    blocks: list[Block] = [Figures((timeline_figure(result),)),
+    blocks: list[Block] = [Figures((timeline_figure(result),)) if result.stage_times
+                           else Text("no pipeline timeline: the result has no stage times", note=True),
                            Figures((memory_figure(result, hbm_bytes), breakdown_figure(result)))]
     if layer is not None:
         blocks.append(Figures((layer_schedule_figure(layer.problem, layer.schedule, layer.title),)))
@@ -252,3 +254,63 @@ def plan_report_html(results: Sequence[PlanResult], run: PlanRun | EvaluateRun |
                            Heading(f"the best plan: {plan_label(best)}", 3)]
     blocks += plan_blocks(best, hbm_bytes=hbm, layer=layer, layer_note=note)
     return render_page(title or "archplace plan report", blocks)
+
+
+def write_store_report(store: str | Path, out: str | Path, *, search: str | None = None,
+                       top: int = DEFAULT_TOP) -> Path:
+    """Write the page of :func:`store_report_html`: one self-contained HTML file (plotly.js
+    inline; no network needed to open it) with, per search, every stored design against die
+    area and against TDP with the Pareto front, the best designs' table and the best design's
+    plan figures.
+
+    Args:
+        store: the SQLite file a search wrote (only read).
+        out: the HTML file to write (replaced atomically).
+        search: only the search whose id starts with this (default: every search).
+        top: designs in each table.
+
+    Returns:
+        ``out`` as a path.
+
+    Raises:
+        ConfigError: the store is missing, empty, not a result store of this version or corrupt;
+            ``search`` matches no search or several; ``top`` < 1; ``out`` is the store or cannot
+            be written (nothing is written when anything fails).
+    """
+    limits.whole("top", top, 1, limits.MAX_TOP)
+    path = Path(out)
+    if path.resolve() == Path(store).resolve():
+        raise ConfigError(f"out {path}: that is the result store, which a report only reads")
+    write_text_output(path, "out", store_report_html(store, search=search, top=top))
+    return path
+
+
+def write_search_report(results: SearchResult | Sequence[SearchResult], out: str | Path, *,
+                        requests: Sequence[SearchRequest | None] = (), top: int = DEFAULT_TOP) -> Path:
+    """Write the page of :func:`search_report_html` (one section per result, each table with
+    its baseline; with each result's request, the layer schedule too).
+
+    Raises:
+        ConfigError: ``top`` < 1, ``out`` cannot be written.
+    """
+    limits.whole("top", top, 1, limits.MAX_TOP)
+    chosen = [results] if isinstance(results, SearchResult) else list(results)
+    path = Path(out)
+    write_text_output(path, "out", search_report_html(chosen, requests, top=top))
+    return path
+
+
+def write_plan_report(results: PlanResult | Sequence[PlanResult], out: str | Path, *,
+                      run: PlanRun | EvaluateRun | None = None) -> Path:
+    """Write the page of :func:`plan_report_html`: the plans' table, then the first plan's
+    pipeline timeline, memory per device, time breakdown and -- given the ``run`` they came
+    from -- the HBM line and one transformer block's operator schedule on the cores.
+
+    Raises:
+        ConfigError: no plan; the run's model or hardware cannot be loaded; ``out`` cannot be
+            written.
+    """
+    chosen = [results] if isinstance(results, PlanResult) else list(results)
+    path = Path(out)
+    write_text_output(path, "out", plan_report_html(chosen, run))
+    return path

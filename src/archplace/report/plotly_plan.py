@@ -48,7 +48,7 @@ def timeline_traces(timeline: PipelineTimeline) -> list[go.Bar]:
         traces.append(go.Bar(
             name="backward" if backward else "forward", orientation="h",
             y=[_device_label(b.device) for b in blocks], base=[b.start_s * _MS for b in blocks],
-            x=[(b.end_s - b.start_s) * _MS for b in blocks], text=labels, textposition="inside",
+            x=[(b.end_s - b.start_s) * _MS for b in blocks], text=labels, textposition="inside", textangle=0,
             insidetextanchor="middle", marker={"color": _PASS_COLORS[backward],
                                                "line": {"width": 0.5, "color": "white"}},
             customdata=[[b.segment, b.start_s * _MS, b.end_s * _MS] for b in blocks],
@@ -82,6 +82,7 @@ def timeline_figure(result: PlanResult) -> go.Figure:
         title=(f"pipeline timeline: {schedule}, pp {plan.pp}, {which} micro-batches; most idle device "
                f"{idle:.2f} ms, the slowest segment's slot {slot_ms:.3f} ms"),
         barmode="overlay", xaxis_title="time (ms)", height=max(260, 90 + 36 * plan.pp),
+        uniformtext={"minsize": 8, "mode": "hide"},
         yaxis={"autorange": "reversed", "type": "category"}, **_LAYOUT)
     return figure
 
