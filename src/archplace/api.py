@@ -511,12 +511,13 @@ def plot_design_space(source: SearchResult | str, path: str | Path, *, search: s
 
 
 
-def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10) -> Path:
+def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10,
+           baseline: str | None = "tpuv4") -> Path:
     """Write the HTML report of a result store (``archplace report``) and return its path:
     :func:`archplace.reports.write_store_report` (arguments, what the page shows, errors)."""
     from archplace.reports import write_store_report  # plotly only when asked for
 
-    return write_store_report(store, out, search=search, top=top)
+    return write_store_report(store, out, search=search, top=top, baseline=baseline)
 
 
 def report_search(results: SearchResult | Sequence[SearchResult], out: str | Path, *,

@@ -10,10 +10,11 @@ import typer
 from rich.console import Console
 
 from archplace import api
+from archplace.app import accelerator
 from archplace.errors import ArchplaceError
 from archplace.outputs import check_output
 from archplace.placement.plan import PlanResult
-from archplace.specs import EvaluateRun, PlanRun
+from archplace.specs import EvaluateRun, HardwareSpec, PlanRun
 
 ReportFile = Annotated[Path | None, typer.Option(
     "--report", help="Also write an interactive HTML report of the best plan here (pipeline timeline, "
@@ -35,6 +36,8 @@ def report(
     search_id: Annotated[str | None, typer.Option(
         "--search", help="Only the search whose id starts with this [every search of the store].")] = None,
     top: Annotated[int, typer.Option(help="Designs in each table.")] = 10,
+    baseline: Annotated[str, typer.Option(
+        help="Preset evaluated for comparison, as search --baseline does ('none' to skip).")] = "tpuv4",
 ) -> None:
     """Write an interactive HTML report of a search store: designs against area and TDP, the best
     designs, and the best design's plan (pipeline timeline, memory, time breakdown, a layer's
@@ -44,8 +47,11 @@ def report(
     if out.resolve() == store.resolve():
         raise ArchplaceError(f"--out {out}: that is the result store, which report only reads")
     api.results(store, search=search_id, top=1)  # a bad store is refused before anything is written
+    chosen = None if baseline == "none" else baseline
+    if chosen is not None:
+        accelerator(HardwareSpec(chosen))  # so is an unknown baseline
     check_output(out, "--out")
-    api.report(store, out, search=search_id, top=top)
+    api.report(store, out, search=search_id, top=top, baseline=chosen)
     Console(stderr=True).print(f"wrote {out}")
 
 

@@ -17,6 +17,7 @@ that no longer traces) is replaced by a line saying why; the page still renders.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ from archplace.errors import ArchplaceError, ConfigError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster, Topology
 from archplace.outputs import write_text_output
-from archplace.placement.plan import Plan, PlanResult
+from archplace.placement.costs import CostKey
+from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Plan, PlanResult, Recompute
+from archplace.placement.workflow import PlanGrid
 from archplace.report.html import Block, Figures, Heading, Text, designs_table, plans_table, render_page
 from archplace.report.plan_tables import plan_label
 from archplace.report.plotly_plan import (
@@ -43,11 +46,11 @@ from archplace.report.plotly_space import design_space_figures
 from archplace.schedule.list_scheduler import list_schedule
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.timeline import Schedule
-from archplace.search.evaluate import DesignResult
+from archplace.search.evaluate import DesignResult, evaluate_designs
 from archplace.search.objective import Objective, rank
 from archplace.search.request import SearchRequest, SearchResult
 from archplace.search.store import ResultStore, StoredSearch
-from archplace.specs import EvaluateRun, PlanRun
+from archplace.specs import EvaluateRun, HardwareSpec, PlanRun
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions
@@ -177,27 +180,75 @@ def search_report_html(results: Sequence[SearchResult], requests: Sequence[Searc
     return render_page(title or "archplace search report", blocks)
 
 
-def _stored_setup(request: dict[str, Any], names: Sequence[str]) -> tuple[ModelSetup, Cluster]:
-    """The first model and the cluster of a stored request (:func:`request_identity`)."""
+@dataclass(frozen=True)
+class StoredRequest:
+    """What a report reads back from a stored search's request
+    (:func:`~archplace.search.request.request_identity`): its models, cluster, batch and plan
+    space."""
+
+    models: tuple[zoo.ModelSpec, ...]
+    cluster: Cluster
+    global_batch: int
+    grid: PlanGrid
+
+    @property
+    def setup(self) -> ModelSetup:
+        """The first model and its extraction options (the layer schedule's)."""
+        return ModelSetup(self.models[0], self.grid.fuse, self.grid.attention, self.grid.kernels)
+
+
+def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredRequest:
+    """The models (named ``names``), cluster and plan space of a stored request.
+
+    Raises:
+        ConfigError: a request that cannot be read back (another version's fields).
+    """
     try:
-        first = request["models"][0]
-        model = zoo.ModelSpec(names[0],
-                              json.dumps(first["config"], sort_keys=True), int(first["seq_len"]))
+        models = tuple(zoo.ModelSpec(name, json.dumps(m["config"], sort_keys=True), int(m["seq_len"]))
+                       for name, m in zip(names, request["models"], strict=True))
         links = dict(request["cluster"])
         links["topology"] = Topology(links.get("topology", Topology.SWITCHED.value))
-        cluster = Cluster(**links)
-        attention = Attention(request.get("attention", "flash"))
-        setup = ModelSetup(model, bool(request.get("fuse", False)), attention,
-                           Kernels(request.get("kernels", "fused")))
+        keys = [CostKey.of(tuple(k)) for k in request["cost_keys"]]
+        grid = PlanGrid(tps=tuple(sorted({k.tp for k in keys})),
+                        micro_batches=tuple(sorted({k.micro_batch for k in keys})),
+                        sps=tuple(sorted({k.sp for k in keys})),
+                        recomputes=tuple(Recompute(r) for r in request["recomputes"]),
+                        schedules=tuple(PipelineSchedule(v) for v in request["schedules"]),
+                        chunks=tuple(int(c) for c in request["chunks"]),
+                        zero_stages=tuple(int(z) for z in request["zero_stages"]),
+                        dp_overlap=tuple(bool(d) for d in request["dp_overlap"]),
+                        fuse=bool(request.get("fuse", False)), attention=Attention(request["attention"]),
+                        kernels=Kernels(request["kernels"]),
+                        grad_reduce_dtype=GradReduceDtype(request["grad_reduce_dtype"]),
+                        precisions=tuple(Precision(p) for p in request.get("precisions", ["bf16"])))
+        return StoredRequest(models, Cluster(**links), int(request["global_batch"]), grid)
     except (LookupError, TypeError, ValueError) as exc:
         raise ConfigError(f"the stored request cannot be read back ({exc})") from None
-    return setup, cluster
 
 
-def store_report_html(store: str | Path, *, search: str | None = None, top: int = DEFAULT_TOP) -> str:
+def evaluate_baseline(stored: StoredRequest, baseline: Accelerator) -> DesignResult:
+    """``baseline`` evaluated as the search evaluated its designs: every model's layer chains
+    (graph cache), list schedules, the stored plan space, the figures combined over the models.
+
+    Raises:
+        ConfigError, ExtractionError: a model that cannot be traced.
+    """
+    request = SearchRequest(stored.models, (baseline,), stored.cluster, stored.global_batch, stored.grid)
+    cost = SystolicCostModel(stored.cluster)
+    per_model = [evaluate_designs([baseline], request.chains(model), stored.cluster, stored.global_batch,
+                                  stored.grid, cost)[0] for model in stored.models]
+    if len(per_model) == 1:
+        return per_model[0]
+    return DesignResult.combine([dataclasses.replace(r, model=m.name)
+                                 for r, m in zip(per_model, stored.models, strict=True)])
+
+
+def store_report_html(store: str | Path, *, search: str | None = None, top: int = DEFAULT_TOP,
+                      baseline: Accelerator | None = None) -> str:
     """The page of the searches of a result store (every search, or the one whose id starts
     with ``search``), each ranked by the objective of its latest run.  The store keeps no
-    baseline: the table shows the stored designs only.
+    baseline: ``baseline`` is evaluated here for each search (:func:`evaluate_baseline`; a
+    search whose models no longer trace is shown without it).
 
     Raises:
         ConfigError: the store is missing, empty, not a store of this schema version or corrupt
@@ -210,24 +261,34 @@ def store_report_html(store: str | Path, *, search: str | None = None, top: int 
         raise ConfigError(f"{store}: the result store holds no search")
     blocks: list[Block] = []
     for stored in chosen:
-        blocks += _stored_blocks(reader, stored, top)
+        blocks += _stored_blocks(reader, stored, top, baseline)
     return render_page(f"archplace report: {Path(store).name}", blocks)
 
 
-def _stored_blocks(reader: ResultStore, stored: StoredSearch, top: int) -> list[Block]:
+def _stored_blocks(reader: ResultStore, stored: StoredSearch, top: int,
+                   baseline: Accelerator | None) -> list[Block]:
     label = stored.label
     designs = [row.outcome for row in reader.rows(stored)]
+    request: StoredRequest | None = None
+    reference: DesignResult | None = None
+    notes = []
     try:
-        setup, cluster = _stored_setup(reader.request(stored), label.models)
-    except ConfigError:
-        setup, cluster = None, None
-    return _search_blocks(
+        request = stored_request(reader.request(stored), label.models)
+        if baseline is not None:
+            reference = evaluate_baseline(request, baseline)
+    except ArchplaceError as exc:
+        notes.append(f"not evaluated again: {exc}")
+    caption = (f"base: {reference.accelerator.name} evaluated now on the stored cluster, models and plan "
+               f"space" if reference is not None else "no baseline")
+    blocks = _search_blocks(
         designs, objective=label.objective,
         heading=f"search {stored.short_id}: {', '.join(label.models)}",
         summary=(f"{', '.join(label.models)} on {label.devices} devices, global batch {label.global_batch}; "
                  f"{len(designs)} designs stored, ranked by {label.objective.value}"),
-        baseline=None, setup=setup, cluster=cluster, top=top,
-        caption="the store keeps no baseline: search --report shows it")
+        baseline=reference, setup=request.setup if request is not None else None,
+        cluster=request.cluster if request is not None else None, top=top,
+        caption="\n".join([caption, *notes]))
+    return blocks
 
 
 def plan_report_html(results: Sequence[PlanResult], run: PlanRun | EvaluateRun | None = None, *,
@@ -257,7 +318,7 @@ def plan_report_html(results: Sequence[PlanResult], run: PlanRun | EvaluateRun |
 
 
 def write_store_report(store: str | Path, out: str | Path, *, search: str | None = None,
-                       top: int = DEFAULT_TOP) -> Path:
+                       top: int = DEFAULT_TOP, baseline: str | None = "tpuv4") -> Path:
     """Write the page of :func:`store_report_html`: one self-contained HTML file (plotly.js
     inline; no network needed to open it) with, per search, every stored design against die
     area and against TDP with the Pareto front, the best designs' table and the best design's
@@ -268,20 +329,23 @@ def write_store_report(store: str | Path, out: str | Path, *, search: str | None
         out: the HTML file to write (replaced atomically).
         search: only the search whose id starts with this (default: every search).
         top: designs in each table.
+        baseline: hardware preset (or YAML) evaluated for each search's table and plots, as
+            ``search --baseline`` does (None: none).
 
     Returns:
         ``out`` as a path.
 
     Raises:
         ConfigError: the store is missing, empty, not a result store of this version or corrupt;
-            ``search`` matches no search or several; ``top`` < 1; ``out`` is the store or cannot
-            be written (nothing is written when anything fails).
+            ``search`` matches no search or several; ``top`` < 1; an unknown baseline; ``out`` is
+            the store or cannot be written (nothing is written when anything fails).
     """
     limits.whole("top", top, 1, limits.MAX_TOP)
     path = Path(out)
     if path.resolve() == Path(store).resolve():
         raise ConfigError(f"out {path}: that is the result store, which a report only reads")
-    write_text_output(path, "out", store_report_html(store, search=search, top=top))
+    reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
+    write_text_output(path, "out", store_report_html(store, search=search, top=top, baseline=reference))
     return path
 
 
