@@ -243,6 +243,7 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--csv": _output(files, [".csv"]),
         "--plot": _output(files, [".png", ".svg"]),
         "--gantt": _output(files, [".png", ".pdf"]),
+        "--report": _output(files, [".html"]),
         "--dump-problem": _output(files, [".json"]),
     }
 

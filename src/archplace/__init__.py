@@ -11,7 +11,8 @@ The public API is what this package exports (``__all__``)::
     print(result.best.accelerator.name)
 
 * functions: :func:`plan`, :func:`evaluate`, :func:`search`, :func:`schedule`,
-  :func:`estimate`, :func:`graph`, :func:`models`, :func:`hardware`, :func:`results`;
+  :func:`estimate`, :func:`graph`, :func:`models`, :func:`hardware`, :func:`results`,
+  :func:`report` (the HTML report of a result store);
 * the specs (frozen, self-validating, ``to_dict()`` / ``from_dict()``): :class:`ModelSpec`,
   :class:`HardwareSpec`, :class:`ClusterSpec`, :class:`PlanSpace`, :class:`Plan`, the run files
   :class:`PlanRun` (``archplace plan --config``), :class:`EvaluateRun` (``archplace evaluate
@@ -47,7 +48,7 @@ from archplace.errors import (
 )
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentation
-    from archplace.api import evaluate, graph, hardware, models, results, search
+    from archplace.api import evaluate, graph, hardware, models, report, results, search
     from archplace.api import schedule_layer as schedule
     from archplace.cost.estimate import ModelEstimate
     from archplace.placement.plan import PlanResult
@@ -73,7 +74,7 @@ __all__ = [
     "HardwareSpec", "InfeasibleError", "InternalError", "MissingSectionError", "ModelEstimate",
     "ModelSpec", "OutOfMemoryError", "Plan", "PlanReport", "PlanResult", "PlanRun", "PlanSpace",
     "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
-    "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "results",
+    "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "report", "results",
     "schedule", "search",
 ]
 
@@ -87,6 +88,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "models": ("archplace.api", "models"),
     "hardware": ("archplace.api", "hardware"),
     "results": ("archplace.api", "results"),
+    "report": ("archplace.api", "report"),
     "ModelSpec": ("archplace.specs", "ModelSpec"),
     "HardwareSpec": ("archplace.specs", "HardwareSpec"),
     "ClusterSpec": ("archplace.specs", "ClusterSpec"),
@@ -158,6 +160,7 @@ class _Package(types.ModuleType):
     search = _Public("search")
     schedule = _Public("schedule")
     hardware = _Public("hardware")
+    report = _Public("report")
 
 
 sys.modules[__name__].__class__ = _Package

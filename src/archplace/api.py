@@ -59,7 +59,8 @@ __all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOp
            "check_run_options", "check_scheduler", "estimate_matmul", "estimate_model",
            "estimate_preset_matmul", "evaluate", "evaluate_run", "fixed_zero_stage", "graph", "hardware",
            "layer_problem", "models", "parse_stages", "parse_zero_stages", "plan", "plan_layer_graph",
-           "plan_layer_graph_options", "plan_run", "read_schedule_problem", "results", "schedule_layer",
+           "plan_layer_graph_options", "plan_run", "read_schedule_problem", "report", "report_plan",
+           "report_search", "results", "schedule_layer",
            "search", "search_each", "search_request", "solve_problem", "spec_request"]
 
 
@@ -528,3 +529,33 @@ def plot_design_space(source: SearchResult | str, path: str | Path, *, search: s
     best = designs[0] if designs and designs[0].best is not None else None
     label = f", search {searches[0].short_id} ({', '.join(searches[0].label.models)})" if searches else ""
     draw_design_space(designs, path, best=best, title=f"{source}{label}: {len(rows)} stored designs")
+
+
+
+def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10,
+           baseline: str | None = "tpuv4") -> Path:
+    """Write the HTML report of a result store (``archplace report``) and return its path:
+    :func:`archplace.reports.write_store_report` (arguments, what the page shows, errors)."""
+    from archplace.reports import write_store_report  # plotly only when asked for
+
+    return write_store_report(store, out, search=search, top=top, baseline=baseline)
+
+
+def report_search(results: SearchResult | Sequence[SearchResult], out: str | Path, *,
+                  spec: SearchSpec | None = None, top: int = 10) -> Path:
+    """Write the HTML report of search results (``search --report``): with the ``spec`` they
+    were searched with, the best design's layer schedule too (its models loaded again, not
+    searched); :func:`archplace.reports.write_search_report`."""
+    from archplace.reports import write_search_report
+
+    requests = [spec_request(spec, names) for names in spec.groups] if spec is not None else []
+    return write_search_report(results, out, requests=requests, top=top)
+
+
+def report_plan(results: PlanResult | Sequence[PlanResult], out: str | Path, *,
+                run: PlanRun | EvaluateRun | None = None) -> Path:
+    """Write the HTML report of plans, best first (``plan --report``, ``evaluate --report``):
+    :func:`archplace.reports.write_plan_report`."""
+    from archplace.reports import write_plan_report
+
+    return write_plan_report(results, out, run=run)

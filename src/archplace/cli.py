@@ -103,6 +103,9 @@ def search(
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option(
         help="Draw samples/s against area and TDP of every evaluated design (PNG, SVG or PDF).")] = None,
+    report: Annotated[Path | None, typer.Option(
+        help="Write an interactive HTML report here (designs against area and TDP, the best designs, "
+             "the best plan's figures; opens without network).")] = None,
     jobs: Annotated[int | None, typer.Option(help="Worker processes [the usable CPUs].")] = None,
     executor: Annotated[str, typer.Option(help="local (process pool) | dask.")] = "local",
     scheduler: Annotated[str | None, typer.Option(
@@ -133,7 +136,10 @@ def search(
         check_output(out, "--out")  # now, not after the search
     if plot is not None:
         _check_plot(plot)
-    _check_not_the_store(Path(spec.store) if spec.store else None, {"--out": out, "--plot": plot})
+    if report is not None:
+        check_output(report, "--report")
+    _check_not_the_store(Path(spec.store) if spec.store else None,
+                         {"--out": out, "--plot": plot, "--report": report})
     try:
         with _search_progress() as advance:
             outcomes = (api.search_each(spec, progress=advance) if spec.per_model
@@ -156,6 +162,9 @@ def search(
         for result, path in zip(outcomes, _plot_paths(plot, outcomes), strict=True):
             _draw(result, path)
             say(f"wrote {path}")
+    if report is not None:
+        api.report_search(outcomes, report, spec=spec, top=spec.top)
+        say(f"wrote {report}")
     if failed is not None:
         reason = failed.evaluated[0].infeasible_reason if failed.evaluated else "no design"
         raise ArchplaceError(f"no design of the space can train {failed.model}: {reason}")
@@ -304,7 +313,7 @@ def hardware() -> None:
 
 # Commands of other stages live in their own modules, each exposing ``register(app)``.
 _COMMAND_MODULES = ("archplace.cli_graph", "archplace.cli_estimate", "archplace.cli_schedule",
-                    "archplace.cli_plan", "archplace.cli_config")
+                    "archplace.cli_plan", "archplace.cli_config", "archplace.cli_report")
 
 
 def _register_commands() -> None:

@@ -22,7 +22,9 @@ from archplace.cli_options import (
     PrecisionsOption,
     ZeroStagesOption,
 )
+from archplace.cli_report import ReportFile, write_plan_report
 from archplace.errors import ConfigError
+from archplace.outputs import check_output
 from archplace.report.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
 
@@ -87,6 +89,7 @@ def register(app: typer.Typer) -> None:
         attention: AttentionOption = "flash",
         kernels: KernelsOption = "fused",
         as_json: AsJson = False,
+        report: ReportFile = None,
     ) -> None:
         """Best parallel plans (TP/CP/EP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES
         chips."""
@@ -96,6 +99,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("give either --model or --layer-graph")
         if no_zero and zero_stage is not None:
             raise ConfigError("give --no-zero or --zero-stage, not both")
+        if report is not None:
+            check_output(report, "--report")
         if layer_graph is not None:
             given = [f"--{name}" for name in ("fuse", "attention", "kernels", "precision", "cp", "ep")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
@@ -111,6 +116,7 @@ def register(app: typer.Typer) -> None:
                 tp=_single(tp, "--tp"), micro_batch=_single(micro_batch, "--micro-batch"),
                 recomputes=recompute, schedules=schedule, zero_stages=stages, optimizer=optimizer,
                 top_k=top, grad_reduce_dtype=grad_reduce_dtype)
+            write_plan_report(report, results, None)
             if as_json:
                 typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
                                                      **results[0].to_dict()}),
@@ -125,6 +131,7 @@ def register(app: typer.Typer) -> None:
                 recompute=recompute, schedule=schedule, no_sp=no_sp, grad_reduce_dtype=grad_reduce_dtype,
                 precision=precision, optimizer=optimizer, top=top), zero_stage, no_zero)
             results = api.plan_run(run)
+            write_plan_report(report, results, run)
             if as_json:
                 typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
                                                      **results[0].to_dict(), **cli_runs.run_fields(run)}),
@@ -171,6 +178,7 @@ def register(app: typer.Typer) -> None:
         attention: AttentionOption = "flash",
         kernels: KernelsOption = "fused",
         as_json: AsJson = False,
+        report: ReportFile = None,
     ) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
@@ -180,7 +188,10 @@ def register(app: typer.Typer) -> None:
             recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,
             grad_reduce_dtype=grad_reduce_dtype, precision=precision, optimizer=optimizer, stages=stages),
             zero_stage, zero)
+        if report is not None:
+            check_output(report, "--report")
         result = api.evaluate_run(run)
+        write_plan_report(report, [result], run)
         if as_json:
             typer.echo(json.dumps(stamp("evaluate", {**result.to_dict(), **cli_runs.run_fields(run)}),
                                   indent=2))

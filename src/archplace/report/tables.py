@@ -36,6 +36,23 @@ def _wide(results: list[DesignResult]) -> bool:
     return any(p.cp > 1 or p.ep > 1 for r in results for p in _plans(r))
 
 
+def design_columns(wide: bool) -> list[str]:
+    """Columns of :func:`search_table` (and of the HTML report's table of designs): the plan's
+    degrees as ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when ``wide``."""
+    return ["#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
+            "tp/cp/ep/pp/dp" if wide else "tp/pp/dp", "micro-batch", "recompute", "samples/s",
+            "samples/s/W", "MFU"]
+
+
+DESIGN_COLUMNS = tuple(design_columns(True))
+"""Columns of the HTML report's table of designs (the degrees always as ``tp/cp/ep/pp/dp``)."""
+
+
+def design_cells(label: str, r: DesignResult) -> list[str]:
+    """The cells of one design under :data:`DESIGN_COLUMNS`, ``label`` in the first."""
+    return _design_row(label, r, wide=True)
+
+
 def _design_row(label: str, r: DesignResult, wide: bool = False) -> list[str]:
     a = r.accelerator
     chip = [label, a.name, f"{a.tensor_cores}×{a.array_rows}×{a.array_cols}",
@@ -63,9 +80,7 @@ def search_table(result: SearchResult, top: int) -> Table:
     exact = {r.accelerator.name: r for r in result.exact}
     rows = result.front if pareto else result.evaluated
     wide = _wide([*rows[:top], *([result.baseline] if result.baseline is not None else [])])
-    columns = ["#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
-               "tp/cp/ep/pp/dp" if wide else "tp/pp/dp", "micro-batch", "recompute", "samples/s",
-               "samples/s/W", "MFU"]
+    columns = design_columns(wide)
     if exact:
         columns.append("CP-SAT samples/s")
     longest = max((len(r.accelerator.name) for r in rows[:top]), default=0)

@@ -380,6 +380,24 @@ class ResultStore:
                               "FROM results WHERE search = ? ORDER BY design", (search.key,)).fetchall()
         return [self._result(search, *row) for row in rows]
 
+    def request(self, search: StoredSearch) -> dict[str, Any]:
+        """The request of ``search`` as it was stored (:func:`~archplace.search.request.request_identity`:
+        models' configs, designs, cluster, plan space), checked against its key when the search
+        was read.
+
+        Raises:
+            ConfigError: the search is not in the store.
+        """
+        with self._connect("ro") as db:
+            row = db.execute("SELECT request FROM searches WHERE key = ?", (search.key,)).fetchone()
+        if row is None:
+            raise ConfigError(f"{self.path}: no search {search.short_id}")
+        data = json.loads(row[0])
+        if not isinstance(data, dict) or request_key(data) != search.key:
+            raise ConfigError(f"{self.path}: corrupt result store (search {search.short_id}: its request "
+                              f"does not match its key)")
+        return data
+
     def _search(self, key: Any, request: Any, models: Any, objective: Any, devices: Any, global_batch: Any,
                 created: Any) -> StoredSearch:
         where = f"{self.path}: corrupt result store (search {str(key)[:SHORT_ID]!r}"
