@@ -2,9 +2,8 @@
 ``plan`` / ``search`` ``--cp`` / ``--ep`` lists, ``evaluate --cp`` / ``--ep``, the Python API, the
 search's cost keys and store identity, and the tables.
 
-The placement engine searches cp and ep once it models them; until then degrees above 1 are
-refused with one line naming the option, which is what these tests check of them (the parsing,
-validation and round trips, not the numbers).
+These tests check the parsing, validation, round trips and refusals; the numbers of cp and ep
+are checked in tests/placement/test_cp_ep_engine.py, tests/cost and tests/workload.
 """
 
 from __future__ import annotations
@@ -124,8 +123,7 @@ def _written(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize(("options", "message"), [
     (["--cp", "0"], "--cp: cp must be a whole number from 1 to 1,048,576, got 0"),
     (["--ep", "1", "--ep", str(2**21)], "--ep: ep must be a whole number from 1 to 1,048,576, got 2097152"),
-    (["--cp", "2"], "--cp = [2]: context parallelism is not modelled yet (only 1)"),
-    (["--cp", "1", "--ep", "1", "--ep", "4"], "--ep = [1, 4]: expert parallelism is not modelled yet"),
+    (["--cp", "1", "--ep", "1", "--ep", "4"], "is a dense model (no routed experts to shard); use ep 1"),
 ])
 def test_plan_options(options: list[str], message: str, model: str,
                       capsys: pytest.CaptureFixture[str]) -> None:
@@ -139,6 +137,8 @@ def test_plan_with_degree_one_is_the_plan_without(model: str, capsys: pytest.Cap
     code, degrees, _ = run([*base, "--cp", "1", "--ep", "1"], capsys)
     assert code == 0 and json.loads(degrees)["plans"] == json.loads(plain)["plans"]
     assert {(p["plan"]["cp"], p["plan"]["ep"]) for p in json.loads(plain)["plans"]} == {(1, 1)}
+    code, split, _ = run([*base, "--cp", "2"], capsys)  # 128 tokens over 2 ranks: 4 chunks of 32
+    assert code == 0 and {p["plan"]["cp"] for p in json.loads(split)["plans"]} == {2}
 
 
 def test_plan_config_and_options_layer(model: str, tmp_path: Path,
@@ -146,9 +146,10 @@ def test_plan_config_and_options_layer(model: str, tmp_path: Path,
     config = tmp_path / "plan.yaml"
     config.write_text(yaml.safe_dump({"model": model, "hardware": "a100-80gb", "devices": 8,
                                       "global_batch": 8, "cps": [2], "tps": [1], "micro_batches": [1]}))
-    assert "--cp = [2]" in _refused(["plan", "--config", str(config)], capsys)  # the file's cps
-    code, _, err = run(["plan", "--config", str(config), "--cp", "1"], capsys)  # the option wins
-    assert code == 0, err
+    code, out, err = run(["plan", "--config", str(config), "--json"], capsys)  # the file's cps
+    assert code == 0 and json.loads(out)["plans"][0]["plan"]["cp"] == 2, err
+    code, out, err = run(["plan", "--config", str(config), "--cp", "1", "--json"], capsys)  # the option wins
+    assert code == 0 and json.loads(out)["plans"][0]["plan"]["cp"] == 1, err
 
 
 def test_a_layer_graph_takes_no_degrees(capsys: pytest.CaptureFixture[str]) -> None:
@@ -160,7 +161,8 @@ def test_a_layer_graph_takes_no_degrees(capsys: pytest.CaptureFixture[str]) -> N
 def test_evaluate_options_and_plan_files(model: str, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     base = ["evaluate", "--model", model, *CLUSTER, *FIXED]
-    assert _refused([*base, "--cp", "2"], capsys).startswith("--cp = 2 and --ep = 1: context and expert")
+    assert "tp*cp*pp*dp = 1*2*1*8 = 16 exceeds the cluster's 8 devices" in _refused(
+        [*base, "--cp", "2"], capsys)
     assert "plan.ep must be a whole number from 1" in _refused([*base, "--ep", "0"], capsys)  # as plan.tp
     code, out, _ = run([*base, "--cp", "1", "--ep", "1", "--json"], capsys)
     assert code == 0
@@ -172,7 +174,7 @@ def test_evaluate_options_and_plan_files(model: str, tmp_path: Path,
     assert code == 0 and json.loads(again) == document
     document["plan"]["ep"] = 4
     saved.write_text(json.dumps(document))
-    assert "--ep = 4" in _refused(["evaluate", "--plan", str(saved)], capsys)  # the file's ep is read
+    assert "--ep = 4: " in _refused(["evaluate", "--plan", str(saved)], capsys)  # read
     code, _, err = run(["evaluate", "--plan", str(saved), "--ep", "1"], capsys)  # the option wins
     assert code == 0, err
 
@@ -192,7 +194,7 @@ def test_search_options(model: str, space: str, capsys: pytest.CaptureFixture[st
     argv = ["search", "--model", model, "--space", space, "--devices", "8", "--global-batch", "8",
             "--jobs", "1", "--baseline", "none"]
     assert _refused([*argv, "--ep", "0"], capsys).startswith("--ep: ep must be a whole number")
-    assert "--cp = [2]: context parallelism is not modelled yet" in _refused([*argv, "--cp", "2"], capsys)
+    assert "is a dense model" in _refused([*argv, "--ep", "2"], capsys)
     code, out, err = run([*argv, "--micro-batch", "1", "--cp", "1", "--ep", "1"], capsys)
     assert code == 0, err
     assert "tp/pp/dp" in out  # dense plans: the narrow column
@@ -202,8 +204,8 @@ def test_search_options(model: str, space: str, capsys: pytest.CaptureFixture[st
 
 def test_api_takes_the_degrees(model: str) -> None:
     cluster = {"devices": 8, "global_batch": 8}
-    with pytest.raises(ConfigError, match=r"plan.cp = 2 and plan.ep = 1"):
-        archplace.evaluate(model, "a100-80gb", tp=1, pp=1, dp=8, micro_batch=1, cp=2, **cluster)
+    halved = archplace.evaluate(model, "a100-80gb", tp=1, pp=1, dp=4, micro_batch=1, cp=2, **cluster)
+    assert (halved.plan.cp, halved.plan.devices) == (2, 8)
     with pytest.raises(ConfigError, match="eps: ep must be a whole number"):
         archplace.plan(model, "a100-80gb", eps=[0], **cluster)
     fixed = archplace.evaluate(model, "a100-80gb", tp=1, pp=1, dp=8, micro_batch=1, cp=1, ep=1, **cluster)
@@ -237,8 +239,6 @@ def test_search_cost_keys_and_identity_carry_the_degrees(model: str, space: str)
     assert [1, 1, False, 2, 4] in identity["cost_keys"]
     with pytest.raises(ConfigError, match="cps must be a whole number from 1"):
         dataclasses.replace(request, plan_space=_Grid(**{**fields, "cps": (0,)}))
-    with pytest.raises(ConfigError, match="eps = \\[2\\]: expert parallelism is not modelled yet"):
-        api.search_request(model, space=space, devices=8, global_batch=8, eps=[2])
 
 
 # ------------------------------------------------------------------------------------- tables
@@ -263,12 +263,13 @@ def test_plan_label_shows_the_degrees(result: PlanResult) -> None:
 
 
 def test_detail_tables_show_every_part_and_kind(result: PlanResult) -> None:
-    text = _text(*detail_tables(result))
-    assert "cp_comm" not in text
+    text = _text(*detail_tables(result))  # cp = ep = 1: their zero rows are left out (JSON keeps them)
+    assert result.breakdown_s["cp_comm"] == 0.0 and "cp_comm" not in text and "ep_comm" not in text
     more = dataclasses.replace(result, breakdown_s={**result.breakdown_s, "cp_comm": 0.0, "ep_comm": 0.0},
                                comm_s={**result.comm_s, "cp": {"total": 0.5, "exposed": 0.25},
-                                       "ep": {"total": 0.0, "exposed": 0.0}})
-    text = _text(*detail_tables(more))
+                                       "ep": {"total": 0.0, "exposed": 0.0}},
+                               plan=dataclasses.replace(result.plan, dp=2, cp=2, ep=2))
+    text = _text(*detail_tables(more))  # a plan with cp and ep shows their rows, zero or not
     assert "cp_comm" in text and "ep_comm" in text
     rows = [line.split() for line in text.splitlines()]
     assert ["│", "cp", "│", "0.5000", "│", "0.2500", "│", "0.2500", "│"] in rows

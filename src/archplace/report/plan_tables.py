@@ -59,6 +59,8 @@ def detail_tables(result: PlanResult) -> list[Table]:
     breakdown.add_column("seconds", justify="right")
     breakdown.add_column("share", justify="right")
     for part, seconds in result.breakdown_s.items():
+        if _unused(result, part.removesuffix("_comm"), seconds):
+            continue
         breakdown.add_row(part, f"{seconds:.4f}", f"{seconds / result.iteration_time_s:.1%}")
     memory = Table(title="memory per device (GiB)")
     for column in ("stage", "layers", "weights", "gradients", "optimizer", "activations", "gathered",
@@ -75,6 +77,13 @@ def detail_tables(result: PlanResult) -> list[Table]:
     return [breakdown, comm_table(result), stage_time_table(result), memory]
 
 
+def _unused(result: PlanResult, kind: str, seconds: float) -> bool:
+    """Whether ``kind`` is context or expert parallelism the plan does not use (degree 1, no
+    time): its rows are left out of the tables (the JSON keeps them)."""
+    degree = {"cp": result.plan.cp, "ep": result.plan.ep}.get(kind)
+    return degree == 1 and seconds == 0.0
+
+
 def comm_table(result: PlanResult) -> Table:
     """Communication of the critical device per iteration: all of it and its exposed part, for
     every kind the result has (tp, pp, dp; cp and ep with context and expert parallelism)."""
@@ -83,6 +92,8 @@ def comm_table(result: PlanResult) -> Table:
         table.add_column(column, justify="right")
     for kind, parts in result.comm_s.items():
         total, exposed = parts["total"], parts["exposed"]
+        if _unused(result, kind, total):
+            continue
         table.add_row(kind, f"{total:.4f}", f"{exposed:.4f}", f"{max(0.0, total - exposed):.4f}")
     return table
 
