@@ -8,7 +8,7 @@ deeply nested, over the size cap, YAML alias bombs, HF configs with bad fields);
 names come from the CLI itself, so a new option without a generator here fails
 :func:`test_every_option_has_a_generator`.
 
-The default run draws ``FUZZ_EXAMPLES`` cases (500) on small inputs; the ``slow`` run draws
+The default run draws ``FUZZ_EXAMPLES`` cases (300) on small inputs; the ``slow`` run draws
 ``SLOW_EXAMPLES`` (1,500) and adds model presets, process pools and the HiGHS backend.
 Both are derandomized (the same cases on every run, so CI never turns red by chance); the
 environment variables ``ARCHPLACE_FUZZ_EXAMPLES`` and ``ARCHPLACE_FUZZ_SLOW_EXAMPLES`` change
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from archplace.cli import app, main
 
-FUZZ_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_EXAMPLES", "500"))
+FUZZ_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_EXAMPLES", "300"))
 SLOW_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_SLOW_EXAMPLES", "1500"))
 CASE_LIMIT_S = 120  # a case running longer than this counts as a hang
 # Options always given (drawn like the others): a search runs on the 2-design space (in this

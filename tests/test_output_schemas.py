@@ -168,10 +168,14 @@ def test_closed_and_open_objects(documents: dict[str, dict[str, Any]]) -> None:
 
 def test_context_and_expert_parallel_terms(documents: dict[str, dict[str, Any]]) -> None:
     """The breakdown parts and communication kinds of context and expert parallelism are
-    allowed (optional: present once the engine models them), other parts and kinds are not."""
+    required (the engine always gives them, 0 without cp and ep), other parts and kinds are
+    refused."""
     for name, kind in (("plan", "plan"), ("evaluate interleaved zero3", "evaluate")):
         document = copy.deepcopy(documents[name])
-        assert "cp_comm" not in document["breakdown_s"] and "cp" not in document["comm_s"]
+        assert document["breakdown_s"]["cp_comm"] == 0.0 and document["comm_s"]["ep"]["total"] == 0.0
+        missing = copy.deepcopy(document)
+        del missing["breakdown_s"]["ep_comm"]
+        assert any("'ep_comm' is a required property" in e for e in _errors(kind, missing))
         document["breakdown_s"].update(cp_comm=0.0, ep_comm=0.25)
         document["comm_s"].update(cp={"total": 0.5, "exposed": 0.25}, ep={"total": 0.0, "exposed": 0.0})
         document["plan"].update(cp=2, ep=4)

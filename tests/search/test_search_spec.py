@@ -109,6 +109,7 @@ def test_unknown_and_missing_fields(tmp_path: Path) -> None:
         read_fields(path)
 
 
+@pytest.mark.slow  # 10 s: two searches; make test-slow (CI) runs it
 def test_a_file_search_equals_the_same_search_from_flags(model: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """The tiny space, a tiny model, a few trials: the file and the flags give the same JSON,
