@@ -132,6 +132,14 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
                                                                          for f in fp8]
         for floor_s in floors:
             per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
+    return DesignBound(per_device, devices, memory_floor_bytes(chains, devices, optimizer, grad_bytes))
+
+
+def memory_floor_bytes(chains: Mapping[CostKey, LayerChain], devices: int,
+                       optimizer: Optimizer = Optimizer.ADAM,
+                       grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> float:
+    """Point 3 of the module docstring: the model state per device no plan over ``chains``' keys
+    on ``devices`` devices goes below (bytes; the same for every design)."""
     params = min(chain.model_params * tp for (tp, *_), chain in chains.items())  # >= P: per-rank x t
     state = WEIGHT_BYTES_PER_PARAM + grad_bytes + OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
-    return DesignBound(per_device, devices, state * params / devices)
+    return state * params / devices
