@@ -132,7 +132,8 @@ def test_bounds_are_stored_and_read_back_on_resume(tmp_path: Path) -> None:
                              fp8_cost=Fp8CostModel(cost) if Precision.FP8 in precisions else None)
         assert value == bound.samples_per_s_per_device
     again_ticks: list[Tick] = []
-    again = api.search("gpt2-xl", strategy="exhaustive", store=str(db), progress=again_ticks.append, **OPTIONS)
+    again = api.search("gpt2-xl", strategy="exhaustive", store=str(db), progress=again_ticks.append,
+                       **OPTIONS)
     assert again_ticks[-1].bounds_computed == 0 and again_ticks[-1].bounded == len(cores)
     assert again.best is not None and first.best is not None
     assert again.best.to_dict() == first.best.to_dict() and again.pruned == first.pruned
