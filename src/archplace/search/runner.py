@@ -187,6 +187,7 @@ class _Session:
         self.bound_cache: dict[Accelerator, list[DesignBound]] = {}
         self.bounds_computed = 0
         self.stored_bounds: dict[str, dict[int, float]] | None = None
+        self.recorded: set[str] = set()
 
     def _run(self, fn: Callable[..., list[Any]], batches: Sequence[list[Any]], *args: object
              ) -> Iterator[tuple[list[Any], list[Any]]]:
@@ -246,8 +247,9 @@ class _Session:
         Bounds stored for this search are read back; the others are computed for all their core
         configurations at once, in this process, in chunks of :data:`BOUND_CHUNK`
         (:mod:`archplace.search.bounds_many`), and stored."""
-        self._read_bounds(designs)
-        cores = list(dict.fromkeys(core_key(acc) for acc in designs if core_key(acc) not in self.bound_cache))
+        keys = [core_key(acc) for acc in designs]
+        self._read_bounds(designs, keys)
+        cores = list(dict.fromkeys(key for key in keys if key not in self.bound_cache))
         grad_bytes = self.request.plan_space.grad_reduce_dtype.bytes
         for start in range(0, len(cores), BOUND_CHUNK):
             batch = cores[start:start + BOUND_CHUNK]
@@ -256,15 +258,24 @@ class _Session:
             self.bound_cache.update(zip(batch, found, strict=True))
             self.bounds_computed += len(batch)
             self.tick()
-        if self.store is not None and cores:
-            fresh = set(cores)
-            self.store.record_bounds(self.key, [
-                (acc.name, model, bound.samples_per_s_per_device) for acc in dict.fromkeys(designs)
-                if core_key(acc) in fresh for model, bound in enumerate(self.bound_cache[core_key(acc)])])
-        return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]
+        if self.store is not None:
+            known = self.stored_bounds or {}
+            models = set(range(len(self.chains)))
+            rows: list[tuple[str, int, float]] = []
+            for acc, key in zip(designs, keys, strict=True):
+                if acc.name in self.recorded or set(known.get(acc.name, {})) == models:
+                    continue
+                self.recorded.add(acc.name)
+                rows.extend((acc.name, model, bound.samples_per_s_per_device)
+                            for model, bound in enumerate(self.bound_cache[key]))
+            if rows:
+                self.store.record_bounds(self.key, rows)
+        return [_bound_score(self.bound_cache[key], acc, self.request.objective)
+                for acc, key in zip(designs, keys, strict=True)]
 
-    def _read_bounds(self, designs: Sequence[Accelerator]) -> None:
-        """Fill :attr:`bound_cache` from the store's bounds of ``designs`` (once per session)."""
+    def _read_bounds(self, designs: Sequence[Accelerator], keys: Sequence[Accelerator]) -> None:
+        """Fill :attr:`bound_cache` from the store's bounds of ``designs`` (``keys``: their core
+        keys; the store is read once per session)."""
         if self.store is None:
             return
         if self.stored_bounds is None:
@@ -275,10 +286,10 @@ class _Session:
         devices = self.request.cluster.devices
         floors = [memory_floor_bytes(by_key, devices, grad_bytes=grad_bytes)
                   for by_key in self.chains.values()]
-        for acc in designs:
-            core = core_key(acc)
+        models = set(range(len(floors)))
+        for acc, core in zip(designs, keys, strict=True):
             stored = self.stored_bounds.get(acc.name)
-            if core in self.bound_cache or stored is None or set(stored) != set(range(len(floors))):
+            if core in self.bound_cache or stored is None or set(stored) != models:
                 continue
             self.bound_cache[core] = [DesignBound(stored[model], devices, floor)
                                       for model, floor in enumerate(floors)]
