@@ -27,6 +27,11 @@ compute, so a bound can rule a design out before its schedules are computed:
 So ``throughput <= N * per_device`` and ``throughput / (TDP * devices used) <= per_device /
 TDP`` (the per-watt objective of WHAM).  Pruning a design whose bound is below the incumbent's
 score therefore never changes the answer; ties are not pruned.
+
+:func:`design_bound` bounds one core configuration; the search bounds all of them at once with
+:func:`archplace.search.bounds_many.design_bounds` (the same floats, bit for bit) and keeps them in
+its result store (:meth:`archplace.search.store.ResultStore.record_bounds`), so a resumed search
+reads them back.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ against the same store resumes it: finished designs are read back, not evaluated
 row is committed on its own, so a killed search loses at most the evaluations still running.
 A store holds any number of searches; each is shown by the first :data:`SHORT_ID` hex digits of
 its key, its models and the objective of its latest run.
+The pruning bounds of a search's designs (:mod:`archplace.search.bounds`) are kept too, one row
+per design and model, so that a resumed search does not compute them again.
 
 The file says that it is a store: SQLite's ``application_id`` is :data:`APPLICATION_ID` and its
 ``user_version`` the schema version :data:`SCHEMA_VERSION` (both read from the 100-byte file
