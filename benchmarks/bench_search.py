@@ -1,44 +1,97 @@
-"""Exhaustive search of the full PHAZE space (issue #7 benchmark).
+"""Exhaustive search of a PHAZE space (issue #7 and #15 benchmark).
 
 gpt2-xl on 1024 devices, global batch 4096, micro-batch {1, 2, 4, 8}, recompute none / full,
-every pipeline schedule, ZeRO-1 and DP overlap on and off, HBM {32, 64, 80} GiB: the ``phaze``
-space (PHAZE Table 1 with its area rule, 9477 designs).  Strategy ``exhaustive`` with the
-provable pruning of :mod:`archplace.search.bounds`, on a local process pool.  Target: at most
-15 minutes on 2 cores.
+every pipeline schedule, ZeRO-1 and DP overlap on and off, HBM {32, 64, 80} GiB, over the
+``phaze-square`` space (square arrays, 10,302 designs) or ``--space phaze`` (PHAZE's rectangular
+space, 88,080 designs).  Strategy ``exhaustive`` with the provable pruning of
+:mod:`archplace.search.bounds`, on a local process pool.  Target: at most 15 minutes on 2 cores.
 
-Prints: designs in the space, evaluated, pruned, wall time, designs settled (evaluated +
-pruned) per second and evaluated per second, the best design and its throughput relative to
-the tpuv4 preset under the same cluster, model and plan search.  With ``--plain`` it also runs
+Prints, first, the pruning bounds' cost: the scalar bound
+(:func:`archplace.search.bounds.design_bound`, one core configuration at a time, timed on a
+sample) against the vectorised one (:mod:`archplace.search.bounds_many`, every core
+configuration of the space at once), per design, and their ratio -- the two are equal bit for bit,
+which the benchmark checks on the sample.  Then the search: designs in the space, evaluated,
+pruned, wall time, the time until every design was bounded, designs settled (evaluated + pruned)
+per second and evaluated per second, the best design and its throughput relative to the tpuv4
+preset under the same cluster, model and plan search.  With ``--plain`` it also runs
 ``exhaustive-all`` (every design evaluated) and checks that both give the same best design.
 
-Run: ``.venv/bin/python benchmarks/bench_search.py [--jobs 2] [--plain]``
+Run: ``.venv/bin/python benchmarks/bench_search.py [--space phaze] [--jobs 2] [--plain] [--no-search]``
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import time
 
 from archplace import api
+from archplace.cost.model import SystolicCostModel
+from archplace.cost.precision import Fp8CostModel, Precision
+from archplace.search.bounds import design_bound
+from archplace.search.bounds_many import design_bounds
+from archplace.search.evaluate import core_key
 from archplace.search.executor import make_executor
-from archplace.search.runner import run_search
+from archplace.search.request import SearchRequest
+from archplace.search.runner import BOUND_CHUNK, Tick, model_chains, run_search
 from archplace.search.strategies import make_strategy
 
 TARGET_S = 15 * 60
-OPTIONS = dict(space="phaze", devices=1024, global_batch=4096, micro_batches=(1, 2, 4, 8),
-               recompute=["both"])
+OPTIONS = dict(devices=1024, global_batch=4096, micro_batches=(1, 2, 4, 8), recompute=["both"])
+SCALAR_SAMPLE = 40
+"""Core configurations the scalar bound is timed on (it takes the whole space hours at PHAZE's size)."""
 
 
-def _run(strategy: str, jobs: int) -> None:
-    request = api.search_request("gpt2-xl", **OPTIONS)
+def _bounds(request: SearchRequest) -> None:
+    """Time the scalar and the vectorised bounds of the space's core configurations."""
+    chains = model_chains(request)["gpt2-xl"]
+    cores = list(dict.fromkeys(core_key(a) for a in request.designs))
+    space = request.plan_space
+    grad_bytes, fp8 = space.grad_reduce_dtype.bytes, Precision.FP8 in space.precisions
+    devices = request.cluster.devices
     start = time.perf_counter()
+    many = []
+    for first in range(0, len(cores), BOUND_CHUNK):
+        many.extend(design_bounds(cores[first:first + BOUND_CHUNK], chains, devices,
+                                  SystolicCostModel(request.cluster, cache_size=0), grad_bytes=grad_bytes,
+                                  fp8=fp8, bf16=Precision.BF16 in space.precisions))
+    vector_s = time.perf_counter() - start
+    sample = random.Random(0).sample(range(len(cores)), min(SCALAR_SAMPLE, len(cores)))
+    cost = SystolicCostModel(request.cluster)
+    start = time.perf_counter()
+    fp8_cost = Fp8CostModel(cost) if fp8 else None
+    scalar = [design_bound(cores[i], chains, devices, cost, grad_bytes=grad_bytes, fp8_cost=fp8_cost,
+                           bf16=Precision.BF16 in space.precisions) for i in sample]
+    scalar_per_core_s = (time.perf_counter() - start) / len(sample)
+    same = all(s == many[i] for s, i in zip(scalar, sample, strict=True))
+    per_design = len(cores) / len(request.designs)  # core configurations per design
+    scalar_s = scalar_per_core_s * len(cores)
+    print(f"[bounds] {len(cores)} core configurations ({len(request.designs)} designs): scalar "
+          f"{scalar_per_core_s * 1e3:.2f} ms per core configuration = "
+          f"{scalar_per_core_s * per_design * 1e3:.3f} ms per design (timed on {len(sample)}; the whole "
+          f"space would take {scalar_s:.0f} s)")
+    print(f"[bounds] vectorised: {vector_s:.2f} s for all = {vector_s / len(request.designs) * 1e6:.1f} "
+          f"µs per design; ratio {scalar_s / vector_s:.0f}x; equal bit for bit on the sample: {same}")
+
+
+def _run(space: str, strategy: str, jobs: int) -> None:
+    request = api.search_request("gpt2-xl", space=space, **OPTIONS)
+    bounded_at: list[float] = []
+    cores = len({core_key(a) for a in request.designs})
+    start = time.perf_counter()
+
+    def progress(tick: Tick) -> None:
+        if not bounded_at and tick.evaluated == 0 and tick.bounds_computed == tick.bounded == cores:
+            bounded_at.append(time.perf_counter() - start)
+
     with make_executor("local", jobs) as pool:
-        result = run_search(request, make_strategy(strategy), executor=pool)
+        result = run_search(request, make_strategy(strategy), executor=pool, progress=progress)
     wall = time.perf_counter() - start
     best = result.best
     settled = len(result.evaluated) + result.pruned
-    print(f"[{strategy}] space {result.considered} designs: {len(result.evaluated)} evaluated, "
-          f"{result.pruned} pruned, {wall:.1f} s on {jobs} workers "
+    bounds = f", every design bounded after {bounded_at[0]:.1f} s" if bounded_at else ""
+    print(f"[{strategy}] {space}: {result.considered} designs: {len(result.evaluated)} evaluated, "
+          f"{result.pruned} pruned, {wall:.1f} s on {jobs} workers{bounds} "
           f"({wall / TARGET_S:.2f} of the 15-minute target)")
     print(f"[{strategy}] {settled / wall:.1f} designs settled/s, {len(result.evaluated) / wall:.1f} "
           f"evaluated/s")
@@ -56,12 +109,17 @@ def _run(strategy: str, jobs: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--space", default="phaze-square", help="phaze-square (default) or phaze")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--plain", action="store_true", help="also evaluate every design")
+    parser.add_argument("--no-search", action="store_true", help="only time the bounds")
     args = parser.parse_args()
-    _run("exhaustive", args.jobs)
+    _bounds(api.search_request("gpt2-xl", space=args.space, **OPTIONS))
+    if args.no_search:
+        return
+    _run(args.space, "exhaustive", args.jobs)
     if args.plain:
-        _run("exhaustive-all", args.jobs)
+        _run(args.space, "exhaustive-all", args.jobs)
 
 
 if __name__ == "__main__":

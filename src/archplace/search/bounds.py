@@ -27,6 +27,11 @@ compute, so a bound can rule a design out before its schedules are computed:
 So ``throughput <= N * per_device`` and ``throughput / (TDP * devices used) <= per_device /
 TDP`` (the per-watt objective of WHAM).  Pruning a design whose bound is below the incumbent's
 score therefore never changes the answer; ties are not pruned.
+
+:func:`design_bound` bounds one core configuration; the search bounds all of them at once with
+:func:`archplace.search.bounds_many.design_bounds` (the same floats, bit for bit) and keeps them in
+its result store (:meth:`archplace.search.store.ResultStore.record_bounds`), so a resumed search
+reads them back.
 """
 
 from __future__ import annotations
@@ -132,6 +137,14 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
                                                                          for f in fp8]
         for floor_s in floors:
             per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
+    return DesignBound(per_device, devices, memory_floor_bytes(chains, devices, optimizer, grad_bytes))
+
+
+def memory_floor_bytes(chains: Mapping[CostKey, LayerChain], devices: int,
+                       optimizer: Optimizer = Optimizer.ADAM,
+                       grad_bytes: int = GRADIENT_BYTES_PER_PARAM) -> float:
+    """Point 3 of the module docstring: the model state per device no plan over ``chains``' keys
+    on ``devices`` devices goes below (bytes; the same for every design)."""
     params = min(chain.model_params * tp for (tp, *_), chain in chains.items())  # >= P: per-rank x t
     state = WEIGHT_BYTES_PER_PARAM + grad_bytes + OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
-    return DesignBound(per_device, devices, state * params / devices)
+    return state * params / devices

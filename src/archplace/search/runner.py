@@ -32,7 +32,8 @@ from archplace.placement.workflow import PlanGrid
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import solve_problem
-from archplace.search.bounds import DesignBound, design_bound
+from archplace.search.bounds import DesignBound, memory_floor_bytes
+from archplace.search.bounds_many import design_bounds
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
 from archplace.search.objective import Objective, rank, score
 from archplace.search.request import SearchRequest, SearchResult, request_identity
@@ -53,6 +54,10 @@ Its wall-clock cost varies by problem: on the hardest layer graphs of gpt2-xl an
 searches (2 to 16 tensor cores, a loaded 2-core machine) 0.4 to 2.5 s, where 0.5 took up to 18 s
 (and gained at most 4 % of the makespan, on llama2-7b's backward block)."""
 
+BOUND_CHUNK = 8192
+"""Core configurations bounded at once (:meth:`_Session.bounds`): bounds the arrays' memory (a few
+hundred MB for the largest models) and gives a progress report per chunk."""
+
 EXACT_OPTIONS = SolveOptions(workers=1, deterministic_time=EXACT_WORK_LIMIT)
 """How the re-evaluation runs CP-SAT (seed 0)."""
 
@@ -70,6 +75,8 @@ class Tick:
         bounded: core configurations bounded so far (:mod:`archplace.search.bounds`).
         search: index of the search in a run of several (one per model,
             :func:`archplace.api.search_each`), from 0.
+        bounds_computed: core configurations whose bounds were computed so far (the others were
+            read back from the store).
     """
 
     evaluated: int
@@ -79,6 +86,7 @@ class Tick:
     objective: Objective
     bounded: int = 0
     search: int = 0
+    bounds_computed: int = 0
 
 
 Progress = Callable[[Tick], None]
@@ -111,15 +119,16 @@ def _exact_task(items: list[tuple[Accelerator, Chains]], cluster: Cluster, globa
     return [_evaluate_task([acc], chains, cluster, global_batch, space, True)[0] for acc, chains in items]
 
 
-def _bound_task(cores: list[Accelerator], chains: Chains, cluster: Cluster,
-                grad_bytes: int, precisions: tuple[Precision, ...] = PRECISIONS) -> list[list[DesignBound]]:
+def _bound_many_task(cores: list[Accelerator], chains: Chains, cluster: Cluster, grad_bytes: int,
+                     precisions: tuple[Precision, ...] = PRECISIONS) -> list[list[DesignBound]]:
     """Bounds of each core configuration, one per model (``grad_bytes`` and ``precisions``: the
-    plan space's)."""
-    cost = SystolicCostModel(cluster)
-    fp8_cost = Fp8CostModel(cost) if Precision.FP8 in precisions else None
-    return [[design_bound(acc, by_key, cluster.devices, cost, grad_bytes=grad_bytes, fp8_cost=fp8_cost,
-                          bf16=Precision.BF16 in precisions)
-             for by_key in chains.values()] for acc in cores]
+    plan space's), all at once in NumPy (:mod:`archplace.search.bounds_many`: bit for bit those of
+    :func:`~archplace.search.bounds.design_bound`)."""
+    cost = SystolicCostModel(cluster, cache_size=0)
+    per_model = [design_bounds(cores, by_key, cluster.devices, cost, grad_bytes=grad_bytes,
+                               fp8=Precision.FP8 in precisions, bf16=Precision.BF16 in precisions)
+                 for by_key in chains.values()]
+    return [list(row) for row in zip(*per_model, strict=True)] if per_model else [[] for _ in cores]
 
 
 def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster,
@@ -176,6 +185,9 @@ class _Session:
         self.pruned = 0
         self.best: DesignResult | None = None
         self.bound_cache: dict[Accelerator, list[DesignBound]] = {}
+        self.bounds_computed = 0
+        self.stored_bounds: dict[str, dict[int, float]] | None = None
+        self.recorded: set[str] = set()
 
     def _run(self, fn: Callable[..., list[Any]], batches: Sequence[list[Any]], *args: object
              ) -> Iterator[tuple[list[Any], list[Any]]]:
@@ -203,7 +215,8 @@ class _Session:
     def tick(self) -> None:
         if self.progress is not None:
             self.progress(Tick(len(self.results), self.pruned, len(self.request.designs), self.best,
-                               self.request.objective, len(self.bound_cache)))
+                               self.request.objective, len(self.bound_cache),
+                               bounds_computed=self.bounds_computed))
 
     def evaluate(self, designs: Sequence[Accelerator]) -> list[DesignResult]:
         """Strategy callback: results in input order; earlier results are not recomputed."""
@@ -229,17 +242,57 @@ class _Session:
         return [self.results[acc.name] for acc in designs]
 
     def bounds(self, designs: Sequence[Accelerator]) -> list[float]:
-        """Strategy callback: upper bounds of the objective (:mod:`archplace.search.bounds`)."""
-        cores = list(dict.fromkeys(core_key(acc) for acc in designs if core_key(acc) not in self.bound_cache))
-        jobs = _parallelism(self.executor)
-        size = max(1, -(-len(cores) // (4 * jobs)))
-        batches = [cores[i:i + size] for i in range(0, len(cores), size)]
-        for batch, found in self._run(_bound_task, batches, self.chains, self.request.cluster,
-                                      self.request.plan_space.grad_reduce_dtype.bytes,
-                                      self.request.plan_space.precisions):
+        """Strategy callback: upper bounds of the objective (:mod:`archplace.search.bounds`).
+
+        Bounds stored for this search are read back; the others are computed for all their core
+        configurations at once, in this process, in chunks of :data:`BOUND_CHUNK`
+        (:mod:`archplace.search.bounds_many`), and stored."""
+        keys = [core_key(acc) for acc in designs]
+        self._read_bounds(designs, keys)
+        cores = list(dict.fromkeys(key for key in keys if key not in self.bound_cache))
+        grad_bytes = self.request.plan_space.grad_reduce_dtype.bytes
+        for start in range(0, len(cores), BOUND_CHUNK):
+            batch = cores[start:start + BOUND_CHUNK]
+            found = _bound_many_task(batch, self.chains, self.request.cluster, grad_bytes,
+                                     self.request.plan_space.precisions)
             self.bound_cache.update(zip(batch, found, strict=True))
+            self.bounds_computed += len(batch)
             self.tick()
-        return [_bound_score(self.bound_cache[core_key(acc)], acc, self.request.objective) for acc in designs]
+        if self.store is not None:
+            known = self.stored_bounds or {}
+            models = set(range(len(self.chains)))
+            rows: list[tuple[str, int, float]] = []
+            for acc, key in zip(designs, keys, strict=True):
+                if acc.name in self.recorded or set(known.get(acc.name, {})) == models:
+                    continue
+                self.recorded.add(acc.name)
+                rows.extend((acc.name, model, bound.samples_per_s_per_device)
+                            for model, bound in enumerate(self.bound_cache[key]))
+            if rows:
+                self.store.record_bounds(self.key, rows)
+        return [_bound_score(self.bound_cache[key], acc, self.request.objective)
+                for acc, key in zip(designs, keys, strict=True)]
+
+    def _read_bounds(self, designs: Sequence[Accelerator], keys: Sequence[Accelerator]) -> None:
+        """Fill :attr:`bound_cache` from the store's bounds of ``designs`` (``keys``: their core
+        keys; the store is read once per session)."""
+        if self.store is None:
+            return
+        if self.stored_bounds is None:
+            self.stored_bounds = self.store.bounds(self.key)
+        if not self.stored_bounds:
+            return
+        grad_bytes = self.request.plan_space.grad_reduce_dtype.bytes
+        devices = self.request.cluster.devices
+        floors = [memory_floor_bytes(by_key, devices, grad_bytes=grad_bytes)
+                  for by_key in self.chains.values()]
+        models = set(range(len(floors)))
+        for acc, core in zip(designs, keys, strict=True):
+            stored = self.stored_bounds.get(acc.name)
+            if core in self.bound_cache or stored is None or set(stored) != models:
+                continue
+            self.bound_cache[core] = [DesignBound(stored[model], devices, floor)
+                                      for model, floor in enumerate(floors)]
 
     def exact(self, results: Sequence[DesignResult]) -> list[DesignResult]:
         """``results`` re-evaluated with CP-SAT layer schedules for each model's best plan's

@@ -6,6 +6,8 @@ against the same store resumes it: finished designs are read back, not evaluated
 row is committed on its own, so a killed search loses at most the evaluations still running.
 A store holds any number of searches; each is shown by the first :data:`SHORT_ID` hex digits of
 its key, its models and the objective of its latest run.
+The pruning bounds of a search's designs (:mod:`archplace.search.bounds`) are kept too, one row
+per design and model, so that a resumed search does not compute them again.
 
 The file says that it is a store: SQLite's ``application_id`` is :data:`APPLICATION_ID` and its
 ``user_version`` the schema version :data:`SCHEMA_VERSION` (both read from the 100-byte file
@@ -76,6 +78,17 @@ _SCHEMA = (
         PRIMARY KEY (search, design)
     )""",
 )
+_BOUNDS_COLUMNS = ("search", "design", "model", "samples_per_s_per_device")
+_BOUNDS_SCHEMA = """CREATE TABLE IF NOT EXISTS bounds (
+        search TEXT NOT NULL REFERENCES searches(key),
+        design TEXT NOT NULL,
+        model INTEGER NOT NULL,
+        samples_per_s_per_device REAL NOT NULL,
+        PRIMARY KEY (search, design, model)
+    )"""
+"""The pruning bounds of a search's designs (:mod:`archplace.search.bounds`), one row per design and
+model (the model's position in the search): the same schema version, since the table is optional
+-- stores written before it have none, and it is created by :meth:`ResultStore.begin`."""
 
 
 def request_key(request: dict[str, Any]) -> str:
@@ -254,6 +267,10 @@ class ResultStore:
                 if found != columns:
                     raise ConfigError(f"{self.path}: corrupt result store (table {table!r} has columns "
                                       f"{list(found)}, expected {list(columns)})")
+            bounds = tuple(row[1] for row in db.execute("PRAGMA table_info(bounds)"))
+            if bounds and bounds != _BOUNDS_COLUMNS:
+                raise ConfigError(f"{self.path}: corrupt result store (table 'bounds' has columns "
+                                  f"{list(bounds)}, expected {list(_BOUNDS_COLUMNS)})")
             check = [row[0] for row in db.execute("PRAGMA quick_check")]
             if check != ["ok"]:
                 raise ConfigError(f"{self.path}: corrupt result store (SQLite quick_check: "
@@ -306,6 +323,7 @@ class ResultStore:
                     db.execute(statement)
             elif (application, version) != (APPLICATION_ID, SCHEMA_VERSION):
                 raise ConfigError(f"{self.path}: no longer a result store of schema version {SCHEMA_VERSION}")
+            db.execute(_BOUNDS_SCHEMA)
             db.execute("INSERT INTO searches VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
                        "models = excluded.models, objective = excluded.objective",
                        (key, _canonical(request), json.dumps(list(label.models)), label.objective.value,
@@ -321,6 +339,39 @@ class ResultStore:
             db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
                        (key, design, throughput_samples_per_s, area_mm2, int(feasible), json.dumps(result),
                         time.time()))
+
+    def record_bounds(self, key: str, rows: list[tuple[str, int, float]]) -> None:
+        """Write the pruning bounds of designs of search ``key`` -- (design, model index,
+        samples/s per device) -- in one transaction."""
+        if self.read_only:
+            raise ConfigError(f"{self.path}: opened read-only")
+        with self._connect("rw") as db, db:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO bounds VALUES (?, ?, ?, ?)",
+                           [(key, design, model, value) for design, model, value in rows])
+
+    def bounds(self, key: str) -> dict[str, dict[int, float]]:
+        """The stored pruning bounds of search ``key``: samples/s per device by design name, then
+        model index (empty for a new store or one written before bounds were stored).
+
+        Raises:
+            ConfigError: a bound that is not a number >= 0.
+        """
+        if not self._exists():
+            return {}
+        with self._connect("ro") as db:
+            if not db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'bounds'").fetchone()[0]:
+                return {}
+            rows = db.execute("SELECT design, model, samples_per_s_per_device FROM bounds WHERE search = ?",
+                              (key,)).fetchall()
+        out: dict[str, dict[int, float]] = {}
+        for design, model, value in rows:
+            if (not isinstance(design, str) or isinstance(model, bool) or not isinstance(model, int)
+                    or isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0):
+                raise ConfigError(f"{self.path}: corrupt result store (search {key[:SHORT_ID]}: bound "
+                                  f"{design!r}, {model!r}: {value!r})")
+            out.setdefault(design, {})[model] = float(value)
+        return out
 
     def searches(self) -> list[StoredSearch]:
         """Every search in the store, oldest first.
