@@ -84,7 +84,8 @@ def test_engine_plan_rank_order_round_trip() -> None:
     assert EnginePlan.from_dict(data) == plan
     del data["rank_order"]  # plans written before the field: the default order
     assert EnginePlan.from_dict(data).rank_order is RankOrder.TP_CP_EP_PP_DP
-    with pytest.raises(ConfigError, match="unknown rank_order 'dp-pp'; choose from: tp-cp-ep-pp-dp, tp-cp-ep-dp-pp"):
+    with pytest.raises(ConfigError,
+                       match="unknown rank_order 'dp-pp'; choose from: tp-cp-ep-pp-dp, tp-cp-ep-dp-pp"):
         EnginePlan(tp=1, pp=1, dp=1, micro_batch=1, recompute=Recompute.NONE, stages=((0, 3),),
                    rank_order="dp-pp")  # type: ignore[arg-type]
 
@@ -107,7 +108,8 @@ def test_the_order_moves_the_pipeline_and_dp_links(gpt: str, capsys: pytest.Capt
     """pp = 2, dp = 8 on two nodes of 8: tp-cp-ep-pp-dp keeps the pipeline neighbours in a node
     and spreads each stage's replicas over both; tp-cp-ep-dp-pp keeps a stage's replicas in one
     node and sends the pipeline across: less pp_comm and more dp_comm for the first."""
-    got = {order: _json(["evaluate", "--model", gpt, *CLUSTER, *FIXED, "--rank-order", order, "--json"], capsys)
+    got = {order: _json(["evaluate", "--model", gpt, *CLUSTER, *FIXED, "--rank-order", order, "--json"],
+                        capsys)
            for order in ORDERS}
     pp_dp, dp_pp = got["tp-cp-ep-pp-dp"], got["tp-cp-ep-dp-pp"]
     assert (pp_dp["plan"]["rank_order"], dp_pp["plan"]["rank_order"]) == ("tp-cp-ep-pp-dp", "tp-cp-ep-dp-pp")
@@ -150,7 +152,8 @@ def test_rank_order_flag_equals_yaml(gpt: str, tmp_path: Path, capsys: pytest.Ca
     from_flag = _json(["plan", "--config", str(path), "--rank-order", "tp-cp-ep-dp-pp", "--json"], capsys)
     assert from_file["plan"]["rank_order"] == "tp-cp-ep-dp-pp"
     assert from_file["plans"] == from_flag["plans"]
-    assert PlanRun.from_dict({**base, "rank_order": "tp-cp-ep-dp-pp"}).space.rank_order is RankOrder.TP_CP_EP_DP_PP
+    run_file = PlanRun.from_dict({**base, "rank_order": "tp-cp-ep-dp-pp"})
+    assert run_file.space.rank_order is RankOrder.TP_CP_EP_DP_PP
 
 
 def test_bad_rank_order_is_one_line(gpt: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,7 +172,8 @@ def test_model_spec_fields() -> None:
     assert (ModelSpec("m").capacity_factor, ModelSpec("m").expert_load_imbalance) == (1.0, 1.0)
     for name in ("capacity_factor", "expert_load_imbalance"):
         for bad in (0.5, float("nan"), float("inf"), "2", True, 2000.0):
-            with pytest.raises(ConfigError, match=rf"^{name} must be a finite number at least 1 and at most 1024"):
+            with pytest.raises(ConfigError,
+                               match=rf"^{name} must be a finite number at least 1 and at most 1024"):
                 ModelSpec("m", **{name: bad})  # type: ignore[arg-type]
             with pytest.raises(ConfigError, match=rf"^{name} must be a finite number"):
                 SearchSpec(models=("m",), devices=1, global_batch=1, **{name: bad})  # type: ignore[arg-type]
@@ -184,7 +188,8 @@ def test_capacity_factor_raises_ep_comm_and_compute(moe: str, capsys: pytest.Cap
     assert padded["breakdown_s"]["compute"] > base["breakdown_s"]["compute"]
     assert padded["iteration_time_s"] > base["iteration_time_s"]
     # a load imbalance is ignored above capacity factor 1 (every expert padded), counted at 1
-    skewed = _json(["evaluate", "--model", moe, *MOE_FIXED, "--expert-load-imbalance", "1.5", "--json"], capsys)
+    skewed = _json(["evaluate", "--model", moe, *MOE_FIXED, "--expert-load-imbalance", "1.5", "--json"],
+                   capsys)
     assert skewed["breakdown_s"]["ep_comm"] > base["breakdown_s"]["ep_comm"]
     both = _json(["evaluate", "--model", moe, *MOE_FIXED, "--capacity-factor", "1.25",
                   "--expert-load-imbalance", "1.5", "--json"], capsys)
@@ -209,7 +214,8 @@ def test_moe_flags_equal_yaml(moe: str, tmp_path: Path, capsys: pytest.CaptureFi
     # an evaluate --json document carries them, so that evaluate --plan scores it again
     doc = tmp_path / "doc.json"
     doc.write_text(json.dumps(from_flags))
-    assert _json(["evaluate", "--plan", str(doc), "--json"], capsys)["breakdown_s"] == from_flags["breakdown_s"]
+    again = _json(["evaluate", "--plan", str(doc), "--json"], capsys)
+    assert again["breakdown_s"] == from_flags["breakdown_s"]
     # plan --config reads them too
     space = {key: value for key, value in run_file.items() if key != "plan"}
     path.write_text(yaml.safe_dump({**space, "tps": [1], "micro_batches": [2], "eps": [4], "cps": [1],
@@ -241,7 +247,8 @@ def test_bad_values_are_one_line(moe: str, gpt: str, capsys: pytest.CaptureFixtu
 
 def test_a_dense_model_refuses_them(gpt: str, capsys: pytest.CaptureFixture[str]) -> None:
     line = _refused(["evaluate", "--model", gpt, *CLUSTER, *FIXED, "--capacity-factor", "1.25"], capsys)
-    assert line.startswith("archplace: error: --capacity-factor = 1.25 applies to mixture-of-experts models; ")
+    assert line.startswith("archplace: error: --capacity-factor = 1.25 applies to mixture-of-experts "
+                           "models; ")
     assert line.endswith(" is dense (leave it at 1)"), line
     line = _refused(["graph", "--model", gpt, "--expert-load-imbalance", "2"], capsys)
     assert "--expert-load-imbalance = 2 applies to mixture-of-experts models" in line
@@ -277,3 +284,22 @@ def test_examples_show_them_commented() -> None:
         for key in keys:
             assert f"# {key}: " in text, (name, key)
         assert all(key not in yaml.safe_load(text) for key in keys)
+
+
+def test_estimate_and_schedule_take_the_capacity_factor(moe: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """One chip holds every expert (ep = 1): only a capacity factor above 1 pads the experts."""
+    def flop(extra: list[str]) -> float:
+        doc = _json(["estimate", "--model", moe, "--hardware", "a100-80gb", "--seq-len", "64", *extra,
+                     "--json"], capsys)
+        return float(doc["total"]["fwd"]["flop"])
+    base = flop([])
+    assert flop(["--capacity-factor", "2"]) > base
+    assert flop(["--expert-load-imbalance", "2"]) == base  # ignored at ep = 1
+    busy = {}
+    for factor in (1.0, 2.0):
+        problem = api.layer_problem(moe, "a100-80gb", "block", "fwd", seq_len=64, capacity_factor=factor)
+        busy[factor] = sum(op.single_s for op in problem.ops)
+    assert busy[2.0] > busy[1.0]
+    code, _, err = run(["schedule", "--model", moe, "--hardware", "a100-80gb", "--seq-len", "64",
+                        "--backend", "list", "--capacity-factor", "2"], capsys)
+    assert code == 0, err

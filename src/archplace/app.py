@@ -216,8 +216,11 @@ def evaluate(run: EvaluateRun) -> PlanResult:
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
                    seq_len: int | None = None, attention: Attention | str = Attention.FLASH,
-                   kernels: Kernels | str = Kernels.FUSED) -> ModelEstimate:
-    """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``.
+                   kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
+                   expert_load_imbalance: float = 1.0) -> ModelEstimate:
+    """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``
+    (``capacity_factor`` and ``expert_load_imbalance`` as in :class:`~archplace.specs.ModelSpec`;
+    one chip holds every expert, so only a capacity factor above 1 changes the figures).
 
     The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
 
@@ -228,7 +231,8 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
             kernels value.
         ExtractionError: the model could not be traced.
     """
-    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels)  # type: ignore[arg-type]
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels,  # type: ignore[arg-type]
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     chip = HardwareSpec(hardware)
@@ -251,7 +255,8 @@ def estimate_preset_matmul(hardware: str, m: int, k: int, n: int, *, batch: int 
 def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
                   *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
                   attention: Attention | str = Attention.FLASH,
-                  kernels: Kernels | str = Kernels.FUSED) -> ScheduleProblem:
+                  kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
+                  expert_load_imbalance: float = 1.0) -> ScheduleProblem:
     """The scheduling problem of one layer's forward or backward graph.
 
     Args:
@@ -264,6 +269,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         seq_len: tokens per sample [the model's default].
         attention, kernels: eager | sdpa | flash and fused | unfused
             (:class:`archplace.workload.extract.ExtractOptions`).
+        capacity_factor, expert_load_imbalance: of a mixture-of-experts model's routed tokens
+            (:class:`~archplace.specs.ModelSpec`; 1.0 each).
 
     Raises:
         ConfigError: an unknown layer or phase, a bad model or hardware, a size out of range
@@ -271,7 +278,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
             hardware without a cluster section.
         ExtractionError: the model cannot be traced.
     """
-    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels)  # type: ignore[arg-type]
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels,  # type: ignore[arg-type]
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     if layer not in LAYERS:
         raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
     if phase not in PHASES:
@@ -283,7 +291,9 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
     acc = accelerator(chip)
     cost = SystolicCostModel(cluster=cluster(chip, tp)) if tp > 1 else SystolicCostModel()
     chain = extract_chain(loaded, ExtractOptions(micro_batch, loaded.seq_len, tp=tp,
-                                                 attention=spec.attention, kernels=spec.kernels))
+                                                 attention=spec.attention, kernels=spec.kernels,
+                                                 capacity_factor=spec.capacity_factor,
+                                                 expert_load_imbalance=spec.expert_load_imbalance))
     chosen = next(item for item in chain.layers if item.kind.value == layer)
     return ScheduleProblem.from_graph(chosen.fwd if phase == "fwd" else chosen.bwd, acc, cost)
 
@@ -292,7 +302,8 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
                    *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
                    backend: str = "cpsat", options: SolveOptions | None = None,
                    attention: Attention | str = Attention.FLASH,
-                   kernels: Kernels | str = Kernels.FUSED) -> ScheduleResult:
+                   kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
+                   expert_load_imbalance: float = 1.0) -> ScheduleResult:
     """Build the problem of one layer (:func:`layer_problem`) and schedule it
     (:func:`archplace.schedule.solve.solve_problem`).
 
@@ -300,7 +311,8 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
         ConfigError, ExtractionError, SolverError: as those two functions.
     """
     problem_ = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
-                             seq_len=seq_len, attention=attention, kernels=kernels)
+                             seq_len=seq_len, attention=attention, kernels=kernels,
+                             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     return solve_problem(problem_, backend, options)
 
 
