@@ -277,13 +277,17 @@ def test_search_records_and_keys_them(moe: str, tmp_path: Path) -> None:
                             ).plan_space.capacity_factor == 1.25
 
 
-def test_examples_show_them_commented() -> None:
-    for name, keys in (("plan", ("capacity_factor", "expert_load_imbalance", "rank_order")),
-                       ("search", ("capacity_factor", "expert_load_imbalance"))):
+def test_examples_show_them_with_their_defaults() -> None:
+    for name, defaults in (("plan", {"capacity_factor": 1.0, "expert_load_imbalance": 1.0,
+                                     "rank_order": "tp-cp-ep-pp-dp"}),
+                           ("search", {"capacity_factor": 1.0, "expert_load_imbalance": 1.0})):
         text = EXAMPLES[name]
-        for key in keys:
-            assert f"# {key}: " in text, (name, key)
-        assert all(key not in yaml.safe_load(text) for key in keys)
+        fields = yaml.safe_load(text)
+        assert {key: fields[key] for key in defaults} == defaults, name
+        for key in defaults:  # each with a comment
+            assert next(line for line in text.splitlines() if line.startswith(f"{key}:")).count("#") == 1
+    plan = PlanRun.from_dict(yaml.safe_load(EXAMPLES["plan"]))
+    assert (plan.model.capacity_factor, plan.space.rank_order) == (1.0, RankOrder.TP_CP_EP_PP_DP)
 
 
 def test_estimate_and_schedule_take_the_capacity_factor(moe: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -406,8 +406,8 @@ eps: null                    # expert-parallel degrees, e.g. [1, 8]; null: 1 onl
 attention: flash             # flash, sdpa or eager
 kernels: fused               # fused or unfused
 fuse: false                  # fold element-wise operators into their producing matmul
-# capacity_factor: 1.0       # MoE expert capacity over the balanced share; 1.0: dropless (>= 1)
-# expert_load_imbalance: 1.0 # busiest EP rank's tokens over the mean, dropless routing (>= 1)
+capacity_factor: 1.0         # MoE expert capacity over the balanced share; 1.0: dropless (>= 1)
+expert_load_imbalance: 1.0   # busiest EP rank's tokens over the mean, dropless routing (>= 1)
 
 # How to search
 strategy: exhaustive         # exhaustive, exhaustive-all, phaze, wham, optuna
