@@ -307,3 +307,14 @@ def test_estimate_and_schedule_take_the_capacity_factor(moe: str, capsys: pytest
     code, _, err = run(["schedule", "--model", moe, "--hardware", "a100-80gb", "--seq-len", "64",
                         "--backend", "list", "--capacity-factor", "2"], capsys)
     assert code == 0, err
+
+
+def test_a_layer_graph_takes_the_default_order_only(capsys: pytest.CaptureFixture[str]) -> None:
+    graph = str(Path(__file__).resolve().parents[1] / "examples" / "layer_graph.yaml")
+    argv = ["plan", "--layer-graph", graph, "--hardware", "a100-80gb", "--devices", "8",
+            "--global-batch", "8"]
+    assert _refused([*argv, "--rank-order", "tp-cp-ep-dp-pp"], capsys).endswith(
+        "--rank-order tp-cp-ep-dp-pp: layer-graph plans use the rank order tp-cp-ep-pp-dp")
+    assert "--capacity-factor applies to --model" in _refused([*argv, "--capacity-factor", "1.25"], capsys)
+    doc = _json([*argv, "--rank-order", "tp-cp-ep-pp-dp", "--json"], capsys)
+    assert doc["plan"]["rank_order"] == "tp-cp-ep-pp-dp"

@@ -110,11 +110,14 @@ def register(app: typer.Typer) -> None:
         if layer_graph is not None:
             given = [f"--{name.replace('_', '-')}" for name in (
                 "fuse", "attention", "kernels", "precision", "cp", "ep", "capacity_factor",
-                "expert_load_imbalance", "rank_order")
+                "expert_load_imbalance")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
             if given:
                 raise ConfigError(f"{', '.join(given)} applies to --model (a layer graph file carries "
                                   "its own costs)")
+            if rank_order.strip().lower() != "tp-cp-ep-pp-dp":
+                raise ConfigError(f"--rank-order {rank_order}: layer-graph plans use the rank order "
+                                  "tp-cp-ep-pp-dp")
             if hardware is None or devices is None or global_batch is None:
                 raise ConfigError("plan --layer-graph needs --hardware, --devices and --global-batch")
             # a layer graph is planned with ZeRO stages 0 and 1 (dag_plan) unless others are asked for
