@@ -86,17 +86,20 @@ def hardware() -> list[dict[str, Any]]:
 
 def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: int = 1,
           sp: bool = False, fuse: bool = False, attention: Attention | str = Attention.FLASH,
-          kernels: Kernels | str = Kernels.FUSED, ep: int = 1) -> dict[str, Any]:
+          kernels: Kernels | str = Kernels.FUSED, ep: int = 1, capacity_factor: float = 1.0,
+          expert_load_imbalance: float = 1.0) -> dict[str, Any]:
     """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1, per expert-parallel
     rank for ``ep`` > 1: :mod:`archplace.workload.expert_parallel`).
 
     ``attention`` (eager | sdpa | flash) and ``kernels`` (fused | unfused), members or names,
     as in :class:`~archplace.workload.extract.ExtractOptions`; every function here that traces
-    a model takes them.
+    a model takes them. ``capacity_factor`` and ``expert_load_imbalance`` (each >= 1; 1.0:
+    dropless and balanced) as in :class:`archplace.specs.ModelSpec`, for a mixture-of-experts
+    model only; :func:`plan`, :func:`evaluate` and :func:`search` take them too.
 
     Returns:
         ``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "attention", "kernels",
-        "layers": [{"name", "kind", "params",
+        "capacity_factor", "expert_load_imbalance", "layers": [{"name", "kind", "params",
         "fwd_flop", "bwd_flop", "activation_bytes", "boundary_bytes", "collectives",
         "operators"}], "total": {"params", "fwd_flop", "bwd_flop"}}``; bytes per micro-batch.
         Mixture-of-experts blocks add ``experts``, ``experts_per_token``, ``tokens_per_expert``,
@@ -106,17 +109,19 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
         ConfigError: unknown model, sizes out of range (:mod:`archplace.limits`), a TP width that
             does not divide the heads, KV heads or FFN size, ``sp`` with ``tp`` = 1, an unknown
             attention or kernels value, an ``ep`` that does not divide the routed experts (or
-            above 1 for a dense model).
+            above 1 for a dense model), a capacity factor or load imbalance below 1 or other
+            than 1 for a dense model.
         ExtractionError: the model code cannot be traced.
     """
-    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse)  # type: ignore[arg-type]
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse,  # type: ignore[arg-type]
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
     limits.whole("ep", ep, 1, limits.MAX_DEVICES)
     check_sp(sp, tp)
     chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep)
     summary = chain_summary(chain, sp=sp, shared_experts=shared_experts(app.load_model(spec)))
-    return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value}
+    return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options}
 
 
 def _check_cluster(devices: int, global_batch: int) -> None:
@@ -130,7 +135,9 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          fuse: bool = False, zero_stages: str | Iterable[int] | None = None,
          grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
          kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None,
-         cps: Iterable[int] | None = None, eps: Iterable[int] | None = None) -> list[PlanResult]:
+         cps: Iterable[int] | None = None, eps: Iterable[int] | None = None,
+         rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
+         expert_load_imbalance: float = 1.0) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -148,6 +155,9 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     ``cps`` and ``eps``: the context-parallel (sequence split, ring attention) and
     expert-parallel (routed experts sharded over data-parallel ranks) degrees to try; default:
     the engine's automatic choice.
+    ``rank_order``: how the parallel groups are laid over the ranks, ``tp-cp-ep-pp-dp`` (the
+    default) or ``tp-cp-ep-dp-pp`` (Megatron-Core's); recorded in every plan.
+    ``capacity_factor`` and ``expert_load_imbalance``: as in :func:`graph`.
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
@@ -163,9 +173,11 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                       sp=bool(sp), zero_stages=parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,)),
                       grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k,  # type: ignore[arg-type]
                       precisions=tuple(precisions) if precisions is not None else PRECISIONS,  # type: ignore[arg-type]
-                      cps=None if cps is None else tuple(cps), eps=None if eps is None else tuple(eps))
+                      cps=None if cps is None else tuple(cps), eps=None if eps is None else tuple(eps),
+                      rank_order=rank_order)  # type: ignore[arg-type]
     return plan_run(PlanRun(
-        ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse)),  # type: ignore[arg-type]
+        ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
+                  capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance),
         HardwareSpec(hardware), ClusterSpec(devices, global_batch), space))
 
 
@@ -186,9 +198,11 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              fuse: bool = False, zero_stage: int | None = None,
              grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
              kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16", cp: int = 1,
-             ep: int = 1) -> PlanResult:
+             ep: int = 1, rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
+             expert_load_imbalance: float = 1.0) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
-    plan (``fuse``, ``grad_reduce_dtype``, ``attention`` and ``kernels`` as in :func:`plan`;
+    plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
+    ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp`` and ``ep`` the
     context- and expert-parallel degrees, as in :func:`plan`).
 
@@ -210,8 +224,10 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,  # type: ignore[arg-type]
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
-                 stages=parse_stages(stages) if stages else None, precision=precision, cp=cp, ep=ep)  # type: ignore[arg-type]
-    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse))  # type: ignore[arg-type]
+                 stages=parse_stages(stages) if stages else None, precision=precision, cp=cp, ep=ep,  # type: ignore[arg-type]
+                 rank_order=rank_order)  # type: ignore[arg-type]
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
 
 
@@ -288,6 +304,8 @@ def search_request(
     precisions: Iterable[str] = ("bf16",),
     cps: Iterable[int] | None = None,
     eps: Iterable[int] | None = None,
+    capacity_factor: float = 1.0,
+    expert_load_imbalance: float = 1.0,
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -319,12 +337,16 @@ def search_request(
             :mod:`archplace.cost.precision`); a design without FP8 tensor cores tries bf16 only.
         cps: context-parallel degrees to try (default: 1 only).
         eps: expert-parallel degrees to try (default: 1 only).
+        capacity_factor, expert_load_imbalance: of the mixture-of-experts models' routed
+            tokens, as in :func:`graph` (a dense model among several ignores them). The search
+            lays the groups over the ranks in the default order, tp-cp-ep-pp-dp.
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
             (:mod:`archplace.limits`), a budget that is not a positive finite quantity, a TP width
             a model cannot be split by, fp8 alone on a space none of whose designs has FP8
-            tensor cores.
+            tensor cores, a capacity factor or load imbalance below 1, or other than 1 when
+            every model is dense.
     """
     attention, kernels = parse_attention(attention), parse_kernels(kernels)
     _check_cluster(devices, global_batch)
@@ -337,7 +359,11 @@ def search_request(
     # The search tries cp = ep = 1 unless told: every degree multiplies every design's layer costs.
     cp_degrees = (1,) if cps is None else degrees(tuple(cps), "cps")
     ep_degrees = (1,) if eps is None else degrees(tuple(eps), "eps")
+    moe = ModelSpec(names[0], seq_len, capacity_factor=capacity_factor,
+                    expert_load_imbalance=expert_load_imbalance)
     specs = tuple(app.load_model(ModelSpec(name, seq_len), batches) for name in names)
+    if not any(spec.experts for spec in specs):
+        app.load_model(moe)  # refuses the options for a dense model
     search_space = app.design_space(space)
     links = app.cluster(HardwareSpec(cluster or search_space.base), devices)
     try:
@@ -378,7 +404,8 @@ def search_request(
                                grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
                                                                "grad_reduce_dtype")[0],
                                fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen,
-                               cps=cp_degrees, eps=ep_degrees)
+                               cps=cp_degrees, eps=ep_degrees, capacity_factor=moe.capacity_factor,
+                               expert_load_imbalance=moe.expert_load_imbalance)
     reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
@@ -467,7 +494,8 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
                           baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
                           kernels=spec.kernels, zero_stages=spec.zero_stages,
                           grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions,
-                          cps=spec.cps, eps=spec.eps)
+                          cps=spec.cps, eps=spec.eps, capacity_factor=spec.capacity_factor,
+                          expert_load_imbalance=spec.expert_load_imbalance)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:

@@ -23,7 +23,7 @@ from archplace.hardware.presets import load_accelerator, load_cluster
 from archplace.hardware.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
-from archplace.placement.plan import GradReduceDtype, Optimizer, PlanResult, TrainingSetup
+from archplace.placement.plan import GradReduceDtype, Optimizer, PlanResult, RankOrder, TrainingSetup
 from archplace.schedule.base import ScheduleResult, SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import LAYERS, PHASES, solve_problem
@@ -52,9 +52,15 @@ def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.Model
     with the sequence and every micro-batch's token count within :mod:`archplace.limits`.
 
     Raises:
-        ConfigError: an unknown model or a bad config file, a size out of range.
+        ConfigError: an unknown model or a bad config file, a size out of range, a capacity
+            factor or expert load imbalance other than 1 for a dense model (named in ``fields``).
     """
     loaded = zoo.load_model(model.model)
+    if not loaded.experts:
+        for name, value in model.moe_options.items():
+            if value != 1.0:
+                raise ConfigError(f"{name} = {value:g} applies to mixture-of-experts models; "
+                                  f"{loaded.name} is dense (leave it at 1)", fields=(name,))
     if model.seq_len is not None:
         loaded = loaded.with_seq_len(model.seq_len)
     limits.whole(f"sequence length of {loaded.name!r}", loaded.seq_len, 1, limits.MAX_SEQ_LEN)
@@ -114,32 +120,39 @@ def layer_chain(model: ModelSpec, *, micro_batch: int = 1, tp: int = 1, sp: bool
     loaded = load_model(model, (micro_batch,))
     return cached_chain(loaded, ExtractOptions(micro_batch=micro_batch, seq_len=loaded.seq_len, tp=tp,
                                                sp=sp, fuse=model.fuse, attention=model.attention,
-                                               kernels=model.kernels, ep=ep))
+                                               kernels=model.kernels, ep=ep,
+                                               capacity_factor=model.capacity_factor,
+                                               expert_load_imbalance=model.expert_load_imbalance))
 
 
 def training_setup(hardware: HardwareSpec, *, devices: int, global_batch: int, seq_len: int,
                    optimizer: Optimizer | str = Optimizer.ADAM, dp_must_divide_batch: bool = True,
-                   grad_reduce_dtype: GradReduceDtype | str = GradReduceDtype.FP32
+                   grad_reduce_dtype: GradReduceDtype | str = GradReduceDtype.FP32,
+                   rank_order: RankOrder | str = RankOrder.TP_CP_EP_PP_DP
                    ) -> tuple[Accelerator, TrainingSetup]:
-    """The chip of ``hardware`` and the training setup of ``devices`` of them.
+    """The chip of ``hardware`` and the training setup of ``devices`` of them, their parallel
+    groups laid over the ranks in ``rank_order``.
 
     Raises:
-        ConfigError: an unknown preset, optimizer or gradient dtype, a preset without cluster
-            links.
+        ConfigError: an unknown preset, optimizer, gradient dtype or rank order, a preset
+            without cluster links.
     """
     acc = accelerator(hardware)
     links = cluster(hardware, devices)
     setup = TrainingSetup(links, global_batch, seq_len, acc.hbm_bytes, acc.hbm_bandwidth_bytes_per_s,
                           acc.peak_flop_per_s, optimizer=member(Optimizer, optimizer, "optimizer"),
                           dp_must_divide_batch=dp_must_divide_batch,
-                          grad_reduce_dtype=member(GradReduceDtype, grad_reduce_dtype, "grad_reduce_dtype"))
+                          grad_reduce_dtype=member(GradReduceDtype, grad_reduce_dtype, "grad_reduce_dtype"),
+                          rank_order=member(RankOrder, rank_order, "rank_order"))
     return acc, setup
 
 
 def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec, *,
             micro_batches: Iterable[int] = (), optimizer: Optimizer = Optimizer.ADAM,
-            grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32) -> workflow.Problem:
-    """The model on the cluster, everything but the plan.
+            grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32,
+            rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP) -> workflow.Problem:
+    """The model on the cluster, everything but the plan (``rank_order``: how the plan's
+    groups are laid over the ranks).
 
     Raises:
         ConfigError: as :func:`load_model` and :func:`training_setup`.
@@ -147,7 +160,8 @@ def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec,
     loaded = load_model(model, micro_batches)
     acc, setup = training_setup(hardware, devices=cluster_spec.devices,
                                 global_batch=cluster_spec.global_batch, seq_len=loaded.seq_len,
-                                optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
+                                optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype,
+                                rank_order=rank_order)
     return workflow.Problem(loaded, acc, setup)
 
 
@@ -169,13 +183,15 @@ def plan(run: PlanRun) -> list[PlanResult]:
     """
     space, model = run.space, run.model
     prob = problem(model, run.hardware, run.cluster, micro_batches=space.micro_batches,
-                   optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype)
+                   optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype,
+                   rank_order=space.rank_order)
     grid = plan_grid(tps=space.tps, micro_batches=space.micro_batches,
                      sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
                      schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
                      dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
                      kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
-                     precisions=space.precisions, cps=space.cps, eps=space.eps)
+                     precisions=space.precisions, cps=space.cps, eps=space.eps,
+                     capacity_factor=model.capacity_factor, expert_load_imbalance=model.expert_load_imbalance)
     return workflow.plan(prob, grid, space.top_k)
 
 
@@ -189,18 +205,22 @@ def evaluate(run: EvaluateRun) -> PlanResult:
     """
     p, model = run.plan, run.model
     prob = problem(model, run.hardware, run.cluster, micro_batches=(p.micro_batch,), optimizer=p.optimizer,
-                   grad_reduce_dtype=p.grad_reduce_dtype)
+                   grad_reduce_dtype=p.grad_reduce_dtype, rank_order=p.rank_order)
     return workflow.evaluate(prob, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
                              recompute=p.recompute, schedule=p.schedule, chunks=p.chunks, sp=p.sp,
                              zero_stage=p.zero_stage, dp_overlap=p.dp_overlap, stages=p.stages,
                              fuse=model.fuse, attention=model.attention, kernels=model.kernels,
-                             precision=p.precision, cp=p.cp, ep=p.ep)
+                             precision=p.precision, cp=p.cp, ep=p.ep, capacity_factor=model.capacity_factor,
+                             expert_load_imbalance=model.expert_load_imbalance)
 
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
                    seq_len: int | None = None, attention: Attention | str = Attention.FLASH,
-                   kernels: Kernels | str = Kernels.FUSED) -> ModelEstimate:
-    """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``.
+                   kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
+                   expert_load_imbalance: float = 1.0) -> ModelEstimate:
+    """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``
+    (``capacity_factor`` and ``expert_load_imbalance`` as in :class:`~archplace.specs.ModelSpec`;
+    one chip holds every expert, so only a capacity factor above 1 changes the figures).
 
     The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
 
@@ -211,7 +231,8 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
             kernels value.
         ExtractionError: the model could not be traced.
     """
-    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels)  # type: ignore[arg-type]
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels,  # type: ignore[arg-type]
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     chip = HardwareSpec(hardware)
@@ -234,7 +255,8 @@ def estimate_preset_matmul(hardware: str, m: int, k: int, n: int, *, batch: int 
 def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", phase: str = "fwd",
                   *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
                   attention: Attention | str = Attention.FLASH,
-                  kernels: Kernels | str = Kernels.FUSED) -> ScheduleProblem:
+                  kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
+                  expert_load_imbalance: float = 1.0) -> ScheduleProblem:
     """The scheduling problem of one layer's forward or backward graph.
 
     Args:
@@ -247,6 +269,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         seq_len: tokens per sample [the model's default].
         attention, kernels: eager | sdpa | flash and fused | unfused
             (:class:`archplace.workload.extract.ExtractOptions`).
+        capacity_factor, expert_load_imbalance: of a mixture-of-experts model's routed tokens
+            (:class:`~archplace.specs.ModelSpec`; 1.0 each).
 
     Raises:
         ConfigError: an unknown layer or phase, a bad model or hardware, a size out of range
@@ -254,7 +278,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
             hardware without a cluster section.
         ExtractionError: the model cannot be traced.
     """
-    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels)  # type: ignore[arg-type]
+    spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels,  # type: ignore[arg-type]
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     if layer not in LAYERS:
         raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
     if phase not in PHASES:
@@ -266,7 +291,9 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
     acc = accelerator(chip)
     cost = SystolicCostModel(cluster=cluster(chip, tp)) if tp > 1 else SystolicCostModel()
     chain = extract_chain(loaded, ExtractOptions(micro_batch, loaded.seq_len, tp=tp,
-                                                 attention=spec.attention, kernels=spec.kernels))
+                                                 attention=spec.attention, kernels=spec.kernels,
+                                                 capacity_factor=spec.capacity_factor,
+                                                 expert_load_imbalance=spec.expert_load_imbalance))
     chosen = next(item for item in chain.layers if item.kind.value == layer)
     return ScheduleProblem.from_graph(chosen.fwd if phase == "fwd" else chosen.bwd, acc, cost)
 
@@ -275,7 +302,8 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
                    *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
                    backend: str = "cpsat", options: SolveOptions | None = None,
                    attention: Attention | str = Attention.FLASH,
-                   kernels: Kernels | str = Kernels.FUSED) -> ScheduleResult:
+                   kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
+                   expert_load_imbalance: float = 1.0) -> ScheduleResult:
     """Build the problem of one layer (:func:`layer_problem`) and schedule it
     (:func:`archplace.schedule.solve.solve_problem`).
 
@@ -283,7 +311,8 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
         ConfigError, ExtractionError, SolverError: as those two functions.
     """
     problem_ = layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
-                             seq_len=seq_len, attention=attention, kernels=kernels)
+                             seq_len=seq_len, attention=attention, kernels=kernels,
+                             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     return solve_problem(problem_, backend, options)
 
 

@@ -18,8 +18,10 @@ from typer.exceptions import TyperException
 from archplace import api
 from archplace.cli_options import (
     AttentionOption,
+    CapacityFactorOption,
     GradDtypeOption,
     KernelsOption,
+    LoadImbalanceOption,
     PrecisionsOption,
     SearchCpsOption,
     SearchEpsOption,
@@ -64,7 +66,8 @@ _SEARCH_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     **{name: (name, _same) for name in (
         "devices", "global_batch", "space", "strategy", "trials", "seed", "seq_len", "cluster", "top",
         "jobs", "executor", "scheduler", "objective", "area_budget", "power_budget", "baseline",
-        "exact_top", "per_model", "fuse", "attention", "kernels", "grad_reduce_dtype")},
+        "exact_top", "per_model", "fuse", "attention", "kernels", "grad_reduce_dtype", "capacity_factor",
+        "expert_load_imbalance")},
 }
 _REQUIRED = {"models": "--model", "devices": "--devices", "global_batch": "--global-batch"}
 
@@ -126,6 +129,8 @@ def search(
     = False,
     attention: AttentionOption = "flash",
     kernels: KernelsOption = "fused",
+    capacity_factor: CapacityFactorOption = 1.0,
+    expert_load_imbalance: LoadImbalanceOption = 1.0,
     zero_stage: ZeroStagesOption = None,
     grad_reduce_dtype: GradDtypeOption = "fp32",
     precision: PrecisionsOption = None,

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 
 from archplace.api import estimate_matmul, estimate_model, estimate_preset_matmul
-from archplace.cli_options import AttentionOption, KernelsOption
+from archplace.cli_options import AttentionOption, CapacityFactorOption, KernelsOption, LoadImbalanceOption
 from archplace.cost.estimate import EFFICIENCY_NOTES
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM
@@ -54,6 +54,8 @@ def estimate(
     ops: Annotated[bool, typer.Option("--ops", help="Also list every operator.")] = False,
     attention: AttentionOption = "flash",
     kernels: KernelsOption = "fused",
+    capacity_factor: CapacityFactorOption = 1.0,
+    expert_load_imbalance: LoadImbalanceOption = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Per-layer forward/backward time on one core and on all cores, bound, energy, achieved
@@ -63,7 +65,8 @@ def estimate(
     if model is None or hardware is None:
         raise ConfigError("estimate needs --model and --hardware (or: archplace estimate matmul ...)")
     result = estimate_model(model, hardware, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
-                            attention=attention, kernels=kernels)
+                            attention=attention, kernels=kernels, capacity_factor=capacity_factor,
+                            expert_load_imbalance=expert_load_imbalance)
     if as_json:
         typer.echo(json.dumps(stamp("estimate", result.to_dict()), indent=2))
     else:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from archplace import api
-from archplace.cli_options import AttentionOption, KernelsOption
+from archplace.cli_options import AttentionOption, CapacityFactorOption, KernelsOption, LoadImbalanceOption
 from archplace.report.graph_tables import graph_table
 from archplace.schemas import stamp
 
@@ -29,11 +29,14 @@ def register(app: typer.Typer) -> None:
         fuse: Annotated[bool, typer.Option("--fuse", help="Fuse element-wise ops into matmuls.")] = False,
         attention: AttentionOption = "flash",
         kernels: KernelsOption = "fused",
+        capacity_factor: CapacityFactorOption = 1.0,
+        expert_load_imbalance: LoadImbalanceOption = 1.0,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     ) -> None:
         """Per-layer FLOP, parameters, activation bytes and collectives of MODEL's graphs."""
         summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse,
-                            attention=attention, kernels=kernels, ep=ep)
+                            attention=attention, kernels=kernels, ep=ep, capacity_factor=capacity_factor,
+                            expert_load_imbalance=expert_load_imbalance)
         if as_json:
             typer.echo(json.dumps(stamp("graph", summary), indent=2))
         else:

@@ -19,6 +19,18 @@ KernelsOption = Annotated[str, typer.Option(
     "--kernels", metavar="fused|unfused",
     help="Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, "
          "norms, softmax) or unfused (HF's operators one by one).")]
+CapacityFactorOption = Annotated[float, typer.Option(
+    "--capacity-factor", help="Mixture-of-experts models: expert capacity over the balanced share of "
+                              "routed tokens; 1.0 dropless, no padding (Megatron-Core's default), above 1 "
+                              "every expert padded to it (GShard, Switch Transformer) [1.0].")]
+LoadImbalanceOption = Annotated[float, typer.Option(
+    "--expert-load-imbalance", help="Mixture-of-experts models: tokens the busiest expert-parallel rank "
+                                    "receives over the mean, dropless routing; 1.0 balanced [1.0].")]
+RankOrderOption = Annotated[str, typer.Option(
+    "--rank-order", metavar="tp-cp-ep-pp-dp|tp-cp-ep-dp-pp",
+    help="How the parallel groups are laid over the device ranks, fastest-varying first: tp-cp-ep-pp-dp "
+         "(pipeline neighbours close, replicas outermost) or tp-cp-ep-dp-pp (Megatron-Core's default: "
+         "replicas close, pipeline outermost) [tp-cp-ep-pp-dp].")]
 ZeroStagesOption = Annotated[str | None, typer.Option(
     "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")]
 GradDtypeOption = Annotated[str, typer.Option(

@@ -12,14 +12,17 @@ from rich.console import Console
 from archplace import api, cli_runs
 from archplace.cli_options import (
     AttentionOption,
+    CapacityFactorOption,
     CpOption,
     CpsOption,
     EpOption,
     EpsOption,
     GradDtypeOption,
     KernelsOption,
+    LoadImbalanceOption,
     PrecisionOption,
     PrecisionsOption,
+    RankOrderOption,
     ZeroStagesOption,
 )
 from archplace.cli_report import ReportFile, write_plan_report
@@ -88,6 +91,9 @@ def register(app: typer.Typer) -> None:
         fuse: Fuse = False,
         attention: AttentionOption = "flash",
         kernels: KernelsOption = "fused",
+        capacity_factor: CapacityFactorOption = 1.0,
+        expert_load_imbalance: LoadImbalanceOption = 1.0,
+        rank_order: RankOrderOption = "tp-cp-ep-pp-dp",
         as_json: AsJson = False,
         report: ReportFile = None,
     ) -> None:
@@ -102,11 +108,16 @@ def register(app: typer.Typer) -> None:
         if report is not None:
             check_output(report, "--report")
         if layer_graph is not None:
-            given = [f"--{name}" for name in ("fuse", "attention", "kernels", "precision", "cp", "ep")
+            given = [f"--{name.replace('_', '-')}" for name in (
+                "fuse", "attention", "kernels", "precision", "cp", "ep", "capacity_factor",
+                "expert_load_imbalance")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
             if given:
                 raise ConfigError(f"{', '.join(given)} applies to --model (a layer graph file carries "
                                   "its own costs)")
+            if rank_order.strip().lower() != "tp-cp-ep-pp-dp":
+                raise ConfigError(f"--rank-order {rank_order}: layer-graph plans use the rank order "
+                                  "tp-cp-ep-pp-dp")
             if hardware is None or devices is None or global_batch is None:
                 raise ConfigError("plan --layer-graph needs --hardware, --devices and --global-batch")
             # a layer graph is planned with ZeRO stages 0 and 1 (dag_plan) unless others are asked for
@@ -126,7 +137,9 @@ def register(app: typer.Typer) -> None:
         else:
             run = cli_runs.plan_run(ctx, config, dict(
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
-                hardware=hardware, devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep,
+                capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+                rank_order=rank_order, hardware=hardware, devices=devices, global_batch=global_batch,
+                tp=tp, cp=cp, ep=ep,
                 micro_batch=micro_batch,
                 recompute=recompute, schedule=schedule, no_sp=no_sp, grad_reduce_dtype=grad_reduce_dtype,
                 precision=precision, optimizer=optimizer, top=top), zero_stage, no_zero)
@@ -177,12 +190,17 @@ def register(app: typer.Typer) -> None:
         fuse: Fuse = False,
         attention: AttentionOption = "flash",
         kernels: KernelsOption = "fused",
+        capacity_factor: CapacityFactorOption = 1.0,
+        expert_load_imbalance: LoadImbalanceOption = 1.0,
+        rank_order: RankOrderOption = "tp-cp-ep-pp-dp",
         as_json: AsJson = False,
         report: ReportFile = None,
     ) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
+            capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+            rank_order=rank_order,
             devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp,
             micro_batch=micro_batch,
             recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,

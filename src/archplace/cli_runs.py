@@ -79,7 +79,7 @@ def plan_run(ctx: typer.Context, config: Path | None, options: dict[str, Any],
 
 
 _PLAN_OPTIONS = ("tp", "cp", "ep", "pp", "dp", "micro_batch", "recompute", "schedule", "chunks", "sp",
-                 "dp_overlap", "precision", *PLAN_SETUP_KEYS)
+                 "dp_overlap", "precision", "rank_order", *PLAN_SETUP_KEYS)
 
 
 def _evaluate_fields(name: str, value: Any) -> dict[str, Any]:

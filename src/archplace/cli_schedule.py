@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from archplace import api
-from archplace.cli_options import AttentionOption, KernelsOption
+from archplace.cli_options import AttentionOption, CapacityFactorOption, KernelsOption, LoadImbalanceOption
 from archplace.errors import ConfigError
 from archplace.outputs import check_image_output, write_text_output
 from archplace.report.schedule_tables import schedule_table
@@ -47,6 +47,8 @@ def schedule(
         "--dump-problem", help="Write the problem being solved here (the --problem format).")] = None,
     attention: AttentionOption = "flash",
     kernels: KernelsOption = "fused",
+    capacity_factor: CapacityFactorOption = 1.0,
+    expert_load_imbalance: LoadImbalanceOption = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
     gantt: Annotated[Path | None, typer.Option(
         help="Draw the schedule per core into this image (the suffix picks the format: .png, .svg, "
@@ -63,7 +65,8 @@ def schedule(
     else:
         assert model is not None
         problem = api.layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
-                                seq_len=seq_len, attention=attention, kernels=kernels)
+                                seq_len=seq_len, attention=attention, kernels=kernels,
+                                capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
         source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
     if dump_problem is not None:
         write_text_output(dump_problem, "--dump-problem",

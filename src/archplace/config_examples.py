@@ -23,6 +23,8 @@ seq_len: null             # tokens per sample; null: the model's context length
 attention: flash          # eager | sdpa | flash
 kernels: fused            # fused (Megatron-LM's fused kernels) | unfused (HF's operators one by one)
 fuse: false               # also fold element-wise operators into the matmul producing their input
+capacity_factor: 1.0      # MoE models: expert capacity over the balanced share; 1.0 dropless (>= 1)
+expert_load_imbalance: 1.0  # MoE models: busiest EP rank's tokens over the mean (>= 1)
 
 # --- the chip and its links
 hardware: a100-80gb       # a hardware preset (archplace hardware) or a hardware YAML file
@@ -45,6 +47,7 @@ grad_reduce_dtype: fp32   # gradient buffer and reduction: fp32 (Megatron-LM's b
 precisions: [bf16]        # GEMM precisions to try: bf16 | fp8 (Transformer Engine's FP8 recipe)
 cps: null                 # context-parallel degrees (sequence split, ring attention); null: automatic
 eps: null                 # expert-parallel degrees (experts sharded over DP ranks); null: automatic
+rank_order: tp-cp-ep-pp-dp  # how the groups are laid over the ranks; tp-cp-ep-dp-pp: Megatron-Core's
 optimizer: adam           # adam | sgd
 top_k: 5                  # plans to show, best first
 """

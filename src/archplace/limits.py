@@ -41,6 +41,8 @@ MAX_MICRO_BATCH = 2**20
 MAX_SEQ_LEN = 2**20
 MAX_MICRO_BATCH_TOKENS = 2**26
 MAX_TOP = 1_000
+MAX_MOE_FACTOR = 1024.0
+"""Largest expert capacity factor and expert load imbalance a model spec takes."""
 MAX_TRIALS = 10**6
 MAX_SEED = 2**32 - 1
 MAX_SOLVER_SEED = 2**31 - 1

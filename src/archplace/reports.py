@@ -78,6 +78,8 @@ class ModelSetup:
     fuse: bool = False
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
+    capacity_factor: float = 1.0
+    expert_load_imbalance: float = 1.0
 
 
 def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, plan: Plan) -> LayerView:
@@ -91,7 +93,8 @@ def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, pla
     model = setup.model
     options = ExtractOptions(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp, sp=plan.sp,
                              fuse=setup.fuse, attention=setup.attention, kernels=setup.kernels, cp=plan.cp,
-                             ep=plan.ep)
+                             ep=plan.ep, capacity_factor=setup.capacity_factor,
+                             expert_load_imbalance=setup.expert_load_imbalance)
     chain = cached_chain(model, options)
     layer = next((item for item in chain.layers if item.kind is LayerKind.BLOCK), chain.layers[0])
     cost = SystolicCostModel(cluster) if cluster is not None else SystolicCostModel()
@@ -165,7 +168,8 @@ def search_report_html(results: Sequence[SearchResult], requests: Sequence[Searc
         setup = cluster = None
         if request is not None:
             space = request.plan_space
-            setup = ModelSetup(request.models[0], space.fuse, space.attention, space.kernels)
+            setup = ModelSetup(request.models[0], space.fuse, space.attention, space.kernels,
+                               space.capacity_factor, space.expert_load_imbalance)
             cluster = request.cluster
         evaluated = result.note or f"{len(result.evaluated)} designs evaluated"
         caption = f"strategy {result.strategy}: {evaluated} ({result.considered} in the space)"
@@ -194,7 +198,8 @@ class StoredRequest:
     @property
     def setup(self) -> ModelSetup:
         """The first model and its extraction options (the layer schedule's)."""
-        return ModelSetup(self.models[0], self.grid.fuse, self.grid.attention, self.grid.kernels)
+        return ModelSetup(self.models[0], self.grid.fuse, self.grid.attention, self.grid.kernels,
+                          self.grid.capacity_factor, self.grid.expert_load_imbalance)
 
 
 def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredRequest:
@@ -220,7 +225,9 @@ def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredReque
                         fuse=bool(request.get("fuse", False)), attention=Attention(request["attention"]),
                         kernels=Kernels(request["kernels"]),
                         grad_reduce_dtype=GradReduceDtype(request["grad_reduce_dtype"]),
-                        precisions=tuple(Precision(p) for p in request.get("precisions", ["bf16"])))
+                        precisions=tuple(Precision(p) for p in request.get("precisions", ["bf16"])),
+                        capacity_factor=float(request.get("capacity_factor", 1.0)),
+                        expert_load_imbalance=float(request.get("expert_load_imbalance", 1.0)))
         return StoredRequest(models, Cluster(**links), int(request["global_batch"]), grid)
     except (LookupError, TypeError, ValueError) as exc:
         raise ConfigError(f"the stored request cannot be read back ({exc})") from None
@@ -308,7 +315,8 @@ def plan_report_html(results: Sequence[PlanResult], run: PlanRun | EvaluateRun |
         acc = app.accelerator(run.hardware)
         hbm = acc.hbm_bytes
         loaded = app.load_model(run.model, (best.plan.micro_batch,))
-        setup = ModelSetup(loaded, run.model.fuse, run.model.attention, run.model.kernels)
+        setup = ModelSetup(loaded, run.model.fuse, run.model.attention, run.model.kernels,
+                           run.model.capacity_factor, run.model.expert_load_imbalance)
         layer, note = _layer_or_note(setup, acc, app.cluster_or_none(run.hardware, run.cluster.devices),
                                      best.plan)
     blocks: list[Block] = [Heading("plans"), plans_table(results),

@@ -391,10 +391,14 @@ class Plan:
         ep: expert-parallel degree: the routed experts of every MoE layer are sharded over ep
             ranks taken from the data-parallel group (ep divides dp * cp * tp / etp in
             Megatron-Core; here ep must divide dp * cp); it does not change the device count.
+        rank_order: how the parallel groups are laid over the ranks (:class:`RankOrder`; a
+            member or its value); it decides the links, which the caller prices through
+            ``TrainingSetup.rank_order``, and is recorded here (the engine sets it to the
+            setup's order on every plan it returns).
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
-            unknown recompute policy, schedule or precision, chunks inconsistent with the schedule
+            unknown recompute policy, schedule, precision or rank order, chunks inconsistent with the schedule
             (interleaving also needs pp >= 2), ``len(stages) != pp * chunks``, or stages that do
             not start at layer 0, are empty or are not contiguous, or ``stage_layers`` that do
             not give one name per layer of every range. (Whether the stages cover a
@@ -416,10 +420,16 @@ class Plan:
     precision: Precision = Precision.BF16
     cp: int = 1
     ep: int = 1
+    rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep"):
             object.__setattr__(self, name, _positive_int("plan", name, getattr(self, name)))
+        try:
+            object.__setattr__(self, "rank_order", RankOrder(self.rank_order))
+        except ValueError:
+            raise ConfigError(f"plan: unknown rank_order {self.rank_order!r}; choose from: "
+                              f"{', '.join(o.value for o in RankOrder)}") from None
         try:
             object.__setattr__(self, "precision", Precision(self.precision))
         except ValueError:
@@ -490,6 +500,7 @@ class Plan:
             "recompute": self.recompute.value, "schedule": self.schedule.value,
             "chunks": self.chunks, "sp": self.sp, "zero_stage": self.zero_stage,
             "dp_overlap": self.dp_overlap, "precision": self.precision.value,
+            "rank_order": self.rank_order.value,
             "stages": [list(s) for s in self.stages],
             "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
@@ -500,7 +511,8 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored; a missing
-        ``precision`` is bf16, a missing ``cp`` or ``ep`` 1).
+        ``precision`` is bf16, a missing ``cp`` or ``ep`` 1, a missing ``rank_order``
+        tp-cp-ep-pp-dp).
 
         Raises:
             ConfigError: a missing or invalid field.
@@ -515,7 +527,8 @@ class Plan:
                        zero_stage=stage, dp_overlap=bool(data.get("dp_overlap", False)),
                        stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())),
                        precision=Precision(data.get("precision", Precision.BF16.value)),
-                       cp=int(data.get("cp", 1)), ep=int(data.get("ep", 1)))
+                       cp=int(data.get("cp", 1)), ep=int(data.get("ep", 1)),
+                       rank_order=data.get("rank_order", RankOrder.TP_CP_EP_PP_DP.value))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan {data!r}: {exc}") from None
 

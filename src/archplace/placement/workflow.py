@@ -134,15 +134,18 @@ def valid_ep_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
 
 def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False,
                     attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
-                    precision: Precision = Precision.BF16) -> dict[CostKey, list[LayerCost]]:
+                    precision: Precision = Precision.BF16, capacity_factor: float = 1.0,
+                    expert_load_imbalance: float = 1.0) -> dict[CostKey, list[LayerCost]]:
     """Layer costs of ``prob``'s model on its chip for each (tp, micro_batch, sp) key; with
     ``fuse``, of the graphs whose element-wise operators are fused into the matmul producing
     their input (:func:`archplace.workload.fusion.fuse_elementwise`); ``attention`` and
     ``kernels`` as in :class:`archplace.workload.extract.ExtractOptions`; ``precision`` fp8:
-    the linear layers' GEMMs in FP8 (:class:`archplace.cost.precision.Fp8CostModel`).
+    the linear layers' GEMMs in FP8 (:class:`archplace.cost.precision.Fp8CostModel`);
+    ``capacity_factor`` and ``expert_load_imbalance`` of the MoE layers as in ``ExtractOptions``.
 
     Raises:
-        ConfigError: a TP width the model cannot be split by, fp8 on a chip without FP8.
+        ConfigError: a TP width the model cannot be split by, fp8 on a chip without FP8, a
+            capacity factor or load imbalance below 1.
     """
     check_precision(prob.acc, precision)
     seq_len = prob.spec.seq_len
@@ -150,7 +153,9 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
                                                           tp=key.tp, sp=key.sp and key.tp > 1,
                                                           cp=key.cp, ep=key.ep,
                                                           fuse=fuse, attention=attention,
-                                                          kernels=kernels))
+                                                          kernels=kernels,
+                                                          capacity_factor=capacity_factor,
+                                                          expert_load_imbalance=expert_load_imbalance))
               for key in keys}
     cost = SystolicCostModel(prob.setup.cluster)
     fp8_cost = Fp8CostModel(cost) if precision is Precision.FP8 else None
@@ -196,6 +201,9 @@ class PlanGrid:
     means :func:`valid_ep_degrees` (powers of two dividing the routed experts of an MoE model,
     1 for a dense one). Each (tp, micro-batch, sp, cp, ep) is a set of layer costs; the engine
     takes tp * cp * pp * dp devices with ep dividing dp * cp.
+    ``capacity_factor`` and ``expert_load_imbalance`` (not searched): how the MoE layers' routed
+    tokens are padded or skewed (:class:`archplace.workload.extract.ExtractOptions`; 1.0 each:
+    dropless and balanced).
     """
 
     tps: tuple[int, ...] | None = None
@@ -213,6 +221,8 @@ class PlanGrid:
     precisions: tuple[Precision, ...] = PRECISIONS
     cps: tuple[int, ...] | None = None
     eps: tuple[int, ...] | None = None
+    capacity_factor: float = 1.0
+    expert_load_imbalance: float = 1.0
 
 
 def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[PlanResult]:
@@ -259,7 +269,9 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
     refusal: InfeasibleError | None = None
     for order, precision in enumerate(precisions):
         costs = layer_costs_for(prob, keys, fuse=space.fuse, attention=space.attention,
-                                kernels=space.kernels, precision=precision)
+                                kernels=space.kernels, precision=precision,
+                                capacity_factor=space.capacity_factor,
+                                expert_load_imbalance=space.expert_load_imbalance)
         setup = replace(precision_setup(prob, precision), grad_reduce_dtype=space.grad_reduce_dtype)
         try:
             found = plan_search(costs, setup, recomputes=space.recomputes, schedules=space.schedules,
@@ -306,12 +318,14 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              schedule: PipelineSchedule, chunks: int = 1, sp: bool = False, zero_stage: int = 0,
              dp_overlap: bool = False, stages: tuple[tuple[int, int], ...] | None = None, fuse: bool = False,
              attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
-             precision: Precision = Precision.BF16, cp: int = 1, ep: int = 1) -> PlanResult:
+             precision: Precision = Precision.BF16, cp: int = 1, ep: int = 1,
+             capacity_factor: float = 1.0, expert_load_imbalance: float = 1.0) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
-    layer ranges); ``fuse``, ``attention`` and ``kernels`` as in :class:`PlanGrid`;
+    layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor`` and
+    ``expert_load_imbalance`` as in :class:`PlanGrid`;
     ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp`` and
     ``ep`` the context- and expert-parallel degrees (tp * cp * pp * dp devices; the rank order
-    is ``prob.setup.rank_order``).
+    is ``prob.setup.rank_order``, recorded as the returned plan's ``rank_order``).
 
     Raises:
         ConfigError: an invalid plan (also: cp not splitting the sequence into 2 cp chunks, ep > 1
@@ -328,7 +342,8 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     key = CostKey(tp, micro_batch, sp and tp > 1, cp, ep)
     setup = precision_setup(prob, precision)
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
-                            precision=precision)[key]
+                            precision=precision, capacity_factor=capacity_factor,
+                            expert_load_imbalance=expert_load_imbalance)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
     if stages and stages[-1][1] != n - 1:
@@ -337,5 +352,5 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     ranges = stages if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap,
-                 precision=precision, cp=cp, ep=ep)
+                 precision=precision, cp=cp, ep=ep, rank_order=prob.setup.rank_order)
     return evaluate_plan(costs, setup, fixed)

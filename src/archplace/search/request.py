@@ -98,7 +98,9 @@ class SearchRequest:
                                                         tp=key.tp, sp=key.sp, fuse=self.plan_space.fuse,
                                                         attention=self.plan_space.attention,
                                                         kernels=self.plan_space.kernels,
-                                                        cp=key.cp, ep=key.ep))
+                                                        cp=key.cp, ep=key.ep,
+                                                        capacity_factor=self.plan_space.capacity_factor,
+                                                        expert_load_imbalance=self.plan_space.expert_load_imbalance))
                 for key in self.cost_keys}
 
 
@@ -127,7 +129,9 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
             "attention": space.attention.value, "kernels": space.kernels.value,
             "version": version("archplace"),
             # only when not bf16 alone, so that the stores of earlier searches still resume
-            **({"precisions": [p.value for p in space.precisions]} if space.precisions != PRECISIONS else {})}
+            **({"precisions": [p.value for p in space.precisions]} if space.precisions != PRECISIONS else {}),
+            **{name: getattr(space, name) for name in ("capacity_factor", "expert_load_imbalance")
+               if getattr(space, name) != 1.0}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +154,8 @@ class SearchResult:
         fuse: the layers were costed with element-wise operators fused into their matmul.
         attention, kernels: how attention and the element-wise kernels were costed
             (``flash`` / ``sdpa`` / ``eager``; ``fused`` / ``unfused``).
+        capacity_factor, expert_load_imbalance: of the MoE layers' routed tokens (1.0 each:
+            dropless and balanced; :class:`archplace.workload.extract.ExtractOptions`).
     """
 
     evaluated: tuple[DesignResult, ...]
@@ -166,6 +172,8 @@ class SearchResult:
     fuse: bool = False
     attention: str = "flash"
     kernels: str = "fused"
+    capacity_factor: float = 1.0
+    expert_load_imbalance: float = 1.0
 
     @property
     def best(self) -> DesignResult | None:
@@ -195,7 +203,8 @@ class SearchResult:
         out: dict[str, Any] = {
             "model": self.model, "devices": self.devices, "global_batch": self.global_batch,
             "objective": self.objective.value, "fuse": self.fuse, "attention": self.attention,
-            "kernels": self.kernels, "strategy": self.strategy,
+            "kernels": self.kernels, "capacity_factor": self.capacity_factor,
+            "expert_load_imbalance": self.expert_load_imbalance, "strategy": self.strategy,
             "considered": self.considered,
             "evaluated_count": len(self.evaluated), "pruned": self.pruned, "note": self.note,
             "best": best.to_dict() if best else None,
@@ -226,7 +235,9 @@ class SearchResult:
                        pruned=int(data["pruned"]), note=str(data.get("note", "")),
                        exact=tuple(DesignResult.from_dict(r) for r in data.get("exact", ())),
                        fuse=bool(data.get("fuse", False)), attention=str(data.get("attention", "flash")),
-                       kernels=str(data.get("kernels", "fused")))
+                       kernels=str(data.get("kernels", "fused")),
+                       capacity_factor=float(data.get("capacity_factor", 1.0)),
+                       expert_load_imbalance=float(data.get("expert_load_imbalance", 1.0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"invalid search result: {_first_line(exc)}") from None
 

@@ -405,4 +405,5 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
                         objective=request.objective, baseline=baseline, strategy=strategy.name,
                         considered=len(request.designs), pruned=outcome.pruned, note=outcome.note,
                         exact=exact, fuse=space.fuse, attention=space.attention.value,
-                        kernels=space.kernels.value)
+                        kernels=space.kernels.value, capacity_factor=space.capacity_factor,
+                        expert_load_imbalance=space.expert_load_imbalance)

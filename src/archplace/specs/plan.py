@@ -21,6 +21,7 @@ from archplace.placement.plan import (
     GradReduceDtype,
     Optimizer,
     PipelineSchedule,
+    RankOrder,
     Recompute,
     check_zero_stage,
 )
@@ -60,6 +61,9 @@ class PlanSpace:
             ring attention); None: the engine's automatic choice.
         eps: expert-parallel degrees to try (each 1..2**20: the routed experts sharded over ep
             ranks of the data-parallel group); None: the engine's automatic choice.
+        rank_order: how the parallel groups are laid over the ranks (one order, not searched):
+            tp-cp-ep-pp-dp (default) or tp-cp-ep-dp-pp (Megatron-Core's;
+            :class:`~archplace.placement.plan.RankOrder`).
 
     Raises:
         ConfigError: a value out of range or unknown, an empty list (the field named; for
@@ -80,8 +84,10 @@ class PlanSpace:
     precisions: tuple[Precision, ...] = PRECISIONS
     cps: tuple[int, ...] | None = None
     eps: tuple[int, ...] | None = None
+    rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
 
     def __post_init__(self) -> None:
+        store(self, "rank_order", member(RankOrder, self.rank_order, "rank_order"))
         if self.tps is not None:
             store(self, "tps", wholes(self.tps, "tps", "tp", 1, limits.MAX_DEVICES))
         store(self, "micro_batches", wholes(self.micro_batches, "micro_batches", "micro_batch", 1,
@@ -137,6 +143,8 @@ class Plan:
             (:mod:`archplace.cost.precision`).
         cp: context-parallel degree (1..2**20): the sequence split over cp ranks.
         ep: expert-parallel degree (1..2**20): the routed experts sharded over ep ranks.
+        rank_order: tp-cp-ep-pp-dp (default) | tp-cp-ep-dp-pp: how the parallel groups are laid
+            over the ranks (:class:`~archplace.placement.plan.RankOrder`).
 
     Raises:
         ConfigError: a field out of range or unknown (named ``plan.FIELD``), sp with tp = 1,
@@ -160,8 +168,10 @@ class Plan:
     precision: Precision = Precision.BF16
     cp: int = 1
     ep: int = 1
+    rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
 
     def __post_init__(self) -> None:
+        store(self, "rank_order", member(RankOrder, self.rank_order, "plan.rank_order"))
         for name in ("tp", "pp", "dp", "chunks", "cp", "ep"):
             limits.whole(f"plan.{name}", getattr(self, name), 1, limits.MAX_DEVICES)
         limits.whole("plan.micro_batch", self.micro_batch, 1, limits.MAX_MICRO_BATCH)

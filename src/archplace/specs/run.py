@@ -26,10 +26,18 @@ class ModelSpec(FlatSpec):
         attention: how attention runs (eager | sdpa | flash; a member or its name).
         kernels: element-wise kernels fused (Megatron-LM) or unfused (HF's operators).
         fuse: also fold every element-wise operator into the matmul producing its input.
+        capacity_factor: expert capacity of the MoE layers over the balanced share of routed
+            tokens (1..1024); 1.0: dropless, no padding (Megatron-Core's and DeepSeek-V3's
+            default); above 1 every expert is padded to it (GShard, Switch Transformer).
+        expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
+            (1..1024) with dropless routing; 1.0: balanced. Both as in
+            :class:`archplace.workload.extract.ExtractOptions`; a dense model takes only 1.0
+            (:func:`archplace.app.load_model` refuses another value).
 
     Raises:
         ConfigError: an empty model, ``seq_len`` outside 1..2**20, an unknown attention or
-            kernels value, a ``fuse`` that is not a bool.
+            kernels value, a ``fuse`` that is not a bool, a capacity factor or load imbalance
+            that is not a finite number from 1 to 1024 (the field named).
     """
 
     OWNER: ClassVar[str] = "model spec"
@@ -38,6 +46,8 @@ class ModelSpec(FlatSpec):
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
     fuse: bool = False
+    capacity_factor: float = 1.0
+    expert_load_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         text(self.model, "model", "a model preset name or the path of an HF config.json")
@@ -45,6 +55,14 @@ class ModelSpec(FlatSpec):
         store(self, "attention", member(Attention, self.attention, "attention"))
         store(self, "kernels", member(Kernels, self.kernels, "kernels"))
         flag(self.fuse, "fuse")
+        for name in ("capacity_factor", "expert_load_imbalance"):
+            store(self, name, limits.finite(name, getattr(self, name), 1.0, limits.MAX_MOE_FACTOR))
+
+    @property
+    def moe_options(self) -> dict[str, float]:
+        """``capacity_factor`` and ``expert_load_imbalance`` by name (keywords of
+        ``ExtractOptions`` and of the placement engine)."""
+        return {"capacity_factor": self.capacity_factor, "expert_load_imbalance": self.expert_load_imbalance}
 
 
 

@@ -70,6 +70,10 @@ class SearchSpec:
         attention: ``flash``, ``sdpa`` or ``eager``.
         kernels: ``fused`` or ``unfused`` element-wise kernels.
         fuse: also fold element-wise operators into the matmul producing their input.
+        capacity_factor: expert capacity of the MoE models' routed tokens over the balanced
+            share (1..1024; 1.0: dropless), as :class:`~archplace.specs.ModelSpec`'s.
+        expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
+            (1..1024; 1.0: balanced), as :class:`~archplace.specs.ModelSpec`'s.
         baseline: hardware preset evaluated the same way for comparison; None (or ``"none"``):
             no baseline.
         executor: ``local`` (worker processes) or ``dask``.
@@ -111,6 +115,8 @@ class SearchSpec:
     attention: str = "flash"
     kernels: str = "fused"
     fuse: bool = False
+    capacity_factor: float = 1.0
+    expert_load_imbalance: float = 1.0
     baseline: str | None = "tpuv4"
     executor: str = "local"
     scheduler: str | None = None
@@ -353,6 +359,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "attention": lambda v: parse_attention(v).value,
     "kernels": lambda v: parse_kernels(v).value,
     "fuse": lambda v: _flag(v, "fuse"),
+    "capacity_factor": lambda v: limits.finite("capacity_factor", v, 1.0, limits.MAX_MOE_FACTOR),
+    "expert_load_imbalance": lambda v: limits.finite("expert_load_imbalance", v, 1.0, limits.MAX_MOE_FACTOR),
     "baseline": _baseline,
     "executor": lambda v: _choice(v, "executor", EXECUTORS),
     "scheduler": lambda v: _optional_text(v, "scheduler", "a Dask scheduler address"),
@@ -398,6 +406,8 @@ eps: null                    # expert-parallel degrees, e.g. [1, 8]; null: 1 onl
 attention: flash             # flash, sdpa or eager
 kernels: fused               # fused or unfused
 fuse: false                  # fold element-wise operators into their producing matmul
+capacity_factor: 1.0         # MoE expert capacity over the balanced share; 1.0: dropless (>= 1)
+expert_load_imbalance: 1.0   # busiest EP rank's tokens over the mean, dropless routing (>= 1)
 
 # How to search
 strategy: exhaustive         # exhaustive, exhaustive-all, phaze, wham, optuna
