@@ -22,7 +22,8 @@ from archplace.cli_options import cli_message
 from archplace.config_examples import EXAMPLES
 from archplace.errors import ConfigError
 from archplace.hardware.presets import load_accelerator
-from archplace.placement.plan import CostKey, PlanResult
+from archplace.placement.plan import CostKey
+from archplace.placement.result import PlanResult
 from archplace.placement.workflow import PlanGrid
 from archplace.report.plan_tables import detail_tables, plan_label
 from archplace.report.tables import search_table

@@ -21,8 +21,9 @@ from archplace import api
 from archplace.cost.estimate import ModelEstimate
 from archplace.errors import ConfigError, InfeasibleError, MissingSectionError, OutOfMemoryError
 from archplace.hardware.presets import load_cluster
-from archplace.placement.plan import PipelineSchedule, PlanResult
+from archplace.placement.plan import PipelineSchedule
 from archplace.placement.ranked import PlanReport
+from archplace.placement.result import PlanResult
 from archplace.placement.search import Variant
 from archplace.placement.solver import Closest
 from archplace.schedule.base import ScheduleResult

@@ -51,8 +51,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentatio
     from archplace.api import evaluate, graph, hardware, models, report, results, search
     from archplace.api import schedule_layer as schedule
     from archplace.cost.estimate import ModelEstimate
-    from archplace.placement.plan import PlanResult
     from archplace.placement.ranked import PlanReport
+    from archplace.placement.result import PlanResult
     from archplace.schedule.base import ScheduleResult
     from archplace.search.evaluate import DesignResult
     from archplace.search.request import SearchResult
@@ -98,7 +98,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EvaluateRun": ("archplace.specs", "EvaluateRun"),
     "SearchSpec": ("archplace.specs", "SearchSpec"),
     "PlanReport": ("archplace.placement.ranked", "PlanReport"),
-    "PlanResult": ("archplace.placement.plan", "PlanResult"),
+    "PlanResult": ("archplace.placement.result", "PlanResult"),
     "SearchResult": ("archplace.search.request", "SearchResult"),
     "DesignResult": ("archplace.search.evaluate", "DesignResult"),
     "StoredResult": ("archplace.search.store", "StoredResult"),

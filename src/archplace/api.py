@@ -30,14 +30,8 @@ from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import preset_summaries
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
 from archplace.placement import workflow
-from archplace.placement.plan import (
-    MICRO_BATCHES,
-    ZERO_STAGES,
-    GradReduceDtype,
-    PipelineSchedule,
-    PlanResult,
-    Recompute,
-)
+from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule, Recompute
+from archplace.placement.result import PlanResult
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.solve import get_scheduler, solve_problem
 from archplace.search.objective import Objective, rank

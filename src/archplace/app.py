@@ -23,7 +23,8 @@ from archplace.hardware.presets import load_accelerator, load_cluster
 from archplace.hardware.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
-from archplace.placement.plan import GradReduceDtype, Optimizer, PlanResult, RankOrder, TrainingSetup
+from archplace.placement.plan import GradReduceDtype, Optimizer, RankOrder, TrainingSetup
+from archplace.placement.result import PlanResult
 from archplace.schedule.base import ScheduleResult, SolveOptions
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import LAYERS, PHASES, solve_problem

@@ -13,7 +13,7 @@ from archplace import api
 from archplace.app import accelerator
 from archplace.errors import ArchplaceError
 from archplace.outputs import check_output
-from archplace.placement.plan import PlanResult
+from archplace.placement.result import PlanResult
 from archplace.specs import EvaluateRun, HardwareSpec, PlanRun
 
 ReportFile = Annotated[Path | None, typer.Option(

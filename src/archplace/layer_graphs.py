@@ -17,7 +17,8 @@ from archplace.errors import InfeasibleError, OutOfMemoryError
 from archplace.layer_graph_file import load_layer_graph_file
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph
-from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PipelineSchedule, PlanResult, Recompute
+from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PipelineSchedule, Recompute
+from archplace.placement.result import PlanResult
 from archplace.specs import ClusterSpec, HardwareSpec
 from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage
 

@@ -32,7 +32,8 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster, Topology
 from archplace.outputs import write_text_output
 from archplace.placement.costs import CostKey
-from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Plan, PlanResult, Recompute
+from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Plan, Recompute
+from archplace.placement.result import PlanResult
 from archplace.placement.workflow import PlanGrid
 from archplace.report.html import Block, Figures, Heading, Text, designs_table, plans_table, render_page
 from archplace.report.plan_tables import plan_label

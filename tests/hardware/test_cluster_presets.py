@@ -17,7 +17,7 @@ from archplace.hardware.presets import (
     load_accelerator,
     load_cluster,
 )
-from archplace.placement.plan import PlanResult
+from archplace.placement.result import PlanResult
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 
 GIB = 2**30

@@ -30,9 +30,9 @@ from archplace.placement.plan import (
     Plan,
     RankOrder,
     Recompute,
-    StageTime,
     TrainingSetup,
 )
+from archplace.placement.result import StageTime
 from archplace.placement.solver import plan_search
 from archplace.placement.timing import dp_allreduce_cost, strided_allreduce_cost
 from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s

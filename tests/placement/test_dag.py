@@ -31,7 +31,8 @@ from archplace.layer_graph_file import load_layer_graph_file
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph, cut_bytes, downsets, linearize
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
-from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, PlanResult, TrainingSetup
+from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, TrainingSetup
+from archplace.placement.result import PlanResult
 from archplace.placement.solver import optimal_plan
 from archplace.units import format_bytes
 

@@ -10,15 +10,8 @@ import pytest
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
-from archplace.placement.plan import (
-    LayerCost,
-    Optimizer,
-    PipelineSchedule,
-    Plan,
-    PlanResult,
-    Recompute,
-    TrainingSetup,
-)
+from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Plan, Recompute, TrainingSetup
+from archplace.placement.result import PlanResult
 from archplace.placement.timing import p2p_link
 
 # 8 devices, 2 per node: intra-node 1e11 B/s and 1 us, inter-node 1e10 B/s and 10 us.

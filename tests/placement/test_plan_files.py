@@ -14,7 +14,8 @@ import yaml
 from archplace import api
 from archplace.cli_runs import run_fields
 from archplace.config_examples import EXAMPLES
-from archplace.placement.plan import PipelineSchedule, PlanResult, Recompute
+from archplace.placement.plan import PipelineSchedule, Recompute
+from archplace.placement.result import PlanResult
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 from archplace.specs.runs import evaluate_fields
 from cli_helpers import run

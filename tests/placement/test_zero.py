@@ -12,14 +12,8 @@ from hypothesis import strategies as st
 
 from archplace.hardware.cluster import Cluster
 from archplace.placement.pipeline import evaluate_plan
-from archplace.placement.plan import (
-    GradReduceDtype,
-    LayerCost,
-    Plan,
-    PlanResult,
-    Recompute,
-    TrainingSetup,
-)
+from archplace.placement.plan import GradReduceDtype, LayerCost, Plan, Recompute, TrainingSetup
+from archplace.placement.result import PlanResult
 from archplace.placement.zero import bucketed_exposed_s, dp_tail_comm_s, layer_zero_comm_s
 
 REL = 1e-12

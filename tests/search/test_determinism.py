@@ -14,7 +14,8 @@ from archplace import api
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
 from archplace.hardware.presets import load_accelerator
-from archplace.placement.plan import Plan, PlanResult, Recompute
+from archplace.placement.plan import Plan, Recompute
+from archplace.placement.result import PlanResult
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective, pareto_front, rank, score
 from archplace.search.request import SearchResult

@@ -17,7 +17,8 @@ from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.area import area_mm2
 from archplace.hardware.presets import load_accelerator, load_cluster
 from archplace.hardware.space import design_name, load_space
-from archplace.placement.plan import Plan, PlanResult, Recompute
+from archplace.placement.plan import Plan, Recompute
+from archplace.placement.result import PlanResult
 from archplace.search.evaluate import DesignResult, evaluate_designs
 from archplace.search.objective import Objective, dominates, pareto_front, pareto_key, score
 from archplace.search.request import SearchRequest

@@ -29,12 +29,11 @@ from archplace.placement.plan import (
     Optimizer,
     PipelineSchedule,
     Plan,
-    PlanResult,
     RankOrder,
     Recompute,
-    StageMemory,
     TrainingSetup,
 )
+from archplace.placement.result import PlanResult, StageMemory
 from archplace.placement.solver import optimal_plan, plan_search
 
 __all__ = [

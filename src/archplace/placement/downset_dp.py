@@ -48,7 +48,6 @@ limited (:data:`~archplace.placement.layer_graph.MAX_DOWNSETS`, :data:`MAX_STAGE
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -60,6 +59,7 @@ from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.placement.layer_graph import (
     MAX_DOWNSETS,
     LayerGraph,
+    check_flop_rates,
     downset_masks,
     linearize,
     predecessor_masks,
@@ -70,12 +70,12 @@ from archplace.placement.plan import (
     LayerCost,
     PipelineSchedule,
     Plan,
-    PlanResult,
     RankOrder,
     Recompute,
     TrainingSetup,
     check_zero_stage,
 )
+from archplace.placement.result import PlanResult
 from archplace.placement.solver import check_tp_and_micro_batch
 from archplace.placement.timing import (
     OPTIMIZER_STEP_BYTES_PER_PARAM,
@@ -446,7 +446,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     zero = zero_stage == 1
     dp_overlap, sp = bool(dp_overlap), bool(sp)
     check_tp_and_micro_batch(setup, tp, micro_batch)
-    _check_flop_rates(graph, setup.peak_flop_per_s)
+    check_flop_rates(graph, setup.peak_flop_per_s)
     check_finite_times(graph.layers)
     devices = setup.cluster.devices
     candidates: list[_Candidate] = []
@@ -511,25 +511,6 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         _raise_closest(fig, candidates, kind, zero)
     rows.sort(key=lambda row: row[:4])
     return rows[0][4]
-
-
-def _check_flop_rates(graph: LayerGraph, peak_flop_per_s: float) -> None:
-    """Refuse a layer whose ``fwd_flop`` (``bwd_flop``) could not run in its ``fwd_s``
-    (``bwd_s``) at the chip's peak: the plan's MFU would exceed 1 (a profile taken on a faster
-    chip than the one planned for, or FLOP counted per TP group instead of per rank).
-
-    Raises:
-        ConfigError: naming the layer, its FLOP, its time and the peak.
-    """
-    for layer in graph.layers:
-        for phase, flop, seconds in (("fwd", layer.fwd_flop, layer.fwd_s),
-                                     ("bwd", layer.bwd_flop, layer.bwd_s)):
-            if flop > seconds * peak_flop_per_s * (1 + 1e-9):
-                raise ConfigError(
-                    f"layer {layer.name!r}: {phase}_flop {flop:.4g} FLOP in {phase}_s {seconds:.4g} s "
-                    f"is {flop / seconds if seconds > 0 else math.inf:.4g} FLOP/s, above the chip's "
-                    f"peak of {peak_flop_per_s:.4g} FLOP/s (MFU would exceed 1; give FLOP and times "
-                    f"per TP rank, measured on this chip)")
 
 
 def _evaluate(graph: LayerGraph, setup: TrainingSetup, fig: _Figures, cand: _Candidate,

@@ -16,6 +16,7 @@ order, the last layer of every stage but the last carrying its downset's cut byt
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -226,3 +227,22 @@ def linearize(graph: LayerGraph, stages: Sequence[Iterable[int]]
         left = [graph.layers[k].name for k in order if k not in placed]
         raise ConfigError(f"stages leave {len(left)} layers out, e.g. {left[0]!r}")
     return chain, tuple(ranges), tuple(names)
+
+
+def check_flop_rates(graph: LayerGraph, peak_flop_per_s: float) -> None:
+    """Refuse a layer whose ``fwd_flop`` (``bwd_flop``) could not run in its ``fwd_s``
+    (``bwd_s``) at the chip's peak: the plan's MFU would exceed 1 (a profile taken on a faster
+    chip than the one planned for, or FLOP counted per TP group instead of per rank).
+
+    Raises:
+        ConfigError: naming the layer, its FLOP, its time and the peak.
+    """
+    for layer in graph.layers:
+        for phase, flop, seconds in (("fwd", layer.fwd_flop, layer.fwd_s),
+                                     ("bwd", layer.bwd_flop, layer.bwd_s)):
+            if flop > seconds * peak_flop_per_s * (1 + 1e-9):
+                raise ConfigError(
+                    f"layer {layer.name!r}: {phase}_flop {flop:.4g} FLOP in {phase}_s {seconds:.4g} s "
+                    f"is {flop / seconds if seconds > 0 else math.inf:.4g} FLOP/s, above the chip's "
+                    f"peak of {peak_flop_per_s:.4g} FLOP/s (MFU would exceed 1; give FLOP and times "
+                    f"per TP rank, measured on this chip)")

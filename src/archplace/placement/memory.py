@@ -54,7 +54,8 @@ from types import MappingProxyType
 
 from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
 from archplace.errors import ConfigError
-from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute, StageMemory
+from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute
+from archplace.placement.result import StageMemory
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, gathered_bytes, shard_divisors
 
 GRADIENT_BYTES_PER_PARAM = 4

@@ -79,17 +79,8 @@ from archplace.placement.memory import (
     sequential_sum,
     stage_memory,
 )
-from archplace.placement.plan import (
-    LayerCost,
-    PipelineSchedule,
-    Plan,
-    PlanResult,
-    RankOrder,
-    Recompute,
-    StageMemory,
-    StageTime,
-    TrainingSetup,
-)
+from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, RankOrder, Recompute, TrainingSetup
+from archplace.placement.result import PlanResult, StageMemory, StageTime
 from archplace.placement.timing import (
     micro_batch_count,
     optimizer_step_time_s,

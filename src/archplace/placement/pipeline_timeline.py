@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from archplace.errors import ConfigError, InternalError
-from archplace.placement.plan import PipelineSchedule, PlanResult, StageTime
+from archplace.placement.plan import PipelineSchedule
+from archplace.placement.result import PlanResult, StageTime
 
 MAX_SHOWN_MICRO_BATCHES_PER_STAGE = 2
 """A plan's timeline shows min(m, max(2 pp, 4)) micro-batches: the warm-up, the steady state and

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.errors import ConfigError
-from archplace.placement.plan import Plan, PlanResult, StageMemory
+from archplace.placement.plan import Plan
+from archplace.placement.result import PlanResult, StageMemory
 
 
 @dataclass(frozen=True)

@@ -46,147 +46,35 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from archplace.placement.budget import TABLE_BYTES, WorkMeter, check_chain_length, dp_cells
+from archplace.placement.candidates import (
+    SLACK,
+    TIE_RTOL,
+    CandidateBlock,
+    Family,
+    FamilyState,
+    Found,
+    Variant,
+    in_flight_per_position,
+    interleaved_splits,
+)
 from archplace.placement.kernels import first_split, fits_greedily, min_max
 from archplace.placement.layout import RankLayout
-from archplace.placement.memory import interleaved_device_memory, interleaved_in_flight_chunks
+from archplace.placement.memory import interleaved_device_memory
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
-    LayerCost,
     PipelineSchedule,
     Plan,
-    Recompute,
     TrainingSetup,
 )
 from archplace.placement.tables import ALL_SHARDS, NO_SHARDS, FloatArray, SegmentTables, Shards
 from archplace.placement.timing import dp_degrees, optimizer_step_time_s
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, dp_tail_comm_s
-
-SLACK = 1e-9
-"""Relative slack of every prune: bounds and objectives are floating-point sums."""
-
-TIE_RTOL = 1e-12
-"""Front points of one candidate within this relative distance are ties (split by stages)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Family:
-    """One table of layer costs: (tp, micro_batch, sp, cp, ep) and a recompute policy."""
-
-    tp: int
-    micro_batch: int
-    sp: bool
-    recompute: Recompute
-    layers: Sequence[LayerCost]
-    cp: int = 1
-    ep: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Variant:
-    """Schedule, chunks and the objective options of a block of candidates."""
-
-    schedule: PipelineSchedule
-    chunks: int
-    zero_stage: int
-    overlap: bool
-
-    @property
-    def per_candidate(self) -> bool:
-        """Whether the front must be enumerated per (p, d): with overlap, or ZeRO-2/3."""
-        return self.overlap or self.zero_stage >= 2
-
-
-@dataclass(slots=True)
-class Found:
-    """A candidate's exact optimum: its objective and the front points attaining it."""
-
-    value: float
-    rank: tuple[object, ...]
-    family: int
-    variant: Variant
-    p: int
-    d: int
-    m: int
-    points: list[tuple[float, float]]
-
-
-@dataclass(slots=True)
-class _FamilyState:
-    family: Family
-    tables: SegmentTables | None = None
-    fronts: dict[tuple[object, ...], list[tuple[float, float]]] = field(default_factory=dict)
-    infeasible_at: dict[tuple[object, ...], int] = field(default_factory=dict)
-    canonical: dict[tuple[int, int], int] = field(default_factory=dict)
-    interleaved: dict[tuple[int, int, int, int, int], list[tuple[tuple[int, int], ...]]] = field(
-        default_factory=dict)
-    layer_base_max: float = 0.0
-    layer_base_sum: float = 0.0
-    layer_params_max: float = 0.0
-    params_sum: float = 0.0
-    table_bytes: int = 0
-    experts: bool = False
-    dense_max: float = 0.0
-    dense_sum: float = 0.0
-    expert_max: float = 0.0
-    expert_sum: float = 0.0
-    costs: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = field(
-        default_factory=dict)
-    bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Block:
-    """The candidates of one family and variant, sorted by their current bounds."""
-
-    family: int
-    variant: Variant
-    p: npt.NDArray[np.int64]
-    d: npt.NDArray[np.int64]
-    m: npt.NDArray[np.int64]
-    bound: FloatArray
-    refined: bool = False
-    next: int = 0
-
-
-def in_flight_per_position(schedule: PipelineSchedule, p: int, m: int, chunks: int) -> list[int]:
-    """In-flight count of every segment position: 1F1B min(p - j, m), GPipe m, interleaved the
-    chunk-micro-batches of the segment's device."""
-    if schedule is PipelineSchedule.INTERLEAVED:
-        per_device = [interleaved_in_flight_chunks(j, p, m, chunks) for j in range(p)]
-        return [per_device[c % p] for c in range(p * chunks)]
-    if schedule is PipelineSchedule.GPIPE:
-        return [m] * p
-    return [min(p - j, m) for j in range(p)]
-
-
-def interleaved_splits(n: int, segments: int) -> list[tuple[tuple[int, int], ...]]:
-    """The splits of a chain of ``n`` layers into ``segments`` = p v chunks that the interleaved
-    schedule is planned with: Megatron-LM's (the blocks divided evenly over the chunks,
-    ``--num-layers-per-virtual-pipeline-stage``, which must divide the layers per stage; the
-    embedding with the first chunk and the head with the last), i.e. n - 2 divisible by the
-    chunks, or, for chains without an embedding and a head, n divisible by the chunks and every
-    chunk equal. Ascending; empty when neither divides.
-
-    Restricting interleaving to these keeps the search exact with the exact per-device memory
-    (:func:`archplace.placement.memory.interleaved_device_memory`), which couples a device's
-    non-adjacent chunks and so does not decompose over a split as the DP needs.
-    """
-    out = set()
-    if n % segments == 0:
-        q = n // segments
-        out.add(tuple((c * q, c * q + q - 1) for c in range(segments)))
-    if n - 2 >= segments and (n - 2) % segments == 0:
-        q = (n - 2) // segments
-        out.add(tuple((0 if c == 0 else 1 + c * q, n - 1 if c == segments - 1 else c * q + q)
-                      for c in range(segments)))
-    return sorted(out)
 
 
 class Search:
@@ -201,10 +89,10 @@ class Search:
         longest = max((len(fam.layers) for fam in families), default=0)
         check_chain_length(longest)
         self.meter = WorkMeter(layers=longest, devices=setup.cluster.devices)
-        self._resident: list[_FamilyState] = []  # families holding tables, least recently used first
+        self._resident: list[FamilyState] = []  # families holding tables, least recently used first
         self._held = 0  # bytes of their tables
         for fam in families:
-            state = _FamilyState(fam)
+            state = FamilyState(fam)
             base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
                     for layer in fam.layers]
             state.layer_base_max = max(base)
@@ -259,7 +147,7 @@ class Search:
             p, d, m = p[keep], d[keep], m[keep]
         return p, d, m
 
-    def _bound0(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+    def _bound0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                 d: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> FloatArray:
         """Level-0 lower bound of every candidate of a block."""
         v = variant.chunks
@@ -268,7 +156,7 @@ class Search:
         params = np.maximum(v * state.layer_params_max, state.params_sum / p)
         return (v * m + p - 1) * t_low + self._tail_bound(state, variant, p, d, params)
 
-    def _costs(self, state: _FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    def _costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
         """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate
         (:mod:`archplace.placement.layout`)."""
         key = (p, d)
@@ -281,7 +169,7 @@ class Search:
             state.costs[key] = costs
         return costs
 
-    def _max_shards(self, state: _FamilyState, zero_stage: int, d: int) -> int:
+    def _max_shards(self, state: FamilyState, zero_stage: int, d: int) -> int:
         """The larger ZeRO shard count of a candidate's dense and expert parameters (1 at stage 0)."""
         if zero_stage == 0:
             return 1
@@ -289,7 +177,7 @@ class Search:
         dense = d * fam.cp
         return max(dense, fam.tp * dense // fam.ep) if state.experts else dense
 
-    def _tail_bound(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+    def _tail_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                     d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
         """DP + optimizer tail of a device with ``params`` (charged) parameters, the bucketed
         (overlapped) gradient reduction counted 0: a lower bound of the tail when params bounds
@@ -315,7 +203,7 @@ class Search:
                                     expert_group, 1, coefficient)
         return np.maximum(np.asarray(step, dtype=np.float64), np.maximum(dense, experts))
 
-    def _group_bound(self, state: _FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+    def _group_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                      d: npt.NDArray[np.int64], params: FloatArray, group: npt.NDArray[np.int64],
                      which: int, coefficient: float) -> FloatArray:
         """Exposed traffic (bucketed reduction counted 0) + optimizer step of ``params``
@@ -357,7 +245,7 @@ class Search:
 
     def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
-        blocks: list[_Block] = []
+        blocks: list[CandidateBlock] = []
         grids: dict[tuple[int, int, int, int, PipelineSchedule, int, int],
                     tuple[npt.NDArray[np.int64], ...]] = {}
         counter = itertools.count()
@@ -373,7 +261,7 @@ class Search:
                     continue
                 self.any_candidate = True
                 bound = self._bound0(state, variant, p, d, m)
-                blocks.append(_Block(f, variant, p, d, m, bound))
+                blocks.append(CandidateBlock(f, variant, p, d, m, bound))
                 heapq.heappush(heap, (float(bound.min()), self._variant_rank(variant),
                                       next(counter), len(blocks) - 1))
         while heap:
@@ -394,7 +282,7 @@ class Search:
         limit = self.cutoff * (1 + SLACK)
         return [found for found in self.found if found.value <= limit]
 
-    def _refine(self, block: _Block) -> None:
+    def _refine(self, block: CandidateBlock) -> None:
         """Level-1 bounds of a whole block: drop the candidates no split of which can fit (loose
         memory screen) and bound the rest by K * (exact min-max time ignoring memory and p2p) +
         the tail bound; sort by the new bound."""
@@ -425,7 +313,7 @@ class Search:
         """The segment tables of family ``family`` (built on first use)."""
         return self._tables(self.states[family])
 
-    def _tables(self, state: _FamilyState) -> SegmentTables:
+    def _tables(self, state: FamilyState) -> SegmentTables:
         """The family's tables, built on first use; the tables of all families together are kept
         within :data:`~archplace.placement.budget.TABLE_BYTES` by evicting the least recently
         used (and, if one family's alone exceed it, its caches)."""
@@ -451,7 +339,7 @@ class Search:
             self._account(state)
         return state.tables
 
-    def _account(self, state: _FamilyState) -> None:
+    def _account(self, state: FamilyState) -> None:
         """Bring the count of table bytes held up to date for ``state``."""
         now = state.tables.nbytes() if state.tables is not None else 0
         self._held += now - state.table_bytes
@@ -599,13 +487,13 @@ class Search:
         self.found = [found for found in self.found if found.value <= limit]
 
     @staticmethod
-    def _per_candidate(state: _FamilyState, variant: Variant) -> bool:
+    def _per_candidate(state: FamilyState, variant: Variant) -> bool:
         """Whether the front of (max T, max Y) must be enumerated per (p, d): the variant's
         rule, and always for chains with routed experts, whose tail is a function of two
         parameter counts (dense and expert), not of their sum."""
         return variant.per_candidate or state.experts
 
-    def _tail_of(self, state: _FamilyState, variant: Variant, p: int, d: int, params: float) -> float:
+    def _tail_of(self, state: FamilyState, variant: Variant, p: int, d: int, params: float) -> float:
         """The tail of a device with ``params`` (charged) parameters without overlap, as
         ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1, chains without experts)."""
         setup = self.setup
@@ -616,7 +504,7 @@ class Search:
         return float(exposed + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s,
                                                      setup.optimizer, dense if variant.zero_stage else 1))
 
-    def _canonical_shards(self, state: _FamilyState, tab: SegmentTables, zero_stage: int,
+    def _canonical_shards(self, state: FamilyState, tab: SegmentTables, zero_stage: int,
                           shards: Shards, k_top: int) -> Shards:
         """``shards``, or (1, 1) when the stage's capacity table at ``shards`` replicas equals the
         one at 1 replica for every in-flight count up to k_top (then they share fronts), decided

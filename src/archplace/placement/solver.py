@@ -41,11 +41,11 @@ from archplace.placement.plan import (
     CostKey,
     LayerCost,
     PipelineSchedule,
-    PlanResult,
     Recompute,
     TrainingSetup,
     check_zero_stage,
 )
+from archplace.placement.result import PlanResult
 from archplace.placement.search import Family, Search, Variant, in_flight_per_position, interleaved_splits
 from archplace.placement.tables import NO_SHARDS, FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int

@@ -26,10 +26,10 @@ from archplace.placement.plan import (
     LayerCost,
     PipelineSchedule,
     Plan,
-    PlanResult,
     Recompute,
     TrainingSetup,
 )
+from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import ExtractOptions, check_tp

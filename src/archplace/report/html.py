@@ -18,7 +18,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from archplace._version import __version__
-from archplace.placement.plan import PlanResult
+from archplace.placement.result import PlanResult
 from archplace.report.plan_tables import plan_label
 from archplace.report.tables import DESIGN_COLUMNS, design_cells
 from archplace.search.evaluate import DesignResult

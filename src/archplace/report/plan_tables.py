@@ -1,6 +1,6 @@
 """Rich tables of parallel plans (``archplace plan`` and ``archplace evaluate``): rendering only.
 
-Each function takes :class:`~archplace.placement.plan.PlanResult` objects (SI units inside) and
+Each function takes :class:`~archplace.placement.result.PlanResult` objects (SI units inside) and
 returns :class:`rich.table.Table` objects whose cells show seconds, milliseconds or GiB as their
 titles say; nothing is computed here but the formatting.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from archplace.placement.plan import PlanResult
+from archplace.placement.result import PlanResult
 
 _GIB = 2.0**30
 

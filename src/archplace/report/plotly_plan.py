@@ -15,7 +15,8 @@ from archplace.placement.pipeline_timeline import (
     plan_timeline,
     shown_micro_batches,
 )
-from archplace.placement.plan import PipelineSchedule, PlanResult
+from archplace.placement.plan import PipelineSchedule
+from archplace.placement.result import PlanResult
 from archplace.report.gantt import COLORS, gantt_bars
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.timeline import Schedule
@@ -24,7 +25,7 @@ from archplace.workload.graph import CoreType
 _GIB = 2.0**30
 _MS = 1e3
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "working", "gathered")
-"""The parts of :class:`~archplace.placement.plan.StageMemory` stacked in the memory chart
+"""The parts of :class:`~archplace.placement.result.StageMemory` stacked in the memory chart
 (``working`` and ``gathered`` only when some device has them)."""
 _MEMORY_COLORS = {"weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#8172B3",
                   "activations": "#55A868", "working": "#937860", "gathered": "#DA8BC3"}

@@ -22,7 +22,8 @@ from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import tdp_w
 from archplace.placement.costs import CostKey, Makespan, costs_by_key, list_makespan_s
-from archplace.placement.plan import LayerCost, PlanResult, TrainingSetup
+from archplace.placement.plan import LayerCost, TrainingSetup
+from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
 from archplace.placement.workflow import PlanGrid
 from archplace.workload.layers import LayerChain
