@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -105,14 +106,8 @@ def test_two_all_to_alls_per_pass_in_the_right_places(traced: LayerChain) -> Non
 
 
 def _ancestors(graph: OpGraph, op_id: int) -> set[int]:
-    seen: set[int] = set()
-    stack = list(graph.ops[op_id].preds)
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(graph.ops[node].preds)
-    return seen
+    dag = nx.DiGraph((p, op.id) for op in graph.ops for p in op.preds)
+    return nx.ancestors(dag, op_id) if op_id in dag else set()
 
 
 def test_capacity_factor_pads_every_expert(traced: LayerChain) -> None:

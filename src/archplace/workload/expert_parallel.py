@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from archplace.errors import ConfigError
 from archplace.workload import experts_op
@@ -107,26 +107,24 @@ def _region(graph: OpGraph) -> tuple[set[int], set[int]]:
     return (_descendants(succ, entries) & _ancestors(graph, inner)) | grouped, entries
 
 
-def _descendants(succ: dict[int, list[int]], start: Iterable[int]) -> set[int]:
+def _reachable(start: Iterable[int], step: Callable[[int], Iterable[int]]) -> set[int]:
+    """The operators reached from ``start`` (included) by repeatedly following ``step``."""
     seen: set[int] = set()
     stack = list(start)
     while stack:
         node = stack.pop()
         if node not in seen:
             seen.add(node)
-            stack.extend(succ[node])
+            stack.extend(step(node))
     return seen
+
+
+def _descendants(succ: dict[int, list[int]], start: Iterable[int]) -> set[int]:
+    return _reachable(start, succ.__getitem__)
 
 
 def _ancestors(graph: OpGraph, start: Iterable[int]) -> set[int]:
-    seen: set[int] = set()
-    stack = list(start)
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(graph.ops[node].preds)
-    return seen
+    return _reachable(start, lambda node: graph.ops[node].preds)
 
 
 def _scale_op(op: Operator, ep: int, rows_per_expert: int, factor: float, dtype_bytes: int) -> Operator:
