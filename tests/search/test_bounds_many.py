@@ -79,7 +79,8 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "gpt-fused-eager" else c
+                                  for c in sorted(CASES)])  # 5 s: make test-slow (CI) runs it
 @pytest.mark.parametrize("precisions", [("bf16",), ("bf16", "fp8"), ("fp8",)])
 def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[str, ...],
                                                  models: dict[str, str], sample: list[Accelerator]) -> None:
@@ -152,6 +153,7 @@ def test_a_store_without_bounds_is_still_read(tmp_path: Path) -> None:
         assert connection.execute("SELECT count(*) FROM bounds").fetchone()[0] > 0
 
 
+@pytest.mark.slow  # 6 s; tests/search/test_pruning.py keeps lossless pruning in make test
 def test_pruning_is_lossless_on_a_phaze_subspace(models: dict[str, str], tmp_path: Path) -> None:
     """A sampled sub-space of PHAZE's rectangular space: the pruned search returns what evaluating
     every design returns, and everything it pruned was strictly worse."""

@@ -42,6 +42,7 @@ def rows_so_far(db: Path) -> dict[str, float]:
         return {}
 
 
+@pytest.mark.slow  # 9 s: a killed search process; make test-slow (CI) runs it
 def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
