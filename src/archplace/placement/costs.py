@@ -3,7 +3,7 @@
 Each distinct layer graph (the repeated blocks share one) is scheduled once on
 the chip's cores; its makespan is the layer's forward or backward time per
 micro-batch.  The part of it spent in TP collectives, the part spent in the expert-parallel
-all-to-alls (collectives whose target names ``all_to_all``), and the time selective
+all-to-alls (collectives whose target is ``all_to_all``), and the time selective
 recomputation needs to re-run the attention core, are attributed here too.
 """
 
@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from archplace.cost.model import CostModel, array_flop
+from archplace.cost.model import CostModel, EstimatingCostModel, array_flop
 from archplace.cost.precision import fp8_weight_params
 from archplace.hardware.accelerator import Accelerator
 from archplace.placement.plan import CostKey, LayerCost
 from archplace.schedule.list_scheduler import list_schedule
 from archplace.schedule.problem import ScheduleProblem
+from archplace.workload.expert_parallel import ALL_TO_ALL
 from archplace.workload.graph import OpGraph, OpKind, renumber
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 
@@ -37,19 +38,14 @@ class _GraphTimes:
     ring_s: float = 0.0
 
 
-def _is_all_to_all(target: str) -> bool:
-    """Whether a collective's target is an expert-parallel all-to-all."""
-    return "all_to_all" in target or "alltoall" in target
-
-
 def _ring_exposed_s(model: CostModel, graph: OpGraph, acc: Accelerator) -> float:
     """Exposed ring-attention communication of the graph's attention operators under context
     parallelism (their estimates' ``communication_s``, :func:`archplace.cost.attention.with_ring`);
-    0 without CP or for a model that gives no estimates."""
-    estimate = getattr(model, "estimate", None)
-    if estimate is None:
+    0 without CP, or for a cost model that reports no communication (not an
+    :class:`~archplace.cost.model.EstimatingCostModel`)."""
+    if not isinstance(model, EstimatingCostModel):
         return 0.0
-    return float(sum(estimate(op, acc).communication_s for op in graph.ops
+    return float(sum(model.estimate(op, acc).communication_s for op in graph.ops
                      if op.kind is OpKind.ATTENTION and op.cp > 1))
 
 
@@ -97,9 +93,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
                 problem = ScheduleProblem.from_graph(graph, acc, model)
                 span = makespan(problem)
                 comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
-                           if op.kind is OpKind.COLLECTIVE and not _is_all_to_all(op.target))
+                           if op.kind is OpKind.COLLECTIVE and op.target != ALL_TO_ALL)
                 ep_comm = sum(p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
-                              if op.kind is OpKind.COLLECTIVE and _is_all_to_all(op.target))
+                              if op.kind is OpKind.COLLECTIVE and op.target == ALL_TO_ALL)
                 ring = _ring_exposed_s(model, graph, acc)
                 tp_s = min(comm, span)
                 ep_s = min(ep_comm, span - tp_s)
