@@ -391,15 +391,15 @@ def search_request(
                 raise ConfigError(f"tp {width} must be between 1 and the {devices} devices", fields=("tp",))
             for spec in specs:
                 check_tp(spec, width)
-    plan_space = app.plan_grid(tps=tps, micro_batches=batches,
-                               recomputes=parse_recompute(recompute),
-                               schedules=enum_choices(PipelineSchedule, schedules, "schedule"),
-                               zero_stages=parse_zero_stages(zero_stages),
-                               grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
-                                                               "grad_reduce_dtype")[0],
-                               fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen,
-                               cps=cp_degrees, eps=ep_degrees, capacity_factor=moe.capacity_factor,
-                               expert_load_imbalance=moe.expert_load_imbalance)
+    plan_space = workflow.PlanGrid(tps=tps, micro_batches=batches,
+                                   recomputes=parse_recompute(recompute),
+                                   schedules=enum_choices(PipelineSchedule, schedules, "schedule"),
+                                   zero_stages=parse_zero_stages(zero_stages),
+                                   grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
+                                                                   "grad_reduce_dtype")[0],
+                                   fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen,
+                                   cps=cp_degrees, eps=ep_degrees, capacity_factor=moe.capacity_factor,
+                                   expert_load_imbalance=moe.expert_load_imbalance)
     reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 

@@ -166,14 +166,6 @@ def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec,
     return workflow.Problem(loaded, acc, setup)
 
 
-def plan_grid(*, cps: tuple[int, ...] | None = None, eps: tuple[int, ...] | None = None,
-              **fields: Any) -> workflow.PlanGrid:
-    """The placement engine's :class:`~archplace.placement.workflow.PlanGrid` of ``fields``, with
-    the context- and expert-parallel degrees to try (``cps``, ``eps``; None: the engine's
-    automatic choice), passed by keyword."""
-    return workflow.PlanGrid(**fields, cps=cps, eps=eps)
-
-
 def plan(run: PlanRun) -> list[PlanResult]:
     """The ``run.space.top_k`` best plans of the run's model on its cluster, best first.
 
@@ -186,13 +178,14 @@ def plan(run: PlanRun) -> list[PlanResult]:
     prob = problem(model, run.hardware, run.cluster, micro_batches=space.micro_batches,
                    optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype,
                    rank_order=space.rank_order)
-    grid = plan_grid(tps=space.tps, micro_batches=space.micro_batches,
-                     sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
-                     schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
-                     dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
-                     kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
-                     precisions=space.precisions, cps=space.cps, eps=space.eps,
-                     capacity_factor=model.capacity_factor, expert_load_imbalance=model.expert_load_imbalance)
+    grid = workflow.PlanGrid(tps=space.tps, micro_batches=space.micro_batches,
+                              sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
+                              schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
+                              dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
+                              kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
+                              precisions=space.precisions, cps=space.cps, eps=space.eps,
+                              capacity_factor=model.capacity_factor,
+                              expert_load_imbalance=model.expert_load_imbalance)
     return workflow.plan(prob, grid, space.top_k)
 
 
@@ -335,5 +328,5 @@ def read_schedule_problem(path: str | os.PathLike[str]) -> ScheduleProblem:
 
 __all__ = ["EvaluateRun", "PlanRun", "accelerator", "cluster", "cluster_or_none", "design_space",
            "estimate_model", "estimate_preset_matmul", "evaluate", "layer_chain", "layer_problem",
-           "load_model", "plan", "plan_grid", "problem", "read_run_file", "read_schedule_problem",
+           "load_model", "plan", "problem", "read_run_file", "read_schedule_problem",
            "schedule_layer", "training_setup"]
