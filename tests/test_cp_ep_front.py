@@ -217,14 +217,6 @@ def test_api_takes_the_degrees(model: str) -> None:
 
 # ------------------------------------------------------------------------------------- search
 
-@dataclasses.dataclass(frozen=True)
-class _Grid(PlanGrid):
-    """A plan grid with CP and EP degrees (as the engine's own grid has them once it searches them)."""
-
-    cps: tuple[int, ...] | None = None
-    eps: tuple[int, ...] | None = None
-
-
 def test_search_cost_keys_and_identity_carry_the_degrees(model: str, space: str) -> None:
     request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1, 2],
                                  cps=[1], eps=[1])
@@ -232,14 +224,14 @@ def test_search_cost_keys_and_identity_carry_the_degrees(model: str, space: str)
     assert request_identity(request) == request_identity(
         api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1, 2]))
     fields = {f.name: getattr(request.plan_space, f.name) for f in dataclasses.fields(PlanGrid)}
-    wider = dataclasses.replace(request, plan_space=_Grid(**{**fields, "cps": (1, 2), "eps": (4,)}))
+    wider = dataclasses.replace(request, plan_space=PlanGrid(**{**fields, "cps": (1, 2), "eps": (4,)}))
     assert wider.cost_keys[:2] == (CostKey(1, 1, False, 1, 4), CostKey(1, 1, False, 2, 4))
     assert len(wider.cost_keys) == 6
     identity = request_identity(wider)
     assert identity != request_identity(request)
     assert [1, 1, False, 2, 4] in identity["cost_keys"]
     with pytest.raises(ConfigError, match="cps must be a whole number from 1"):
-        dataclasses.replace(request, plan_space=_Grid(**{**fields, "cps": (0,)}))
+        dataclasses.replace(request, plan_space=PlanGrid(**{**fields, "cps": (0,)}))
 
 
 # ------------------------------------------------------------------------------------- tables
