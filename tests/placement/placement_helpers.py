@@ -91,7 +91,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
     any_valid = False
     min_peak = None
     for key, layers in costs.items():
-        tp, b, sp, cp, ep = CostKey.of(key)
+        tp, b, sp, cp, ep, _etp = CostKey.of(key)
         n = len(layers)
         for rc in recomputes:
             for schedule in schedules:

@@ -254,7 +254,7 @@ def moe_chains(draw, n: int, cp: int, ep: int):
 def cp_ep_problems(draw):
     n = draw(st.integers(1, 5))
     keys = draw(st.lists(st.builds(CostKey, st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.just(False),
-                                   st.sampled_from([1, 2]), st.sampled_from([1, 2, 4])),
+                                   st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]), st.just(1)),
                          min_size=1, max_size=3, unique=True))
     costs = {key: draw(moe_chains(n, key.cp, key.ep)) for key in keys}
     devices = draw(st.integers(2, 16))

@@ -127,10 +127,11 @@ def _positive_int(owner: str, name: str, value: object) -> int:
 
 
 class CostKey(NamedTuple):
-    """The layer costs of one TP width, micro-batch size, SP flag, CP degree and EP degree.
+    """The layer costs of one TP width, micro-batch size, SP flag, CP degree, EP degree and
+    expert-TP width.
 
     A plain ``(tp, micro_batch, sp)`` tuple equals ``CostKey(tp, micro_batch, sp)`` only when
-    built through this class (the defaults fill cp = ep = 1); build keys with it.
+    built through this class (the defaults fill cp = ep = etp = 1); build keys with it.
 
     Attributes:
         tp: tensor-parallel width.
@@ -138,6 +139,8 @@ class CostKey(NamedTuple):
         sp: sequence parallelism (Korthikanti et al. 2022, section 4.2.2).
         cp: context-parallel degree: the sequence split over cp ranks (ring attention).
         ep: expert-parallel degree: the experts of every MoE layer sharded over ep ranks.
+        etp: expert-tensor-parallel width: every routed expert's weights split over etp ranks
+            (Megatron-Core's ``expert_tensor_parallel_size``); 1 for dense models.
     """
 
     tp: int
@@ -145,11 +148,12 @@ class CostKey(NamedTuple):
     sp: bool
     cp: int = 1
     ep: int = 1
+    etp: int = 1
 
     @classmethod
     def of(cls, key: tuple[Any, ...]) -> CostKey:
-        """``key`` as a CostKey: a ``(tp, micro_batch, sp)`` or ``(tp, micro_batch, sp, cp, ep)``
-        tuple of integers.
+        """``key`` as a CostKey: a ``(tp, micro_batch, sp)``, ``(tp, micro_batch, sp, cp, ep)`` or
+        ``(tp, micro_batch, sp, cp, ep, etp)`` tuple of integers.
 
         Raises:
             ConfigError: another length or a non-integer degree.
@@ -157,13 +161,14 @@ class CostKey(NamedTuple):
         if isinstance(key, cls):
             return key
         try:
-            if len(key) not in (3, 5):
+            if len(key) not in (3, 5, 6):
                 raise ValueError
             tp, micro_batch, sp, *rest = key
             return cls(operator.index(tp), operator.index(micro_batch), bool(sp),
                        *(operator.index(x) for x in rest))
         except (TypeError, ValueError):
-            raise ConfigError(f"costs keys must be (tp, micro_batch, sp[, cp, ep]), got {key!r}") from None
+            raise ConfigError(f"costs keys must be (tp, micro_batch, sp[, cp, ep[, etp]]), "
+                              f"got {key!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +400,10 @@ class Plan:
             member or its value); it decides the links, which the caller prices through
             ``TrainingSetup.rank_order``, and is recorded here (the engine sets it to the
             setup's order on every plan it returns).
+        etp: expert-tensor-parallel width: every routed expert's weights are split over etp
+            ranks (Megatron-Core's ``expert_tensor_parallel_size``; its expert groups fold
+            etp * ep * edp = tp * cp * dp ranks of a stage); 1 for dense models. It changes the
+            layer costs, which the caller builds for it, and is recorded here.
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
@@ -421,9 +430,10 @@ class Plan:
     cp: int = 1
     ep: int = 1
     rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
+    etp: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep"):
+        for name in ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep", "etp"):
             object.__setattr__(self, name, _positive_int("plan", name, getattr(self, name)))
         try:
             object.__setattr__(self, "rank_order", RankOrder(self.rank_order))
@@ -495,7 +505,7 @@ class Plan:
         ``stage_device`` the pipeline device of each (range c runs on device c % pp); a DAG
         plan adds ``stage_layers``, the layer names of every range."""
         out: dict[str, Any] = {
-            "tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp,
+            "tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "pp": self.pp, "dp": self.dp,
             "micro_batch": self.micro_batch,
             "recompute": self.recompute.value, "schedule": self.schedule.value,
             "chunks": self.chunks, "sp": self.sp, "zero_stage": self.zero_stage,
@@ -511,7 +521,7 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored; a missing
-        ``precision`` is bf16, a missing ``cp`` or ``ep`` 1, a missing ``rank_order``
+        ``precision`` is bf16, a missing ``cp``, ``ep`` or ``etp`` 1, a missing ``rank_order``
         tp-cp-ep-pp-dp).
 
         Raises:
@@ -528,6 +538,7 @@ class Plan:
                        stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())),
                        precision=Precision(data.get("precision", Precision.BF16.value)),
                        cp=int(data.get("cp", 1)), ep=int(data.get("ep", 1)),
-                       rank_order=data.get("rank_order", RankOrder.TP_CP_EP_PP_DP.value))
+                       rank_order=data.get("rank_order", RankOrder.TP_CP_EP_PP_DP.value),
+                       etp=int(data.get("etp", 1)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan {data!r}: {exc}") from None

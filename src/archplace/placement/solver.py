@@ -119,7 +119,10 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         raise ConfigError("plan_search needs the layer costs of at least one (tp, micro_batch, sp)")
     families: list[Family] = []
     for key, layers in costs.items():
-        tp, micro_batch, sp, cp, ep = CostKey.of(key)
+        tp, micro_batch, sp, cp, ep, etp = CostKey.of(key)
+        if etp != 1:  # the interface is in place; the engine's expert-TP groups are not yet
+            raise ConfigError(f"costs key {key!r}: expert-tensor parallelism (etp={etp}) is not "
+                              "modelled by the placement engine yet")
         check_positive_int("tp", tp)
         check_positive_int("micro_batch", micro_batch)
         check_positive_int("cp", cp)

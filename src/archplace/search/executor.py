@@ -15,6 +15,7 @@ out.  One job runs in this process, with no pool at all.
 
 from __future__ import annotations
 
+import concurrent.futures.process as stdlib_pool
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -58,6 +59,32 @@ def _workers(pool: ProcessPoolExecutor) -> list[BaseProcess]:
     return list(processes.values()) if isinstance(processes, dict) else []
 
 
+MANAGER_JOIN_S = 1.0
+"""How long a stopped pool's manager thread is given to notice its killed workers and close."""
+
+
+def _settle_manager(pool: ProcessPoolExecutor, timeout_s: float = MANAGER_JOIN_S) -> None:
+    """Let a stopped pool's manager thread finish before this process goes on to exit.
+
+    Python 3.11's exit hook for process pools (``concurrent.futures.process._python_exit``)
+    wakes every manager thread by writing to its pipe without the lock the manager holds when
+    it closes that pipe (CPython gh-105829, fixed in 3.12): when the manager is still closing
+    after its workers were killed, the write meets a closed descriptor and the interpreter
+    prints an ``OSError`` traceback on the way out of a Ctrl-C.  Joining the manager (it ends
+    within milliseconds once its workers are gone) makes the hook see a closed pipe and skip
+    it; a manager still running after ``timeout_s`` is taken out of the hook's table instead.
+    Both use private names of the stdlib pool, looked up defensively.
+    """
+    thread = getattr(pool, "_executor_manager_thread", None)
+    if thread is None:
+        return
+    thread.join(timeout_s)
+    if thread.is_alive():
+        wakeups = getattr(stdlib_pool, "_threads_wakeups", None)
+        if wakeups is not None:
+            wakeups.pop(thread, None)
+
+
 @contextmanager
 def _local(jobs: int) -> Iterator[Executor | None]:
     if jobs == 1:  # in this process: nothing to start, and an interrupt stops the work at once
@@ -71,6 +98,7 @@ def _local(jobs: int) -> Iterator[Executor | None]:
         workers = _workers(pool)
         pool.shutdown(wait=False, cancel_futures=True)
         stop_processes(workers)
+        _settle_manager(pool)
         raise
     pool.shutdown(wait=True)
 

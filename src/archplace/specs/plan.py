@@ -145,6 +145,8 @@ class Plan:
         ep: expert-parallel degree (1..2**20): the routed experts sharded over ep ranks.
         rank_order: tp-cp-ep-pp-dp (default) | tp-cp-ep-dp-pp: how the parallel groups are laid
             over the ranks (:class:`~archplace.placement.plan.RankOrder`).
+        etp: expert-tensor-parallel width (1..2**20): every routed expert's weights split over
+            etp ranks (Megatron-Core's ``expert_tensor_parallel_size``).
 
     Raises:
         ConfigError: a field out of range or unknown (named ``plan.FIELD``), sp with tp = 1,
@@ -169,10 +171,11 @@ class Plan:
     cp: int = 1
     ep: int = 1
     rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
+    etp: int = 1
 
     def __post_init__(self) -> None:
         store(self, "rank_order", member(RankOrder, self.rank_order, "plan.rank_order"))
-        for name in ("tp", "pp", "dp", "chunks", "cp", "ep"):
+        for name in ("tp", "pp", "dp", "chunks", "cp", "ep", "etp"):
             limits.whole(f"plan.{name}", getattr(self, name), 1, limits.MAX_DEVICES)
         limits.whole("plan.micro_batch", self.micro_batch, 1, limits.MAX_MICRO_BATCH)
         store(self, "recompute", member(Recompute, self.recompute, "plan.recompute"))

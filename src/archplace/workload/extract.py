@@ -80,6 +80,9 @@ class ExtractOptions:
             all-to-all bytes. 1.0 (the default): perfectly balanced, the aim of DeepSeek-V3's
             auxiliary-loss-free balancing (technical report sec. 2.1.2). Ignored with a capacity
             factor above 1 (every expert is then padded to capacity) and at ep = 1.
+        etp: expert-tensor-parallel width: every routed expert's weights are split over etp
+            ranks (Megatron-Core's ``expert_tensor_parallel_size``), which gather the tokens
+            routed to their experts; 1 (the default) for dense models and whole experts.
 
     Raises:
         ConfigError: a non-positive size, an unknown dtype, attention or kernels value, a
@@ -100,6 +103,7 @@ class ExtractOptions:
     ep: int = 1
     capacity_factor: float = 1.0
     expert_load_imbalance: float = 1.0
+    etp: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention", parse_attention(self.attention))
@@ -110,8 +114,9 @@ class ExtractOptions:
             raise ConfigError(f"sequence length must be positive, got {self.seq_len}")
         if self.tp <= 0:
             raise ConfigError(f"TP width must be positive, got {self.tp}")
-        if self.cp <= 0 or self.ep <= 0:
-            raise ConfigError(f"CP and EP degrees must be positive, got cp={self.cp}, ep={self.ep}")
+        if self.cp <= 0 or self.ep <= 0 or self.etp <= 0:
+            raise ConfigError(f"CP, EP and expert-TP degrees must be positive, got cp={self.cp}, "
+                              f"ep={self.ep}, etp={self.etp}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
         if self.cp > 1 and self.seq_len % (2 * self.cp):
@@ -129,8 +134,8 @@ class ExtractOptions:
 
     @property
     def shards_experts(self) -> bool:
-        """Whether the MoE layers differ from the traced (ep = 1, balanced, unpadded) ones."""
-        return (self.ep, self.capacity_factor, self.expert_load_imbalance) != (1, 1.0, 1.0)
+        """Whether the MoE layers differ from the traced (ep = etp = 1, balanced, unpadded) ones."""
+        return (self.ep, self.etp, self.capacity_factor, self.expert_load_imbalance) != (1, 1, 1.0, 1.0)
 
     @property
     def dtype_bytes(self) -> int:
@@ -157,9 +162,9 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
 
 
 def traced_options(options: ExtractOptions) -> ExtractOptions:
-    """The options of the chain that is traced for ``options``: ep = 1, balanced and unpadded
-    (:func:`extract_chain` derives the expert-parallel chain from it)."""
-    return dataclasses.replace(options, ep=1, capacity_factor=1.0, expert_load_imbalance=1.0)
+    """The options of the chain that is traced for ``options``: ep = etp = 1, balanced and
+    unpadded (:func:`extract_chain` derives the expert-parallel chain from it)."""
+    return dataclasses.replace(options, ep=1, etp=1, capacity_factor=1.0, expert_load_imbalance=1.0)
 
 
 def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
