@@ -26,7 +26,7 @@ from multiprocessing.process import BaseProcess
 from types import MappingProxyType
 
 from archplace.errors import ConfigError
-from archplace.lifetime import guard_child, sigint_blocked, stop_processes
+from archplace.lifetime import Interrupted, guard_child, sigint_blocked, stop_processes
 from archplace.registry import lookup
 
 
@@ -124,6 +124,10 @@ def _check_address(scheduler: str) -> None:
         raise ConfigError(f"Dask scheduler address {scheduler!r}: port {port} is outside 1..65535")
 
 
+QUIET_ON_INTERRUPT = ("distributed", "tornado")
+"""Loggers silenced when a local Dask cluster is closed by an interrupt."""
+
+
 @contextmanager
 def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
     try:
@@ -147,15 +151,26 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
         with ExitStack() as stack:
             # SIGINT blocked meanwhile: the cluster's threads and, through them, its worker
             # processes start with it blocked and keep it so (a Ctrl-C reaches the whole process
-            # group): this process takes it, in the main thread, and closes the cluster.
+            # group): this process takes it, in the main thread, and closes the cluster.  The
+            # workers log at CRITICAL only: closing a cluster under load makes them log failed
+            # heartbeats and cancelled tasks as errors with tracebacks; a task's own failure still
+            # reaches this process as its exception.
             with sigint_blocked():
                 cluster = stack.enter_context(LocalCluster(
                     n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None,
-                    silence_logs=logging.ERROR))  # ERROR: no warnings of tasks cancelled on close
+                    silence_logs=logging.CRITICAL))  # no closing chatter (below)
             client = stack.enter_context(Client(cluster))
             yield client.get_executor()
+    except (Interrupted, KeyboardInterrupt):
+        # The process is on its way out: the cluster's close may finish in an exit hook, after
+        # this block, and it reports closed comms and nannies at INFO or with tracebacks. Keep
+        # Dask and tornado quiet for good so the user sees one line.
+        for name in QUIET_ON_INTERRUPT:
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        raise
     finally:
-        quiet.setLevel(level)
+        if quiet.level <= logging.CRITICAL:
+            quiet.setLevel(level)
 
 
 def _local_executor(jobs: int, scheduler: str | None) -> AbstractContextManager[Executor | None]:
