@@ -140,12 +140,11 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     search = Search(families, variants, setup, top_k)
     found = search.run()
     if not search.any_candidate:
+        limit = " (tp*cp*pp*dp must not exceed the devices and "
         if any(fam.etp > 1 or (fam.tp > 1 and fam.ep > 1) for fam in families):
-            degrees, rule = "tp, cp, ep, etp, pp, dp", " (tp*cp*pp*dp must not exceed the devices and etp*ep " \
-                "must divide tp*cp*dp)"
+            degrees, rule = "tp, cp, ep, etp, pp, dp", limit + "etp*ep must divide tp*cp*dp)"
         elif any(fam.cp > 1 or fam.ep > 1 for fam in families):
-            degrees, rule = "tp, cp, ep, pp, dp", " (tp*cp*pp*dp must not exceed the devices and ep must " \
-                "divide dp*cp)"
+            degrees, rule = "tp, cp, ep, pp, dp", limit + "ep must divide dp*cp)"
         else:
             degrees, rule = "tp, pp, dp", ""
         raise InfeasibleError(
