@@ -85,8 +85,8 @@ class ModelSetup:
 
 def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, plan: Plan) -> LayerView:
     """The list schedule of the forward pass of one transformer block (the first layer when the
-    model has none) of ``setup.model`` under ``plan``'s TP width, micro-batch, SP, CP and EP on
-    ``acc`` (FP8 GEMMs when the plan trains in FP8), costed as the planner costs it.
+    model has none) of ``setup.model`` under ``plan``'s TP width, micro-batch, SP, CP, EP and
+    expert-TP width on ``acc`` (FP8 GEMMs when the plan trains in FP8), costed as the planner costs it.
 
     Raises:
         ConfigError, ExtractionError: the model cannot be traced under the plan.
@@ -94,7 +94,7 @@ def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, pla
     model = setup.model
     options = ExtractOptions(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp, sp=plan.sp,
                              fuse=setup.fuse, attention=setup.attention, kernels=setup.kernels, cp=plan.cp,
-                             ep=plan.ep, capacity_factor=setup.capacity_factor,
+                             ep=plan.ep, etp=plan.etp, capacity_factor=setup.capacity_factor,
                              expert_load_imbalance=setup.expert_load_imbalance)
     chain = cached_chain(model, options)
     layer = next((item for item in chain.layers if item.kind is LayerKind.BLOCK), chain.layers[0])
