@@ -105,6 +105,10 @@ def test_automatic_etp_widths() -> None:
     assert workflow.valid_etp_degrees(mixtral, 1) == (1,)
     assert workflow.valid_etp_degrees(mixtral, 4) == (1, 4)
     assert workflow.valid_etp_degrees(llama, 4) == (1,)
+    config = {**mixtral.config, "moe_intermediate_size": 1000}
+    odd = dataclasses.replace(mixtral, config_json=json.dumps(config, sort_keys=True))
+    assert workflow.valid_etp_degrees(odd, 8) == (1, 8)  # 1000 = 8 * 125
+    assert workflow.valid_etp_degrees(odd, 16) == (1,)  # 16 does not divide the experts' FFN width
     assert PlanGrid().etps is None
 
 

@@ -162,9 +162,13 @@ def valid_ep_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
 def valid_etp_degrees(spec: ModelSpec, tp: int) -> tuple[int, ...]:
     """The automatic expert-tensor-parallel widths at TP width ``tp``: 1 and tp for a
     mixture-of-experts model (experts whole on every rank, or split as the dense layers are:
-    Megatron-Core's default ``expert_tensor_parallel_size`` is the TP width), deduplicated;
+    Megatron-Core's default ``expert_tensor_parallel_size`` is the TP width), tp only when it
+    divides the routed experts' FFN width (``moe_intermediate_size``, else the FFN size);
     (1,) for a dense model."""
-    return tuple(dict.fromkeys((1, tp))) if spec.experts else (1,)
+    if not spec.experts:
+        return (1,)
+    width = spec.config.get("moe_intermediate_size") or spec.ffn_size
+    return (1, tp) if tp > 1 and isinstance(width, int) and width % tp == 0 else (1,)
 
 
 def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False,
