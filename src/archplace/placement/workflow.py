@@ -240,7 +240,8 @@ class PlanGrid:
     :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank). ``eps``: expert-parallel degrees; None
     means :func:`valid_ep_degrees` (powers of two dividing the routed experts of an MoE model,
     1 for a dense one). ``etps``: expert-tensor-parallel widths; None means
-    :func:`valid_etp_degrees` of every TP width (1 and tp for an MoE model, 1 for a dense one).
+    :func:`valid_etp_degrees` of every TP width (1 and tp for an MoE model whose experts' FFN
+    width tp divides, 1 for a dense one).
     Each (tp, micro-batch, sp, cp, ep, etp) is a set of layer costs; the engine takes
     tp * cp * pp * dp devices with etp * ep dividing tp * cp * dp. A mixture-of-experts model at
     tp > 1 is costed with sequence parallelism only (:func:`check_moe_sp`).
