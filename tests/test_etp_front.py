@@ -294,3 +294,20 @@ def test_tables_show_etp_when_used(result: PlanResult) -> None:
     assert "etp" not in narrow
     wide = _text(search_table(SearchResult(evaluated=(moe, dense), model="m", devices=8, global_batch=8), 5))
     assert "tp/cp/ep/etp/pp/dp" in wide and " 2/1/2/2/1/4 " in wide and " 2/1/1/1/1/4 " in wide
+
+
+def test_evaluate_costs_the_etp_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[CostKey] = []
+    prob = _problem(monkeypatch, asked, hbm=1e12)
+    result = workflow.evaluate(prob, tp=1, pp=1, dp=2, micro_batch=1, recompute=Recompute.NONE,
+                               schedule="1f1b", stages=((0, 3),), etp=2)  # type: ignore[arg-type]
+    assert asked == [CostKey(1, 1, False, 1, 1, 2)] and result.plan.etp == 2
+
+
+def test_the_search_finds_the_chains_of_an_etp_plan(result: PlanResult) -> None:
+    from archplace.search.runner import _plan_chains
+    split = dataclasses.replace(result, plan=dataclasses.replace(result.plan, ep=2, etp=2))
+    mine = CostKey(2, 1, False, 1, 2, 2)
+    chains = {"m": {CostKey(2, 1, False, 1, 2, 1): "etp 1", mine: "etp 2"}}
+    found = _plan_chains(DesignResult(load_accelerator("tpuv4"), 100.0, split), chains)  # type: ignore[arg-type]
+    assert found == {"m": {mine: "etp 2"}}
