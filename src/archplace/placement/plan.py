@@ -403,7 +403,9 @@ class Plan:
         etp: expert-tensor-parallel width: every routed expert's weights are split over etp
             ranks (Megatron-Core's ``expert_tensor_parallel_size``; its expert groups fold
             etp * ep * edp = tp * cp * dp ranks of a stage); 1 for dense models. It changes the
-            layer costs, which the caller builds for it, and is recorded here.
+            layer costs, which the caller builds for it, and the expert-data-parallel group the
+            routed experts' gradients and ZeRO shards use (edp = tp * cp * dp / (etp * ep) ranks,
+            :mod:`archplace.placement.layout`).
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
