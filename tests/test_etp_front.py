@@ -311,3 +311,14 @@ def test_the_search_finds_the_chains_of_an_etp_plan(result: PlanResult) -> None:
     chains = {"m": {CostKey(2, 1, False, 1, 2, 1): "etp 1", mine: "etp 2"}}
     found = _plan_chains(DesignResult(load_accelerator("tpuv4"), 100.0, split), chains)  # type: ignore[arg-type]
     assert found == {"m": {mine: "etp 2"}}
+
+
+def test_a_stored_request_reads_its_degrees_back(model: str, space: str) -> None:
+    from archplace.reports import stored_request
+    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1, 2],
+                                 cps=[1, 2], eps=[1])
+    request = dataclasses.replace(request, plan_space=dataclasses.replace(request.plan_space, etps=(1, 2)))
+    stored = stored_request(request_identity(request), [m.name for m in request.models])
+    assert (stored.grid.cps, stored.grid.eps, stored.grid.etps) == ((1, 2), (1,), (1, 2))
+    rebuilt = dataclasses.replace(request, plan_space=stored.grid)
+    assert rebuilt.cost_keys == request.cost_keys

@@ -228,7 +228,9 @@ def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredReque
                         grad_reduce_dtype=GradReduceDtype(request["grad_reduce_dtype"]),
                         precisions=tuple(Precision(p) for p in request.get("precisions", ["bf16"])),
                         capacity_factor=float(request.get("capacity_factor", 1.0)),
-                        expert_load_imbalance=float(request.get("expert_load_imbalance", 1.0)))
+                        expert_load_imbalance=float(request.get("expert_load_imbalance", 1.0)),
+                        cps=tuple(sorted({k.cp for k in keys})), eps=tuple(sorted({k.ep for k in keys})),
+                        etps=tuple(sorted({k.etp for k in keys})))
         return StoredRequest(models, Cluster(**links), int(request["global_batch"]), grid)
     except (LookupError, TypeError, ValueError) as exc:
         raise ConfigError(f"the stored request cannot be read back ({exc})") from None
