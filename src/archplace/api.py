@@ -131,7 +131,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None,
          cps: Iterable[int] | None = None, eps: Iterable[int] | None = None,
          rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
-         expert_load_imbalance: float = 1.0) -> list[PlanResult]:
+         expert_load_imbalance: float = 1.0, etps: Iterable[int] | None = None) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -149,14 +149,17 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     ``cps`` and ``eps``: the context-parallel (sequence split, ring attention) and
     expert-parallel (routed experts sharded over data-parallel ranks) degrees to try; default:
     the engine's automatic choice.
+    ``etps``: expert-tensor-parallel widths to try (every routed expert's weights split over
+    etp ranks, Megatron-Core's ``expert_tensor_parallel_size``); default: 1 and each TP width
+    for a mixture-of-experts model, 1 for a dense one.
     ``rank_order``: how the parallel groups are laid over the ranks, ``tp-cp-ep-pp-dp`` (the
     default) or ``tp-cp-ep-dp-pp`` (Megatron-Core's); recorded in every plan.
     ``capacity_factor`` and ``expert_load_imbalance``: as in :func:`graph`.
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
-            devices, TP, CP and EP degrees 1..2**20, global batch 1..2**30, micro-batches 1..2**20, top_k
-            1..1,000, ...), a chain too long or a plan space too large to search
+            devices, TP, CP and EP degrees and expert-TP widths 1..2**20, global batch 1..2**30,
+            micro-batches 1..2**20, top_k 1..1,000, ...), a chain too long or a plan space too large to search
             (:mod:`archplace.placement.budget`), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
@@ -168,7 +171,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                       grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k,  # type: ignore[arg-type]
                       precisions=tuple(precisions) if precisions is not None else PRECISIONS,  # type: ignore[arg-type]
                       cps=None if cps is None else tuple(cps), eps=None if eps is None else tuple(eps),
-                      rank_order=rank_order)  # type: ignore[arg-type]
+                      rank_order=rank_order, etps=None if etps is None else tuple(etps))  # type: ignore[arg-type]
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                   capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance),
@@ -193,12 +196,12 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
              kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16", cp: int = 1,
              ep: int = 1, rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
-             expert_load_imbalance: float = 1.0) -> PlanResult:
+             expert_load_imbalance: float = 1.0, etp: int = 1) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
-    ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp`` and ``ep`` the
-    context- and expert-parallel degrees, as in :func:`plan`).
+    ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
+    ``etp`` the context- and expert-parallel degrees and the expert-TP width, as in :func:`plan`).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -210,7 +213,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
 
     Raises:
         ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
-            devices, tp, cp, ep, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
+            devices, tp, cp, ep, etp, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
             ...), an invalid plan, fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
@@ -219,7 +222,7 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
                  stages=parse_stages(stages) if stages else None, precision=precision, cp=cp, ep=ep,  # type: ignore[arg-type]
-                 rank_order=rank_order)  # type: ignore[arg-type]
+                 rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
@@ -300,6 +303,7 @@ def search_request(
     eps: Iterable[int] | None = None,
     capacity_factor: float = 1.0,
     expert_load_imbalance: float = 1.0,
+    etps: Iterable[int] | None = None,
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it.
 
@@ -331,6 +335,8 @@ def search_request(
             :mod:`archplace.cost.precision`); a design without FP8 tensor cores tries bf16 only.
         cps: context-parallel degrees to try (default: 1 only).
         eps: expert-parallel degrees to try (default: 1 only).
+        etps: expert-tensor-parallel widths to try (default: 1 only); refused above 1 when every
+            model is dense (a dense model among several is costed at etp 1 only).
         capacity_factor, expert_load_imbalance: of the mixture-of-experts models' routed
             tokens, as in :func:`graph` (a dense model among several ignores them). The search
             lays the groups over the ranks in the default order, tp-cp-ep-pp-dp.
@@ -353,11 +359,15 @@ def search_request(
     # The search tries cp = ep = 1 unless told: every degree multiplies every design's layer costs.
     cp_degrees = (1,) if cps is None else degrees(tuple(cps), "cps")
     ep_degrees = (1,) if eps is None else degrees(tuple(eps), "eps")
+    etp_degrees = (1,) if etps is None else degrees(tuple(etps), "etps")
     moe = ModelSpec(names[0], seq_len, capacity_factor=capacity_factor,
                     expert_load_imbalance=expert_load_imbalance)
     specs = tuple(app.load_model(ModelSpec(name, seq_len), batches) for name in names)
     if not any(spec.experts for spec in specs):
         app.load_model(moe)  # refuses the options for a dense model
+        if max(etp_degrees) > 1:
+            raise ConfigError(f"etps = {max(etp_degrees)}: every model is dense (no routed experts to "
+                              "split); use etp 1", fields=("etps",))
     search_space = app.design_space(space)
     links = app.cluster(HardwareSpec(cluster or search_space.base), devices)
     try:
@@ -399,7 +409,7 @@ def search_request(
                                                                    "grad_reduce_dtype")[0],
                                    fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen,
                                    cps=cp_degrees, eps=ep_degrees, capacity_factor=moe.capacity_factor,
-                                   expert_load_imbalance=moe.expert_load_imbalance)
+                                   expert_load_imbalance=moe.expert_load_imbalance, etps=etp_degrees)
     reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
     return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
 
@@ -489,7 +499,7 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
                           kernels=spec.kernels, zero_stages=spec.zero_stages,
                           grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions,
                           cps=spec.cps, eps=spec.eps, capacity_factor=spec.capacity_factor,
-                          expert_load_imbalance=spec.expert_load_imbalance)
+                          expert_load_imbalance=spec.expert_load_imbalance, etps=spec.etps)
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:

@@ -185,7 +185,7 @@ def plan(run: PlanRun) -> list[PlanResult]:
                               kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
                               precisions=space.precisions, cps=space.cps, eps=space.eps,
                               capacity_factor=model.capacity_factor,
-                              expert_load_imbalance=model.expert_load_imbalance)
+                              expert_load_imbalance=model.expert_load_imbalance, etps=space.etps)
     return workflow.plan(prob, grid, space.top_k)
 
 
@@ -205,7 +205,7 @@ def evaluate(run: EvaluateRun) -> PlanResult:
                              zero_stage=p.zero_stage, dp_overlap=p.dp_overlap, stages=p.stages,
                              fuse=model.fuse, attention=model.attention, kernels=model.kernels,
                              precision=p.precision, cp=p.cp, ep=p.ep, capacity_factor=model.capacity_factor,
-                             expert_load_imbalance=model.expert_load_imbalance)
+                             expert_load_imbalance=model.expert_load_imbalance, etp=p.etp)
 
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,

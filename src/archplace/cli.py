@@ -25,6 +25,7 @@ from archplace.cli_options import (
     PrecisionsOption,
     SearchCpsOption,
     SearchEpsOption,
+    SearchEtpsOption,
     ZeroStagesOption,
     cli_message,
 )
@@ -63,6 +64,7 @@ _SEARCH_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "model": ("models", tuple), "micro_batch": ("micro_batches", tuple), "recompute": ("recompute", _one),
     "tp": ("tp", tuple), "zero_stage": ("zero_stages", _same), "store": ("store", str),
     "precision": ("precisions", tuple), "cp": ("cps", tuple), "ep": ("eps", tuple),
+    "etp": ("etps", tuple),
     **{name: (name, _same) for name in (
         "devices", "global_batch", "space", "strategy", "trials", "seed", "seq_len", "cluster", "top",
         "jobs", "executor", "scheduler", "objective", "area_budget", "power_budget", "baseline",
@@ -99,6 +101,7 @@ def search(
         help="TP width to try (repeatable) [valid widths within a node].")] = None,
     cp: SearchCpsOption = None,
     ep: SearchEpsOption = None,
+    etp: SearchEtpsOption = None,
     cluster: Annotated[str | None, typer.Option(
         help="Hardware or cluster preset (phaze-paper) or YAML whose links form the cluster "
              "[the space's base].")] = None,

@@ -56,11 +56,18 @@ SearchEpsOption = Annotated[list[int] | None, typer.Option(
     "--ep", help=_EP_HELP + "; repeatable, the degrees to try [1].")]
 CpOption = Annotated[int, typer.Option("--cp", help=_CP_HELP + ".")]
 EpOption = Annotated[int, typer.Option("--ep", help=_EP_HELP + ".")]
+_ETP_HELP = ("Expert-tensor-parallel width: each routed expert's weights split over ETP ranks "
+             "(Megatron-Core's expert_tensor_parallel_size; MoE models)")
+EtpsOption = Annotated[list[int] | None, typer.Option(
+    "--etp", help=_ETP_HELP + "; repeatable, the widths to try [automatic: 1 and the TP width].")]
+SearchEtpsOption = Annotated[list[int] | None, typer.Option(
+    "--etp", help=_ETP_HELP + "; repeatable, the widths to try [1].")]
+EtpOption = Annotated[int, typer.Option("--etp", help=_ETP_HELP + ".")]
 
 
 _FLAGS = {"tps": "--tp", "micro_batches": "--micro-batch", "top_k": "--top", "zero_stages": "--zero-stage",
           "recomputes": "--recompute", "schedules": "--schedule", "precisions": "--precision",
-          "cps": "--cp", "eps": "--ep"}
+          "cps": "--cp", "eps": "--ep", "etps": "--etp"}
 
 
 def flag_of(field: str) -> str:

@@ -17,6 +17,8 @@ from archplace.cli_options import (
     CpsOption,
     EpOption,
     EpsOption,
+    EtpOption,
+    EtpsOption,
     GradDtypeOption,
     KernelsOption,
     LoadImbalanceOption,
@@ -75,6 +77,7 @@ def register(app: typer.Typer) -> None:
         = None,
         cp: CpsOption = None,
         ep: EpsOption = None,
+        etp: EtpsOption = None,
         micro_batch: Annotated[list[int] | None, typer.Option(help="Micro-batches (repeatable) [1 2 4 8].")]
         = None,
         recompute: Annotated[list[str] | None, typer.Option(help="none|selective|full (repeatable).")]
@@ -97,8 +100,8 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
         report: ReportFile = None,
     ) -> None:
-        """Best parallel plans (TP/CP/EP/PP/DP, micro-batch, recompute, schedule) of MODEL on DEVICES
-        chips."""
+        """Best parallel plans (TP/CP/EP/ETP/PP/DP, micro-batch, recompute, schedule) of MODEL on
+        DEVICES chips."""
         if layer_graph is not None and (model is not None or config is not None):
             raise ConfigError("give either --model or --layer-graph (a --config file is for --model)")
         if layer_graph is None and model is None and config is None:
@@ -109,7 +112,7 @@ def register(app: typer.Typer) -> None:
             check_output(report, "--report")
         if layer_graph is not None:
             given = [f"--{name.replace('_', '-')}" for name in (
-                "fuse", "attention", "kernels", "precision", "cp", "ep", "capacity_factor",
+                "fuse", "attention", "kernels", "precision", "cp", "ep", "etp", "capacity_factor",
                 "expert_load_imbalance")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
             if given:
@@ -139,7 +142,7 @@ def register(app: typer.Typer) -> None:
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
                 capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
                 rank_order=rank_order, hardware=hardware, devices=devices, global_batch=global_batch,
-                tp=tp, cp=cp, ep=ep,
+                tp=tp, cp=cp, ep=ep, etp=etp,
                 micro_batch=micro_batch,
                 recompute=recompute, schedule=schedule, no_sp=no_sp, grad_reduce_dtype=grad_reduce_dtype,
                 precision=precision, optimizer=optimizer, top=top), zero_stage, no_zero)
@@ -169,6 +172,7 @@ def register(app: typer.Typer) -> None:
         tp: Annotated[int | None, typer.Option(help="Tensor-parallel width.")] = None,
         cp: CpOption = 1,
         ep: EpOption = 1,
+        etp: EtpOption = 1,
         pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
         dp: Annotated[int | None, typer.Option(help="Data-parallel degree.")] = None,
         micro_batch: Annotated[int | None, typer.Option(help="Samples per micro-batch.")] = None,
@@ -201,7 +205,7 @@ def register(app: typer.Typer) -> None:
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
             rank_order=rank_order,
-            devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp,
+            devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp,
             micro_batch=micro_batch,
             recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,
             grad_reduce_dtype=grad_reduce_dtype, precision=precision, optimizer=optimizer, stages=stages),

@@ -51,13 +51,13 @@ def _merge(out: dict[str, Any], new: Mapping[str, Any]) -> None:
 
 _PLAN_RENAMES = {"tp": "tps", "micro_batch": "micro_batches", "recompute": "recomputes",
                  "schedule": "schedules", "top": "top_k", "precision": "precisions", "cp": "cps",
-                 "ep": "eps"}
+                 "ep": "eps", "etp": "etps"}
 
 
 def _plan_fields(name: str, value: Any) -> dict[str, Any]:
     if name == "no_sp":
         return {"sp": not value}
-    if name in ("tp", "micro_batch", "recompute", "schedule", "precision", "cp", "ep"):
+    if name in ("tp", "micro_batch", "recompute", "schedule", "precision", "cp", "ep", "etp"):
         return {_PLAN_RENAMES[name]: list(value)} if value else {}
     if name == "top":
         return {"top_k": value}
@@ -78,7 +78,7 @@ def plan_run(ctx: typer.Context, config: Path | None, options: dict[str, Any],
     return PlanRun.from_dict(values)
 
 
-_PLAN_OPTIONS = ("tp", "cp", "ep", "pp", "dp", "micro_batch", "recompute", "schedule", "chunks", "sp",
+_PLAN_OPTIONS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "recompute", "schedule", "chunks", "sp",
                  "dp_overlap", "precision", "rank_order", *PLAN_SETUP_KEYS)
 
 

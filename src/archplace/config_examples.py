@@ -47,6 +47,7 @@ grad_reduce_dtype: fp32   # gradient buffer and reduction: fp32 (Megatron-LM's b
 precisions: [bf16]        # GEMM precisions to try: bf16 | fp8 (Transformer Engine's FP8 recipe)
 cps: null                 # context-parallel degrees (sequence split, ring attention); null: automatic
 eps: null                 # expert-parallel degrees (experts sharded over DP ranks); null: automatic
+etps: null                # expert-TP widths (each expert split over etp ranks); null: 1 and tp (MoE)
 rank_order: tp-cp-ep-pp-dp  # how the groups are laid over the ranks; tp-cp-ep-dp-pp: Megatron-Core's
 optimizer: adam           # adam | sgd
 top_k: 5                  # plans to show, best first

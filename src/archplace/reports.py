@@ -85,8 +85,8 @@ class ModelSetup:
 
 def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, plan: Plan) -> LayerView:
     """The list schedule of the forward pass of one transformer block (the first layer when the
-    model has none) of ``setup.model`` under ``plan``'s TP width, micro-batch, SP, CP and EP on
-    ``acc`` (FP8 GEMMs when the plan trains in FP8), costed as the planner costs it.
+    model has none) of ``setup.model`` under ``plan``'s TP width, micro-batch, SP, CP, EP and
+    expert-TP width on ``acc`` (FP8 GEMMs when the plan trains in FP8), costed as the planner costs it.
 
     Raises:
         ConfigError, ExtractionError: the model cannot be traced under the plan.
@@ -94,7 +94,7 @@ def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, pla
     model = setup.model
     options = ExtractOptions(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp, sp=plan.sp,
                              fuse=setup.fuse, attention=setup.attention, kernels=setup.kernels, cp=plan.cp,
-                             ep=plan.ep, capacity_factor=setup.capacity_factor,
+                             ep=plan.ep, etp=plan.etp, capacity_factor=setup.capacity_factor,
                              expert_load_imbalance=setup.expert_load_imbalance)
     chain = cached_chain(model, options)
     layer = next((item for item in chain.layers if item.kind is LayerKind.BLOCK), chain.layers[0])
@@ -228,7 +228,9 @@ def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredReque
                         grad_reduce_dtype=GradReduceDtype(request["grad_reduce_dtype"]),
                         precisions=tuple(Precision(p) for p in request.get("precisions", ["bf16"])),
                         capacity_factor=float(request.get("capacity_factor", 1.0)),
-                        expert_load_imbalance=float(request.get("expert_load_imbalance", 1.0)))
+                        expert_load_imbalance=float(request.get("expert_load_imbalance", 1.0)),
+                        cps=tuple(sorted({k.cp for k in keys})), eps=tuple(sorted({k.ep for k in keys})),
+                        etps=tuple(sorted({k.etp for k in keys})))
         return StoredRequest(models, Cluster(**links), int(request["global_batch"]), grid)
     except (LookupError, TypeError, ValueError) as exc:
         raise ConfigError(f"the stored request cannot be read back ({exc})") from None

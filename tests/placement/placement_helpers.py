@@ -59,7 +59,7 @@ def block_uniform(n, parts):
 
 def rank_key(plan):
     """The documented tie-break after the iteration time."""
-    return (plan.devices, plan.pp, plan.tp, plan.cp, plan.ep, plan.chunks, plan.micro_batch,
+    return (plan.devices, plan.pp, plan.tp, plan.cp, plan.ep, plan.etp, plan.chunks, plan.micro_batch,
             RECOMPUTES.index(plan.recompute), SCHEDULE_RANK[plan.schedule], plan.sp, plan.zero_stage,
             plan.dp_overlap, plan.stages)
 
@@ -91,7 +91,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
     any_valid = False
     min_peak = None
     for key, layers in costs.items():
-        tp, b, sp, cp, ep, _etp = CostKey.of(key)
+        tp, b, sp, cp, ep, etp = CostKey.of(key)
         n = len(layers)
         for rc in recomputes:
             for schedule in schedules:
@@ -100,7 +100,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                         if tp * cp * p > devices:
                             break
                         for d in range(1, devices // (tp * cp * p) + 1):
-                            if (d * cp) % ep:
+                            if (tp * cp * d) % (etp * ep):
                                 continue
                             for z in zeros:
                                 for o in overlaps:
@@ -110,7 +110,8 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                                     for stages in splits:
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
-                                                    sp=sp, zero_stage=z, dp_overlap=o, cp=cp, ep=ep)
+                                                    sp=sp, zero_stage=z, dp_overlap=o, cp=cp, ep=ep,
+                                                    etp=etp)
                                         try:
                                             micro_batches(setup, plan)
                                         except ConfigError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -17,13 +18,15 @@ from archplace.placement.tables import FloatArray, SegmentTables
 SLACK = 1e-9
 """Relative slack of every prune: bounds and objectives are floating-point sums."""
 
+IntOrArray = TypeVar("IntOrArray", int, npt.NDArray[np.int64])
+
 TIE_RTOL = 1e-12
 """Front points of one candidate within this relative distance are ties (split by stages)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Family:
-    """One table of layer costs: (tp, micro_batch, sp, cp, ep) and a recompute policy."""
+    """One table of layer costs: (tp, micro_batch, sp, cp, ep, etp) and a recompute policy."""
 
     tp: int
     micro_batch: int
@@ -32,6 +35,16 @@ class Family:
     layers: Sequence[LayerCost]
     cp: int = 1
     ep: int = 1
+    etp: int = 1
+
+    def expert_group(self, d: IntOrArray) -> IntOrArray:
+        """Ranks of the expert-data-parallel group with d replicas: tp * cp * d / (etp * ep)
+        (:mod:`archplace.placement.layout`; d an int or an array of them)."""
+        return self.tp * self.cp * d // (self.etp * self.ep)
+
+    def expert_degree_fits(self, d: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Whether etp * ep divides tp * cp * d, for every d of an array."""
+        return (self.tp * self.cp * d) % (self.etp * self.ep) == 0
 
 
 @dataclass(frozen=True, slots=True)

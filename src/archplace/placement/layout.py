@@ -1,23 +1,29 @@
-"""Where the TP, CP, EP, DP and PP groups of a plan sit among the device ranks, and the links
-their collectives use.
+"""Where the TP, CP, EP, expert-TP, DP and PP groups of a plan sit among the device ranks, and
+the links their collectives use.
 
-A plan with degrees tp, cp, pp, dp occupies tp * cp * pp * dp ranks; ep is carved out of the
-dp * cp ranks that hold one copy of a pipeline stage's dense weights. The layout follows
+A plan with degrees tp, cp, pp, dp occupies tp * cp * pp * dp ranks; the expert groups (etp x
+ep x edp) fold the tp * cp * dp ranks that hold one pipeline stage. The layout follows
 Megatron-Core (``megatron/core/parallel_state.py``): ``initialize_model_parallel(order=...)``
 builds the dense groups with a ``RankGenerator`` over (tp, cp, dp, pp) in the order given,
 fastest-varying first, and the expert groups with a second ``RankGenerator`` over (expert-TP,
-ep, expert-DP, pp) in the same order, whose pipeline groups must equal the dense ones. With
-expert-TP width 1 (the width the layer costs assume: ``LayerCost.expert_params`` are whole
-experts on every TP rank) the ep x edp expert ranks of a stage are its tp x cp x dp dense ranks
-relabelled, so
+ep, expert-DP, pp) in the same order, whose pipeline groups must equal the dense ones. Its
+expert-DP size is ``world_size // (etp * ep * pp)`` and it raises unless ``etp * ep * pp``
+divides the world size -- i.e. unless etp * ep divides tp * cp * dp (the "world_size ... is not
+divisible by expert_tensor_model_pipeline_parallel size" check; "MoE parallel folding"). The
+etp x ep x edp expert ranks of a stage are its tp x cp x dp dense ranks relabelled, expert-TP
+fastest, then EP, then expert-DP, so
 
 * the DP x CP group (Megatron-Core's ``dp-cp`` group: the dense gradients are reduced over it
   and its distributed optimizer shards over it, ``get_data_parallel_group(
   with_context_parallel=True)``; "we piggyback GPUs of context parallelism on data parallel
   group for weight gradient all-reduce", its docstring of ``context_parallel_size``) has
   dp * cp ranks: the stage's ranks with the same TP rank;
+* the expert-tensor-parallel group (``LayerCost.expert_params`` are one rank's 1/etp share of
+  its experts) has etp ranks: etp consecutive ones of the stage's ranks;
+* the expert-parallel group has ep ranks: every etp-th of the stage's ranks;
 * the expert-data-parallel group (``ep-dp`` group: the routed experts' gradients and
-  optimizer shards) has edp = tp * cp * dp / ep ranks: every ep-th of the stage's ranks;
+  optimizer shards) has edp = tp * cp * dp / (etp * ep) ranks: every (etp * ep)-th of the
+  stage's ranks;
 
 where "the stage's ranks" are its tp * cp * dp ranks listed TP fastest, then CP, then DP
 (index k). With :class:`~archplace.placement.plan.RankOrder` "tp-cp-ep-dp-pp" (Megatron-Core's
@@ -25,13 +31,12 @@ default) they are consecutive: rank = k + tp cp dp j for pipeline device j, pipe
 tp * cp * dp ranks apart. With "tp-cp-ep-pp-dp" (archplace's default; before context and expert
 parallelism it was "TP, then PP, then DP") rank = (k mod tp cp) + tp cp j + tp cp pp (k div tp cp),
 pipeline neighbours tp * cp ranks apart. (Megatron-Core accepts expert layers with a pp-before-dp
-order only when edp = dp, i.e. ep = tp * cp, or pp = 1 -- its assertion "When not using pp-last
-rank ordering, the data parallel size of the attention and moe layers must be the same";
-archplace extends the relabelling above to every ep dividing dp * cp, an assumption.)
+order only when edp = dp, i.e. etp * ep = tp * cp, or pp = 1 -- its assertion "When not using
+pp-last rank ordering, the data parallel size of the attention and moe layers must be the same";
+archplace extends the relabelling above to every etp * ep dividing tp * cp * dp, an assumption.)
 
 A collective over a group uses :func:`archplace.placement.timing.strided_allreduce_cost` when
-its ranks are evenly spaced (every group of the layout before issue 14 is), else
-:func:`group_allreduce_cost`.
+its ranks are evenly spaced, else :func:`group_allreduce_cost`.
 """
 
 from __future__ import annotations
@@ -81,12 +86,19 @@ def group_allreduce_cost(cluster: Cluster, offsets: npt.NDArray[np.int64]) -> Co
             2.0 * (g - 1) / g / beta_in + 2.0 * (k - 1) / k / (g * beta_out))
 
 
-def check_expert_degree(*, cp: int, ep: int, dp: int) -> None:
-    """Raise ConfigError unless ep divides dp * cp (the expert-parallel ranks are taken from the
-    data- and context-parallel ranks of a stage)."""
-    if (dp * cp) % ep:
+def check_expert_degree(*, tp: int = 1, cp: int, ep: int, dp: int, etp: int = 1) -> None:
+    """Raise ConfigError unless etp * ep divides tp * cp * dp (the expert-tensor- and
+    expert-parallel ranks are folded into a pipeline stage's tensor-, context- and data-parallel
+    ranks; Megatron-Core's condition, module docstring). With tp = etp = 1 the message names
+    dp * cp only (the rule is then: ep divides dp * cp)."""
+    if (tp * cp * dp) % (etp * ep) == 0:
+        return
+    if tp == 1 and etp == 1:
         raise ConfigError(f"plan: ep={ep} must divide dp*cp = {dp}*{cp} = {dp * cp} (the expert-parallel "
                           f"ranks are taken from the data- and context-parallel ranks)")
+    raise ConfigError(f"plan: etp*ep = {etp}*{ep} = {etp * ep} must divide tp*cp*dp = {tp}*{cp}*{dp} = "
+                      f"{tp * cp * dp} (the expert-tensor- and expert-parallel ranks are folded into a "
+                      f"stage's tensor-, context- and data-parallel ranks)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +106,12 @@ class RankLayout:
     """The rank layout of one plan (module docstring).
 
     Attributes:
-        tp, cp, ep, pp, dp: the plan's degrees (ep divides dp * cp).
+        tp, cp, ep, pp, dp: the plan's degrees.
         order: the rank order.
+        etp: the expert-tensor-parallel width (etp * ep divides tp * cp * dp).
 
     Raises:
-        ConfigError: ep does not divide dp * cp.
+        ConfigError: etp * ep does not divide tp * cp * dp.
     """
 
     tp: int
@@ -107,14 +120,15 @@ class RankLayout:
     pp: int
     dp: int
     order: RankOrder = RankOrder.TP_CP_EP_PP_DP
+    etp: int = 1
 
     def __post_init__(self) -> None:
-        check_expert_degree(cp=self.cp, ep=self.ep, dp=self.dp)
+        check_expert_degree(tp=self.tp, cp=self.cp, ep=self.ep, dp=self.dp, etp=self.etp)
 
     @classmethod
     def of(cls, plan: Plan, order: RankOrder) -> RankLayout:
         """The layout of ``plan`` in ``order``."""
-        return cls(plan.tp, plan.cp, plan.ep, plan.pp, plan.dp, order)
+        return cls(plan.tp, plan.cp, plan.ep, plan.pp, plan.dp, order, plan.etp)
 
     @property
     def dense_dp(self) -> int:
@@ -123,9 +137,9 @@ class RankLayout:
 
     @property
     def expert_dp(self) -> int:
-        """Ranks of the expert-data-parallel group: tp * cp * dp / ep (the routed experts'
-        ZeRO shards)."""
-        return self.tp * self.cp * self.dp // self.ep
+        """Ranks of the expert-data-parallel group: tp * cp * dp / (etp * ep) (the routed
+        experts' ZeRO shards)."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
 
     @property
     def pp_stride(self) -> int:
@@ -148,7 +162,17 @@ class RankLayout:
 
     def expert_dp_offsets(self) -> npt.NDArray[np.int64]:
         """Ranks of the expert-data-parallel group of rank 0, ascending."""
-        return np.sort(self.stage_ranks(self.ep * np.arange(self.expert_dp, dtype=np.int64)))
+        return np.sort(self.stage_ranks(self.etp * self.ep * np.arange(self.expert_dp, dtype=np.int64)))
+
+    def expert_parallel_offsets(self) -> npt.NDArray[np.int64]:
+        """Ranks of the expert-parallel group of rank 0 (every etp-th of the stage's ranks),
+        ascending."""
+        return np.sort(self.stage_ranks(self.etp * np.arange(self.ep, dtype=np.int64)))
+
+    def expert_tensor_offsets(self) -> npt.NDArray[np.int64]:
+        """Ranks of the expert-tensor-parallel group of rank 0 (etp consecutive stage ranks),
+        ascending."""
+        return np.sort(self.stage_ranks(np.arange(self.etp, dtype=np.int64)))
 
     def dense_dp_cost(self, cluster: Cluster) -> Cost:
         """All-reduce cost over the DP x CP group (equal to ``dp_allreduce_cost(cluster, tp=tp,

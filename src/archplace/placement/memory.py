@@ -19,7 +19,7 @@ fp32 gradient accumulation buffer, fp32 optimizer state):
   18/d (+ the window) with ZeRO-3. With context parallelism the dense parameters are sharded
   over the DP x CP group (d cp ranks: Megatron-Core's distributed optimizer shards over its
   ``dp-cp`` group), the routed experts' parameters (``LayerCost.expert_params``) over the
-  expert-data-parallel group (tp cp d / ep ranks; :mod:`archplace.placement.layout`).
+  expert-data-parallel group (tp cp d / (etp ep) ranks; :mod:`archplace.placement.layout`).
 
 Activations kept for the backward pass, per micro-batch, follow the layer costs (Korthikanti et
 al. 2022, section 4: ``activation_bytes`` without recomputation, ``selective_activation_bytes``

@@ -56,7 +56,7 @@ device e.
 Context and expert parallelism (:mod:`archplace.placement.layout`): a plan occupies
 tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are over the DP x CP
 group (dp * cp ranks), the routed experts' (``LayerCost.expert_params``) over the
-expert-data-parallel group (tp * cp * dp / ep ranks), each a collective of its own; the rank
+expert-data-parallel group (tp * cp * dp / (etp * ep) ranks), each a collective of its own; the rank
 order (``TrainingSetup.rank_order``) decides the links of those groups and of the pipeline
 sends.
 """
@@ -125,7 +125,7 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
                               f"exceeds the cluster's {setup.cluster.devices} devices")
         raise ConfigError(f"plan: tp*cp*pp*dp = {plan.tp}*{plan.cp}*{plan.pp}*{plan.dp} = {plan.devices} "
                           f"exceeds the cluster's {setup.cluster.devices} devices")
-    check_expert_degree(cp=plan.cp, ep=plan.ep, dp=plan.dp)
+    check_expert_degree(tp=plan.tp, cp=plan.cp, ep=plan.ep, dp=plan.dp, etp=plan.etp)
     micro_batches(setup, plan)
 
 
@@ -209,7 +209,7 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
 
 def _plan_label(plan: Plan) -> str:
     label = (f"tp={plan.tp}" + (f" cp={plan.cp}" if plan.cp > 1 else "")
-             + (f" ep={plan.ep}" if plan.ep > 1 else "")
+             + (f" ep={plan.ep}" if plan.ep > 1 else "") + (f" etp={plan.etp}" if plan.etp > 1 else "")
              + f" pp={plan.pp} dp={plan.dp} micro_batch={plan.micro_batch} "
              f"recompute={plan.recompute.value} schedule={plan.schedule.value}")
     if plan.chunks > 1:

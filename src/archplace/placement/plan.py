@@ -199,9 +199,9 @@ class LayerCost:
         fp8_params: the weights (per TP rank) of the layer's GEMMs that run in FP8, whose FP8
             copies FP8 training keeps (:mod:`archplace.cost.precision`); 0 in bf16.
         expert_params: the part of ``params`` that are routed experts' weights held by this
-            rank (already divided by the EP degree); their gradients are reduced, and their
-            optimizer state sharded, over the expert-data-parallel group (dp * cp * tp / ep
-            ranks) instead of the dense DP group. 0 for dense layers.
+            rank (already divided by the EP degree and the expert-TP width); their gradients
+            are reduced, and their optimizer state sharded, over the expert-data-parallel group
+            (dp * cp * tp / (etp * ep) ranks) instead of the dense DP group. 0 for dense layers.
         cp_comm_fwd_s, cp_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in exposed
             context-parallel (ring attention) communication (already included; breakdown only).
         ep_comm_fwd_s, ep_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in the expert
@@ -394,8 +394,8 @@ class Plan:
         cp: context-parallel degree: every sample's sequence is split over cp ranks, attention
             by ring attention; a pipeline stage occupies tp * cp devices.
         ep: expert-parallel degree: the routed experts of every MoE layer are sharded over ep
-            ranks taken from the data-parallel group (ep divides dp * cp * tp / etp in
-            Megatron-Core; here ep must divide dp * cp); it does not change the device count.
+            ranks folded, with the expert-TP width etp, into a stage's tp * cp * dp ranks (etp * ep
+            divides tp * cp * dp, as Megatron-Core requires); it does not change the device count.
         rank_order: how the parallel groups are laid over the ranks (:class:`RankOrder`; a
             member or its value); it decides the links, which the caller prices through
             ``TrainingSetup.rank_order``, and is recorded here (the engine sets it to the
@@ -403,7 +403,9 @@ class Plan:
         etp: expert-tensor-parallel width: every routed expert's weights are split over etp
             ranks (Megatron-Core's ``expert_tensor_parallel_size``; its expert groups fold
             etp * ep * edp = tp * cp * dp ranks of a stage); 1 for dense models. It changes the
-            layer costs, which the caller builds for it, and is recorded here.
+            layer costs, which the caller builds for it, and the expert-data-parallel group the
+            routed experts' gradients and ZeRO shards use (edp = tp * cp * dp / (etp * ep) ranks,
+            :mod:`archplace.placement.layout`).
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
@@ -497,7 +499,7 @@ class Plan:
 
     @property
     def devices(self) -> int:
-        """Devices the plan occupies: tp * cp * pp * dp (ep is carved out of dp * cp)."""
+        """Devices the plan occupies: tp * cp * pp * dp (ep and etp are folded into tp * cp * dp)."""
         return self.tp * self.cp * self.pp * self.dp
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """Exact best-first search over parallel plans (the engine of ``solver.plan_search``).
 
 A *candidate* fixes everything but the stage split: family (TP width t, micro-batch b, SP flag,
-CP degree c, EP degree e, recompute policy -- one table of layer costs), schedule and chunks v,
-pipeline depth p, DP degree d (hence m micro-batches; t c p d devices, e dividing d c), ZeRO
-stage and DP overlap. Its best iteration time is
+CP degree c, EP degree e, expert-TP width r, recompute policy -- one table of layer costs),
+schedule and chunks v, pipeline depth p, DP degree d (hence m micro-batches; t c p d devices,
+r e dividing t c d), ZeRO stage and DP overlap. Its best iteration time is
 
     min over splits into s = p v segments of  K * max_c T_c + max_c Y_c,   K = v m + p - 1,
 
@@ -133,8 +133,8 @@ class Search:
             valid = width * p * d <= devices
             if interleaved:
                 valid &= m % p == 0
-            if fam.ep > 1:  # the expert-parallel ranks are taken from the dp * cp ranks
-                valid &= (d * fam.cp) % fam.ep == 0
+            if fam.ep * fam.etp > 1:  # the expert ranks are folded into the tp * cp * dp ranks
+                valid &= fam.expert_degree_fits(d)
             return p[valid], d[valid], m[valid]
         widths = devices // (width * depths)  # padded batches: every d up to the devices
         p = np.repeat(depths, widths).astype(np.int64)
@@ -142,8 +142,8 @@ class Search:
         m = -(-g // (fam.micro_batch * d))
         if interleaved:
             m = p * -(-m // p)
-        if fam.ep > 1:
-            keep = (d * fam.cp) % fam.ep == 0
+        if fam.ep * fam.etp > 1:
+            keep = fam.expert_degree_fits(d)
             p, d, m = p[keep], d[keep], m[keep]
         return p, d, m
 
@@ -163,7 +163,7 @@ class Search:
         costs = state.costs.get(key)
         if costs is None:
             fam = state.family
-            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order)
+            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp)
             costs = (layout.dense_dp_cost(self.setup.cluster),
                      layout.expert_dp_cost(self.setup.cluster) if state.experts else (0.0, 0.0))
             state.costs[key] = costs
@@ -175,7 +175,7 @@ class Search:
             return 1
         fam = state.family
         dense = d * fam.cp
-        return max(dense, fam.tp * dense // fam.ep) if state.experts else dense
+        return max(dense, fam.expert_group(d)) if state.experts else dense
 
     def _tail_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                     d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
@@ -193,7 +193,7 @@ class Search:
         dense_group = d * fam.cp
         if not state.experts:
             return self._group_bound(state, variant, p, d, params, dense_group, 0, coefficient)
-        expert_group = fam.tp * dense_group // fam.ep
+        expert_group = fam.expert_group(d)
         step = coefficient * params / (np.maximum(dense_group, expert_group) if zs >= 1 else np.ones_like(d))
         v = variant.chunks
         dense = self._group_bound(state, variant, p, d, np.maximum(v * state.dense_max, state.dense_sum / p),
@@ -246,14 +246,14 @@ class Search:
     def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[CandidateBlock] = []
-        grids: dict[tuple[int, int, int, int, PipelineSchedule, int, int],
+        grids: dict[tuple[int, int, int, int, int, PipelineSchedule, int, int],
                     tuple[npt.NDArray[np.int64], ...]] = {}
         counter = itertools.count()
         for f, state in enumerate(self.states):
             fam = state.family
             n = len(fam.layers)
             for variant in self.variants:
-                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, variant.schedule, variant.chunks, n)
+                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp, variant.schedule, variant.chunks, n)
                 if key not in grids:
                     grids[key] = self.grid(fam, n, variant)
                 p, d, m = grids[key]
@@ -323,7 +323,7 @@ class Search:
         if state.tables is None:
             fam = state.family
             state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute, fam.sp, self.meter,
-                                         cp=fam.cp, ep=fam.ep)
+                                         cp=fam.cp, ep=fam.ep, etp=fam.etp)
         if not resident or resident[-1] is not state:
             at = next((i for i, other in enumerate(resident) if other is state), None)
             if at is not None:
@@ -410,7 +410,7 @@ class Search:
     def _record(self, f: int, variant: Variant, p: int, d: int, m: int, best: float,
                 points: list[tuple[float, float]]) -> None:
         fam = self.states[f].family
-        rank = (fam.tp * fam.cp * p * d, p, fam.tp, fam.cp, fam.ep, variant.chunks, fam.micro_batch,
+        rank = (fam.tp * fam.cp * p * d, p, fam.tp, fam.cp, fam.ep, fam.etp, variant.chunks, fam.micro_batch,
                 RECOMPUTE_ORDER.index(fam.recompute), SCHEDULE_ORDER.index(variant.schedule), fam.sp,
                 variant.zero_stage, variant.overlap)
         self.found.append(Found(best, rank, f, variant, p, d, m, points))
@@ -423,7 +423,7 @@ class Search:
         state = self.states[f]
         fam = state.family
         zs = variant.zero_stage
-        key = (p, variant.chunks, m, zs, d if zs else 1)  # cp and ep are the family's
+        key = (p, variant.chunks, m, zs, d if zs else 1)  # cp, ep and etp are the family's
         fitting = state.interleaved.get(key)
         if fitting is None:
             fitting = [stages for stages in interleaved_splits(len(fam.layers), p * variant.chunks)
@@ -437,7 +437,7 @@ class Search:
         fam = self.states[f].family
         layers = fam.layers
         self.meter.charge(4 * len(layers) * variant.chunks * p)
-        layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order)
+        layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp)
         return [interleaved_device_memory(
             [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=m,
             recompute=fam.recompute, optimizer=self.setup.optimizer,
@@ -578,7 +578,8 @@ class Search:
         return Plan(tp=fam.tp, pp=found.p, dp=found.d, micro_batch=fam.micro_batch,
                     recompute=fam.recompute, stages=stages, schedule=variant.schedule,
                     chunks=variant.chunks, sp=fam.sp, zero_stage=variant.zero_stage,
-                    dp_overlap=variant.overlap, cp=fam.cp, ep=fam.ep, rank_order=self.setup.rank_order)
+                    dp_overlap=variant.overlap, cp=fam.cp, ep=fam.ep, rank_order=self.setup.rank_order,
+                    etp=fam.etp)
 
 
 def _fits(capacity: npt.NDArray[np.int64], in_flight: Sequence[int]) -> bool:

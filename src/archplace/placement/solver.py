@@ -12,7 +12,8 @@ same floating-point operations as ``evaluate_plan``, and the returned results ar
 ``evaluate_plan`` of the chosen plans.
 
 Ties (iteration times compared exactly) go to fewer devices, then fewer pipeline stages, then
-the smaller TP width, the smaller CP degree, the smaller EP degree, fewer chunks, the smaller
+the smaller TP width, the smaller CP degree, the smaller EP degree, the smaller expert-TP width,
+fewer chunks, the smaller
 micro-batch, less recomputation (none,
 selective, full), the schedule (1F1B, interleaved, GPipe), SP off, the lower ZeRO stage, overlap off, and
 finally the lexicographically smallest stages.
@@ -82,9 +83,10 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     """The ``top_k`` fastest distinct plan configurations, fastest first.
 
     Args:
-        costs: layer chain per :class:`CostKey` (tp, micro_batch, sp, cp, ep); the chains may
-            differ by key. A key's cp and ep are searched with it: tp * cp * pp * dp devices,
-            ep dividing dp * cp (:mod:`archplace.placement.layout`).
+        costs: layer chain per :class:`CostKey` (tp, micro_batch, sp, cp, ep, etp); the chains
+            may differ by key. A key's cp, ep and etp are searched with it: tp * cp * pp * dp
+            devices, etp * ep dividing tp * cp * dp (:mod:`archplace.placement.layout`; the
+            chain's ``expert_params`` are one rank's share, already divided by ep and etp).
         setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
         recomputes, schedules: policies to consider.
         chunks: model chunks per device (v >= 2) tried with the interleaved schedule.
@@ -120,19 +122,17 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     families: list[Family] = []
     for key, layers in costs.items():
         tp, micro_batch, sp, cp, ep, etp = CostKey.of(key)
-        if etp != 1:  # the interface is in place; the engine's expert-TP groups are not yet
-            raise ConfigError(f"costs key {key!r}: expert-tensor parallelism (etp={etp}) is not "
-                              "modelled by the placement engine yet")
         check_positive_int("tp", tp)
         check_positive_int("micro_batch", micro_batch)
         check_positive_int("cp", cp)
         check_positive_int("ep", ep)
+        check_positive_int("etp", etp)
         if not isinstance(sp, bool):
             raise ConfigError(f"costs key {key!r}: sp must be a bool")
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
         check_finite_times(layers)
-        families.extend(Family(tp, micro_batch, sp, rc, tuple(layers), cp, ep) for rc in recompute_list)
+        families.extend(Family(tp, micro_batch, sp, rc, tuple(layers), cp, ep, etp) for rc in recompute_list)
     variants = [Variant(schedule, v, z, o)
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
@@ -140,12 +140,16 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     search = Search(families, variants, setup, top_k)
     found = search.run()
     if not search.any_candidate:
-        extended = any(fam.cp > 1 or fam.ep > 1 for fam in families)
+        limit = " (tp*cp*pp*dp must not exceed the devices and "
+        if any(fam.etp > 1 or (fam.tp > 1 and fam.ep > 1) for fam in families):
+            degrees, rule = "tp, cp, ep, etp, pp, dp", limit + "etp*ep must divide tp*cp*dp)"
+        elif any(fam.cp > 1 or fam.ep > 1 for fam in families):
+            degrees, rule = "tp, cp, ep, pp, dp", limit + "ep must divide dp*cp)"
+        else:
+            degrees, rule = "tp, pp, dp", ""
         raise InfeasibleError(
-            f"no valid plan: no ({'tp, cp, ep, pp, dp' if extended else 'tp, pp, dp'}, micro-batch) "
-            f"combination of the given ones suits {setup.cluster.devices} devices and the global batch "
-            f"{setup.global_batch}" + (" (tp*cp*pp*dp must not exceed the devices and ep must divide dp*cp)"
-                                        if extended else ""))
+            f"no valid plan: no ({degrees}, micro-batch) combination of the given ones suits "
+            f"{setup.cluster.devices} devices and the global batch {setup.global_batch}{rule}")
     if not found:
         _raise_closest(search, families, variants, setup)
     results = []
@@ -214,12 +218,12 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
     candidate, among all options; memory never grows with d, so the largest valid d of every p
     is the closest, and a min-max DP over the split finds the smallest peak for it."""
     frugal_rc = max((fam.recompute for fam in families), key=RECOMPUTE_ORDER.index)
-    smallest_b: dict[tuple[int, bool, int, int], int] = {}
+    smallest_b: dict[tuple[int, bool, int, int, int], int] = {}
     for fam in families:
-        key = (fam.tp, fam.sp, fam.cp, fam.ep)
+        key = (fam.tp, fam.sp, fam.cp, fam.ep, fam.etp)
         smallest_b[key] = min(smallest_b.get(key, fam.micro_batch), fam.micro_batch)
     chosen = [f for f, fam in enumerate(families) if fam.recompute is frugal_rc
-              and fam.micro_batch == smallest_b[(fam.tp, fam.sp, fam.cp, fam.ep)]]
+              and fam.micro_batch == smallest_b[(fam.tp, fam.sp, fam.cp, fam.ep, fam.etp)]]
     schedule = min({variant.schedule for variant in variants}, key=SCHEDULE_ORDER.index)
     # per ZeRO stage offered (which one needs least depends on d: ZeRO-3's gathered window
     # costs memory at d = 1), the variant with the most chunks, no overlap
@@ -248,7 +252,7 @@ def _raise_closest(search: Search, families: Sequence[Family], variants: Sequenc
                  for c, (a, e) in enumerate(stages)]
         where = f"on stage {needs.index(max(needs))}"
     label = (f"tp={fam.tp}, " + (f"cp={fam.cp}, " if fam.cp > 1 else "")
-             + (f"ep={fam.ep}, " if fam.ep > 1 else "")
+             + (f"ep={fam.ep}, " if fam.ep > 1 else "") + (f"etp={fam.etp}, " if fam.etp > 1 else "")
              + f"micro_batch={fam.micro_batch}, recompute={fam.recompute.value}, "
              f"schedule={variant.schedule.value}"
              + (f", chunks={variant.chunks}" if variant.chunks > 1 else "")
@@ -266,7 +270,8 @@ class Closest:
         peak_bytes: its largest per-device memory, bytes (the least over the candidates).
         devices: devices it occupies, tp * cp * pp * dp.
         pp: pipeline depth.
-        family: index of its layer-cost family (tp, micro-batch, SP, cp, ep, recompute) in the search.
+        family: index of its layer-cost family (tp, micro-batch, SP, cp, ep, etp, recompute) in the
+            search.
         dp: data-parallel degree.
         micro_batch_count: micro-batches per iteration (per pipeline).
         variant: its schedule, chunks, ZeRO stage and DP overlap.

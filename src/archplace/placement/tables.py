@@ -103,7 +103,7 @@ def _min_max_by_count(values: FloatArray, upper: BoolArray, meter: WorkMeter | N
 
 class SegmentTables:
     """Per-segment figures of one layer chain (one TP width, micro-batch size, SP flag, CP and
-    EP degree and recompute policy) on one setup; see the module docstring.
+    EP degree, expert-TP width and recompute policy) on one setup; see the module docstring.
 
     Attributes:
         n: layers in the chain.
@@ -118,7 +118,7 @@ class SegmentTables:
 
     def __init__(self, layers: Sequence[LayerCost], setup: TrainingSetup, tp: int,
                  recompute: Recompute, sp: bool = False, meter: WorkMeter | None = None,
-                 cp: int = 1, ep: int = 1) -> None:
+                 cp: int = 1, ep: int = 1, etp: int = 1) -> None:
         n = len(layers)
         self.n = n
         self.meter = meter
@@ -128,6 +128,7 @@ class SegmentTables:
         self.tp = tp
         self.cp = cp
         self.ep = ep
+        self.etp = etp
         self.sp = sp
         self.recompute = recompute
         idx = np.arange(n)
@@ -237,14 +238,19 @@ class SegmentTables:
 
     def layout(self, pp: int, dp: int) -> RankLayout:
         """The rank layout of this chain's plans with pp stages and dp replicas."""
-        return RankLayout(self.tp, self.cp, self.ep, pp, dp, self.setup.rank_order)
+        return RankLayout(self.tp, self.cp, self.ep, pp, dp, self.setup.rank_order, self.etp)
+
+    def expert_dp(self, dp: int) -> int:
+        """Ranks of the expert-data-parallel group with dp replicas: tp * cp * dp / (etp * ep)
+        (:attr:`RankLayout.expert_dp`)."""
+        return self.tp * self.cp * dp // (self.etp * self.ep)
 
     def shards(self, zero_stage: int, dp: int) -> Shards:
         """(dense, expert) ZeRO shard counts with dp replicas: the DP x CP and expert-data-parallel
         group sizes with a ZeRO stage >= 1, else (1, 1)."""
         if zero_stage == 0:
             return NO_SHARDS
-        return dp * self.cp, self.tp * self.cp * dp // self.ep
+        return dp * self.cp, self.expert_dp(dp)
 
     def group_costs(self, pp: int, dp: int) -> tuple[Cost, Cost]:
         """All-reduce costs (start-up s, s per byte) over the DP x CP group and over the
@@ -297,7 +303,7 @@ class SegmentTables:
                                            params=self.layer_dense if self.has_experts else self.layer_params,
                                            fwd_s=self.layer_fwd, backward_s=self.layer_backward,
                                            expert_cost=expert_cost,
-                                           expert_dp=self.tp * self.cp * dp // self.ep,
+                                           expert_dp=self.expert_dp(dp),
                                            expert_params=self.layer_experts if self.has_experts else None)
             table = np.cumsum(np.where(self.upper, exposed[None, :], 0.0), axis=1)
             self._zero[key] = table
@@ -436,7 +442,7 @@ class SegmentTables:
         charged_experts = (chunks * experts if chunks > 1 else experts) if experts is not None else 0.0
         exposed, _ = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes,
                                     dp=dp * self.cp, params=charged, backward_s=window, overlap=overlap,
-                                    expert_cost=expert_cost, expert_dp=self.tp * self.cp * dp // self.ep,
+                                    expert_cost=expert_cost, expert_dp=self.expert_dp(dp),
                                     expert_params=charged_experts)
         step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged / shards
                 / setup.hbm_bandwidth_bytes_per_s)

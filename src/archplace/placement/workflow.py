@@ -110,6 +110,33 @@ def check_ep(spec: ModelSpec, ep: int) -> None:
                           fields=("plan.ep",))
 
 
+def check_etp(spec: ModelSpec, etp: int) -> None:
+    """Refuse an expert-tensor-parallel width for a model without routed experts.
+
+    Raises:
+        ConfigError: etp not a positive integer, or etp > 1 for a dense model.
+    """
+    if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
+        raise ConfigError(f"plan.etp must be a positive integer, got {etp!r}", fields=("plan.etp",))
+    if etp > 1 and not spec.experts:
+        raise ConfigError(f"plan.etp = {etp}: {spec.name} is a dense model (no routed experts to split); "
+                          f"use etp 1", fields=("plan.etp",))
+
+
+def check_moe_sp(spec: ModelSpec, tp: int, sp: bool) -> None:
+    """Refuse tensor parallelism without sequence parallelism for a mixture-of-experts model:
+    Megatron-Core requires SP for MoE layers with TP > 1 (the token dispatcher takes the
+    sequence-split tokens of every TP rank).
+
+    Raises:
+        ConfigError: tp > 1, sp off and routed experts.
+    """
+    if spec.experts and tp > 1 and not sp:
+        raise ConfigError(f"plan.sp: {spec.name} at tp = {tp} needs sequence parallelism (Megatron-Core "
+                          f"requires it for mixture-of-experts layers with tensor parallelism); use sp",
+                          fields=("plan.sp",))
+
+
 def valid_cp_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
     """1 and the powers of two cp <= devices that :func:`check_cp` accepts and that leave at least
     :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank."""
@@ -132,11 +159,24 @@ def valid_ep_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
     return tuple(degrees)
 
 
+def valid_etp_degrees(spec: ModelSpec, tp: int) -> tuple[int, ...]:
+    """The automatic expert-tensor-parallel widths at TP width ``tp``: 1 and tp for a
+    mixture-of-experts model (experts whole on every rank, or split as the dense layers are:
+    Megatron-Core's default ``expert_tensor_parallel_size`` is the TP width), tp only when it
+    divides the routed experts' FFN width (``moe_intermediate_size``, else the FFN size);
+    (1,) for a dense model."""
+    if not spec.experts:
+        return (1,)
+    width = spec.config.get("moe_intermediate_size") or spec.ffn_size
+    return (1, tp) if tp > 1 and isinstance(width, int) and width % tp == 0 else (1,)
+
+
 def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False,
                     attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
                     precision: Precision = Precision.BF16, capacity_factor: float = 1.0,
                     expert_load_imbalance: float = 1.0) -> dict[CostKey, list[LayerCost]]:
-    """Layer costs of ``prob``'s model on its chip for each (tp, micro_batch, sp) key; with
+    """Layer costs of ``prob``'s model on its chip for each :class:`CostKey` (tp, micro_batch,
+    sp, cp, ep, etp); with
     ``fuse``, of the graphs whose element-wise operators are fused into the matmul producing
     their input (:func:`archplace.workload.fusion.fuse_elementwise`); ``attention`` and
     ``kernels`` as in :class:`archplace.workload.extract.ExtractOptions`; ``precision`` fp8:
@@ -151,7 +191,7 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     seq_len = prob.spec.seq_len
     chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key.micro_batch, seq_len=seq_len,
                                                           tp=key.tp, sp=key.sp and key.tp > 1,
-                                                          cp=key.cp, ep=key.ep,
+                                                          cp=key.cp, ep=key.ep, etp=key.etp,
                                                           fuse=fuse, attention=attention,
                                                           kernels=kernels,
                                                           capacity_factor=capacity_factor,
@@ -199,8 +239,12 @@ class PlanGrid:
     powers of two dividing the sequence into 2 cp chunks of at least
     :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank). ``eps``: expert-parallel degrees; None
     means :func:`valid_ep_degrees` (powers of two dividing the routed experts of an MoE model,
-    1 for a dense one). Each (tp, micro-batch, sp, cp, ep) is a set of layer costs; the engine
-    takes tp * cp * pp * dp devices with ep dividing dp * cp.
+    1 for a dense one). ``etps``: expert-tensor-parallel widths; None means
+    :func:`valid_etp_degrees` of every TP width (1 and tp for an MoE model whose experts' FFN
+    width tp divides, 1 for a dense one).
+    Each (tp, micro-batch, sp, cp, ep, etp) is a set of layer costs; the engine takes
+    tp * cp * pp * dp devices with etp * ep dividing tp * cp * dp. A mixture-of-experts model at
+    tp > 1 is costed with sequence parallelism only (:func:`check_moe_sp`).
     ``capacity_factor`` and ``expert_load_imbalance`` (not searched): how the MoE layers' routed
     tokens are padded or skewed (:class:`archplace.workload.extract.ExtractOptions`; 1.0 each:
     dropless and balanced).
@@ -223,6 +267,7 @@ class PlanGrid:
     eps: tuple[int, ...] | None = None
     capacity_factor: float = 1.0
     expert_load_imbalance: float = 1.0
+    etps: tuple[int, ...] | None = None
 
 
 def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[PlanResult]:
@@ -230,11 +275,13 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
 
     Raises:
         ConfigError: an invalid option (e.g. a TP width that does not divide the heads, a CP
-            degree not splitting the sequence into 2 cp chunks, an EP degree for a dense model or
-            not dividing its experts: :func:`check_cp`, :func:`check_ep`), a chain too long or a
-            search too large (:mod:`archplace.placement.budget`).
-        InfeasibleError: no plan fits, with the closest candidate's numbers; no (tp, cp, ep) fits
-            the devices.
+            degree not splitting the sequence into 2 cp chunks, an EP degree or expert-TP width
+            for a dense model or an EP degree not dividing its experts: :func:`check_cp`,
+            :func:`check_ep`, :func:`check_etp`; an MoE model whose TP widths are all > 1 with SP
+            off: :func:`check_moe_sp`), a chain too long or a search too large
+            (:mod:`archplace.placement.budget`).
+        InfeasibleError: no plan fits, with the closest candidate's numbers; no (tp, cp, ep, etp)
+            fits the devices.
     """
     if top_k <= 0:
         raise ConfigError(f"top_k must be positive, got {top_k}")
@@ -254,12 +301,23 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
         check_cp(prob.spec, cp)
     for ep in eps:
         check_ep(prob.spec, ep)
-    every = [CostKey(t, b, sp, cp, ep) for t in tps for b in space.micro_batches for sp in space.sps
-             for cp in dict.fromkeys(cps) for ep in dict.fromkeys(eps) if t > 1 or not sp]
-    keys = [key for key in every if key.tp * key.cp <= devices and key.tp * key.ep <= devices]
+    if space.etps is not None and not space.etps:
+        raise ConfigError("at least one expert-TP width is needed", fields=("etps",))
+    for etp in space.etps or ():
+        check_etp(prob.spec, etp)
+    moe = bool(prob.spec.experts)
+    if moe and tps and min(tps) > 1 and True not in space.sps:
+        check_moe_sp(prob.spec, min(tps), False)
+
+    def etps(t: int) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(space.etps)) if space.etps is not None else valid_etp_degrees(prob.spec, t)
+    every = [CostKey(t, b, sp, cp, ep, etp) for t in tps for b in space.micro_batches for sp in space.sps
+             for cp in dict.fromkeys(cps) for ep in dict.fromkeys(eps) for etp in etps(t)
+             if (t > 1 or not sp) and (sp or t == 1 or not moe)]  # MoE with TP: SP only
+    keys = [key for key in every if key.tp * key.cp <= devices and key.etp * key.ep <= devices]
     if every and not keys:
-        raise InfeasibleError(f"no valid plan: no (tp, cp, ep) of the given ones fits {devices} devices "
-                              f"(tp*cp and tp*ep must not exceed them)")
+        raise InfeasibleError(f"no valid plan: no (tp, cp, ep, etp) of the given ones fits {devices} devices "
+                              f"(tp*cp and etp*ep must not exceed them)")
     precisions = [p for p in PRECISION_ORDER if p in space.precisions]
     if not precisions:
         raise ConfigError("at least one precision is needed", fields=("precisions",))
@@ -319,27 +377,37 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              dp_overlap: bool = False, stages: tuple[tuple[int, int], ...] | None = None, fuse: bool = False,
              attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
              precision: Precision = Precision.BF16, cp: int = 1, ep: int = 1,
-             capacity_factor: float = 1.0, expert_load_imbalance: float = 1.0) -> PlanResult:
+             capacity_factor: float = 1.0, expert_load_imbalance: float = 1.0, etp: int = 1) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor`` and
     ``expert_load_imbalance`` as in :class:`PlanGrid`;
-    ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp`` and
-    ``ep`` the context- and expert-parallel degrees (tp * cp * pp * dp devices; the rank order
-    is ``prob.setup.rank_order``, recorded as the returned plan's ``rank_order``).
+    ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp``, ``ep``
+    and ``etp`` the context- and expert-parallel degrees and the expert-TP width (tp * cp * pp * dp
+    devices; the rank order is ``prob.setup.rank_order``, recorded as the returned plan's
+    ``rank_order``).
 
     Raises:
         ConfigError: an invalid plan (also: cp not splitting the sequence into 2 cp chunks, ep > 1
-            for a dense model or not dividing its experts, ep not dividing dp * cp), stages that
-            do not end at the last layer (the head), fp8 on a chip without FP8 tensor cores.
+            or etp > 1 for a dense model, ep not dividing its experts, etp * ep not dividing
+            tp * cp * dp, an MoE model at tp > 1 without SP), stages that do not end at the last
+            layer (the head), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     check_tp(prob.spec, tp)
     check_cp(prob.spec, cp)
     check_ep(prob.spec, ep)
-    if isinstance(dp, int) and dp >= 1 and (dp * cp) % ep:
-        raise ConfigError(f"plan.ep = {ep} must divide dp*cp = {dp}*{cp} = {dp * cp} (the expert-parallel "
-                          f"ranks are taken from the data- and context-parallel ranks)", fields=("plan.ep",))
-    key = CostKey(tp, micro_batch, sp and tp > 1, cp, ep)
+    check_etp(prob.spec, etp)
+    check_moe_sp(prob.spec, tp, sp)
+    if isinstance(dp, int) and dp >= 1 and (tp * cp * dp) % (etp * ep):
+        if tp == 1 and etp == 1:
+            raise ConfigError(f"plan.ep = {ep} must divide dp*cp = {dp}*{cp} = {dp * cp} (the "
+                              f"expert-parallel ranks are taken from the data- and context-parallel "
+                              f"ranks)", fields=("plan.ep",))
+        raise ConfigError(f"plan: etp*ep = {etp}*{ep} = {etp * ep} must divide tp*cp*dp = {tp}*{cp}*{dp} "
+                          f"= {tp * cp * dp} (the expert-tensor- and expert-parallel ranks are folded "
+                          f"into a stage's tensor-, context- and data-parallel ranks)",
+                          fields=("plan.etp", "plan.ep"))
+    key = CostKey(tp, micro_batch, sp and tp > 1, cp, ep, etp)
     setup = precision_setup(prob, precision)
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
                             precision=precision, capacity_factor=capacity_factor,
@@ -352,5 +420,5 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     ranges = stages if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap,
-                 precision=precision, cp=cp, ep=ep, rank_order=prob.setup.rank_order)
+                 precision=precision, cp=cp, ep=ep, rank_order=prob.setup.rank_order, etp=etp)
     return evaluate_plan(costs, setup, fixed)

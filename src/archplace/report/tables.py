@@ -17,9 +17,11 @@ _MIB = 2.0**20
 _GIB = 2.0**30
 
 
-def _degrees(plans: list[Plan], wide: bool) -> str:
+def _degrees(plans: list[Plan], wide: bool, expert_tp: bool = False) -> str:
     """The parallel degrees of each plan (one per model): ``tp/pp/dp``, or ``tp/cp/ep/pp/dp``
-    when ``wide``."""
+    when ``wide``, ``tp/cp/ep/etp/pp/dp`` when ``expert_tp`` too."""
+    if expert_tp:
+        return " | ".join(f"{p.tp}/{p.cp}/{p.ep}/{p.etp}/{p.pp}/{p.dp}" for p in plans)
     return " | ".join(f"{p.tp}/{p.cp}/{p.ep}/{p.pp}/{p.dp}" if wide else f"{p.tp}/{p.pp}/{p.dp}"
                       for p in plans)
 
@@ -33,15 +35,21 @@ def _plans(r: DesignResult) -> list[Plan]:
 
 def _wide(results: list[DesignResult]) -> bool:
     """Whether any plan of ``results`` uses context or expert parallelism (cp or ep > 1)."""
-    return any(p.cp > 1 or p.ep > 1 for r in results for p in _plans(r))
+    return any(p.cp > 1 or p.ep > 1 or p.etp > 1 for r in results for p in _plans(r))
 
 
-def design_columns(wide: bool) -> list[str]:
+def _expert_tp(results: list[DesignResult]) -> bool:
+    """Whether any plan of ``results`` splits its experts over expert-TP ranks (etp > 1)."""
+    return any(p.etp > 1 for r in results for p in _plans(r))
+
+
+def design_columns(wide: bool, expert_tp: bool = False) -> list[str]:
     """Columns of :func:`search_table` (and of the HTML report's table of designs): the plan's
-    degrees as ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when ``wide``."""
+    degrees as ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when ``wide``, ``tp/cp/ep/etp/pp/dp`` when
+    ``expert_tp``."""
+    degrees = "tp/cp/ep/etp/pp/dp" if expert_tp else "tp/cp/ep/pp/dp" if wide else "tp/pp/dp"
     return ["#", "design", "tensor cores", "vector cores", "buffer", "HBM", "area mm²", "TDP W",
-            "tp/cp/ep/pp/dp" if wide else "tp/pp/dp", "micro-batch", "recompute", "samples/s",
-            "samples/s/W", "MFU"]
+            degrees, "micro-batch", "recompute", "samples/s", "samples/s/W", "MFU"]
 
 
 DESIGN_COLUMNS = tuple(design_columns(True))
@@ -53,7 +61,7 @@ def design_cells(label: str, r: DesignResult) -> list[str]:
     return _design_row(label, r, wide=True)
 
 
-def _design_row(label: str, r: DesignResult, wide: bool = False) -> list[str]:
+def _design_row(label: str, r: DesignResult, wide: bool = False, expert_tp: bool = False) -> list[str]:
     a = r.accelerator
     chip = [label, a.name, f"{a.tensor_cores}×{a.array_rows}×{a.array_cols}",
             f"{a.vector_cores}×{a.vector_lanes}", f"{a.buffer_bytes / _MIB:.0f} MiB",
@@ -63,7 +71,7 @@ def _design_row(label: str, r: DesignResult, wide: bool = False) -> list[str]:
     parts = r.components or (r,)  # several models: one plan each, figures are geometric means
     plans = _plans(r)
     mfu = geomean([c.best.mfu for c in parts if c.best is not None])
-    return [*chip, _degrees(plans, wide),
+    return [*chip, _degrees(plans, wide, expert_tp),
             " | ".join(str(p.micro_batch) for p in plans), " | ".join(p.recompute.value for p in plans),
             f"{r.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}", f"{mfu:.1%}"]
 
@@ -72,15 +80,17 @@ def search_table(result: SearchResult, top: int) -> Table:
     """The ``top`` best designs (chip, area, TDP, plan, samples/s, per watt, MFU) -- the Pareto
     front for the ``pareto`` objective -- then the baseline; the caption says how the space was
     explored, the CP-SAT re-evaluation and the ratio to the baseline. The plan's degrees read
-    ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a plan shown uses cp or ep > 1."""
+    ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a plan shown uses cp or ep > 1 (``tp/cp/ep/etp/pp/dp``
+    when one uses etp > 1)."""
     pareto = result.objective.value == "pareto"
     table = Table(title=f"{'Pareto front' if pareto else 'best designs'} for {result.model} on "
                         f"{result.devices} devices, global batch {result.global_batch} "
                         f"(objective: {result.objective.value})")
     exact = {r.accelerator.name: r for r in result.exact}
     rows = result.front if pareto else result.evaluated
-    wide = _wide([*rows[:top], *([result.baseline] if result.baseline is not None else [])])
-    columns = design_columns(wide)
+    shown = [*rows[:top], *([result.baseline] if result.baseline is not None else [])]
+    wide, expert_tp = _wide(shown), _expert_tp(shown)
+    columns = design_columns(wide, expert_tp)
     if exact:
         columns.append("CP-SAT samples/s")
     longest = max((len(r.accelerator.name) for r in rows[:top]), default=0)
@@ -90,7 +100,7 @@ def search_table(result: SearchResult, top: int) -> Table:
         else:
             table.add_column(name, justify="right")
     for i, r in enumerate(rows[:top], 1):
-        cells = _design_row(str(i), r, wide)
+        cells = _design_row(str(i), r, wide, expert_tp)
         if exact:
             found = exact.get(r.accelerator.name)
             cells.append(f"{found.throughput_samples_per_s:,.1f}" if found is not None else "")
@@ -111,7 +121,7 @@ def search_table(result: SearchResult, top: int) -> Table:
                      f"(CP-SAT) layer schedules instead of list schedules")
     if result.baseline is not None:
         table.add_section()
-        table.add_row(*_design_row("base", result.baseline, wide))
+        table.add_row(*_design_row("base", result.baseline, wide, expert_tp))
         speedup = result.speedup_vs_baseline
         if speedup is not None:
             lines.append(f"best / {result.baseline.accelerator.name}: {speedup:.2f}× "
@@ -169,7 +179,7 @@ def _flat(row: StoredResult, rank: int) -> dict[str, Any]:
             "buffer_bytes": acc.buffer_bytes, "hbm_bytes": acc.hbm_bytes,
             "tp": _per_model([p.tp for p in plans]), "pp": _per_model([p.pp for p in plans]),
             "dp": _per_model([p.dp for p in plans]), "cp": _per_model([p.cp for p in plans]),
-            "ep": _per_model([p.ep for p in plans]),
+            "ep": _per_model([p.ep for p in plans]), "etp": _per_model([p.etp for p in plans]),
             "micro_batch": _per_model([p.micro_batch for p in plans]),
             "recompute": _per_model([p.recompute.value for p in plans]),
             "infeasible_reason": r.infeasible_reason}
@@ -189,10 +199,11 @@ def results_table(rows: list[StoredResult], title: str, top: int | None = None) 
     """Stored results in the order of :func:`archplace.api.results` (search by search, each best
     first), at most ``top`` per search: rank, search (id and models), design, area, TDP, plan,
     samples/s, samples/s/W, MFU; the caption describes each search. The degrees read
-    ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a stored plan uses cp or ep > 1."""
+    ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a stored plan uses cp or ep > 1 (``tp/cp/ep/etp/pp/dp``
+    when one uses etp > 1)."""
     table = Table(title=title)
-    wide = _wide([row.outcome for row in rows])
-    for name in ("#", "search", "design", "area mm²", "TDP W", "tp/cp/ep/pp/dp" if wide else "tp/pp/dp",
+    wide, expert_tp = _wide([row.outcome for row in rows]), _expert_tp([row.outcome for row in rows])
+    for name in ("#", "search", "design", "area mm²", "TDP W", design_columns(wide, expert_tp)[8],
                  "micro-batch", "recompute",
                  "samples/s", "samples/s/W", "MFU"):
         table.add_column(name, justify="left" if name in ("search", "design") else "right",
@@ -219,7 +230,7 @@ def results_table(rows: list[StoredResult], title: str, top: int | None = None) 
             continue
         bests = [c.best for c in (r.components or (r,)) if c.best is not None]
         plans = [b.plan for b in bests]
-        table.add_row(*chip, _degrees(plans, wide),
+        table.add_row(*chip, _degrees(plans, wide, expert_tp),
                       " | ".join(str(p.micro_batch) for p in plans),
                       " | ".join(p.recompute.value for p in plans),
                       f"{row.throughput_samples_per_s:,.1f}", f"{r.throughput_per_watt:.3g}",

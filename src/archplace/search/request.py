@@ -39,15 +39,16 @@ class SearchRequest:
         cluster: devices and links (shared by every design).
         global_batch: samples per iteration.
         plan_space: parallel-plan options searched for every design (``tps`` must be given;
-            its CP and EP degrees, ``cps`` and ``eps``, default to 1 only).
+            its CP and EP degrees and expert-TP widths, ``cps``, ``eps`` and ``etps``, default
+            to 1 only).
         objective: what "best" means.
         baseline: a reference design evaluated the same way (e.g. the tpuv4 preset), or None.
 
     Raises:
         ConfigError: no model or design, sizes out of range (:mod:`archplace.limits`: devices,
-            TP, CP and EP degrees 1..2**20, global batch 1..2**30, micro-batches 1..2**20, at most 2**26
-            tokens per micro-batch), a chain longer than the plan search takes, empty option
-            lists.
+            TP, CP and EP degrees and expert-TP widths 1..2**20, global batch 1..2**30,
+            micro-batches 1..2**20, at most 2**26 tokens per micro-batch), a chain longer than
+            the plan search takes, empty option lists.
     """
 
     models: tuple[ModelSpec, ...]
@@ -72,7 +73,7 @@ class SearchRequest:
         if space.tps is None:
             raise ConfigError("the plan space's TP widths must be given")
         limits.whole_each("tp", space.tps, 1, limits.MAX_DEVICES)
-        for name in ("cps", "eps"):
+        for name in ("cps", "eps", "etps"):
             limits.whole_each(name, _degrees(space, name), 1, limits.MAX_DEVICES)
         for spec in self.models:
             check_chain_length(spec.num_layers + 2)
@@ -84,36 +85,46 @@ class SearchRequest:
 
     @property
     def cost_keys(self) -> tuple[CostKey, ...]:
-        """The (tp, micro_batch, sp, cp, ep) layer-cost keys of the plan space (SP only with
+        """The (tp, micro_batch, sp, cp, ep, etp) layer-cost keys of the plan space (SP only with
         tp > 1)."""
         space = self.plan_space
         assert space.tps is not None  # checked in __post_init__
-        return tuple(CostKey(t, b, sp, cp, ep) for t in space.tps for b in sorted(set(space.micro_batches))
-                     for sp in space.sps if t > 1 or not sp
-                     for cp in _degrees(space, "cps") for ep in _degrees(space, "eps"))
+        return tuple(CostKey(t, b, sp, cp, ep, etp) for t in space.tps
+                     for b in sorted(set(space.micro_batches)) for sp in space.sps if t > 1 or not sp
+                     for cp in _degrees(space, "cps") for ep in _degrees(space, "eps")
+                     for etp in _degrees(space, "etps"))
+
+    def model_keys(self, model: ModelSpec) -> tuple[CostKey, ...]:
+        """The cost keys ``model`` is costed with: for a mixture-of-experts model SP at every
+        tp > 1 (Megatron-Core requires it with TP), for a dense model etp 1 only (no experts
+        to split)."""
+        if model.experts:
+            return tuple(key for key in self.cost_keys if key.sp or key.tp == 1)
+        return tuple(key for key in self.cost_keys if key.etp == 1)
 
     def chains(self, model: ModelSpec) -> dict[CostKey, LayerChain]:
-        """Layer chains of ``model`` for every cost key (graph cache; extraction once per key)."""
+        """Layer chains of ``model`` for each of its cost keys (:meth:`model_keys`; graph cache,
+        extraction once per key)."""
         return {key: cached_chain(model, ExtractOptions(micro_batch=key.micro_batch, seq_len=model.seq_len,
                                                         tp=key.tp, sp=key.sp, fuse=self.plan_space.fuse,
                                                         attention=self.plan_space.attention,
                                                         kernels=self.plan_space.kernels,
-                                                        cp=key.cp, ep=key.ep,
+                                                        cp=key.cp, ep=key.ep, etp=key.etp,
                                                         capacity_factor=self.plan_space.capacity_factor,
                                                         expert_load_imbalance=self.plan_space.expert_load_imbalance))
-                for key in self.cost_keys}
+                for key in self.model_keys(model)}
 
 
 def _degrees(space: PlanGrid, name: str) -> tuple[int, ...]:
-    """The CP or EP degrees (``name`` ``cps`` or ``eps``) of a search's plan space: 1 only when
-    it does not give them."""
-    given = space.cps if name == "cps" else space.eps
+    """The CP or EP degrees or expert-TP widths (``name`` ``cps``, ``eps`` or ``etps``) of a
+    search's plan space: 1 only when it does not give them."""
+    given = getattr(space, name)
     return (1,) if given is None else tuple(given)
 
 
 def request_identity(request: SearchRequest) -> dict[str, Any]:
     """Everything that determines a search's results, as JSON (the store's search key): the
-    cost keys carry the TP, CP and EP degrees searched.
+    cost keys carry the TP, CP and EP degrees and expert-TP widths searched.
 
     The strategy is not part of it: a design's result does not depend on how it was reached,
     so strategies share finished evaluations through the store.

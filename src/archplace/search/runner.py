@@ -149,7 +149,7 @@ def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cl
             plan = part.best.plan
             costs = (costs_by_key(by_key, acc, cost) if plan.precision is Precision.BF16
                      else costs_by_key(by_key, acc, cost, fp8_cost=fp8_cost))
-            layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep)]
+            layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)]
             paces.append(max(t.total_s for t in stage_times(layers, plan, cluster,
                                                            grad_bytes=grad_bytes)))
         out.append(geomean(paces))
@@ -334,7 +334,7 @@ def _plan_chains(result: DesignResult, chains: Chains) -> Chains:
     for name, part in zip(chains, parts, strict=True):
         assert part.best is not None
         plan = part.best.plan
-        key = CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep)
+        key = CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)
         out[name] = {key: chains[name][key]}
     return out
 

@@ -61,13 +61,16 @@ class PlanSpace:
             ring attention); None: the engine's automatic choice.
         eps: expert-parallel degrees to try (each 1..2**20: the routed experts sharded over ep
             ranks of the data-parallel group); None: the engine's automatic choice.
+        etps: expert-tensor-parallel widths to try (each 1..2**20: every routed expert's weights
+            split over etp ranks, Megatron-Core's ``expert_tensor_parallel_size``); None: the
+            engine's automatic choice (1 and each TP width for an MoE model, 1 for a dense one).
         rank_order: how the parallel groups are laid over the ranks (one order, not searched):
             tp-cp-ep-pp-dp (default) or tp-cp-ep-dp-pp (Megatron-Core's;
             :class:`~archplace.placement.plan.RankOrder`).
 
     Raises:
         ConfigError: a value out of range or unknown, an empty list (the field named; for
-            ``cps`` and ``eps`` also in the error's ``fields``).
+            ``cps``, ``eps`` and ``etps`` also in the error's ``fields``).
     """
 
     tps: tuple[int, ...] | None = None
@@ -85,6 +88,7 @@ class PlanSpace:
     cps: tuple[int, ...] | None = None
     eps: tuple[int, ...] | None = None
     rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
+    etps: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         store(self, "rank_order", member(RankOrder, self.rank_order, "rank_order"))
@@ -103,7 +107,7 @@ class PlanSpace:
         store(self, "optimizer", member(Optimizer, self.optimizer, "optimizer"))
         limits.whole("top_k", self.top_k, 1, limits.MAX_TOP)
         store(self, "precisions", members(Precision, self.precisions, "precisions"))
-        for name in ("cps", "eps"):
+        for name in ("cps", "eps", "etps"):
             if getattr(self, name) is not None:
                 store(self, name, degrees(getattr(self, name), name))
 
@@ -216,7 +220,8 @@ class Plan:
 
 def degrees(values: object, field: str) -> tuple[int, ...]:
     """A non-empty list of parallel degrees (whole numbers 1..2**20), once each, in order: the
-    CP or EP degrees of ``field`` (``cps``, ``eps``; the element named without the ``s``).
+    CP or EP degrees or expert-TP widths of ``field`` (``cps``, ``eps``, ``etps``; the element
+    named without the ``s``).
 
     Raises:
         ConfigError: "``field``: cp must be a whole number from 1 to 1,048,576, got VALUE" (or

@@ -67,6 +67,7 @@ class SearchSpec:
             (Transformer Engine's FP8 recipe; a design without FP8 tensor cores tries bf16 only).
         cps: context-parallel degrees tried (1..2**20 each); None: 1 only.
         eps: expert-parallel degrees tried (1..2**20 each); None: 1 only.
+        etps: expert-tensor-parallel widths tried (1..2**20 each); None: 1 only.
         attention: ``flash``, ``sdpa`` or ``eager``.
         kernels: ``fused`` or ``unfused`` element-wise kernels.
         fuse: also fold element-wise operators into the matmul producing their input.
@@ -112,6 +113,7 @@ class SearchSpec:
     precisions: tuple[str, ...] = ("bf16",)
     cps: tuple[int, ...] | None = None
     eps: tuple[int, ...] | None = None
+    etps: tuple[int, ...] | None = None
     attention: str = "flash"
     kernels: str = "fused"
     fuse: bool = False
@@ -356,6 +358,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "precisions": lambda v: _precisions(v),
     "cps": _optional(lambda v: degrees(_listed(v), "cps")),
     "eps": _optional(lambda v: degrees(_listed(v), "eps")),
+    "etps": _optional(lambda v: degrees(_listed(v), "etps")),
     "attention": lambda v: parse_attention(v).value,
     "kernels": lambda v: parse_kernels(v).value,
     "fuse": lambda v: _flag(v, "fuse"),
@@ -403,6 +406,7 @@ grad_reduce_dtype: fp32      # fp32 or bf16
 precisions: [bf16]           # bf16 and/or fp8 (designs without FP8 tensor cores: bf16 only)
 cps: null                    # context-parallel degrees, e.g. [1, 2]; null: 1 only
 eps: null                    # expert-parallel degrees, e.g. [1, 8]; null: 1 only
+etps: null                   # expert-tensor-parallel widths, e.g. [1, 2]; null: 1 only
 attention: flash             # flash, sdpa or eager
 kernels: fused               # fused or unfused
 fuse: false                  # fold element-wise operators into their producing matmul
