@@ -77,10 +77,11 @@ def test_mixtral_block_formula():
     assert block.fwd.flop == pytest.approx(2 * block.active_params * b * s + fused, rel=0.02)
 
 
-def test_tensor_parallel_moe_is_refused():
-    check_tp(small(), 1)
-    with pytest.raises(ConfigError, match="tensor parallelism of the mixture-of-experts blocks"):
-        check_tp(small(), 2)
+def test_tensor_parallel_moe_needs_sequence_parallelism():
+    check_tp(small(), 1, sp=False)
+    check_tp(small(), 2, sp=True)
+    with pytest.raises(ConfigError, match="needs sp with tp > 1"):
+        check_tp(small(), 2, sp=False)
 
 
 def test_graph_shows_experts_and_tokens_per_expert():
