@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from archplace.errors import ConfigError
+from archplace.schemas import load_schema
 from archplace.workload.expert_parallel import ALL_TO_ALL
 from archplace.workload.expert_tensor import ETP_ALL_GATHER, ETP_REDUCE_SCATTER, check_etp, split_experts
 from archplace.workload.extract import ExtractOptions, check_tp, derive_experts, extract_chain
 from archplace.workload.graph import OpGraph, OpKind
 from archplace.workload.layers import LayerChain
 from archplace.workload.zoo import ModelSpec, load_model
+from cli_helpers import run
 
 # A small Mixtral-architecture model: hidden 256, 4 heads (4 KV heads, so tp 4 divides them),
 # 4 experts of width 512, top-2.
@@ -188,3 +192,41 @@ def test_refusals() -> None:
         check_tp(ModelSpec("wide-tp", json.dumps(dict(DEEPSEEK, num_attention_heads=128,
                                                       num_key_value_heads=128), sort_keys=True), 256),
                  128, sp=True)
+
+
+def test_fused_epilogues_keep_their_flop() -> None:
+    """With ``--fuse`` the gating activation runs in the gate/up GEMM's epilogue; its element-wise
+    FLOP are those of the rank's rows whatever etp (etp x the rows, 1/etp of the width)."""
+    chain = extract_chain(mixtral(), ExtractOptions(micro_batch=1, seq_len=64, tp=2, sp=True, fuse=True))
+    base = chain.layers[1]
+    block = derive_experts(chain, ExtractOptions(micro_batch=1, seq_len=64, tp=2, sp=True, fuse=True,
+                                                 ep=2, etp=2)).layers[1]
+    assert any(op.fused_elements for op in block.fwd.ops if "grouped_mm" in op.target)
+    assert (block.fwd.flop, block.bwd.flop) == (base.fwd.flop, base.bwd.flop)
+
+
+def test_graph_cli_shows_etp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MIXTRAL))
+    argv = ["graph", "--model", str(path), "--seq-len", "256", "--tp", "2", "--sp", "--ep", "2", "--etp", "2"]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 0, err
+    graph = json.loads(out)
+    assert not list(Draft202012Validator(load_schema("graph")).iter_errors(graph))
+    block = graph["layers"][1]
+    assert (graph["tp"], graph["sp"], graph["ep"], graph["etp"]) == (2, True, 2, 2)
+    received = 256 * TOP_K // 2  # the rank's 128 tokens, 2 copies each
+    assert (block["local_experts"], block["tokens_per_expert"]) == (2, 2 * 2 * received // EXPERTS)
+    assert block["all_to_all_bytes"] == received * H * 2
+    assert block["expert_tp_bytes"] == 2 * received * H * 2
+    counts = block["collectives"]
+    assert counts["expert_tp_all_gather"] == counts["expert_tp_reduce_scatter"] == 2
+    assert block["params"] == ATTENTION // 2 + 2 * H + EXPERTS * H + EXPERTS * EXPERT // 4
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert "TP 2 + SP, EP 2, expert TP 2 (per device)" in out
+    assert "2 per rank, 256" in out and "expert-TP gather/scatter" in out and "0.25 MiB" in out
+    code, _, err = run(["graph", "--model", str(path), "--seq-len", "256", "--tp", "2"], capsys)
+    assert code == 2 and "needs sp with tp > 1" in err
+    code, _, err = run(["graph", "--model", str(path), "--seq-len", "256", "--etp", "3"], capsys)
+    assert code == 2 and "expert-TP width 3 does not divide" in err
