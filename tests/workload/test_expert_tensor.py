@@ -230,3 +230,21 @@ def test_graph_cli_shows_etp(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert code == 2 and "needs sp with tp > 1" in err
     code, _, err = run(["graph", "--model", str(path), "--seq-len", "256", "--etp", "3"], capsys)
     assert code == 2 and "expert-TP width 3 does not divide" in err
+
+
+def test_qwen2_moe_gated_shared_expert_at_tp() -> None:
+    """Qwen2-MoE: the shared expert's 1-output gate stays whole and gates the rank's tokens after
+    the shared expert's output is reduce-scattered; the block's forward FLOP halve exactly."""
+    config = {"model_type": "qwen2_moe", "num_hidden_layers": 1, "hidden_size": 128,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 256,
+              "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128, "num_experts": 4,
+              "num_experts_per_tok": 2, "vocab_size": 500, "max_position_embeddings": 512,
+              "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
+    spec = ModelSpec("small-qwen2-moe", json.dumps(config, sort_keys=True), 64)
+    one, two = (extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64, tp=tp, sp=tp > 1)).layers[1]
+                for tp in (1, 2))
+    assert two.fwd.flop == pytest.approx(one.fwd.flop / 2, rel=1e-12)
+    h = 128
+    attention = 4 * h * h + 3 * h  # q, k, v with biases, o
+    assert one.params - two.params == attention // 2 + 3 * h * 128 // 2
+    assert two.fwd.collectives() == {"all_gather": 2, "reduce_scatter": 2}

@@ -145,11 +145,11 @@ class ExtractOptions:
         return 4 if self.dtype == "float32" else 2
 
 
-def check_tp(spec: ModelSpec, tp: int, sp: bool | None = None) -> None:
+def check_tp(spec: ModelSpec, tp: int, sp: bool = False) -> None:
     """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec`` (and
-    the shared experts' width of a mixture-of-experts model), and -- when ``sp`` is given -- TP > 1
-    without sequence parallelism for a mixture-of-experts model: Megatron-Core refuses to train
-    one (``MoELayer.forward``, megatron/core/transformer/moe/moe_layer.py: "performance may
+    the shared experts' width of a mixture-of-experts model), and TP > 1 without sequence
+    parallelism (``sp``) for a mixture-of-experts model: Megatron-Core refuses to train one
+    (``MoELayer.forward``, megatron/core/transformer/moe/moe_layer.py: "performance may
     degrade if MoE and tensor parallelism are enabled without also enabling sequence
     parallelism"), and its MoE layers take the rank's sequence-parallel share of the tokens.
 
@@ -158,7 +158,7 @@ def check_tp(spec: ModelSpec, tp: int, sp: bool | None = None) -> None:
     """
     if tp <= 0:
         raise ConfigError(f"TP width must be positive, got {tp}")
-    if tp > 1 and spec.experts and sp is False:
+    if tp > 1 and spec.experts and not sp:
         raise ConfigError(f"TP width {tp} without sequence parallelism: the mixture-of-experts model "
                           f"{spec.name} needs sp with tp > 1 (Megatron-Core's MoE layer refuses "
                           "tensor parallelism without sequence parallelism in training)")
