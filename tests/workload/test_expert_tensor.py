@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from archplace.cost.collective import cluster_collective_time_s
+from archplace.cost.model import RooflineCostModel
 from archplace.errors import ConfigError
+from archplace.hardware.cluster import Cluster
+from archplace.hardware.presets import load_accelerator
 from archplace.schemas import load_schema
 from archplace.workload.expert_parallel import ALL_TO_ALL
 from archplace.workload.expert_tensor import ETP_ALL_GATHER, ETP_REDUCE_SCATTER, check_etp, split_experts
@@ -248,3 +252,16 @@ def test_qwen2_moe_gated_shared_expert_at_tp() -> None:
     attention = 4 * h * h + 3 * h  # q, k, v with biases, o
     assert one.params - two.params == attention // 2 + 3 * h * 128 // 2
     assert two.fwd.collectives() == {"all_gather": 2, "reduce_scatter": 2}
+
+
+def test_expert_tp_collectives_are_costed_as_all_gather_and_reduce_scatter(
+        traced: dict[int, LayerChain]) -> None:
+    cluster = Cluster(16, 8, 400e9, 50e9, 1e-6, 4e-6)
+    acc = load_accelerator("h100-80gb")
+    model = RooflineCostModel(cluster)
+    block = derive_experts(traced[2], options(2, ep=2, etp=2)).layers[1]
+    for graph in (block.fwd, block.bwd):
+        for target, kind in ((ETP_ALL_GATHER, "all_gather"), (ETP_REDUCE_SCATTER, "reduce_scatter")):
+            (op,) = collectives(graph, target)
+            expected = cluster_collective_time_s(cluster, kind, block.expert_tp_bytes, 2)
+            assert expected > 0 and model.latency(op, acc).single_core_s == pytest.approx(expected)

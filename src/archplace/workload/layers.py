@@ -47,14 +47,17 @@ class Layer:
         experts: routed experts of the layer's mixture-of-experts FFN; 0 for a dense layer.
         experts_per_token: experts each token is routed to (top-k); 0 for a dense layer.
         tokens_per_expert: rows of each expert's GEMMs per micro-batch under balanced routing,
-            ``ceil(tokens x top-k / experts)`` (:mod:`archplace.workload.experts_op`); with expert
-            parallelism, of each of this rank's experts, ``ceil(factor x ep x tokens x top-k /
-            experts)`` (:mod:`archplace.workload.expert_parallel`).
+            ``ceil(tokens x top-k / experts)`` (:mod:`archplace.workload.experts_op`), tokens being
+            the rank's share (1/tp of them under sequence parallelism); with expert parallelism,
+            of each of this rank's experts, ``ceil(factor x ep x tokens x top-k / experts)``
+            (:mod:`archplace.workload.expert_parallel`), etp times that with expert tensor
+            parallelism (the rows gathered from the etp group).
         expert_params: parameters of the routed experts this rank holds (included in
             ``params``): all of them at ep = etp = 1, ``1/(ep x etp)`` of them with expert
             parallelism and expert tensor parallelism.
-        routed_tokens: token copies the layer's router sends to experts per micro-batch, tokens
-            x top-k (the rows each all-to-all moves, before padding); 0 for a dense layer.
+        routed_tokens: token copies the layer's router sends to experts per micro-batch, the
+            rank's tokens x top-k (the rows each all-to-all moves, before padding); 0 for a dense
+            layer.
         ep: expert-parallel degree the routed experts are sharded over (1: not sharded).
         all_to_all_bytes: bytes one rank sends in each of the layer's expert-parallel
             all-to-alls (two forward, two backward) per micro-batch; 0 when ep = 1.

@@ -42,7 +42,10 @@ reduction, not by a TP collective), and a partial input of a routed operator is
 reduce-scattered before it (the shared experts' output before it is added to
 the routed one: Megatron-Core's ``SharedExpertMLP`` is a TP-sharded dense MLP
 whose output is reduce-scattered, megatron/core/transformer/moe/shared_experts.py).
-The shared experts themselves are sharded like a dense MLP.
+The shared experts themselves are sharded like a dense MLP.  Multi-head latent
+attention's down projections are kept whole the same way (Megatron-Core's
+``parallel_mode='duplicated'`` linears): they project the rank's own tokens and the
+column-parallel up projections all-gather the latents.
 """
 
 from __future__ import annotations
@@ -186,7 +189,8 @@ def propagate(
         whole: forward nodes whose weights stay whole on every TP rank and which work on the
             rank's own tokens: the mixture-of-experts blocks' routed region (module docstring)
             and multi-head latent attention's down projections
-            (:func:`archplace.workload.trace.latent_down_nodes`); needs ``parallel.sp``.
+            (:func:`archplace.workload.trace.latent_down_nodes`). Without sequence
+            parallelism they run on the whole sequence on every rank (duplicated).
     """
     out = Sharding(parallel.tp)
     if parallel.tp == 1:
