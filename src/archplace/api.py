@@ -44,6 +44,7 @@ from archplace.specs.plan import check_sp, degrees, enum_choices, fixed_zero_sta
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.expert_parallel import shared_experts
+from archplace.workload.expert_tensor import check_etp, split_experts
 from archplace.workload.extract import check_tp
 from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.summary import chain_summary
@@ -81,9 +82,10 @@ def hardware() -> list[dict[str, Any]]:
 def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: int = 1,
           sp: bool = False, fuse: bool = False, attention: Attention | str = Attention.FLASH,
           kernels: Kernels | str = Kernels.FUSED, ep: int = 1, capacity_factor: float = 1.0,
-          expert_load_imbalance: float = 1.0) -> dict[str, Any]:
+          expert_load_imbalance: float = 1.0, etp: int = 1) -> dict[str, Any]:
     """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1, per expert-parallel
-    rank for ``ep`` > 1: :mod:`archplace.workload.expert_parallel`).
+    rank for ``ep`` > 1: :mod:`archplace.workload.expert_parallel`, per expert-tensor-parallel rank
+    for ``etp`` > 1: :mod:`archplace.workload.expert_tensor`).
 
     ``attention`` (eager | sdpa | flash) and ``kernels`` (fused | unfused), members or names,
     as in :class:`~archplace.workload.extract.ExtractOptions`; every function here that traces
@@ -92,19 +94,21 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     model only; :func:`plan`, :func:`evaluate` and :func:`search` take them too.
 
     Returns:
-        ``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "attention", "kernels",
+        ``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "etp", "attention", "kernels",
         "capacity_factor", "expert_load_imbalance", "layers": [{"name", "kind", "params",
         "fwd_flop", "bwd_flop", "activation_bytes", "boundary_bytes", "collectives",
         "operators"}], "total": {"params", "fwd_flop", "bwd_flop"}}``; bytes per micro-batch.
         Mixture-of-experts blocks add ``experts``, ``experts_per_token``, ``tokens_per_expert``,
-        ``active_params``, ``shared_experts``, ``local_experts`` and ``all_to_all_bytes``.
+        ``active_params``, ``shared_experts``, ``local_experts``, ``all_to_all_bytes`` and
+        ``expert_tp_bytes``.
 
     Raises:
         ConfigError: unknown model, sizes out of range (:mod:`archplace.limits`), a TP width that
             does not divide the heads, KV heads or FFN size, ``sp`` with ``tp`` = 1, an unknown
             attention or kernels value, an ``ep`` that does not divide the routed experts (or
-            above 1 for a dense model), a capacity factor or load imbalance below 1 or other
-            than 1 for a dense model.
+            above 1 for a dense model), an ``etp`` that does not divide the experts' FFN size (or
+            above 1 for a dense model), ``tp`` > 1 without ``sp`` for a mixture-of-experts model,
+            a capacity factor or load imbalance below 1 or other than 1 for a dense model.
         ExtractionError: the model code cannot be traced.
     """
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse,  # type: ignore[arg-type]
@@ -112,8 +116,10 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
     limits.whole("tp", tp, 1, limits.MAX_DEVICES)
     limits.whole("ep", ep, 1, limits.MAX_DEVICES)
+    limits.whole("etp", etp, 1, limits.MAX_DEVICES)
     check_sp(sp, tp)
-    chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep)
+    check_etp(app.load_model(spec), etp)
+    chain = split_experts(app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep), etp)
     summary = chain_summary(chain, sp=sp, shared_experts=shared_experts(app.load_model(spec)))
     return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options}
 

@@ -25,6 +25,9 @@ def register(app: typer.Typer) -> None:
         tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
         ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models): "
                                               "one rank's share of the routed experts.")] = 1,
+        etp: Annotated[int, typer.Option(help="Expert-tensor-parallel width (mixture-of-experts "
+                                               "models): every routed expert's weights split etp "
+                                               "ways.")] = 1,
         sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism.")] = False,
         fuse: Annotated[bool, typer.Option("--fuse", help="Fuse element-wise ops into matmuls.")] = False,
         attention: AttentionOption = "flash",
@@ -36,7 +39,7 @@ def register(app: typer.Typer) -> None:
         """Per-layer FLOP, parameters, activation bytes and collectives of MODEL's graphs."""
         summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse,
                             attention=attention, kernels=kernels, ep=ep, capacity_factor=capacity_factor,
-                            expert_load_imbalance=expert_load_imbalance)
+                            expert_load_imbalance=expert_load_imbalance, etp=etp)
         if as_json:
             typer.echo(json.dumps(stamp("graph", summary), indent=2))
         else:

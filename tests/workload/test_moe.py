@@ -77,9 +77,10 @@ def test_mixtral_block_formula():
     assert block.fwd.flop == pytest.approx(2 * block.active_params * b * s + fused, rel=0.02)
 
 
-def test_tensor_parallel_moe_is_refused():
+def test_tensor_parallel_moe_needs_sequence_parallelism():
     check_tp(small(), 1)
-    with pytest.raises(ConfigError, match="tensor parallelism of the mixture-of-experts blocks"):
+    check_tp(small(), 2, sp=True)
+    with pytest.raises(ConfigError, match="needs sp with tp > 1"):
         check_tp(small(), 2)
 
 
@@ -113,7 +114,7 @@ def test_small_moe_graph_estimate_plan_end_to_end(tmp_path: Path, capsys: pytest
     assert valid("plan", plans) and {p["plan"]["tp"] for p in plans["plans"]} == {1}
     code, _, err = run(["plan", "--model", str(path), "--hardware", "h100-80gb", "--devices", "4",
                         "--global-batch", "8", "--seq-len", "256", "--tp", "2"], capsys)
-    assert code == 2 and "tensor parallelism of the mixture-of-experts blocks" in err
+    assert code == 2 and "needs sp with tp > 1" in err
 
 
 def test_qwen3_moe_total_parameters():

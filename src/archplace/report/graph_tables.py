@@ -12,12 +12,14 @@ def graph_table(summary: dict[str, Any]) -> Table:
     """Per-layer figures of a graph summary (the dict of :func:`archplace.api.graph`): parameters,
     forward and backward GFLOP, activation and boundary MiB, collectives and operator counts (and for
     a mixture-of-experts model the experts of each block: routed experts, top-k, shared experts,
-    the experts per EP rank, tokens per expert and the bytes of each all-to-all), then the totals.
+    the experts per EP rank, rows per expert and the bytes of each all-to-all and expert-TP
+    all-gather / reduce-scatter), then the totals.
     Layers with identical figures (the repeated blocks) collapse into one row."""
-    tp, ep = summary["tp"], summary.get("ep", 1)
+    tp, ep, etp = summary["tp"], summary.get("ep", 1), summary.get("etp", 1)
     table = Table(title=f"{summary['model']}: micro-batch {summary['micro_batch']}, "
                         f"sequence {summary['seq_len']}, TP {tp}{' + SP' if summary['sp'] else ''}"
-                        f"{f', EP {ep}' if ep > 1 else ''}{' (per device)' if tp * ep > 1 else ''}")
+                        f"{f', EP {ep}' if ep > 1 else ''}{f', expert TP {etp}' if etp > 1 else ''}"
+                        f"{' (per device)' if tp * ep * etp > 1 else ''}")
     moe = any("experts" in layer for layer in summary["layers"])
     for column in ("layers", "params", "fwd GFLOP", "bwd GFLOP", "activations MiB", "boundary MiB",
                    "collectives", "operators", *(("experts",) if moe else ())):
@@ -49,8 +51,9 @@ def graph_table(summary: dict[str, Any]) -> Table:
 
 def _experts(figures: dict[str, Any]) -> str:
     """``8 (top 2), 16 tokens each`` for a mixture-of-experts block (``+ 1 shared`` after the top-k
-    with shared experts; ``, 4 per rank`` and ``; all-to-all 0.25 MiB`` with expert parallelism),
-    ``-`` for a dense layer."""
+    with shared experts; ``, 4 per rank`` and ``; all-to-all 0.25 MiB`` with expert parallelism;
+    ``; expert-TP gather/scatter 0.50 MiB`` with expert tensor parallelism, whose rows per expert
+    are those gathered from the etp group), ``-`` for a dense layer."""
     if "experts" not in figures:
         return "-"
     shared = figures.get("shared_experts", 0)
@@ -60,4 +63,6 @@ def _experts(figures: dict[str, Any]) -> str:
             f"{f', {local} per rank' if local != figures['experts'] else ''}, "
             f"{figures['tokens_per_expert']:,} tokens each")
     a2a = figures.get("all_to_all_bytes", 0.0)
-    return f"{text}; all-to-all {a2a / 2**20:,.2f} MiB" if a2a else text
+    text = f"{text}; all-to-all {a2a / 2**20:,.2f} MiB" if a2a else text
+    etp = figures.get("expert_tp_bytes", 0.0)
+    return f"{text}; expert-TP gather/scatter {etp / 2**20:,.2f} MiB" if etp else text

@@ -24,8 +24,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 from archplace.outputs import replace_atomically
-from archplace.workload.expert_parallel import check_ep, shard_experts
-from archplace.workload.extract import ExtractOptions, extract_chain, traced_options
+from archplace.workload.expert_parallel import check_ep
+from archplace.workload.expert_tensor import check_etp
+from archplace.workload.extract import ExtractOptions, derive_experts, extract_chain, traced_options
 from archplace.workload.layers import LayerChain
 from archplace.workload.zoo import ModelSpec
 
@@ -91,16 +92,15 @@ class GraphCache:
     def chain(self, spec: ModelSpec, options: ExtractOptions) -> LayerChain:
         """The chain from the cache, extracting and storing it on a miss. An expert-parallel
         chain (``options.ep`` > 1, or a capacity factor or load imbalance above 1) is derived
-        from the cached traced one (:func:`archplace.workload.expert_parallel.shard_experts`).
+        from the cached traced one (:func:`archplace.workload.extract.derive_experts`).
 
         Raises:
             ConfigError, ExtractionError: as :func:`extract_chain`.
         """
         if options.shards_experts:  # derived from the cached traced chain, not stored
             check_ep(spec, options.ep)
-            return shard_experts(self.chain(spec, traced_options(options)), options.ep,
-                                 options.capacity_factor, options.expert_load_imbalance,
-                                 options.dtype_bytes)
+            check_etp(spec, options.etp)
+            return derive_experts(self.chain(spec, traced_options(options)), options)
         cached = self.load(spec, options)
         if cached is not None:
             return cached

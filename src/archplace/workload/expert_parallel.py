@@ -72,6 +72,18 @@ def shared_experts(spec: ModelSpec) -> int:
     return 1 if config.get("shared_expert_intermediate_size") else 0
 
 
+def shared_expert_width(spec: ModelSpec) -> int:
+    """Intermediate width of the shared experts of each mixture-of-experts block of ``spec``
+    together (DeepSeek-V3: ``n_shared_experts`` x ``moe_intermediate_size``; Qwen2-MoE:
+    ``shared_expert_intermediate_size``); 0 without shared experts."""
+    config = spec.config
+    if not shared_experts(spec):
+        return 0
+    if config.get("n_shared_experts"):
+        return int(config["n_shared_experts"]) * int(config["moe_intermediate_size"])
+    return int(config["shared_expert_intermediate_size"])
+
+
 def load_factor(ep: int, capacity_factor: float = 1.0, load_imbalance: float = 1.0) -> float:
     """Rows the busiest rank's experts process over the balanced share: the capacity factor when
     above 1 (padding), else the load imbalance (dropless; 1 at ep = 1, where one rank holds every
@@ -164,26 +176,40 @@ def _shard_graph(graph: OpGraph, phase: Phase, ep: int, rows_per_expert: int, fa
     if ep == 1:
         return OpGraph(tuple(ops[i] for i in range(len(graph.ops))))
     first, second = ("dispatch", "combine") if phase is Phase.FWD else ("combine_grad", "dispatch_grad")
+    made = [Operator(id=0, name=f"{ALL_TO_ALL}_{name}", target=ALL_TO_ALL, kind=OpKind.COLLECTIVE,
+                     phase=phase, batch=0, m=0, k=0, n=0, elements=elements, flop=0.0,
+                     bytes_read=buffer_bytes, bytes_written=buffer_bytes, group=ep)
+            for name in (first, second)]
+    return wrap_region(graph, [ops[i] for i in range(len(graph.ops))], region, entries, made[0], made[1])
+
+
+def wrap_region(graph: OpGraph, ops: list[Operator], region: set[int], entries: set[int],
+                before: Operator, after: Operator) -> OpGraph:
+    """``ops`` (``graph``'s operators, those of ``region`` changed, same ids and predecessors)
+    with ``before`` run between the region's entries and the operators they read from outside
+    it, and ``after`` between the region's exits (operators of the region read from outside
+    it) and their readers; ids of ``before`` and ``after`` are assigned here.
+
+    Raises:
+        ConfigError: the result has a cycle (a bug).
+    """
+    by_id = {op.id: op for op in ops}
     incoming = {p for e in entries for p in graph.ops[e].preds if p not in region}
     exits = {p for op in graph.ops if op.id not in region for p in op.preds if p in region}
-    # The all-to-alls take ids past the graph's; the order keys put them next to the region.
-    a2a_in, a2a_out = len(graph.ops), len(graph.ops) + 1
-    preds = {i: set(op.preds) for i, op in ops.items()}
+    # The new operators take ids past the graph's; the order keys put them next to the region.
+    into, out = len(graph.ops), len(graph.ops) + 1
+    preds = {i: set(op.preds) for i, op in by_id.items()}
     for e in entries:
-        preds[e] = {p for p in preds[e] if p in region} | {a2a_in}
-    for i in ops:
+        preds[e] = {p for p in preds[e] if p in region} | {into}
+    for i in by_id:
         if i not in region and preds[i] & exits:
-            preds[i] = (preds[i] - exits) | {a2a_out}
-    preds[a2a_in], preds[a2a_out] = incoming, exits
-    for op_id, name in ((a2a_in, first), (a2a_out, second)):
-        ops[op_id] = Operator(id=op_id, name=f"{ALL_TO_ALL}_{name}", target=ALL_TO_ALL,
-                              kind=OpKind.COLLECTIVE, phase=phase, batch=0, m=0, k=0, n=0,
-                              elements=elements, flop=0.0, bytes_read=buffer_bytes,
-                              bytes_written=buffer_bytes, group=ep)
+            preds[i] = (preds[i] - exits) | {out}
+    preds[into], preds[out] = incoming, exits
+    by_id[into], by_id[out] = dataclasses.replace(before, id=into), dataclasses.replace(after, id=out)
     order = {i: float(i) for i in range(len(graph.ops))}
-    order[a2a_in] = min(entries) - 0.5
-    order[a2a_out] = max(exits, default=max(region)) + 0.5
-    return OpGraph(tuple(_topological(ops, preds, order)))
+    order[into] = min(entries) - 0.5
+    order[out] = max(exits, default=max(region)) + 0.5
+    return OpGraph(tuple(_topological(by_id, preds, order)))
 
 
 def _topological(ops: dict[int, Operator], preds: dict[int, set[int]],
@@ -277,4 +303,5 @@ def shard_experts(chain: LayerChain, ep: int, capacity_factor: float = 1.0, load
     return dataclasses.replace(chain, layers=tuple(layers), ep=ep)
 
 
-__all__ = ["ALL_TO_ALL", "check_ep", "load_factor", "shard_experts", "shard_layer", "shared_experts"]
+__all__ = ["ALL_TO_ALL", "check_ep", "load_factor", "shard_experts", "shard_layer", "shared_expert_width",
+           "shared_experts"]

@@ -132,6 +132,35 @@ def _experts_forward(module: Any, hidden_states: Any, top_k_index: Any, top_k_we
     return weighted.sum(dim=1).to(hidden_states.dtype)
 
 
+SHARED_MODULES = frozenset({"shared_expert", "shared_experts"})
+"""Names of the shared-expert submodules of Hugging Face's MoE blocks (Qwen2-MoE, DeepSeek-V3)."""
+
+
+def module_path(node: Any) -> str:
+    """Dotted path of the innermost module a forward node of a traced graph ran in ('' if none)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return str(list(stack.values())[-1][0]) if stack else ""
+
+
+def routed_nodes(calls: Any, name_of: Any) -> frozenset[Any]:
+    """The forward nodes of the routed region of every mixture-of-experts block among ``calls``
+    (fx call nodes): every node run by a module that holds an experts module (the parent of the
+    module whose forward runs :data:`FORWARD_OP`: Mixtral's ``block_sparse_moe``/``mlp``,
+    DeepSeek-V3's ``mlp``) -- router, top-k, token copies, grouped GEMMs, weighted sum, a shared
+    expert's scalar gate -- except the shared experts' MLPs (:data:`SHARED_MODULES`); empty for
+    a dense model. ``name_of`` gives a node's aten name."""
+    forward = [n for n in calls if not n.meta.get("autograd_backward")]
+    blocks = {module_path(n).rpartition(".")[0] for n in forward if name_of(n) == FORWARD_OP}
+    blocks.discard("")
+    found = []
+    for n in forward:
+        path = module_path(n)
+        block = next((b for b in blocks if path == b or path.startswith(b + ".")), None)
+        if block is not None and not SHARED_MODULES & set(path[len(block) + 1:].split(".")):
+            found.append(n)
+    return frozenset(found)
+
+
 def register() -> str:
     """Define the operators and register the implementation with transformers (idempotent).
 
@@ -145,5 +174,5 @@ def register() -> str:
     return IMPLEMENTATION
 
 
-__all__ = ["FORWARD_OP", "DGRAD_OP", "WGRAD_OP", "IMPLEMENTATION", "OPS", "grouped_dims", "register",
-           "tokens_per_expert"]
+__all__ = ["FORWARD_OP", "DGRAD_OP", "WGRAD_OP", "IMPLEMENTATION", "OPS", "SHARED_MODULES", "grouped_dims",
+           "module_path", "register", "routed_nodes", "tokens_per_expert"]

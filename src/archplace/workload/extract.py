@@ -23,7 +23,8 @@ from typing import Any
 from archplace.errors import ConfigError, ExtractionError
 from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
-from archplace.workload.expert_parallel import check_ep, shard_experts
+from archplace.workload.expert_parallel import check_ep, shard_experts, shared_expert_width
+from archplace.workload.expert_tensor import check_etp, split_experts
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved
@@ -36,6 +37,7 @@ from archplace.workload.trace import (
     build_model,
     find_block_container,
     first_numel,
+    latent_down_nodes,
     matmul_dims,
     op_name,
     tensor_bytes,
@@ -143,22 +145,30 @@ class ExtractOptions:
         return 4 if self.dtype == "float32" else 2
 
 
-def check_tp(spec: ModelSpec, tp: int) -> None:
-    """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec``, and
-    TP > 1 for a mixture-of-experts model (its experts' sharding is not modelled yet).
+def check_tp(spec: ModelSpec, tp: int, sp: bool = False) -> None:
+    """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec`` (and
+    the shared experts' width of a mixture-of-experts model), and TP > 1 without sequence
+    parallelism (``sp``) for a mixture-of-experts model: Megatron-Core refuses to train one
+    (``MoELayer.forward``, megatron/core/transformer/moe/moe_layer.py: "performance may
+    degrade if MoE and tensor parallelism are enabled without also enabling sequence
+    parallelism"), and its MoE layers take the rank's sequence-parallel share of the tokens.
 
     Raises:
-        ConfigError: with the quantity it does not divide, or naming the experts.
+        ConfigError: with the quantity it does not divide, or naming the sequence-parallel rule.
     """
     if tp <= 0:
         raise ConfigError(f"TP width must be positive, got {tp}")
-    if tp > 1 and spec.experts:
-        raise ConfigError(f"TP width {tp}: tensor parallelism of the mixture-of-experts blocks of "
-                          f"{spec.name} is not modelled yet (its {spec.experts} experts' grouped GEMMs "
-                          "are not sharded); use tp 1")
+    if tp > 1 and spec.experts and not sp:
+        raise ConfigError(f"TP width {tp} without sequence parallelism: the mixture-of-experts model "
+                          f"{spec.name} needs sp with tp > 1 (Megatron-Core's MoE layer refuses "
+                          "tensor parallelism without sequence parallelism in training)")
     family = spec.family
     check_width(spec.config, family.heads_field, family.kv_heads_field, spec.ffn_size,
                 TensorParallel(tp), spec.name)
+    shared = shared_expert_width(spec)
+    if shared % tp:
+        raise ConfigError(f"TP width {tp} does not divide the shared experts' width {shared} of "
+                          f"{spec.name} (they are sharded like a dense MLP)")
 
 
 def traced_options(options: ExtractOptions) -> ExtractOptions:
@@ -187,11 +197,11 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
             routed experts (or is above 1 for a dense model).
         ExtractionError: the model code cannot be traced.
     """
-    check_tp(spec, options.tp)
+    check_tp(spec, options.tp, options.sp)
     check_ep(spec, options.ep)
+    check_etp(spec, options.etp)
     if options.shards_experts:
-        return shard_experts(extract_chain(spec, traced_options(options)), options.ep,
-                             options.capacity_factor, options.expert_load_imbalance, options.dtype_bytes)
+        return derive_experts(extract_chain(spec, traced_options(options)), options)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -205,9 +215,10 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     runs = spec.block_runs
     traced = Traced(gm, param_names, [f"m.{container}.{i}" for i in range(len(runs))])
     where = traced.attribute()
+    whole = experts_op.routed_nodes(traced.calls, op_name) | latent_down_nodes(traced.calls)
     sharding = propagate(traced.calls, traced.placeholders, traced.kind, traced.storage,
                          traced.is_param, where, op_name, spec.vocab_size, spec.hidden_size,
-                         TensorParallel(options.tp, options.sp))
+                         TensorParallel(options.tp, options.sp), blocks=len(runs), whole=whole)
     kinds = (LayerKind.EMBEDDING, *(LayerKind.BLOCK for _ in runs), LayerKind.HEAD)
     built = [_make_layer(traced, where, sharding, index, kind, options, spec.hidden_size)
              for index, kind in enumerate(kinds)]
@@ -229,6 +240,19 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
              options.tp, options.cp, len(block.fwd), len(block.bwd))
     return LayerChain(spec.name, options.micro_batch, options.seq_len, options.tp,
                       (embedding, *blocks, head), shared_params=shared, cp=options.cp)
+
+
+def derive_experts(chain: LayerChain, options: ExtractOptions) -> LayerChain:
+    """One rank's share of the mixture-of-experts layers of a traced (:func:`traced_options`)
+    ``chain``: expert parallelism (:func:`archplace.workload.expert_parallel.shard_experts`),
+    then the expert-tensor-parallel split (:func:`archplace.workload.expert_tensor.split_experts`).
+
+    Raises:
+        ConfigError: as those two.
+    """
+    chain = shard_experts(chain, options.ep, options.capacity_factor, options.expert_load_imbalance,
+                          options.dtype_bytes)
+    return split_experts(chain, options.etp, options.dtype_bytes)
 
 
 def _rename(layer: Layer, name: str) -> Layer:
@@ -413,16 +437,19 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
 
 def _experts(traced: Traced, sharding: Sharding, fwd_nodes: Sequence[Any], tokens: int) -> dict[str, int]:
     """Layer fields of the routed experts read by the grouped GEMMs among ``fwd_nodes`` (none for a
-    dense layer): experts, experts per token, tokens per expert, expert parameters, routed tokens."""
+    dense layer): experts, experts per token, tokens per expert, expert parameters, routed tokens
+    (per TP rank: its 1/tp of the tokens under sequence parallelism)."""
     grouped = [n for n in fwd_nodes if op_name(n) == experts_op.FORWARD_OP]
     if not grouped:
         return {}
     weights = {traced.storage(n.args[1]) for n in grouped}
-    batch, m, _, _ = matmul_dims(grouped[0], experts_op.FORWARD_OP)
+    dims = matmul_dims(grouped[0], experts_op.FORWARD_OP)
+    batch, m, _, _ = _split_dims(dims, sharding.split.get(grouped[0]), sharding.tp)
     routed = int(grouped[0].args[0].meta["val"].shape[0])
+    share = math.ceil(routed * sharding.tensor_factor(traced.storage(grouped[0].args[0])))
     return {"experts": batch, "experts_per_token": routed // tokens, "tokens_per_expert": m,
             "expert_params": sum(_param_numel(traced, sharding, w) for w in weights),
-            "routed_tokens": routed}
+            "routed_tokens": share}
 
 
 def _saved_bytes(node: Any) -> float:
@@ -457,4 +484,5 @@ def _is_square(node: Any, seq_len: int, micro_batch: int) -> bool:
     return math.prod(int(d) for d in shape[:-2]) > micro_batch
 
 
-__all__ = ["ExtractOptions", "check_tp", "extract_chain", "traced_options", "ExtractionError"]
+__all__ = ["ExtractOptions", "check_tp", "derive_experts", "extract_chain", "traced_options",
+           "ExtractionError"]

@@ -47,16 +47,25 @@ class Layer:
         experts: routed experts of the layer's mixture-of-experts FFN; 0 for a dense layer.
         experts_per_token: experts each token is routed to (top-k); 0 for a dense layer.
         tokens_per_expert: rows of each expert's GEMMs per micro-batch under balanced routing,
-            ``ceil(tokens x top-k / experts)`` (:mod:`archplace.workload.experts_op`); with expert
-            parallelism, of each of this rank's experts, ``ceil(factor x ep x tokens x top-k /
-            experts)`` (:mod:`archplace.workload.expert_parallel`).
+            ``ceil(tokens x top-k / experts)`` (:mod:`archplace.workload.experts_op`), tokens being
+            the rank's share (1/tp of them under sequence parallelism); with expert parallelism,
+            of each of this rank's experts, ``ceil(factor x ep x tokens x top-k / experts)``
+            (:mod:`archplace.workload.expert_parallel`), etp times that with expert tensor
+            parallelism (the rows gathered from the etp group).
         expert_params: parameters of the routed experts this rank holds (included in
-            ``params``): all of them at ep = 1, ``1/ep`` of them with expert parallelism.
-        routed_tokens: token copies the layer's router sends to experts per micro-batch, tokens
-            x top-k (the rows each all-to-all moves, before padding); 0 for a dense layer.
+            ``params``): all of them at ep = etp = 1, ``1/(ep x etp)`` of them with expert
+            parallelism and expert tensor parallelism.
+        routed_tokens: token copies the layer's router sends to experts per micro-batch, the
+            rank's tokens x top-k (the rows each all-to-all moves, before padding); 0 for a dense
+            layer.
         ep: expert-parallel degree the routed experts are sharded over (1: not sharded).
         all_to_all_bytes: bytes one rank sends in each of the layer's expert-parallel
             all-to-alls (two forward, two backward) per micro-batch; 0 when ep = 1.
+        etp: expert-tensor-parallel width every routed expert's weights are split over
+            (:mod:`archplace.workload.expert_tensor`; 1: whole experts). ``tokens_per_expert``
+            then counts the rows gathered from the etp group.
+        expert_tp_bytes: full buffer of each of the layer's expert-TP all-gathers and
+            reduce-scatters (two forward, two backward) per micro-batch; 0 when etp = 1.
     """
 
     name: str
@@ -77,6 +86,8 @@ class Layer:
     routed_tokens: int = 0
     ep: int = 1
     all_to_all_bytes: float = 0.0
+    etp: int = 1
+    expert_tp_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.selective_activation_bytes < 0:
@@ -85,10 +96,11 @@ class Layer:
     @property
     def active_params(self) -> int:
         """Parameters one token uses: ``params`` less the routed experts it is not sent to (with
-        expert parallelism, the model's figure: the experts of all ``ep`` ranks counted)."""
+        expert (tensor) parallelism, the model's figure: the experts of all ``ep x etp`` ranks
+        counted)."""
         if not self.experts:
             return self.params
-        routed = self.expert_params * self.ep
+        routed = self.expert_params * self.ep * self.etp
         return self.params - self.expert_params + routed * self.experts_per_token // self.experts
 
     @property
@@ -118,6 +130,8 @@ class LayerChain:
             (:mod:`archplace.workload.expert_parallel`); parameters are per EP rank too.
         cp: context-parallel degree the graphs are one rank's share of: each rank holds
             ``seq_len / cp`` tokens of every sample (``seq_len`` stays the whole sample).
+        etp: expert-tensor-parallel width the routed experts are split over
+            (:mod:`archplace.workload.expert_tensor`); parameters are per expert-TP rank too.
     """
 
     model: str
@@ -128,6 +142,7 @@ class LayerChain:
     shared_params: int = 0
     ep: int = 1
     cp: int = 1
+    etp: int = 1
 
     @property
     def params(self) -> int:

@@ -25,13 +25,34 @@ Sequence parallelism (Korthikanti et al. 2022): the replicated operators of a
 block (norms, dropout, residual adds) work on 1/t of the sequence; the
 all-reduces inside blocks become reduce-scatters, and a sequence-sharded tensor
 is all-gathered before a sharded matmul reads it.
+
+Mixture-of-experts blocks (sequence parallelism on, as Megatron-Core requires for
+training with TP > 1: ``MoELayer.forward`` raises "performance may degrade if MoE and
+tensor parallelism are enabled without also enabling sequence parallelism",
+megatron/core/transformer/moe/moe_layer.py): the routed operators (``whole``) -- router,
+top-k, token copies, the routed experts' grouped GEMMs and the weighted sum
+(:func:`archplace.workload.experts_op.routed_nodes`) -- run on the rank's own
+1/t of the tokens with whole, replicated weights (expert tensor-parallel width 1,
+expert parallelism 1: "MoE parallel folding", Liu et al. 2025, sec. 3, where the
+experts' ranks etp x ep x edp fold over attention's tp x cp x dp).  So their
+weights are not split, a matmul with no sharded operand that reads a
+sequence-sharded one splits its token dimension (``m``; ``k`` for a weight
+gradient, whose full-size result is summed by the expert-data-parallel gradient
+reduction, not by a TP collective), and a partial input of a routed operator is
+reduce-scattered before it (the shared experts' output before it is added to
+the routed one: Megatron-Core's ``SharedExpertMLP`` is a TP-sharded dense MLP
+whose output is reduce-scattered, megatron/core/transformer/moe/shared_experts.py).
+The shared experts themselves are sharded like a dense MLP.  Multi-head latent
+attention's down projections are kept whole the same way (Megatron-Core's
+``parallel_mode='duplicated'`` linears): they project the rank's own tokens and the
+column-parallel up projections all-gather the latents.
 """
 
 from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +168,8 @@ def propagate(
     vocab_size: int,
     hidden_size: int,
     parallel: TensorParallel,
+    blocks: int = 1,
+    whole: Collection[Any] = frozenset(),
 ) -> Sharding:
     """Assign a :class:`State` to every tensor and place the TP collectives (module docstring).
 
@@ -161,6 +184,13 @@ def propagate(
         vocab_size: rows of the token embedding (vocabulary-parallel).
         hidden_size: model width (identifies hidden states entering a block).
         parallel: TP width and SP.
+        blocks: traced blocks, layers 1 .. ``blocks`` (one per kind: DeepSeek-V3's dense and
+            mixture-of-experts blocks).
+        whole: forward nodes whose weights stay whole on every TP rank and which work on the
+            rank's own tokens: the mixture-of-experts blocks' routed region (module docstring)
+            and multi-head latent attention's down projections
+            (:func:`archplace.workload.trace.latent_down_nodes`). Without sequence
+            parallelism they run on the whole sequence on every rank (duplicated).
     """
     out = Sharding(parallel.tp)
     if parallel.tp == 1:
@@ -185,27 +215,31 @@ def propagate(
             continue
         name = op_name(n)
         layer = where[n][0] if n in where else BLOCK_LAYER
+        in_blocks = BLOCK_LAYER <= layer < BLOCK_LAYER + blocks
         inputs = [a for a in n.all_input_nodes]
-        if parallel.sp and layer == BLOCK_LAYER:
+        if parallel.sp and in_blocks:
             # Hidden states enter a block sequence-sharded from its neighbour blocks; the
             # traced block's neighbours are the embedding and head, so mark them as such.
             for a in inputs:
                 s = storage(a)
-                if where.get(_producer(s), (BLOCK_LAYER,))[0] != BLOCK_LAYER and not is_param(s) \
+                made = where.get(_producer(s), (BLOCK_LAYER,))[0]
+                if not BLOCK_LAYER <= made < BLOCK_LAYER + blocks and not is_param(s) \
                         and st(a) is State.R and _last_dim(s) == hidden_size:
                     out.seq_sharded.add(s)
         # 1. forward: decide which parameters are split.
-        if not is_bwd(n):
-            _shard_parameters(n, name, inputs, layer, st, storage, is_param, rows, vocab_size, out)
+        if not is_bwd(n) and n not in whole:
+            _shard_parameters(n, name, inputs, BLOCK_LAYER if in_blocks else layer, st, storage,
+                              is_param, rows, vocab_size, out)
         # 2. reduce partial inputs unless this is an add of partials.
         partial = [storage(a) for a in inputs if st(a) is State.P]
         # Reductions are linear: an add of partial and replicated tensors stays partial
         # (one rank adds the replicated term) and is reduced once, where a consumer needs it.
-        sum_of_partials = bool(partial) and name in _ADDS and all(
+        sum_of_partials = bool(partial) and name in _ADDS and n not in whole and all(
             st(a) in (State.P, State.R) for a in inputs)
         if partial and not sum_of_partials:
             for tensor in dict.fromkeys(partial):
-                in_block = where.get(tensor, (layer,))[0] == BLOCK_LAYER and parallel.sp
+                made = where.get(tensor, (layer,))[0]
+                in_block = BLOCK_LAYER <= made < BLOCK_LAYER + blocks and parallel.sp
                 out.after[tensor] = "reduce_scatter" if in_block else "all_reduce"
                 state[tensor] = State.R
                 if in_block:
@@ -215,6 +249,8 @@ def propagate(
             result = State.P
         elif op_kind is OpKind.MATMUL:
             result = _matmul_state(n, name, inputs, st, out)
+            if parallel.sp and in_blocks and result is State.R:
+                _split_tokens(n, name, storage, is_param, out)
             if parallel.sp and result is not State.R:
                 for a in inputs:
                     s = storage(a)
@@ -228,13 +264,13 @@ def propagate(
             result = State.R  # parallel cross-entropy: a reduction of b*s scalars (neglected)
         else:
             result = State.S if any(st(a) is State.S for a in inputs) else State.R
-        if parallel.sp and layer != BLOCK_LAYER:
+        if parallel.sp and not in_blocks:
             for a in inputs:  # leaving the sequence-parallel region: gather the sequence first
                 s = storage(a)
                 if out.is_seq_sharded(s) and not any(c == s for _, c in out.before.get(n, [])):
                     out.before.setdefault(n, []).append(("all_gather", s))
         state[n] = result
-        if parallel.sp and layer == BLOCK_LAYER and result is State.R and \
+        if parallel.sp and in_blocks and result is State.R and out.split.get(n) != "k" and \
                 any(not is_param(storage(a)) for a in inputs):
             out.seq_sharded.add(n)
     return out
@@ -276,6 +312,23 @@ def _shard_parameters(n: Any, name: str, inputs: list[Any], layer: int, st: Call
             out.sharded_params.add(weight)
             out.state[weight] = State.S
             out.vocab_parallel = True
+
+
+def _split_tokens(n: Any, name: str, storage: Callable[[Any], Any], is_param: Callable[[Any], bool],
+                  out: Sharding) -> None:
+    """A block matmul with no sharded operand that reads a sequence-sharded tensor (the routed
+    experts' region of a mixture-of-experts block, module docstring) works on the rank's
+    tokens: split ``m`` when its left operand holds them, ``k`` when both do (a weight
+    gradient).  Dense blocks have no such matmul: every one reads a sharded operand."""
+    a, b = (storage(x) for x in _operands(n, name))
+    tokens_a = out.is_seq_sharded(a) and not is_param(a)
+    tokens_b = out.is_seq_sharded(b) and not is_param(b)
+    if tokens_a and tokens_b:
+        out.split[n] = "k"
+    elif tokens_a:
+        out.split[n] = "m"
+    elif tokens_b:
+        out.split[n] = "n"
 
 
 def _matmul_state(n: Any, name: str, inputs: list[Any], st: Callable[[Any], State], out: Sharding) -> State:

@@ -205,6 +205,20 @@ class Traced:
         return out
 
 
+LATENT_DOWN_PROJECTIONS = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
+"""Hugging Face names of multi-head latent attention's low-rank down projections (DeepSeek-V3)."""
+
+
+def latent_down_nodes(calls: Sequence[Any]) -> frozenset[Any]:
+    """Forward nodes of multi-head latent attention's down projections (:data:`LATENT_DOWN_PROJECTIONS`).
+    Megatron-Core does not split them over the TP ranks (``parallel_mode='duplicated'`` for
+    ``linear_q_down_proj`` and ``linear_kv_down_proj``,
+    megatron/core/transformer/multi_latent_attention.py): each rank projects its own
+    sequence-parallel tokens, and the column-parallel up projections gather the latents."""
+    return frozenset(n for n in calls if not n.meta.get("autograd_backward")
+                     and experts_op.module_path(n).rpartition(".")[2] in LATENT_DOWN_PROJECTIONS)
+
+
 def find_block_container(model: Any) -> str:
     """Dotted path of the ModuleList holding the transformer blocks."""
     import torch
