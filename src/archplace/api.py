@@ -44,7 +44,7 @@ from archplace.specs.plan import check_sp, degrees, enum_choices, fixed_zero_sta
 from archplace.specs.search import SearchSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.expert_parallel import shared_experts
-from archplace.workload.expert_tensor import check_etp, split_experts
+from archplace.workload.expert_tensor import check_etp
 from archplace.workload.extract import check_tp
 from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.summary import chain_summary
@@ -119,7 +119,7 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     limits.whole("etp", etp, 1, limits.MAX_DEVICES)
     check_sp(sp, tp)
     check_etp(app.load_model(spec), etp)
-    chain = split_experts(app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep), etp)
+    chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep, etp=etp)
     summary = chain_summary(chain, sp=sp, shared_experts=shared_experts(app.load_model(spec)))
     return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options}
 
@@ -406,7 +406,7 @@ def search_request(
             if width <= 0 or width > devices:
                 raise ConfigError(f"tp {width} must be between 1 and the {devices} devices", fields=("tp",))
             for spec in specs:
-                check_tp(spec, width)
+                check_tp(spec, width, sp=True)  # MoE models are searched with SP at tp > 1
     plan_space = workflow.PlanGrid(tps=tps, micro_batches=batches,
                                    recomputes=parse_recompute(recompute),
                                    schedules=enum_choices(PipelineSchedule, schedules, "schedule"),

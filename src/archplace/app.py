@@ -109,19 +109,21 @@ def cluster_or_none(hardware: HardwareSpec, devices: int) -> Cluster | None:
 
 
 def layer_chain(model: ModelSpec, *, micro_batch: int = 1, tp: int = 1, sp: bool = False,
-                ep: int = 1) -> LayerChain:
-    """The traced layer chain of ``model`` (graph cache), per TP rank of a ``tp``-wide group and
-    per EP rank of an ``ep``-wide expert-parallel group.
+                ep: int = 1, etp: int = 1) -> LayerChain:
+    """The traced layer chain of ``model`` (graph cache), per TP rank of a ``tp``-wide group,
+    per EP rank of an ``ep``-wide expert-parallel group and per rank of an ``etp``-wide
+    expert-tensor-parallel group.
 
     Raises:
-        ConfigError: as :func:`load_model`, a TP width the model cannot be split by, an EP
-            degree that does not divide its routed experts.
+        ConfigError: as :func:`load_model`, a TP width the model cannot be split by (an MoE
+            model at tp > 1 also needs ``sp``), an EP degree that does not divide its routed
+            experts, an ``etp`` that does not divide the experts' FFN width.
         ExtractionError: the model cannot be traced.
     """
     loaded = load_model(model, (micro_batch,))
     return cached_chain(loaded, ExtractOptions(micro_batch=micro_batch, seq_len=loaded.seq_len, tp=tp,
                                                sp=sp, fuse=model.fuse, attention=model.attention,
-                                               kernels=model.kernels, ep=ep,
+                                               kernels=model.kernels, ep=ep, etp=etp,
                                                capacity_factor=model.capacity_factor,
                                                expert_load_imbalance=model.expert_load_imbalance))
 

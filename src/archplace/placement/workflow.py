@@ -62,12 +62,14 @@ class Problem:
 
 
 def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple[int, ...]:
-    """Powers of two up to ``min(devices, limit)`` that divide the heads, KV heads and FFN size."""
+    """Powers of two up to ``min(devices, limit)`` that divide the heads, KV heads and FFN size
+    (a mixture-of-experts model's widths above 1 are run with sequence parallelism, which
+    Megatron-Core requires for them: :func:`check_moe_sp`)."""
     widths = []
     t = 1
     while t <= min(devices, limit):
         try:
-            check_tp(spec, t)
+            check_tp(spec, t, sp=True)
             widths.append(t)
         except ConfigError:
             pass
@@ -289,7 +291,7 @@ def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[Pl
     devices = prob.setup.cluster.devices
     tps = space.tps if space.tps is not None else valid_tp_widths(prob.spec, devices)
     for t in tps:
-        check_tp(prob.spec, t)
+        check_tp(prob.spec, t, sp=True)  # an MoE model's tp > 1 keys are built with SP only
         if t > devices:
             raise ConfigError(f"TP width {t} exceeds the {devices} devices")
     cps = space.cps if space.cps is not None else valid_cp_degrees(prob.spec, devices)
@@ -393,11 +395,11 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
             layer (the head), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
-    check_tp(prob.spec, tp)
+    check_moe_sp(prob.spec, tp, sp)
+    check_tp(prob.spec, tp, sp)
     check_cp(prob.spec, cp)
     check_ep(prob.spec, ep)
     check_etp(prob.spec, etp)
-    check_moe_sp(prob.spec, tp, sp)
     if isinstance(dp, int) and dp >= 1 and (tp * cp * dp) % (etp * ep):
         if tp == 1 and etp == 1:
             raise ConfigError(f"plan.ep = {ep} must divide dp*cp = {dp}*{cp} = {dp * cp} (the "
