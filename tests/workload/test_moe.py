@@ -111,10 +111,16 @@ def test_small_moe_graph_estimate_plan_end_to_end(tmp_path: Path, capsys: pytest
                           "--global-batch", "8", "--seq-len", "256", "--json"], capsys)
     assert code == 0, err
     plans = json.loads(out)
-    assert valid("plan", plans) and {p["plan"]["tp"] for p in plans["plans"]} == {1}
-    code, _, err = run(["plan", "--model", str(path), "--hardware", "h100-80gb", "--devices", "4",
-                        "--global-batch", "8", "--seq-len", "256", "--tp", "2"], capsys)
-    assert code == 2 and "needs sp with tp > 1" in err
+    assert valid("plan", plans)
+    assert all(p["plan"]["sp"] for p in plans["plans"] if p["plan"]["tp"] > 1)  # Megatron-Core's rule
+    code, out, err = run(["plan", "--model", str(path), "--hardware", "h100-80gb", "--devices", "4",
+                          "--global-batch", "8", "--seq-len", "256", "--tp", "2", "--json"], capsys)
+    assert code == 0, err
+    assert {(p["plan"]["tp"], p["plan"]["sp"]) for p in json.loads(out)["plans"]} == {(2, True)}
+    code, _, err = run(["evaluate", "--model", str(path), "--hardware", "h100-80gb", "--devices", "4",
+                        "--global-batch", "8", "--seq-len", "256", "--tp", "2", "--pp", "1", "--dp", "2",
+                        "--micro-batch", "1"], capsys)
+    assert code == 2 and "needs sequence parallelism" in err and len(err.strip().splitlines()) == 1
 
 
 def test_qwen3_moe_total_parameters():
