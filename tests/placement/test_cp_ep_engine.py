@@ -297,7 +297,7 @@ def check_against_brute_force(problem, note=event):
     for result in results:
         plan = result.plan
         note(f"cp={plan.cp} ep={plan.ep}")
-        layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep)]
+        layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)]
         assert result == evaluate_plan(layers, s, plan)
         check_breakdown_sums(result)
     assert len({rank_key(r.plan)[:-1] for r in results}) == len(results)

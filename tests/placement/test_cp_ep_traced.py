@@ -74,3 +74,28 @@ def test_long_context_with_context_parallelism_equals_brute_force(tmp_path: Path
     setup = dataclasses.replace(prob.setup, hbm_bytes=prob.setup.hbm_bytes * hbm_fraction)
     check_against_brute_force((costs, setup, OPTIONS, 3), note=lambda _: None)
     assert plan_search(costs, setup, top_k=1, **OPTIONS)[0].plan.cp == cp
+
+
+@pytest.mark.parametrize(("hbm_fraction", "order", "degrees"), [
+    (1.4e-4, RankOrder.TP_CP_EP_PP_DP, (2, 2, 2)),  # 11.5 MiB: only tp 2 with ep 2 and etp 2 fits
+    pytest.param(2e-4, RankOrder.TP_CP_EP_PP_DP, (1, 2, 1), marks=SLOW),
+    pytest.param(1.4e-4, RankOrder.TP_CP_EP_DP_PP, None, marks=SLOW),
+    pytest.param(1.0, RankOrder.TP_CP_EP_DP_PP, None, marks=SLOW),
+])
+def test_moe_with_expert_tensor_parallelism_equals_brute_force(tmp_path: Path, hbm_fraction: float,
+                                                               order: RankOrder,
+                                                               degrees: tuple[int, int, int] | None) -> None:
+    """tp 2 (with SP, Megatron-Core's rule for MoE), ep in {1, 2}, expert-TP in {1, tp}: the routed
+    experts' parameters per rank halve with each of ep and etp, and the engine's optimum and
+    top 3 equal the enumeration."""
+    keys = [CostKey(tp, b, tp > 1, 1, ep, etp) for tp in (1, 2) for b in (1, 2) for ep in (1, 2)
+            for etp in sorted({1, tp})]
+    prob, costs = _costs(tmp_path, MOE, 64, keys)
+    whole = sum(layer.expert_params for layer in costs[CostKey(1, 1, False)])
+    assert sum(layer.expert_params for layer in costs[CostKey(2, 1, True, 1, 2, 2)]) * 4 == whole
+    assert sum(layer.expert_params for layer in costs[CostKey(2, 1, True, 1, 1, 1)]) == whole
+    setup = dataclasses.replace(prob.setup, hbm_bytes=prob.setup.hbm_bytes * hbm_fraction, rank_order=order)
+    check_against_brute_force((costs, setup, OPTIONS, 3), note=lambda _: None)
+    if degrees is not None:  # the memory pressure chosen makes the degrees shown necessary
+        best = plan_search(costs, setup, top_k=1, **OPTIONS)[0].plan
+        assert (best.tp, best.ep, best.etp) == degrees
