@@ -133,16 +133,15 @@ class _Cores:
         self.chip_s = 0.0
 
     def ready_s(self, i: int) -> float:
-        end = self.end
-        return max((end[p] for p in self.graph.preds[i]), default=0.0)
+        return _latest(self.end, self.graph.preds[i])
 
     def single_start_s(self, i: int, ready: float) -> float:
         g = self.graph
-        start = max(ready, self.exclusive_s)
-        if g.tensor[i]:
-            start = max(start, self.tensor_free[0] if len(self.tensor_free) >= g.capacity[0] else 0.0)
-        if g.vector[i]:
-            start = max(start, self.vector_free[0] if len(self.vector_free) >= g.capacity[1] else 0.0)
+        start = ready if ready >= self.exclusive_s else self.exclusive_s  # max(), exactly
+        if g.tensor[i] and len(self.tensor_free) >= g.capacity[0] and self.tensor_free[0] > start:
+            start = self.tensor_free[0]
+        if g.vector[i] and len(self.vector_free) >= g.capacity[1] and self.vector_free[0] > start:
+            start = self.vector_free[0]
         return start
 
     def append(self, i: int, mode: Mode, ready: float) -> None:
@@ -162,10 +161,36 @@ class _Cores:
             if duration == 0:
                 end = ready
             else:
-                end = max(ready, self.chip_s) + duration
+                end = (self.chip_s if self.chip_s > ready else ready) + duration
                 self.exclusive_s = end
         self.end[i] = end
-        self.chip_s = max(self.chip_s, end)
+        if end > self.chip_s:
+            self.chip_s = end
+
+
+def _latest(end: list[float], ids: tuple[int, ...]) -> float:
+    """``max((end[p] for p in ids), default=0.0)``, the same value (the first largest)."""
+    if not ids:
+        return 0.0
+    latest = end[ids[0]]
+    for p in ids:
+        value = end[p]
+        if value > latest:
+            latest = value
+    return latest
+
+
+def _longest(values: list[float], extra: list[float], ids: list[int] | tuple[int, ...]) -> float:
+    """``max((values[j] + extra[j] for j in ids), default=0.0)``, the same value."""
+    if not ids:
+        return 0.0
+    first = ids[0]
+    longest = values[first] + extra[first]
+    for j in ids:
+        value = values[j] + extra[j]
+        if value > longest:
+            longest = value
+    return longest
 
 
 def _take(free: list[float], cores: int, busy_until_s: float) -> None:
@@ -301,20 +326,20 @@ def _plan(graph: _Graph, target_s: float | None,
         after = [0.0] * n
         if forward:
             for i in range(n - 1, -1, -1):
-                after[i] = max((after[s] + duration[s] for s in succs[i]), default=0.0)
+                after[i] = _longest(after, duration, succs[i])
         else:
             for i in range(n):
-                before[i] = max((before[p] + duration[p] for p in preds[i]), default=0.0)
+                before[i] = _longest(before, duration, preds[i])
         for i in (range(n) if forward else range(n - 1, -1, -1)):
             if forward:
-                before[i] = max((before[p] + duration[p] for p in preds[i]), default=0.0)
+                before[i] = _longest(before, duration, preds[i])
             else:
-                after[i] = max((after[s] + duration[s] for s in succs[i]), default=0.0)
+                after[i] = _longest(after, duration, succs[i])
             if 0 < everys[i] < singles[i] and before[i] + singles[i] + after[i] <= target_s:
                 single[i], duration[i] = True, singles[i]
     tails = [0.0] * n
     for i in range(n - 1, -1, -1):
-        tails[i] = max((tails[s] + duration[s] for s in succs[i]), default=0.0)
+        tails[i] = _longest(tails, duration, succs[i])
     return single, duration, tails
 
 
@@ -355,7 +380,7 @@ def _profile_pass(graph: _Graph, target_s: float | None, forward: bool = True) -
     while ready:
         _, i = heapq.heappop(ready)
         one_s, all_s = singles[i], everys[i]
-        ready_s = max((end[p] for p in preds[i]), default=0.0)
+        ready_s = _latest(end, preds[i])
         tensor, vector = tensors[i], vectors[i]
         mode: Mode = "single" if one_s <= all_s else "all"
         begin = ready_s
