@@ -22,6 +22,7 @@ Run: ``.venv/bin/python benchmarks/bench_evaluate.py [--model gpt2-xl] [--space 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,10 +32,12 @@ from archplace import api
 from archplace.cost.model import CostModel, SystolicCostModel
 from archplace.cost.tabulated import TabulatedCostModel
 from archplace.hardware.accelerator import Accelerator
+from archplace.hardware.cluster import Cluster
 from archplace.placement.costs import CostKey
+from archplace.placement.workflow import PlanGrid
 from archplace.schedule.list_scheduler import list_schedule_makespan_s
 from archplace.schedule.problem import ScheduleProblem
-from archplace.search.evaluate import core_key, evaluate_designs
+from archplace.search.evaluate import DesignResult, core_key, evaluate_designs
 from archplace.search.runner import model_chains
 from archplace.workload.graph import OpGraph
 from archplace.workload.layers import LayerChain
@@ -67,6 +70,20 @@ def _problems(graphs: Iterable[OpGraph], acc: Accelerator, cost: CostModel) -> l
     return [ScheduleProblem.from_graph(graph, acc, cost) for graph in graphs]
 
 
+def _fresh_problems(graphs: Iterable[OpGraph], acc: Accelerator, cluster: Cluster) -> list[ScheduleProblem]:
+    """Problems costed by a fresh cost model (as a search worker's task starts)."""
+    return _problems(graphs, acc, SystolicCostModel(cluster))
+
+
+def _makespans(problems: Iterable[ScheduleProblem]) -> list[float]:
+    return [list_schedule_makespan_s(p) for p in problems]
+
+
+def _evaluate(accs: list[Accelerator], chains: Mapping[CostKey, LayerChain], cluster: Cluster,
+              batch: int, space: PlanGrid) -> list[DesignResult]:
+    return evaluate_designs(accs, chains, cluster, batch, space, SystolicCostModel(cluster))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2-xl")
@@ -88,11 +105,11 @@ def main() -> None:
 
     cost_s = schedule_s = total_s = 0.0
     for key in keys:
-        cost_s += _cpu_s(lambda: _problems(graphs, key, SystolicCostModel(cluster)), args.repeat)
         problems = _problems(graphs, key, SystolicCostModel(cluster))
-        schedule_s += _cpu_s(lambda: [list_schedule_makespan_s(p) for p in problems], args.repeat)
-        total_s += _cpu_s(lambda: evaluate_designs(groups[key], chains, cluster, batch, space,
-                                                   SystolicCostModel(cluster)), args.repeat)
+        cost_s += _cpu_s(functools.partial(_fresh_problems, graphs, key, cluster), args.repeat)
+        schedule_s += _cpu_s(functools.partial(_makespans, problems), args.repeat)
+        total_s += _cpu_s(functools.partial(_evaluate, groups[key], chains, cluster, batch, space),
+                          args.repeat)
     n = len(keys)
     placement_s = total_s - cost_s - schedule_s
     print(f"[evaluate] per core configuration: {total_s / n * 1e3:.1f} ms = cost {cost_s / n * 1e3:.1f} ms "

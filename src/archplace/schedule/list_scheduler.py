@@ -26,7 +26,13 @@ bound and warm start of the exact ones.
 
 Every pass ends by replaying its start order and modes through
 :func:`~archplace.schedule.timeline.serial_schedule`, which assigns core indices
-and never ends later, so every result is valid.
+and never ends later, so every result is valid.  The passes replay without building
+a schedule (:class:`_Cores`: the same floats, no core indices); only the winner's
+schedule is built, and :func:`list_schedule_makespan_s` (what the design search
+uses) builds none.  A pass replaced the best only when strictly shorter, so once the
+best reaches the longest path of shortest latencies summed from the sources
+(:meth:`_Graph.floor_s`, which no replay can beat even in floating point) the
+remaining passes are skipped: the same schedule as running them all.
 
 Measured against CP-SAT on the blocks of gpt2-xl, bert-large, opt-350m and
 llama2-7b (sequence 1024 and 4096; TP 1 and 8) on 2+1, 8+2, 32+8 and 128+4
@@ -52,7 +58,6 @@ from archplace.schedule.timeline import (
     ScheduledOp,
     Timeline,
     serial_schedule,
-    topological_by,
 )
 from archplace.workload.graph import CoreType
 
