@@ -22,7 +22,8 @@ bound and warm start of the exact ones.
   runs single if it still ends in time (``end + tail ≤ T``), otherwise in the
   mode that ends earlier; an op planned "all" runs single if that ends no later.
   Targets: the quick lower bound times 1, 1.05, 1.05², ... while below the best
-  makespan found, at most :data:`MAX_TARGETS`, each planned forward and backward.
+  makespan found, at most :data:`MAX_TARGETS`, each planned forward and backward (a
+  backward plan equal to the forward one is the same pass, run once).
 
 Every pass ends by replaying its start order and modes through
 :func:`~archplace.schedule.timeline.serial_schedule`, which assigns core indices
@@ -69,6 +70,8 @@ MAX_TARGETS = 12
 
 _Pass = tuple[list[int], list[Mode]]
 """A pass's outcome: the start order (a topological order) and each op's mode."""
+_Plan = tuple[list[bool], list[float], list[float]]
+"""A target's planned modes (True = single), durations and tails (:func:`_plan`)."""
 
 
 class _Graph:
@@ -316,8 +319,7 @@ def _greedy(problem: ScheduleProblem, succs: list[list[int]]) -> Schedule:
     return serial_schedule(problem, order, modes)
 
 
-def _plan(graph: _Graph, target_s: float | None,
-          forward: bool) -> tuple[list[bool], list[float], list[float]]:
+def _plan(graph: _Graph, target_s: float | None, forward: bool) -> _Plan:
     """Planned modes (True = single), durations and tails (longest path after each op).
 
     ``target_s=None``: every op in its shorter mode.
@@ -365,12 +367,16 @@ def _topological_by(graph: _Graph, key: list[float]) -> list[int]:
     return order
 
 
-def _profile_pass(graph: _Graph, target_s: float | None, forward: bool = True) -> _Pass:
-    """One backfilling pass (module docstring); ``target_s=None`` is the greedy rule."""
+def _profile_pass(graph: _Graph, target_s: float | None, forward: bool = True,
+                  plan: _Plan | None = None) -> _Pass:
+    """One backfilling pass (module docstring); ``target_s=None`` is the greedy rule.
+
+    ``plan``: ``_plan(graph, target_s, forward)`` when the caller has it.  The pass depends on
+    nothing but ``target_s`` and the plan, whose durations and tails follow from its modes."""
     n, preds, succs = graph.n, graph.preds, graph.succs
     singles, everys, shortest = graph.single, graph.every, graph.shortest
     tensors, vectors = graph.tensor, graph.vector
-    single, duration, tails = _plan(graph, target_s, forward)
+    single, duration, tails = _plan(graph, target_s, forward) if plan is None else plan
     if target_s is None:
         key = [(-(tails[i] + duration[i]), i) for i in range(n)]
     else:
@@ -429,10 +435,15 @@ def _best_pass(problem: ScheduleProblem, max_targets: int) -> tuple[_Graph, _Pas
     for _ in range(max_targets):
         if target >= best_s:
             break
+        planned: list[bool] | None = None
         for forward in (True, False):
             if best_s <= floor_s:
                 return graph, best, best_s
-            candidate = _profile_pass(graph, target, forward)
+            plan = _plan(graph, target, forward)
+            if plan[0] == planned:  # the forward pass again: it cannot be shorter than itself
+                continue
+            planned = plan[0]
+            candidate = _profile_pass(graph, target, forward, plan)
             candidate_s = _replay_s(graph, candidate)
             if candidate_s < best_s:
                 best, best_s = candidate, candidate_s
