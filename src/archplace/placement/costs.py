@@ -16,7 +16,7 @@ from archplace.cost.model import CostModel, EstimatingCostModel, array_flop
 from archplace.cost.precision import fp8_weight_params
 from archplace.hardware.accelerator import Accelerator
 from archplace.placement.plan import CostKey, LayerCost
-from archplace.schedule.list_scheduler import list_schedule
+from archplace.schedule.list_scheduler import list_schedule_makespan_s
 from archplace.schedule.problem import ScheduleProblem
 from archplace.workload.expert_parallel import ALL_TO_ALL
 from archplace.workload.graph import OpGraph, OpKind, renumber
@@ -27,7 +27,7 @@ Makespan = Callable[[ScheduleProblem], float]
 
 def list_makespan_s(problem: ScheduleProblem) -> float:
     """Makespan of the critical-path list schedule, in seconds (the default scheduler)."""
-    return list_schedule(problem).makespan_s
+    return list_schedule_makespan_s(problem)
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,15 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
                               else (0.0, 0.0))
         return selective[key]
 
+    flop: dict[int, float] = {}
+
+    def matmul_flop(graph: OpGraph) -> float:
+        """:func:`array_flop` of a graph, once per graph (the repeated blocks share theirs)."""
+        found = flop.get(id(graph))
+        if found is None:
+            found = flop[id(graph)] = array_flop(graph.ops)
+        return found
+
     out = []
     for layer in chain.layers:
         fp8 = fp8_cost is not None and layer.kind is not LayerKind.HEAD
@@ -122,7 +131,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
             activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
             boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
-            fwd_flop=array_flop(layer.fwd.ops), bwd_flop=array_flop(layer.bwd.ops),
+            fwd_flop=matmul_flop(layer.fwd), bwd_flop=matmul_flop(layer.bwd),
             selective_activation_bytes=layer.selective_activation_bytes,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,

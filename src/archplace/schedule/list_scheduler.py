@@ -22,11 +22,18 @@ bound and warm start of the exact ones.
   runs single if it still ends in time (``end + tail ≤ T``), otherwise in the
   mode that ends earlier; an op planned "all" runs single if that ends no later.
   Targets: the quick lower bound times 1, 1.05, 1.05², ... while below the best
-  makespan found, at most :data:`MAX_TARGETS`, each planned forward and backward.
+  makespan found, at most :data:`MAX_TARGETS`, each planned forward and backward (a
+  backward plan equal to the forward one is the same pass, run once).
 
 Every pass ends by replaying its start order and modes through
 :func:`~archplace.schedule.timeline.serial_schedule`, which assigns core indices
-and never ends later, so every result is valid.
+and never ends later, so every result is valid.  The passes replay without building
+a schedule (:class:`_Cores`: the same floats, no core indices); only the winner's
+schedule is built, and :func:`list_schedule_makespan_s` (what the design search
+uses) builds none.  A pass replaced the best only when strictly shorter, so once the
+best reaches the longest path of shortest latencies summed from the sources
+(:meth:`_Graph.floor_s`, which no replay can beat even in floating point) the
+remaining passes are skipped: the same schedule as running them all.
 
 Measured against CP-SAT on the blocks of gpt2-xl, bert-large, opt-350m and
 llama2-7b (sequence 1024 and 4096; TP 1 and 8) on 2+1, 8+2, 32+8 and 128+4
@@ -42,24 +49,179 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 
 from archplace.schedule.bounds import bottom_levels_s, lower_bound_s
-from archplace.schedule.problem import SchedOp, ScheduleProblem
+from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.timeline import (
     Mode,
     Schedule,
     ScheduledOp,
     Timeline,
     serial_schedule,
-    topological_by,
 )
 from archplace.workload.graph import CoreType
 
 __all__ = ["Mode", "Schedule", "ScheduledOp", "Timeline", "bottom_levels_s", "list_schedule",
-           "lower_bound_s", "quick_lower_bound_s", "serial_schedule"]
+           "list_schedule_makespan_s", "lower_bound_s", "quick_lower_bound_s", "serial_schedule"]
 
 TARGET_STEP = 1.05  # ratio of successive targets
 MAX_TARGETS = 12
+
+_Pass = tuple[list[int], list[Mode]]
+"""A pass's outcome: the start order (a topological order) and each op's mode."""
+_Plan = tuple[list[bool], list[float], list[float]]
+"""A target's planned modes (True = single), durations and tails (:func:`_plan`)."""
+
+
+class _Graph:
+    """A problem as plain lists (attribute access on the ops is the scheduler's hot path):
+    predecessors, successors, latencies, which core types each op holds in single mode."""
+
+    __slots__ = ("capacity", "every", "n", "preds", "problem", "shortest", "single", "succs",
+                 "tensor", "vector")
+
+    def __init__(self, problem: ScheduleProblem) -> None:
+        ops = problem.ops
+        self.problem = problem
+        self.n = len(ops)
+        self.preds = [op.preds for op in ops]
+        self.succs = problem.successors()
+        self.single = [op.single_s for op in ops]
+        self.every = [op.all_s for op in ops]
+        self.shortest = [op.min_s for op in ops]
+        self.tensor = [op.uses(CoreType.TENSOR) for op in ops]
+        self.vector = [op.uses(CoreType.VECTOR) for op in ops]
+        self.capacity = (problem.tensor_cores, problem.vector_cores)
+
+    def levels(self) -> list[float]:
+        """:func:`~archplace.schedule.bounds.bottom_levels_s`, the same float operations."""
+        succs, shortest = self.succs, self.shortest
+        levels = [0.0] * self.n
+        for i in range(self.n - 1, -1, -1):
+            tail = max((levels[s] for s in succs[i]), default=0.0)
+            levels[i] = shortest[i] + tail
+        return levels
+
+    def quick_bound_s(self, levels: list[float]) -> float:
+        """:func:`quick_lower_bound_s` (n >= 1), the same float operations."""
+        work = 0.0
+        for cores, flags in ((self.capacity[0], self.tensor), (self.capacity[1], self.vector)):
+            work = max(work, sum(min(single / cores, every) for single, every, used
+                                 in zip(self.single, self.every, flags, strict=True) if used))
+        return max(max(levels), work)
+
+    def floor_s(self) -> float:
+        """The longest path of shortest latencies, added from the sources forward.
+
+        Every pass's makespan is at least this, in floating point too: a replayed op ends at
+        ``fl(start + duration)`` with ``start`` at least its predecessors' ends and ``duration``
+        at least its shortest latency, and rounding is monotone, so by induction each op ends
+        no earlier than its entry here.  A pass reaching it is therefore never beaten."""
+        preds, shortest = self.preds, self.shortest
+        ends = [0.0] * self.n
+        for i in range(self.n):
+            ends[i] = max((ends[p] for p in preds[i]), default=0.0) + shortest[i]
+        return max(ends)
+
+
+class _Cores:
+    """The state of :class:`~archplace.schedule.timeline.Timeline` that times depend on, without
+    core indices: per type the free times of the cores used so far, the last "all" op's end and
+    the chip's latest end.  Appends compute the same floats as ``Timeline.append``."""
+
+    __slots__ = ("chip_s", "end", "exclusive_s", "graph", "tensor_free", "vector_free")
+
+    def __init__(self, graph: _Graph) -> None:
+        self.graph = graph
+        self.end = [0.0] * graph.n
+        self.tensor_free: list[float] = []
+        self.vector_free: list[float] = []
+        self.exclusive_s = 0.0
+        self.chip_s = 0.0
+
+    def ready_s(self, i: int) -> float:
+        return _latest(self.end, self.graph.preds[i])
+
+    def single_start_s(self, i: int, ready: float) -> float:
+        g = self.graph
+        start = ready if ready >= self.exclusive_s else self.exclusive_s  # max(), exactly
+        if g.tensor[i] and len(self.tensor_free) >= g.capacity[0] and self.tensor_free[0] > start:
+            start = self.tensor_free[0]
+        if g.vector[i] and len(self.vector_free) >= g.capacity[1] and self.vector_free[0] > start:
+            start = self.vector_free[0]
+        return start
+
+    def append(self, i: int, mode: Mode, ready: float) -> None:
+        g = self.graph
+        if mode == "single":
+            duration = g.single[i]
+            if duration == 0:
+                end = ready
+            else:
+                end = self.single_start_s(i, ready) + duration
+                if g.tensor[i]:
+                    _take(self.tensor_free, g.capacity[0], end)
+                if g.vector[i]:
+                    _take(self.vector_free, g.capacity[1], end)
+        else:
+            duration = g.every[i]
+            if duration == 0:
+                end = ready
+            else:
+                end = (self.chip_s if self.chip_s > ready else ready) + duration
+                self.exclusive_s = end
+        self.end[i] = end
+        if end > self.chip_s:
+            self.chip_s = end
+
+
+def _latest(end: list[float], ids: tuple[int, ...]) -> float:
+    """``max((end[p] for p in ids), default=0.0)``, the same value (the first largest)."""
+    if not ids:
+        return 0.0
+    latest = end[ids[0]]
+    for p in ids:
+        value = end[p]
+        if value > latest:
+            latest = value
+    return latest
+
+
+def _longest(values: list[float], extra: list[float], ids: list[int] | tuple[int, ...]) -> float:
+    """``max((values[j] + extra[j] for j in ids), default=0.0)``, the same value."""
+    if not ids:
+        return 0.0
+    first = ids[0]
+    longest = values[first] + extra[first]
+    for j in ids:
+        value = values[j] + extra[j]
+        if value > longest:
+            longest = value
+    return longest
+
+
+def _take(free: list[float], cores: int, busy_until_s: float) -> None:
+    """Occupy the core of a type that frees earliest (an unused one first)."""
+    if len(free) < cores:
+        heapq.heappush(free, busy_until_s)
+    else:
+        heapq.heapreplace(free, busy_until_s)
+
+
+def _replay_s(graph: _Graph, outcome: _Pass) -> float:
+    """Makespan of ``serial_schedule(problem, order, modes)``, the same floats, no schedule built.
+
+    Raises:
+        SolverError: the makespan is not finite (as :func:`serial_schedule`).
+    """
+    order, modes = outcome
+    cores = _Cores(graph)
+    for i in order:
+        cores.append(i, modes[i], cores.ready_s(i))
+    if not math.isfinite(cores.chip_s):
+        serial_schedule(graph.problem, order, modes)  # raises its SolverError
+    return cores.chip_s
 
 
 def quick_lower_bound_s(problem: ScheduleProblem) -> float:
@@ -67,42 +229,34 @@ def quick_lower_bound_s(problem: ScheduleProblem) -> float:
     of all ops (:mod:`archplace.schedule.bounds`), seconds; O(n + e)."""
     if not problem.ops:
         return 0.0
-    work = 0.0
-    for core_type in (CoreType.TENSOR, CoreType.VECTOR):
-        cores = problem.cores(core_type)
-        work = max(work, sum(min(op.single_s / cores, op.all_s)
-                             for op in problem.ops if op.uses(core_type)))
-    return max(max(bottom_levels_s(problem)), work)
+    graph = _Graph(problem)
+    return graph.quick_bound_s(graph.levels())
 
 
 class _Profile:
     """Core usage over time, as segments ``[times[k], times[k+1])`` (the last one open):
     tensor and vector cores in use by single ops, and whether an "all" op runs."""
 
-    def __init__(self, problem: ScheduleProblem) -> None:
-        self.capacity = (problem.tensor_cores, problem.vector_cores)
+    __slots__ = ("capacity", "exclusive", "tensor", "times", "vector")
+
+    def __init__(self, capacity: tuple[int, int]) -> None:
+        self.capacity = capacity
         self.times = [0.0]
         self.tensor = [0]
         self.vector = [0]
         self.exclusive = [False]
 
-    def _blocked(self, k: int, tensor: bool, vector: bool, exclusive: bool) -> bool:
-        if self.exclusive[k]:
-            return True
-        if exclusive:
-            return self.tensor[k] > 0 or self.vector[k] > 0
-        return ((tensor and self.tensor[k] >= self.capacity[0])
-                or (vector and self.vector[k] >= self.capacity[1]))
-
     def earliest(self, ready_s: float, duration_s: float, tensor: bool, vector: bool,
                  exclusive: bool) -> float:
         """Earliest start ≥ ``ready_s`` with the cores free for ``duration_s`` (> 0)."""
-        times = self.times
-        k = bisect.bisect_right(times, ready_s) - 1
+        times, busy_t, busy_v, excl = self.times, self.tensor, self.vector, self.exclusive
+        cap_t, cap_v = self.capacity
+        j = bisect.bisect_right(times, ready_s) - 1
         start = ready_s
-        j = k
-        while j < len(times) and times[j] < start + duration_s:
-            if self._blocked(j, tensor, vector, exclusive):
+        count = len(times)
+        while j < count and times[j] < start + duration_s:
+            if excl[j] or (busy_t[j] > 0 or busy_v[j] > 0 if exclusive
+                           else (tensor and busy_t[j] >= cap_t) or (vector and busy_v[j] >= cap_v)):
                 start = times[j + 1]  # the open last segment is never blocked
             j += 1
         return start
@@ -129,111 +283,172 @@ class _Profile:
                 self.vector[k] += vector
 
 
-def _greedy(problem: ScheduleProblem, succs: list[list[int]]) -> Schedule:
-    ops = problem.ops
-    priority = bottom_levels_s(problem)
-    waiting = [len(op.preds) for op in ops]
-    ready = [(-priority[i], i) for i in range(len(ops)) if waiting[i] == 0]
+def _greedy_pass(graph: _Graph, levels: list[float]) -> tuple[_Pass, float]:
+    """The greedy pass (module docstring) and its makespan."""
+    succs, single, every = graph.succs, graph.single, graph.every
+    waiting = [len(p) for p in graph.preds]
+    ready = [(-levels[i], i) for i in range(graph.n) if waiting[i] == 0]
     heapq.heapify(ready)
-    timeline = Timeline(problem)
+    cores = _Cores(graph)
+    order: list[int] = []
+    modes: list[Mode] = ["single"] * graph.n
     while ready:
         _, i = heapq.heappop(ready)
-        op = ops[i]
-        mode: Mode = "all" if timeline.end_if(op, "all") < timeline.end_if(op, "single") \
-            else "single"
-        timeline.append(op, mode)
+        ready_s = cores.ready_s(i)
+        all_end = ready_s if every[i] == 0 else max(ready_s, cores.chip_s) + every[i]
+        single_end = ready_s if single[i] == 0 else cores.single_start_s(i, ready_s) + single[i]
+        mode: Mode = "all" if all_end < single_end else "single"
+        cores.append(i, mode, ready_s)
+        order.append(i)
+        modes[i] = mode
         for s in succs[i]:
             waiting[s] -= 1
             if waiting[s] == 0:
-                heapq.heappush(ready, (-priority[s], s))
-    return timeline.schedule()
+                heapq.heappush(ready, (-levels[s], s))
+    outcome = (order, modes)
+    if not math.isfinite(cores.chip_s):
+        serial_schedule(graph.problem, order, modes)  # raises its SolverError
+    return outcome, cores.chip_s
 
 
-def _flexible(op: SchedOp) -> bool:
-    """Both modes worth considering: "all" is shorter, and takes time."""
-    return 0 < op.all_s < op.single_s
+def _greedy(problem: ScheduleProblem, succs: list[list[int]]) -> Schedule:
+    """The greedy pass's schedule (``succs`` is ``problem.successors()``; kept for callers that
+    pass it)."""
+    graph = _Graph(problem)
+    (order, modes), _ = _greedy_pass(graph, graph.levels())
+    return serial_schedule(problem, order, modes)
 
 
-def _plan(problem: ScheduleProblem, succs: list[list[int]], target_s: float | None,
-          forward: bool) -> tuple[list[bool], list[float], list[float]]:
+def _plan(graph: _Graph, target_s: float | None, forward: bool) -> _Plan:
     """Planned modes (True = single), durations and tails (longest path after each op).
 
     ``target_s=None``: every op in its shorter mode.
     """
-    ops = problem.ops
-    n = len(ops)
-    duration = [op.min_s for op in ops]
-    single = [op.single_s <= op.all_s for op in ops]
+    n, preds, succs = graph.n, graph.preds, graph.succs
+    singles, everys = graph.single, graph.every
+    duration = list(graph.shortest)
+    single = [s <= a for s, a in zip(singles, everys, strict=True)]
     if target_s is not None:
         before = [0.0] * n  # longest path into each op, with the modes planned so far
         after = [0.0] * n
         if forward:
-            for op in reversed(ops):
-                after[op.id] = max((after[s] + duration[s] for s in succs[op.id]), default=0.0)
+            for i in range(n - 1, -1, -1):
+                after[i] = _longest(after, duration, succs[i])
         else:
-            for op in ops:
-                before[op.id] = max((before[p] + duration[p] for p in op.preds), default=0.0)
+            for i in range(n):
+                before[i] = _longest(before, duration, preds[i])
         for i in (range(n) if forward else range(n - 1, -1, -1)):
-            op = ops[i]
             if forward:
-                before[i] = max((before[p] + duration[p] for p in op.preds), default=0.0)
+                before[i] = _longest(before, duration, preds[i])
             else:
-                after[i] = max((after[s] + duration[s] for s in succs[i]), default=0.0)
-            if _flexible(op) and before[i] + op.single_s + after[i] <= target_s:
-                single[i], duration[i] = True, op.single_s
+                after[i] = _longest(after, duration, succs[i])
+            if 0 < everys[i] < singles[i] and before[i] + singles[i] + after[i] <= target_s:
+                single[i], duration[i] = True, singles[i]
     tails = [0.0] * n
-    for op in reversed(ops):
-        tails[op.id] = max((tails[s] + duration[s] for s in succs[op.id]), default=0.0)
+    for i in range(n - 1, -1, -1):
+        tails[i] = _longest(tails, duration, succs[i])
     return single, duration, tails
 
 
-def _profile_pass(problem: ScheduleProblem, succs: list[list[int]], target_s: float | None,
-                  forward: bool = True) -> Schedule:
-    """One backfilling pass (module docstring); ``target_s=None`` is the greedy rule."""
-    ops = problem.ops
-    n = len(ops)
-    single, duration, tails = _plan(problem, succs, target_s, forward)
+def _topological_by(graph: _Graph, key: list[float]) -> list[int]:
+    """:func:`~archplace.schedule.timeline.topological_by` with the graph's successor lists."""
+    succs = graph.succs
+    waiting = [len(p) for p in graph.preds]
+    ready = [(key[i], i) for i in range(graph.n) if waiting[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for s in succs[i]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                heapq.heappush(ready, (key[s], s))
+    return order
+
+
+def _profile_pass(graph: _Graph, target_s: float | None, forward: bool = True,
+                  plan: _Plan | None = None) -> _Pass:
+    """One backfilling pass (module docstring); ``target_s=None`` is the greedy rule.
+
+    ``plan``: ``_plan(graph, target_s, forward)`` when the caller has it.  The pass depends on
+    nothing but ``target_s`` and the plan, whose durations and tails follow from its modes."""
+    n, preds, succs = graph.n, graph.preds, graph.succs
+    singles, everys, shortest = graph.single, graph.every, graph.shortest
+    tensors, vectors = graph.tensor, graph.vector
+    single, duration, tails = _plan(graph, target_s, forward) if plan is None else plan
     if target_s is None:
         key = [(-(tails[i] + duration[i]), i) for i in range(n)]
     else:
         key = [(target_s - tails[i] - duration[i], i) for i in range(n)]
-    profile = _Profile(problem)
+    profile = _Profile(graph.capacity)
     start = [0.0] * n
     end = [0.0] * n
     modes: list[Mode] = ["single"] * n
-    waiting = [len(op.preds) for op in ops]
+    waiting = [len(p) for p in preds]
     ready = [key[i] for i in range(n) if waiting[i] == 0]
     heapq.heapify(ready)
     while ready:
         _, i = heapq.heappop(ready)
-        op = ops[i]
-        ready_s = max((end[p] for p in op.preds), default=0.0)
-        tensor = op.uses(CoreType.TENSOR)
-        vector = op.uses(CoreType.VECTOR)
-        mode: Mode = "single" if op.single_s <= op.all_s else "all"
+        one_s, all_s = singles[i], everys[i]
+        ready_s = _latest(end, preds[i])
+        tensor, vector = tensors[i], vectors[i]
+        mode: Mode = "single" if one_s <= all_s else "all"
         begin = ready_s
-        if op.min_s > 0:
-            one = profile.earliest(ready_s, op.single_s, tensor, vector, False)
+        if shortest[i] > 0:
+            one = profile.earliest(ready_s, one_s, tensor, vector, False)
             begin = one
-            if _flexible(op):
-                every = profile.earliest(ready_s, op.all_s, True, True, True)
-                one_end, every_end = one + op.single_s, every + op.all_s
+            if 0 < all_s < one_s:
+                every = profile.earliest(ready_s, all_s, True, True, True)
+                one_end, every_end = one + one_s, every + all_s
                 if target_s is not None and single[i]:
                     keep = one_end + tails[i] <= target_s or one_end <= every_end
                 else:
                     keep = one_end <= every_end
                 mode = "single" if keep else "all"
                 begin = one if keep else every
-            length = op.single_s if mode == "single" else op.all_s
+            length = one_s if mode == "single" else all_s
             profile.add(begin, begin + length, tensor, vector, mode == "all")
         modes[i] = mode
         start[i] = begin
-        end[i] = begin + (op.single_s if mode == "single" else op.all_s)
+        end[i] = begin + (one_s if mode == "single" else all_s)
         for s in succs[i]:
             waiting[s] -= 1
             if waiting[s] == 0:
                 heapq.heappush(ready, key[s])
-    return serial_schedule(problem, topological_by(problem, start), modes)
+    return _topological_by(graph, start), modes
+
+
+def _best_pass(problem: ScheduleProblem, max_targets: int) -> tuple[_Graph, _Pass, float]:
+    """The passes of the module docstring; the first of the shortest, and its makespan."""
+    graph = _Graph(problem)
+    levels = graph.levels()
+    best, best_s = _greedy_pass(graph, levels)
+    floor_s = graph.floor_s()
+    if best_s <= floor_s:  # no pass ends earlier (:meth:`_Graph.floor_s`)
+        return graph, best, best_s
+    candidate = _profile_pass(graph, None)
+    candidate_s = _replay_s(graph, candidate)
+    if candidate_s < best_s:
+        best, best_s = candidate, candidate_s
+    target = graph.quick_bound_s(levels)
+    for _ in range(max_targets):
+        if target >= best_s:
+            break
+        planned: list[bool] | None = None
+        for forward in (True, False):
+            if best_s <= floor_s:
+                return graph, best, best_s
+            plan = _plan(graph, target, forward)
+            if plan[0] == planned:  # the forward pass again: it cannot be shorter than itself
+                continue
+            planned = plan[0]
+            candidate = _profile_pass(graph, target, forward, plan)
+            candidate_s = _replay_s(graph, candidate)
+            if candidate_s < best_s:
+                best, best_s = candidate, candidate_s
+        target *= TARGET_STEP
+    return graph, best, best_s
 
 
 def list_schedule(problem: ScheduleProblem, *, max_targets: int = MAX_TARGETS) -> Schedule:
@@ -246,21 +461,19 @@ def list_schedule(problem: ScheduleProblem, *, max_targets: int = MAX_TARGETS) -
 
     Returns:
         A valid :class:`Schedule`; makespan 0 for an empty problem.  Deterministic.
+
+    Raises:
+        SolverError: latencies whose sum overflows a float.
     """
     if not problem.ops:
         return Schedule(0.0, ())
-    succs = problem.successors()
-    best = _greedy(problem, succs)
-    candidate = _profile_pass(problem, succs, None)
-    if candidate.makespan_s < best.makespan_s:
-        best = candidate
-    target = quick_lower_bound_s(problem)
-    for _ in range(max_targets):
-        if target >= best.makespan_s:
-            break
-        for forward in (True, False):
-            candidate = _profile_pass(problem, succs, target, forward)
-            if candidate.makespan_s < best.makespan_s:
-                best = candidate
-        target *= TARGET_STEP
-    return best
+    _, (order, modes), _ = _best_pass(problem, max_targets)
+    return serial_schedule(problem, order, modes)
+
+
+def list_schedule_makespan_s(problem: ScheduleProblem, *, max_targets: int = MAX_TARGETS) -> float:
+    """``list_schedule(problem, max_targets=max_targets).makespan_s`` without building the
+    schedule (the same float), seconds."""
+    if not problem.ops:
+        return 0.0
+    return _best_pass(problem, max_targets)[2]
