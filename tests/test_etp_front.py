@@ -128,7 +128,6 @@ def _problem(monkeypatch: pytest.MonkeyPatch, asked: list[CostKey], devices: int
         return {key: [_layer(f"l{k}", key) for k in range(4)] for key in keys}
     monkeypatch.setattr(workflow, "layer_costs_for", fake_costs)
     monkeypatch.setattr(workflow, "check_precision", lambda acc, precision: None)
-    monkeypatch.setattr(workflow, "check_tp", lambda spec, tp: None)  # MoE at tp > 1: the workload's part
     return _moe_problem(_setup(devices, hbm))
 
 
