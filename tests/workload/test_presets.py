@@ -26,9 +26,11 @@ PUBLISHED = {
     "llama3.1-405b": 405_853_388_800,
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
-    # the model cards round: Qwen3-30B-A3B "30.5B", DeepSeek-V3 "671B" (main model, without its
-    # 14 B multi-token-prediction module); these are the architecture formulas' exact totals
+    # the model cards round: Qwen3-30B-A3B "30.5B", Qwen3-235B-A22B "235B", DeepSeek-V3 "671B"
+    # (main model, without its 14 B multi-token-prediction module); these are the architecture
+    # formulas' exact totals
     "qwen3-30b-a3b": 30_532_122_624,
+    "qwen3-235b-a22b": 235_093_634_560,
     "deepseek-v3": 671_026_404_352,
     "gpt2-xl": 1_557_611_200,
     "opt-350m": 331_196_416,
@@ -82,3 +84,23 @@ def test_llama31_matches_the_rounded_published_sizes(name: str, billions: float)
     cfg = spec.config
     assert (spec.kv_heads, spec.vocab_size, cfg["max_position_embeddings"]) == (8, 128_256, 131_072)
     assert cfg["rope_scaling"]["rope_type"] == "llama3" and spec.seq_len == 8192
+
+
+def test_qwen3_235b_matches_the_published_sizes():
+    """Qwen3-235B-A22B model card: 235 B parameters in total, 234 B without the embeddings, 22 B
+    activated; 94 layers of 128 experts (width 1,536), 8 per token, GQA 64 / 4 heads of 128.
+    The totals agree within 0.5 %. The activated count is the architecture's exact 22.19 B
+    (+0.9 % from the card's "22B", which is rounded to the billion: asserted within that
+    rounding, and exactly against the per-layer formula)."""
+    spec = load_model("qwen3-235b-a22b")
+    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    h, layers, vocab, head_dim = 4096, 94, 151_936, 128
+    embeddings = 2 * vocab * h  # input embedding and untied output head
+    assert chain.model_params == pytest.approx(235e9, rel=5e-3)
+    assert chain.model_params - embeddings == pytest.approx(234e9, rel=5e-3)
+    assert abs(chain.active_params - 22e9) <= 0.5e9
+    attention = h * (64 + 2 * 4) * head_dim + 64 * head_dim * h
+    experts = 8 * 3 * h * 1536
+    router_and_norms = 128 * h + 2 * h + 2 * head_dim
+    assert chain.active_params == layers * (attention + experts + router_and_norms) + embeddings + h
+    assert (spec.kv_heads, spec.vocab_size, spec.seq_len) == (4, vocab, 4096)

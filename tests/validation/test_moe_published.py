@@ -1,0 +1,188 @@
+"""`evaluate` of a mixture-of-experts plan against a published Megatron-Core measurement (issue 14).
+
+Source: NVIDIA's Megatron-MoE-ModelZoo, ``best_practice/Qwen3/readme.md``, table "Performance
+Results" (256 H100 SXM GPUs, NVLink 4, InfiniBand 8 x 50 GB/s, BF16, sequence 4,096, global
+batch 2,048), row "235B | A2A": Qwen3-235B-A22B with the plain all-to-all token dispatcher,
+TP 2, CP 1, EP 8, PP 32, EDP 1, ETP 1, VPP 3, DP 4, MBS 1, recompute "norm, act", step time
+24.2 s, 200 TFLOP/s per GPU. The run's flags (``model_configs/benchmarking/Qwen3-235B-A22B.yaml``
+of that repository): distributed optimizer (ZeRO-1), overlapped gradient reduce and parameter
+gather, sequence parallelism, FlashAttention, Transformer Engine, grouped GEMM, dropless routing
+with auxiliary loss 1e-3, and the embedding and the loss each counted as one layer of the
+pipeline split (so 94 blocks + 2 = 96 = PP 32 x VPP 3 virtual stages of one layer each).
+The DeepEP rows of the table use another dispatcher (fused dispatch/combine kernels, and in one
+row the all-to-all overlapped with another micro-batch's compute) and other plans; archplace
+does not model the dispatcher implementation, so only the A2A row is evaluated.
+
+archplace's closest plan: tp 2 with SP, ep 8, etp 1, pp 32, dp 4, micro-batch 1, interleaved
+with 3 chunks over one-layer stages (embedding, 94 blocks, head), ZeRO-1 with overlapped
+gradient reduction, Megatron-Core's rank order (tp-cp-ep-dp-pp). Recompute: Megatron's "norm,
+act" recomputes the RMSNorm outputs and the experts' SwiGLU (element-wise work, a few percent
+of a layer's time at most) and frees their activations. archplace has no such policy: ``none``
+(and ``selective``, which changes nothing under FlashAttention) needs 90.2 GiB on device 1 and
+does not fit in 80 GiB; ``full`` fits and recomputes every layer's forward pass. The two
+policies bracket the run's: ``full`` does more recomputation than "norm, act", ``none`` less.
+
+The published TFLOP/s are Megatron-LM's model FLOP (``num_floating_point_operations``: 6 x the
+parameters of the linear layers a token uses, the attention core with the causal half only,
+the logits; no router, norms or recomputation) over the step time;
+:func:`megatron_flop_per_iteration` reproduces them from the table's step times.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from archplace import api
+from archplace.errors import InfeasibleError
+from archplace.placement.result import PlanResult
+
+GPUS = 256
+GLOBAL_BATCH = 2048
+SEQ_LEN = 4096
+PUBLISHED_STEP_S = 24.2
+PUBLISHED_TFLOP_PER_GPU = 200.0
+TOLERANCE = 0.15
+"""Issue #12's per-run bound (max |error| <= 15 %) on the predicted throughput."""
+
+# Qwen3-235B-A22B (the qwen3-235b-a22b preset; the run's --num-layers ... flags agree).
+LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 94, 4096, 64, 4, 128
+EXPERT_FFN, TOP_K, VOCAB = 1536, 8, 151_936  # vocabulary padded to a multiple of 1187 x tp: unchanged
+
+
+def megatron_flop_per_iteration(global_batch: int = GLOBAL_BATCH, seq_len: int = SEQ_LEN) -> float:
+    """Model FLOP of one iteration as Megatron-LM counts them for this model (its
+    ``num_floating_point_operations``, transformer path): per token 3 (forward + backward) x 2
+    (FLOP per multiply-add) x [per layer: the q/k/v and output projections, the attention core
+    over the causal half (q_proj x s / 2 for QK^T and again for PV), the top-k experts' three
+    SwiGLU GEMMs; plus the logits]."""
+    q_proj = HEADS * HEAD_DIM
+    kv_proj = 2 * KV_HEADS * HEAD_DIM
+    attention = HIDDEN * (q_proj + kv_proj) + q_proj * seq_len + q_proj * HIDDEN
+    experts = 3 * HIDDEN * EXPERT_FFN * TOP_K
+    per_token = 6.0 * (LAYERS * (attention + experts) + HIDDEN * VOCAB)
+    return per_token * global_batch * seq_len
+
+
+def plan_kwargs(hardware: str, recompute: str) -> dict[str, Any]:
+    """``api.evaluate`` arguments of the A2A row's plan on ``hardware`` with ``recompute``."""
+    one_layer_stages = ",".join(f"{i}-{i}" for i in range(LAYERS + 2))
+    return {"model": "qwen3-235b-a22b", "hardware": hardware, "devices": GPUS,
+            "global_batch": GLOBAL_BATCH, "seq_len": SEQ_LEN, "tp": 2, "sp": True, "ep": 8, "etp": 1,
+            "pp": 32, "dp": 4, "micro_batch": 1, "schedule": "interleaved", "chunks": 3,
+            "stages": one_layer_stages, "zero_stage": 1, "dp_overlap": True,
+            "rank_order": "tp-cp-ep-dp-pp", "recompute": recompute}
+
+
+def error_of(iteration_time_s: float) -> float:
+    """Relative error of the predicted throughput (> 0: predicted too fast)."""
+    return PUBLISHED_STEP_S / iteration_time_s - 1.0
+
+
+def tflop_per_gpu(iteration_time_s: float) -> float:
+    """Per-GPU TFLOP/s by Megatron-LM's count at ``iteration_time_s``."""
+    return megatron_flop_per_iteration() / (iteration_time_s * GPUS) / 1e12
+
+
+@pytest.fixture(scope="module")
+def roomy_h100(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The h100-80gb preset with 96 GiB of HBM, so that a plan's time is reported when it needs
+    more than 80 GiB (the capacity only gates the memory check; see
+    ``test_hbm_capacity_does_not_change_the_time``)."""
+    text = resources.files("archplace.hardware").joinpath("presets/h100-80gb.yaml").read_text()
+    data = yaml.safe_load(text)
+    assert data["accelerator"]["hbm"]["value"] == "80 GiB"
+    data["accelerator"]["hbm"]["value"] = "96 GiB"
+    path: Path = tmp_path_factory.mktemp("hardware") / "h100-96gb.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def full() -> PlanResult:
+    return api.evaluate(**plan_kwargs("h100-80gb", "full"))
+
+
+@pytest.fixture(scope="module")
+def no_recompute(roomy_h100: str) -> PlanResult:
+    return api.evaluate(**plan_kwargs(roomy_h100, "none"))
+
+
+def _line(label: str, result: PlanResult) -> str:
+    t = result.iteration_time_s
+    return (f"qwen3-235b-a22b A2A {label:<28} predicted {t:.2f} s, {tflop_per_gpu(t):.0f} TFLOP/s/GPU "
+            f"(published {PUBLISHED_STEP_S} s, {PUBLISHED_TFLOP_PER_GPU:.0f}): error {error_of(t):+.1%}")
+
+
+@pytest.mark.parametrize(("step_s", "tflop"), [(19.7, 245), (17.6, 276), (24.2, 200), (29.0, 167)])
+def test_megatron_flop_count_reproduces_the_published_tflops(step_s: float, tflop: float) -> None:
+    """Every Qwen3-235B row of the table (GBS 2048, seq 4096): FLOP / (256 x step time) is the
+    published per-GPU figure within 1 % (the figures are rounded; 19.7 s gives 246 for 245)."""
+    assert megatron_flop_per_iteration() / (GPUS * step_s) / 1e12 == pytest.approx(tflop, rel=0.01)
+
+
+@pytest.mark.slow
+def test_megatron_count_is_six_times_active_linear_params_plus_causal_attention() -> None:
+    """Cross-check with the preset's traced active parameters: Megatron's count is 6 x (active
+    parameters less the input embedding, router and norms, which it leaves out) per token plus
+    the causal attention core."""
+    from archplace.workload.extract import ExtractOptions, extract_chain
+    from archplace.workload.zoo import load_model
+
+    chain = extract_chain(load_model("qwen3-235b-a22b"), ExtractOptions(micro_batch=1, seq_len=64))
+    embedding = VOCAB * HIDDEN
+    router_and_norms = LAYERS * (HIDDEN * 128 + 2 * HIDDEN + 2 * HEAD_DIM) + HIDDEN
+    linear = chain.active_params - embedding - router_and_norms
+    tokens = GLOBAL_BATCH * SEQ_LEN
+    causal_core = 6.0 * LAYERS * HEADS * HEAD_DIM * SEQ_LEN * tokens
+    assert megatron_flop_per_iteration() == pytest.approx(6.0 * linear * tokens + causal_core, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_published_step_is_bracketed_by_no_and_full_recompute(full: PlanResult,
+                                                              no_recompute: PlanResult) -> None:
+    """"norm, act" recomputes more than ``none`` and less than ``full``, so the measured step
+    lies between archplace's two predictions."""
+    print("\n" + _line("recompute full (80 GiB)", full))
+    print(_line("recompute none (96 GiB HBM)", no_recompute))
+    assert no_recompute.iteration_time_s < PUBLISHED_STEP_S < full.iteration_time_s
+
+
+@pytest.mark.slow
+def test_full_recompute_plan_within_tolerance(full: PlanResult) -> None:
+    """The closest plan archplace can run on 80 GiB (full recompute) within issue #12's 15 %.
+    Its -3.6 % error is two larger, opposite errors cancelling (see the strict expected
+    failure below and docs/validation.md): full recompute costs 5.9 s that "norm, act" does not,
+    and the no-recompute prediction is 27 % too fast."""
+    assert abs(error_of(full.iteration_time_s)) <= TOLERANCE, _line("recompute full", full)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=InfeasibleError, reason=(
+    "archplace has no 'norm, act' recompute policy (Megatron-Core's --recompute-modules layernorm "
+    "moe_act, which frees the norm and SwiGLU activations): without full recompute the plan needs "
+    "90.2 GiB on device 1 > 80 GiB"))
+def test_plan_as_run_fits_without_full_recompute() -> None:
+    api.evaluate(**plan_kwargs("h100-80gb", "none"))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "predicted 27 % too fast with the recompute closest in work to 'norm, act' (none: 19.08 s, "
+    "254 TFLOP/s/GPU against 24.2 s, 200): dropless routing is modelled as balanced "
+    "(expert_load_imbalance 1.0); the same readme's long-context table measures forced-balance "
+    "over dropless throughput of 1.24x at 16k tokens (295 / 237 TFLOP/s); the A2A dispatcher's "
+    "permutation and the norm/SwiGLU recomputation are not costed either"))
+def test_no_recompute_time_within_tolerance(no_recompute: PlanResult) -> None:
+    assert abs(error_of(no_recompute.iteration_time_s)) <= TOLERANCE, _line("recompute none", no_recompute)
+
+
+@pytest.mark.slow
+def test_hbm_capacity_does_not_change_the_time(full: PlanResult, roomy_h100: str) -> None:
+    roomy = api.evaluate(**plan_kwargs(roomy_h100, "full"))
+    assert roomy.iteration_time_s == full.iteration_time_s
+    assert roomy.breakdown_s == full.breakdown_s
