@@ -122,7 +122,7 @@ def vector_op(bytes_read: float, micro_batch: int, target: str = "aten.add.Tenso
 
 def test_settings_whose_sizes_round_are_not_derived() -> None:
     assert derivable(chain())
-    assert not derivable(chain(tp=3))  # a share of 1/3 is no whole multiple of 2**-20
+    assert not derivable(chain(tp=3))  # shares of 1/3: inexact in floating point
     assert not derivable(chain(tp=2, seq_len=255))  # 127.5 tokens per TP rank: rounded up
     assert not derivable(chain(cp=2, seq_len=SEQ, tp=256))  # 128 tokens per CP rank over 256 TP ranks
     assert derivable(chain(experts=4, top_k=2))

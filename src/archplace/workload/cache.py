@@ -32,7 +32,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from archplace.outputs import replace_atomically
-from archplace.search.executor import make_executor
+from archplace.search.executor import default_jobs, make_executor
 from archplace.workload.expert_parallel import check_ep, shard_experts
 from archplace.workload.extract import ExtractOptions, extract_chain, traced_options
 from archplace.workload.layers import LayerChain
@@ -158,7 +158,7 @@ def _extract_on(executor: Executor, todo: Sequence[Wanted]) -> dict[Wanted, Laye
 
 
 def cached_chains(wanted: Sequence[Wanted], cache: GraphCache | None = None, *,
-                  executor: Executor | None = None, jobs: int = 1) -> list[LayerChain]:
+                  executor: Executor | None = None, jobs: int | None = 1) -> list[LayerChain]:
     """The chains of ``wanted`` (model and options pairs), from the cache where it has them.
 
     The missing ones are traced, except that of a setting (model and options but the micro-batch)
@@ -173,12 +173,14 @@ def cached_chains(wanted: Sequence[Wanted], cache: GraphCache | None = None, *,
         wanted: the pairs, in the order of the result (a pair may repeat).
         cache: the graph cache (default: :func:`default_cache_dir`).
         executor: where to trace (a search's worker pool), or None.
-        jobs: processes of the local pool started when ``executor`` is None (1: trace here).
+        jobs: processes of the local pool started when ``executor`` is None and two or more
+            traces are missing (1: trace here; None: the usable CPUs).
 
     Raises:
         ConfigError, ExtractionError: as :func:`extract_chain`.
     """
     cache = cache or GraphCache(default_cache_dir())
+    jobs = default_jobs() if jobs is None else jobs
     for spec, options in wanted:  # refused before any tracing
         if options.shards_experts:
             check_ep(spec, options.ep)

@@ -29,9 +29,9 @@ The derivation is only used where it gives the traced chain bit for bit; otherwi
   the TP width and, in a mixture-of-experts layer, the routed tokens per sample a multiple of the
   experts: so every size the tracer rounds up (``ceil`` of a per-rank share, the rows per expert)
   is a whole number at every b, hence linear in b;
-* every figure, at the references and derived, a multiple of 2**-:data:`FRACTION_BITS` below
-  2**53 of that unit: so the tracer's float sums of such terms were exact and equal the derived
-  value.
+* every figure, at the references and derived, a whole multiple of 1 / (:data:`GRAIN_PER_TP` x
+  tp), and below 2**53 such units: the tracer's terms are such multiples, so its float sums and
+  products were exact and equal the derived value.
 
 A layer's working set (its largest operator's operands and result) is a maximum, not a linear
 figure: it is recomputed from the derived operators as the tracer computes it.  Tests compare
@@ -53,8 +53,9 @@ from archplace.workload.layers import Layer, LayerChain
 REFERENCE_BATCHES = (2, 3)
 """Micro-batches traced for a setting, from which the larger ones are derived (module docstring)."""
 
-FRACTION_BITS = 20
-"""Figures must be whole multiples of 2**-20 (TP widths up to 2**20 divide a whole size into such)."""
+GRAIN_PER_TP = 4
+"""Figures must be whole multiples of 1 / (4 tp): the tracer's terms are whole sizes, shares of
+them over the TP width (1/tp) and halves (the backward attention's 2.5 x the forward's FLOP)."""
 
 _LIMIT = 2**53
 _SHAPE_FIELDS = {
@@ -95,7 +96,7 @@ class _Kind:
     CLIPPED = "clipped"  # max(affine, 0): a fused kernel's bytes read less its internal traffic
 
 
-def _scaled(low: Any, high: Any, lo: int, micro_batch: int, kind: str) -> Any:
+def _scaled(low: Any, high: Any, lo: int, micro_batch: int, kind: str, grain: int) -> Any:
     """The figure at ``micro_batch`` from its values at micro-batches ``lo`` and ``lo + 1``
     (module docstring)."""
     if isinstance(low, bool) or isinstance(high, bool):
@@ -117,7 +118,7 @@ def _scaled(low: Any, high: Any, lo: int, micro_batch: int, kind: str) -> Any:
             raise _NotDerivable
         value = fixed + per_sample * micro_batch
     for figure in (*exact, value):
-        units = figure * 2**FRACTION_BITS
+        units = figure * grain
         if units.denominator != 1 or abs(units) >= _LIMIT:
             raise _NotDerivable
     if isinstance(low, int) and isinstance(high, int):
@@ -138,7 +139,7 @@ def _kind(obj: Any, name: str) -> str:
     return _Kind.SUM
 
 
-def _derive(low: Any, high: Any, lo: int, micro_batch: int) -> dict[str, Any]:
+def _derive(low: Any, high: Any, lo: int, micro_batch: int, grain: int) -> dict[str, Any]:
     """Fields of the dataclass at ``micro_batch``: numbers derived, everything else equal."""
     if type(high) is not type(low):
         raise _NotDerivable
@@ -151,7 +152,7 @@ def _derive(low: Any, high: Any, lo: int, micro_batch: int) -> dict[str, Any]:
             continue
         a, b = getattr(low, field.name), getattr(high, field.name)
         if isinstance(a, int | float) and not isinstance(a, bool):
-            out[field.name] = _scaled(a, b, lo, micro_batch, _kind(low, field.name))
+            out[field.name] = _scaled(a, b, lo, micro_batch, _kind(low, field.name), grain)
         elif a != b:
             raise _NotDerivable
         else:
@@ -159,11 +160,11 @@ def _derive(low: Any, high: Any, lo: int, micro_batch: int) -> dict[str, Any]:
     return out
 
 
-def _graph(low: OpGraph, high: OpGraph, lo: int, micro_batch: int) -> OpGraph:
+def _graph(low: OpGraph, high: OpGraph, lo: int, micro_batch: int, grain: int) -> OpGraph:
     if len(low.ops) != len(high.ops):
         raise _NotDerivable
     ops = zip(low.ops, high.ops, strict=True)
-    return OpGraph(tuple(Operator(**_derive(a, b, lo, micro_batch)) for a, b in ops))
+    return OpGraph(tuple(Operator(**_derive(a, b, lo, micro_batch, grain)) for a, b in ops))
 
 
 def _working_bytes(graphs: Sequence[OpGraph]) -> float:
@@ -171,7 +172,7 @@ def _working_bytes(graphs: Sequence[OpGraph]) -> float:
     return max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
 
 
-def _layer(low: Layer, high: Layer, lo: int, micro_batch: int,
+def _layer(low: Layer, high: Layer, lo: int, micro_batch: int, grain: int,
            graphs: dict[tuple[int, int], OpGraph]) -> Layer:
     for ref in (low, high):
         if ref.working_bytes != _working_bytes((ref.fwd, ref.bwd)):
@@ -179,10 +180,10 @@ def _layer(low: Layer, high: Layer, lo: int, micro_batch: int,
     derived = []
     for a, b in ((low.fwd, high.fwd), (low.bwd, high.bwd)):
         if (id(a), id(b)) not in graphs:  # blocks share their graphs: derive each pair once
-            graphs[id(a), id(b)] = _graph(a, b, lo, micro_batch)
+            graphs[id(a), id(b)] = _graph(a, b, lo, micro_batch, grain)
         derived.append(graphs[id(a), id(b)])
     return Layer(fwd=derived[0], bwd=derived[1], working_bytes=_working_bytes(derived),
-                 **_derive(low, high, lo, micro_batch))
+                 **_derive(low, high, lo, micro_batch, grain))
 
 
 def rebatch_chain(low: LayerChain, high: LayerChain, micro_batch: int) -> LayerChain | None:
@@ -211,12 +212,14 @@ def rebatch_chain(low: LayerChain, high: LayerChain, micro_batch: int) -> LayerC
     if not derivable(low) or len(low.layers) != len(high.layers):
         return None
     graphs: dict[tuple[int, int], OpGraph] = {}
+    grain = GRAIN_PER_TP * low.tp
     try:
         pairs = zip(low.layers, high.layers, strict=True)
-        layers = tuple(_layer(a, b, lo, micro_batch, graphs) for a, b in pairs)
-        return LayerChain(layers=layers, micro_batch=micro_batch, **_derive(low, high, lo, micro_batch))
+        layers = tuple(_layer(a, b, lo, micro_batch, grain, graphs) for a, b in pairs)
+        fields = _derive(low, high, lo, micro_batch, grain)
+        return LayerChain(layers=layers, micro_batch=micro_batch, **fields)
     except (_NotDerivable, TypeError, ValueError):
         return None
 
 
-__all__ = ["FRACTION_BITS", "REFERENCE_BATCHES", "derivable", "rebatch_chain"]
+__all__ = ["GRAIN_PER_TP", "REFERENCE_BATCHES", "derivable", "rebatch_chain"]
