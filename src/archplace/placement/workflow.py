@@ -152,7 +152,7 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     chains = dict(zip(keys, cached_chains([(prob.spec, ExtractOptions(
         micro_batch=key.micro_batch, seq_len=seq_len, tp=key.tp, sp=key.sp and key.tp > 1, cp=key.cp,
         ep=key.ep, fuse=fuse, attention=attention, kernels=kernels, capacity_factor=capacity_factor,
-        expert_load_imbalance=expert_load_imbalance)) for key in keys], jobs=None), strict=True))
+        expert_load_imbalance=expert_load_imbalance)) for key in keys]), strict=True))
     cost = SystolicCostModel(prob.setup.cluster)
     fp8_cost = Fp8CostModel(cost) if precision is Precision.FP8 else None
     return costs_by_key(chains, prob.acc, cost, fp8_cost=fp8_cost)

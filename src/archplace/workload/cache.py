@@ -125,18 +125,26 @@ def _setting(options: ExtractOptions) -> ExtractOptions:
     return replace(options, micro_batch=REFERENCE_BATCHES[0])
 
 
+POOL_MIN_TRACES = 16
+"""Traces worth starting a local pool for: a worker's start (a new interpreter importing torch and
+transformers, then its first trace) costs about 7 s of CPU, some 12 traces of a 7B model (0.6 s
+each), which two processes share only from about 16 traces on -- on idle cores: on a loaded
+machine the pool is slower than tracing here (benchmarks/bench_extract.py --plan)."""
+
+
 def _extract_all(todo: Sequence[Wanted], cache: GraphCache, executor: Executor | None,
                  jobs: int) -> dict[Wanted, LayerChain]:
-    """Trace ``todo`` (distinct pairs), in parallel when there are several and an executor or more
-    than one job; each chain is stored in the cache by this process. A trace that fails in a worker
-    is run again here, so that its error is raised as :func:`extract_chain` raises it."""
+    """Trace ``todo`` (distinct pairs), in parallel when there are several and an executor, or
+    :data:`POOL_MIN_TRACES` and more than one job (a local pool of ``jobs`` processes, this one
+    helping while they start); each chain is stored in the cache by this process. A trace that
+    fails in a worker is run again here, so that its error is raised as :func:`extract_chain`
+    raises it."""
     found: dict[Wanted, LayerChain] = {}
-    if len(todo) > 1 and (executor is not None or jobs > 1):
-        if executor is not None:
-            found = _extract_on(executor, todo)
-        else:
-            with make_executor("local", min(jobs, len(todo))) as pool:
-                found = _extract_on(pool, todo) if pool is not None else {}
+    if executor is not None and len(todo) > 1:
+        found = _extract_on(executor, todo)
+    elif jobs > 1 and len(todo) >= POOL_MIN_TRACES:
+        with make_executor("local", min(jobs, len(todo))) as pool:
+            found = _extract_on(pool, todo) if pool is not None else {}
     for item in todo:
         chain = found.get(item)
         if chain is None:
@@ -146,10 +154,17 @@ def _extract_all(todo: Sequence[Wanted], cache: GraphCache, executor: Executor |
 
 
 def _extract_on(executor: Executor, todo: Sequence[Wanted]) -> dict[Wanted, LayerChain]:
-    """The chains of ``todo`` traced on ``executor``; those whose trace failed are left out."""
+    """The chains of ``todo`` traced on ``executor`` and in this process at once: the workers take
+    the pairs from the front while this process takes back those not yet started from the end (so
+    it works while they start up); those whose trace failed in a worker are left out."""
     futures = [(item, executor.submit(_trace, *item)) for item in todo]
     found: dict[Wanted, LayerChain] = {}
+    for item, future in reversed(futures):
+        if future.cancel():
+            found[item] = extract_chain(*item)
     for item, future in futures:
+        if item in found:
+            continue
         try:
             found[item] = future.result()
         except Exception as exc:  # noqa: BLE001 -- traced again in this process, which raises it
@@ -173,8 +188,9 @@ def cached_chains(wanted: Sequence[Wanted], cache: GraphCache | None = None, *,
         wanted: the pairs, in the order of the result (a pair may repeat).
         cache: the graph cache (default: :func:`default_cache_dir`).
         executor: where to trace (a search's worker pool), or None.
-        jobs: processes of the local pool started when ``executor`` is None and two or more
-            traces are missing (1: trace here; None: the usable CPUs).
+        jobs: processes tracing when ``executor`` is None and :data:`POOL_MIN_TRACES` traces or
+            more are missing: a local pool of ``jobs``, this one helping while they start (1: trace
+            here; None: the usable CPUs).
 
     Raises:
         ConfigError, ExtractionError: as :func:`extract_chain`.
