@@ -127,6 +127,7 @@ def test_settings_whose_sizes_round_are_not_derived() -> None:
     assert not derivable(chain(cp=2, seq_len=SEQ, tp=256))  # 128 tokens per CP rank over 256 TP ranks
     assert derivable(chain(experts=4, top_k=2))
     assert not derivable(chain(experts=3, top_k=1))  # ceil(256 b / 3) rows per expert: not linear in b
+    assert not derivable(chain(experts=4, top_k=1, tp=128))  # 2 tokens per TP rank, 4 experts
 
 
 def test_toy_chains_derive_linearly_and_refuse_what_they_cannot_tell() -> None:

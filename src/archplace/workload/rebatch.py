@@ -26,9 +26,9 @@ The derivation is only used where it gives the traced chain bit for bit; otherwi
   known and the derived one is clipped as the tracer clips it); no epilogue fusion (``fuse``: a
   clipped part inside a sum);
 * TP width and CP degree powers of two, the rank's tokens per sample (seq_len / cp) a multiple of
-  the TP width and, in a mixture-of-experts layer, the routed tokens per sample a multiple of the
-  experts: so every size the tracer rounds up (``ceil`` of a per-rank share, the rows per expert)
-  is a whole number at every b, hence linear in b;
+  the TP width and, in a mixture-of-experts layer, the routed tokens per sample and TP rank a
+  multiple of the experts: so every size the tracer rounds up (``ceil`` of a per-rank share, the
+  rows per expert) is a whole number at every b, hence linear in b;
 * every figure, at the references and derived, a whole multiple of 1 / (:data:`GRAIN_PER_TP` x
   tp), and below 2**53 such units: the tracer's terms are such multiples, so its float sums and
   products were exact and equal the derived value.
@@ -82,8 +82,8 @@ def derivable(chain: LayerChain) -> bool:
     tokens = chain.seq_len // chain.cp
     if tokens % chain.tp:
         return False
-    for layer in chain.layers:
-        if layer.experts and (tokens * layer.experts_per_token) % layer.experts:
+    for layer in chain.layers:  # routed token copies per sample and TP rank (SP splits them)
+        if layer.experts and (tokens // chain.tp * layer.experts_per_token) % layer.experts:
             return False
     return True
 
