@@ -16,14 +16,29 @@ per second and evaluated per second, the best design and its throughput relative
 preset under the same cluster, model and plan search.  With ``--plain`` it also runs
 ``exhaustive-all`` (every design evaluated) and checks that both give the same best design.
 
+With ``--four`` it runs issue #15's target instead: PHAZE's four models (bert-large, gpt2-xl,
+opt-350m, llama2-7b) jointly (the geometric mean of their throughputs) on 1024 devices, global batch
+4096, micro-batch {1, 2, 4, 8}, recompute none / full, the TP widths every model allows within a
+node, over ``--space`` (``phaze``: 88,080 designs), with the pruned exhaustive strategy on a local
+pool of ``--jobs`` workers writing a result store; it prints designs/s, designs pruned, wall time
+and peak memory (resident set of this process and of its largest worker), and a progress line
+every ``--every`` seconds (so a run stopped early still tells its rate).  With ``--dask`` it runs
+the same search again on a local Dask cluster of 2 workers into a second store and checks that
+the two stores hold the same results (and the same bounds).
+
 Run: ``.venv/bin/python benchmarks/bench_search.py [--space phaze] [--jobs 2] [--plain] [--no-search]``
+or ``.venv/bin/python benchmarks/bench_search.py --four --space phaze [--jobs 2] [--dask] [--store DIR]``
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import resource
+import sqlite3
+import tempfile
 import time
+from pathlib import Path
 
 from archplace import api
 from archplace.cost.model import SystolicCostModel
@@ -34,10 +49,13 @@ from archplace.search.evaluate import core_key
 from archplace.search.executor import make_executor
 from archplace.search.request import SearchRequest
 from archplace.search.runner import BOUND_CHUNK, Tick, model_chains, run_search
+from archplace.search.store import ResultStore
 from archplace.search.strategies import make_strategy
 
 TARGET_S = 15 * 60
 OPTIONS = dict(devices=1024, global_batch=4096, micro_batches=(1, 2, 4, 8), recompute=["both"])
+PHAZE_MODELS = ("bert-large", "gpt2-xl", "opt-350m", "llama2-7b")
+"""The models PHAZE searches jointly (its multi-model objective), with Megatron GPT-3 left out."""
 SCALAR_SAMPLE = 40
 """Core configurations the scalar bound is timed on (it takes the whole space hours at PHAZE's size)."""
 
@@ -107,13 +125,87 @@ def _run(space: str, strategy: str, jobs: int) -> None:
               f"best / tpuv4 = {result.speedup_vs_baseline:.3f}x")
 
 
+def _peak_memory() -> str:
+    """Peak resident set of this process and of the largest of its finished children (workers)."""
+    self_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    children_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (f"peak memory: this process {self_kib / 2**20:.2f} GiB, largest worker "
+            f"{children_kib / 2**20:.2f} GiB")
+
+
+def _store_content(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, int, float]]]:
+    """The results (design, result JSON) and the bounds of a store, sorted."""
+    with sqlite3.connect(db) as connection:
+        results = sorted(connection.execute("SELECT design, result FROM results").fetchall())
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        bounds = sorted(connection.execute("SELECT design, model, samples_per_s_per_device FROM bounds")
+                        .fetchall()) if "bounds" in tables else []
+    return results, bounds
+
+
+def _four(space: str, executor: str, jobs: int, db: Path, every_s: float) -> None:
+    """The four PHAZE models jointly over ``space``, pruned exhaustive search, into the store ``db``."""
+    request = api.search_request(list(PHAZE_MODELS), space=space, **OPTIONS)
+    tag = f"four/{executor}"
+    print(f"[{tag}] {', '.join(PHAZE_MODELS)} on {OPTIONS['devices']} devices, global batch "
+          f"{OPTIONS['global_batch']}, {len(request.designs)} designs of {space!r}, TP widths "
+          f"{request.plan_space.tps}, {len(request.cost_keys)} cost keys per model; {jobs} workers",
+          flush=True)
+    start = time.perf_counter()
+    chains = model_chains(request)  # traced (or read from the graph cache) before the clock of the search
+    print(f"[{tag}] layer chains ready after {time.perf_counter() - start:.1f} s "
+          f"({sum(len(c) for c in chains.values())} chains)", flush=True)
+    last = [start]
+
+    def progress(tick: Tick) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= every_s:
+            last[0] = now
+            settled = tick.evaluated + tick.pruned
+            print(f"[{tag}] {now - start:.0f} s: {tick.bounded}/{tick.total} bounded, {tick.evaluated} "
+                  f"evaluated, {tick.pruned} pruned ({settled / (now - start):.1f} designs settled/s)",
+                  flush=True)
+
+    with make_executor(executor, jobs) as pool:
+        result = run_search(request, make_strategy("exhaustive"), executor=pool, progress=progress,
+                            store=ResultStore(db))
+    wall = time.perf_counter() - start
+    settled = len(result.evaluated) + result.pruned
+    print(f"[{tag}] {result.considered} designs: {len(result.evaluated)} evaluated, {result.pruned} pruned, "
+          f"{wall:.1f} s ({wall / TARGET_S:.2f} of the 15-minute target); {settled / wall:.1f} designs "
+          f"settled/s, {len(result.evaluated) / wall:.1f} evaluated/s", flush=True)
+    print(f"[{tag}] {_peak_memory()}", flush=True)
+    best = result.best
+    if best is not None:
+        print(f"[{tag}] best {best.accelerator.name}: geometric mean {best.throughput_samples_per_s:,.1f} "
+              f"samples/s, area {best.area_mm2:.1f} mm²", flush=True)
+    if result.speedup_vs_baseline is not None:
+        print(f"[{tag}] best / tpuv4 = {result.speedup_vs_baseline:.3f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--space", default="phaze-square", help="phaze-square (default) or phaze")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--plain", action="store_true", help="also evaluate every design")
     parser.add_argument("--no-search", action="store_true", help="only time the bounds")
+    parser.add_argument("--four", action="store_true", help="the four PHAZE models jointly")
+    parser.add_argument("--dask", action="store_true", help="with --four: again on a 2-worker Dask cluster")
+    parser.add_argument("--store", help="with --four: directory of the result stores (default: temporary)")
+    parser.add_argument("--every", type=float, default=60.0, help="with --four: seconds between reports")
     args = parser.parse_args()
+    if args.four:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(args.store or tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            local = folder / "four-local.db"
+            _four(args.space, "local", args.jobs, local, args.every)
+            if args.dask:
+                dask = folder / "four-dask.db"
+                _four(args.space, "dask", 2, dask, args.every)
+                same = _store_content(local) == _store_content(dask)
+                print(f"[four] local-pool and Dask stores hold the same results and bounds: {same}")
+        return
     _bounds(api.search_request("gpt2-xl", space=args.space, **OPTIONS))
     if args.no_search:
         return

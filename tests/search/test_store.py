@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,19 +90,28 @@ def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert {"tdp_w", "throughput_per_watt"} <= set(header)
 
 
-def test_local_and_dask_give_identical_stores(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["exhaustive-all", "exhaustive"])
+def test_local_and_dask_give_identical_stores(tmp_path: Path, strategy: str) -> None:
+    """The same results (and, pruned, the same bounds) from a 2-worker local pool and a 2-worker
+    local Dask cluster."""
     space = tmp_path / "space.yaml"
     space.write_text(SPACE.replace("[1, 2, 4, 8, 16]", "[2, 8]").replace("[32, 64, 128]", "[64, 128]"))
     options = dict(space=str(space), devices=64, global_batch=128, seq_len=256, micro_batches=(1, 2),
-                   strategy="exhaustive-all")
+                   strategy=strategy)
     local = tmp_path / "local.db"
     dask = tmp_path / "dask.db"
     api.search("gpt2-xl", jobs=2, store=str(local), **options)
     api.search("gpt2-xl", executor="dask", jobs=2, store=str(dask), **options)
 
-    def content(db: Path) -> list[tuple[str, str]]:
+    def content(db: Path, query: str) -> list[tuple[Any, ...]]:
         with sqlite3.connect(db) as connection:
-            return sorted(connection.execute("SELECT design, result FROM results").fetchall())
+            return sorted(connection.execute(query).fetchall())
 
-    assert content(local) == content(dask) and len(content(local)) == 16
-
+    results = "SELECT design, result FROM results"
+    assert content(local, results) == content(dask, results)
+    if strategy == "exhaustive-all":
+        assert len(content(local, results)) == 16
+    else:
+        bounds = "SELECT design, model, samples_per_s_per_device FROM bounds"
+        assert len(content(local, bounds)) == 16 and content(local, bounds) == content(dask, bounds)
+        assert 0 < len(content(local, results)) < 16  # some designs pruned

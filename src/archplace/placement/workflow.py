@@ -31,7 +31,7 @@ from archplace.placement.plan import (
 )
 from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
-from archplace.workload.cache import cached_chain
+from archplace.workload.cache import cached_chains
 from archplace.workload.extract import ExtractOptions, check_tp
 from archplace.workload.options import Attention, Kernels
 from archplace.workload.zoo import ModelSpec
@@ -191,14 +191,11 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     """
     check_precision(prob.acc, precision)
     seq_len = prob.spec.seq_len
-    chains = {key: cached_chain(prob.spec, ExtractOptions(micro_batch=key.micro_batch, seq_len=seq_len,
-                                                          tp=key.tp, sp=key.sp and key.tp > 1,
-                                                          cp=key.cp, ep=key.ep, etp=key.etp,
-                                                          fuse=fuse, attention=attention,
-                                                          kernels=kernels,
-                                                          capacity_factor=capacity_factor,
-                                                          expert_load_imbalance=expert_load_imbalance))
-              for key in keys}
+    chains = dict(zip(keys, cached_chains([(prob.spec, ExtractOptions(
+        micro_batch=key.micro_batch, seq_len=seq_len, tp=key.tp, sp=key.sp and key.tp > 1, cp=key.cp,
+        ep=key.ep, etp=key.etp, fuse=fuse, attention=attention, kernels=kernels,
+        capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)) for key in keys]),
+        strict=True))
     cost = SystolicCostModel(prob.setup.cluster)
     fp8_cost = Fp8CostModel(cost) if precision is Precision.FP8 else None
     return costs_by_key(chains, prob.acc, cost, fp8_cost=fp8_cost)

@@ -18,7 +18,7 @@ from archplace.placement.plan import Recompute
 from archplace.placement.workflow import PlanGrid
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective, pareto_front, score
-from archplace.workload.cache import cached_chain
+from archplace.workload.cache import Wanted, cached_chains
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.layers import LayerChain
 from archplace.workload.zoo import ModelSpec
@@ -102,17 +102,32 @@ class SearchRequest:
             return tuple(key for key in self.cost_keys if key.sp or key.tp == 1)
         return tuple(key for key in self.cost_keys if key.etp == 1)
 
-    def chains(self, model: ModelSpec) -> dict[CostKey, LayerChain]:
-        """Layer chains of ``model`` for each of its cost keys (:meth:`model_keys`; graph cache,
-        extraction once per key)."""
-        return {key: cached_chain(model, ExtractOptions(micro_batch=key.micro_batch, seq_len=model.seq_len,
-                                                        tp=key.tp, sp=key.sp, fuse=self.plan_space.fuse,
-                                                        attention=self.plan_space.attention,
-                                                        kernels=self.plan_space.kernels,
-                                                        cp=key.cp, ep=key.ep, etp=key.etp,
-                                                        capacity_factor=self.plan_space.capacity_factor,
-                                                        expert_load_imbalance=self.plan_space.expert_load_imbalance))
+    def extract_options(self, model: ModelSpec) -> dict[CostKey, ExtractOptions]:
+        """What to trace of ``model`` for each of its cost keys (:meth:`model_keys`)."""
+        space = self.plan_space
+        return {key: ExtractOptions(micro_batch=key.micro_batch, seq_len=model.seq_len, tp=key.tp, sp=key.sp,
+                                    fuse=space.fuse, attention=space.attention, kernels=space.kernels,
+                                    cp=key.cp, ep=key.ep, etp=key.etp, capacity_factor=space.capacity_factor,
+                                    expert_load_imbalance=space.expert_load_imbalance)
                 for key in self.model_keys(model)}
+
+    def chains(self, model: ModelSpec, jobs: int = 1) -> dict[CostKey, LayerChain]:
+        """Layer chains of ``model`` for each of its cost keys (graph cache; extraction once per key, the
+        missing ones on a local pool of ``jobs`` processes when more than one:
+        :func:`archplace.workload.cache.cached_chains`)."""
+        options = self.extract_options(model)
+        found = cached_chains([(model, o) for o in options.values()], jobs=jobs)
+        return dict(zip(options, found, strict=True))
+
+    def all_chains(self, jobs: int = 1) -> dict[str, dict[CostKey, LayerChain]]:
+        """Layer chains of every model for every cost key, by model name then key: the missing
+        ones traced together (on a local pool of ``jobs`` processes when more than one), the same
+        chains for any ``jobs``."""
+        options = {model.name: self.extract_options(model) for model in self.models}
+        wanted: list[Wanted] = [(model, opts) for model in self.models
+                                for opts in options[model.name].values()]
+        found = iter(cached_chains(wanted, jobs=jobs))
+        return {model.name: {key: next(found) for key in options[model.name]} for model in self.models}
 
 
 def _degrees(space: PlanGrid, name: str) -> tuple[int, ...]:

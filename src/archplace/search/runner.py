@@ -339,9 +339,12 @@ def _plan_chains(result: DesignResult, chains: Chains) -> Chains:
     return out
 
 
-def model_chains(request: SearchRequest) -> dict[str, dict[CostKey, LayerChain]]:
-    """Layer chains of every model of ``request`` (extracted once, from the graph cache)."""
-    return {model.name: request.chains(model) for model in request.models}
+def model_chains(request: SearchRequest, jobs: int = 1) -> dict[str, dict[CostKey, LayerChain]]:
+    """Layer chains of every model of ``request`` (extracted once, from the graph cache; the
+    missing ones traced on a local pool of ``jobs`` processes when more than one, with the same
+    chains).  The pool is its own, closed once the chains are there: the search's workers never
+    import torch (a traced model costs a worker hundreds of MB for the rest of the search)."""
+    return request.all_chains(jobs)
 
 
 def stored_designs(store: ResultStore, request: SearchRequest) -> int:
@@ -381,7 +384,7 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
     keep = max(1, exact_top) if keep is None else keep
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise ConfigError(f"keep must be a whole number >= 1, got {keep!r}")
-    chains = model_chains(request)
+    chains = model_chains(request, _parallelism(executor))
     session = _Session(request, chains, executor, store, progress)
     context = StrategyContext(designs=request.designs, objective=request.objective, evaluate=session.evaluate,
                               score=lambda r: score(r, request.objective), seed=seed, budget=budget,

@@ -10,6 +10,12 @@ The directory is ``$ARCHPLACE_CACHE_DIR`` if set, else
 ``$XDG_CACHE_HOME/archplace/graphs`` (``~/.cache/archplace/graphs``).  A file
 that cannot be read is ignored and rewritten; writes are atomic
 (write-then-rename), so concurrent searches never see half a file.
+
+:func:`cached_chains` gets the chains of many (model, options) pairs at once: of each setting
+(everything but the micro-batch) it traces micro-batches 2 and 3 and derives the larger ones
+(:mod:`archplace.workload.rebatch`, exact or not used) when that saves traces, and it runs the
+traces in parallel on an executor (a search's worker pool, or a local pool of ``jobs``
+processes).  The chains are the same whichever way they were obtained.
 """
 
 from __future__ import annotations
@@ -19,15 +25,19 @@ import json
 import logging
 import os
 import pickle
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
 from archplace.outputs import replace_atomically
+from archplace.search.executor import default_jobs, make_executor
 from archplace.workload.expert_parallel import check_ep
 from archplace.workload.expert_tensor import check_etp
 from archplace.workload.extract import ExtractOptions, derive_experts, extract_chain, traced_options
 from archplace.workload.layers import LayerChain
+from archplace.workload.rebatch import REFERENCE_BATCHES, rebatch_chain
 from archplace.workload.zoo import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -90,23 +100,152 @@ class GraphCache:
             log.warning("cannot write graph cache file %s (%s)", path, exc)
 
     def chain(self, spec: ModelSpec, options: ExtractOptions) -> LayerChain:
-        """The chain from the cache, extracting and storing it on a miss. An expert-parallel
-        chain (``options.ep`` > 1, or a capacity factor or load imbalance above 1) is derived
-        from the cached traced one (:func:`archplace.workload.extract.derive_experts`).
+        """The chain from the cache, extracting and storing it on a miss (derived from the cached
+        micro-batch 2 and 3 chains of its setting when both are there,
+        :mod:`archplace.workload.rebatch`). An expert-parallel or expert-tensor-parallel chain
+        (``options.ep`` or ``options.etp`` > 1, or a capacity factor or load imbalance above 1) is
+        derived from the cached traced one (:func:`archplace.workload.extract.derive_experts`).
 
         Raises:
             ConfigError, ExtractionError: as :func:`extract_chain`.
         """
-        if options.shards_experts:  # derived from the cached traced chain, not stored
+        return cached_chains([(spec, options)], self)[0]
+
+
+Wanted = tuple[ModelSpec, ExtractOptions]
+"""A model and the options of one of its chains."""
+
+
+def _trace(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
+    """:func:`extract_chain` in a worker (module level, so that a process pool can run it)."""
+    return extract_chain(spec, options)
+
+
+def _setting(options: ExtractOptions) -> ExtractOptions:
+    """The options with the first reference micro-batch: what chains derived from each other share."""
+    return replace(options, micro_batch=REFERENCE_BATCHES[0])
+
+
+POOL_MIN_TRACES = 16
+"""Traces worth starting a local pool for: a worker's start (a new interpreter importing torch and
+transformers, then its first trace) costs about 7 s of CPU, some 12 traces of a 7B model (0.6 s
+each), which two processes share only from about 16 traces on -- on idle cores: on a loaded
+machine the pool is slower than tracing here (benchmarks/bench_extract.py --plan)."""
+
+
+def _extract_all(todo: Sequence[Wanted], cache: GraphCache, executor: Executor | None,
+                 jobs: int) -> dict[Wanted, LayerChain]:
+    """Trace ``todo`` (distinct pairs), in parallel when there are several and an executor, or
+    :data:`POOL_MIN_TRACES` and more than one job (a local pool of ``jobs`` processes, this one
+    helping while they start); each chain is stored in the cache by this process. A trace that
+    fails in a worker is run again here, so that its error is raised as :func:`extract_chain`
+    raises it."""
+    found: dict[Wanted, LayerChain] = {}
+    if executor is not None and len(todo) > 1:
+        found = _extract_on(executor, todo)
+    elif jobs > 1 and len(todo) >= POOL_MIN_TRACES:
+        with make_executor("local", min(jobs, len(todo))) as pool:
+            found = _extract_on(pool, todo) if pool is not None else {}
+    for item in todo:
+        chain = found.get(item)
+        if chain is None:
+            chain = found[item] = extract_chain(*item)
+        cache.store(*item, chain)
+    return found
+
+
+def _extract_on(executor: Executor, todo: Sequence[Wanted]) -> dict[Wanted, LayerChain]:
+    """The chains of ``todo`` traced on ``executor`` and in this process at once: the workers take
+    the pairs from the front while this process takes back those not yet started from the end (so
+    it works while they start up); those whose trace failed in a worker are left out."""
+    futures = [(item, executor.submit(_trace, *item)) for item in todo]
+    found: dict[Wanted, LayerChain] = {}
+    for item, future in reversed(futures):
+        if future.cancel():
+            found[item] = extract_chain(*item)
+    for item, future in futures:
+        if item in found:
+            continue
+        try:
+            found[item] = future.result()
+        except Exception as exc:  # noqa: BLE001 -- traced again in this process, which raises it
+            log.info("tracing %s in a worker failed (%s); tracing it here", item[0].name, exc)
+    return found
+
+
+def cached_chains(wanted: Sequence[Wanted], cache: GraphCache | None = None, *,
+                  executor: Executor | None = None, jobs: int | None = 1) -> list[LayerChain]:
+    """The chains of ``wanted`` (model and options pairs), from the cache where it has them.
+
+    The missing ones are traced, except that of a setting (model and options but the micro-batch)
+    whose missing micro-batches above 3 are more than its references (micro-batch 2 and 3) not
+    otherwise traced, the references are traced and those derived from them
+    (:func:`archplace.workload.rebatch.rebatch_chain`; traced after all where it declines). The
+    traces run on ``executor`` if given, else on a local pool of up to ``jobs`` processes when
+    there are several; either way the chains are those :func:`extract_chain` gives, stored in the
+    cache, and the same for any executor or number of jobs.
+
+    Args:
+        wanted: the pairs, in the order of the result (a pair may repeat).
+        cache: the graph cache (default: :func:`default_cache_dir`).
+        executor: where to trace (a search's worker pool), or None.
+        jobs: processes tracing when ``executor`` is None and :data:`POOL_MIN_TRACES` traces or
+            more are missing: a local pool of ``jobs``, this one helping while they start (1: trace
+            here; None: the usable CPUs).
+
+    Raises:
+        ConfigError, ExtractionError: as :func:`extract_chain`.
+    """
+    cache = cache or GraphCache(default_cache_dir())
+    jobs = default_jobs() if jobs is None else jobs
+    for spec, options in wanted:  # refused before any tracing
+        if options.shards_experts:
             check_ep(spec, options.ep)
             check_etp(spec, options.etp)
-            return derive_experts(self.chain(spec, traced_options(options)), options)
-        cached = self.load(spec, options)
-        if cached is not None:
-            return cached
-        chain = extract_chain(spec, options)
-        self.store(spec, options, chain)
+    chains: dict[Wanted, LayerChain] = {}
+    groups: dict[Wanted, list[Wanted]] = {}
+    for item in dict.fromkeys((spec, traced_options(options)) for spec, options in wanted):
+        if (loaded := cache.load(*item)) is not None:
+            chains[item] = loaded
+        else:
+            groups.setdefault((item[0], _setting(item[1])), []).append(item)
+    direct: list[Wanted] = []
+    derive: list[Wanted] = []
+    for (spec, setting), missing in groups.items():
+        refs = [(spec, replace(setting, micro_batch=b)) for b in REFERENCE_BATCHES]
+        for ref in refs:
+            if ref not in missing and (loaded := cache.load(*ref)) is not None:
+                chains[ref] = loaded
+        extra = [r for r in refs if r not in chains and r not in missing]
+        above = [item for item in missing if item[1].micro_batch > REFERENCE_BATCHES[-1]]
+        if len(above) > len(extra):
+            direct.extend(item for item in missing if item not in above)
+            direct.extend(extra)
+            derive.extend(above)
+        else:
+            direct.extend(missing)
+    chains.update(_extract_all(direct, cache, executor, jobs))
+    again = []
+    for spec, options in derive:
+        one, two = (chains[spec, replace(options, micro_batch=b)] for b in REFERENCE_BATCHES)
+        chain = rebatch_chain(one, two, options.micro_batch)
+        if chain is None:
+            again.append((spec, options))
+        else:
+            chains[spec, options] = chain
+            cache.store(spec, options, chain)
+    if again:
+        log.info("%d chains not derivable from micro-batches 2 and 3: traced", len(again))
+        chains.update(_extract_all(again, cache, executor, jobs))
+    return [_finish(spec, options, chains[spec, traced_options(options)]) for spec, options in wanted]
+
+
+def _finish(spec: ModelSpec, options: ExtractOptions, chain: LayerChain) -> LayerChain:
+    """``chain`` (traced options) as ``options`` ask: expert-parallel, expert-tensor-parallel,
+    padded or imbalanced."""
+    if not options.shards_experts:
         return chain
+    return derive_experts(chain, options)
 
 
 def cached_chain(spec: ModelSpec, options: ExtractOptions, cache: GraphCache | None = None) -> LayerChain:
