@@ -64,7 +64,7 @@ def test_equal_on_a_synthetic_layer() -> None:
     _check(synthetic_layer())
 
 
-@pytest.mark.parametrize("model", ["gpt2-xl", "llama2-7b"])
+@pytest.mark.parametrize("model", [pytest.param("gpt2-xl", marks=pytest.mark.slow), "llama2-7b"])
 def test_equal_on_traced_layer_graphs(model: str) -> None:
     spec = load_model(model).with_seq_len(512)
     tpu = load_accelerator("tpuv4")
