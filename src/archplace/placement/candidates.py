@@ -95,9 +95,6 @@ class FamilyState:
     dense_sum: float = 0.0
     expert_max: float = 0.0
     expert_sum: float = 0.0
-    costs: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = field(
-        default_factory=dict)
-    bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

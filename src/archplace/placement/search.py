@@ -91,6 +91,11 @@ class Search:
         self.meter = WorkMeter(layers=longest, devices=setup.cluster.devices)
         self._resident: list[FamilyState] = []  # families holding tables, least recently used first
         self._held = 0  # bytes of their tables
+        # all-reduce costs of the DP x CP and expert-data-parallel groups, per (tp, cp, ep, etp,
+        # experts, p, d), and as arrays over a block's (p, d) (``_group_bound``): the families
+        # sharing their degrees share them
+        self._layout_costs: dict[tuple[object, ...], tuple[tuple[float, float], tuple[float, float]]] = {}
+        self._bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = {}
         for fam in families:
             state = FamilyState(fam)
             base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
@@ -159,14 +164,14 @@ class Search:
     def _costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
         """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate
         (:mod:`archplace.placement.layout`)."""
-        key = (p, d)
-        costs = state.costs.get(key)
+        fam = state.family
+        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d)  # shared by the families
+        costs = self._layout_costs.get(key)
         if costs is None:
-            fam = state.family
             layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp)
             costs = (layout.dense_dp_cost(self.setup.cluster),
                      layout.expert_dp_cost(self.setup.cluster) if state.experts else (0.0, 0.0))
-            state.costs[key] = costs
+            self._layout_costs[key] = costs
         return costs
 
     def _max_shards(self, state: FamilyState, zero_stage: int, d: int) -> int:
@@ -217,14 +222,16 @@ class Search:
             return out
         pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
         size = np.broadcast_to(np.asarray(group), pp_b.shape)
-        key = (which, pp_b.tobytes(), dp_b.tobytes(), pp_b.shape)
-        arrays = state.bound_costs.get(key)
+        fam = state.family
+        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, which, pp_b.tobytes(), dp_b.tobytes(),
+               pp_b.shape)
+        arrays = self._bound_costs.get(key)
         if arrays is None:
             pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
             cost = {pair: self._costs(state, *pair)[which] for pair in set(pairs)}
             arrays = (np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape),
                       np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape))
-            state.bound_costs[key] = arrays
+            self._bound_costs[key] = arrays
         const, per_byte = arrays
         # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
         grads = setup.grad_bytes * par_b
