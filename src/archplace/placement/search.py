@@ -96,6 +96,8 @@ class Search:
         # sharing their degrees share them
         self._layout_costs: dict[tuple[object, ...], tuple[tuple[float, float], tuple[float, float]]] = {}
         self._bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = {}
+        self._tails0: dict[tuple[object, ...], FloatArray] = {}  # level-0 tail bounds (``_bound0``)
+        self._bounds0: dict[tuple[object, ...], FloatArray] = {}
         for fam in families:
             state = FamilyState(fam)
             base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
@@ -153,13 +155,29 @@ class Search:
         return p, d, m
 
     def _bound0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
-                d: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> FloatArray:
-        """Level-0 lower bound of every candidate of a block."""
+                d: npt.NDArray[np.int64], m: npt.NDArray[np.int64], grid: int) -> FloatArray:
+        """Level-0 lower bound of every candidate of a block, ``grid`` numbering the distinct
+        (p, d, m) arrays: blocks with equal inputs (1F1B and GPipe; families differing by
+        recompute policy alone for the tail) share the arrays (computed once, never mutated)."""
         v = variant.chunks
+        fam = state.family
+        tail_key = (grid, v, variant.zero_stage, variant.overlap, fam.tp, fam.cp, fam.ep, fam.etp,
+                    state.experts, state.layer_params_max, state.params_sum, state.dense_max,
+                    state.dense_sum, state.expert_max, state.expert_sum)
+        bound_key = (*tail_key, state.layer_base_max, state.layer_base_sum)
+        bound = self._bounds0.get(bound_key)
+        if bound is not None:
+            return bound
+        tail = self._tails0.get(tail_key)
+        if tail is None:
+            params = np.maximum(v * state.layer_params_max, state.params_sum / p)
+            tail = self._tail_bound(state, variant, p, d, params)
+            self._tails0[tail_key] = tail
         s = p * v
         t_low = np.maximum(state.layer_base_max, state.layer_base_sum / s)
-        params = np.maximum(v * state.layer_params_max, state.params_sum / p)
-        return (v * m + p - 1) * t_low + self._tail_bound(state, variant, p, d, params)
+        bound = (v * m + p - 1) * t_low + tail
+        self._bounds0[bound_key] = bound
+        return bound
 
     def _costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
         """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate
@@ -254,7 +272,8 @@ class Search:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[CandidateBlock] = []
         grids: dict[tuple[int, int, int, int, int, PipelineSchedule, int, int],
-                    tuple[npt.NDArray[np.int64], ...]] = {}
+                    tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]] = {}
+        grid_ids: dict[tuple[bytes, bytes, bytes], int] = {}  # distinct (p, d, m) contents
         counter = itertools.count()
         for f, state in enumerate(self.states):
             fam = state.family
@@ -262,12 +281,14 @@ class Search:
             for variant in self.variants:
                 key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp, variant.schedule, variant.chunks, n)
                 if key not in grids:
-                    grids[key] = self.grid(fam, n, variant)
-                p, d, m = grids[key]
+                    p, d, m = self.grid(fam, n, variant)
+                    content = (p.tobytes(), d.tobytes(), m.tobytes())
+                    grids[key] = (p, d, m, grid_ids.setdefault(content, len(grid_ids)))
+                p, d, m, grid = grids[key]
                 if not len(p):
                     continue
                 self.any_candidate = True
-                bound = self._bound0(state, variant, p, d, m)
+                bound = self._bound0(state, variant, p, d, m, grid)
                 blocks.append(CandidateBlock(f, variant, p, d, m, bound))
                 heapq.heappush(heap, (float(bound.min()), self._variant_rank(variant),
                                       next(counter), len(blocks) - 1))
