@@ -277,7 +277,8 @@ class LayerCost:
             value = getattr(self, name)
             if type(value) is not float or not 0.0 <= value <= _FLOAT_MAX:  # NaN fails too
                 object.__setattr__(self, name, _finite_non_negative(f"layer {self.name!r}", name, value))
-        if self.selective_activation_bytes is not None:
+        value = self.selective_activation_bytes
+        if value is not None and (type(value) is not float or not 0.0 <= value <= _FLOAT_MAX):
             object.__setattr__(self, "selective_activation_bytes", _finite_non_negative(
                 f"layer {self.name!r}", "selective_activation_bytes", self.selective_activation_bytes))
         for pass_, total, comm in (
