@@ -99,16 +99,18 @@ class FamilyState:
 
 @dataclass(slots=True)
 class CandidateBlock:
-    """The candidates of one family and variant, sorted by their current bounds."""
+    """The candidates of one family and variant, sorted by their current bounds (None until
+    the level-0 bounds are computed); ``grid`` numbers the distinct (p, d, m) arrays."""
 
     family: int
     variant: Variant
     p: npt.NDArray[np.int64]
     d: npt.NDArray[np.int64]
     m: npt.NDArray[np.int64]
-    bound: FloatArray
+    bound: FloatArray | None
     refined: bool = False
     next: int = 0
+    grid: int = -1
 
 
 def in_flight_per_position(schedule: PipelineSchedule, p: int, m: int, chunks: int) -> list[int]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -98,6 +99,7 @@ class Search:
         self._bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = {}
         self._tails0: dict[tuple[object, ...], FloatArray] = {}  # level-0 tail bounds (``_bound0``)
         self._bounds0: dict[tuple[object, ...], FloatArray] = {}
+        self._grid_floors: dict[tuple[int, int], tuple[float, float, float]] = {}  # ``_floor0`` per (grid, v)
         for fam in families:
             state = FamilyState(fam)
             base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
@@ -153,6 +155,31 @@ class Search:
             keep = fam.expert_degree_fits(d)
             p, d, m = p[keep], d[keep], m[keep]
         return p, d, m
+
+    def _floor0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                m: npt.NDArray[np.int64], grid: int) -> float:
+        """A lower bound of the least level-0 bound of a block (:meth:`_bound0`), without its
+        arrays: K t_low >= max(K / s * (sum of the layer times), K * (largest layer time)) with
+        K = v m + p - 1 and s = p v, each term at its least over the block, plus (ZeRO stage 0)
+        the optimizer step of the fewest parameters a device can hold, the rest of the tail
+        counted 0; lowered by a relative 1e-9 to stay below the floating-point figure, and
+        finite. The search enters every block with it and computes the block's level-0 bounds
+        when it surfaces, then re-enters the block with the least of them under its original
+        tie-breakers, so blocks are visited in the same order as if they had entered with their
+        level-0 bounds."""
+        v = variant.chunks
+        key = (grid, v)
+        ratios = self._grid_floors.get(key)
+        if ratios is None:
+            k_factor = v * m + p - 1
+            ratios = (float(np.min(k_factor / (p * v))), float(np.min(k_factor)), float(np.max(p)))
+            self._grid_floors[key] = ratios
+        k_per_segment, k_min, p_max = ratios
+        floor = max(k_per_segment * state.layer_base_sum, k_min * state.layer_base_max)
+        if variant.zero_stage == 0:
+            coefficient = optimizer_step_time_s(1.0, self.setup.hbm_bandwidth_bytes_per_s, self.setup.optimizer)
+            floor += coefficient * max(v * state.layer_params_max, state.params_sum / p_max)
+        return min(floor * (1 - 1e-9), sys.float_info.max)
 
     def _bound0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                 d: npt.NDArray[np.int64], m: npt.NDArray[np.int64], grid: int) -> FloatArray:
@@ -288,15 +315,20 @@ class Search:
                 if not len(p):
                     continue
                 self.any_candidate = True
-                bound = self._bound0(state, variant, p, d, m, grid)
-                blocks.append(CandidateBlock(f, variant, p, d, m, bound))
-                heapq.heappush(heap, (float(bound.min()), self._variant_rank(variant),
+                blocks.append(CandidateBlock(f, variant, p, d, m, None, grid=grid))
+                heapq.heappush(heap, (self._floor0(state, variant, p, m, grid), self._variant_rank(variant),
                                       next(counter), len(blocks) - 1))
         while heap:
-            next_bound, _, _, b = heapq.heappop(heap)
+            next_bound, rank, count, b = heapq.heappop(heap)
             if next_bound > self.cutoff * (1 + SLACK):
                 break
             block = blocks[b]
+            if block.bound is None:  # level-0 bounds, computed when the block's floor surfaces
+                state = self.states[block.family]
+                block.bound = self._bound0(state, block.variant, block.p, block.d, block.m, block.grid)
+                # the key the block would have entered with: the heap pops as if it had
+                heapq.heappush(heap, (float(block.bound.min()), rank, count, b))
+                continue
             if not block.refined:
                 self._refine(block)
             else:
