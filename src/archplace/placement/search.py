@@ -177,7 +177,8 @@ class Search:
         k_per_segment, k_min, p_max = ratios
         floor = max(k_per_segment * state.layer_base_sum, k_min * state.layer_base_max)
         if variant.zero_stage == 0:
-            coefficient = optimizer_step_time_s(1.0, self.setup.hbm_bandwidth_bytes_per_s, self.setup.optimizer)
+            setup = self.setup
+            coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
             floor += coefficient * max(v * state.layer_params_max, state.params_sum / p_max)
         return min(floor * (1 - 1e-9), sys.float_info.max)
 
@@ -298,7 +299,7 @@ class Search:
     def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[CandidateBlock] = []
-        grids: dict[tuple[int, int, int, int, int, PipelineSchedule, int, int],
+        grids: dict[tuple[int, int, int, int, int, bool, int, int],
                     tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]] = {}
         grid_ids: dict[tuple[bytes, bytes, bytes], int] = {}  # distinct (p, d, m) contents
         counter = itertools.count()
@@ -306,7 +307,9 @@ class Search:
             fam = state.family
             n = len(fam.layers)
             for variant in self.variants:
-                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp, variant.schedule, variant.chunks, n)
+                # the grid depends on the schedule only through whether it interleaves
+                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp,
+                       variant.schedule is PipelineSchedule.INTERLEAVED, variant.chunks, n)
                 if key not in grids:
                     p, d, m = self.grid(fam, n, variant)
                     content = (p.tobytes(), d.tobytes(), m.tobytes())
