@@ -23,6 +23,7 @@ class BlockBounds:
 
     def __init__(self, setup: TrainingSetup) -> None:
         self.setup = setup
+        self._step_coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
         # all-reduce costs of the DP x CP and expert-data-parallel groups, per (tp, cp, ep, etp,
         # experts, p, d), and as arrays over a block's (p, d) (``group_bound``): the families
         # sharing their degrees share them
@@ -53,9 +54,7 @@ class BlockBounds:
         k_per_segment, k_min, p_max = ratios
         floor = max(k_per_segment * state.layer_base_sum, k_min * state.layer_base_max)
         if variant.zero_stage == 0:
-            setup = self.setup
-            coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
-            floor += coefficient * max(v * state.layer_params_max, state.params_sum / p_max)
+            floor += self._step_coefficient * max(v * state.layer_params_max, state.params_sum / p_max)
         return min(floor * (1 - 1e-9), sys.float_info.max)
 
     def bound0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],

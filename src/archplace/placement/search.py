@@ -93,20 +93,28 @@ class Search:
         self._resident: list[FamilyState] = []  # families holding tables, least recently used first
         self._held = 0  # bytes of their tables
         self.bounds = BlockBounds(setup)
+        # the parameter figures of a chain, shared by its families (one per recompute policy)
+        chain_figures: dict[tuple[int, ...], tuple[float, float, bool, float, float, float, float]] = {}
         for fam in families:
             state = FamilyState(fam)
             base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
                     for layer in fam.layers]
             state.layer_base_max = max(base)
             state.layer_base_sum = float(sum(base))
-            state.layer_params_max = float(max(layer.params for layer in fam.layers))
-            state.params_sum = float(sum(layer.params for layer in fam.layers))
-            state.experts = any(layer.expert_params for layer in fam.layers)
-            state.dense_max = float(max(layer.params - layer.expert_params for layer in fam.layers))
-            state.dense_sum = float(sum(layer.params - layer.expert_params for layer in fam.layers))
-            state.expert_max = float(max(layer.expert_params for layer in fam.layers))
-            state.expert_sum = float(sum(layer.expert_params for layer in fam.layers))
+            chain = tuple(map(id, fam.layers))  # the layers outlive the search
+            figures = chain_figures.get(chain)
+            if figures is None:
+                params = [layer.params for layer in fam.layers]
+                experts = [layer.expert_params for layer in fam.layers]
+                dense = [total - expert for total, expert in zip(params, experts, strict=True)]
+                figures = (float(max(params)), float(sum(params)), any(experts), float(max(dense)),
+                           float(sum(dense)), float(max(experts)), float(sum(experts)))
+                chain_figures[chain] = figures
+            (state.layer_params_max, state.params_sum, state.experts, state.dense_max, state.dense_sum,
+             state.expert_max, state.expert_sum) = figures
             self.states.append(state)
+        self._ranks = {variant: self._variant_rank(variant) for variant in self.variants}
+        self._interleavable: dict[tuple[int, int, int], npt.NDArray[np.bool_]] = {}
         self.max_zero_stage = max((variant.zero_stage for variant in self.variants), default=0)
         self.found: list[Found] = []
         self.cutoff = np.inf
@@ -125,7 +133,12 @@ class Search:
         width = fam.tp * fam.cp  # devices of one pipeline stage of one replica
         depths = np.arange(2 if interleaved else 1, min(n // v, devices // width) + 1)
         if interleaved:  # only depths with a block-uniform split (``interleaved_splits``)
-            depths = depths[[bool(interleaved_splits(n, int(p) * v)) for p in depths]].astype(np.int64)
+            key = (n, v, len(depths))
+            splittable = self._interleavable.get(key)
+            if splittable is None:
+                splittable = np.array([bool(interleaved_splits(n, int(p) * v)) for p in depths], dtype=bool)
+                self._interleavable[key] = splittable
+            depths = depths[splittable].astype(np.int64)
         g = setup.global_batch
         if setup.dp_must_divide_batch:  # d among the divisors of g / b: a small grid on any cluster
             widths = np.array(dp_degrees(setup, fam.micro_batch, devices // width), dtype=np.int64)
@@ -190,7 +203,7 @@ class Search:
                 self.any_candidate = True
                 blocks.append(CandidateBlock(f, variant, p, d, m, None, grid=grid))
                 floor = self.bounds.floor0(state, variant, p, m, grid)
-                heapq.heappush(heap, (floor, self._variant_rank(variant), next(counter), len(blocks) - 1))
+                heapq.heappush(heap, (floor, self._ranks[variant], next(counter), len(blocks) - 1))
         while heap:
             next_bound, rank, count, b = heapq.heappop(heap)
             if next_bound > self.cutoff * (1 + SLACK):
@@ -210,8 +223,7 @@ class Search:
                             int(block.m[i]))
                 block.next = i + 1
             if block.next < len(block.p):
-                heapq.heappush(heap, (float(block.bound[block.next]),
-                                      self._variant_rank(block.variant), next(counter), b))
+                heapq.heappush(heap, (float(block.bound[block.next]), rank, next(counter), b))
         limit = self.cutoff * (1 + SLACK)
         return [found for found in self.found if found.value <= limit]
 
