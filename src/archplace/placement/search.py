@@ -182,28 +182,38 @@ class Search:
     def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[CandidateBlock] = []
-        grids: dict[tuple[int, int, int, int, int, bool, int, int],
+        grids: dict[tuple[int, int, int, int, int, int, bool, int],
                     tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]] = {}
         grid_ids: dict[tuple[bytes, bytes, bytes], int] = {}  # distinct (p, d, m) contents
         counter = itertools.count()
+        # the grid depends on the schedule only through whether it interleaves, the floor of a
+        # block (``BlockBounds.floor0``) on the variant only through its chunks and ZeRO stage 0
+        shapes = [(variant.schedule is PipelineSchedule.INTERLEAVED, variant.chunks)
+                  for variant in self.variants]
+        ranks = [self._ranks[variant] for variant in self.variants]
         for f, state in enumerate(self.states):
             fam = state.family
             n = len(fam.layers)
-            for variant in self.variants:
-                # the grid depends on the schedule only through whether it interleaves
-                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp,
-                       variant.schedule is PipelineSchedule.INTERLEAVED, variant.chunks, n)
-                if key not in grids:
+            family_key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp, n)
+            floors: dict[tuple[int, int, bool], float] = {}
+            for variant, shape, rank in zip(self.variants, shapes, ranks, strict=True):
+                key = (*family_key, *shape)
+                found = grids.get(key)
+                if found is None:
                     p, d, m = self.grid(fam, n, variant)
                     content = (p.tobytes(), d.tobytes(), m.tobytes())
-                    grids[key] = (p, d, m, grid_ids.setdefault(content, len(grid_ids)))
-                p, d, m, grid = grids[key]
+                    found = grids[key] = (p, d, m, grid_ids.setdefault(content, len(grid_ids)))
+                p, d, m, grid = found
                 if not len(p):
                     continue
                 self.any_candidate = True
                 blocks.append(CandidateBlock(f, variant, p, d, m, None, grid=grid))
-                floor = self.bounds.floor0(state, variant, p, m, grid)
-                heapq.heappush(heap, (floor, self._ranks[variant], next(counter), len(blocks) - 1))
+                floor_key = (grid, variant.chunks, variant.zero_stage == 0)
+                floor = floors.get(floor_key)
+                if floor is None:
+                    floor = floors[floor_key] = self.bounds.floor0(state, variant, p, m, grid)
+                heap.append((floor, rank, next(counter), len(blocks) - 1))
+        heapq.heapify(heap)  # the keys are distinct (counter): the pops' order is the keys'
         while heap:
             next_bound, rank, count, b = heapq.heappop(heap)
             if next_bound > self.cutoff * (1 + SLACK):
