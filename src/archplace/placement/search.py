@@ -34,11 +34,14 @@ Candidates are visited in order of a lower bound (best first), refined lazily: (
 total time over s and its largest layer, and the smallest possible parameter count of the
 largest device, (1) the exact min-max of time ignoring memory and p2p and a memory screen that
 holds for every schedule (:meth:`SegmentTables.loose_memory_bound`), (2) the exact memory-aware
-tau of the (max T, max params) front. The search stops when the next bound exceeds the k-th
-best iteration time found (with a relative slack of 1e-9 for rounding), so the k best
-candidates are exact. Two dominance rules skip work: memory needs never grow with d, so a
-configuration that does not fit at some d does not fit at a smaller d; and a ZeRO stage's masks
-equal to those of d = 1 (and to those of infinitely many replicas) share their fronts.
+tau of the (max T, max params) front; a block (one family and variant) enters with a scalar
+floor of its level-0 bounds and computes them only when that floor surfaces
+(:class:`~archplace.placement.block_bounds.BlockBounds`), in the same visit order. The search
+stops when the next bound exceeds the k-th best iteration time found (with a relative slack of
+1e-9 for rounding), so the k best candidates are exact. Two dominance rules skip work: memory
+needs never grow with d, so a configuration that does not fit at some d does not fit at a
+smaller d; and a ZeRO stage's masks equal to those of d = 1 (and to those of infinitely many
+replicas) share their fronts.
 """
 
 from __future__ import annotations
