@@ -95,23 +95,22 @@ class FamilyState:
     dense_sum: float = 0.0
     expert_max: float = 0.0
     expert_sum: float = 0.0
-    costs: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = field(
-        default_factory=dict)
-    bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class CandidateBlock:
-    """The candidates of one family and variant, sorted by their current bounds."""
+    """The candidates of one family and variant, sorted by their current bounds (None until
+    the level-0 bounds are computed); ``grid`` numbers the distinct (p, d, m) arrays."""
 
     family: int
     variant: Variant
     p: npt.NDArray[np.int64]
     d: npt.NDArray[np.int64]
     m: npt.NDArray[np.int64]
-    bound: FloatArray
+    bound: FloatArray | None
     refined: bool = False
     next: int = 0
+    grid: int = -1
 
 
 def in_flight_per_position(schedule: PipelineSchedule, p: int, m: int, chunks: int) -> list[int]:

@@ -6,6 +6,7 @@ import enum
 import math
 import numbers
 import operator
+import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -118,6 +119,31 @@ def _finite_non_negative(owner: str, name: str, value: object) -> float:
     if not (math.isfinite(number) and number >= 0):
         raise ConfigError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
     return number
+
+
+_FLOAT_MAX = sys.float_info.max
+
+_COUNT_FIELDS = ("params", "fp8_params", "expert_params")
+"""LayerCost's integer counts."""
+
+_FIGURE_FIELDS = ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes", "working_bytes",
+                  "fwd_flop", "bwd_flop", "selective_recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s",
+                  "selective_recompute_flop", "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s",
+                  "ep_comm_bwd_s")
+"""LayerCost's finite non-negative figures (``selective_activation_bytes`` apart: it may be None)."""
+
+
+def _count(layer: str, name: str, value: object) -> int:
+    """``value`` as a Python int >= 0 (NumPy integers accepted, bools refused)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        count = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        count = -1
+    if count < 0:
+        raise ConfigError(f"layer {layer!r}: {name} must be an integer >= 0, got {value!r}")
+    return count
 
 
 def _positive_int(owner: str, name: str, value: object) -> int:
@@ -236,35 +262,31 @@ class LayerCost:
     ep_comm_bwd_s: float = 0.0
 
     def __post_init__(self) -> None:
-        # NumPy scalars are accepted and stored as Python int / float.
-        owner = f"layer {self.name!r}"
-        for name in ("params", "fp8_params", "expert_params"):
+        # NumPy scalars are accepted and stored as Python int / float. Values that already are
+        # a Python int >= 0 or a finite Python float >= 0 (what the cost code builds) pass a
+        # fast check and are stored as given; anything else takes the full conversion.
+        for name in _COUNT_FIELDS:
             value = getattr(self, name)
-            try:
-                if isinstance(value, bool):
-                    raise TypeError
-                count = operator.index(value)
-            except TypeError:
-                count = -1
-            if count < 0:
-                raise ConfigError(f"{owner}: {name} must be an integer >= 0, got {value!r}")
-            object.__setattr__(self, name, count)
+            if type(value) is not int or value < 0:
+                object.__setattr__(self, name, _count(self.name, name, value))
         for name in ("fp8_params", "expert_params"):
             if getattr(self, name) > self.params:
-                raise ConfigError(f"{owner}: {name} = {getattr(self, name)} exceeds params = {self.params}")
-        for name in ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes",
-                     "working_bytes", "fwd_flop", "bwd_flop", "selective_recompute_s",
-                     "tp_comm_fwd_s", "tp_comm_bwd_s", "selective_recompute_flop",
-                     "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s", "ep_comm_bwd_s"):
-            object.__setattr__(self, name, _finite_non_negative(owner, name, getattr(self, name)))
-        if self.selective_activation_bytes is not None:
+                raise ConfigError(f"layer {self.name!r}: {name} = {getattr(self, name)} exceeds "
+                                  f"params = {self.params}")
+        for name in _FIGURE_FIELDS:
+            value = getattr(self, name)
+            if type(value) is not float or not 0.0 <= value <= _FLOAT_MAX:  # NaN fails too
+                object.__setattr__(self, name, _finite_non_negative(f"layer {self.name!r}", name, value))
+        value = self.selective_activation_bytes
+        if value is not None and (type(value) is not float or not 0.0 <= value <= _FLOAT_MAX):
             object.__setattr__(self, "selective_activation_bytes", _finite_non_negative(
-                owner, "selective_activation_bytes", self.selective_activation_bytes))
-        for pass_ in ("fwd", "bwd"):
-            comm = sum(getattr(self, f"{kind}_comm_{pass_}_s") for kind in ("tp", "cp", "ep"))
-            if comm > getattr(self, f"{pass_}_s") * (1 + 1e-12):
-                raise ConfigError(f"{owner}: TP + CP + EP communication {comm} s exceeds {pass_}_s = "
-                                  f"{getattr(self, f'{pass_}_s')} s (collectives are part of the pass)")
+                f"layer {self.name!r}", "selective_activation_bytes", self.selective_activation_bytes))
+        for pass_, total, comm in (
+                ("fwd", self.fwd_s, self.tp_comm_fwd_s + self.cp_comm_fwd_s + self.ep_comm_fwd_s),
+                ("bwd", self.bwd_s, self.tp_comm_bwd_s + self.cp_comm_bwd_s + self.ep_comm_bwd_s)):
+            if comm > total * (1 + 1e-12):
+                raise ConfigError(f"layer {self.name!r}: TP + CP + EP communication {comm} s exceeds "
+                                  f"{pass_}_s = {total} s (collectives are part of the pass)")
 
     def saved_bytes(self, recompute: Recompute) -> float:
         """Bytes one micro-batch keeps for the backward pass under ``recompute``, in bytes:

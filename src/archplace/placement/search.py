@@ -34,11 +34,14 @@ Candidates are visited in order of a lower bound (best first), refined lazily: (
 total time over s and its largest layer, and the smallest possible parameter count of the
 largest device, (1) the exact min-max of time ignoring memory and p2p and a memory screen that
 holds for every schedule (:meth:`SegmentTables.loose_memory_bound`), (2) the exact memory-aware
-tau of the (max T, max params) front. The search stops when the next bound exceeds the k-th
-best iteration time found (with a relative slack of 1e-9 for rounding), so the k best
-candidates are exact. Two dominance rules skip work: memory needs never grow with d, so a
-configuration that does not fit at some d does not fit at a smaller d; and a ZeRO stage's masks
-equal to those of d = 1 (and to those of infinitely many replicas) share their fronts.
+tau of the (max T, max params) front; a block (one family and variant) enters with a scalar
+floor of its level-0 bounds and computes them only when that floor surfaces
+(:class:`~archplace.placement.block_bounds.BlockBounds`), in the same visit order. The search
+stops when the next bound exceeds the k-th best iteration time found (with a relative slack of
+1e-9 for rounding), so the k best candidates are exact. Two dominance rules skip work: memory
+needs never grow with d, so a configuration that does not fit at some d does not fit at a
+smaller d; and a ZeRO stage's masks equal to those of d = 1 (and to those of infinitely many
+replicas) share their fronts.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from archplace.placement.block_bounds import BlockBounds
 from archplace.placement.budget import TABLE_BYTES, WorkMeter, check_chain_length, dp_cells
 from archplace.placement.candidates import (
     SLACK,
@@ -74,7 +78,7 @@ from archplace.placement.plan import (
 )
 from archplace.placement.tables import ALL_SHARDS, NO_SHARDS, FloatArray, SegmentTables, Shards
 from archplace.placement.timing import dp_degrees, optimizer_step_time_s
-from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, dp_tail_comm_s
+from archplace.placement.zero import dp_tail_comm_s
 
 
 class Search:
@@ -91,20 +95,29 @@ class Search:
         self.meter = WorkMeter(layers=longest, devices=setup.cluster.devices)
         self._resident: list[FamilyState] = []  # families holding tables, least recently used first
         self._held = 0  # bytes of their tables
+        self.bounds = BlockBounds(setup)
+        # the parameter figures of a chain, shared by its families (one per recompute policy)
+        chain_figures: dict[tuple[int, ...], tuple[float, float, bool, float, float, float, float]] = {}
         for fam in families:
             state = FamilyState(fam)
             base = [layer.fwd_s + layer.bwd_s + layer.recompute_s(fam.recompute)
                     for layer in fam.layers]
             state.layer_base_max = max(base)
             state.layer_base_sum = float(sum(base))
-            state.layer_params_max = float(max(layer.params for layer in fam.layers))
-            state.params_sum = float(sum(layer.params for layer in fam.layers))
-            state.experts = any(layer.expert_params for layer in fam.layers)
-            state.dense_max = float(max(layer.params - layer.expert_params for layer in fam.layers))
-            state.dense_sum = float(sum(layer.params - layer.expert_params for layer in fam.layers))
-            state.expert_max = float(max(layer.expert_params for layer in fam.layers))
-            state.expert_sum = float(sum(layer.expert_params for layer in fam.layers))
+            chain = tuple(map(id, fam.layers))  # the layers outlive the search
+            figures = chain_figures.get(chain)
+            if figures is None:
+                params = [layer.params for layer in fam.layers]
+                experts = [layer.expert_params for layer in fam.layers]
+                dense = [total - expert for total, expert in zip(params, experts, strict=True)]
+                figures = (float(max(params)), float(sum(params)), any(experts), float(max(dense)),
+                           float(sum(dense)), float(max(experts)), float(sum(experts)))
+                chain_figures[chain] = figures
+            (state.layer_params_max, state.params_sum, state.experts, state.dense_max, state.dense_sum,
+             state.expert_max, state.expert_sum) = figures
             self.states.append(state)
+        self._ranks = {variant: self._variant_rank(variant) for variant in self.variants}
+        self._interleavable: dict[tuple[int, int, int], npt.NDArray[np.bool_]] = {}
         self.max_zero_stage = max((variant.zero_stage for variant in self.variants), default=0)
         self.found: list[Found] = []
         self.cutoff = np.inf
@@ -123,7 +136,12 @@ class Search:
         width = fam.tp * fam.cp  # devices of one pipeline stage of one replica
         depths = np.arange(2 if interleaved else 1, min(n // v, devices // width) + 1)
         if interleaved:  # only depths with a block-uniform split (``interleaved_splits``)
-            depths = depths[[bool(interleaved_splits(n, int(p) * v)) for p in depths]].astype(np.int64)
+            key = (n, v, len(depths))
+            splittable = self._interleavable.get(key)
+            if splittable is None:
+                splittable = np.array([bool(interleaved_splits(n, int(p) * v)) for p in depths], dtype=bool)
+                self._interleavable[key] = splittable
+            depths = depths[splittable].astype(np.int64)
         g = setup.global_batch
         if setup.dp_must_divide_batch:  # d among the divisors of g / b: a small grid on any cluster
             widths = np.array(dp_degrees(setup, fam.micro_batch, devices // width), dtype=np.int64)
@@ -147,28 +165,6 @@ class Search:
             p, d, m = p[keep], d[keep], m[keep]
         return p, d, m
 
-    def _bound0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
-                d: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> FloatArray:
-        """Level-0 lower bound of every candidate of a block."""
-        v = variant.chunks
-        s = p * v
-        t_low = np.maximum(state.layer_base_max, state.layer_base_sum / s)
-        params = np.maximum(v * state.layer_params_max, state.params_sum / p)
-        return (v * m + p - 1) * t_low + self._tail_bound(state, variant, p, d, params)
-
-    def _costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
-        """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate
-        (:mod:`archplace.placement.layout`)."""
-        key = (p, d)
-        costs = state.costs.get(key)
-        if costs is None:
-            fam = state.family
-            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp)
-            costs = (layout.dense_dp_cost(self.setup.cluster),
-                     layout.expert_dp_cost(self.setup.cluster) if state.experts else (0.0, 0.0))
-            state.costs[key] = costs
-        return costs
-
     def _max_shards(self, state: FamilyState, zero_stage: int, d: int) -> int:
         """The larger ZeRO shard count of a candidate's dense and expert parameters (1 at stage 0)."""
         if zero_stage == 0:
@@ -176,63 +172,6 @@ class Search:
         fam = state.family
         dense = d * fam.cp
         return max(dense, fam.expert_group(d)) if state.experts else dense
-
-    def _tail_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
-                    d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
-        """DP + optimizer tail of a device with ``params`` (charged) parameters, the bucketed
-        (overlapped) gradient reduction counted 0: a lower bound of the tail when params bounds
-        the largest device from below (every other part grows with params). With routed experts
-        the largest of three lower bounds: the optimizer step of ``params`` over the larger shard
-        count, and the tail of the dense part alone and of the experts' part alone, each of a
-        lower bound of the largest device's dense (expert) parameters (every part of the tail is
-        >= 0 and grows with its parameter count)."""
-        setup = self.setup
-        fam = state.family
-        zs = variant.zero_stage
-        coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
-        dense_group = d * fam.cp
-        if not state.experts:
-            return self._group_bound(state, variant, p, d, params, dense_group, 0, coefficient)
-        expert_group = fam.expert_group(d)
-        step = coefficient * params / (np.maximum(dense_group, expert_group) if zs >= 1 else np.ones_like(d))
-        v = variant.chunks
-        dense = self._group_bound(state, variant, p, d, np.maximum(v * state.dense_max, state.dense_sum / p),
-                                  dense_group, 0, coefficient)
-        experts = self._group_bound(state, variant, p, d,
-                                    np.maximum(v * state.expert_max, state.expert_sum / p),
-                                    expert_group, 1, coefficient)
-        return np.maximum(np.asarray(step, dtype=np.float64), np.maximum(dense, experts))
-
-    def _group_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
-                     d: npt.NDArray[np.int64], params: FloatArray, group: npt.NDArray[np.int64],
-                     which: int, coefficient: float) -> FloatArray:
-        """Exposed traffic (bucketed reduction counted 0) + optimizer step of ``params``
-        parameters reduced and sharded over a group of ``group`` ranks (``which``: 0 the DP x CP
-        group, 1 the expert-data-parallel group), as ``zero.dp_tail_comm_s`` charges them."""
-        setup = self.setup
-        zs = variant.zero_stage
-        shards = group if zs >= 1 else 1
-        out: FloatArray = np.asarray(coefficient * params / shards, dtype=np.float64)
-        if zs >= 3:
-            return out
-        pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
-        size = np.broadcast_to(np.asarray(group), pp_b.shape)
-        key = (which, pp_b.tobytes(), dp_b.tobytes(), pp_b.shape)
-        arrays = state.bound_costs.get(key)
-        if arrays is None:
-            pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
-            cost = {pair: self._costs(state, *pair)[which] for pair in set(pairs)}
-            arrays = (np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape),
-                      np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape))
-            state.bound_costs[key] = arrays
-        const, per_byte = arrays
-        # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
-        grads = setup.grad_bytes * par_b
-        comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
-                else np.zeros_like(const))
-        if not variant.overlap and zs <= 1:
-            comm = comm + (const + per_byte * grads if zs == 0 else const / 2.0 + per_byte / 2.0 * grads)
-        return out + np.where((size > 1) & (par_b > 0), comm, 0.0)
 
     def run(self) -> list[Found]:
         """Visit candidates best bound first; returns every found optimum within the cutoff.
@@ -246,29 +185,49 @@ class Search:
     def _run(self) -> list[Found]:
         heap: list[tuple[float, int, int, int]] = []
         blocks: list[CandidateBlock] = []
-        grids: dict[tuple[int, int, int, int, int, PipelineSchedule, int, int],
-                    tuple[npt.NDArray[np.int64], ...]] = {}
+        grids: dict[tuple[int, int, int, int, int, int, bool, int],
+                    tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]] = {}
+        grid_ids: dict[tuple[bytes, bytes, bytes], int] = {}  # distinct (p, d, m) contents
         counter = itertools.count()
+        # the grid depends on the schedule only through whether it interleaves, the floor of a
+        # block (``BlockBounds.floor0``) on the variant only through its chunks and ZeRO stage 0
+        shapes = [(variant.schedule is PipelineSchedule.INTERLEAVED, variant.chunks)
+                  for variant in self.variants]
+        ranks = [self._ranks[variant] for variant in self.variants]
         for f, state in enumerate(self.states):
             fam = state.family
             n = len(fam.layers)
-            for variant in self.variants:
-                key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp, variant.schedule, variant.chunks, n)
-                if key not in grids:
-                    grids[key] = self.grid(fam, n, variant)
-                p, d, m = grids[key]
+            family_key = (fam.tp, fam.micro_batch, fam.cp, fam.ep, fam.etp, n)
+            floors: dict[tuple[int, int, bool], float] = {}
+            for variant, shape, rank in zip(self.variants, shapes, ranks, strict=True):
+                key = (*family_key, *shape)
+                found = grids.get(key)
+                if found is None:
+                    p, d, m = self.grid(fam, n, variant)
+                    content = (p.tobytes(), d.tobytes(), m.tobytes())
+                    found = grids[key] = (p, d, m, grid_ids.setdefault(content, len(grid_ids)))
+                p, d, m, grid = found
                 if not len(p):
                     continue
                 self.any_candidate = True
-                bound = self._bound0(state, variant, p, d, m)
-                blocks.append(CandidateBlock(f, variant, p, d, m, bound))
-                heapq.heappush(heap, (float(bound.min()), self._variant_rank(variant),
-                                      next(counter), len(blocks) - 1))
+                blocks.append(CandidateBlock(f, variant, p, d, m, None, grid=grid))
+                floor_key = (grid, variant.chunks, variant.zero_stage == 0)
+                floor = floors.get(floor_key)
+                if floor is None:
+                    floor = floors[floor_key] = self.bounds.floor0(state, variant, p, m, grid)
+                heap.append((floor, rank, next(counter), len(blocks) - 1))
+        heapq.heapify(heap)  # the keys are distinct (counter): the pops' order is the keys'
         while heap:
-            next_bound, _, _, b = heapq.heappop(heap)
+            next_bound, rank, count, b = heapq.heappop(heap)
             if next_bound > self.cutoff * (1 + SLACK):
                 break
             block = blocks[b]
+            if block.bound is None:  # level-0 bounds, computed when the block's floor surfaces
+                state = self.states[block.family]
+                block.bound = self.bounds.bound0(state, block.variant, block.p, block.d, block.m, block.grid)
+                # the key the block would have entered with: the heap pops as if it had
+                heapq.heappush(heap, (float(block.bound.min()), rank, count, b))
+                continue
             if not block.refined:
                 self._refine(block)
             else:
@@ -277,8 +236,7 @@ class Search:
                             int(block.m[i]))
                 block.next = i + 1
             if block.next < len(block.p):
-                heapq.heappush(heap, (float(block.bound[block.next]),
-                                      self._variant_rank(block.variant), next(counter), b))
+                heapq.heappush(heap, (float(block.bound[block.next]), rank, next(counter), b))
         limit = self.cutoff * (1 + SLACK)
         return [found for found in self.found if found.value <= limit]
 
@@ -295,7 +253,7 @@ class Search:
         p, d, m = block.p[keep], block.d[keep], block.m[keep]
         params = np.maximum(v * state.layer_params_max, state.params_sum / p)
         bound = ((v * m + p - 1) * tab.time_bound()[p * v]
-                 + self._tail_bound(state, variant, p, d, params))
+                 + self.bounds.tail_bound(state, variant, p, d, params))
         order = np.lexsort((p, p * d, bound))
         block.p, block.d, block.m, block.bound = p[order], d[order], m[order], bound[order]
         block.refined = True
@@ -497,7 +455,7 @@ class Search:
         """The tail of a device with ``params`` (charged) parameters without overlap, as
         ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1, chains without experts)."""
         setup = self.setup
-        cost = self._costs(state, p, d)[0]
+        cost = self.bounds.costs(state, p, d)[0]
         dense = d * state.family.cp
         exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
                                  dp=dense, params=float(params), backward_s=0.0, overlap=False)[0]

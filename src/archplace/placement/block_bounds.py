@@ -1,0 +1,155 @@
+"""Lower bounds of the plan search's candidate blocks (:mod:`archplace.placement.search`):
+the level-0 bound of every candidate of a block (its time over s segments and DP + optimizer
+tail at the fewest parameters a device can hold), a scalar floor of a block's least level-0
+bound, and the DP-group all-reduce costs they use, shared by the blocks of one search."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import numpy.typing as npt
+
+from archplace.placement.candidates import FamilyState, Variant
+from archplace.placement.layout import RankLayout
+from archplace.placement.plan import TrainingSetup
+from archplace.placement.tables import FloatArray
+from archplace.placement.timing import optimizer_step_time_s
+from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM
+
+
+class BlockBounds:
+    """Bounds of candidate blocks on one setup, with their caches (see the module docstring)."""
+
+    def __init__(self, setup: TrainingSetup) -> None:
+        self.setup = setup
+        self._step_coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
+        # all-reduce costs of the DP x CP and expert-data-parallel groups, per (tp, cp, ep, etp,
+        # experts, p, d), and as arrays over a block's (p, d) (``group_bound``): the families
+        # sharing their degrees share them
+        self._layout_costs: dict[tuple[object, ...], tuple[tuple[float, float], tuple[float, float]]] = {}
+        self._bound_costs: dict[tuple[object, ...], tuple[FloatArray, FloatArray]] = {}
+        self._tails0: dict[tuple[object, ...], FloatArray] = {}  # level-0 tail bounds (``bound0``)
+        self._bounds0: dict[tuple[object, ...], FloatArray] = {}
+        self._grid_floors: dict[tuple[int, int], tuple[float, float, float]] = {}  # ``floor0`` per (grid, v)
+
+    def floor0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                m: npt.NDArray[np.int64], grid: int) -> float:
+        """A lower bound of the least level-0 bound of a block (:meth:`bound0`), without its
+        arrays: K t_low >= max(K / s * (sum of the layer times), K * (largest layer time)) with
+        K = v m + p - 1 and s = p v, each term at its least over the block, plus (ZeRO stage 0)
+        the optimizer step of the fewest parameters a device can hold, the rest of the tail
+        counted 0; lowered by a relative 1e-9 to stay below the floating-point figure, and
+        finite. The search enters every block with it and computes the block's level-0 bounds
+        when it surfaces, then re-enters the block with the least of them under its original
+        tie-breakers, so blocks are visited in the same order as if they had entered with their
+        level-0 bounds."""
+        v = variant.chunks
+        key = (grid, v)
+        ratios = self._grid_floors.get(key)
+        if ratios is None:
+            k_factor = v * m + p - 1
+            ratios = (float(np.min(k_factor / (p * v))), float(np.min(k_factor)), float(np.max(p)))
+            self._grid_floors[key] = ratios
+        k_per_segment, k_min, p_max = ratios
+        floor = max(k_per_segment * state.layer_base_sum, k_min * state.layer_base_max)
+        if variant.zero_stage == 0:
+            floor += self._step_coefficient * max(v * state.layer_params_max, state.params_sum / p_max)
+        return min(floor * (1 - 1e-9), sys.float_info.max)
+
+    def bound0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                d: npt.NDArray[np.int64], m: npt.NDArray[np.int64], grid: int) -> FloatArray:
+        """Level-0 lower bound of every candidate of a block, ``grid`` numbering the distinct
+        (p, d, m) arrays: blocks with equal inputs (1F1B and GPipe; families differing by
+        recompute policy alone for the tail) share the arrays (computed once, never mutated)."""
+        v = variant.chunks
+        fam = state.family
+        tail_key = (grid, v, variant.zero_stage, variant.overlap, fam.tp, fam.cp, fam.ep, fam.etp,
+                    state.experts, state.layer_params_max, state.params_sum, state.dense_max,
+                    state.dense_sum, state.expert_max, state.expert_sum)
+        bound_key = (*tail_key, state.layer_base_max, state.layer_base_sum)
+        bound = self._bounds0.get(bound_key)
+        if bound is not None:
+            return bound
+        tail = self._tails0.get(tail_key)
+        if tail is None:
+            params = np.maximum(v * state.layer_params_max, state.params_sum / p)
+            tail = self.tail_bound(state, variant, p, d, params)
+            self._tails0[tail_key] = tail
+        s = p * v
+        t_low = np.maximum(state.layer_base_max, state.layer_base_sum / s)
+        bound = (v * m + p - 1) * t_low + tail
+        self._bounds0[bound_key] = bound
+        return bound
+
+    def costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate
+        (:mod:`archplace.placement.layout`)."""
+        fam = state.family
+        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d)  # shared by the families
+        costs = self._layout_costs.get(key)
+        if costs is None:
+            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp)
+            costs = (layout.dense_dp_cost(self.setup.cluster),
+                     layout.expert_dp_cost(self.setup.cluster) if state.experts else (0.0, 0.0))
+            self._layout_costs[key] = costs
+        return costs
+
+    def tail_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                   d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
+        """DP + optimizer tail of a device with ``params`` (charged) parameters, the bucketed
+        (overlapped) gradient reduction counted 0: a lower bound of the tail when params bounds
+        the largest device from below (every other part grows with params). With routed experts
+        the largest of three lower bounds: the optimizer step of ``params`` over the larger shard
+        count, and the tail of the dense part alone and of the experts' part alone, each of a
+        lower bound of the largest device's dense (expert) parameters (every part of the tail is
+        >= 0 and grows with its parameter count)."""
+        setup = self.setup
+        fam = state.family
+        zs = variant.zero_stage
+        coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
+        dense_group = d * fam.cp
+        if not state.experts:
+            return self.group_bound(state, variant, p, d, params, dense_group, 0, coefficient)
+        expert_group = fam.expert_group(d)
+        step = coefficient * params / (np.maximum(dense_group, expert_group) if zs >= 1 else np.ones_like(d))
+        v = variant.chunks
+        dense = self.group_bound(state, variant, p, d, np.maximum(v * state.dense_max, state.dense_sum / p),
+                                  dense_group, 0, coefficient)
+        experts = self.group_bound(state, variant, p, d,
+                                    np.maximum(v * state.expert_max, state.expert_sum / p),
+                                    expert_group, 1, coefficient)
+        return np.maximum(np.asarray(step, dtype=np.float64), np.maximum(dense, experts))
+
+    def group_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                    d: npt.NDArray[np.int64], params: FloatArray, group: npt.NDArray[np.int64],
+                    which: int, coefficient: float) -> FloatArray:
+        """Exposed traffic (bucketed reduction counted 0) + optimizer step of ``params``
+        parameters reduced and sharded over a group of ``group`` ranks (``which``: 0 the DP x CP
+        group, 1 the expert-data-parallel group), as ``zero.dp_tail_comm_s`` charges them."""
+        setup = self.setup
+        zs = variant.zero_stage
+        shards = group if zs >= 1 else 1
+        out: FloatArray = np.asarray(coefficient * params / shards, dtype=np.float64)
+        if zs >= 3:
+            return out
+        pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
+        size = np.broadcast_to(np.asarray(group), pp_b.shape)
+        fam = state.family
+        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, which, pp_b.tobytes(), dp_b.tobytes(),
+               pp_b.shape)
+        arrays = self._bound_costs.get(key)
+        if arrays is None:
+            pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
+            cost = {pair: self.costs(state, *pair)[which] for pair in set(pairs)}
+            arrays = (np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape),
+                      np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape))
+            self._bound_costs[key] = arrays
+        const, per_byte = arrays
+        # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
+        grads = setup.grad_bytes * par_b
+        comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
+                else np.zeros_like(const))
+        if not variant.overlap and zs <= 1:
+            comm = comm + (const + per_byte * grads if zs == 0 else const / 2.0 + per_byte / 2.0 * grads)
+        return out + np.where((size > 1) & (par_b > 0), comm, 0.0)
