@@ -57,7 +57,7 @@ search (``best / tpuv4``).  Every result is kept in a SQLite result store as it 
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/reproduce_phaze.py --quick            # a 32-design sub-space, minutes
+    .venv/bin/python benchmarks/reproduce_phaze.py --quick            # a 48-design sub-space, minutes
     nice -n 10 .venv/bin/python benchmarks/reproduce_phaze.py --store phaze-full.db --out results.json
 
 ``--quick`` searches a small sub-space of ``phaze`` (:data:`QUICK_SPACE`, written next to the
@@ -106,15 +106,16 @@ LINKS: dict[str, str | None] = {"realistic": None, "phaze-paper": "phaze-paper"}
 """Link settings: a label -> the cluster preset (None: the space's base design's links)."""
 
 QUICK_SPACE = """\
-# A 32-design sub-space of PHAZE's space for a run of a few minutes (benchmarks/reproduce_phaze.py
-# --quick): the phaze space's base and area rule, around its reference design.
+# A 48-design sub-space of PHAZE's space for a run of a few minutes (benchmarks/reproduce_phaze.py
+# --quick): the phaze space's base and area rule; 8, 16 or 64 arrays of 64 or 128 rows and
+# columns, 2, 64 or 256 vector cores, 32 MiB of buffer, 32 or 80 GiB of HBM.
 source: "sub-space of the phaze space (benchmarks/reproduce_phaze.py --quick)"
 base: phaze-ref
-tensor_cores: [4, 8, 16]
+tensor_cores: [8, 16, 64]
 array_rows: [64, 128]
-array_cols: [128, 256]
-vector_cores: [2]
-buffer: [32 MiB, 128 MiB]
+array_cols: [64, 128]
+vector_cores: [2, 64, 256]
+buffer: [32 MiB]
 hbm: [32 GiB, 80 GiB]
 vector_lanes_per_col: 1
 area_min_fraction: 0.3
@@ -298,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="models (default: PHAZE's five)")
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: the usable CPUs)")
     parser.add_argument("--quick", action="store_true",
-                        help="search a 32-design sub-space of phaze instead of --space (a few minutes)")
+                        help="search a 48-design sub-space of phaze instead of --space (a few minutes)")
     parser.add_argument("--store", default=None,
                         help="SQLite result store; a re-run with the same options resumes from it")
     parser.add_argument("--out", default=None, help="write the rows and the searches as JSON here")
