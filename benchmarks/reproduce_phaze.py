@@ -57,11 +57,17 @@ search (``best / tpuv4``).  Every result is kept in a SQLite result store as it 
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/reproduce_phaze.py --quick            # a 48-design sub-space, minutes
-    nice -n 10 .venv/bin/python benchmarks/reproduce_phaze.py --store phaze-full.db --out results.json
+    .venv/bin/python benchmarks/reproduce_phaze.py --quick --jobs 2 --store quick.db --out quick.json
+    nice -n 10 .venv/bin/python benchmarks/reproduce_phaze.py --jobs 2 --store phaze-full.db --out full.json
 
-``--quick`` searches a small sub-space of ``phaze`` (:data:`QUICK_SPACE`, written next to the
-store) instead of the whole space.
+``--quick`` searches a 48-design sub-space of ``phaze`` (:data:`QUICK_SPACE`, written next to the
+store) instead of the whole space: about a minute with realistic links and 20 with
+``phaze-paper``'s on 2 busy cores.  Over the whole space the six searches with realistic links
+take about 50 minutes on 2 busy cores; those with ``phaze-paper`` links take days, because
+with 4 GiB/s links the iteration is mostly communication, which the pruning bound
+(:mod:`archplace.search.bounds`: computation and memory only) does not see, so almost nothing
+is pruned.  The result store keeps every finished design, so an interrupted run (Ctrl-C) resumes
+where it stopped.  ``docs/validation.md`` ("PHAZE's experiment") shows the tables.
 """
 
 from __future__ import annotations
@@ -299,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="models (default: PHAZE's five)")
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: the usable CPUs)")
     parser.add_argument("--quick", action="store_true",
-                        help="search a 48-design sub-space of phaze instead of --space (a few minutes)")
+                        help="search a 48-design sub-space of phaze instead of --space (about 20 minutes)")
     parser.add_argument("--store", default=None,
                         help="SQLite result store; a re-run with the same options resumes from it")
     parser.add_argument("--out", default=None, help="write the rows and the searches as JSON here")
