@@ -46,8 +46,9 @@ experiment this script runs with archplace's public API:
 The rest of the plan search is archplace's default, the same for every design and for the
 baseline: micro-batch 1, 2, 4, 8, recompute none or full, the 1F1B, interleaved and GPipe
 schedules, ZeRO stages 0 to 3, DP overlap on and off, every pipeline depth and stage split.
-PHAZE's solver uses PipeDream-flush (1F1B) and no ZeRO; archplace's wider plan search can only
-find plans at least as fast.
+PHAZE's solver (``Solver/solver.py``) uses PipeDream-flush (1F1B), which archplace's wider plan
+search includes, and prices the optimizer state of SGD (``optimizer_type = "SGD"``), where
+archplace's search prices Adam's (more memory per parameter).
 
 For each link setting the script runs the joint search and one search per model (strategy
 ``exhaustive``, provably optimal), and prints per model: the best design, its plan, its
