@@ -257,6 +257,15 @@ def cp_ep_problems(draw):
                                    st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]), st.just(1)),
                          min_size=1, max_size=3, unique=True))
     costs = {key: draw(moe_chains(n, key.cp, key.ep)) for key in keys}
+    return draw(training_problems(costs, keys))
+
+
+@st.composite
+def training_problems(draw, costs, keys):
+    """(costs, setup, plan options, top_k) for chains ``costs``: a cluster of 2..16 devices, HBM
+    from a fifth to three times what the first key's chain needs without sharding, and subsets of
+    the recompute policies, schedules, ZeRO stages and overlap settings (shared with the
+    expert-TP brute force)."""
     devices = draw(st.integers(2, 16))
     c = Cluster(devices=devices, devices_per_node=draw(st.sampled_from([1, 2, 4, 8])) if devices > 8
                 else draw(st.integers(1, devices)),
@@ -296,9 +305,10 @@ def check_against_brute_force(problem, note=event):
     check_ranking(results, brute, top_k)
     for result in results:
         plan = result.plan
-        note(f"cp={plan.cp} ep={plan.ep}")
+        note(f"cp={plan.cp} ep={plan.ep} etp={plan.etp}")
         layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)]
         assert result == evaluate_plan(layers, s, plan)
+        assert (plan.tp * plan.cp * plan.dp) % (plan.etp * plan.ep) == 0
         check_breakdown_sums(result)
     assert len({rank_key(r.plan)[:-1] for r in results}) == len(results)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from placement_helpers import RECOMPUTES, brute_force, check_ranking, rank_key
+from test_cp_ep_engine import check_against_brute_force, training_problems
 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
@@ -18,9 +18,7 @@ from archplace.placement.layout import RankLayout, group_allreduce_cost
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan, plan_memory
 from archplace.placement.plan import (
     CostKey,
-    GradReduceDtype,
     LayerCost,
-    Optimizer,
     PipelineSchedule,
     Plan,
     RankOrder,
@@ -212,53 +210,9 @@ def etp_problems(draw):
                                    st.sampled_from([1, 2, 4])),
                          min_size=1, max_size=3, unique=True))
     costs = {key: draw(etp_chains(n, key.cp, key.ep, key.etp)) for key in keys}
-    devices = draw(st.integers(2, 16))
-    c = Cluster(devices=devices, devices_per_node=draw(st.sampled_from([1, 2, 4, 8])) if devices > 8
-                else draw(st.integers(1, devices)),
-                intra_node_bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e10])),
-                inter_node_bandwidth_bytes_per_s=draw(st.sampled_from([1e7, 1e8])),
-                intra_node_latency_s=1e-6, inter_node_latency_s=draw(st.sampled_from([1e-5, 1e-2])))
-    first = costs[keys[0]]
-    need = 18.0 * sum(layer.params for layer in first) + sum(layer.activation_bytes for layer in first) + 1e5
-    s = TrainingSetup(cluster=c, global_batch=draw(st.sampled_from([4, 8, 16, 12])), seq_len=128,
-                      hbm_bytes=need * draw(st.sampled_from([0.2, 0.4, 0.7, 1.0, 3.0])),
-                      hbm_bandwidth_bytes_per_s=draw(st.sampled_from([1e8, 1e11])), peak_flop_per_s=1e12,
-                      optimizer=draw(st.sampled_from(list(Optimizer))),
-                      dp_must_divide_batch=draw(st.booleans()),
-                      grad_reduce_dtype=draw(st.sampled_from(list(GradReduceDtype))),
-                      rank_order=draw(st.sampled_from(list(RankOrder))))
-    subset = st.lists(st.sampled_from(RECOMPUTES), min_size=1, max_size=2, unique=True)
-    options = dict(recomputes=draw(subset),
-                   schedules=draw(st.lists(st.sampled_from(list(PipelineSchedule)), min_size=1, max_size=2,
-                                           unique=True)),
-                   chunks=(2,), zero_stages=tuple(draw(st.lists(st.sampled_from([0, 1, 2, 3]), min_size=1,
-                                                                max_size=3, unique=True))),
-                   dp_overlap=tuple(draw(st.lists(st.booleans(), min_size=1, max_size=2, unique=True))))
-    return costs, s, options, draw(st.sampled_from([1, 3]))
+    return draw(training_problems(costs, keys))
 
 
-def check_against_brute_force(problem, note=event):
-    costs, s, options, top_k = problem
-    brute = brute_force(costs, s, recomputes=options["recomputes"], schedules=options["schedules"],
-                        chunks=options["chunks"], zeros=options["zero_stages"],
-                        overlaps=options["dp_overlap"])
-    note("no valid plan" if not brute.any_valid else "nothing fits" if not brute.ranked else "feasible")
-    if not brute.ranked:
-        with pytest.raises(InfeasibleError, match="^no (valid plan|plan fits)"):
-            plan_search(costs, s, top_k=top_k, **options)
-        return
-    results = plan_search(costs, s, top_k=top_k, **options)
-    check_ranking(results, brute, top_k)
-    for result in results:
-        plan = result.plan
-        note(f"etp={plan.etp} ep={plan.ep} tp={plan.tp}")
-        layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)]
-        assert result == evaluate_plan(layers, s, plan)
-        assert (plan.tp * plan.cp * plan.dp) % (plan.etp * plan.ep) == 0
-    assert len({rank_key(r.plan)[:-1] for r in results}) == len(results)
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(etp_problems())
 def test_plan_search_with_etp_equals_brute_force(problem):
     check_against_brute_force(problem)
