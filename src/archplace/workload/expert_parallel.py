@@ -32,6 +32,7 @@ import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.workload import experts_op
@@ -272,15 +273,23 @@ def shard_layer(layer: Layer, ep: int, capacity_factor: float = 1.0, load_imbala
     # results feeding the gating activation (for its gradient), factor x the traced rows.
     saved_width = sum(op.k for op in forward) + sum(op.n for op in forward[:-1])
     extra = (factor - 1.0) * routed * saved_width * dtype_bytes
-    expert_params = layer.expert_params // ep
+    return with_region(layer, fwd, bwd, extra, layer.expert_params // ep,
+                       tokens_per_expert=rows_per_expert, ep=ep, all_to_all_bytes=buffer if ep > 1 else 0.0)
+
+
+def with_region(layer: Layer, fwd: OpGraph, bwd: OpGraph, extra_bytes: float, expert_params: int,
+                **fields: Any) -> Layer:
+    """``layer`` with its experts' region rewritten: the new graphs, ``extra_bytes`` more saved
+    for the backward pass (all recompute policies), ``expert_params`` routed-expert parameters
+    in place of its own (the rest of its parameters unchanged), the working set of the new
+    graphs' largest operator, and ``fields`` (its expert-parallel or expert-TP figures)."""
     return dataclasses.replace(
         layer, params=layer.params - layer.expert_params + expert_params, fwd=fwd, bwd=bwd,
-        activation_bytes=layer.activation_bytes + extra,
-        selective_activation_bytes=layer.selective_activation_bytes + extra,
+        activation_bytes=layer.activation_bytes + extra_bytes,
+        selective_activation_bytes=layer.selective_activation_bytes + extra_bytes,
         working_bytes=max((op.bytes_read + op.bytes_written for g in (fwd, bwd) for op in g.ops),
                           default=0.0),
-        tokens_per_expert=rows_per_expert, expert_params=expert_params, ep=ep,
-        all_to_all_bytes=buffer if ep > 1 else 0.0)
+        expert_params=expert_params, **fields)
 
 
 def shard_experts(chain: LayerChain, ep: int, capacity_factor: float = 1.0, load_imbalance: float = 1.0,

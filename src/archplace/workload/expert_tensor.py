@@ -37,7 +37,7 @@ import math
 
 from archplace.errors import ConfigError
 from archplace.workload import experts_op
-from archplace.workload.expert_parallel import _grouped, _region, wrap_region
+from archplace.workload.expert_parallel import _grouped, _region, with_region, wrap_region
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain
 from archplace.workload.zoo import ModelSpec
@@ -151,15 +151,8 @@ def split_layer(layer: Layer, etp: int, dtype_bytes: int = 2) -> Layer:
     fwd, bwd = (_split_graph(g, phase, etp, buffer, elements, dtype_bytes)
                 for g, phase in ((layer.fwd, Phase.FWD), (layer.bwd, Phase.BWD)))
     extra = float((etp - 1) * rows * hidden * dtype_bytes)  # the gathered gate/up input, saved
-    expert_params = math.ceil(layer.expert_params / etp)
-    return dataclasses.replace(
-        layer, params=layer.params - layer.expert_params + expert_params, fwd=fwd, bwd=bwd,
-        activation_bytes=layer.activation_bytes + extra,
-        selective_activation_bytes=layer.selective_activation_bytes + extra,
-        working_bytes=max((op.bytes_read + op.bytes_written for g in (fwd, bwd) for op in g.ops),
-                          default=0.0),
-        tokens_per_expert=etp * layer.tokens_per_expert, expert_params=expert_params, etp=etp,
-        expert_tp_bytes=buffer)
+    return with_region(layer, fwd, bwd, extra, math.ceil(layer.expert_params / etp),
+                       tokens_per_expert=etp * layer.tokens_per_expert, etp=etp, expert_tp_bytes=buffer)
 
 
 def split_experts(chain: LayerChain, etp: int, dtype_bytes: int = 2) -> LayerChain:
