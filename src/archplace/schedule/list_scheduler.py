@@ -58,6 +58,7 @@ from archplace.schedule.timeline import (
     Schedule,
     ScheduledOp,
     Timeline,
+    ordered_by,
     serial_schedule,
 )
 from archplace.workload.graph import CoreType
@@ -352,19 +353,7 @@ def _plan(graph: _Graph, target_s: float | None, forward: bool) -> _Plan:
 
 def _topological_by(graph: _Graph, key: list[float]) -> list[int]:
     """:func:`~archplace.schedule.timeline.topological_by` with the graph's successor lists."""
-    succs = graph.succs
-    waiting = [len(p) for p in graph.preds]
-    ready = [(key[i], i) for i in range(graph.n) if waiting[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for s in succs[i]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                heapq.heappush(ready, (key[s], s))
-    return order
+    return ordered_by(graph.succs, [len(p) for p in graph.preds], key)
 
 
 def _profile_pass(graph: _Graph, target_s: float | None, forward: bool = True,

@@ -214,9 +214,14 @@ class Timeline:
 def topological_by(problem: ScheduleProblem, key: Sequence[float]) -> list[int]:
     """The ops in increasing ``key`` (ties by id), except that no op comes before its
     predecessors -- the start order of a schedule, robust to solver tolerances."""
-    succs = problem.successors()
-    waiting = [len(op.preds) for op in problem.ops]
-    ready = [(key[i], i) for i in range(len(problem.ops)) if waiting[i] == 0]
+    return ordered_by(problem.successors(), [len(op.preds) for op in problem.ops], key)
+
+
+def ordered_by(succs: Sequence[Sequence[int]], indegree: Sequence[int], key: Sequence[float]) -> list[int]:
+    """Kahn's topological order of a DAG given by its successor lists and in-degrees, taking the
+    ready op of least ``(key, id)`` first (:func:`topological_by` for any graph form)."""
+    waiting = list(indegree)
+    ready = [(key[i], i) for i in range(len(waiting)) if waiting[i] == 0]
     heapq.heapify(ready)
     order = []
     while ready:

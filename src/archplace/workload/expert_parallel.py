@@ -302,14 +302,22 @@ def shard_experts(chain: LayerChain, ep: int, capacity_factor: float = 1.0, load
     """
     if (ep, capacity_factor, load_imbalance) == (1, 1.0, 1.0):
         return chain
+    return map_shared_layers(chain, lambda layer: shard_layer(layer, ep, capacity_factor, load_imbalance,
+                                                              dtype_bytes), ep=ep)
+
+
+def map_shared_layers(chain: LayerChain, rewrite: Callable[[Layer], Layer], **fields: Any) -> LayerChain:
+    """``chain`` with ``rewrite`` applied to each layer, once per distinct graph (the blocks of a
+    run share their traced graphs, so they share the rewritten ones too; each keeps its name),
+    and ``fields`` set on the chain."""
     done: dict[int, Layer] = {}
     layers = []
     for layer in chain.layers:
         key = id(layer.fwd)
         if key not in done:
-            done[key] = shard_layer(layer, ep, capacity_factor, load_imbalance, dtype_bytes)
+            done[key] = rewrite(layer)
         layers.append(dataclasses.replace(done[key], name=layer.name))
-    return dataclasses.replace(chain, layers=tuple(layers), ep=ep)
+    return dataclasses.replace(chain, layers=tuple(layers), **fields)
 
 
 __all__ = ["ALL_TO_ALL", "check_ep", "load_factor", "shard_experts", "shard_layer", "shared_expert_width",

@@ -37,7 +37,7 @@ import math
 
 from archplace.errors import ConfigError
 from archplace.workload import experts_op
-from archplace.workload.expert_parallel import _grouped, _region, with_region, wrap_region
+from archplace.workload.expert_parallel import _grouped, _region, map_shared_layers, with_region, wrap_region
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain
 from archplace.workload.zoo import ModelSpec
@@ -164,14 +164,7 @@ def split_experts(chain: LayerChain, etp: int, dtype_bytes: int = 2) -> LayerCha
     """
     if etp == 1:
         return chain
-    done: dict[int, Layer] = {}
-    layers = []
-    for layer in chain.layers:
-        key = id(layer.fwd)
-        if key not in done:
-            done[key] = split_layer(layer, etp, dtype_bytes)
-        layers.append(dataclasses.replace(done[key], name=layer.name))
-    return dataclasses.replace(chain, layers=tuple(layers), etp=etp)
+    return map_shared_layers(chain, lambda layer: split_layer(layer, etp, dtype_bytes), etp=etp)
 
 
 __all__ = ["ETP_ALL_GATHER", "ETP_REDUCE_SCATTER", "ETP_TARGETS", "check_etp", "expert_width",
