@@ -25,8 +25,15 @@ compute, so a bound can rule a design out before its schedules are computed:
    design whose HBM is smaller cannot train the model at all.
 
 So ``throughput <= N * per_device`` and ``throughput / (TDP * devices used) <= per_device /
-TDP`` (the per-watt objective of WHAM).  Pruning a design whose bound is below the incumbent's
-score therefore never changes the answer; ties are not pruned.
+TDP`` (the per-watt objective of WHAM).
+
+4. **Communication floor** (given the search's :class:`~archplace.search.comm_floor.PlanLimits`):
+   the pipeline's sends and the data-parallel traffic no plan avoids, added to the compute floor
+   plan by plan (:mod:`archplace.search.comm_floor`); it replaces the two bounds of point 2 by
+   tighter ones.
+
+Pruning a design whose bound is below the incumbent's score therefore never changes the answer;
+ties are not pruned.
 
 :func:`design_bound` bounds one core configuration; the search bounds all of them at once with
 :func:`archplace.search.bounds_many.design_bounds` (the same floats, bit for bit) and keeps them in
@@ -40,6 +47,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from archplace.cost.model import CostModel
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.power import tdp_w
@@ -52,6 +61,7 @@ from archplace.placement.memory import (
 from archplace.placement.plan import Optimizer
 from archplace.schedule.bounds import lower_bound_s
 from archplace.schedule.problem import ScheduleProblem
+from archplace.search.comm_floor import ChainShape, PlanLimits, plan_bounds
 from archplace.workload.graph import OpGraph
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 
@@ -61,20 +71,20 @@ class DesignBound:
     """Upper bounds for one core configuration (any HBM capacity).
 
     Attributes:
-        samples_per_s_per_device: samples/s per device used, at most (point 2 above).
-        devices: devices in the cluster.
+        samples_per_s: samples/s of the cluster, at most (points 2 and 4 above).
+        samples_per_s_per_device: samples/s per device used, at most.
         model_state_floor_bytes: per-device memory no plan can go below (point 3).
     """
 
+    samples_per_s: float
     samples_per_s_per_device: float
-    devices: int
     model_state_floor_bytes: float
 
     def throughput(self, acc: Accelerator) -> float:
         """Upper bound of samples/s of ``acc`` (0 when its HBM is below the memory floor)."""
         if acc.hbm_bytes < self.model_state_floor_bytes:
             return 0.0
-        return self.samples_per_s_per_device * self.devices
+        return self.samples_per_s
 
     def per_watt(self, acc: Accelerator) -> float:
         """Upper bound of samples/s per watt of TDP of the devices used."""
@@ -109,7 +119,8 @@ def chain_floor_s(chain: LayerChain, acc: Accelerator, cost: CostModel,
 def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices: int, cost: CostModel,
                  optimizer: Optimizer = Optimizer.ADAM,
                  grad_bytes: int = GRADIENT_BYTES_PER_PARAM, *,
-                 fp8_cost: CostModel | None = None, bf16: bool = True) -> DesignBound:
+                 fp8_cost: CostModel | None = None, bf16: bool = True,
+                 limits: PlanLimits | None = None) -> DesignBound:
     """Bounds of ``acc``'s core configuration over the plan space given by ``chains``' keys.
 
     Args:
@@ -124,20 +135,30 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
             tensor cores): the bound is the larger of the two precisions' (FP8's weight cache
             only adds memory, so the memory floor holds for both).
         bf16: the plan space tries bf16 (False with fp8 only).
+        limits: the search's plan limits: with them, the communication floor of point 4 too
+            (their ``devices`` and ``grad_bytes`` are used for it); None: compute only.
 
     Raises:
         ValueError: ``chains`` is empty.
     """
     if not chains:
         raise ValueError("design_bound needs at least one layer chain")
-    per_device = 0.0
+    per_device = rate = 0.0
     fp8 = [fp8_cost] if fp8_cost is not None and acc.fp8_speedup is not None else []
-    for (tp, micro_batch, *_), chain in chains.items():
+    for key, chain in chains.items():
         floors = ([chain_floor_s(chain, acc, cost)] if bf16 else []) + [chain_floor_s(chain, acc, cost, f)
                                                                          for f in fp8]
+        if limits is not None:
+            both = plan_bounds(np.array([min(floors, default=math.inf)]), CostKey.of(key),
+                               ChainShape.of(chain.layers), limits)
+            rate, per_device = max(rate, float(both[0][0])), max(per_device, float(both[1][0]))
+            continue
+        tp, micro_batch = key[0], key[1]
         for floor_s in floors:
             per_device = max(per_device, math.inf if floor_s <= 0 else micro_batch / (tp * floor_s))
-    return DesignBound(per_device, devices, memory_floor_bytes(chains, devices, optimizer, grad_bytes))
+    if limits is None:
+        rate = per_device * devices
+    return DesignBound(rate, per_device, memory_floor_bytes(chains, devices, optimizer, grad_bytes))
 
 
 def memory_floor_bytes(chains: Mapping[CostKey, LayerChain], devices: int,

@@ -39,6 +39,7 @@ from archplace.placement.costs import CostKey
 from archplace.placement.memory import GRADIENT_BYTES_PER_PARAM
 from archplace.placement.plan import Optimizer
 from archplace.search.bounds import DesignBound, memory_floor_bytes
+from archplace.search.comm_floor import ChainShape, PlanLimits, plan_bounds
 from archplace.workload.graph import CoreType, Operator, OpGraph
 from archplace.workload.layers import LayerChain, LayerKind
 
@@ -280,10 +281,10 @@ def chain_floors_s(chain: LayerChain, latencies: _Latencies, fp8: bool,
 def design_bounds(accs: Sequence[Accelerator], chains: Mapping[CostKey, LayerChain], devices: int,
                   cost: SystolicCostModel, optimizer: Optimizer = Optimizer.ADAM,
                   grad_bytes: int = GRADIENT_BYTES_PER_PARAM, *, fp8: bool = False,
-                  bf16: bool = True) -> list[DesignBound]:
+                  bf16: bool = True, limits: PlanLimits | None = None) -> list[DesignBound]:
     """:func:`archplace.search.bounds.design_bound` of each of ``accs`` (U core configurations),
     equal bit for bit; ``fp8`` stands for its ``fp8_cost`` (an
-    :class:`~archplace.cost.precision.Fp8CostModel` around ``cost``).
+    :class:`~archplace.cost.precision.Fp8CostModel` around ``cost``), ``limits`` as there.
 
     Raises:
         ValueError: ``chains`` is empty.
@@ -296,16 +297,30 @@ def design_bounds(accs: Sequence[Accelerator], chains: Mapping[CostKey, LayerCha
     floor_bytes = memory_floor_bytes(chains, devices, optimizer, grad_bytes)
     with_fp8 = np.array([a.fp8_speedup is not None for a in accs]) if fp8 else np.zeros(len(accs), dtype=bool)
     per_device = np.zeros(len(accs))
+    rate = np.zeros(len(accs))
     latencies = _Latencies(accs, cost)
     fp8_index = np.flatnonzero(with_fp8)
     fp8_latencies = _Latencies([accs[i] for i in fp8_index.tolist()], cost) if len(fp8_index) else None
     shapes: dict[int, _Structure] = {}
-    for (tp, micro_batch, *_), chain in chains.items():
+    for key, chain in chains.items():
         floors: list[tuple[FloatArray, IntArray | None]] = []
         if bf16:
             floors.append((chain_floors_s(chain, latencies, False, shapes), None))
         if fp8_latencies is not None:
             floors.append((chain_floors_s(chain, fp8_latencies, True, shapes), fp8_index))
+        if limits is not None:
+            fastest = np.full(len(accs), math.inf)
+            for floor_s, index in floors:
+                if index is None:
+                    fastest = np.minimum(fastest, floor_s)
+                else:
+                    fastest[index] = np.minimum(fastest[index], floor_s)
+            key_rate, key_per_device = plan_bounds(fastest, CostKey.of(key), ChainShape.of(chain.layers),
+                                                   limits)
+            np.maximum(rate, key_rate, out=rate)
+            np.maximum(per_device, key_per_device, out=per_device)
+            continue
+        tp, micro_batch = key[0], key[1]
         for floor_s, index in floors:
             positive = np.where(floor_s <= 0, 1.0, floor_s)
             value = np.where(floor_s <= 0, math.inf, micro_batch / (tp * positive))
@@ -313,4 +328,7 @@ def design_bounds(accs: Sequence[Accelerator], chains: Mapping[CostKey, LayerCha
                 np.maximum(per_device, value, out=per_device)
             else:
                 per_device[index] = np.maximum(per_device[index], value)
-    return [DesignBound(float(v), devices, floor_bytes) for v in per_device.tolist()]
+    if limits is None:
+        rate = per_device * devices
+    return [DesignBound(float(r), float(v), floor_bytes)
+            for r, v in zip(rate.tolist(), per_device.tolist(), strict=True)]

@@ -34,6 +34,7 @@ from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.solve import solve_problem
 from archplace.search.bounds import DesignBound, memory_floor_bytes
 from archplace.search.bounds_many import design_bounds
+from archplace.search.comm_floor import PlanLimits
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
 from archplace.search.objective import Objective, rank, score
 from archplace.search.request import SearchRequest, SearchResult, request_identity
@@ -120,15 +121,25 @@ def _exact_task(items: list[tuple[Accelerator, Chains]], cluster: Cluster, globa
 
 
 def _bound_many_task(cores: list[Accelerator], chains: Chains, cluster: Cluster, grad_bytes: int,
-                     precisions: tuple[Precision, ...] = PRECISIONS) -> list[list[DesignBound]]:
+                     precisions: tuple[Precision, ...] = PRECISIONS,
+                     limits: PlanLimits | None = None) -> list[list[DesignBound]]:
     """Bounds of each core configuration, one per model (``grad_bytes`` and ``precisions``: the
-    plan space's), all at once in NumPy (:mod:`archplace.search.bounds_many`: bit for bit those of
+    plan space's; ``limits``: its communication floor), all at once in NumPy
+    (:mod:`archplace.search.bounds_many`: bit for bit those of
     :func:`~archplace.search.bounds.design_bound`)."""
     cost = SystolicCostModel(cluster, cache_size=0)
     per_model = [design_bounds(cores, by_key, cluster.devices, cost, grad_bytes=grad_bytes,
-                               fp8=Precision.FP8 in precisions, bf16=Precision.BF16 in precisions)
+                               fp8=Precision.FP8 in precisions, bf16=Precision.BF16 in precisions,
+                               limits=limits)
                  for by_key in chains.values()]
     return [list(row) for row in zip(*per_model, strict=True)] if per_model else [[] for _ in cores]
+
+
+def plan_limits(request: SearchRequest) -> PlanLimits:
+    """The :class:`~archplace.search.comm_floor.PlanLimits` of a search request."""
+    space = request.plan_space
+    return PlanLimits.of(request.cluster, request.global_batch, space.schedules, space.chunks,
+                         space.grad_reduce_dtype.bytes)
 
 
 def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster,
@@ -186,7 +197,7 @@ class _Session:
         self.best: DesignResult | None = None
         self.bound_cache: dict[Accelerator, list[DesignBound]] = {}
         self.bounds_computed = 0
-        self.stored_bounds: dict[str, dict[int, float]] | None = None
+        self.stored_bounds: dict[str, dict[int, tuple[float, float]]] | None = None
         self.recorded: set[str] = set()
 
     def _run(self, fn: Callable[..., list[Any]], batches: Sequence[list[Any]], *args: object
@@ -254,19 +265,19 @@ class _Session:
         for start in range(0, len(cores), BOUND_CHUNK):
             batch = cores[start:start + BOUND_CHUNK]
             found = _bound_many_task(batch, self.chains, self.request.cluster, grad_bytes,
-                                     self.request.plan_space.precisions)
+                                     self.request.plan_space.precisions, plan_limits(self.request))
             self.bound_cache.update(zip(batch, found, strict=True))
             self.bounds_computed += len(batch)
             self.tick()
         if self.store is not None:
             known = self.stored_bounds or {}
             models = set(range(len(self.chains)))
-            rows: list[tuple[str, int, float]] = []
+            rows: list[tuple[str, int, float, float]] = []
             for acc, key in zip(designs, keys, strict=True):
                 if acc.name in self.recorded or set(known.get(acc.name, {})) == models:
                     continue
                 self.recorded.add(acc.name)
-                rows.extend((acc.name, model, bound.samples_per_s_per_device)
+                rows.extend((acc.name, model, bound.samples_per_s, bound.samples_per_s_per_device)
                             for model, bound in enumerate(self.bound_cache[key]))
             if rows:
                 self.store.record_bounds(self.key, rows)
@@ -291,7 +302,7 @@ class _Session:
             stored = self.stored_bounds.get(acc.name)
             if core in self.bound_cache or stored is None or set(stored) != models:
                 continue
-            self.bound_cache[core] = [DesignBound(stored[model], devices, floor)
+            self.bound_cache[core] = [DesignBound(*stored[model], floor)
                                       for model, floor in enumerate(floors)]
 
     def exact(self, results: Sequence[DesignResult]) -> list[DesignResult]:

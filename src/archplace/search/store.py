@@ -7,7 +7,9 @@ row is committed on its own, so a killed search loses at most the evaluations st
 A store holds any number of searches; each is shown by the first :data:`SHORT_ID` hex digits of
 its key, its models and the objective of its latest run.
 The pruning bounds of a search's designs (:mod:`archplace.search.bounds`) are kept too, one row
-per design and model, so that a resumed search does not compute them again.
+per design and model, so that a resumed search does not compute them again (table
+``plan_bounds``; the ``bounds`` table of older stores, which held the weaker compute-only bound,
+is left as it is and not read: those searches compute their bounds again on resume).
 
 The file says that it is a store: SQLite's ``application_id`` is :data:`APPLICATION_ID` and its
 ``user_version`` the schema version :data:`SCHEMA_VERSION` (both read from the 100-byte file
@@ -78,11 +80,13 @@ _SCHEMA = (
         PRIMARY KEY (search, design)
     )""",
 )
-_BOUNDS_COLUMNS = ("search", "design", "model", "samples_per_s_per_device")
-_BOUNDS_SCHEMA = """CREATE TABLE IF NOT EXISTS bounds (
+_BOUNDS_TABLE = "plan_bounds"
+_BOUNDS_COLUMNS = ("search", "design", "model", "samples_per_s", "samples_per_s_per_device")
+_BOUNDS_SCHEMA = f"""CREATE TABLE IF NOT EXISTS {_BOUNDS_TABLE} (
         search TEXT NOT NULL REFERENCES searches(key),
         design TEXT NOT NULL,
         model INTEGER NOT NULL,
+        samples_per_s REAL NOT NULL,
         samples_per_s_per_device REAL NOT NULL,
         PRIMARY KEY (search, design, model)
     )"""
@@ -267,9 +271,9 @@ class ResultStore:
                 if found != columns:
                     raise ConfigError(f"{self.path}: corrupt result store (table {table!r} has columns "
                                       f"{list(found)}, expected {list(columns)})")
-            bounds = tuple(row[1] for row in db.execute("PRAGMA table_info(bounds)"))
+            bounds = tuple(row[1] for row in db.execute(f"PRAGMA table_info({_BOUNDS_TABLE})"))
             if bounds and bounds != _BOUNDS_COLUMNS:
-                raise ConfigError(f"{self.path}: corrupt result store (table 'bounds' has columns "
+                raise ConfigError(f"{self.path}: corrupt result store (table {_BOUNDS_TABLE!r} has columns "
                                   f"{list(bounds)}, expected {list(_BOUNDS_COLUMNS)})")
             check = [row[0] for row in db.execute("PRAGMA quick_check")]
             if check != ["ok"]:
@@ -340,19 +344,20 @@ class ResultStore:
                        (key, design, throughput_samples_per_s, area_mm2, int(feasible), json.dumps(result),
                         time.time()))
 
-    def record_bounds(self, key: str, rows: list[tuple[str, int, float]]) -> None:
+    def record_bounds(self, key: str, rows: list[tuple[str, int, float, float]]) -> None:
         """Write the pruning bounds of designs of search ``key`` -- (design, model index,
-        samples/s per device) -- in one transaction."""
+        samples/s, samples/s per device used) -- in one transaction."""
         if self.read_only:
             raise ConfigError(f"{self.path}: opened read-only")
         with self._connect("rw") as db, db:
             db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT OR REPLACE INTO bounds VALUES (?, ?, ?, ?)",
-                           [(key, design, model, value) for design, model, value in rows])
+            db.executemany(f"INSERT OR REPLACE INTO {_BOUNDS_TABLE} VALUES (?, ?, ?, ?, ?)",
+                           [(key, *row) for row in rows])
 
-    def bounds(self, key: str) -> dict[str, dict[int, float]]:
-        """The stored pruning bounds of search ``key``: samples/s per device by design name, then
-        model index (empty for a new store or one written before bounds were stored).
+    def bounds(self, key: str) -> dict[str, dict[int, tuple[float, float]]]:
+        """The stored pruning bounds of search ``key``: (samples/s, samples/s per device used) by
+        design name, then model index (empty for a new store or one written before these bounds
+        were stored).
 
         Raises:
             ConfigError: a bound that is not a number >= 0.
@@ -360,17 +365,18 @@ class ResultStore:
         if not self._exists():
             return {}
         with self._connect("ro") as db:
-            if not db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'bounds'").fetchone()[0]:
+            if not db.execute("SELECT count(*) FROM sqlite_master WHERE name = ?",
+                              (_BOUNDS_TABLE,)).fetchone()[0]:
                 return {}
-            rows = db.execute("SELECT design, model, samples_per_s_per_device FROM bounds WHERE search = ?",
-                              (key,)).fetchall()
-        out: dict[str, dict[int, float]] = {}
-        for design, model, value in rows:
+            rows = db.execute(f"SELECT design, model, samples_per_s, samples_per_s_per_device "
+                              f"FROM {_BOUNDS_TABLE} WHERE search = ?", (key,)).fetchall()
+        out: dict[str, dict[int, tuple[float, float]]] = {}
+        for design, model, *values in rows:
             if (not isinstance(design, str) or isinstance(model, bool) or not isinstance(model, int)
-                    or isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0):
+                    or not all(_is_bound(value) for value in values)):
                 raise ConfigError(f"{self.path}: corrupt result store (search {key[:SHORT_ID]}: bound "
-                                  f"{design!r}, {model!r}: {value!r})")
-            out.setdefault(design, {})[model] = float(value)
+                                  f"{design!r}, {model!r}: {', '.join(map(repr, values))})")
+            out.setdefault(design, {})[model] = (float(values[0]), float(values[1]))
         return out
 
     def searches(self) -> list[StoredSearch]:
@@ -494,3 +500,8 @@ class ResultStore:
                 RecursionError) as exc:  # whatever the JSON holds: the row is corrupt
             raise ConfigError(f"{where}: {_one_line(exc)})") from None
         return StoredResult(search, design, float(throughput), float(area), bool(feasible), data, outcome)
+
+
+def _is_bound(value: object) -> bool:
+    """A stored bound: a number >= 0 (+inf allowed)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and value >= 0
