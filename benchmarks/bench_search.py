@@ -48,7 +48,7 @@ from archplace.search.bounds_many import design_bounds
 from archplace.search.evaluate import core_key
 from archplace.search.executor import make_executor
 from archplace.search.request import SearchRequest
-from archplace.search.runner import BOUND_CHUNK, Tick, model_chains, run_search
+from archplace.search.runner import BOUND_CHUNK, Tick, model_chains, plan_limits, run_search
 from archplace.search.store import ResultStore
 from archplace.search.strategies import make_strategy
 
@@ -67,19 +67,20 @@ def _bounds(request: SearchRequest) -> None:
     space = request.plan_space
     grad_bytes, fp8 = space.grad_reduce_dtype.bytes, Precision.FP8 in space.precisions
     devices = request.cluster.devices
+    limits = plan_limits(request)
     start = time.perf_counter()
     many = []
     for first in range(0, len(cores), BOUND_CHUNK):
         many.extend(design_bounds(cores[first:first + BOUND_CHUNK], chains, devices,
                                   SystolicCostModel(request.cluster, cache_size=0), grad_bytes=grad_bytes,
-                                  fp8=fp8, bf16=Precision.BF16 in space.precisions))
+                                  fp8=fp8, bf16=Precision.BF16 in space.precisions, limits=limits))
     vector_s = time.perf_counter() - start
     sample = random.Random(0).sample(range(len(cores)), min(SCALAR_SAMPLE, len(cores)))
     cost = SystolicCostModel(request.cluster)
     start = time.perf_counter()
     fp8_cost = Fp8CostModel(cost) if fp8 else None
     scalar = [design_bound(cores[i], chains, devices, cost, grad_bytes=grad_bytes, fp8_cost=fp8_cost,
-                           bf16=Precision.BF16 in space.precisions) for i in sample]
+                           bf16=Precision.BF16 in space.precisions, limits=limits) for i in sample]
     scalar_per_core_s = (time.perf_counter() - start) / len(sample)
     same = all(s == many[i] for s, i in zip(scalar, sample, strict=True))
     per_design = len(cores) / len(request.designs)  # core configurations per design
@@ -133,13 +134,13 @@ def _peak_memory() -> str:
             f"{children_kib / 2**20:.2f} GiB")
 
 
-def _store_content(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, int, float]]]:
+def _store_content(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, int, float, float]]]:
     """The results (design, result JSON) and the bounds of a store, sorted."""
     with sqlite3.connect(db) as connection:
         results = sorted(connection.execute("SELECT design, result FROM results").fetchall())
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        bounds = sorted(connection.execute("SELECT design, model, samples_per_s_per_device FROM bounds")
-                        .fetchall()) if "bounds" in tables else []
+        bounds = sorted(connection.execute("SELECT design, model, samples_per_s, samples_per_s_per_device "
+                                           "FROM plan_bounds").fetchall()) if "plan_bounds" in tables else []
     return results, bounds
 
 

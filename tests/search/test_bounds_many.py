@@ -20,8 +20,9 @@ from archplace.hardware.space import load_space
 from archplace.placement.costs import CostKey
 from archplace.search.bounds import design_bound
 from archplace.search.bounds_many import design_bounds
+from archplace.search.comm_floor import PlanLimits
 from archplace.search.evaluate import core_key
-from archplace.search.runner import Tick, model_chains
+from archplace.search.runner import Tick, model_chains, plan_limits
 from archplace.workload.layers import LayerChain
 
 
@@ -63,15 +64,21 @@ CASES = {
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "gpt-fused-eager" else c
                                   for c in sorted(CASES)])  # 5 s: make test-slow (CI) runs it
 @pytest.mark.parametrize("precisions", [("bf16",), ("bf16", "fp8"), ("fp8",)])
-def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[str, ...],
+@pytest.mark.parametrize("links", [None, 4 * 2.0**30, 1e12])
+def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[str, ...], links: float | None,
                                                  models: dict[str, str], sample: list[Accelerator]) -> None:
+    """Compute only (``links`` None), and with the communication floor on PHAZE's 4 GiB/s links
+    and on links so fast that only the compute floor counts."""
     name, options = CASES[case]
     chains, cluster = _chains(models[name], **options)
     cost = SystolicCostModel(cluster)
     fp8, bf16 = "fp8" in precisions, "bf16" in precisions
-    many = design_bounds(sample, chains, cluster.devices, cost, grad_bytes=2, fp8=fp8, bf16=bf16)
+    limits = None if links is None else PlanLimits(cluster.devices, 128, links, 4, 2)
+    many = design_bounds(sample, chains, cluster.devices, cost, grad_bytes=2, fp8=fp8, bf16=bf16,
+                         limits=limits)
     fp8_cost = Fp8CostModel(cost) if fp8 else None
-    scalar = [design_bound(acc, chains, cluster.devices, cost, grad_bytes=2, fp8_cost=fp8_cost, bf16=bf16)
+    scalar = [design_bound(acc, chains, cluster.devices, cost, grad_bytes=2, fp8_cost=fp8_cost, bf16=bf16,
+                           limits=limits)
               for acc in sample]
     assert many == scalar  # every float equal, bit for bit
     values = {b.samples_per_s_per_device for b in many}
@@ -83,10 +90,12 @@ def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[st
 def test_a_chunk_gives_what_the_whole_gives(models: dict[str, str], sample: list[Accelerator]) -> None:
     """A design's bound does not depend on the designs bounded with it (the runner bounds chunks)."""
     chains, cluster = _chains(models["gpt"])
-    whole = design_bounds(sample, chains, cluster.devices, SystolicCostModel(cluster), fp8=True)
+    limits = PlanLimits(cluster.devices, 128, 4 * 2.0**30, 4, 4)
+    whole = design_bounds(sample, chains, cluster.devices, SystolicCostModel(cluster), fp8=True,
+                          limits=limits)
     parts = [b for start in range(0, len(sample), 7)
              for b in design_bounds(sample[start:start + 7], chains, cluster.devices,
-                                    SystolicCostModel(cluster), fp8=True)]
+                                    SystolicCostModel(cluster), fp8=True, limits=limits)]
     assert parts == whole
 
 
@@ -102,17 +111,19 @@ def test_bounds_are_stored_and_read_back_on_resume(tmp_path: Path) -> None:
     cores = {core_key(a) for a in request.designs}
     assert ticks[-1].bounds_computed == len(cores) == ticks[-1].bounded
     with sqlite3.connect(db) as connection:
-        rows = connection.execute("SELECT design, model, samples_per_s_per_device FROM bounds").fetchall()
+        rows = connection.execute("SELECT design, model, samples_per_s, samples_per_s_per_device "
+                                  "FROM plan_bounds").fetchall()
     assert len(rows) == len(request.designs) and {r[1] for r in rows} == {0}
     chains = model_chains(request)["gpt2-xl"]
     cost = SystolicCostModel(request.cluster)
     by_name = {a.name: a for a in request.designs}
-    for design, _, value in rows[::5]:  # stored exactly (SQLite REAL: the same double)
+    for design, _, rate, per_device in rows[::5]:  # stored exactly (SQLite REAL: the same double)
         precisions = request.plan_space.precisions
         bound = design_bound(by_name[design], chains, request.cluster.devices, cost,
                              grad_bytes=request.plan_space.grad_reduce_dtype.bytes,
-                             fp8_cost=Fp8CostModel(cost) if Precision.FP8 in precisions else None)
-        assert value == bound.samples_per_s_per_device
+                             fp8_cost=Fp8CostModel(cost) if Precision.FP8 in precisions else None,
+                             limits=plan_limits(request))
+        assert (rate, per_device) == (bound.samples_per_s, bound.samples_per_s_per_device)
     again_ticks: list[Tick] = []
     again = api.search("gpt2-xl", strategy="exhaustive", store=str(db), progress=again_ticks.append,
                        **OPTIONS)
@@ -121,17 +132,25 @@ def test_bounds_are_stored_and_read_back_on_resume(tmp_path: Path) -> None:
     assert again.best.to_dict() == first.best.to_dict() and again.pruned == first.pruned
 
 
-def test_a_store_without_bounds_is_still_read(tmp_path: Path) -> None:
-    """Stores written before the bounds table (same schema version) resume: the table is added."""
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_store_without_bounds_is_still_read(tmp_path: Path, legacy: bool) -> None:
+    """Stores written before the bounds table (same schema version) resume: the table is added.
+    So do stores holding the older compute-only bounds (table ``bounds``): it is left alone, and
+    the bounds are computed again."""
     db = tmp_path / "run.db"
     first = api.search("gpt2-xl", strategy="exhaustive", store=str(db), **OPTIONS)
     with sqlite3.connect(db) as connection:
-        connection.execute("DROP TABLE bounds")
+        connection.execute("DROP TABLE plan_bounds")
+        if legacy:
+            connection.execute("CREATE TABLE bounds (search TEXT NOT NULL, design TEXT NOT NULL, "
+                               "model INTEGER NOT NULL, samples_per_s_per_device REAL NOT NULL, "
+                               "PRIMARY KEY (search, design, model))")
+            connection.execute("INSERT INTO bounds SELECT search, design, 0, 1e30 FROM results")
     ticks: list[Tick] = []
     again = api.search("gpt2-xl", strategy="exhaustive", store=str(db), progress=ticks.append, **OPTIONS)
     assert ticks[-1].bounds_computed > 0 and again.pruned == first.pruned
     with sqlite3.connect(db) as connection:
-        assert connection.execute("SELECT count(*) FROM bounds").fetchone()[0] > 0
+        assert connection.execute("SELECT count(*) FROM plan_bounds").fetchone()[0] > 0
 
 
 @pytest.mark.slow  # 6 s; tests/search/test_pruning.py keeps lossless pruning in make test
@@ -164,9 +183,9 @@ def test_the_search_evaluates_what_scalar_bounds_let_it(monkeypatch: pytest.Monk
     fast = api.search("gpt2-xl", strategy="exhaustive", **options)
 
     def scalar(cores: list[Accelerator], chains: runner.Chains, cluster: Any, grad_bytes: int,
-               precisions: tuple[Precision, ...]) -> list[list[Any]]:
+               precisions: tuple[Precision, ...], limits: PlanLimits | None) -> list[list[Any]]:
         cost = SystolicCostModel(cluster)
-        return [[design_bound(acc, by_key, cluster.devices, cost, grad_bytes=grad_bytes)
+        return [[design_bound(acc, by_key, cluster.devices, cost, grad_bytes=grad_bytes, limits=limits)
                  for by_key in chains.values()] for acc in cores]
 
     monkeypatch.setattr(runner, "_bound_many_task", scalar)

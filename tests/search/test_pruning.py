@@ -80,7 +80,7 @@ def test_memory_floor_proves_infeasibility() -> None:
 
 def test_bound_combinations() -> None:
     acc = load_accelerator("tpuv4")
-    bound = DesignBound(samples_per_s_per_device=2.0, devices=16, model_state_floor_bytes=1.0)
+    bound = DesignBound(samples_per_s=32.0, samples_per_s_per_device=2.0, model_state_floor_bytes=1.0)
     assert bound.throughput(acc) == 32.0
     assert math.isclose(bound.per_watt(acc) * tdp_w(acc), 2.0)
 

@@ -112,6 +112,6 @@ def test_local_and_dask_give_identical_stores(tmp_path: Path, strategy: str) -> 
     if strategy == "exhaustive-all":
         assert len(content(local, results)) == 16
     else:
-        bounds = "SELECT design, model, samples_per_s_per_device FROM bounds"
+        bounds = "SELECT design, model, samples_per_s, samples_per_s_per_device FROM plan_bounds"
         assert len(content(local, bounds)) == 16 and content(local, bounds) == content(dask, bounds)
         assert 0 < len(content(local, results)) < 16  # some designs pruned
