@@ -73,7 +73,7 @@ def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[st
     chains, cluster = _chains(models[name], **options)
     cost = SystolicCostModel(cluster)
     fp8, bf16 = "fp8" in precisions, "bf16" in precisions
-    limits = None if links is None else PlanLimits(cluster.devices, 128, links, 4, 2)
+    limits = None if links is None else PlanLimits(cluster.devices, 128, links, (2, 4), grad_bytes=2)
     many = design_bounds(sample, chains, cluster.devices, cost, grad_bytes=2, fp8=fp8, bf16=bf16,
                          limits=limits)
     fp8_cost = Fp8CostModel(cost) if fp8 else None
@@ -90,7 +90,7 @@ def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[st
 def test_a_chunk_gives_what_the_whole_gives(models: dict[str, str], sample: list[Accelerator]) -> None:
     """A design's bound does not depend on the designs bounded with it (the runner bounds chunks)."""
     chains, cluster = _chains(models["gpt"])
-    limits = PlanLimits(cluster.devices, 128, 4 * 2.0**30, 4, 4)
+    limits = PlanLimits(cluster.devices, 128, 4 * 2.0**30, (2, 4))
     whole = design_bounds(sample, chains, cluster.devices, SystolicCostModel(cluster), fp8=True,
                           limits=limits)
     parts = [b for start in range(0, len(sample), 7)

@@ -139,7 +139,7 @@ def plan_limits(request: SearchRequest) -> PlanLimits:
     """The :class:`~archplace.search.comm_floor.PlanLimits` of a search request."""
     space = request.plan_space
     return PlanLimits.of(request.cluster, request.global_batch, space.schedules, space.chunks,
-                         space.grad_reduce_dtype.bytes)
+                         space.zero_stages, space.grad_reduce_dtype.bytes)
 
 
 def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster,
