@@ -137,7 +137,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
                 for z in zero_list for o in overlap_list]
-    search = Search(families, variants, setup, top_k)
+    search = Search(families, undominated(variants) if top_k == 1 else variants, setup, top_k)
     found = search.run()
     if not search.any_candidate:
         limit = " (tp*cp*pp*dp must not exceed the devices and "
@@ -160,6 +160,27 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         results.append((result.iteration_time_s, item.rank, stages, result))
     results.sort(key=lambda row: row[:3])
     return [row[3] for row in results[:top_k]]
+
+
+def undominated(variants: Sequence[Variant]) -> list[Variant]:
+    """``variants`` without those whose every plan has a twin, in a variant kept, of the same
+    iteration time that fits whenever it does and ranks first -- so the fastest plan (top 1)
+    is the same without them:
+
+    * GPipe, when 1F1B is offered: the same time (:mod:`archplace.placement.pipeline`), never
+      fewer micro-batches in flight (:func:`~archplace.placement.memory.in_flight_micro_batches`),
+      and 1F1B first in :data:`~archplace.placement.plan.SCHEDULE_ORDER`;
+    * DP overlap at ZeRO stages 2 and 3, when no overlap is offered: the once-per-iteration
+      traffic overlap acts on is the parameter all-gather alone (stage 2; always exposed) or
+      none (stage 3), and the per-layer collectives overlap their layers either way
+      (:mod:`archplace.placement.zero`), so overlap changes neither time nor memory, and "no
+      overlap" ranks first.
+    """
+    one_f_one_b = any(v.schedule is PipelineSchedule.ONE_F_ONE_B for v in variants)
+    plain = {(v.schedule, v.chunks, v.zero_stage) for v in variants if not v.overlap}
+    return [v for v in variants
+            if not (one_f_one_b and v.schedule is PipelineSchedule.GPIPE)
+            and not (v.overlap and v.zero_stage >= 2 and (v.schedule, v.chunks, v.zero_stage) in plain)]
 
 
 def check_tp_and_micro_batch(setup: TrainingSetup, tp: int, micro_batch: int) -> None:
