@@ -11,6 +11,12 @@ the work not yet started is cancelled and the workers are terminated at once ins
 finishing their tasks.  The workers of a local Dask cluster start with SIGINT blocked and
 end with their parent too (Dask's own watch of the parent); the cluster is closed on the way
 out.  One job runs in this process, with no pool at all.
+
+A value every task of a search takes (the layer chains) goes to the workers with each task on
+the local pool (a pickle of a few hundred kB, a few ms) and once per search on Dask
+(:func:`shared`: scattered to every worker).  Dask tasks are submitted without hashing their
+arguments (``pure=False``): Dask's hash of the four PHAZE models' chains takes over a second,
+which capped the search at about one task per second.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ import concurrent.futures.process as stdlib_pool
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 from multiprocessing.process import BaseProcess
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 from archplace.errors import ConfigError
 from archplace.lifetime import Interrupted, guard_child, sigint_blocked, stop_processes
@@ -124,6 +131,44 @@ def _check_address(scheduler: str) -> None:
         raise ConfigError(f"Dask scheduler address {scheduler!r}: port {port} is outside 1..65535")
 
 
+_T = TypeVar("_T")
+
+
+class DaskExecutor(Executor):
+    """A Dask client as an executor: tasks submitted with ``pure=False`` (their arguments are
+    not hashed: Dask's hash walks the whole object graph, over a second for the layer chains of
+    four models) and values shared by many tasks scattered once (:meth:`share`).
+
+    Args:
+        client: a connected ``distributed.Client``; closing it is the caller's business.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._executor: Executor = client.get_executor(pure=False)
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
+        """``fn(*args, **kwargs)`` on a worker; futures of :meth:`share` among ``args`` arrive
+        as their values."""
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._executor.shutdown(wait=wait)
+
+    def share(self, value: object) -> object:
+        """A Dask future of ``value``, sent once to every worker now (not hashed); a task given
+        the future as an argument receives the value, the workers' copy, without a transfer."""
+        return self._client.scatter(value, broadcast=True, hash=False)
+
+
+def shared(executor: Executor | None, value: object) -> object:
+    """``value`` as the argument of many tasks on ``executor``: on a :class:`DaskExecutor`, a
+    future of it scattered once to every worker (:meth:`DaskExecutor.share`); otherwise the
+    value itself (the local pool sends it with each task; in this process it is not copied).
+    Either way each task's function receives the value."""
+    return executor.share(value) if isinstance(executor, DaskExecutor) else value
+
+
 QUIET_ON_INTERRUPT = ("distributed", "tornado")
 """Loggers silenced when a local Dask cluster is closed by an interrupt."""
 
@@ -142,7 +187,7 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
         except (OSError, TimeoutError) as exc:
             raise ConfigError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
         with client:
-            yield client.get_executor()
+            yield DaskExecutor(client)
         return
     quiet = logging.getLogger("distributed")  # its INFO start-up chatter, 30-odd lines
     level = quiet.level
@@ -160,7 +205,7 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
                     n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None,
                     silence_logs=logging.CRITICAL))  # no closing chatter (below)
             client = stack.enter_context(Client(cluster))
-            yield client.get_executor()
+            yield DaskExecutor(client)
     except (Interrupted, KeyboardInterrupt):
         # The process is on its way out: the cluster's close may finish in an exit hook, after
         # this block, and it reports closed comms and nannies at INFO or with tracebacks. Keep

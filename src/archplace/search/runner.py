@@ -36,6 +36,7 @@ from archplace.search.bounds import DesignBound, memory_floor_bytes
 from archplace.search.bounds_many import design_bounds
 from archplace.search.comm_floor import PlanLimits
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
+from archplace.search.executor import shared
 from archplace.search.objective import Objective, rank, score
 from archplace.search.request import SearchRequest, SearchResult, request_identity
 from archplace.search.store import ResultStore, SearchLabel, request_key
@@ -181,6 +182,7 @@ class _Session:
         self.request = request
         self.chains = chains
         self.executor = executor
+        self.task_chains = shared(executor, chains)  # the chains as the argument of the tasks
         self.store = store
         self.progress = progress
         self.key = ""
@@ -243,7 +245,7 @@ class _Session:
             if acc not in group:
                 group.append(acc)
         req = self.request
-        for _batch, results in self._run(_evaluate_task, list(todo.values()), self.chains, req.cluster,
+        for _batch, results in self._run(_evaluate_task, list(todo.values()), self.task_chains, req.cluster,
                                          req.global_batch, req.plan_space, False):
             for result in results:
                 self._finish(result, fresh=True)
@@ -324,7 +326,7 @@ class _Session:
         size = max(1, -(-len(pairs) // jobs))
         batches = [list(pairs[i:i + size]) for i in range(0, len(pairs), size)]
         found: dict[int, list[float | None]] = {}
-        for batch, paces in self._run(_pace_task, batches, self.chains, self.request.cluster,
+        for batch, paces in self._run(_pace_task, batches, self.task_chains, self.request.cluster,
                                       self.request.plan_space.grad_reduce_dtype.bytes):
             found[id(batch)] = paces
         return [pace for batch in batches for pace in found[id(batch)]]
