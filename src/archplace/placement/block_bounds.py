@@ -67,7 +67,7 @@ class BlockBounds:
         tail_key = (grid, v, variant.zero_stage, variant.overlap, fam.tp, fam.cp, fam.ep, fam.etp,
                     state.experts, state.layer_params_max, state.params_sum, state.dense_max,
                     state.dense_sum, state.expert_max, state.expert_sum)
-        bound_key = (*tail_key, state.layer_base_max, state.layer_base_sum)
+        bound_key = (*tail_key, state.layer_base_max, state.layer_base_sum, state.boundary_min)
         bound = self._bounds0.get(bound_key)
         if bound is not None:
             return bound
@@ -77,10 +77,42 @@ class BlockBounds:
             tail = self.tail_bound(state, variant, p, d, params)
             self._tails0[tail_key] = tail
         s = p * v
-        t_low = np.maximum(state.layer_base_max, state.layer_base_sum / s)
+        t_low = np.maximum(np.maximum(state.layer_base_max, state.layer_base_sum / s),
+                           self.transfer_floor(state, variant, p, d))
         bound = (v * m + p - 1) * t_low + tail
         self._bounds0[bound_key] = bound
         return bound
+
+    def transfer_floor(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                       d: npt.NDArray[np.int64]) -> FloatArray:
+        """A lower bound of the slowest segment's time per micro-batch from the transfers in it,
+        for every candidate (p, d) of a block (seconds):
+
+        * pipeline sends: the s = p v segments' times sum to at least their layers' times and
+          the s - 1 boundaries, each paid by both sides twice (activation and gradient,
+          :mod:`archplace.placement.pipeline`) at no less than the smallest boundary tensor over
+          the cluster's fastest link, so T >= (sum of layer times + 4 (s - 1) b_min / beta) / s;
+        * ZeRO 2 and 3: a layer's segment time holds at least its reduce-scatter (stage 2) or its
+          two all-gathers and its reduce-scatter (stage 3, max(F, AG) + max(B, AG + RS):
+          :func:`~archplace.placement.zero.layer_zero_comm_s`), over the DP x CP group at its
+          per-byte cost (the start-ups and the experts' collectives left out), so T is at least
+          that of the largest layer and the average over the s segments.
+        """
+        v = variant.chunks
+        s = p * v
+        cluster = self.setup.cluster
+        fastest = max(cluster.link(1)[1], cluster.link(cluster.devices_per_node + 1)[1])
+        sends = np.where(s > 1, 4.0 * (s - 1) * state.boundary_min / fastest, 0.0)
+        floor: FloatArray = np.asarray((state.layer_base_sum + sends) / s, dtype=np.float64)
+        zs = variant.zero_stage
+        if zs < 2 or state.dense_sum <= 0:
+            return floor
+        pairs = zip(p.tolist(), d.tolist(), strict=True)
+        per_byte = np.array([self.costs(state, pp, dd)[0][1] for pp, dd in pairs], dtype=np.float64)
+        grad = float(self.setup.grad_bytes)
+        factor = grad / 2.0 if zs == 2 else (2.0 * WEIGHT_BYTES_PER_PARAM + grad) / 2.0
+        layer_comm = np.maximum(factor * per_byte * state.dense_max, factor * per_byte * state.dense_sum / s)
+        return np.maximum(floor, layer_comm)
 
     def costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
         """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate

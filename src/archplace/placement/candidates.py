@@ -95,6 +95,7 @@ class FamilyState:
     dense_sum: float = 0.0
     expert_max: float = 0.0
     expert_sum: float = 0.0
+    boundary_min: float = 0.0
 
 
 @dataclass(slots=True)

@@ -115,6 +115,7 @@ class Search:
                 chain_figures[chain] = figures
             (state.layer_params_max, state.params_sum, state.experts, state.dense_max, state.dense_sum,
              state.expert_max, state.expert_sum) = figures
+            state.boundary_min = float(min((layer.boundary_bytes for layer in fam.layers[:-1]), default=0.0))
             self.states.append(state)
         self._ranks = {variant: self._variant_rank(variant) for variant in self.variants}
         self._interleavable: dict[tuple[int, int, int], npt.NDArray[np.bool_]] = {}
@@ -242,8 +243,9 @@ class Search:
 
     def _refine(self, block: CandidateBlock) -> None:
         """Level-1 bounds of a whole block: drop the candidates no split of which can fit (loose
-        memory screen) and bound the rest by K * (exact min-max time ignoring memory and p2p) +
-        the tail bound; sort by the new bound."""
+        memory screen) and bound the rest by K * (the larger of the exact min-max time ignoring
+        memory and p2p, and the transfer floor of :meth:`BlockBounds.transfer_floor`) + the tail
+        bound; sort by the new bound."""
         state = self.states[block.family]
         tab = self._tables(state)
         variant = block.variant
@@ -252,8 +254,8 @@ class Search:
         keep = tab.loose_memory_bound(self.max_zero_stage)[s] <= self.setup.hbm_bytes * (1 + 1e-12)
         p, d, m = block.p[keep], block.d[keep], block.m[keep]
         params = np.maximum(v * state.layer_params_max, state.params_sum / p)
-        bound = ((v * m + p - 1) * tab.time_bound()[p * v]
-                 + self.bounds.tail_bound(state, variant, p, d, params))
+        t_low = np.maximum(tab.time_bound()[p * v], self.bounds.transfer_floor(state, variant, p, d))
+        bound = (v * m + p - 1) * t_low + self.bounds.tail_bound(state, variant, p, d, params)
         order = np.lexsort((p, p * d, bound))
         block.p, block.d, block.m, block.bound = p[order], d[order], m[order], bound[order]
         block.refined = True
