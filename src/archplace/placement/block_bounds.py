@@ -79,7 +79,8 @@ class BlockBounds:
         s = p * v
         t_low = np.maximum(np.maximum(state.layer_base_max, state.layer_base_sum / s),
                            self.transfer_floor(state, variant, p, d))
-        bound = (v * m + p - 1) * t_low + tail
+        params = np.maximum(v * state.layer_params_max, state.params_sum / p)
+        bound = (v * m + p - 1) * t_low + tail + self.overlap_floor(state, variant, p, d, params, t_low)
         self._bounds0[bound_key] = bound
         return bound
 
@@ -113,6 +114,28 @@ class BlockBounds:
         factor = grad / 2.0 if zs == 2 else (2.0 * WEIGHT_BYTES_PER_PARAM + grad) / 2.0
         layer_comm = np.maximum(factor * per_byte * state.dense_max, factor * per_byte * state.dense_sum / s)
         return np.maximum(floor, layer_comm)
+
+    def overlap_floor(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
+                      d: npt.NDArray[np.int64], params: FloatArray, t_low: FloatArray) -> FloatArray:
+        """What the bucketed gradient reduction (``dp_overlap``, ZeRO 0 and 1) adds to
+        :meth:`tail_bound`, which counts it 0, for candidates whose slowest segment takes at
+        least ``t_low`` per micro-batch and whose largest device holds at least ``params``:
+        max(0, R - v t_low), R the whole reduction's time (one start-up at least).  The
+        reduction left exposed after the last backward pass is at least R minus that pass
+        (:func:`~archplace.placement.zero.bucketed_exposed_s`), itself at most v T, and
+        (v m + p - 1) T + max(0, R - v T) grows with T, so it holds at T = t_low.  0 without
+        overlap, at ZeRO 2 and 3, and for chains with routed experts (their tail has two
+        groups; :meth:`tail_bound` alone bounds it)."""
+        zs = variant.zero_stage
+        if not variant.overlap or zs >= 2 or state.experts:
+            return np.zeros(np.shape(t_low))
+        pairs = zip(p.tolist(), d.tolist(), strict=True)
+        costs = np.array([self.costs(state, pp, dd)[0] for pp, dd in pairs], dtype=np.float64).reshape(-1, 2)
+        const, per_byte = costs[:, 0], costs[:, 1]
+        share = 1.0 if zs == 0 else 0.5  # an all-reduce, or a reduce-scatter (half of it)
+        whole = share * (const + per_byte * (self.setup.grad_bytes * params))
+        whole = np.where(params > 0, whole, 0.0)
+        return np.maximum(0.0, whole - variant.chunks * t_low)
 
     def costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
         """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate

@@ -255,7 +255,8 @@ class Search:
         p, d, m = block.p[keep], block.d[keep], block.m[keep]
         params = np.maximum(v * state.layer_params_max, state.params_sum / p)
         t_low = np.maximum(tab.time_bound()[p * v], self.bounds.transfer_floor(state, variant, p, d))
-        bound = (v * m + p - 1) * t_low + self.bounds.tail_bound(state, variant, p, d, params)
+        bound = ((v * m + p - 1) * t_low + self.bounds.tail_bound(state, variant, p, d, params)
+                 + self.bounds.overlap_floor(state, variant, p, d, params, t_low))
         order = np.lexsort((p, p * d, bound))
         block.p, block.d, block.m, block.bound = p[order], d[order], m[order], bound[order]
         block.refined = True
