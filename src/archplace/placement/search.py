@@ -34,7 +34,11 @@ Candidates are visited in order of a lower bound (best first), refined lazily: (
 total time over s and its largest layer, and the smallest possible parameter count of the
 largest device, (1) the exact min-max of time ignoring memory and p2p and a memory screen that
 holds for every schedule (:meth:`SegmentTables.loose_memory_bound`), (2) the exact memory-aware
-tau of the (max T, max params) front; a block (one family and variant) enters with a scalar
+tau of the (max T, max params) front; levels 0 and 1 also hold the transfers no split avoids
+(the pipeline sends, ZeRO-2/3's per-layer collectives, the bucketed reduction left after the
+last backward pass: :meth:`~archplace.placement.block_bounds.BlockBounds.transfer_floor` and
+:meth:`~archplace.placement.block_bounds.BlockBounds.overlap_floor`), which on slow links
+decide; a block (one family and variant) enters with a scalar
 floor of its level-0 bounds and computes them only when that floor surfaces
 (:class:`~archplace.placement.block_bounds.BlockBounds`), in the same visit order. The search
 stops when the next bound exceeds the k-th best iteration time found (with a relative slack of
