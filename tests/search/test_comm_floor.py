@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from tests.placement.placement_helpers import RECOMPUTES, brute_force, chains, setups
 
@@ -24,7 +24,7 @@ from archplace.search.runner import model_chains, plan_limits
 SCHEDULES = tuple(PipelineSchedule)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_no_plan_beats_the_floor(data: st.DataObject) -> None:
     """Every plan of every ZeRO stage, overlap, recompute, schedule, depth and DP degree: its
@@ -40,7 +40,7 @@ def test_no_plan_beats_the_floor(data: st.DataObject) -> None:
     floor = math.fsum(layer.fwd_s + layer.bwd_s for layer in layers)
     rate, per_device = plan_bounds(np.array([floor]), key, ChainShape.of(layers), limits)
     g = setup.global_batch
-    note(f"{len(brute.times)} plans")
+    event("plans" if brute.times else "no plan")
     for time_s in brute.times:
         assert g / time_s <= rate[0] * (1 + 1e-9)
     for _, _, result in brute.ranked:

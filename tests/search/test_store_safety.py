@@ -135,7 +135,8 @@ FOREIGN: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
                      f"schema version {SCHEMA_VERSION + 1} (a newer archplace); this archplace reads "
                      f"version {SCHEMA_VERSION}"),
     "foreign application id": (lambda s, t: edited(s, t, "PRAGMA application_id = 7"),
-                               "another application (application id 7, tables: plan_bounds, results, searches)"),
+                               "another application (application id 7, tables: plan_bounds, results, "
+                               "searches)"),
     "truncated": (truncated, "result store"),
     "scribbled": (scribbled, "result store"),
     "extra column": (lambda s, t: edited(s, t, "ALTER TABLE results ADD COLUMN note TEXT"),
