@@ -27,7 +27,7 @@ the same search again on a local Dask cluster of 2 workers into a second store a
 the two stores hold the same results (and the same bounds).
 
 Run: ``.venv/bin/python benchmarks/bench_search.py [--space phaze] [--jobs 2] [--plain] [--no-search]``
-or ``.venv/bin/python benchmarks/bench_search.py --four --space phaze [--jobs 2] [--dask] [--store DIR]``
+or ``.venv/bin/python benchmarks/bench_search.py --four --space phaze [--jobs 2] [--dask] [--store DIR] [--cluster phaze-paper]``
 """
 
 from __future__ import annotations
@@ -144,10 +144,11 @@ def _store_content(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, int
     return results, bounds
 
 
-def _four(space: str, executor: str, jobs: int, db: Path, every_s: float) -> None:
-    """The four PHAZE models jointly over ``space``, pruned exhaustive search, into the store ``db``."""
-    request = api.search_request(list(PHAZE_MODELS), space=space, **OPTIONS)
-    tag = f"four/{executor}"
+def _four(space: str, executor: str, jobs: int, db: Path, every_s: float, cluster: str | None = None) -> None:
+    """The four PHAZE models jointly over ``space``, pruned exhaustive search, into the store ``db``
+    (``cluster``: a cluster preset's links, e.g. ``phaze-paper``; None: the space's base's)."""
+    request = api.search_request(list(PHAZE_MODELS), space=space, cluster=cluster, **OPTIONS)
+    tag = f"four/{executor}" + (f"/{cluster}" if cluster else "")
     print(f"[{tag}] {', '.join(PHAZE_MODELS)} on {OPTIONS['devices']} devices, global batch "
           f"{OPTIONS['global_batch']}, {len(request.designs)} designs of {space!r}, TP widths "
           f"{request.plan_space.tps}, {len(request.cost_keys)} cost keys per model; {jobs} workers",
@@ -194,16 +195,18 @@ def main() -> None:
     parser.add_argument("--dask", action="store_true", help="with --four: again on a 2-worker Dask cluster")
     parser.add_argument("--store", help="with --four: directory of the result stores (default: temporary)")
     parser.add_argument("--every", type=float, default=60.0, help="with --four: seconds between reports")
+    parser.add_argument("--cluster", default=None,
+                        help="with --four: a cluster preset's links (phaze-paper: PHAZE's 4 GiB/s)")
     args = parser.parse_args()
     if args.four:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(args.store or tmp)
             folder.mkdir(parents=True, exist_ok=True)
             local = folder / "four-local.db"
-            _four(args.space, "local", args.jobs, local, args.every)
+            _four(args.space, "local", args.jobs, local, args.every, args.cluster)
             if args.dask:
                 dask = folder / "four-dask.db"
-                _four(args.space, "dask", 2, dask, args.every)
+                _four(args.space, "dask", 2, dask, args.every, args.cluster)
                 same = _store_content(local) == _store_content(dask)
                 print(f"[four] local-pool and Dask stores hold the same results and bounds: {same}")
         return
