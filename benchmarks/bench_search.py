@@ -27,7 +27,8 @@ the same search again on a local Dask cluster of 2 workers into a second store a
 the two stores hold the same results (and the same bounds).
 
 Run: ``.venv/bin/python benchmarks/bench_search.py [--space phaze] [--jobs 2] [--plain] [--no-search]``
-or ``.venv/bin/python benchmarks/bench_search.py --four --space phaze [--jobs 2] [--dask] [--store DIR] [--cluster phaze-paper]``
+or ``.venv/bin/python benchmarks/bench_search.py --four --space phaze [--jobs 2] [--dask] [--store DIR]
+[--cluster phaze-paper]``
 """
 
 from __future__ import annotations
