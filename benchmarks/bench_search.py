@@ -44,10 +44,10 @@ from pathlib import Path
 from archplace import api
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel, Precision
+from archplace.executor import make_executor
 from archplace.search.bounds import design_bound
 from archplace.search.bounds_many import design_bounds
 from archplace.search.evaluate import core_key
-from archplace.search.executor import make_executor
 from archplace.search.request import SearchRequest
 from archplace.search.runner import BOUND_CHUNK, Tick, model_chains, plan_limits, run_search
 from archplace.search.store import ResultStore

@@ -30,8 +30,8 @@ import psutil
 import pytest
 
 from archplace.cli import main
+from archplace.executor import make_executor
 from archplace.lifetime import Interrupted, call_interruptibly, raising_interrupts, stop_processes
-from archplace.search.executor import make_executor
 
 MODEL = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256,
          "vocab_size": 2048, "bos_token_id": 0, "eos_token_id": 0}

@@ -90,3 +90,20 @@ def test_allowed_loaders_are_still_needed() -> None:
     for module, name in ALLOWED_LOADERS:
         tree = ast.parse((SRC / module).read_text())
         assert name in _imported_names(tree), (module, name)
+
+
+BELOW_SEARCH = ("cost", "schedule", "placement", "workload", "hardware")
+"""Packages the search is built on: none of them imports :mod:`archplace.search`."""
+
+
+def _below_search() -> list[Path]:
+    return sorted(path for layer in BELOW_SEARCH for path in (SRC / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _below_search(), ids=lambda p: str(p.relative_to(SRC)))
+def test_lower_layers_do_not_import_the_search(path: Path) -> None:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+    assert not {name for name in imported if name.split(".")[:2] == ["archplace", "search"]}

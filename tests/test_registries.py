@@ -12,10 +12,10 @@ import typer
 
 from archplace.cli import app
 from archplace.errors import ConfigError
+from archplace.executor import EXECUTOR_FACTORIES, EXECUTORS, make_executor
 from archplace.schedule.cpsat import CpSatScheduler
 from archplace.schedule.milp import GurobiScheduler, HighsScheduler
 from archplace.schedule.solve import BACKENDS, SCHEDULER_FACTORIES, ListScheduler, get_scheduler
-from archplace.search.executor import EXECUTOR_FACTORIES, EXECUTORS, make_executor
 from archplace.search.strategies import STRATEGIES, STRATEGY_FACTORIES, make_strategy
 from archplace.search.strategies.exhaustive import ExhaustiveStrategy
 from archplace.search.strategies.optuna_search import OptunaStrategy

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from archplace.errors import ArchplaceError
+from archplace.executor import make_executor
 from archplace.lifetime import Interrupted
-from archplace.search.executor import make_executor
 from archplace.search.request import SearchRequest, SearchResult
 from archplace.search.runner import Progress, Tick, run_search, stored_designs
 from archplace.search.store import ResultStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from archplace.errors import ConfigError
-from archplace.search.executor import make_executor
+from archplace.executor import make_executor
 
 
 @pytest.mark.parametrize(("address", "reason"), [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from archplace.search.executor import DaskExecutor, make_executor, shared
+from archplace.executor import DaskExecutor, make_executor, shared
 
 
 class Unhashable:

@@ -24,6 +24,7 @@ from typing import Any
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import PRECISIONS, Fp8CostModel, Precision
 from archplace.errors import ConfigError
+from archplace.executor import shared
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.costs import CostKey, costs_by_key, list_makespan_s
@@ -36,7 +37,6 @@ from archplace.search.bounds import DesignBound, memory_floor_bytes
 from archplace.search.bounds_many import design_bounds
 from archplace.search.comm_floor import PlanLimits
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
-from archplace.search.executor import shared
 from archplace.search.objective import Objective, rank, score
 from archplace.search.request import SearchRequest, SearchResult, request_identity
 from archplace.search.store import ResultStore, SearchLabel, request_key

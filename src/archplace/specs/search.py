@@ -22,8 +22,8 @@ import yaml
 from archplace import inputs, limits
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
+from archplace.executor import EXECUTORS
 from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule
-from archplace.search.executor import EXECUTORS
 from archplace.search.objective import Objective
 from archplace.search.strategies import STRATEGIES
 from archplace.specs.plan import degrees, parse_zero_stages

@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
+from archplace.executor import default_jobs, make_executor
 from archplace.outputs import replace_atomically
-from archplace.search.executor import default_jobs, make_executor
 from archplace.workload.expert_parallel import check_ep
 from archplace.workload.expert_tensor import check_etp
 from archplace.workload.extract import ExtractOptions, derive_experts, extract_chain, traced_options

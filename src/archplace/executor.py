@@ -1,4 +1,6 @@
-"""Where design evaluations run: in this process, a local process pool (default) or a Dask cluster.
+"""Where design evaluations (and a search's graph traces) run: in this process, a local process
+pool (default) or a Dask cluster.  It sits below both the search (:mod:`archplace.search`) and
+the workload's graph cache (:mod:`archplace.workload.cache`), which traces on the same pools.
 
 The pool and Dask are :class:`concurrent.futures.Executor` objects, so the search code is the
 same either way; evaluations are pure functions of their arguments, so the results are
