@@ -24,7 +24,7 @@ from archplace.search.runner import model_chains, plan_limits
 SCHEDULES = tuple(PipelineSchedule)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_no_plan_beats_the_floor(data: st.DataObject) -> None:
     """Every plan of every ZeRO stage, overlap, recompute, schedule, depth and DP degree: its
