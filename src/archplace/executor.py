@@ -207,17 +207,26 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
                     n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None,
                     silence_logs=logging.CRITICAL))  # no closing chatter (below)
             client = stack.enter_context(Client(cluster))
-            yield DaskExecutor(client)
+            try:
+                yield DaskExecutor(client)
+            except (Interrupted, KeyboardInterrupt):
+                _quiet_for_good()  # before the client and the cluster close (the stack, next)
+                raise
     except (Interrupted, KeyboardInterrupt):
-        # The process is on its way out: the cluster's close may finish in an exit hook, after
-        # this block, and it reports closed comms and nannies at INFO or with tracebacks. Keep
-        # Dask and tornado quiet for good so the user sees one line.
-        for name in QUIET_ON_INTERRUPT:
-            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        _quiet_for_good()
         raise
     finally:
         if quiet.level <= logging.CRITICAL:
             quiet.setLevel(level)
+
+
+def _quiet_for_good() -> None:
+    """Silence Dask and tornado for the rest of the process.  After an interrupt the process is
+    on its way out: closing the client fails the futures still pending, whose callbacks tornado
+    logs with tracebacks, and the cluster's close may finish in an exit hook, reporting closed
+    comms and nannies; the user sees one line instead."""
+    for name in QUIET_ON_INTERRUPT:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _local_executor(jobs: int, scheduler: str | None) -> AbstractContextManager[Executor | None]:
