@@ -68,6 +68,12 @@ class Cluster:
         return (self.inter_node_latency_s,
                 self.inter_node_bandwidth_bytes_per_s * self.inter_node_efficiency)
 
+    def fastest_bandwidth_bytes_per_s(self) -> float:
+        """The larger sustained bandwidth of the two links (bytes/s): no transfer :meth:`link`
+        or :meth:`group_link` prices is faster (floors of communication time use it)."""
+        return max(self.intra_node_bandwidth_bytes_per_s * self.intra_node_efficiency,
+                   self.inter_node_bandwidth_bytes_per_s * self.inter_node_efficiency)
+
     def group_link(self, group_size: int, stride: int = 1) -> tuple[float, float]:
         """(latency_s, bandwidth_bytes_per_s) of the link the collectives of a group of
         ``group_size`` ranks ``stride`` apart use, the slowest link any such group has.

@@ -14,7 +14,7 @@ from archplace.placement.candidates import FamilyState, Variant
 from archplace.placement.layout import RankLayout
 from archplace.placement.plan import TrainingSetup
 from archplace.placement.tables import FloatArray
-from archplace.placement.timing import optimizer_step_time_s
+from archplace.placement.timing import P2P_TRANSFERS_PER_BOUNDARY, optimizer_step_time_s
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM
 
 
@@ -101,9 +101,8 @@ class BlockBounds:
         """
         v = variant.chunks
         s = p * v
-        cluster = self.setup.cluster
-        fastest = max(cluster.link(1)[1], cluster.link(cluster.devices_per_node + 1)[1])
-        sends = np.where(s > 1, 4.0 * (s - 1) * state.boundary_min / fastest, 0.0)
+        fastest = self.setup.cluster.fastest_bandwidth_bytes_per_s()
+        sends = np.where(s > 1, P2P_TRANSFERS_PER_BOUNDARY * (s - 1) * state.boundary_min / fastest, 0.0)
         floor: FloatArray = np.asarray((state.layer_base_sum + sends) / s, dtype=np.float64)
         zs = variant.zero_stage
         if zs < 2 or state.dense_sum <= 0:

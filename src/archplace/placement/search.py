@@ -81,7 +81,7 @@ from archplace.placement.plan import (
     TrainingSetup,
 )
 from archplace.placement.tables import ALL_SHARDS, NO_SHARDS, FloatArray, SegmentTables, Shards
-from archplace.placement.timing import dp_degrees, optimizer_step_time_s
+from archplace.placement.timing import dp_degrees, optimizer_step_time_s, smallest_boundary_bytes
 from archplace.placement.zero import dp_tail_comm_s
 
 
@@ -119,7 +119,7 @@ class Search:
                 chain_figures[chain] = figures
             (state.layer_params_max, state.params_sum, state.experts, state.dense_max, state.dense_sum,
              state.expert_max, state.expert_sum) = figures
-            state.boundary_min = float(min((layer.boundary_bytes for layer in fam.layers[:-1]), default=0.0))
+            state.boundary_min = smallest_boundary_bytes(fam.layers)
             self.states.append(state)
         self._ranks = {variant: self._variant_rank(variant) for variant in self.variants}
         self._interleavable: dict[tuple[int, int, int], npt.NDArray[np.bool_]] = {}

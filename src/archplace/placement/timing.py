@@ -18,12 +18,16 @@ and its messages use the link ``Cluster.link`` returns for that span (alpha-beta
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from archplace.errors import ConfigError
 from archplace.hardware.cluster import Cluster
-from archplace.placement.plan import Optimizer, PipelineSchedule, TrainingSetup
+from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, TrainingSetup
+
+if TYPE_CHECKING:
+    from archplace.workload.layers import Layer
 
 OPTIMIZER_STEP_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
     # read the fp32 gradient (4), read+write the fp32 master weight (8), m (8) and v (8),
@@ -36,6 +40,18 @@ OPTIMIZER_STEP_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
 """HBM traffic of one memory-bound optimizer step per parameter, in bytes."""
 
 ADAM_STEP_BYTES_PER_PARAM = OPTIMIZER_STEP_BYTES_PER_PARAM[Optimizer.ADAM]
+
+
+P2P_TRANSFERS_PER_BOUNDARY = 4
+"""Transfers of a pipeline boundary's tensor per micro-batch in the placement model: forward
+activation and backward gradient, each charged to the sender and to the receiver
+(:mod:`archplace.placement.pipeline`, :func:`pipeline_p2p_time_s`)."""
+
+
+def smallest_boundary_bytes(layers: Sequence[LayerCost] | Sequence[Layer]) -> float:
+    """The smallest tensor a pipeline boundary of ``layers`` can carry: the least
+    ``boundary_bytes`` of every layer but the last (0 for one layer), in bytes."""
+    return float(min((layer.boundary_bytes for layer in layers[:-1]), default=0.0))
 
 
 def group_span(size: int, stride: int) -> int:

@@ -62,22 +62,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from archplace.hardware.cluster import Cluster
 from archplace.placement.costs import CostKey
-from archplace.placement.plan import PipelineSchedule
+from archplace.placement.plan import LayerCost, PipelineSchedule
+from archplace.placement.timing import P2P_TRANSFERS_PER_BOUNDARY, smallest_boundary_bytes
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM
+from archplace.workload.layers import Layer
 
 FloatArray = NDArray[np.float64]
-
-P2P_BOUNDARY_TRANSFERS = 4
-"""Transfers of a pipeline boundary's tensor per micro-batch in the placement model: forward
-activation and backward gradient, each charged to the sender and to the receiver
-(:mod:`archplace.placement.pipeline`)."""
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -121,21 +117,10 @@ class PlanLimits:
     def of(cls, cluster: Cluster, global_batch: int, schedules: Sequence[PipelineSchedule],
            chunks: Sequence[int], zero_stages: Sequence[int], grad_bytes: int) -> PlanLimits:
         """The limits of a plan space (its schedules, chunk counts and ZeRO stages) on ``cluster``."""
-        fastest = max(cluster.link(1)[1], cluster.link(cluster.devices_per_node + 1)[1])
+        fastest = cluster.fastest_bandwidth_bytes_per_s()
         interleaved = tuple(sorted(set(chunks))) if PipelineSchedule.INTERLEAVED in schedules else ()
         return cls(cluster.devices, global_batch, fastest, interleaved, tuple(sorted(set(zero_stages))),
                    grad_bytes)
-
-
-class _ShapedLayer(Protocol):
-    """What :class:`ChainShape` reads of a layer (a workload ``Layer`` or a ``LayerCost``)."""
-
-    @property
-    def params(self) -> int: ...
-    @property
-    def expert_params(self) -> int: ...
-    @property
-    def boundary_bytes(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -154,10 +139,10 @@ class ChainShape:
     min_boundary_bytes: float
 
     @classmethod
-    def of(cls, layers: Sequence[_ShapedLayer]) -> ChainShape:
+    def of(cls, layers: Sequence[LayerCost] | Sequence[Layer]) -> ChainShape:
         """The shape of a chain's layers (boundaries after every layer but the last)."""
         return cls(len(layers), float(sum(layer.params - layer.expert_params for layer in layers)),
-                   float(min((layer.boundary_bytes for layer in layers[:-1]), default=0.0)))
+                   smallest_boundary_bytes(layers))
 
 
 def plan_bounds(floor_s: FloatArray, key: CostKey, shape: ChainShape,
@@ -194,7 +179,7 @@ def plan_bounds(floor_s: FloatArray, key: CostKey, shape: ChainShape,
             used = (width * p * d).astype(np.float64)[:, None]
             for v in _chunk_counts(p, shape.layers, limits.chunks):
                 a = (p - 1) / v
-                transfers = P2P_BOUNDARY_TRANSFERS * (p * v - 1) * shape.min_boundary_bytes / beta
+                transfers = P2P_TRANSFERS_PER_BOUNDARY * (p * v - 1) * shape.min_boundary_bytes / beta
                 v_floor = (floor + transfers) / p
                 queue = (m - 1.0 + a) * v_floor
                 iteration = np.full((len(d), len(given)), np.inf)
