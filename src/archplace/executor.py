@@ -194,6 +194,12 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
     quiet = logging.getLogger("distributed")  # its INFO start-up chatter, 30-odd lines
     level = quiet.level
     quiet.setLevel(max(level, logging.WARNING))
+    # tornado logs a pending future's failed gather with a traceback when a Ctrl-C closes the
+    # client, from its IO thread, before the interrupt reaches this block; a task's failure
+    # reaches this process as its exception, not through this logger
+    loop_log = logging.getLogger("tornado.application")
+    loop_level = loop_log.level
+    loop_log.setLevel(logging.CRITICAL + 1)
     try:
         with ExitStack() as stack:
             # SIGINT blocked meanwhile: the cluster's threads and, through them, its worker
@@ -218,6 +224,7 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
     finally:
         if quiet.level <= logging.CRITICAL:
             quiet.setLevel(level)
+            loop_log.setLevel(loop_level)
 
 
 def _quiet_for_good() -> None:
