@@ -171,8 +171,37 @@ def shared(executor: Executor | None, value: object) -> object:
     return executor.share(value) if isinstance(executor, DaskExecutor) else value
 
 
-QUIET_ON_INTERRUPT = ("distributed", "tornado")
-"""Loggers silenced when a local Dask cluster is closed by an interrupt."""
+QUIET_LOGGERS = ("distributed", "tornado")
+"""This process's loggers kept silent while a local Dask cluster runs, and for good after an
+interrupt (:func:`_dask`)."""
+
+
+@contextmanager
+def _silenced(names: tuple[str, ...]) -> Iterator[None]:
+    """The loggers ``names`` and all their existing descendants silent meanwhile, their levels
+    restored after a normal exit.  The descendants too: Dask's logging set-up gives some of
+    them their own levels (``distributed.client`` at WARNING, ``tornado.application`` at
+    ERROR), which a parent's level does not override."""
+    known = sorted(logging.Logger.manager.loggerDict)
+    loggers = [logging.getLogger(name) for name in known
+               if any(name == root or name.startswith(root + ".") for root in names)]
+    loggers += [logging.getLogger(name) for name in names if name not in known]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt):
+        raise  # silent for good: the cluster's close may finish in an exit hook
+    except BaseException:
+        _restore(loggers, levels)
+        raise
+    _restore(loggers, levels)
+
+
+def _restore(loggers: list[logging.Logger], levels: list[int]) -> None:
+    for log, level in zip(loggers, levels, strict=True):
+        log.setLevel(level)
 
 
 @contextmanager
@@ -191,49 +220,26 @@ def _dask(scheduler: str | None, jobs: int) -> Iterator[Executor]:
         with client:
             yield DaskExecutor(client)
         return
-    quiet = logging.getLogger("distributed")  # its INFO start-up chatter, 30-odd lines
-    level = quiet.level
-    quiet.setLevel(max(level, logging.WARNING))
-    # tornado logs a pending future's failed gather with a traceback when a Ctrl-C closes the
-    # client, from its IO thread, before the interrupt reaches this block; a task's failure
-    # reaches this process as its exception, not through this logger
-    loop_log = logging.getLogger("tornado.application")
-    loop_level = loop_log.level
-    loop_log.setLevel(logging.CRITICAL + 1)
-    try:
-        with ExitStack() as stack:
-            # SIGINT blocked meanwhile: the cluster's threads and, through them, its worker
-            # processes start with it blocked and keep it so (a Ctrl-C reaches the whole process
-            # group): this process takes it, in the main thread, and closes the cluster.  The
-            # workers log at CRITICAL only: closing a cluster under load makes them log failed
-            # heartbeats and cancelled tasks as errors with tracebacks; a task's own failure still
-            # reaches this process as its exception.
-            with sigint_blocked():
-                cluster = stack.enter_context(LocalCluster(
-                    n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None,
-                    silence_logs=logging.CRITICAL))  # no closing chatter (below)
-            client = stack.enter_context(Client(cluster))
-            try:
-                yield DaskExecutor(client)
-            except (Interrupted, KeyboardInterrupt):
-                _quiet_for_good()  # before the client and the cluster close (the stack, next)
-                raise
-    except (Interrupted, KeyboardInterrupt):
-        _quiet_for_good()
-        raise
-    finally:
-        if quiet.level <= logging.CRITICAL:
-            quiet.setLevel(level)
-            loop_log.setLevel(loop_level)
-
-
-def _quiet_for_good() -> None:
-    """Silence Dask and tornado for the rest of the process.  After an interrupt the process is
-    on its way out: closing the client fails the futures still pending, whose callbacks tornado
-    logs with tracebacks, and the cluster's close may finish in an exit hook, reporting closed
-    comms and nannies; the user sees one line instead."""
-    for name in QUIET_ON_INTERRUPT:
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    # A local cluster's scheduler and client run in this process, on tornado's IO thread.  Its
+    # logs are for an operator, not for the user of one search, and they race a Ctrl-C: the
+    # interrupt reaches the cluster's processes (one process group) while this process's main
+    # thread is still waiting, and the IO thread logs the failed gather ("Couldn't gather 1
+    # keys, rescheduling", at WARNING; tornado's traceback for the future's callback, at ERROR)
+    # before the interrupt reaches this block.  So they are silent for the whole session, and
+    # for good after an interrupt, as the process is on its way out.  A task's failure reaches
+    # this process as its exception, not through these loggers.
+    with _silenced(QUIET_LOGGERS), ExitStack() as stack:
+        # SIGINT blocked meanwhile: the cluster's threads and, through them, its worker
+        # processes start with it blocked and keep it so (a Ctrl-C reaches the whole process
+        # group): this process takes it, in the main thread, and closes the cluster.  The
+        # workers log at CRITICAL only: closing a cluster under load makes them log failed
+        # heartbeats and cancelled tasks as errors with tracebacks.
+        with sigint_blocked():
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None,
+                silence_logs=logging.CRITICAL))
+        client = stack.enter_context(Client(cluster))
+        yield DaskExecutor(client)
 
 
 def _local_executor(jobs: int, scheduler: str | None) -> AbstractContextManager[Executor | None]:
