@@ -65,6 +65,16 @@ def test_results_csv_and_schedule_files(tmp_path: Path, problem_file: Path,
             assert code == 2 and f"{option} {path}" in one_line(err) and reason in err
 
 
+def test_the_wrote_line_is_the_path_verbatim_on_one_line(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A path longer than a terminal, with brackets rich would read as markup, comes back as is."""
+    store = tmp_path / "run.db"
+    ResultStore(store).begin({"a search": 1}, SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
+    csv = tmp_path / ("a-long-directory-name-" * 6) / "[bold]results[/bold] [1].csv"
+    code, err = run(["results", str(store), "--csv", str(csv)], capsys)
+    assert code == 0 and err == f"wrote {csv}\n" and csv.is_file()
+
+
 def test_good_paths_are_created(tmp_path: Path, problem_file: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     dumped = tmp_path / "new" / "dir" / "dump.json"

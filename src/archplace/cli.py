@@ -28,6 +28,7 @@ from archplace.cli_options import (
     SearchEtpsOption,
     ZeroStagesOption,
     cli_message,
+    say_wrote,
 )
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
@@ -154,25 +155,24 @@ def search(
                         else [api.search(spec, progress=advance)])
     except api.SearchInterrupted as exc:  # the workers are stopped by now: say what is kept
         raise Interrupted(_interrupted_search(exc)) from None
-    err = Console(stderr=True)
     for result in outcomes:
         _stdout().print(search_table(result, spec.top))
     failed = next((r for r in outcomes if r.best is None), None)
     # On failure the files are still written (the JSON says why each design failed), but the
     # one line on stderr is the error.
-    say = err.print if failed is None else (lambda _: None)
+    say = say_wrote if failed is None else (lambda _: None)
     if out is not None:
         data = stamp("search", outcomes[0].to_dict() if len(outcomes) == 1
                      else {"per_model": [r.to_dict() for r in outcomes]})
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
-        say(f"wrote {out}")
+        say(out)
     if plot is not None:
         for result, path in zip(outcomes, _plot_paths(plot, outcomes), strict=True):
             _draw(result, path)
-            say(f"wrote {path}")
+            say(path)
     if report is not None:
         api.report_search(outcomes, report, spec=spec, top=spec.top)
-        say(f"wrote {report}")
+        say(report)
     if failed is not None:
         reason = failed.evaluated[0].infeasible_reason if failed.evaluated else "no design"
         raise ArchplaceError(f"no design of the space can train {failed.model}: {reason}")
@@ -301,10 +301,10 @@ def results(
     _stdout().print(results_table(rows, str(store), top))
     if csv is not None:
         write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))
-        Console(stderr=True).print(f"wrote {csv}")
+        say_wrote(csv)
     if plot is not None:
         _draw(store, plot, search=search_id)
-        Console(stderr=True).print(f"wrote {plot}")
+        say_wrote(plot)
 
 
 @app.command()

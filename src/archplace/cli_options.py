@@ -1,9 +1,12 @@
 """Command-line options shared by several commands (every command that traces a model; plan,
-evaluate and search for the ZeRO stage, gradient dtype and precision)."""
+evaluate and search for the ZeRO stage, gradient dtype and precision), and the line every
+command prints for a file it wrote."""
 
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -84,3 +87,9 @@ def cli_message(exc: ArchplaceError) -> str:
     for field in getattr(exc, "fields", ()) if isinstance(exc, ConfigError) else ():
         message = re.sub(rf"(?<![\w.-]){re.escape(field)}(?![\w])", flag_of(field), message)
     return message
+
+
+def say_wrote(path: Path) -> None:
+    """``wrote PATH`` on stderr, on one line and verbatim: not through rich, which wraps a long
+    path at the console's width and reads ``[...]`` in a file name as markup."""
+    sys.stderr.write(f"wrote {path}\n")

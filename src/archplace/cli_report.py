@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from archplace import api
 from archplace.app import accelerator
+from archplace.cli_options import say_wrote
 from archplace.errors import ArchplaceError
 from archplace.outputs import check_output
 from archplace.placement.result import PlanResult
@@ -27,7 +27,7 @@ def write_plan_report(path: Path | None, results: list[PlanResult],
     with :func:`~archplace.outputs.check_output` before the work)."""
     if path is not None:
         api.report_plan(results, path, run=run)
-        Console(stderr=True).print(f"wrote {path}")
+        say_wrote(path)
 
 
 def report(
@@ -52,7 +52,7 @@ def report(
         accelerator(HardwareSpec(chosen))  # so is an unknown baseline
     check_output(out, "--out")
     api.report(store, out, search=search_id, top=top, baseline=chosen)
-    Console(stderr=True).print(f"wrote {out}")
+    say_wrote(out)
 
 
 def register(app: typer.Typer) -> None:
