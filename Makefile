@@ -16,9 +16,10 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/archplace search --model gpt2-xl --space tiny --devices 1024 --global-batch 4096 --out results/demo.json
 
-# The suite without the tests marked slow (under 8 minutes on 2 cores); CI also runs test-slow.
+# The suite without the tests marked slow, on two workers (under 8 minutes on 2 cores); CI also
+# runs test-slow, on one worker (its interrupt tests time how fast processes end).
 test: $(STAMP)
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow" -n 2
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -m slow
