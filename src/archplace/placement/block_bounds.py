@@ -107,8 +107,7 @@ class BlockBounds:
         zs = variant.zero_stage
         if zs < 2 or state.dense_sum <= 0:
             return floor
-        pairs = zip(p.tolist(), d.tolist(), strict=True)
-        per_byte = np.array([self.costs(state, pp, dd)[0][1] for pp, dd in pairs], dtype=np.float64)
+        per_byte = self.group_costs(state, p, d, 0)[1]
         grad = float(self.setup.grad_bytes)
         factor = grad / 2.0 if zs == 2 else (2.0 * WEIGHT_BYTES_PER_PARAM + grad) / 2.0
         layer_comm = np.maximum(factor * per_byte * state.dense_max, factor * per_byte * state.dense_sum / s)
@@ -128,9 +127,7 @@ class BlockBounds:
         zs = variant.zero_stage
         if not variant.overlap or zs >= 2 or state.experts:
             return np.zeros(np.shape(t_low))
-        pairs = zip(p.tolist(), d.tolist(), strict=True)
-        costs = np.array([self.costs(state, pp, dd)[0] for pp, dd in pairs], dtype=np.float64).reshape(-1, 2)
-        const, per_byte = costs[:, 0], costs[:, 1]
+        const, per_byte = self.group_costs(state, p, d, 0)
         share = 1.0 if zs == 0 else 0.5  # an all-reduce, or a reduce-scatter (half of it)
         whole = share * (const + per_byte * (self.setup.grad_bytes * params))
         whole = np.where(params > 0, whole, 0.0)
@@ -148,6 +145,24 @@ class BlockBounds:
                      layout.expert_dp_cost(self.setup.cluster) if state.experts else (0.0, 0.0))
             self._layout_costs[key] = costs
         return costs
+
+    def group_costs(self, state: FamilyState, p: npt.NDArray[np.int64], d: npt.NDArray[np.int64],
+                    which: int) -> tuple[FloatArray, FloatArray]:
+        """All-reduce (start-up seconds, seconds per byte) of every candidate (p, d) of a block,
+        arrays of the shape of ``p`` (``d`` the same shape), over the DP x CP group (``which`` 0)
+        or the expert-data-parallel group (1): :meth:`costs` per distinct pair, cached as arrays
+        per (degrees, p, d) so that the blocks sharing them share the arrays (never mutated)."""
+        fam = state.family
+        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, which, p.tobytes(), d.tobytes(), p.shape,
+               p.dtype.str, d.dtype.str)
+        arrays = self._bound_costs.get(key)
+        if arrays is None:
+            pairs = list(zip(p.ravel().tolist(), d.ravel().tolist(), strict=True))
+            cost = {pair: self.costs(state, *pair)[which] for pair in set(pairs)}
+            arrays = (np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(p.shape),
+                      np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(p.shape))
+            self._bound_costs[key] = arrays
+        return arrays
 
     def tail_bound(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                    d: npt.NDArray[np.int64], params: FloatArray) -> FloatArray:
@@ -189,17 +204,7 @@ class BlockBounds:
             return out
         pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
         size = np.broadcast_to(np.asarray(group), pp_b.shape)
-        fam = state.family
-        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, which, pp_b.tobytes(), dp_b.tobytes(),
-               pp_b.shape)
-        arrays = self._bound_costs.get(key)
-        if arrays is None:
-            pairs = list(zip(pp_b.ravel().tolist(), dp_b.ravel().tolist(), strict=True))
-            cost = {pair: self.costs(state, *pair)[which] for pair in set(pairs)}
-            arrays = (np.array([cost[pair][0] for pair in pairs], dtype=np.float64).reshape(pp_b.shape),
-                      np.array([cost[pair][1] for pair in pairs], dtype=np.float64).reshape(pp_b.shape))
-            self._bound_costs[key] = arrays
-        const, per_byte = arrays
+        const, per_byte = self.group_costs(state, pp_b, dp_b, which)
         # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
         grads = setup.grad_bytes * par_b
         comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
