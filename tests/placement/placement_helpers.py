@@ -111,7 +111,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
                                                     sp=sp, zero_stage=z, dp_overlap=o, cp=cp, ep=ep,
-                                                    etp=etp)
+                                                    etp=etp, rank_order=setup.rank_order)
                                         try:
                                             micro_batches(setup, plan)
                                         except ConfigError:

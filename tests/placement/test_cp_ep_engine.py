@@ -112,7 +112,8 @@ def test_rank_order_moves_the_pipeline_and_dp_links():
     layers = [moe_layer(f"l{k}", experts=0) for k in range(4)]
     plan = Plan(tp=1, pp=2, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 1), (2, 3)))
     pp_dp = evaluate_plan(layers, setup(), plan)
-    dp_pp = evaluate_plan(layers, setup(order=RankOrder.TP_CP_EP_DP_PP), plan)
+    dp_pp = evaluate_plan(layers, setup(order=RankOrder.TP_CP_EP_DP_PP),
+                          dataclasses.replace(plan, rank_order=RankOrder.TP_CP_EP_DP_PP))
     boundary = 1e6
     assert pp_dp.stage_times[0].p2p_s == 2.0 * (INTRA[0] + boundary / INTRA[1])
     assert dp_pp.stage_times[0].p2p_s == 2.0 * (INTER[0] + boundary / INTER[1])
@@ -126,6 +127,16 @@ def test_rank_order_moves_the_pipeline_and_dp_links():
         assert result.breakdown_s["dp_comm"] == const + per_byte * grads
         check_breakdown_sums(result)
     assert pp_dp.breakdown_s["pp_comm"] < dp_pp.breakdown_s["pp_comm"]
+
+
+def test_a_plan_of_another_rank_order_than_the_setup_is_refused():
+    """The setup's order prices the links; a plan recording another would report a layout it
+    was not priced on."""
+    layers = [moe_layer(f"l{k}", experts=0) for k in range(4)]
+    plan = Plan(tp=1, pp=2, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 1), (2, 3)))
+    with pytest.raises(ConfigError, match="plan: rank_order tp-cp-ep-pp-dp but the setup lays the "
+                                          "ranks out as tp-cp-ep-dp-pp"):
+        evaluate_plan(layers, setup(order=RankOrder.TP_CP_EP_DP_PP), plan)
 
 
 def test_dp_cp_group_across_pipeline_blocks_is_hierarchical():

@@ -162,7 +162,7 @@ class _Figures:
     micro_batch: int
     recompute: Recompute
     structure: _Structure
-    options: dict[str, Any]  # schedule, sp, zero_stage, dp_overlap: every plan option but the split
+    options: dict[str, Any]  # every plan option but the split (schedule, sp, ZeRO, overlap, ranks)
     time: list[float] = field(default_factory=list)      # seconds per micro-batch (T)
     params: list[int] = field(default_factory=list)
     backward: list[float] = field(default_factory=list)  # backward + recompute, seconds
@@ -463,7 +463,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
                               f"micro-batch {micro_batch} and the global batch {setup.global_batch}")
     structure = _structure(graph, max_downsets, max_stage_pairs)
     fig = _Figures(graph, setup, tp, micro_batch, policy, structure,
-                   {"schedule": kind, "sp": sp, "zero_stage": zero_stage, "dp_overlap": dp_overlap},
+                   {"schedule": kind, "sp": sp, "zero_stage": zero_stage, "dp_overlap": dp_overlap,
+                    "rank_order": setup.rank_order},
                    kcap=max(max(c.profile) for c in candidates))
     fig.build()
 

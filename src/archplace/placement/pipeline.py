@@ -111,7 +111,8 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
 
     Raises:
         ConfigError: no layers, stages not covering layers 0..n_layers-1, more devices than the
-            cluster has, or a micro-batch count the batch does not allow.
+            cluster has, a rank order other than the setup's, or a micro-batch count the batch
+            does not allow.
     """
     if n_layers < 1:
         raise ConfigError("placement needs at least one layer")
@@ -125,6 +126,10 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
                               f"exceeds the cluster's {setup.cluster.devices} devices")
         raise ConfigError(f"plan: tp*cp*pp*dp = {plan.tp}*{plan.cp}*{plan.pp}*{plan.dp} = {plan.devices} "
                           f"exceeds the cluster's {setup.cluster.devices} devices")
+    if plan.rank_order is not setup.rank_order:
+        raise ConfigError(f"plan: rank_order {plan.rank_order.value} but the setup lays the ranks "
+                          f"out as {setup.rank_order.value}, which decides the links its "
+                          "collectives and sends are priced on: give both the same order")
     check_expert_degree(tp=plan.tp, cp=plan.cp, ep=plan.ep, dp=plan.dp, etp=plan.etp)
     micro_batches(setup, plan)
 
