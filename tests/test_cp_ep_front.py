@@ -31,34 +31,17 @@ from archplace.search.evaluate import DesignResult
 from archplace.search.request import SearchResult, request_identity
 from archplace.specs import Plan, PlanRun, PlanSpace, SearchSpec
 from cli_helpers import run
-
-GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128,
-       "vocab_size": 1024}
-CLUSTER = ["--hardware", "a100-80gb", "--devices", "8", "--global-batch", "8"]
-FIXED = ["--tp", "1", "--pp", "1", "--dp", "8", "--micro-batch", "1"]
-SPACE = ("base: tpuv4\ntensor_cores: [2]\narray_dim: [128]\nvector_cores: [2]\nbuffer: [32 MiB]\n"
-         "hbm: [32 GiB]\narea_min_fraction: 0.0\n")
+from front_door import CLUSTER, FIXED, gpt_config_file, one_design_space_file, refused
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("gpt") / "config.json"
-    path.write_text(json.dumps(GPT))
-    return str(path)
+    return gpt_config_file(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def space(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("space") / "space.yaml"
-    path.write_text(SPACE)
-    return str(path)
-
-
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    code, _, err = run(argv, capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("archplace: error: "), err
-    return lines[0].removeprefix("archplace: error: ")
+    return one_design_space_file(tmp_path_factory)
 
 
 # ------------------------------------------------------------------------------------- specs
@@ -128,7 +111,7 @@ def _written(tmp_path: Path, text: str) -> Path:
 ])
 def test_plan_options(options: list[str], message: str, model: str,
                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert message in _refused(["plan", "--model", model, *CLUSTER, *options], capsys)
+    assert message in refused(["plan", "--model", model, *CLUSTER, *options], capsys)
 
 
 def test_plan_with_degree_one_is_the_plan_without(model: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,16 +138,16 @@ def test_plan_config_and_options_layer(model: str, tmp_path: Path,
 
 def test_a_layer_graph_takes_no_degrees(capsys: pytest.CaptureFixture[str]) -> None:
     graph = str(Path(__file__).resolve().parents[1] / "examples" / "layer_graph.yaml")
-    assert "--cp applies to --model" in _refused(["plan", "--layer-graph", graph, *CLUSTER, "--cp", "1"],
+    assert "--cp applies to --model" in refused(["plan", "--layer-graph", graph, *CLUSTER, "--cp", "1"],
                                                   capsys)
 
 
 def test_evaluate_options_and_plan_files(model: str, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     base = ["evaluate", "--model", model, *CLUSTER, *FIXED]
-    assert "tp*cp*pp*dp = 1*2*1*8 = 16 exceeds the cluster's 8 devices" in _refused(
+    assert "tp*cp*pp*dp = 1*2*1*8 = 16 exceeds the cluster's 8 devices" in refused(
         [*base, "--cp", "2"], capsys)
-    assert "plan.ep must be a whole number from 1" in _refused([*base, "--ep", "0"], capsys)  # as plan.tp
+    assert "plan.ep must be a whole number from 1" in refused([*base, "--ep", "0"], capsys)  # as plan.tp
     code, out, _ = run([*base, "--cp", "1", "--ep", "1", "--json"], capsys)
     assert code == 0
     document = json.loads(out)
@@ -175,7 +158,7 @@ def test_evaluate_options_and_plan_files(model: str, tmp_path: Path,
     assert code == 0 and json.loads(again) == document
     document["plan"]["ep"] = 4
     saved.write_text(json.dumps(document))
-    assert "--ep = 4: " in _refused(["evaluate", "--plan", str(saved)], capsys)  # read
+    assert "--ep = 4: " in refused(["evaluate", "--plan", str(saved)], capsys)  # read
     code, _, err = run(["evaluate", "--plan", str(saved), "--ep", "1"], capsys)  # the option wins
     assert code == 0, err
 
@@ -194,8 +177,8 @@ def test_plan_json_to_evaluate_plan(model: str, tmp_path: Path, capsys: pytest.C
 def test_search_options(model: str, space: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["search", "--model", model, "--space", space, "--devices", "8", "--global-batch", "8",
             "--jobs", "1", "--baseline", "none"]
-    assert _refused([*argv, "--ep", "0"], capsys).startswith("--ep: ep must be a whole number")
-    assert "is a dense model" in _refused([*argv, "--ep", "2"], capsys)
+    assert refused([*argv, "--ep", "0"], capsys).startswith("--ep: ep must be a whole number")
+    assert "is a dense model" in refused([*argv, "--ep", "2"], capsys)
     code, out, err = run([*argv, "--micro-batch", "1", "--cp", "1", "--ep", "1"], capsys)
     assert code == 0, err
     assert "tp/pp/dp" in out  # dense plans: the narrow column

@@ -35,34 +35,17 @@ from archplace.search.request import SearchResult, request_identity
 from archplace.specs import Plan, PlanRun, PlanSpace, SearchSpec
 from archplace.workload.zoo import load_model
 from cli_helpers import run
-
-GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128,
-       "vocab_size": 1024}
-CLUSTER = ["--hardware", "a100-80gb", "--devices", "8", "--global-batch", "8"]
-FIXED = ["--tp", "1", "--pp", "1", "--dp", "8", "--micro-batch", "1"]
-SPACE = ("base: tpuv4\ntensor_cores: [2]\narray_dim: [128]\nvector_cores: [2]\nbuffer: [32 MiB]\n"
-         "hbm: [32 GiB]\narea_min_fraction: 0.0\n")
+from front_door import CLUSTER, FIXED, gpt_config_file, one_design_space_file, refused
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("gpt") / "config.json"
-    path.write_text(json.dumps(GPT))
-    return str(path)
+    return gpt_config_file(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def space(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("space") / "space.yaml"
-    path.write_text(SPACE)
-    return str(path)
-
-
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    code, _, err = run(argv, capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("archplace: error: "), err
-    return lines[0].removeprefix("archplace: error: ")
+    return one_design_space_file(tmp_path_factory)
 
 
 # ------------------------------------------------------------------------------------- specs
@@ -191,7 +174,7 @@ def test_evaluate_checks_etp_in_numbers() -> None:
 ])
 def test_plan_etp_options(options: list[str], message: str, model: str,
                           capsys: pytest.CaptureFixture[str]) -> None:
-    refusal = _refused(["plan", "--model", model, *CLUSTER, *options], capsys)
+    refusal = refused(["plan", "--model", model, *CLUSTER, *options], capsys)
     assert message in refusal
     if "--etp = 2" in message:
         assert refusal.endswith("is a dense model (no routed experts to split); use etp 1")
@@ -208,14 +191,14 @@ def test_plan_etp_one_is_the_plan_without(model: str, capsys: pytest.CaptureFixt
 
 def test_a_layer_graph_takes_no_etp(capsys: pytest.CaptureFixture[str]) -> None:
     graph = str(Path(__file__).resolve().parents[1] / "examples" / "layer_graph.yaml")
-    assert "--etp applies to --model" in _refused(["plan", "--layer-graph", graph, *CLUSTER, "--etp", "1"],
+    assert "--etp applies to --model" in refused(["plan", "--layer-graph", graph, *CLUSTER, "--etp", "1"],
                                                    capsys)
 
 
 def test_evaluate_etp_and_plan_files(model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["evaluate", "--model", model, *CLUSTER, *FIXED]
-    assert "plan.etp must be a whole number from 1" in _refused([*base, "--etp", "0"], capsys)
-    assert "--etp = 2: " in _refused([*base, "--etp", "2"], capsys)
+    assert "plan.etp must be a whole number from 1" in refused([*base, "--etp", "0"], capsys)
+    assert "--etp = 2: " in refused([*base, "--etp", "2"], capsys)
     code, out, _ = run([*base, "--etp", "1", "--json"], capsys)
     assert code == 0
     document = json.loads(out)
@@ -226,7 +209,7 @@ def test_evaluate_etp_and_plan_files(model: str, tmp_path: Path, capsys: pytest.
     assert code == 0 and json.loads(again) == document
     document["plan"]["etp"] = 2
     saved.write_text(json.dumps(document))
-    assert "--etp = 2: " in _refused(["evaluate", "--plan", str(saved)], capsys)  # read from the file
+    assert "--etp = 2: " in refused(["evaluate", "--plan", str(saved)], capsys)  # read from the file
     code, _, err = run(["evaluate", "--plan", str(saved), "--etp", "1"], capsys)  # the option wins
     assert code == 0, err
 
@@ -234,8 +217,8 @@ def test_evaluate_etp_and_plan_files(model: str, tmp_path: Path, capsys: pytest.
 def test_search_etp_options(model: str, space: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["search", "--model", model, "--space", space, "--devices", "8", "--global-batch", "8",
             "--jobs", "1", "--baseline", "none"]
-    assert _refused([*argv, "--etp", "0"], capsys).startswith("--etp: etp must be a whole number")
-    assert _refused([*argv, "--etp", "2"], capsys) == (
+    assert refused([*argv, "--etp", "0"], capsys).startswith("--etp: etp must be a whole number")
+    assert refused([*argv, "--etp", "2"], capsys) == (
         "--etp = 2: every model is dense (no routed experts to split); use etp 1")
 
 
