@@ -5,6 +5,7 @@ silent (the process is on its way out)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,7 +16,7 @@ SILENT = logging.CRITICAL + 1
 
 
 @pytest.fixture
-def family() -> list[logging.Logger]:
+def family() -> Iterator[list[logging.Logger]]:
     """A parent logger and a child with its own level, as Dask's set-up leaves
     ``distributed`` and ``distributed.client``; levels put back afterwards."""
     parent = logging.getLogger("archplace-test-family")
