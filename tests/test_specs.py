@@ -185,3 +185,30 @@ def test_run_round_trips(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
     assert PlanRun.from_dict(json.loads(json.dumps(run.to_dict()))) == run
     fixed = EvaluateRun(model, hardware, cluster, plan)
     assert EvaluateRun.from_dict(json.loads(json.dumps(fixed.to_dict()))) == fixed
+
+
+# ------------------------------------------------------------------------------ plan-file stamp
+
+_PLAN = {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1}
+
+
+@pytest.mark.parametrize("version", [2, 0, -1, "1", 1.5, True, None])
+def test_a_plan_file_of_another_schema_version_is_refused_in_one_line(version: object) -> None:
+    document = {"schema_version": version, "archplace_version": "0.1.0", "plan": _PLAN,
+                "model": "gpt2-xl", "hardware": "tpuv4", "devices": 8, "global_batch": 16}
+    with pytest.raises(ConfigError) as info:
+        evaluate_fields(document, "old.json: plan file")
+    message = str(info.value)
+    assert message.startswith(f"old.json: plan file: schema_version {version!r} of a plan or evaluate")
+    assert message.endswith("this archplace reads version 1") and "\n" not in message
+    with pytest.raises(ConfigError, match="schema_version 2"):  # a bare plan object with a stamp too
+        evaluate_fields({"schema_version": 2, **_PLAN})
+
+
+def test_a_plan_file_of_this_schema_version_or_without_a_stamp_is_read() -> None:
+    stamped = {"schema_version": 1, "archplace_version": "0.1.0", "plan": _PLAN, "devices": 8}
+    assert evaluate_fields(stamped) == {"devices": 8, "plan": _PLAN}
+    assert evaluate_fields({"schema_version": 1, **_PLAN}) == {"plan": _PLAN}
+    assert evaluate_fields(_PLAN) == {"plan": _PLAN}
+    with pytest.raises(ConfigError, match="archplace_version must be text"):
+        evaluate_fields({"archplace_version": 1, **_PLAN})

@@ -100,7 +100,8 @@ def evaluate_run(ctx: typer.Context, plan_file: Path | None, options: dict[str, 
     Raises:
         ConfigError: a bad file, an unknown or missing field, a bad value.
     """
-    loaded = evaluate_fields(read_run_file(plan_file, "plan")) if plan_file is not None else {}
+    loaded = (evaluate_fields(read_run_file(plan_file, "plan"), f"{plan_file}: plan file")
+              if plan_file is not None else {})
     reshaped = any(given(ctx, name) for name in ("pp", "chunks", "schedule")) and not given(ctx, "stages")
     if reshaped and isinstance(loaded.get("plan"), Mapping):
         loaded["plan"] = {k: v for k, v in loaded["plan"].items() if k != "stages"}

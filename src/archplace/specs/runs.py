@@ -16,6 +16,7 @@ from typing import Any
 
 from archplace import limits
 from archplace.errors import ConfigError
+from archplace.schemas import SCHEMA_VERSIONS, STAMP_KEYS
 from archplace.specs.plan import Plan, PlanSpace
 from archplace.specs.run import ClusterSpec, HardwareSpec, ModelSpec
 
@@ -26,6 +27,30 @@ RUN_KEYS = tuple(f.name for part in _PARTS for f in dataclasses.fields(part))
 
 PLAN_SETUP_KEYS = ("grad_reduce_dtype", "optimizer")
 """Keys of :class:`Plan` that ``plan --json`` writes at the top level of its document."""
+
+PLAN_FILE_KINDS = ("plan", "evaluate")
+"""The kinds of document ``evaluate --plan`` reads back (``plan --json``, ``evaluate --json``;
+:data:`archplace.schemas.SCHEMA_VERSIONS`)."""
+
+
+def check_plan_stamp(document: Mapping[str, Any], where: str = "plan file") -> None:
+    """Refuse a plan file whose stamp (docs/outputs.md, The stamp) names a schema version that no
+    kind of :data:`PLAN_FILE_KINDS` has in this archplace; a document without a stamp passes.
+
+    Raises:
+        ConfigError: "``where``: schema_version 2 of a plan or evaluate document; this archplace
+            reads version 1", or an ``archplace_version`` that is not text.
+    """
+    versions = sorted({SCHEMA_VERSIONS[kind] for kind in PLAN_FILE_KINDS})
+    if "schema_version" in document:
+        version = document["schema_version"]
+        if isinstance(version, bool) or not isinstance(version, int) or version not in versions:
+            raise ConfigError(f"{where}: schema_version {limits.shown(version)} of a "
+                              f"{' or '.join(PLAN_FILE_KINDS)} document; this archplace reads version "
+                              f"{', '.join(map(str, versions))}")
+    if "archplace_version" in document and not isinstance(document["archplace_version"], str):
+        raise ConfigError(f"{where}: archplace_version must be text, got "
+                          f"{limits.shown(document['archplace_version'])}")
 
 
 def _split(data: object, owner: str, extra: tuple[str, ...]) -> tuple[list[Any], dict[str, Any]]:
@@ -104,20 +129,28 @@ class EvaluateRun:
         return cls(model, hardware, cluster, Plan.from_dict(rest["plan"]))
 
 
-def evaluate_fields(document: Mapping[str, Any]) -> dict[str, Any]:
+def evaluate_fields(document: Mapping[str, Any], where: str = "plan file") -> dict[str, Any]:
     """The evaluate-run fields of a document: a bare ``"plan"`` object (it has ``tp``), or the
     document ``plan --json`` / ``evaluate --json`` write (its ``"plan"``, its run keys, and its
     ``grad_reduce_dtype`` and ``optimizer`` moved into the plan; scores ignored), or a run file
     (:meth:`EvaluateRun.to_dict`). Fields absent from the document are absent from the result.
+    The document may carry the stamp ``schema_version`` / ``archplace_version`` (checked by
+    :func:`check_plan_stamp`, then dropped) or not.
+
+    Args:
+        document: the file's top-level mapping.
+        where: the file, for messages (``old.json: plan file``).
 
     Raises:
-        ConfigError: neither a plan object nor a document with a ``"plan"`` object.
+        ConfigError: a ``schema_version`` other than this archplace's, or neither a plan object
+            nor a document with a ``"plan"`` object.
     """
+    check_plan_stamp(document, where)
     if "tp" in document:
-        return {"plan": dict(document)}
+        return {"plan": {key: value for key, value in document.items() if key not in STAMP_KEYS}}
     plan = document.get("plan")
     if not isinstance(plan, Mapping):
-        raise ConfigError("the plan file holds neither a plan (tp, pp, dp, micro_batch, ...) nor a "
+        raise ConfigError(f"{where}: holds neither a plan (tp, pp, dp, micro_batch, ...) nor a "
                           "document with a \"plan\" object")
     out: dict[str, Any] = {key: document[key] for key in RUN_KEYS if key in document}
     out["plan"] = {**{key: document[key] for key in PLAN_SETUP_KEYS if key in document}, **plan}
