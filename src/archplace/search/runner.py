@@ -406,7 +406,9 @@ def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress
     outcome = strategy.run(context)
     session.pruned = outcome.pruned
     session.tick()
-    ranked = rank(list(session.results.values()), request.objective)
+    # the designs the strategy returns, not every design it had evaluated: a strategy may evaluate
+    # ahead for its workers and set results aside (phaze), and what it reports must not depend on them
+    ranked = rank(list({r.accelerator.name: r for r in outcome.evaluated}.values()), request.objective)
     log.info("%s: %d designs evaluated, %d pruned", strategy.name, len(ranked), outcome.pruned)
     baseline = None
     if request.baseline is not None:

@@ -31,7 +31,8 @@ Adaptations (ours):
   also evaluate ahead: each call to ``ctx.evaluate`` gets whole buckets until it holds at least
   ``batch`` designs (default ``ctx.parallelism``), and the rule is then replayed bucket by
   bucket in order.  The stopping point is PHAZE's, and the designs of the same batch after it
-  (fewer than ``batch`` plus one bucket) are set aside, not returned: the result is PHAZE's
+  (fewer than ``batch`` plus one bucket) are set aside, not returned (nor named in the note;
+  the search's result lists only the designs a strategy returns): the result is PHAZE's
   sequential one whatever the batch, so it never depends on the number of workers.  ``batch=1``
   (the default when ``ctx.parallelism`` is 1) reproduces PHAZE's evaluation calls exactly.
 * Budget.  PHAZE has none; with ``ctx.budget`` the search also stops after that many designs,
@@ -155,10 +156,10 @@ class PhazeStrategy:
                   if ctx.objective is Objective.PARETO else "")
         if stop_after is not None:
             ahead = len(results) - stop_after
-            extra = (f"; {ahead} more evaluated ahead in the last batch, set aside (the result does "
-                     f"not depend on the batch)") if ahead else ""
+            if ahead:  # logged, not in the note: the note, like the result, is the same for any batch
+                log.info("phaze: %d designs evaluated ahead in the last batch set aside", ahead)
             return (f"converged after {checked} area buckets ({stop_after} of {total} designs): best "
-                    f"score non-increasing over the last {self.hysteresis} buckets{extra}{pareto}")
+                    f"score non-increasing over the last {self.hysteresis} buckets{pareto}")
         if len(results) >= total:
             return f"every design explored ({total}) without convergence{pareto}"
         return f"budget of {budget} designs exhausted ({len(results)} of {total} evaluated){pareto}"
