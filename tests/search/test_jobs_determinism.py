@@ -54,7 +54,7 @@ def test_phaze_reports_the_same_designs_whatever_it_evaluated_ahead(request_: Se
 def test_every_strategy_gives_the_same_document_with_one_or_two_workers(request_: SearchRequest) -> None:
     """exhaustive (pruned and not), phaze (PHAZE's rule, and one that converges inside a batch of
     two), wham and optuna (seeded, with a budget): the same JSON on 1 and on 2 worker processes."""
-    strategies: list[Strategy] = [ExhaustiveStrategy(), ExhaustiveStrategy(prune=False, name="exhaustive-all"),
+    strategies: list[Strategy] = [ExhaustiveStrategy(), ExhaustiveStrategy(prune=False, name="all"),
                                   PhazeStrategy(), PhazeStrategy(hysteresis=2), WhamStrategy(),
                                   OptunaStrategy()]
     serial = [document(request_, s) for s in strategies]

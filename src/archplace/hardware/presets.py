@@ -56,11 +56,14 @@ search space (``--cluster phaze-paper``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from archplace import limits
 from archplace.errors import ConfigError
 from archplace.hardware import _config
+from archplace.hardware._config import PLAUSIBLE
 from archplace.hardware.accelerator import (
     Accelerator,
     ArrayTiming,
@@ -129,12 +132,16 @@ def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
         where: prefix for messages, e.g. ``"tpuv4.yaml: accelerator"``.
 
     Raises:
-        ConfigError: a missing or unknown field, a non-positive or unparsable value.
+        ConfigError: a missing or unknown field, a non-positive or unparsable value, or one
+            outside its plausibility range (:data:`archplace.hardware._config.PLAUSIBLE`).
     """
     _config.check_keys(section, where, required=_ACCELERATOR_FIELDS, optional=_ACCELERATOR_OPTIONAL)
 
     def count(key: str) -> int:
-        return _config.positive_int(section[key], f"{where}.{key}")
+        return _config.positive_int(section[key], f"{where}.{key}", PLAUSIBLE[key])
+
+    def amount(key: str, parser: Callable[[str | int | float, str], float]) -> float:
+        return _config.quantity(section[key], parser, f"{where}.{key}", plausible=PLAUSIBLE[key])
 
     return Accelerator(
         name=_config.text_field(section["name"], f"{where}.name"),
@@ -143,12 +150,10 @@ def parse_accelerator(section: dict[str, Any], where: str) -> Accelerator:
         array_cols=count("array_cols"),
         vector_cores=count("vector_cores"),
         vector_lanes=count("vector_lanes"),
-        buffer_bytes=_config.quantity(section["buffer"], parse_bytes, f"{where}.buffer"),
-        hbm_bytes=_config.quantity(section["hbm"], parse_bytes, f"{where}.hbm"),
-        hbm_bandwidth_bytes_per_s=_config.quantity(
-            section["hbm_bandwidth"], parse_bandwidth, f"{where}.hbm_bandwidth"
-        ),
-        clock_hz=_config.quantity(section["clock"], parse_frequency, f"{where}.clock"),
+        buffer_bytes=amount("buffer", parse_bytes),
+        hbm_bytes=amount("hbm", parse_bytes),
+        hbm_bandwidth_bytes_per_s=amount("hbm_bandwidth", parse_bandwidth),
+        clock_hz=amount("clock", parse_frequency),
         bytes_per_element=count("bytes_per_element"),
         dataflow=_dataflow(section.get("dataflow", Dataflow.WS.value), f"{where}.dataflow"),
         array_timing=parse_array_timing(section.get("array_timing", ArrayTiming.OVERLAPPED.value),
@@ -164,7 +169,7 @@ def parse_fp8_speedup(raw: Any, where: str) -> float | None:
     and FP8 training is refused on it (:func:`archplace.cost.precision.check_precision`).
 
     Raises:
-        ConfigError: not a bare number, or below 1.
+        ConfigError: not a bare number, below 1, or above its plausibility range (16).
     """
     if raw is None:
         return None
@@ -172,7 +177,7 @@ def parse_fp8_speedup(raw: Any, where: str) -> float | None:
     if speedup < 1.0:
         raise ConfigError(f"{where}: must be >= 1 (FP8 GEMMs are not slower than bf16 ones), "
                           f"got {speedup!r}")
-    return speedup
+    return PLAUSIBLE["fp8_speedup"].check(speedup, where)
 
 
 def _dataflow(raw: Any, where: str) -> Dataflow:
@@ -191,7 +196,8 @@ def parse_array_timing(raw: Any, where: str) -> ArrayTiming:
 
 def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster:
     _config.check_keys(section, where, required=_CLUSTER_FIELDS)
-    per_node = _config.positive_int(section["devices_per_node"], f"{where}.devices_per_node")
+    per_node = _config.positive_int(section["devices_per_node"], f"{where}.devices_per_node",
+                                    PLAUSIBLE["devices_per_node"])
     topology_text = _config.text_field(section["topology"], f"{where}.topology")
     try:
         topology = Topology(topology_text)
@@ -200,23 +206,17 @@ def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster
         raise ConfigError(
             f"{where}.topology: unknown topology {topology_text!r}; choose from: {choices}"
         ) from None
+    def amount(key: str, parser: Callable[[str | int | float, str], float]) -> float:
+        return _config.quantity(section[key], parser, f"{where}.{key}", allow_zero=parser is parse_time,
+                                plausible=PLAUSIBLE[key])
+
     return Cluster(
         devices=devices,
         devices_per_node=min(per_node, devices),
-        intra_node_bandwidth_bytes_per_s=_config.quantity(
-            section["intra_node_bandwidth"], parse_bandwidth, f"{where}.intra_node_bandwidth"
-        ),
-        inter_node_bandwidth_bytes_per_s=_config.quantity(
-            section["inter_node_bandwidth"], parse_bandwidth, f"{where}.inter_node_bandwidth"
-        ),
-        intra_node_latency_s=_config.quantity(
-            section["intra_node_latency"], parse_time, f"{where}.intra_node_latency",
-            allow_zero=True,
-        ),
-        inter_node_latency_s=_config.quantity(
-            section["inter_node_latency"], parse_time, f"{where}.inter_node_latency",
-            allow_zero=True,
-        ),
+        intra_node_bandwidth_bytes_per_s=amount("intra_node_bandwidth", parse_bandwidth),
+        inter_node_bandwidth_bytes_per_s=amount("inter_node_bandwidth", parse_bandwidth),
+        intra_node_latency_s=amount("intra_node_latency", parse_time),
+        inter_node_latency_s=amount("inter_node_latency", parse_time),
         topology=topology,
     )
 
@@ -242,6 +242,8 @@ def _tile(raw: Any, where: str) -> tuple[int, int]:
     parts = text.split("x")
     if len(parts) != 2 or not all(p.isdigit() and 0 < len(p) <= 6 and int(p) > 0 for p in parts):
         raise ConfigError(f"{where}: expected a tile ROWSxCOLS such as 256x128, got {raw!r}")
+    for part in parts:
+        PLAUSIBLE["gemm_tiles"].check(int(part), where)
     return int(parts[0]), int(parts[1])
 
 
@@ -262,7 +264,7 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
     """
     _config.check_keys(section, where, required=_EFFICIENCY_FIELDS)
     _cited(section["sms"], f"{where}.sms")
-    sms = _config.positive_int(section["sms"], f"{where}.sms")
+    sms = _config.positive_int(section["sms"], f"{where}.sms", PLAUSIBLE["sms"])
     tiles = _config.value_list(_cited(section["gemm_tiles"], f"{where}.gemm_tiles"), f"{where}.gemm_tiles")
     fractions = {name: _fraction(section[name], f"{where}.{name}") for name in _KERNEL_FRACTIONS}
     for name in _LINK_FRACTIONS:
@@ -278,12 +280,17 @@ def load_accelerator(name_or_path: str | os.PathLike[str]) -> Accelerator:
 
     Raises:
         ConfigError: unknown name (``unknown hardware preset 'x'; choose from: tpuv4``),
-            missing file, malformed YAML, missing/unknown/non-positive field, unknown unit, or a
-            bad ``efficiency`` section (:func:`parse_efficiency`).
+            missing file, malformed YAML, missing/unknown/non-positive field, unknown unit, a
+            value outside its plausibility range (:data:`archplace.hardware._config.PLAUSIBLE`;
+            the ``cluster`` and ``datasheet`` sections are checked too), or a bad ``efficiency``
+            section (:func:`parse_efficiency`).
     """
     label, data = _read(name_or_path)
     section = _config.section(data, "accelerator", label)
     acc = parse_accelerator(section, f"{label}: accelerator")
+    _datasheet(data, label)  # every section of the file is checked, used here or not
+    if "cluster" in data:
+        _parse_cluster(_config.section(data, "cluster", label), f"{label}: cluster", 1)
     efficiency = _efficiency_section(data, label)
     if efficiency is None:
         return acc
@@ -318,6 +325,7 @@ def load_cluster(name_or_path: str | os.PathLike[str], devices: int) -> Cluster:
     """
     if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 0:
         raise ConfigError(f"devices must be a positive whole number, got {devices!r}")
+    limits.whole("devices", devices, 1, limits.MAX_DEVICES)
     clusters = cluster_preset_names()
     if isinstance(name_or_path, str) and name_or_path in clusters:
         return _read_cluster_preset(name_or_path, devices)
@@ -368,6 +376,10 @@ def preset_datasheet(name_or_path: str | os.PathLike[str]) -> dict[str, float]:
         ConfigError: as :func:`load_accelerator`, an unknown field or a non-positive value.
     """
     label, data = _read(name_or_path)
+    return _datasheet(data, label)
+
+
+def _datasheet(data: dict[str, Any], label: str) -> dict[str, float]:
     if "datasheet" not in data:
         return {}
     where = f"{label}: datasheet"
@@ -376,9 +388,11 @@ def preset_datasheet(name_or_path: str | os.PathLike[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     if "peak_tflop_per_s" in section:
         out["peak_flop_per_s"] = 1e12 * _config.quantity(
-            section["peak_tflop_per_s"], _plain_number, f"{where}.peak_tflop_per_s")
+            section["peak_tflop_per_s"], _plain_number, f"{where}.peak_tflop_per_s",
+            plausible=PLAUSIBLE["peak_tflop_per_s"])
     if "tdp_w" in section:
-        out["tdp_w"] = _config.quantity(section["tdp_w"], _plain_number, f"{where}.tdp_w")
+        out["tdp_w"] = _config.quantity(section["tdp_w"], _plain_number, f"{where}.tdp_w",
+                                        plausible=PLAUSIBLE["tdp_w"])
     return out
 
 

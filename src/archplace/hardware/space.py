@@ -53,6 +53,7 @@ from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.hardware import _config
+from archplace.hardware._config import PLAUSIBLE
 from archplace.hardware.accelerator import Accelerator, ArrayTiming
 from archplace.hardware.area import area_mm2, area_of_mm2
 from archplace.hardware.presets import load_accelerator, parse_array_timing, parse_fp8_speedup
@@ -336,14 +337,17 @@ def _base_argument(raw: Any, config: _config.ConfigFile) -> str:
     return base
 
 
-def _int_list(raw: Any, where: str) -> tuple[int, ...]:
+def _int_list(raw: Any, where: str, field: str) -> tuple[int, ...]:
+    """A list of counts, each within the plausibility range of ``field`` (:data:`PLAUSIBLE`)."""
     values = _config.value_list(raw, where)
-    return tuple(_config.positive_int(v, f"{where}[{i}]") for i, v in enumerate(values))
+    return tuple(_config.positive_int(v, f"{where}[{i}]", PLAUSIBLE[field]) for i, v in enumerate(values))
 
 
-def _bytes_list(raw: Any, where: str) -> tuple[float, ...]:
+def _bytes_list(raw: Any, where: str, field: str) -> tuple[float, ...]:
+    """A list of sizes, each within the plausibility range of ``field`` (:data:`PLAUSIBLE`)."""
     values = _config.value_list(raw, where)
-    return tuple(_config.quantity(v, parse_bytes, f"{where}[{i}]") for i, v in enumerate(values))
+    return tuple(_config.quantity(v, parse_bytes, f"{where}[{i}]", plausible=PLAUSIBLE[field])
+                 for i, v in enumerate(values))
 
 
 def _waiver_list(raw: Any, where: str) -> tuple[str, ...]:
@@ -364,10 +368,10 @@ def _array_lists(data: dict[str, Any], label: str) -> tuple[tuple[int, ...], tup
     arrays) or ``array_rows`` and ``array_cols`` together (rectangular arrays)."""
     given = [f for f in _ARRAY_FIELDS if f in data]
     if given == ["array_dim"]:
-        return _int_list(data["array_dim"], f"{label}: array_dim"), None, None
+        return _int_list(data["array_dim"], f"{label}: array_dim", "array_dim"), None, None
     if given == ["array_rows", "array_cols"]:
-        return ((), _int_list(data["array_rows"], f"{label}: array_rows"),
-                _int_list(data["array_cols"], f"{label}: array_cols"))
+        return ((), _int_list(data["array_rows"], f"{label}: array_rows", "array_rows"),
+                _int_list(data["array_cols"], f"{label}: array_cols", "array_cols"))
     raise ConfigError(f"{label}: give either array_dim (square arrays) or both array_rows and "
                       f"array_cols (rectangular arrays), got {', '.join(given) or 'none of them'}")
 
@@ -385,7 +389,8 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
 
     Raises:
         ConfigError: unknown name (listing the bundled ones), missing file, malformed YAML,
-            a missing/unknown field, a bad value, or a base preset that cannot be loaded.
+            a missing/unknown field, a bad value or one outside its plausibility range
+            (:data:`archplace.hardware._config.PLAUSIBLE`), or a base preset that cannot be loaded.
     """
     config = _config.resolve(name_or_path, _FOLDER, _KIND)
     data = _config.read_mapping(config)
@@ -403,7 +408,8 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
         base_accelerator = replace(base_accelerator, fp8_speedup=speedup)
     area_max = data.get("area_max_mm2")
     if area_max is not None:
-        area_max = _config.quantity(area_max, _plain_number, f"{label}: area_max_mm2")
+        area_max = _config.quantity(area_max, _plain_number, f"{label}: area_max_mm2",
+                                    plausible=PLAUSIBLE["area_max_mm2"])
     fraction = data.get("area_min_fraction", 0.3)
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
         0.0 <= fraction <= 1.0
@@ -411,18 +417,19 @@ def load_space(name_or_path: str | os.PathLike[str]) -> SearchSpace:
         raise ConfigError(f"{label}: area_min_fraction: expected a number in [0, 1], "
                           f"got {fraction!r}")
     source = _config.text_field(data["source"], f"{label}: source") if "source" in data else ""
-    lanes_per_col = (_config.positive_int(data["vector_lanes_per_col"], f"{label}: vector_lanes_per_col")
+    lanes_per_col = (_config.positive_int(data["vector_lanes_per_col"], f"{label}: vector_lanes_per_col",
+                                          PLAUSIBLE["vector_lanes_per_col"])
                      if "vector_lanes_per_col" in data else 1)
     timings = _timing_list(data["array_timing"], f"{label}: array_timing") if "array_timing" in data else None
     stem = Path(config.label).stem
     # the fields are read first: their errors name the file and the field already
-    tensor_cores = _int_list(data["tensor_cores"], f"{label}: tensor_cores")
+    tensor_cores = _int_list(data["tensor_cores"], f"{label}: tensor_cores", "tensor_cores")
     array_dims, array_rows, array_cols = _array_lists(data, label)
     waived = (_waiver_list(data["area_floor_waived_for"], f"{label}: area_floor_waived_for")
               if "area_floor_waived_for" in data else ("tensor_cores",))
-    vector_cores = _int_list(data["vector_cores"], f"{label}: vector_cores")
-    buffer_bytes = _bytes_list(data["buffer"], f"{label}: buffer")
-    hbm_bytes = _bytes_list(data["hbm"], f"{label}: hbm")
+    vector_cores = _int_list(data["vector_cores"], f"{label}: vector_cores", "vector_cores")
+    buffer_bytes = _bytes_list(data["buffer"], f"{label}: buffer", "buffer")
+    hbm_bytes = _bytes_list(data["hbm"], f"{label}: hbm", "hbm")
     try:  # the space's own checks name the space, not the file
         return SearchSpace(
             name=stem,
