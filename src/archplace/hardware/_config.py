@@ -44,7 +44,8 @@ def shown(value: float, unit: str) -> str:
                 return f"{value / size:.4g} {name}"
         return f"{value:.4g} B"
     if unit in ("", "x", "mm²", "TFLOP/s"):
-        return f"{value:,.4g} {unit}".rstrip() if abs(value) < 1e6 else f"{value:.4g} {unit}".rstrip()
+        number = f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+        return f"{number} {unit}".rstrip()
     for size, prefix in _PREFIXES:
         if abs(value) >= size:
             return f"{value / size:.4g} {prefix}{unit}"
