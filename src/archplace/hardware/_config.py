@@ -126,7 +126,7 @@ PLAUSIBLE: Mapping[str, Plausible] = MappingProxyType({
                        "wafer-scale chip, is rated about 23 kW"),
     # efficiency (known chips)
     "sms": Plausible(1, 65_536, "", "A100 108, H100 132, B200 148 SMs"),
-    "gemm_tiles": _ARRAY,
+    "gemm_tiles": Plausible(1, 4096, "", "the presets' cuBLAS tiles are 128-256 a side"),
     "gemm_sustained": _FRACTION,
     "hbm_fraction": _FRACTION,
     "attention_fwd": _FRACTION,
