@@ -91,7 +91,7 @@ def cache_key(spec: ModelSpec, options: ExtractOptions) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-class UnsafeCacheFile(Exception):
+class UnsafeCacheFileError(Exception):
     """A cache file the cache will not read: not a regular file, not the user's own, writable by
     others, or too large."""
 
@@ -105,7 +105,7 @@ def read_private_file(path: Path, limit: int) -> bytes | None:
     is the file checked.
 
     Raises:
-        UnsafeCacheFile: the path is a symbolic link, not a regular file, owned by another user,
+        UnsafeCacheFileError: the path is a symbolic link, not a regular file, owned by another user,
             group- or world-writable, or larger than ``limit`` bytes.
         OSError: the file cannot be opened or read for another reason.
     """
@@ -120,7 +120,7 @@ def read_private_file(path: Path, limit: int) -> bytes | None:
         return None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO):
-            raise UnsafeCacheFile("a symbolic link or a special file") from None
+            raise UnsafeCacheFileError("a symbolic link or a special file") from None
         raise
     try:
         _check_private(os.fstat(fd), limit)
@@ -130,7 +130,7 @@ def read_private_file(path: Path, limit: int) -> bytes | None:
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                raise UnsafeCacheFile(f"larger than {limit} bytes")
+                raise UnsafeCacheFileError(f"larger than {limit} bytes")
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -140,16 +140,16 @@ def _check_private(info: os.stat_result, limit: int) -> None:
     """Refuse what :func:`read_private_file` refuses, from the file's status.
 
     Raises:
-        UnsafeCacheFile: as :func:`read_private_file`.
+        UnsafeCacheFileError: as :func:`read_private_file`.
     """
     if not stat.S_ISREG(info.st_mode):
-        raise UnsafeCacheFile("not a regular file")
+        raise UnsafeCacheFileError("not a regular file")
     if info.st_uid != os.getuid():
-        raise UnsafeCacheFile(f"owned by user {info.st_uid}, not by this user ({os.getuid()})")
+        raise UnsafeCacheFileError(f"owned by user {info.st_uid}, not by this user ({os.getuid()})")
     if info.st_mode & 0o022:
-        raise UnsafeCacheFile(f"writable by others (mode {stat.S_IMODE(info.st_mode):o})")
+        raise UnsafeCacheFileError(f"writable by others (mode {stat.S_IMODE(info.st_mode):o})")
     if info.st_size > limit:
-        raise UnsafeCacheFile(f"{info.st_size} bytes, more than {limit}")
+        raise UnsafeCacheFileError(f"{info.st_size} bytes, more than {limit}")
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class GraphCache:
         try:
             data = read_private_file(path, MAX_FILE_BYTES)
             return None if data is None else unpack(data, key)
-        except UnsafeCacheFile as exc:
+        except UnsafeCacheFileError as exc:
             log.warning("ignoring graph cache file %s: %s", path, exc)
         except ChainCodecError as exc:
             log.warning("ignoring malformed graph cache file %s (%s)", path, exc)

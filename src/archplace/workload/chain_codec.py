@@ -16,10 +16,13 @@ type (an ``int`` field takes no ``bool`` or ``float``; a ``float`` field takes `
 well.  Anything else raises :class:`ChainCodecError`, the one error this module raises.
 
 The graphs of the chain are written once each and referred to by index, so graphs that are one
-object before writing (the blocks of a chain share their traced graphs, :mod:`layers`) are one
-object after reading; caches keyed by ``id(graph)`` (the plan search's bounds and costs) depend on
-it.  Floats survive exactly (JSON numbers written with :func:`repr`, which reads back to the same
-double; NaN and infinities as Python's ``json`` writes them).
+object before writing (the blocks of a chain share their traced graphs,
+:mod:`archplace.workload.layers`) are one object after reading; caches keyed by ``id(graph)`` (the
+plan search's bounds and costs) depend on it.  (Operators are written per graph: an operator object
+shared by two graphs would be two equal objects after reading; traced chains share none, and
+nothing keys by an operator's identity.)  Floats survive exactly (JSON numbers written with
+:func:`repr`, which reads back to the same double; NaN and infinities as Python's ``json`` writes
+them).
 
 The checksum sits in each file, not in an index of the directory: several searches write the
 cache at once, and an index would need a lock (or lose entries to concurrent rewrites) to stay
@@ -49,7 +52,7 @@ MAX_HEADER_BYTES = 1024
 """Longest header line read (the JSON of the key, the checksum and the size)."""
 
 MAX_PAYLOAD_BYTES = 256 * 2**20
-"""Largest decompressed JSON accepted, bytes (a llama2-7b chain takes about 30 KB)."""
+"""Largest decompressed JSON accepted, bytes (a llama2-7b chain takes about 25 KB)."""
 
 
 class ChainCodecError(ValueError):
