@@ -27,7 +27,7 @@ def test_second_extraction_reads_the_cache(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(cache_module, "extract_chain", fail)
     second = cache.chain(spec, options)
     assert second == first
-    assert second.layers[1].fwd is second.layers[5].fwd  # shared block graphs survive pickling
+    assert second.layers[1].fwd is second.layers[5].fwd  # shared block graphs survive the file
 
 
 def test_key_covers_every_option():
@@ -49,7 +49,8 @@ def test_unreadable_file_is_replaced(tmp_path: Path):
     options = ExtractOptions(1, 64)
     cache = GraphCache(tmp_path)
     path = cache.path(spec, options)
-    path.write_bytes(b"not a pickle")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a chain file")
     chain = cache.chain(spec, options)
     assert chain.layers[1].params > 0 and cache.load(spec, options) == chain
 

@@ -1,15 +1,30 @@
 """On-disk cache of extracted layer chains.
 
 Tracing a model takes about a second per (micro-batch, TP width); a search
-needs the same graphs again and again, across runs too.  Chains are pickled
-under a key that covers everything that changes them: the model config, the
-extraction options (sequence length, micro-batch, dtype, TP width, SP, fusion,
-attention implementation, kernel fusion, train mode), and the torch, transformers and archplace versions.
+needs the same graphs again and again, across runs too.  Chains are stored under a key that
+covers everything that changes them: the model's name and config, the extraction options
+(sequence length, micro-batch, dtype, TP width, SP, fusion, attention implementation, kernel
+fusion, train mode), and the torch, transformers and archplace versions.
 
 The directory is ``$ARCHPLACE_CACHE_DIR`` if set, else
-``$XDG_CACHE_HOME/archplace/graphs`` (``~/.cache/archplace/graphs``).  A file
-that cannot be read is ignored and rewritten; writes are atomic
-(write-then-rename), so concurrent searches never see half a file.
+``$XDG_CACHE_HOME/archplace/graphs`` (``~/.cache/archplace/graphs``), created private (mode
+0700).  Whoever else can write there (a shared cache directory, a shared home, a restored CI
+cache) must not be able to run code as the user, change results, or stall a run, so:
+
+* a file holds data, never code: the code-free format of :mod:`archplace.workload.chain_codec`
+  (JSON behind a header naming the full key and the sha256 checksum of the body), decoded
+  strictly; no pickle is read (the ``*.pkl`` files of earlier versions are never opened);
+* a file is named by the key alone (``<key>.chain``, 64 hex digits): no model name or other
+  input becomes part of a path;
+* a file is read only if it is a regular file (opened without following a symbolic link and
+  without blocking, so a FIFO never stalls a run) owned by the user and writable by no one else,
+  of at most :data:`MAX_FILE_BYTES`;
+* a file refused by any of these checks, or that is malformed, for another key or fails its
+  checksum, is logged and ignored; the chain is traced again and the file replaced.
+
+Files are written private (mode 0600) to a fresh temporary file beside the final one, renamed
+over it once complete, so concurrent searches never see half a file and nothing is ever written
+through an existing path.
 
 :func:`cached_chains` gets the chains of many (model, options) pairs at once: of each setting
 (everything but the micro-batch) it traces micro-batches 2 and 3 and derives the larger ones
@@ -20,11 +35,13 @@ processes).  The chains are the same whichever way they were obtained.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
-import pickle
+import stat
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, replace
@@ -32,7 +49,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from archplace.executor import default_jobs, make_executor
-from archplace.outputs import replace_atomically
+from archplace.workload.chain_codec import ChainCodecError, pack, unpack
 from archplace.workload.expert_parallel import check_ep
 from archplace.workload.expert_tensor import check_etp
 from archplace.workload.extract import ExtractOptions, derive_experts, extract_chain, traced_options
@@ -41,6 +58,17 @@ from archplace.workload.rebatch import REFERENCE_BATCHES, rebatch_chain
 from archplace.workload.zoo import ModelSpec
 
 log = logging.getLogger(__name__)
+
+FORMAT = 7
+"""Version of the cache files, part of the key (7: the code-free chain files; 6 and before
+were pickles)."""
+
+MAX_FILE_BYTES = 64 * 2**20
+"""Largest cache file read, bytes; a larger one is refused unread (a llama2-7b chain's file takes
+about 5 KB)."""
+
+SUFFIX = ".chain"
+"""Ending of the cache files' names."""
 
 
 def default_cache_dir() -> Path:
@@ -53,51 +81,136 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(spec: ModelSpec, options: ExtractOptions) -> str:
-    """Hex digest identifying the chain of ``spec`` under ``options`` with these library versions."""
+    """Hex digest (64 digits, sha256) identifying the chain of ``spec`` under ``options`` with
+    these library versions; the model's name is part of it (it is the chain's ``model``)."""
     payload = {
-        "config": json.loads(spec.config_json), "options": asdict(options),
+        "model": spec.name, "config": json.loads(spec.config_json), "options": asdict(options),
         "versions": {name: version(name) for name in ("torch", "transformers", "archplace")},
-        "format": 6,
+        "format": FORMAT,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+class UnsafeCacheFileError(Exception):
+    """A cache file the cache will not read: not a regular file, not the user's own, writable by
+    others, or too large."""
+
+
+def read_private_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file owned by this user, writable by no one else,
+    of at most ``limit`` bytes; None when there is no such path.
+
+    The file is opened without following a symbolic link and without blocking (a FIFO or a device
+    is refused, never waited on); the checks are made on the opened descriptor, so the file read
+    is the file checked.
+
+    Raises:
+        UnsafeCacheFileError: the path is a symbolic link, not a regular file, owned by another user,
+            group- or world-writable, or larger than ``limit`` bytes.
+        OSError: the file cannot be opened or read for another reason.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    _check_private(info, limit)  # refuse a FIFO or a device before opening it at all
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise UnsafeCacheFileError("a symbolic link or a special file") from None
+        raise
+    try:
+        _check_private(os.fstat(fd), limit)
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise UnsafeCacheFileError(f"larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _check_private(info: os.stat_result, limit: int) -> None:
+    """Refuse what :func:`read_private_file` refuses, from the file's status.
+
+    Raises:
+        UnsafeCacheFileError: as :func:`read_private_file`.
+    """
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeCacheFileError("not a regular file")
+    if info.st_uid != os.getuid():
+        raise UnsafeCacheFileError(f"owned by user {info.st_uid}, not by this user ({os.getuid()})")
+    if info.st_mode & 0o022:
+        raise UnsafeCacheFileError(f"writable by others (mode {stat.S_IMODE(info.st_mode):o})")
+    if info.st_size > limit:
+        raise UnsafeCacheFileError(f"{info.st_size} bytes, more than {limit}")
+
+
 @dataclass(frozen=True)
 class GraphCache:
-    """A directory of pickled :class:`LayerChain` objects.
+    """A directory of :class:`LayerChain` files (:mod:`archplace.workload.chain_codec`).
 
     Attributes:
-        directory: where the files live (created on first write).
+        directory: where the files live (created, mode 0700, on first write).
     """
 
     directory: Path
 
     def path(self, spec: ModelSpec, options: ExtractOptions) -> Path:
-        """File of the chain of ``spec`` under ``options``."""
-        return self.directory / f"{spec.name}-{cache_key(spec, options)[:32]}.pkl"
+        """File of the chain of ``spec`` under ``options``: ``<directory>/<key>.chain``, named by
+        :func:`cache_key` alone (never by the model's name), always inside ``directory``."""
+        return self._path_of(cache_key(spec, options))
+
+    def _path_of(self, key: str) -> Path:
+        """File of the chain of the cache key ``key``."""
+        return self.directory / f"{key}{SUFFIX}"
 
     def load(self, spec: ModelSpec, options: ExtractOptions) -> LayerChain | None:
-        """The cached chain, or None when absent or unreadable."""
-        path = self.path(spec, options)
+        """The cached chain, or None when absent; a file that is unsafe to read
+        (:func:`read_private_file`), unreadable, malformed, of another key or with a wrong
+        checksum is logged as a warning and taken as absent (never an error)."""
+        key = cache_key(spec, options)
+        path = self._path_of(key)
         try:
-            with path.open("rb") as handle:
-                chain = pickle.load(handle)
-        except FileNotFoundError:
-            return None
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError) as exc:
+            data = read_private_file(path, MAX_FILE_BYTES)
+            return None if data is None else unpack(data, key)
+        except UnsafeCacheFileError as exc:
+            log.warning("ignoring graph cache file %s: %s", path, exc)
+        except ChainCodecError as exc:
+            log.warning("ignoring malformed graph cache file %s (%s)", path, exc)
+        except OSError as exc:
             log.warning("ignoring unreadable graph cache file %s (%s)", path, exc)
-            return None
-        return chain if isinstance(chain, LayerChain) else None
+        return None
 
     def store(self, spec: ModelSpec, options: ExtractOptions, chain: LayerChain) -> None:
-        """Write ``chain`` atomically; a cache that cannot be written is only logged."""
-        path = self.path(spec, options)
+        """Write ``chain`` (mode 0600) to a new temporary file in the directory (created, mode
+        0700, when missing) and rename it over the chain's file; a cache that cannot be written
+        is only logged."""
+        key = cache_key(spec, options)
+        path = self._path_of(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            replace_atomically(path, lambda out: pickle.dump(chain, out, protocol=pickle.HIGHEST_PROTOCOL),
-                               binary=True)
+            data = pack(key, chain)
+        except ChainCodecError as exc:
+            log.warning("cannot write graph cache file %s (%s)", path, exc)
+            return
+        partial = None
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=self.directory)
+            partial = Path(name)
+            with os.fdopen(fd, "wb") as handle:  # mkstemp: mode 0600, a new file (O_EXCL)
+                handle.write(data)
+            os.replace(partial, path)
         except OSError as exc:
             log.warning("cannot write graph cache file %s (%s)", path, exc)
+            if partial is not None:
+                partial.unlink(missing_ok=True)
 
     def chain(self, spec: ModelSpec, options: ExtractOptions) -> LayerChain:
         """The chain from the cache, extracting and storing it on a miss (derived from the cached
