@@ -40,6 +40,7 @@ from archplace.workload.trace import (
     latent_down_nodes,
     matmul_dims,
     op_name,
+    quiet_torch_logging,
     tensor_bytes,
     trace,
 )
@@ -203,15 +204,21 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     if options.shards_experts:
         return derive_experts(extract_chain(spec, traced_options(options)), options)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_torch_logging():
         warnings.simplefilter("ignore")
-        model = build_model(spec, options.dtype, options.training, options.attention)
+        try:
+            model = build_model(spec, options.dtype, options.training, options.attention)
+        except ConfigError:
+            raise
+        except Exception as exc:  # the model code raises many types; report one line
+            raise ExtractionError(f"cannot build {spec.name!r}: {type(exc).__name__}: "
+                                  f"{' '.join(str(exc).split())}") from exc
         container = find_block_container(model)
         try:
             gm, param_names = trace(model, options.micro_batch, options.seq_len // options.cp)
         except Exception as exc:  # torch raises many types; report one line
             raise ExtractionError(
-                f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
+                f"cannot trace {spec.name!r}: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
     runs = spec.block_runs
     traced = Traced(gm, param_names, [f"m.{container}.{i}" for i in range(len(runs))])
     where = traced.attribute()
