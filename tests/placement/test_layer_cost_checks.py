@@ -20,7 +20,8 @@ FIELDS: dict[str, object] = dict(name="block.0", fwd_s=1.5e-3, bwd_s=3.0e-3, par
 
 FLOATS = ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes", "working_bytes",
           "fwd_flop", "bwd_flop", "selective_recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s",
-          "selective_recompute_flop", "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s", "ep_comm_bwd_s")
+          "selective_recompute_flop", "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s", "ep_comm_bwd_s",
+          "padding_fwd_flop", "padding_bwd_flop")
 
 
 def _types(cost: LayerCost) -> dict[str, type]:
@@ -48,7 +49,7 @@ def test_largest_float_accepted():
     assert LayerCost(**{**FIELDS, "working_bytes": sys.float_info.max}).working_bytes == sys.float_info.max
 
 
-@pytest.mark.parametrize("name", ["fwd_s", "working_bytes", "ep_comm_bwd_s"])
+@pytest.mark.parametrize("name", ["fwd_s", "working_bytes", "ep_comm_bwd_s", "padding_fwd_flop"])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1e-300, np.float64(math.nan), "1.0", True])
 def test_bad_figures_refused(name: str, value: object):
     with pytest.raises(ConfigError, match=rf"^layer 'block.0': {name} must be a finite number >= 0, got "):

@@ -345,7 +345,8 @@ def test_moe_block_layouts_not_traced_are_refused(extra: dict[str, Any], message
 def test_traced_moe_architectures_pass() -> None:
     for model_type in sorted(TRACED_MOE_MODEL_TYPES):
         validate_config("cfg.json", dict(GOOD["llama"], model_type=model_type, num_experts_per_tok=2,
-                                         num_local_experts=4, num_experts=4, n_routed_experts=4))
+                                         num_local_experts=4, num_experts=4, n_routed_experts=4,
+                                         n_group=2, topk_group=1))
 
 
 def test_moe_size_cap_counts_the_experts() -> None:

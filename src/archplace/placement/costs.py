@@ -79,7 +79,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         ``selective_recompute_s`` the makespan of the attention
         core's forward operators and ``selective_recompute_flop`` their matmul FLOP (for HFU);
         ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
-        what MFU counts).
+        what MFU counts) less the expert padding, which ``padding_fwd_flop`` /
+        ``padding_bwd_flop`` hold (:attr:`archplace.workload.layers.Layer.padding_fwd_flop`; HFU
+        counts it).
     """
     times: dict[tuple[int, bool], _GraphTimes] = {}
 
@@ -131,7 +133,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
             activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
             boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
-            fwd_flop=matmul_flop(layer.fwd), bwd_flop=matmul_flop(layer.bwd),
+            fwd_flop=max(0.0, matmul_flop(layer.fwd) - layer.padding_fwd_flop),
+            bwd_flop=max(0.0, matmul_flop(layer.bwd) - layer.padding_bwd_flop),
+            padding_fwd_flop=layer.padding_fwd_flop, padding_bwd_flop=layer.padding_bwd_flop,
             selective_activation_bytes=layer.selective_activation_bytes,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,

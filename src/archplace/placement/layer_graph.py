@@ -238,8 +238,8 @@ def check_flop_rates(graph: LayerGraph, peak_flop_per_s: float) -> None:
         ConfigError: naming the layer, its FLOP, its time and the peak.
     """
     for layer in graph.layers:
-        for phase, flop, seconds in (("fwd", layer.fwd_flop, layer.fwd_s),
-                                     ("bwd", layer.bwd_flop, layer.bwd_s)):
+        for phase, flop, seconds in (("fwd", layer.fwd_flop + layer.padding_fwd_flop, layer.fwd_s),
+                                     ("bwd", layer.bwd_flop + layer.padding_bwd_flop, layer.bwd_s)):
             if flop > seconds * peak_flop_per_s * (1 + 1e-9):
                 raise ConfigError(
                     f"layer {layer.name!r}: {phase}_flop {flop:.4g} FLOP in {phase}_s {seconds:.4g} s "

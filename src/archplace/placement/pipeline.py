@@ -302,15 +302,17 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
 
     MFU = model FLOP per iteration / (iteration time * tp * cp * pp * dp * peak FLOP/s), with
     model FLOP per iteration = global_batch / micro_batch * sum(fwd_flop + bwd_flop) * tp * cp
-    (layer FLOP are per TP and CP rank and micro-batch; recomputation and batch padding are not
-    model FLOP). It is
+    (layer FLOP are per TP and CP rank and micro-batch; recomputation, batch padding and the
+    padded or imbalanced expert rows are not model FLOP: a mixture-of-experts model's are those
+    of balanced, unpadded routing). It is
     at most 1 when every layer's FLOP take at least ``flop / peak`` of its time (true of the
     cost models' layers; layer-graph files are checked by ``dag_plan``). HFU adds the FLOP the
-    backward passes recompute (``LayerCost.recompute_flop``): Korthikanti et al. 2022, section
-    6.3, define MFU without and HFU with recomputation. ``comm_s`` gives, per kind, the
-    communication time of the critical device and its exposed part: TP collectives and
-    pipeline sends block the computation (exposed = total), DP traffic is partly hidden
-    (per-layer ZeRO-2/3 overlap, bucketed gradient reduction).
+    backward passes recompute (``LayerCost.recompute_flop``) and the expert padding
+    (``LayerCost.padding_fwd_flop`` and ``padding_bwd_flop``): Korthikanti et al. 2022, section
+    6.3, define MFU without and HFU with recomputation, the hardware FLOP actually run.
+    ``comm_s`` gives, per kind, the communication time of the critical device and its exposed
+    part: TP collectives and pipeline sends block the computation (exposed = total), DP traffic
+    is partly hidden (per-layer ZeRO-2/3 overlap, bucketed gradient reduction).
 
     Raises:
         ConfigError: an invalid plan (see :func:`validate_plan`), or all-zero costs.
@@ -353,7 +355,8 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     ranks = plan.tp * plan.cp  # layer FLOP are per TP and CP rank
     model_flop = samples * sequential_sum(layer.fwd_flop + layer.bwd_flop for layer in layers) * ranks
     hardware_flop = model_flop + samples * sequential_sum(
-        layer.recompute_flop(plan.recompute) for layer in layers) * ranks
+        layer.recompute_flop(plan.recompute) + layer.padding_fwd_flop + layer.padding_bwd_flop
+        for layer in layers) * ranks
     throughput = setup.global_batch / iteration_s
     mfu = model_flop / (iteration_s * plan.devices * setup.peak_flop_per_s)
     if not mfu <= 1.0 + 1e-9:

@@ -129,7 +129,7 @@ _COUNT_FIELDS = ("params", "fp8_params", "expert_params")
 _FIGURE_FIELDS = ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes", "working_bytes",
                   "fwd_flop", "bwd_flop", "selective_recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s",
                   "selective_recompute_flop", "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s",
-                  "ep_comm_bwd_s")
+                  "ep_comm_bwd_s", "padding_fwd_flop", "padding_bwd_flop")
 """LayerCost's finite non-negative figures (``selective_activation_bytes`` apart: it may be None)."""
 
 
@@ -213,8 +213,8 @@ class LayerCost:
         boundary_bytes: bytes of the output tensor sent to the next layer.
         working_bytes: transient working set of running the layer.
         fwd_flop, bwd_flop: model FLOP of the layer on the tensor cores, i.e. of its matmuls
-            (for MFU, whose peak counts the arrays only; recompute not counted). Running them
-            takes at least ``flop / peak``, so MFU is at most 1.
+            (for MFU, whose peak counts the arrays only; recompute and expert padding not
+            counted). Running them takes at least ``flop / peak``, so MFU is at most 1.
         selective_activation_bytes: bytes saved for backward under selective recomputation
             (Korthikanti et al. 2022, section 5: the attention core is dropped); None means the
             same as ``activation_bytes`` (a layer without attention).
@@ -232,6 +232,11 @@ class LayerCost:
             context-parallel (ring attention) communication (already included; breakdown only).
         ep_comm_fwd_s, ep_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in the expert
             all-to-all dispatch and combine (already included; breakdown only).
+        padding_fwd_flop, padding_bwd_flop: tensor-core FLOP the pass runs beyond ``fwd_flop``
+            / ``bwd_flop`` on mixture-of-experts rows that balanced, unpadded routing would not
+            have (a capacity factor's padding, the busiest rank's excess under load imbalance;
+            :attr:`archplace.workload.layers.Layer.padding_fwd_flop`): hardware FLOP, counted
+            by HFU and not by MFU; included in ``fwd_s`` / ``bwd_s``. 0 for a dense layer.
 
     Raises:
         ConfigError: a negative or non-finite figure, non-integer ``params`` or
@@ -260,6 +265,8 @@ class LayerCost:
     cp_comm_bwd_s: float = 0.0
     ep_comm_fwd_s: float = 0.0
     ep_comm_bwd_s: float = 0.0
+    padding_fwd_flop: float = 0.0
+    padding_bwd_flop: float = 0.0
 
     def __post_init__(self) -> None:
         # NumPy scalars are accepted and stored as Python int / float. Values that already are
@@ -309,9 +316,10 @@ class LayerCost:
 
     def recompute_flop(self, recompute: Recompute) -> float:
         """Tensor-core FLOP the backward pass recomputes under ``recompute``: 0 (none),
-        ``selective_recompute_flop`` (selective), ``fwd_flop`` (full)."""
+        ``selective_recompute_flop`` (selective), the whole forward pass ``fwd_flop +
+        padding_fwd_flop`` (full)."""
         if recompute is Recompute.FULL:
-            return self.fwd_flop
+            return self.fwd_flop + self.padding_fwd_flop
         if recompute is Recompute.SELECTIVE:
             return self.selective_recompute_flop
         return 0.0

@@ -108,13 +108,17 @@ class PlanResult:
         throughput_samples_per_s: global batch / iteration time.
         tokens_per_s: throughput * seq_len.
         mfu: model FLOP utilisation (Korthikanti et al. 2022, section 6.3): model FLOP per
-            iteration (recomputation not counted) / (iteration time * plan devices * peak FLOP/s).
+            iteration (recomputation not counted, nor a mixture-of-experts model's padded or
+            imbalanced expert rows: its model FLOP are those of balanced routing at capacity
+            factor 1) / (iteration time * plan devices * peak FLOP/s).
         breakdown_s: parts of the iteration time, keys of
             :data:`archplace.placement.pipeline.BREAKDOWN_KEYS`; they sum to it exactly.
         hfu: hardware FLOP utilisation (same section): as ``mfu`` with the FLOP the backward
             passes recompute counted too (full: the forward again; selective: the attention
-            core); equal to ``mfu`` without recomputation.
-        model_flop_per_s_per_device: achieved model FLOP/s of one device, ``mfu`` * peak.
+            core) and the experts' padded or imbalanced rows; equal to ``mfu`` without
+            recomputation and padding.
+        model_flop_per_s_per_device: achieved model FLOP/s of one device, ``mfu`` * peak (model
+            FLOP only, as ``mfu``).
         comm_s: per communication kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) the seconds per iteration on
             the critical device, ``{"total": ..., "exposed": ...}``: all of its time, and the
             part not hidden behind computation (what the iteration time contains).

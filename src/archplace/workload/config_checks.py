@@ -23,6 +23,12 @@ them first, with one line naming the field:
 * mixture-of-experts configs are refused (:func:`refuse_mixture_of_experts`) except those of the
   architectures whose experts archplace traces as grouped GEMMs (:data:`TRACED_MOE_MODEL_TYPES`,
   :mod:`archplace.workload.experts_op`); elsewhere their experts' FLOP and memory would be lost;
+* in those, every mixture-of-experts and multi-head latent attention field the model code reads
+  (:data:`MOE_DEFAULTS`; a missing one is transformers' default, :func:`moe_value`) is a whole
+  number in its range (:func:`check_moe_fields`): widths, ranks and head sizes >= 1, the shared
+  experts >= 0, 1 <= top-k <= the routed experts, DeepSeek's expert groups dividing the experts
+  and ``topk_group <= n_group`` -- so that no config reaches torch to fail there (a negative
+  width) or to trace something meaningless (a top-0 router, a zero-width latent);
 * for a user's config.json, :func:`check_with_transformers` also builds transformers' own
   config object (no model, no weights), which checks the types of every field it declares
   (``"tie_word_embeddings": "x"``) and its cross-field rules (an odd RoPE head size), and
@@ -36,6 +42,7 @@ import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from archplace.errors import ConfigError
@@ -76,6 +83,40 @@ TRACED_MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepse
 """Mixture-of-experts architectures whose experts module goes through transformers' experts
 interface, so that :mod:`archplace.workload.experts_op` traces it as grouped GEMMs."""
 
+MOE_DEFAULTS: Mapping[str, Mapping[str, int]] = MappingProxyType({
+    "mixtral": MappingProxyType({"num_local_experts": 8, "num_experts_per_tok": 2}),
+    "qwen2_moe": MappingProxyType({"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                                   "shared_expert_intermediate_size": 5632}),
+    "qwen3_moe": MappingProxyType({"num_experts": 128, "num_experts_per_tok": 8,
+                                   "moe_intermediate_size": 768}),
+    "deepseek_v3": MappingProxyType({
+        "n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+        "n_shared_experts": 1, "n_group": 8, "topk_group": 4, "first_k_dense_replace": 3,
+        "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}),
+})
+"""The mixture-of-experts and latent-attention fields each traced architecture's model code reads,
+with the defaults of its transformers 5.23 config class (``MixtralConfig``, ``Qwen2MoeConfig``,
+``Qwen3MoeConfig``, ``DeepseekV3Config``; tested to be the installed ones), which a config that
+leaves a field out gets. Kept here so that the bundled presets are checked without importing
+transformers."""
+
+MOE_ALIASES: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "mixtral": MappingProxyType({"num_local_experts": "num_experts"}),
+    "qwen3_moe": MappingProxyType({"num_experts": "num_local_experts"}),
+    "deepseek_v3": MappingProxyType({"n_routed_experts": "num_local_experts"}),
+})
+"""Other names transformers' config class accepts for a field of :data:`MOE_DEFAULTS` (its
+``attribute_map``): ``{model_type: {field: alias}}``."""
+
+_NON_NEGATIVE = frozenset({"n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace"})
+"""Fields of :data:`MOE_DEFAULTS` for which 0 is meaningful: no shared experts (transformers then
+builds a zero-width shared MLP, which does no work), no dense blocks."""
+
+_NULLABLE = frozenset({"q_lora_rank"})
+"""Fields of :data:`MOE_DEFAULTS` that may be null: DeepSeek's queries then skip the low-rank
+projection (``q_proj`` instead of ``q_a_proj`` and ``q_b_proj``)."""
+
 _OPTIONAL_COUNTS = ("head_dim", "word_embed_proj_dim", "type_vocab_size", "sliding_window")
 _DROPOUT = re.compile(r"(dropout|pdrop|dropout_prob|dropout_rate)$")
 _EPSILON = re.compile(r"(^|_)(eps|epsilon)$")
@@ -109,6 +150,8 @@ def refuse_mixture_of_experts(where: str, config: Mapping[str, Any]) -> None:
     """
     model_type = config.get("model_type")
     traced = isinstance(model_type, str) and model_type in TRACED_MOE_MODEL_TYPES
+    if traced:
+        check_moe_fields(where, config)
     for field in (*EXPERT_COUNT_FIELDS, "num_experts_per_tok", "moe_intermediate_size"):
         value = config.get(field)
         if value is None:
@@ -129,14 +172,107 @@ def _check_moe_layout(where: str, config: Mapping[str, Any]) -> None:
     """The block layouts archplace traces: every block alike, or (``first_k_dense_replace``) the
     first blocks dense and the others mixture-of-experts; Qwen-MoE's dense blocks scattered among
     the others (``mlp_only_layers``, ``decoder_sparse_step`` > 1) are refused."""
-    dense = config.get("first_k_dense_replace")
-    if dense is not None and (isinstance(dense, bool) or not isinstance(dense, int) or dense < 0):
-        raise ConfigError(f"{where}: field 'first_k_dense_replace' must be a whole number >= 0, "
-                          f"got {show(dense)}")
     if config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1:
         raise ConfigError(f"{where}: dense blocks among the mixture-of-experts blocks (mlp_only_layers="
                           f"{show(config.get('mlp_only_layers'))}, decoder_sparse_step="
                           f"{show(config.get('decoder_sparse_step'))}) are not traced yet")
+
+
+def moe_setting(config: Mapping[str, Any], field: str) -> tuple[str, Any]:
+    """``(name, value)`` of a field of :data:`MOE_DEFAULTS` as transformers builds the model of
+    ``config``: the config's value under ``field`` or its alias (:data:`MOE_ALIASES`), with the
+    name it is written under (null included), else the config class's default under ``field``.
+
+    Raises:
+        KeyError: ``field`` is not one of the config's ``model_type`` in :data:`MOE_DEFAULTS`.
+    """
+    model_type = config.get("model_type")
+    defaults = MOE_DEFAULTS[model_type] if isinstance(model_type, str) and model_type in MOE_DEFAULTS else {}
+    if field not in defaults:
+        raise KeyError(f"{field!r} is not a mixture-of-experts field of model_type {model_type!r}")
+    if field in config:
+        return field, config[field]
+    alias = MOE_ALIASES.get(str(model_type), {}).get(field)
+    if alias is not None and alias in config:
+        return alias, config[alias]
+    return field, defaults[field]
+
+
+def moe_value(config: Mapping[str, Any], field: str) -> Any:
+    """The value of ``field`` in ``config`` as transformers builds the model (:func:`moe_setting`)."""
+    return moe_setting(config, field)[1]
+
+
+def check_moe_fields(where: str, config: Mapping[str, Any]) -> None:
+    """Refuse a traced mixture-of-experts config (:data:`MOE_DEFAULTS` has its ``model_type``)
+    whose experts or latent attention transformers would fail to build or route, or would build
+    without meaning. Each field of :data:`MOE_DEFAULTS` is read as the model reads it
+    (:func:`moe_setting`: missing means the config class's default) and must be:
+
+    * a whole number (not a boolean, text or float) and not null, except ``q_lora_rank``;
+    * >= 1: the routed experts, the experts per token, the expert widths, DeepSeek's
+      ``n_group`` and ``topk_group``, and multi-head latent attention's LoRA ranks and head
+      sizes (a zero-width latent or head traces as an empty matmul);
+    * >= 0: ``n_shared_experts``, ``shared_expert_intermediate_size`` (0: no shared expert) and
+      ``first_k_dense_replace``;
+    * ``num_experts_per_tok`` <= the routed experts (torch's ``topk`` refuses more);
+    * DeepSeek's group-limited routing (DeepSeek-V3 technical report, sec. 2.1.2;
+      ``DeepseekV3TopkRouter`` in transformers): ``n_group`` divides the routed experts (the
+      scores are viewed as ``[n_group, experts / n_group]``), each group has >= 2 experts (a
+      group's score is the sum of its top 2), ``topk_group <= n_group``, and
+      ``num_experts_per_tok`` <= the experts of the chosen groups, ``topk_group x experts /
+      n_group`` (the others are masked to minus infinity);
+    * ``qk_rope_head_dim`` even (RoPE rotates pairs of dimensions).
+
+    A field written under both its name and its alias (:data:`MOE_ALIASES`) with two values is
+    refused too.
+
+    Raises:
+        ConfigError: one line naming the field, its value and the rule.
+    """
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in MOE_DEFAULTS:
+        return
+    for field, alias in MOE_ALIASES.get(model_type, {}).items():
+        if field in config and alias in config and config[field] != config[alias]:
+            raise ConfigError(f"{where}: fields {field!r} ({show(config[field])}) and {alias!r} "
+                              f"({show(config[alias])}) name the same setting with two values")
+    values: dict[str, int] = {}
+    for field in MOE_DEFAULTS[model_type]:
+        name, value = moe_setting(config, field)
+        if value is None and field in _NULLABLE:
+            continue
+        least = 0 if field in _NON_NEGATIVE else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{where}: field {name!r} must be a whole number >= {least}, got {show(value)}")
+        values[field] = value
+    experts_field = next(iter(MOE_DEFAULTS[model_type]))  # the routed experts come first
+    experts_name = moe_setting(config, experts_field)[0]
+    experts, top_k = values[experts_field], values["num_experts_per_tok"]
+    top_k_name = moe_setting(config, "num_experts_per_tok")[0]
+    if top_k > experts:
+        raise ConfigError(f"{where}: field {top_k_name!r} ({top_k}) must be at most the routed experts "
+                          f"({experts_name!r} = {experts}): each token goes to that many distinct experts")
+    if model_type != "deepseek_v3":
+        return
+    groups, chosen = values["n_group"], values["topk_group"]
+    if experts % groups:
+        raise ConfigError(f"{where}: field 'n_group' ({groups}) must divide the routed experts "
+                          f"({experts_name!r} = {experts}): the router splits them into n_group groups")
+    if experts // groups < 2:
+        raise ConfigError(f"{where}: field 'n_group' ({groups}) leaves {experts // groups} expert per group "
+                          f"of the {experts} routed experts; the router scores each group by its top 2, "
+                          "so each group needs >= 2")
+    if chosen > groups:
+        raise ConfigError(f"{where}: field 'topk_group' ({chosen}) must be at most 'n_group' ({groups}): "
+                          "the router picks that many of the groups")
+    if top_k > chosen * (experts // groups):
+        raise ConfigError(f"{where}: field {top_k_name!r} ({top_k}) must be at most the experts of the "
+                          f"{chosen} chosen groups (topk_group x {experts_name} / n_group = "
+                          f"{chosen * (experts // groups)}): the other experts are masked out")
+    if values["qk_rope_head_dim"] % 2:
+        raise ConfigError(f"{where}: field 'qk_rope_head_dim' must be even (RoPE rotates pairs of "
+                          f"dimensions), got {values['qk_rope_head_dim']}")
 
 
 def check_model_config(where: str, config: Mapping[str, Any], family: Family) -> None:
@@ -177,9 +313,10 @@ def check_model_config(where: str, config: Mapping[str, Any], family: Family) ->
     # exact integers: a count may have hundreds of digits, beyond float range
     params = layers * (4 * hidden * hidden + 3 * hidden * (ffn or 4 * hidden)) + (vocab + positions) * hidden
     if family.experts_field is not None:  # every block's routed experts, at their own width
-        experts = count_field(where, config, family.experts_field)
-        width = count_field(where, config, "moe_intermediate_size", required=False) or ffn or 4 * hidden
-        assert experts is not None
+        experts = moe_value(config, family.experts_field)
+        model_type = config.get("model_type")
+        width = (moe_value(config, "moe_intermediate_size")
+                 if "moe_intermediate_size" in MOE_DEFAULTS.get(str(model_type), {}) else ffn or 4 * hidden)
         params += layers * 3 * hidden * width * experts
     if params > MAX_PARAMETERS:
         raise ConfigError(f"{where}: the model would have about {Decimal(params):.3g} parameters "

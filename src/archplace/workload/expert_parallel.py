@@ -64,25 +64,26 @@ def check_ep(spec: ModelSpec, ep: int) -> None:
 def shared_experts(spec: ModelSpec) -> int:
     """Shared experts of each mixture-of-experts block of ``spec``, always active and not sharded
     by ep: DeepSeek-V3's ``n_shared_experts``; Qwen2-MoE's one gated shared expert (when its
-    ``shared_expert_intermediate_size`` is set); 0 for Mixtral, Qwen3-MoE and dense models."""
+    ``shared_expert_intermediate_size`` is not 0); 0 for Mixtral, Qwen3-MoE and dense models.
+    A field the config leaves out has transformers' default (:meth:`ModelSpec.moe_field`)."""
     if not spec.experts:
         return 0
-    config = spec.config
-    if config.get("n_shared_experts"):
-        return int(config["n_shared_experts"])
-    return 1 if config.get("shared_expert_intermediate_size") else 0
+    if spec.model_type == "deepseek_v3":
+        return int(spec.moe_field("n_shared_experts"))
+    if spec.model_type == "qwen2_moe":
+        return 1 if spec.moe_field("shared_expert_intermediate_size") else 0
+    return 0
 
 
 def shared_expert_width(spec: ModelSpec) -> int:
     """Intermediate width of the shared experts of each mixture-of-experts block of ``spec``
     together (DeepSeek-V3: ``n_shared_experts`` x ``moe_intermediate_size``; Qwen2-MoE:
     ``shared_expert_intermediate_size``); 0 without shared experts."""
-    config = spec.config
     if not shared_experts(spec):
         return 0
-    if config.get("n_shared_experts"):
-        return int(config["n_shared_experts"]) * int(config["moe_intermediate_size"])
-    return int(config["shared_expert_intermediate_size"])
+    if spec.model_type == "deepseek_v3":
+        return int(spec.moe_field("n_shared_experts")) * int(spec.moe_field("moe_intermediate_size"))
+    return int(spec.moe_field("shared_expert_intermediate_size"))
 
 
 def load_factor(ep: int, capacity_factor: float = 1.0, load_imbalance: float = 1.0) -> float:

@@ -50,12 +50,14 @@ ETP_TARGETS = frozenset({ETP_ALL_GATHER, ETP_REDUCE_SCATTER})
 
 
 def expert_width(spec: ModelSpec) -> int:
-    """Intermediate width of one routed expert of ``spec`` (``moe_intermediate_size`` when the
-    config has it, else the FFN size: Mixtral); 0 for a dense model."""
+    """Intermediate width of one routed expert of ``spec``: ``moe_intermediate_size`` where the
+    architecture has one (its config class's default when the config leaves it out), else the
+    FFN size (Mixtral); 0 for a dense model."""
     if not spec.experts:
         return 0
-    width = spec.config.get("moe_intermediate_size")
-    return int(width) if width else spec.ffn_size
+    if spec.model_type == "mixtral":
+        return spec.ffn_size
+    return int(spec.moe_field("moe_intermediate_size"))
 
 
 def check_etp(spec: ModelSpec, etp: int) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from archplace.errors import ConfigError, ExtractionError
 from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
-from archplace.workload.expert_parallel import check_ep, shard_experts, shared_expert_width
+from archplace.workload.expert_parallel import check_ep, load_factor, shard_experts, shared_expert_width
 from archplace.workload.expert_tensor import check_etp, split_experts
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
@@ -40,6 +40,7 @@ from archplace.workload.trace import (
     latent_down_nodes,
     matmul_dims,
     op_name,
+    quiet_torch_logging,
     tensor_bytes,
     trace,
 )
@@ -203,15 +204,21 @@ def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
     if options.shards_experts:
         return derive_experts(extract_chain(spec, traced_options(options)), options)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_torch_logging():
         warnings.simplefilter("ignore")
-        model = build_model(spec, options.dtype, options.training, options.attention)
+        try:
+            model = build_model(spec, options.dtype, options.training, options.attention)
+        except ConfigError:
+            raise
+        except Exception as exc:  # the model code raises many types; report one line
+            raise ExtractionError(f"cannot build {spec.name!r}: {type(exc).__name__}: "
+                                  f"{' '.join(str(exc).split())}") from exc
         container = find_block_container(model)
         try:
             gm, param_names = trace(model, options.micro_batch, options.seq_len // options.cp)
         except Exception as exc:  # torch raises many types; report one line
             raise ExtractionError(
-                f"cannot trace {spec.name!r}: {type(exc).__name__}: {exc}") from exc
+                f"cannot trace {spec.name!r}: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
     runs = spec.block_runs
     traced = Traced(gm, param_names, [f"m.{container}.{i}" for i in range(len(runs))])
     where = traced.attribute()
@@ -247,12 +254,34 @@ def derive_experts(chain: LayerChain, options: ExtractOptions) -> LayerChain:
     ``chain``: expert parallelism (:func:`archplace.workload.expert_parallel.shard_experts`),
     then the expert-tensor-parallel split (:func:`archplace.workload.expert_tensor.split_experts`).
 
+    With padding (capacity factor above 1) or load imbalance (at ep > 1), each layer's
+    ``padding_fwd_flop`` / ``padding_bwd_flop`` are its matmul FLOP beyond those of the same
+    derivation at capacity factor 1 and imbalance 1 (balanced, unpadded routing): the model FLOP
+    are the balanced chain's, the rest is hardware FLOP (MFU and HFU, Korthikanti et al. 2022,
+    sec. 6.3; docs/model.md).
+
     Raises:
         ConfigError: as those two.
     """
-    chain = shard_experts(chain, options.ep, options.capacity_factor, options.expert_load_imbalance,
-                          options.dtype_bytes)
-    return split_experts(chain, options.etp, options.dtype_bytes)
+    padded = split_experts(shard_experts(chain, options.ep, options.capacity_factor,
+                                         options.expert_load_imbalance, options.dtype_bytes),
+                           options.etp, options.dtype_bytes)
+    if load_factor(options.ep, options.capacity_factor, options.expert_load_imbalance) == 1.0:
+        return padded
+    balanced = split_experts(shard_experts(chain, options.ep, 1.0, 1.0, options.dtype_bytes),
+                             options.etp, options.dtype_bytes)
+    layers = tuple(
+        dataclasses.replace(layer, padding_fwd_flop=_matmul_flop(layer.fwd) - _matmul_flop(even.fwd),
+                            padding_bwd_flop=_matmul_flop(layer.bwd) - _matmul_flop(even.bwd))
+        if layer.experts else layer
+        for layer, even in zip(padded.layers, balanced.layers, strict=True))
+    return dataclasses.replace(padded, layers=layers)
+
+
+def _matmul_flop(graph: OpGraph) -> float:
+    """FLOP of the matmuls of ``graph``, 2 x batch x m x k x n each (the grouped GEMMs are the
+    only operators padding changes)."""
+    return float(sum(2 * op.batch * op.m * op.k * op.n for op in graph.ops if op.kind is OpKind.MATMUL))
 
 
 def _rename(layer: Layer, name: str) -> Layer:

@@ -66,6 +66,11 @@ class Layer:
             then counts the rows gathered from the etp group.
         expert_tp_bytes: full buffer of each of the layer's expert-TP all-gathers and
             reduce-scatters (two forward, two backward) per micro-batch; 0 when etp = 1.
+        padding_fwd_flop, padding_bwd_flop: the part of the matmul FLOP (2 x batch x m x k x n)
+            of ``fwd`` / ``bwd`` spent on the expert rows beyond balanced routing -- the padding
+            of a capacity factor above 1, or the busiest rank's excess rows under load imbalance
+            (:func:`archplace.workload.extract.derive_experts`). Hardware FLOP, not model FLOP:
+            MFU leaves them out, HFU counts them. 0 for a dense or balanced layer.
     """
 
     name: str
@@ -88,6 +93,8 @@ class Layer:
     all_to_all_bytes: float = 0.0
     etp: int = 1
     expert_tp_bytes: float = 0.0
+    padding_fwd_flop: float = 0.0
+    padding_bwd_flop: float = 0.0
 
     def __post_init__(self) -> None:
         if self.selective_activation_bytes < 0:

@@ -19,6 +19,7 @@ from archplace.inputs import read_mapping
 from archplace.workload.config_checks import (
     check_model_config,
     check_with_transformers,
+    moe_value,
     refuse_mixture_of_experts,
 )
 
@@ -166,11 +167,21 @@ class ModelSpec:
             return 4 * self.hidden_size
         return self._int(self.family.ffn_field)
 
+    def moe_field(self, field: str) -> Any:
+        """A mixture-of-experts or latent-attention field as transformers builds the model: the
+        config's value, else its config class's default
+        (:func:`archplace.workload.config_checks.moe_value`).
+
+        Raises:
+            KeyError: not such a field of the model's architecture.
+        """
+        return moe_value(self.config, field)
+
     @property
     def experts(self) -> int:
         """Routed experts per mixture-of-experts layer; 0 for a dense model."""
         field = self.family.experts_field
-        return self._int(field) if field else 0
+        return int(self.moe_field(field)) if field else 0
 
     @property
     def block_runs(self) -> tuple[int, ...]:
@@ -178,7 +189,7 @@ class ModelSpec:
         when the first d blocks are dense and the others mixture-of-experts (DeepSeek-V3:
         ``(3, 58)``). One block of each kind is traced."""
         field = self.family.dense_layers_field
-        dense = self.config.get(field) if field else None
+        dense = self.moe_field(field) if field else None
         layers = self.num_layers
         if isinstance(dense, int) and 0 < dense < layers:
             return (dense, layers - dense)
@@ -187,7 +198,7 @@ class ModelSpec:
     @property
     def experts_per_token(self) -> int:
         """Experts each token is routed to (``num_experts_per_tok``); 0 for a dense model."""
-        return self._int("num_experts_per_tok") if self.family.experts_field else 0
+        return int(self.moe_field("num_experts_per_tok")) if self.family.experts_field else 0
 
     @property
     def vocab_size(self) -> int:
