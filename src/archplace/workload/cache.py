@@ -59,9 +59,9 @@ from archplace.workload.zoo import ModelSpec
 
 log = logging.getLogger(__name__)
 
-FORMAT = 7
-"""Version of the cache files, part of the key (7: the code-free chain files; 6 and before
-were pickles)."""
+FORMAT = 8
+"""Version of the cache files, part of the key (8: layers carry the FLOP of MoE padding; 7: the
+code-free chain files; 6 and before were pickles)."""
 
 MAX_FILE_BYTES = 64 * 2**20
 """Largest cache file read, bytes; a larger one is refused unread (a llama2-7b chain's file takes
