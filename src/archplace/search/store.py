@@ -66,6 +66,7 @@ SHORT_ID = 8
 
 _MAGIC = b"SQLite format 3\x00"
 _READONLY_ROLLBACK = 776  # SQLITE_READONLY_ROLLBACK: a hot journal that a read-only connection cannot replay
+_WRITE_FAILED = (10, 13)  # SQLITE_IOERR (and its extended codes), SQLITE_FULL: a full disk, a size limit
 _BOUNDS_TABLE = "plan_bounds"
 _COLUMNS = {
     "searches": ("key", "request", "models", "objective", "devices", "global_batch", "created", "checksum"),
@@ -198,6 +199,8 @@ def _describe(path: Path, exc: sqlite3.Error) -> str:
     if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
         return (f"{path}: a search was interrupted while writing to it (its unfinished write is in "
                 f"{path.name}-journal); resume that search on the store to recover the file")
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _WRITE_FAILED:
+        return f"{path}: cannot write to the result store ({_one_line(exc)}); what was written before is kept"
     return f"{path}: not a usable result store ({_one_line(exc)})"
 
 
