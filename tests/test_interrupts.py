@@ -302,6 +302,39 @@ def test_the_highs_worker_ends_with_a_killed_parent(launch: Launch, tmp_path: Pa
     assert not alive
 
 
+def _searches(db: Path) -> int:
+    """Searches begun in the store; 0 while it is being created."""
+    try:
+        with sqlite3.connect(db) as connection:
+            return int(connection.execute("SELECT count(*) FROM searches").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+PHAZE_WITHIN_S = 1.0
+"""Ctrl-C of a search of the full phaze space (88,080 designs) with a store: what the store
+keeps is counted by the search's key, known since the search was checked, not by reading its
+designs again (that took 3 s idle, 8.5 s loaded)."""
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_phaze_search_with_a_store_is_fast(launch: Launch, tmp_path: Path) -> None:
+    """The graph cache is filled first: a run that traces imports torch, and the interpreter's
+    exit then takes ~2 s more (the CLI's exit, not the search's)."""
+    from archplace import api
+    api.search_request("gpt2-xl", space="phaze", devices=1024, global_batch=4096, baseline=None).all_chains(2)
+    db = tmp_path / "phaze.db"
+    process = launch(["search", "--model", "gpt2-xl", "--space", "phaze", "--devices", "1024",
+                      "--global-batch", "4096", "--jobs", "2", "--exact-top", "0", "--baseline", "none",
+                      "--store", str(db)])
+    _wait_for(process, lambda: _searches(db) == 1, timeout_s=300)  # begun: bounding and evaluating
+    time.sleep(1.0)
+    took, code, err = _ctrl_c(process, psutil.Process(process.pid).children(recursive=True))
+    match = _one_line(err, STORED)
+    assert code == 130 and took < PHAZE_WITHIN_S, took
+    assert int(match[1]) == len(_rows(db)) and match[2] == str(db)
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_dask_search(search: Search, launch: Launch, tmp_path: Path) -> None:
     db = tmp_path / "run.db"

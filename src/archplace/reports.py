@@ -51,6 +51,7 @@ from archplace.search.evaluate import DesignResult, evaluate_designs
 from archplace.search.objective import Objective, rank
 from archplace.search.request import SearchRequest, SearchResult
 from archplace.search.store import ResultStore, StoredSearch
+from archplace.search.store_file import check_plain_name
 from archplace.specs import EvaluateRun, HardwareSpec, PlanRun
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
@@ -204,14 +205,20 @@ class StoredRequest:
 
 
 def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredRequest:
-    """The models (named ``names``), cluster and plan space of a stored request.
+    """The models, cluster and plan space of a stored request, whose models must be named
+    ``names`` (the search's row), each a plain name
+    (:func:`~archplace.search.store_file.check_plain_name`).
 
     Raises:
-        ConfigError: a request that cannot be read back (another version's fields).
+        ConfigError: a request that cannot be read back (another version's fields), a model name
+            that is not ``names``' or not a plain name.
     """
     try:
+        found = [check_plain_name(m["name"]) for m in request["models"]]
+        if found != list(names):
+            raise ValueError(f"its models {found!r} are not the search's {list(names)!r}")
         models = tuple(zoo.ModelSpec(name, json.dumps(m["config"], sort_keys=True), int(m["seq_len"]))
-                       for name, m in zip(names, request["models"], strict=True))
+                       for name, m in zip(found, request["models"], strict=True))
         links = dict(request["cluster"])
         links["topology"] = Topology(links.get("topology", Topology.SWITCHED.value))
         keys = [CostKey.of(tuple(k)) for k in request["cost_keys"]]

@@ -56,19 +56,23 @@ def run_searches(spec: SearchSpec, progress: Progress | None, request_of: Reques
     requests: list[SearchRequest] = []
     evaluated: list[int] = []  # designs evaluated (or read back) so far, per search begun
     out: list[SearchResult] = []
+    store: ResultStore | None = None
     try:
         for names in spec.groups:  # every request checked (and its models traced) before a pool starts
-            requests.append(request_of(spec, names))
+            request = request_of(spec, names)
+            if spec.store:
+                request.key  # noqa: B018 -- its store key now, so that an interrupt need not compute it
+            requests.append(request)
+        store = ResultStore(Path(spec.store)) if spec.store else None  # checked once, before the pool
         with make_executor(spec.executor, spec.jobs, spec.scheduler) as pool:
             for index, request in enumerate(requests):
                 evaluated.append(0)
                 out.append(run_search(request, make_strategy(spec.strategy),
                                       progress=_reporting(progress, index, evaluated), executor=pool,
-                                      store=ResultStore(Path(spec.store)) if spec.store else None,
-                                      exact_top=spec.exact, seed=spec.seed, budget=spec.trials,
+                                      store=store, exact_top=spec.exact, seed=spec.seed, budget=spec.trials,
                                       keep=max(spec.top, spec.exact)))
     except Interrupted:  # the workers are stopped by now: say what is kept
-        raise _interrupted(spec.store, requests, sum(evaluated)) from None
+        raise _interrupted(spec.store, store, requests, sum(evaluated)) from None
     return out
 
 
@@ -84,14 +88,18 @@ def _reporting(progress: Progress | None, index: int, evaluated: list[int]) -> P
     return report
 
 
-def _interrupted(store: str | None, requests: Sequence[SearchRequest], evaluated: int) -> SearchInterrupted:
-    """What an interrupted search keeps: the designs in the store (those of the requests begun;
-    a re-run reads them back), or without a store how many were evaluated, for nothing."""
-    if store is None:
+def _interrupted(name: str | None, store: ResultStore | None, requests: Sequence[SearchRequest],
+                 evaluated: int) -> SearchInterrupted:
+    """What an interrupted search keeps: the designs in the store (``name``; ``store`` once it
+    was opened and checked) of the requests checked (a re-run reads them back), or without a
+    store how many were evaluated, for nothing.  The rows are counted by their search's key,
+    known by then, and not read: this takes milliseconds whatever the space."""
+    if name is None:
         return SearchInterrupted(evaluated)
-    path = Path(store)
+    if store is None:  # interrupted before the store was opened: nothing was written to it
+        return SearchInterrupted(evaluated, Path(name), None)
     try:
-        kept = sum(stored_designs(ResultStore(path), r) for r in requests) if path.is_file() else 0
-    except ArchplaceError:  # not a store after all: it was never written to
-        return SearchInterrupted(evaluated, path, None)
-    return SearchInterrupted(evaluated, path, kept)
+        kept = sum(stored_designs(store, r) for r in requests)
+    except ArchplaceError:  # no longer readable
+        return SearchInterrupted(evaluated, store.path, None)
+    return SearchInterrupted(evaluated, store.path, kept)

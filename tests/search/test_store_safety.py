@@ -142,8 +142,8 @@ FOREIGN: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
     "extra column": (lambda s, t: edited(s, t, "ALTER TABLE results ADD COLUMN note TEXT"),
                      "table 'results' has columns"),
     "orphan row": (lambda s, t: edited(s, t, "INSERT INTO results SELECT 'f' || search, design, "
-                                             "throughput_samples_per_s, area_mm2, feasible, result, finished "
-                                             f"FROM results WHERE {ROW}"),
+                                             "throughput_samples_per_s, area_mm2, feasible, result, "
+                                             f"finished, checksum FROM results WHERE {ROW}"),
                    "results of no stored search"),
     "result not JSON": (lambda s, t: edited(s, t, f"UPDATE results SET result = '{{not json' WHERE {ROW}"),
                         "Expecting property name"),
@@ -257,7 +257,8 @@ def test_outputs_never_overwrite_the_store(store: Path, capsys: pytest.CaptureFi
 def test_ambiguous_search_ids(tmp_path: Path) -> None:
     store = ResultStore(tmp_path / "many.db")
     label = SearchLabel(("m",), Objective.THROUGHPUT, 8, 8)
-    keys = [store.begin({"n": i}, label) for i in range(40)]
+    keys = [store.begin({"n": i, "models": [{"name": "m"}], "cluster": {"devices": 8}, "global_batch": 8},
+                        label) for i in range(40)]
     first = next(k for k in keys if sum(o[0] == k[0] for o in keys) > 1)
     with pytest.raises(ConfigError, match=f"search id '{first[0]}' matches [0-9]+ searches .*more digits"):
         store.select(first[0])
@@ -276,7 +277,8 @@ def test_an_interrupted_write_is_recovered_by_a_search_only(store: Path, tmp_pat
             "db.execute('BEGIN IMMEDIATE')\n"
             "db.execute('DELETE FROM results')\n"
             "db.execute('INSERT INTO results SELECT search, design || x, throughput_samples_per_s, area_mm2, "
-            "feasible, result, finished FROM results, (SELECT 1 AS x UNION SELECT 2 UNION SELECT 3)')\n"
+            "feasible, result, finished, checksum FROM results, "
+            "(SELECT 1 AS x UNION SELECT 2 UNION SELECT 3)')\n"
             "os._exit(0)\n")
     subprocess.run([sys.executable, "-c", code, str(path)], check=True)
     journal = Path(f"{path}-journal")

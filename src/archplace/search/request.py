@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from importlib.metadata import version
 from typing import Any
 
@@ -18,6 +20,8 @@ from archplace.placement.plan import Recompute
 from archplace.placement.workflow import PlanGrid
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective, pareto_front, score
+from archplace.search.store import request_key
+from archplace.search.store_file import check_plain_name
 from archplace.workload.cache import Wanted, cached_chains
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.layers import LayerChain
@@ -45,10 +49,11 @@ class SearchRequest:
         baseline: a reference design evaluated the same way (e.g. the tpuv4 preset), or None.
 
     Raises:
-        ConfigError: no model or design, sizes out of range (:mod:`archplace.limits`: devices,
-            TP, CP and EP degrees and expert-TP widths 1..2**20, global batch 1..2**30,
-            micro-batches 1..2**20, at most 2**26 tokens per micro-batch), a chain longer than
-            the plan search takes, empty option lists.
+        ConfigError: no model or design, a model name that is not a plain name
+            (:func:`~archplace.search.store_file.check_plain_name`), sizes out of range
+            (:mod:`archplace.limits`: devices, TP, CP and EP degrees and expert-TP widths
+            1..2**20, global batch 1..2**30, micro-batches 1..2**20, at most 2**26 tokens per
+            micro-batch), a chain longer than the plan search takes, empty option lists.
     """
 
     models: tuple[ModelSpec, ...]
@@ -62,6 +67,11 @@ class SearchRequest:
     def __post_init__(self) -> None:
         if not self.models:
             raise ConfigError("a search needs at least one model")
+        for model in self.models:
+            try:
+                check_plain_name(model.name)
+            except ValueError as exc:
+                raise ConfigError(f"a search's {exc}") from None
         if len({m.name for m in self.models}) != len(self.models):
             raise ConfigError(f"a model is given twice: {[m.name for m in self.models]}")
         if not self.designs:
@@ -82,6 +92,18 @@ class SearchRequest:
         for name in ("recomputes", "schedules", "sps", "zero_stages", "dp_overlap"):
             if not getattr(space, name):
                 raise ConfigError(f"the plan space needs at least one value of {name}")
+
+    @cached_property
+    def identity(self) -> dict[str, Any]:
+        """:func:`request_identity` of this request, computed once (seconds for the full ``phaze``
+        space); do not change it."""
+        return request_identity(self)
+
+    @cached_property
+    def key(self) -> str:
+        """The result store's key of this request (32 hex digits:
+        :func:`~archplace.search.store.request_key` of :attr:`identity`), computed once."""
+        return request_key(self.identity)
 
     @property
     def cost_keys(self) -> tuple[CostKey, ...]:
@@ -139,14 +161,18 @@ def _degrees(space: PlanGrid, name: str) -> tuple[int, ...]:
 
 def request_identity(request: SearchRequest) -> dict[str, Any]:
     """Everything that determines a search's results, as JSON (the store's search key): the
-    cost keys carry the TP, CP and EP degrees and expert-TP widths searched.
+    models (their names too: a multi-model result names its components), the designs' count
+    and digest (:func:`designs_digest`), the cluster, the batch; the cost keys carry the TP, CP
+    and EP degrees and expert-TP widths searched.
 
     The strategy is not part of it: a design's result does not depend on how it was reached,
     so strategies share finished evaluations through the store.
     """
     space = request.plan_space
-    return {"models": [{"config": json.loads(m.config_json), "seq_len": m.seq_len} for m in request.models],
-            "designs": [acc.to_dict() for acc in request.designs], "cluster": request.cluster.to_dict(),
+    return {"models": [{"name": m.name, "config": json.loads(m.config_json), "seq_len": m.seq_len}
+                       for m in request.models],
+            "designs": {"count": len(request.designs), "sha256": designs_digest(request.designs)},
+            "cluster": request.cluster.to_dict(),
             "global_batch": request.global_batch, "cost_keys": [list(k) for k in request.cost_keys],
             "recomputes": [r.value for r in space.recomputes],
             "schedules": [s.value for s in space.schedules], "chunks": list(space.chunks),
@@ -158,6 +184,14 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
             **({"precisions": [p.value for p in space.precisions]} if space.precisions != PRECISIONS else {}),
             **{name: getattr(space, name) for name in ("capacity_factor", "expert_load_imbalance")
                if getattr(space, name) != 1.0}}
+
+
+def designs_digest(designs: tuple[Accelerator, ...]) -> str:
+    """SHA-256 (64 hex digits) of the designs' JSON list (:meth:`Accelerator.to_dict`, in order):
+    what a stored request keeps of them, in place of the list (33.8 MB for the ``phaze``
+    space's 88,080 designs)."""
+    text = json.dumps([acc.to_dict() for acc in designs], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,8 +38,8 @@ from archplace.search.bounds_many import design_bounds
 from archplace.search.comm_floor import PlanLimits
 from archplace.search.evaluate import DesignResult, core_key, evaluate_designs, geomean
 from archplace.search.objective import Objective, rank, score
-from archplace.search.request import SearchRequest, SearchResult, request_identity
-from archplace.search.store import ResultStore, SearchLabel, request_key
+from archplace.search.request import SearchRequest, SearchResult
+from archplace.search.store import ResultStore, SearchLabel
 from archplace.search.strategy import Strategy, StrategyContext
 from archplace.workload.layers import LayerChain
 
@@ -188,12 +188,11 @@ class _Session:
         self.key = ""
         self.done: dict[str, DesignResult] = {}
         if store is not None:
-            identity = request_identity(request)
-            self.key = request_key(identity)
+            self.key = request.key
             self.done = store.finished(self.key)  # read (and checked) before the store is written
             label = SearchLabel(tuple(m.name for m in request.models), request.objective,
                                 request.cluster.devices, request.global_batch)
-            store.begin(identity, label)
+            store.begin(request.identity, label)
         self.results: dict[str, DesignResult] = {}
         self.pruned = 0
         self.best: DesignResult | None = None
@@ -361,8 +360,9 @@ def model_chains(request: SearchRequest, jobs: int = 1) -> dict[str, dict[CostKe
 
 
 def stored_designs(store: ResultStore, request: SearchRequest) -> int:
-    """Designs of ``request`` already in ``store``: those a re-run reads back instead of evaluating."""
-    return len(store.finished(request_key(request_identity(request))))
+    """Designs of ``request`` already in ``store``: those a re-run reads back instead of evaluating
+    (counted, not read: fast whatever their number once :attr:`SearchRequest.key` is known)."""
+    return store.count(request.key)
 
 
 def run_search(request: SearchRequest, strategy: Strategy, *, progress: Progress | None = None,

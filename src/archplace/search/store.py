@@ -1,26 +1,37 @@
 """SQLite store of searches: one row per evaluated design, written as each finishes.
 
-A search is identified by a key derived from its request (model, designs, cluster, batch,
-options: :func:`archplace.search.request.request_identity`), so re-running the same command
+A search is identified by a key derived from its request (models, designs, cluster, batch,
+options: :func:`archplace.search.request.request_identity`; the key is the SHA-256 of the request
+as stored, which holds the designs' digest, not the designs), so re-running the same command
 against the same store resumes it: finished designs are read back, not evaluated again.  Each
 row is committed on its own, so a killed search loses at most the evaluations still running.
 A store holds any number of searches; each is shown by the first :data:`SHORT_ID` hex digits of
-its key, its models and the objective of its latest run.
+its key, its models and the objective of its latest run.  A search's row must agree with its
+request: its models are the request's model names (each a plain name:
+:func:`~archplace.search.store_file.check_plain_name`), its devices and global batch the
+request's.
 The pruning bounds of a search's designs (:mod:`archplace.search.bounds`) are kept too, one row
 per design and model, so that a resumed search does not compute them again (table
-``plan_bounds``; the ``bounds`` table of older stores, which held the weaker compute-only bound,
-is left as it is and not read: those searches compute their bounds again on resume).
+``plan_bounds``).
 
 The file says that it is a store: SQLite's ``application_id`` is :data:`APPLICATION_ID` and its
 ``user_version`` the schema version :data:`SCHEMA_VERSION` (both read from the 100-byte file
 header, without SQLite, before anything is opened).  A search writes only to a file that is
-missing or empty (0 bytes; it is then initialised, in one transaction) or that is a store of
+missing or empty (0 bytes; an empty store is then put there in one step, before any search is
+written: :func:`~archplace.search.store_file.create_store`) or that is a store of
 this schema version passing SQLite's ``quick_check``; anything else -- text, another
 application's database, another schema version, a truncated or corrupt database -- is refused
 with a :class:`~archplace.errors.ConfigError` before a byte is written.  Readers
 (``read_only=True``, ``archplace results``) open the file read-only and never create it.  Every
-row read is checked: its result JSON must parse into a
-:class:`~archplace.search.evaluate.DesignResult` that agrees with the row's columns.
+row read is checked: every row's ``checksum`` column must match its other columns
+(:func:`~archplace.search.store_file.row_checksum`), a search's request must match its key, and
+a result's JSON must parse into a :class:`~archplace.search.evaluate.DesignResult` that agrees
+with the row's columns.  A row that fails is refused with a ConfigError naming the store and
+the search.
+
+Schema version 2 added the checksums, the model names in the request and the designs' digest
+in place of the designs (a request row of the full ``phaze`` space was 33.8 MB); stores of
+version 1 are refused with a line saying so.
 """
 
 from __future__ import annotations
@@ -40,22 +51,28 @@ from typing import Any
 from archplace.errors import ArchplaceError, ConfigError
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective
+from archplace.search.store_file import check_plain_name, create_store, row_checksum
 
 APPLICATION_ID = 0x41504C43
 """SQLite ``application_id`` of a result store ("APLC")."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """SQLite ``user_version`` of the stores this module reads and writes (0: the unversioned
-stores of archplace before the version was recorded)."""
+stores of archplace before the version was recorded; 1: stores without row checksums, whose
+requests held every design)."""
 
 SHORT_ID = 8
 """Hex digits of a search's key shown as its id."""
 
 _MAGIC = b"SQLite format 3\x00"
 _READONLY_ROLLBACK = 776  # SQLITE_READONLY_ROLLBACK: a hot journal that a read-only connection cannot replay
+_WRITE_FAILED = (10, 13)  # SQLITE_IOERR (and its extended codes), SQLITE_FULL: a full disk, a size limit
+_BOUNDS_TABLE = "plan_bounds"
 _COLUMNS = {
-    "searches": ("key", "request", "models", "objective", "devices", "global_batch", "created"),
-    "results": ("search", "design", "throughput_samples_per_s", "area_mm2", "feasible", "result", "finished"),
+    "searches": ("key", "request", "models", "objective", "devices", "global_batch", "created", "checksum"),
+    "results": ("search", "design", "throughput_samples_per_s", "area_mm2", "feasible", "result", "finished",
+                "checksum"),
+    _BOUNDS_TABLE: ("search", "design", "model", "samples_per_s", "samples_per_s_per_device", "checksum"),
 }
 _SCHEMA = (
     f"PRAGMA application_id = {APPLICATION_ID}",
@@ -67,7 +84,8 @@ _SCHEMA = (
         objective TEXT NOT NULL,
         devices INTEGER NOT NULL,
         global_batch INTEGER NOT NULL,
-        created REAL NOT NULL
+        created REAL NOT NULL,
+        checksum TEXT NOT NULL
     )""",
     """CREATE TABLE results (
         search TEXT NOT NULL REFERENCES searches(key),
@@ -77,22 +95,21 @@ _SCHEMA = (
         feasible INTEGER NOT NULL,
         result TEXT NOT NULL,
         finished REAL NOT NULL,
+        checksum TEXT NOT NULL,
         PRIMARY KEY (search, design)
     )""",
-)
-_BOUNDS_TABLE = "plan_bounds"
-_BOUNDS_COLUMNS = ("search", "design", "model", "samples_per_s", "samples_per_s_per_device")
-_BOUNDS_SCHEMA = f"""CREATE TABLE IF NOT EXISTS {_BOUNDS_TABLE} (
+    # the pruning bounds of a search's designs (archplace.search.bounds), one row per design and
+    # model (the model's position in the search)
+    f"""CREATE TABLE {_BOUNDS_TABLE} (
         search TEXT NOT NULL REFERENCES searches(key),
         design TEXT NOT NULL,
         model INTEGER NOT NULL,
         samples_per_s REAL NOT NULL,
         samples_per_s_per_device REAL NOT NULL,
+        checksum TEXT NOT NULL,
         PRIMARY KEY (search, design, model)
-    )"""
-"""The pruning bounds of a search's designs (:mod:`archplace.search.bounds`), one row per design and
-model (the model's position in the search): the same schema version, since the table is optional
--- stores written before it have none, and it is created by :meth:`ResultStore.begin`."""
+    )""",
+)
 
 
 def request_key(request: dict[str, Any]) -> str:
@@ -182,6 +199,8 @@ def _describe(path: Path, exc: sqlite3.Error) -> str:
     if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
         return (f"{path}: a search was interrupted while writing to it (its unfinished write is in "
                 f"{path.name}-journal); resume that search on the store to recover the file")
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _WRITE_FAILED:
+        return f"{path}: cannot write to the result store ({_one_line(exc)}); what was written before is kept"
     return f"{path}: not a usable result store ({_one_line(exc)})"
 
 
@@ -241,16 +260,17 @@ class ResultStore:
         version = int.from_bytes(header[60:64], "big")
         if application != APPLICATION_ID:
             tables = self._tables_or_none()
-            if application == 0 and version == 0 and tables == set(_COLUMNS):
+            if application == 0 and version == 0 and {"searches", "results"} <= tables:
                 raise ConfigError(f"{path}: a result store of schema version 0 (an older archplace); this "
                                   f"archplace reads version {SCHEMA_VERSION}: use a new store file")
             found = f"tables: {', '.join(sorted(tables))}" if tables else "no tables"
             raise ConfigError(f"{path}: an SQLite database of another application (application id "
                               f"{application}, {found}), not a result store")
         if version != SCHEMA_VERSION:
-            newer = "a newer" if version > SCHEMA_VERSION else "an older"
-            raise ConfigError(f"{path}: a result store of schema version {version} ({newer} archplace); "
-                              f"this archplace reads version {SCHEMA_VERSION}")
+            newer = "a newer archplace" if version > SCHEMA_VERSION else "an older archplace"
+            hint = "" if version > SCHEMA_VERSION else ": use a new store file"
+            raise ConfigError(f"{path}: a result store of schema version {version} ({newer}); "
+                              f"this archplace reads version {SCHEMA_VERSION}{hint}")
         return True
 
     def _tables_or_none(self) -> set[str]:
@@ -271,10 +291,6 @@ class ResultStore:
                 if found != columns:
                     raise ConfigError(f"{self.path}: corrupt result store (table {table!r} has columns "
                                       f"{list(found)}, expected {list(columns)})")
-            bounds = tuple(row[1] for row in db.execute(f"PRAGMA table_info({_BOUNDS_TABLE})"))
-            if bounds and bounds != _BOUNDS_COLUMNS:
-                raise ConfigError(f"{self.path}: corrupt result store (table {_BOUNDS_TABLE!r} has columns "
-                                  f"{list(bounds)}, expected {list(_BOUNDS_COLUMNS)})")
             check = [row[0] for row in db.execute("PRAGMA quick_check")]
             if check != ["ok"]:
                 raise ConfigError(f"{self.path}: corrupt result store (SQLite quick_check: "
@@ -306,32 +322,39 @@ class ResultStore:
         return self.path.is_file() and self.path.stat().st_size > 0
 
     def begin(self, request: dict[str, Any], label: SearchLabel) -> str:
-        """Register a search (initialising a new store first); returns its key.  A search already
-        in the store keeps its key and creation time and takes ``label`` (the objective of its
-        latest run).
+        """Register a search; returns its key.  A missing or empty file first becomes an empty
+        store, in one step of its own (:func:`~archplace.search.store_file.create_store`); the
+        search's row is written after, in a transaction of its own.  A search already in the
+        store keeps its key and creation time and takes ``label``'s objective (its latest run's).
 
         Raises:
-            ConfigError: a read-only store, or the file changed into something else since it was
-                checked.
+            ConfigError: a read-only store; the store cannot be created; the file changed into
+                something else since it was checked; ``label`` disagrees with ``request`` (its
+                model names, devices or global batch).
         """
         if self.read_only:
             raise ConfigError(f"{self.path}: opened read-only")
         key = request_key(request)
-        with self._connect("rwc") as db, db:
+        models = json.dumps(list(label.models))
+        try:
+            _check_label(request, models, label.devices, label.global_batch)
+        except (LookupError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{self.path}: search {key[:SHORT_ID]}: {_one_line(exc)}") from None
+        if not self._exists():
+            create_store(self.path, _SCHEMA)
+        with self._connect("rw") as db, db:
             db.execute("BEGIN IMMEDIATE")
             application = db.execute("PRAGMA application_id").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if (application, version, tables) == (0, 0, 0):
-                for statement in _SCHEMA:
-                    db.execute(statement)
-            elif (application, version) != (APPLICATION_ID, SCHEMA_VERSION):
+            if (application, version) != (APPLICATION_ID, SCHEMA_VERSION):
                 raise ConfigError(f"{self.path}: no longer a result store of schema version {SCHEMA_VERSION}")
-            db.execute(_BOUNDS_SCHEMA)
-            db.execute("INSERT INTO searches VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
-                       "models = excluded.models, objective = excluded.objective",
-                       (key, _canonical(request), json.dumps(list(label.models)), label.objective.value,
-                        label.devices, label.global_batch, time.time()))
+            found = db.execute("SELECT created FROM searches WHERE key = ?", (key,)).fetchone()
+            created = float(found[0]) if found else time.time()
+            row = (key, _canonical(request), models, label.objective.value, label.devices, label.global_batch,
+                   created)
+            db.execute("INSERT INTO searches VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+                       "objective = excluded.objective, checksum = excluded.checksum",
+                       (*row, row_checksum(*row)))
         return key
 
     def record(self, key: str, design: str, result: dict[str, Any], throughput_samples_per_s: float,
@@ -339,10 +362,11 @@ class ResultStore:
         """Write one design's result and commit it at once."""
         if self.read_only:
             raise ConfigError(f"{self.path}: opened read-only")
+        row = (key, design, float(throughput_samples_per_s), float(area_mm2), int(feasible),
+               json.dumps(result), time.time())
         with self._connect("rw") as db:
-            db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (key, design, throughput_samples_per_s, area_mm2, int(feasible), json.dumps(result),
-                        time.time()))
+            db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (*row, row_checksum(*row)))
 
     def record_bounds(self, key: str, rows: list[tuple[str, int, float, float]]) -> None:
         """Write the pruning bounds of designs of search ``key`` -- (design, model index,
@@ -351,29 +375,28 @@ class ResultStore:
             raise ConfigError(f"{self.path}: opened read-only")
         with self._connect("rw") as db, db:
             db.execute("BEGIN IMMEDIATE")
-            db.executemany(f"INSERT OR REPLACE INTO {_BOUNDS_TABLE} VALUES (?, ?, ?, ?, ?)",
-                           [(key, *row) for row in rows])
+            full = [(key, design, int(model), float(bound), float(per_device))
+                    for design, model, bound, per_device in rows]
+            db.executemany(f"INSERT OR REPLACE INTO {_BOUNDS_TABLE} VALUES (?, ?, ?, ?, ?, ?)",
+                           [(*row, row_checksum(*row)) for row in full])
 
     def bounds(self, key: str) -> dict[str, dict[int, tuple[float, float]]]:
         """The stored pruning bounds of search ``key``: (samples/s, samples/s per device used) by
-        design name, then model index (empty for a new store or one written before these bounds
-        were stored).
+        design name, then model index (empty for a new store).
 
         Raises:
-            ConfigError: a bound that is not a number >= 0.
+            ConfigError: a bound that is not a number >= 0, a row whose checksum does not match.
         """
         if not self._exists():
             return {}
         with self._connect("ro") as db:
-            if not db.execute("SELECT count(*) FROM sqlite_master WHERE name = ?",
-                              (_BOUNDS_TABLE,)).fetchone()[0]:
-                return {}
-            rows = db.execute(f"SELECT design, model, samples_per_s, samples_per_s_per_device "
+            rows = db.execute(f"SELECT design, model, samples_per_s, samples_per_s_per_device, checksum "
                               f"FROM {_BOUNDS_TABLE} WHERE search = ?", (key,)).fetchall()
         out: dict[str, dict[int, tuple[float, float]]] = {}
-        for design, model, *values in rows:
+        for design, model, *values, checksum in rows:
             if (not isinstance(design, str) or isinstance(model, bool) or not isinstance(model, int)
-                    or not all(_is_bound(value) for value in values)):
+                    or not all(_is_bound(value) for value in values)
+                    or checksum != row_checksum(key, design, model, *map(float, values))):
                 raise ConfigError(f"{self.path}: corrupt result store (search {key[:SHORT_ID]}: bound "
                                   f"{design!r}, {model!r}: {', '.join(map(repr, values))})")
             out.setdefault(design, {})[model] = (float(values[0]), float(values[1]))
@@ -424,6 +447,14 @@ class ResultStore:
             return {}
         return {row.design: row.outcome for row in self.rows(found[key])}
 
+    def count(self, key: str) -> int:
+        """How many designs of search ``key`` the store holds (0 for a new store); the rows are
+        counted, not read or checked, so this is fast whatever their number."""
+        if not self._exists():
+            return 0
+        with self._connect("ro") as db:
+            return int(db.execute("SELECT count(*) FROM results WHERE search = ?", (key,)).fetchone()[0])
+
     def rows(self, search: StoredSearch) -> list[StoredResult]:
         """The results of ``search``, by design name.
 
@@ -433,8 +464,9 @@ class ResultStore:
         if not self._exists():
             return []
         with self._connect("ro") as db:
-            rows = db.execute("SELECT design, throughput_samples_per_s, area_mm2, feasible, result "
-                              "FROM results WHERE search = ? ORDER BY design", (search.key,)).fetchall()
+            rows = db.execute("SELECT design, throughput_samples_per_s, area_mm2, feasible, result, "
+                              "finished, checksum FROM results WHERE search = ? ORDER BY design",
+                              (search.key,)).fetchall()
         return [self._result(search, *row) for row in rows]
 
     def request(self, search: StoredSearch) -> dict[str, Any]:
@@ -456,27 +488,25 @@ class ResultStore:
         return data
 
     def _search(self, key: Any, request: Any, models: Any, objective: Any, devices: Any, global_batch: Any,
-                created: Any) -> StoredSearch:
+                created: Any, checksum: Any) -> StoredSearch:
         where = f"{self.path}: corrupt result store (search {str(key)[:SHORT_ID]!r}"
         try:
             identity = json.loads(request)
-            names = json.loads(models)
             if not isinstance(identity, dict) or request_key(identity) != key:
                 raise ValueError("its request does not match its key")
-            if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
-                raise ValueError(f"models must be a list of names, got {models!r}")
-            for name, value in (("devices", devices), ("global_batch", global_batch)):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-            if not isinstance(created, int | float):
+            names = _check_label(identity, models, devices, global_batch)
+            if isinstance(created, bool) or not isinstance(created, int | float):
                 raise ValueError(f"created must be a time, got {created!r}")
-            label = SearchLabel(tuple(names), Objective(objective), devices, global_batch)
-        except (TypeError, ValueError, RecursionError) as exc:
+            label = SearchLabel(names, Objective(objective), devices, global_batch)
+            if checksum != row_checksum(key, request, models, objective, devices, global_batch,
+                                        float(created)):
+                raise ValueError("its columns do not match its checksum")
+        except (LookupError, TypeError, ValueError, RecursionError) as exc:
             raise ConfigError(f"{where}: {_one_line(exc)})") from None
         return StoredSearch(key, label, float(created))
 
     def _result(self, search: StoredSearch, design: Any, throughput: Any, area: Any, feasible: Any,
-                text: Any) -> StoredResult:
+                text: Any, finished: Any, checksum: Any) -> StoredResult:
         where = f"{self.path}: corrupt result store (search {search.short_id}, design {design!r}"
         try:
             data = json.loads(text)
@@ -496,10 +526,38 @@ class ResultStore:
                 if column != value and not (isinstance(value, float) and math.isclose(column, value))]
             if disagree:
                 raise ValueError(f"its result JSON disagrees with the row's {', '.join(disagree)}")
+            if isinstance(finished, bool) or not isinstance(finished, int | float):
+                raise ValueError(f"finished must be a time, got {finished!r}")
+            if checksum != row_checksum(search.key, design, float(throughput), float(area), feasible, text,
+                                        float(finished)):
+                raise ValueError("its columns do not match its checksum")
         except (ArchplaceError, LookupError, TypeError, ValueError, AttributeError, ArithmeticError,
                 RecursionError) as exc:  # whatever the JSON holds: the row is corrupt
             raise ConfigError(f"{where}: {_one_line(exc)})") from None
         return StoredResult(search, design, float(throughput), float(area), bool(feasible), data, outcome)
+
+
+def _check_label(request: dict[str, Any], models: Any, devices: Any, global_batch: Any) -> tuple[str, ...]:
+    """The model names of a search's row (``models``: their JSON list), checked against its
+    ``request``: the request's names, each a plain name; ``devices`` and ``global_batch`` the
+    request's.
+
+    Raises:
+        ValueError, LookupError, TypeError: a column that disagrees with the request.
+    """
+    names = json.loads(models)
+    if not (isinstance(names, list) and names):
+        raise ValueError(f"models must be a list of names, got {models!r}")
+    for name in names:
+        check_plain_name(name)
+    wanted = [m["name"] for m in request["models"]]
+    if names != wanted:
+        raise ValueError(f"models {names!r} are not its request's {wanted!r}")
+    for name, value, expected in (("devices", devices, request["cluster"]["devices"]),
+                                  ("global_batch", global_batch, request["global_batch"])):
+        if isinstance(value, bool) or not isinstance(value, int) or value != expected:
+            raise ValueError(f"{name} {value!r} is not its request's {expected!r}")
+    return tuple(names)
 
 
 def _is_bound(value: object) -> bool:
