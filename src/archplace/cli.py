@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 
 from archplace import api
 from archplace.cli_options import (
+    MAX_ERROR_CHARS,
     AttentionOption,
     CapacityFactorOption,
     GradDtypeOption,
@@ -28,7 +29,11 @@ from archplace.cli_options import (
     SearchEtpsOption,
     ZeroStagesOption,
     cli_message,
+    error_line,
+    one_line,
+    plain_console,
     say_wrote,
+    table_console,
 )
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
@@ -247,8 +252,8 @@ def _search_progress() -> Iterator[Callable[[Tick], None]]:
     """A progress bar on stderr: designs done (evaluated + pruned) of the space, designs/s,
     pruned count and the best so far; it starts again for each search of a per-model run."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[status]}"), TimeElapsedColumn())
-    console = Console(stderr=True)
+               TextColumn("{task.fields[status]}", markup=False), TimeElapsedColumn())  # names: text
+    console = plain_console(stderr=True)
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("designs", total=None, status="")
         current = [0]  # the search the bar shows
@@ -270,7 +275,7 @@ def _search_progress() -> Iterator[Callable[[Tick], None]]:
 
 def _stdout() -> Console:
     """Console for results: wide enough for the tables when stdout is not a terminal."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return table_console(200)
 
 
 @app.command()
@@ -335,26 +340,28 @@ _register_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: bad input gives one line on stderr and exit status 2, never a traceback; an
-    interrupt (Ctrl-C, SIGINT) stops the work and any worker processes and gives one line
+    """Entry point: bad input gives one line on stderr (at most
+    :data:`~archplace.cli_options.MAX_ERROR_CHARS` characters of message) and exit status 2,
+    never a traceback; an interrupt (Ctrl-C, SIGINT) at any point -- while the command is built
+    too -- stops the work and any worker processes and gives one line
     ``archplace: interrupted (what was kept)`` and exit status 130."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    command = typer.main.get_command(app)
     try:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        command = typer.main.get_command(app)
         with raising_interrupts():
             code = command.main(args=argv, prog_name="archplace", standalone_mode=False)
     except (Interrupted, KeyboardInterrupt, typer.Abort) as exc:
-        detail = exc.detail if isinstance(exc, Interrupted) else ""
+        detail = one_line(exc.detail, MAX_ERROR_CHARS) if isinstance(exc, Interrupted) else ""
         sys.stderr.write(f"archplace: interrupted{f' ({detail})' if detail else ''}\n")
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except TyperException as exc:  # usage errors: missing option, a value of the wrong type
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        sys.stderr.write(f"archplace: error: {' '.join(message.split())}\n")
+        sys.stderr.write(error_line(" ".join(message.split())))
         sys.exit(2)
     except ArchplaceError as exc:
-        sys.stderr.write(f"archplace: error: {cli_message(exc)}\n")
+        sys.stderr.write(error_line(cli_message(exc)))
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from archplace import api, cli_runs
 from archplace.cli_options import (
@@ -26,6 +25,7 @@ from archplace.cli_options import (
     PrecisionsOption,
     RankOrderOption,
     ZeroStagesOption,
+    plain_console,
 )
 from archplace.cli_report import ReportFile, write_plan_report
 from archplace.errors import ConfigError
@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
                 return
             title = (f"best plans for {run.model.model} on {run.cluster.devices} × {run.hardware.hardware}, "
                      f"global batch {run.cluster.global_batch}")
-        console = Console(width=160)
+        console = plain_console(160)
         console.print(summary_table(results, title))
         for table in detail_tables(results[0]):
             console.print(table)
@@ -218,7 +218,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(stamp("evaluate", {**result.to_dict(), **cli_runs.run_fields(run)}),
                                   indent=2))
             return
-        console = Console(width=160)
+        console = plain_console(160)
         title = (f"{run.model.model} on {run.cluster.devices} × {run.hardware.hardware}, "
                  f"global batch {run.cluster.global_batch}")
         console.print(summary_table([result], title))

@@ -14,15 +14,19 @@ The problem format and the backends are described in docs/commands/schedule.md.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from archplace import api
-from archplace.cli_options import AttentionOption, CapacityFactorOption, KernelsOption, LoadImbalanceOption
+from archplace.cli_options import (
+    AttentionOption,
+    CapacityFactorOption,
+    KernelsOption,
+    LoadImbalanceOption,
+    table_console,
+)
 from archplace.errors import ConfigError
 from archplace.outputs import check_image_output, write_text_output
 from archplace.report.schedule_tables import schedule_table
@@ -85,8 +89,7 @@ def schedule(
     if as_json:
         typer.echo(json.dumps(stamp("schedule", result.to_dict()), indent=1))
     else:
-        console = Console() if sys.stdout.isatty() else Console(width=160)
-        console.print(schedule_table(problem, result, source))
+        table_console(160).print(schedule_table(problem, result, source))
 
 
 def register(app: typer.Typer) -> None:
