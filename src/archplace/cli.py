@@ -37,7 +37,14 @@ from archplace.cli_options import (
 )
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
-from archplace.outputs import check_image_output, check_output, write_output, write_text_output
+from archplace.outputs import (
+    check_image_output,
+    check_output,
+    check_outputs,
+    prepare_output,
+    write_output,
+    write_text_output,
+)
 from archplace.report.tables import (
     hardware_table,
     models_table,
@@ -146,14 +153,12 @@ def search(
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     spec = _search_spec(ctx, config)
-    if out is not None:
-        check_output(out, "--out")  # now, not after the search
-    if plot is not None:
-        _check_plot(plot)
-    if report is not None:
-        check_output(report, "--report")
-    _check_not_the_store(Path(spec.store) if spec.store else None,
-                         {"--out": out, "--plot": plot, "--report": report})
+    outputs = {"--out": out, "--plot": plot, "--report": report}
+    _check_not_the_store(Path(spec.store) if spec.store else None, outputs)
+    check_outputs(outputs)  # now, not after the search
+    plots = [] if plot is None else _plot_paths(plot, [names[0] for names in spec.groups])
+    for path in plots:
+        check_image_output(path, "--plot")
     try:
         with _search_progress() as advance:
             outcomes = (api.search_each(spec, progress=advance) if spec.per_model
@@ -171,11 +176,11 @@ def search(
                      else {"per_model": [r.to_dict() for r in outcomes]})
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
         say(out)
-    if plot is not None:
-        for result, path in zip(outcomes, _plot_paths(plot, outcomes), strict=True):
-            _draw(result, path)
-            say(path)
+    for result, path in zip(outcomes, plots, strict=True):
+        _draw(result, path)
+        say(path)
     if report is not None:
+        check_output(report, "--report")  # again, after the search; its directories made when written
         api.report_search(outcomes, report, spec=spec, top=spec.top)
         say(report)
     if failed is not None:
@@ -225,21 +230,18 @@ def _check_not_the_store(store: Path | None, outputs: dict[str, Path | None]) ->
             raise ArchplaceError(f"{option} {path} is the result store (--store): choose another file")
 
 
-def _plot_paths(plot: Path, outcomes: list[SearchResult]) -> list[Path]:
-    """``plot`` itself, or with --per-model one file per model: ``name-MODEL.suffix``."""
-    if len(outcomes) == 1:
+def _plot_paths(plot: Path, models: list[str]) -> list[Path]:
+    """``plot`` itself for one search, or with --per-model one file per model (the searches'
+    ``models``, in order): ``name-MODEL.suffix``."""
+    if len(models) == 1:
         return [plot]
-    return [plot.with_name(f"{plot.stem}-{Path(r.model).name}{plot.suffix}") for r in outcomes]
-
-
-def _check_plot(path: Path) -> None:
-    """Refuse, before any work, a --plot path that cannot be written or whose suffix names no
-    format matplotlib writes (a path without a suffix too: the suffix picks the format)."""
-    check_image_output(path, "--plot")
+    return [plot.with_name(f"{plot.stem}-{Path(model).name}{plot.suffix}") for model in models]
 
 
 def _draw(source: SearchResult | Path, path: Path, search: str | None = None) -> None:
-    """:func:`api.plot_design_space`, with a one-line error when the file cannot be written."""
+    """:func:`api.plot_design_space` onto ``path`` (checked again and its directories made first:
+    :func:`~archplace.outputs.prepare_output`), with a one-line error when it cannot be written."""
+    prepare_output(path, "--plot")
     try:
         api.plot_design_space(source if isinstance(source, SearchResult) else str(source), path,
                               search=search)
@@ -299,10 +301,9 @@ def results(
     if plot is not None and len(searches) > 1:
         raise ArchplaceError(f"--plot draws one search, and {store} holds {len(searches)} "
                              f"({', '.join(s.short_id for s in searches)}): choose one with --search ID")
-    if csv is not None:
-        check_output(csv, "--csv")
+    check_outputs({"--csv": csv, "--plot": plot})
     if plot is not None:
-        _check_plot(plot)
+        check_image_output(plot, "--plot")
     _stdout().print(results_table(rows, str(store), top))
     if csv is not None:
         write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))

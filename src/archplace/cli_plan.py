@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         if no_zero and zero_stage is not None:
             raise ConfigError("give --no-zero or --zero-stage, not both")
         if report is not None:
-            check_output(report, "--report")
+            check_output(report, "--report")  # before the work; written by write_plan_report
         if layer_graph is not None:
             given = [f"--{name.replace('_', '-')}" for name in (
                 "fuse", "attention", "kernels", "precision", "cp", "ep", "etp", "capacity_factor",
@@ -201,6 +201,8 @@ def register(app: typer.Typer) -> None:
         report: ReportFile = None,
     ) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
+        if report is not None:
+            check_output(report, "--report")  # before the work; written by write_plan_report
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
@@ -210,8 +212,6 @@ def register(app: typer.Typer) -> None:
             recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,
             grad_reduce_dtype=grad_reduce_dtype, precision=precision, optimizer=optimizer, stages=stages),
             zero_stage, zero)
-        if report is not None:
-            check_output(report, "--report")
         result = api.evaluate_run(run)
         write_plan_report(report, [result], run)
         if as_json:

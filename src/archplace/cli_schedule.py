@@ -28,7 +28,7 @@ from archplace.cli_options import (
     table_console,
 )
 from archplace.errors import ConfigError
-from archplace.outputs import check_image_output, write_text_output
+from archplace.outputs import check_image_output, check_outputs, prepare_output, write_text_output
 from archplace.report.schedule_tables import schedule_table
 from archplace.schemas import stamp
 
@@ -63,6 +63,9 @@ def schedule(
     options = api.SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
     if (problem_file is None) == (model is None):
         raise ConfigError("schedule needs either --problem FILE.json or --model (not both)")
+    check_outputs({"--dump-problem": dump_problem, "--gantt": gantt})  # both, before any is written
+    image_format = (check_image_output(gantt, "--gantt", default_format="png") if gantt is not None
+                    else None)
     if problem_file is not None:
         problem = api.read_schedule_problem(problem_file)
         source = str(problem_file)
@@ -75,12 +78,11 @@ def schedule(
     if dump_problem is not None:
         write_text_output(dump_problem, "--dump-problem",
                           json.dumps(stamp("schedule-problem", problem.to_dict()), indent=1) + "\n")
-    image_format = (check_image_output(gantt, "--gantt", default_format="png") if gantt is not None
-                    else None)
     result = api.solve_problem(problem, backend, options)
     if gantt is not None and image_format is not None:
         from archplace.report.gantt import draw_gantt
 
+        prepare_output(gantt, "--gantt")
         try:
             draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
                        f"{result.makespan_s * 1e3:.3f} ms ({result.backend})", image_format=image_format)
