@@ -176,7 +176,7 @@ def search(
                      else {"per_model": [r.to_dict() for r in outcomes]})
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
         say(out)
-    for result, path in zip(outcomes, plots, strict=True):
+    for result, path in zip(outcomes, plots, strict=True) if plots else ():
         _draw(result, path)
         say(path)
     if report is not None:
