@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 
 from archplace import api
 from archplace.cli_options import (
+    MAX_ERROR_CHARS,
     AttentionOption,
     CapacityFactorOption,
     GradDtypeOption,
@@ -28,11 +29,22 @@ from archplace.cli_options import (
     SearchEtpsOption,
     ZeroStagesOption,
     cli_message,
+    error_line,
+    one_line,
+    plain_console,
     say_wrote,
+    table_console,
 )
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
-from archplace.outputs import check_image_output, check_output, write_output, write_text_output
+from archplace.outputs import (
+    check_image_output,
+    check_output,
+    check_outputs,
+    prepare_output,
+    write_output,
+    write_text_output,
+)
 from archplace.report.tables import (
     hardware_table,
     models_table,
@@ -141,14 +153,12 @@ def search(
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     spec = _search_spec(ctx, config)
-    if out is not None:
-        check_output(out, "--out")  # now, not after the search
-    if plot is not None:
-        _check_plot(plot)
-    if report is not None:
-        check_output(report, "--report")
-    _check_not_the_store(Path(spec.store) if spec.store else None,
-                         {"--out": out, "--plot": plot, "--report": report})
+    outputs = {"--out": out, "--plot": plot, "--report": report}
+    _check_not_the_store(Path(spec.store) if spec.store else None, outputs)
+    check_outputs(outputs)  # now, not after the search
+    plots = [] if plot is None else _plot_paths(plot, [names[0] for names in spec.groups])
+    for path in plots:
+        check_image_output(path, "--plot")
     try:
         with _search_progress() as advance:
             outcomes = (api.search_each(spec, progress=advance) if spec.per_model
@@ -166,11 +176,11 @@ def search(
                      else {"per_model": [r.to_dict() for r in outcomes]})
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
         say(out)
-    if plot is not None:
-        for result, path in zip(outcomes, _plot_paths(plot, outcomes), strict=True):
-            _draw(result, path)
-            say(path)
+    for result, path in zip(outcomes, plots, strict=True) if plots else ():
+        _draw(result, path)
+        say(path)
     if report is not None:
+        check_output(report, "--report")  # again, after the search; its directories made when written
         api.report_search(outcomes, report, spec=spec, top=spec.top)
         say(report)
     if failed is not None:
@@ -220,21 +230,18 @@ def _check_not_the_store(store: Path | None, outputs: dict[str, Path | None]) ->
             raise ArchplaceError(f"{option} {path} is the result store (--store): choose another file")
 
 
-def _plot_paths(plot: Path, outcomes: list[SearchResult]) -> list[Path]:
-    """``plot`` itself, or with --per-model one file per model: ``name-MODEL.suffix``."""
-    if len(outcomes) == 1:
+def _plot_paths(plot: Path, models: list[str]) -> list[Path]:
+    """``plot`` itself for one search, or with --per-model one file per model (the searches'
+    ``models``, in order): ``name-MODEL.suffix``."""
+    if len(models) == 1:
         return [plot]
-    return [plot.with_name(f"{plot.stem}-{Path(r.model).name}{plot.suffix}") for r in outcomes]
-
-
-def _check_plot(path: Path) -> None:
-    """Refuse, before any work, a --plot path that cannot be written or whose suffix names no
-    format matplotlib writes (a path without a suffix too: the suffix picks the format)."""
-    check_image_output(path, "--plot")
+    return [plot.with_name(f"{plot.stem}-{Path(model).name}{plot.suffix}") for model in models]
 
 
 def _draw(source: SearchResult | Path, path: Path, search: str | None = None) -> None:
-    """:func:`api.plot_design_space`, with a one-line error when the file cannot be written."""
+    """:func:`api.plot_design_space` onto ``path`` (checked again and its directories made first:
+    :func:`~archplace.outputs.prepare_output`), with a one-line error when it cannot be written."""
+    prepare_output(path, "--plot")
     try:
         api.plot_design_space(source if isinstance(source, SearchResult) else str(source), path,
                               search=search)
@@ -247,8 +254,8 @@ def _search_progress() -> Iterator[Callable[[Tick], None]]:
     """A progress bar on stderr: designs done (evaluated + pruned) of the space, designs/s,
     pruned count and the best so far; it starts again for each search of a per-model run."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[status]}"), TimeElapsedColumn())
-    console = Console(stderr=True)
+               TextColumn("{task.fields[status]}", markup=False), TimeElapsedColumn())  # names: text
+    console = plain_console(stderr=True)
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("designs", total=None, status="")
         current = [0]  # the search the bar shows
@@ -270,7 +277,7 @@ def _search_progress() -> Iterator[Callable[[Tick], None]]:
 
 def _stdout() -> Console:
     """Console for results: wide enough for the tables when stdout is not a terminal."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return table_console(200)
 
 
 @app.command()
@@ -294,10 +301,9 @@ def results(
     if plot is not None and len(searches) > 1:
         raise ArchplaceError(f"--plot draws one search, and {store} holds {len(searches)} "
                              f"({', '.join(s.short_id for s in searches)}): choose one with --search ID")
-    if csv is not None:
-        check_output(csv, "--csv")
+    check_outputs({"--csv": csv, "--plot": plot})
     if plot is not None:
-        _check_plot(plot)
+        check_image_output(plot, "--plot")
     _stdout().print(results_table(rows, str(store), top))
     if csv is not None:
         write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))
@@ -335,26 +341,28 @@ _register_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: bad input gives one line on stderr and exit status 2, never a traceback; an
-    interrupt (Ctrl-C, SIGINT) stops the work and any worker processes and gives one line
+    """Entry point: bad input gives one line on stderr (at most
+    :data:`~archplace.cli_options.MAX_ERROR_CHARS` characters of message) and exit status 2,
+    never a traceback; an interrupt (Ctrl-C, SIGINT) at any point -- while the command is built
+    too -- stops the work and any worker processes and gives one line
     ``archplace: interrupted (what was kept)`` and exit status 130."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    command = typer.main.get_command(app)
     try:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        command = typer.main.get_command(app)
         with raising_interrupts():
             code = command.main(args=argv, prog_name="archplace", standalone_mode=False)
     except (Interrupted, KeyboardInterrupt, typer.Abort) as exc:
-        detail = exc.detail if isinstance(exc, Interrupted) else ""
+        detail = one_line(exc.detail, MAX_ERROR_CHARS) if isinstance(exc, Interrupted) else ""
         sys.stderr.write(f"archplace: interrupted{f' ({detail})' if detail else ''}\n")
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except TyperException as exc:  # usage errors: missing option, a value of the wrong type
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        sys.stderr.write(f"archplace: error: {' '.join(message.split())}\n")
+        sys.stderr.write(error_line(" ".join(message.split())))
         sys.exit(2)
     except ArchplaceError as exc:
-        sys.stderr.write(f"archplace: error: {cli_message(exc)}\n")
+        sys.stderr.write(error_line(cli_message(exc)))
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

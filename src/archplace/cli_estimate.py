@@ -16,14 +16,19 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from archplace.api import estimate_matmul, estimate_model, estimate_preset_matmul
-from archplace.cli_options import AttentionOption, CapacityFactorOption, KernelsOption, LoadImbalanceOption
+from archplace.cli_options import (
+    AttentionOption,
+    CapacityFactorOption,
+    KernelsOption,
+    LoadImbalanceOption,
+    table_console,
+)
 from archplace.cost.estimate import EFFICIENCY_NOTES
 from archplace.errors import ConfigError
 from archplace.limits import MAX_ARRAY_DIM
@@ -40,7 +45,7 @@ _ARRAY = re.compile(r"^\s*(\d{1,18})\s*[xX×]\s*(\d{1,18})\s*$")
 
 
 def _console() -> Console:
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    return table_console(160)
 
 
 @estimate_app.callback()

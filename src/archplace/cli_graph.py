@@ -6,10 +6,15 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from archplace import api
-from archplace.cli_options import AttentionOption, CapacityFactorOption, KernelsOption, LoadImbalanceOption
+from archplace.cli_options import (
+    AttentionOption,
+    CapacityFactorOption,
+    KernelsOption,
+    LoadImbalanceOption,
+    plain_console,
+)
 from archplace.report.graph_tables import graph_table
 from archplace.schemas import stamp
 
@@ -43,4 +48,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(stamp("graph", summary), indent=2))
         else:
-            Console(width=200).print(graph_table(summary))
+            plain_console(200).print(graph_table(summary))

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from archplace import api, cli_runs
 from archplace.cli_options import (
@@ -26,6 +25,7 @@ from archplace.cli_options import (
     PrecisionsOption,
     RankOrderOption,
     ZeroStagesOption,
+    plain_console,
 )
 from archplace.cli_report import ReportFile, write_plan_report
 from archplace.errors import ConfigError
@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         if no_zero and zero_stage is not None:
             raise ConfigError("give --no-zero or --zero-stage, not both")
         if report is not None:
-            check_output(report, "--report")
+            check_output(report, "--report")  # before the work; written by write_plan_report
         if layer_graph is not None:
             given = [f"--{name.replace('_', '-')}" for name in (
                 "fuse", "attention", "kernels", "precision", "cp", "ep", "etp", "capacity_factor",
@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
                 return
             title = (f"best plans for {run.model.model} on {run.cluster.devices} × {run.hardware.hardware}, "
                      f"global batch {run.cluster.global_batch}")
-        console = Console(width=160)
+        console = plain_console(160)
         console.print(summary_table(results, title))
         for table in detail_tables(results[0]):
             console.print(table)
@@ -201,6 +201,8 @@ def register(app: typer.Typer) -> None:
         report: ReportFile = None,
     ) -> None:
         """Iteration time, throughput, MFU and memory of one fixed plan."""
+        if report is not None:
+            check_output(report, "--report")  # before the work; written by write_plan_report
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
@@ -210,15 +212,13 @@ def register(app: typer.Typer) -> None:
             recompute=recompute, schedule=schedule, chunks=chunks, sp=sp, dp_overlap=dp_overlap,
             grad_reduce_dtype=grad_reduce_dtype, precision=precision, optimizer=optimizer, stages=stages),
             zero_stage, zero)
-        if report is not None:
-            check_output(report, "--report")
         result = api.evaluate_run(run)
         write_plan_report(report, [result], run)
         if as_json:
             typer.echo(json.dumps(stamp("evaluate", {**result.to_dict(), **cli_runs.run_fields(run)}),
                                   indent=2))
             return
-        console = Console(width=160)
+        console = plain_console(160)
         title = (f"{run.model.model} on {run.cluster.devices} × {run.hardware.hardware}, "
                  f"global batch {run.cluster.global_batch}")
         console.print(summary_table([result], title))

@@ -24,8 +24,14 @@ ReportFile = Annotated[Path | None, typer.Option(
 def write_plan_report(path: Path | None, results: list[PlanResult],
                       run: PlanRun | EvaluateRun | None) -> None:
     """Write ``plan --report`` / ``evaluate --report`` when asked for (the caller checked the path
-    with :func:`~archplace.outputs.check_output` before the work)."""
+    with :func:`~archplace.outputs.check_output` before the work; it is checked again now, and
+    its directories are made once the page is ready).
+
+    Raises:
+        ConfigError: the path is refused or cannot be written; the report cannot be made.
+    """
     if path is not None:
+        check_output(path, "--report")
         api.report_plan(results, path, run=run)
         say_wrote(path)
 
@@ -50,7 +56,7 @@ def report(
     chosen = None if baseline == "none" else baseline
     if chosen is not None:
         accelerator(HardwareSpec(chosen))  # so is an unknown baseline
-    check_output(out, "--out")
+    check_output(out, "--out")  # refused (another store above all) before the report is made
     api.report(store, out, search=search_id, top=top, baseline=chosen)
     say_wrote(out)
 

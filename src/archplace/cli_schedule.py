@@ -14,17 +14,21 @@ The problem format and the backends are described in docs/commands/schedule.md.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from archplace import api
-from archplace.cli_options import AttentionOption, CapacityFactorOption, KernelsOption, LoadImbalanceOption
+from archplace.cli_options import (
+    AttentionOption,
+    CapacityFactorOption,
+    KernelsOption,
+    LoadImbalanceOption,
+    table_console,
+)
 from archplace.errors import ConfigError
-from archplace.outputs import check_image_output, write_text_output
+from archplace.outputs import check_image_output, check_outputs, prepare_output, write_text_output
 from archplace.report.schedule_tables import schedule_table
 from archplace.schemas import stamp
 
@@ -59,6 +63,9 @@ def schedule(
     options = api.SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
     if (problem_file is None) == (model is None):
         raise ConfigError("schedule needs either --problem FILE.json or --model (not both)")
+    check_outputs({"--dump-problem": dump_problem, "--gantt": gantt})  # both, before any is written
+    image_format = (check_image_output(gantt, "--gantt", default_format="png") if gantt is not None
+                    else None)
     if problem_file is not None:
         problem = api.read_schedule_problem(problem_file)
         source = str(problem_file)
@@ -71,12 +78,11 @@ def schedule(
     if dump_problem is not None:
         write_text_output(dump_problem, "--dump-problem",
                           json.dumps(stamp("schedule-problem", problem.to_dict()), indent=1) + "\n")
-    image_format = (check_image_output(gantt, "--gantt", default_format="png") if gantt is not None
-                    else None)
     result = api.solve_problem(problem, backend, options)
     if gantt is not None and image_format is not None:
         from archplace.report.gantt import draw_gantt
 
+        prepare_output(gantt, "--gantt")
         try:
             draw_gantt(problem, result.schedule, gantt, title=f"{source}: makespan "
                        f"{result.makespan_s * 1e3:.3f} ms ({result.backend})", image_format=image_format)
@@ -85,8 +91,7 @@ def schedule(
     if as_json:
         typer.echo(json.dumps(stamp("schedule", result.to_dict()), indent=1))
     else:
-        console = Console() if sys.stdout.isatty() else Console(width=160)
-        console.print(schedule_table(problem, result, source))
+        table_console(160).print(schedule_table(problem, result, source))
 
 
 def register(app: typer.Typer) -> None:

@@ -11,10 +11,12 @@ import sys
 
 
 def main() -> None:
-    """Import the CLI and run it on ``sys.argv``."""
+    """Import the CLI and run it on ``sys.argv`` (an interrupt that :func:`archplace.cli.main`
+    has not answered yet, while it starts, is answered here)."""
     try:
         from archplace.cli import main as run
+
+        run()
     except KeyboardInterrupt:
         sys.stderr.write("archplace: interrupted\n")
         raise SystemExit(130) from None
-    run()

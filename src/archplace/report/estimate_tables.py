@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from archplace.cost.estimate import EFFICIENCY_NOTES, ModelEstimate, layer_rows, op_rows
+from archplace.report.plain import PlainTable
 
 
 def efficiency_caption(result: ModelEstimate) -> str:
@@ -16,7 +17,7 @@ def efficiency_caption(result: ModelEstimate) -> str:
 def model_table(result: ModelEstimate) -> Table:
     """One row per distinct layer and pass (fwd, bwd) of ``result``, then the totals: count, time on
     one core and on all cores (ms), bound, energy (mJ), MFU, achieved TFLOP/s and fraction of peak."""
-    table = Table(title=f"{result.model} on {result.hardware}: tp={result.tp}, micro-batch "
+    table = PlainTable(title=f"{result.model} on {result.hardware}: tp={result.tp}, micro-batch "
                         f"{result.micro_batch}, sequence {result.seq_len} (per layer, per device)",
                   caption=efficiency_caption(result))
     for column in ("layer", "×", "pass", "one core ms", "all cores ms", "bound", "energy mJ", "MFU",
@@ -39,7 +40,7 @@ def model_table(result: ModelEstimate) -> Table:
 def ops_table(result: ModelEstimate) -> Table:
     """One row per operator of every layer and pass of ``result``: kind, time on all cores (µs),
     GFLOP, achieved TFLOP/s, fraction of peak and bound."""
-    table = Table(title=f"{result.model} on {result.hardware}: operators (per device, all cores)",
+    table = PlainTable(title=f"{result.model} on {result.hardware}: operators (per device, all cores)",
                   caption=efficiency_caption(result))
     for column in ("layer", "pass", "operator", "kind", "µs", "GFLOP", "TFLOP/s", "of peak", "bound"):
         table.add_column(column, justify="left" if column in ("layer", "pass", "operator", "kind",
@@ -54,7 +55,7 @@ def ops_table(result: ModelEstimate) -> Table:
 def figures_table(title: str, data: dict[str, object], caption: str | None = None) -> Table:
     """Two columns, figure and value, one row per item of ``data`` in its order (floats to six
     significant digits, anything else as ``str``), under ``title`` with an optional ``caption``."""
-    table = Table(title=title, caption=caption)
+    table = PlainTable(title=title, caption=caption)
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in data.items():

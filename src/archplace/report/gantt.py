@@ -16,6 +16,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from archplace.outputs import replace_atomically
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.timeline import Schedule
 from archplace.workload.graph import CoreType
@@ -109,4 +110,5 @@ def draw_gantt(problem: ScheduleProblem, schedule: Schedule, path: str | Path,
                    f"({problem.tensor_cores} tensor, {problem.vector_cores} vector cores; "
                    "hatched: on all cores)")
     figure.tight_layout()
-    figure.savefig(str(path), dpi=120, format=image_format)
+    replace_atomically(Path(path), lambda handle: figure.savefig(handle, dpi=120, format=image_format),
+                       binary=True)  # a failure leaves the file as it was

@@ -7,6 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
+from archplace.report.plain import PlainTable
+
 
 def graph_table(summary: dict[str, Any]) -> Table:
     """Per-layer figures of a graph summary (the dict of :func:`archplace.api.graph`): parameters,
@@ -16,7 +18,7 @@ def graph_table(summary: dict[str, Any]) -> Table:
     all-gather / reduce-scatter), then the totals.
     Layers with identical figures (the repeated blocks) collapse into one row."""
     tp, ep, etp = summary["tp"], summary.get("ep", 1), summary.get("etp", 1)
-    table = Table(title=f"{summary['model']}: micro-batch {summary['micro_batch']}, "
+    table = PlainTable(title=f"{summary['model']}: micro-batch {summary['micro_batch']}, "
                         f"sequence {summary['seq_len']}, TP {tp}{' + SP' if summary['sp'] else ''}"
                         f"{f', EP {ep}' if ep > 1 else ''}{f', expert TP {etp}' if etp > 1 else ''}"
                         f"{' (per device)' if tp * ep * etp > 1 else ''}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from archplace.placement.result import PlanResult
+from archplace.report.plain import PlainTable
 
 _GIB = 2.0**30
 
@@ -37,7 +38,7 @@ def summary_table(results: list[PlanResult], title: str) -> Table:
     """One row per plan of ``results``, numbered from 1 in the given order: the plan, iteration
     time (s), samples/s, tokens/s, model TFLOP/s per device, MFU, HFU and the largest memory of
     any device (GiB)."""
-    table = Table(title=title)
+    table = PlainTable(title=title)
     for column in ("#", "plan", "iteration s", "samples/s", "tokens/s", "TFLOP/s per device", "MFU",
                    "HFU", "max memory GiB"):
         table.add_column(column, justify="left" if column == "plan" else "right")
@@ -55,7 +56,7 @@ def detail_tables(result: PlanResult) -> list[Table]:
     share; every part the result has, e.g. ``cp_comm`` and ``ep_comm`` with context and expert
     parallelism), :func:`comm_table`, :func:`stage_time_table` and the memory per device (GiB by kind,
     with the layers each device holds)."""
-    breakdown = Table(title="iteration time breakdown")
+    breakdown = PlainTable(title="iteration time breakdown")
     breakdown.add_column("part")
     breakdown.add_column("seconds", justify="right")
     breakdown.add_column("share", justify="right")
@@ -63,7 +64,7 @@ def detail_tables(result: PlanResult) -> list[Table]:
         if _unused(result, part.removesuffix("_comm"), seconds):
             continue
         breakdown.add_row(part, f"{seconds:.4f}", f"{seconds / result.iteration_time_s:.1%}")
-    memory = Table(title="memory per device (GiB)")
+    memory = PlainTable(title="memory per device (GiB)")
     for column in ("stage", "layers", "weights", "gradients", "optimizer", "activations", "gathered",
                    "total"):
         memory.add_column(column, justify="right")
@@ -88,7 +89,7 @@ def _unused(result: PlanResult, kind: str, seconds: float) -> bool:
 def comm_table(result: PlanResult) -> Table:
     """Communication of the critical device per iteration: all of it and its exposed part, for
     every kind the result has (tp, pp, dp; cp and ep with context and expert parallelism)."""
-    table = Table(title="communication per iteration (s; exposed = not hidden behind computation)")
+    table = PlainTable(title="communication per iteration (s; exposed = not hidden behind computation)")
     for column in ("kind", "total", "exposed", "hidden"):
         table.add_column(column, justify="right")
     for kind, parts in result.comm_s.items():
@@ -101,7 +102,7 @@ def comm_table(result: PlanResult) -> Table:
 
 def stage_time_table(result: PlanResult) -> Table:
     """Time per micro-batch of every segment (stage or interleaved chunk); * marks the slowest."""
-    table = Table(title="time per micro-batch of each stage (ms; * the slowest, which sets the pace)")
+    table = PlainTable(title="time per micro-batch of each stage (ms; * the slowest, which sets the pace)")
     for column in ("segment", "device", "layers", "compute", "of it TP comm", "recompute", "p2p", "total"):
         table.add_column(column, justify="right")
     plan = result.plan

@@ -11,6 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from archplace.outputs import replace_atomically
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import pareto_front
 
@@ -71,11 +72,16 @@ def design_space_figure(results: Sequence[DesignResult], *, title: str = "",
 
 def draw_design_space(results: Sequence[DesignResult], path: str | Path, *, title: str = "",
                       best: DesignResult | None = None, baseline: DesignResult | None = None) -> None:
-    """Write :func:`design_space_figure` to ``path`` (format from its suffix, e.g. PNG, SVG, PDF).
+    """Write :func:`design_space_figure` to exactly ``path`` (format from its suffix, e.g. PNG, SVG,
+    PDF; PNG without one), replacing it whole (:func:`archplace.outputs.replace_atomically`: a
+    failure leaves it as it was).
 
     Raises:
         OSError: the file cannot be written.
         ValueError: matplotlib writes no format of that suffix.
     """
     figure = design_space_figure(results, title=title, best=best, baseline=baseline)
-    figure.savefig(str(path), dpi=120)
+    target = Path(path)
+    image_format = target.suffix.lstrip(".").lower() or "png"
+    replace_atomically(target, lambda handle: figure.savefig(handle, dpi=120, format=image_format),
+                       binary=True)

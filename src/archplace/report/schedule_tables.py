@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from archplace.report.plain import PlainTable
 from archplace.schedule.base import ScheduleResult
 from archplace.schedule.problem import ScheduleProblem
 
@@ -15,7 +16,7 @@ def schedule_table(problem: ScheduleProblem, result: ScheduleResult, source: str
     modes = {"single": 0, "all": 0}
     for placed in result.schedule.ops:
         modes[placed.mode] += 1
-    table = Table(title=f"layer schedule ({result.backend})")
+    table = PlainTable(title=f"layer schedule ({result.backend})")
     table.add_column("figure")
     table.add_column("value", justify="right")
     table.add_row("problem", source)

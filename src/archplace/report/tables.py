@@ -9,6 +9,7 @@ from typing import IO, Any
 from rich.table import Table
 
 from archplace.placement.plan import Plan
+from archplace.report.plain import PlainTable
 from archplace.search.evaluate import DesignResult, geomean
 from archplace.search.request import SearchResult
 from archplace.search.store import StoredResult
@@ -83,7 +84,7 @@ def search_table(result: SearchResult, top: int) -> Table:
     ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a plan shown uses cp or ep > 1 (``tp/cp/ep/etp/pp/dp``
     when one uses etp > 1)."""
     pareto = result.objective.value == "pareto"
-    table = Table(title=f"{'Pareto front' if pareto else 'best designs'} for {result.model} on "
+    table = PlainTable(title=f"{'Pareto front' if pareto else 'best designs'} for {result.model} on "
                         f"{result.devices} devices, global batch {result.global_batch} "
                         f"(objective: {result.objective.value})")
     exact = {r.accelerator.name: r for r in result.exact}
@@ -133,7 +134,7 @@ def search_table(result: SearchResult, top: int) -> Table:
 
 def models_table(rows: list[dict[str, Any]]) -> Table:
     """Model presets."""
-    table = Table(title="model presets")
+    table = PlainTable(title="model presets")
     for name in ("name", "model_type", "layers", "hidden", "seq_len", "source"):
         table.add_column(name)
     for row in rows:
@@ -143,7 +144,7 @@ def models_table(rows: list[dict[str, Any]]) -> Table:
 
 def hardware_table(rows: list[dict[str, Any]]) -> Table:
     """Hardware presets: whatever fields the preset summaries carry, in their order."""
-    table = Table(title="hardware presets")
+    table = PlainTable(title="hardware presets")
     keys = list(rows[0]) if rows else []
     for key in keys:
         table.add_column(key)
@@ -201,7 +202,7 @@ def results_table(rows: list[StoredResult], title: str, top: int | None = None) 
     samples/s, samples/s/W, MFU; the caption describes each search. The degrees read
     ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a stored plan uses cp or ep > 1 (``tp/cp/ep/etp/pp/dp``
     when one uses etp > 1)."""
-    table = Table(title=title)
+    table = PlainTable(title=title)
     wide, expert_tp = _wide([row.outcome for row in rows]), _expert_tp([row.outcome for row in rows])
     for name in ("#", "search", "design", "area mm²", "TDP W", design_columns(wide, expert_tp)[8],
                  "micro-batch", "recompute",
