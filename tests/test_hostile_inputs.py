@@ -83,18 +83,37 @@ def test_markup_hardware_name_is_text(files: Files, name: str, capfd: Capture) -
     assert (case / "o.json").is_file() and (case / "o.html").is_file()
 
 
-@pytest.mark.parametrize("target", ["FIFO:o.csv", "DEVNULL", "STORE:good"])
-@pytest.mark.parametrize("option", ["--out", "--csv"])
-def test_plan_output_onto_special_file_is_refused(files: Files, target: str, option: str,
-                                                  capfd: Capture) -> None:
-    code, err, _ = check_case(["plan", "--model", str(files.good["config"]), "--hardware", "tpuv4",
-                               "--devices", "8", "--global-batch", "8", option, target], files, capfd)
-    assert code == 2, err
+def _outputs(files: Files) -> dict[str, tuple[list[str], str, str]]:
+    """Each output option of each command: (a command that succeeds, the option, a good suffix)."""
+    model = str(files.good["config"])
+    plan = ["--model", model, "--hardware", "tpuv4", "--devices", "8", "--global-batch", "8"]
+    schedule = ["schedule", "--problem", str(files.good["problem"]), "--backend", "list"]
+    return {
+        "search --out": (_search(files, "--baseline", "none"), "--out", ".json"),
+        "search --plot": (_search(files, "--baseline", "none"), "--plot", ".png"),
+        "search --report": (_search(files, "--baseline", "none"), "--report", ".html"),
+        "results --csv": (["results", "STORE:good"], "--csv", ".csv"),
+        "results --plot": (["results", "STORE:good"], "--plot", ".svg"),
+        "report -o": (["report", "STORE:good", "--baseline", "none"], "-o", ".html"),
+        "plan --report": (["plan", *plan], "--report", ".html"),
+        "evaluate --report": (["evaluate", "--plan", str(files.good["plan_doc"])], "--report", ".html"),
+        "schedule --dump-problem": (schedule, "--dump-problem", ".json"),
+        "schedule --gantt": (schedule, "--gantt", ".png"),
+    }
 
 
-@pytest.mark.parametrize("target", ["FIFO:o.html", "DEVNULL", "STORE:good"])
-def test_report_onto_special_file_is_refused(files: Files, target: str, capfd: Capture) -> None:
-    code, err, _ = check_case(["report", "STORE:good", "-o", target, "--baseline", "none"], files, capfd)
+OUTPUTS = ("search --out", "search --plot", "search --report", "results --csv", "results --plot", "report -o",
+           "plan --report", "evaluate --report", "schedule --dump-problem", "schedule --gantt")
+
+
+@pytest.mark.parametrize("target", ["FIFO", "DEVNULL", "STORE:good"])
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_output_onto_special_file_is_refused(files: Files, output: str, target: str, capfd: Capture) -> None:
+    argv, option, suffix = _outputs(files)[output]
+    code, err, case = check_case([*argv, option, f"OUT:o{suffix}"], files, capfd)
+    assert code == 0 and (case / f"o{suffix}").is_file(), err  # the command itself works
+    onto = f"FIFO:o{suffix}" if target == "FIFO" else target
+    code, err, _ = check_case([*argv, option, onto], files, capfd)
     assert code == 2, err
 
 

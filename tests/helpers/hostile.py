@@ -83,7 +83,7 @@ def markup_hardware() -> st.SearchStrategy[str]:
 
 def special_outputs() -> st.SearchStrategy[str]:
     """An output path onto something that is not a new regular file: a FIFO in the case's
-    directory, ``/dev/null``, or a copy of a result store."""
+    directory, a device node (:func:`device_node`), or a copy of a result store."""
     return st.sampled_from(["FIFO:o.csv", "FIFO:o.json", "DEVNULL", "STORE:good"])
 
 
@@ -130,20 +130,31 @@ def make_stores(root: Path, make_good: Callable[[Path], None]) -> dict[str, Path
     return stores
 
 
+def device_node(case_dir: Path) -> Path:
+    """A character device to name as an output: as root (who could replace the system's
+    ``/dev/null``, so a regression must not be able to reach it), a node of the null device made
+    in the case's own directory; otherwise ``/dev/null`` itself, which only root can replace."""
+    if os.geteuid() != 0:
+        return Path(os.devnull)
+    path = case_dir / "null-device"
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return path
+
+
 @dataclass
 class Guards:
-    """What a case must leave as it was: FIFOs stay FIFOs, ``/dev/null`` a character device, and a
+    """What a case must leave as it was: FIFOs stay FIFOs, device nodes character devices, and a
     store named as a plain output keeps its bytes."""
 
     fifos: list[Path] = field(default_factory=list)
-    devnull: bool = False
+    devices: list[Path] = field(default_factory=list)
     stores: dict[Path, bytes] = field(default_factory=dict)
 
     def check(self, shown: str) -> None:
         for fifo in self.fifos:
             assert stat.S_ISFIFO(os.lstat(fifo).st_mode), f"FIFO {fifo} replaced by: archplace {shown}"
-        if self.devnull:
-            assert stat.S_ISCHR(os.stat("/dev/null").st_mode), f"/dev/null replaced by: archplace {shown}"
+        for device in self.devices:
+            assert stat.S_ISCHR(os.lstat(device).st_mode), f"device {device} replaced by: archplace {shown}"
         for path, data in self.stores.items():
             assert path.read_bytes() == data, f"result store {path} overwritten by: archplace {shown}"
 
@@ -168,8 +179,9 @@ def materialise(value: str, previous: str | None, case_dir: Path, index: int, st
         guards.fifos.append(path)
         return str(path)
     if value == "DEVNULL":
-        guards.devnull = True
-        return os.devnull
+        device = device_node(case_dir)
+        guards.devices.append(device)
+        return str(device)
     if value.startswith("STORE:"):
         path = case_dir / f"store{index}.db"
         shutil.copyfile(stores[value[6:]], path)
