@@ -25,6 +25,7 @@ from archplace.search.objective import Objective
 from archplace.search.store import APPLICATION_ID, ResultStore, SearchLabel
 from archplace.workload.graph import CoreType
 from cli_helpers import run
+from hostile import device_node
 
 PRESETS = Path(__file__).resolve().parents[1] / "src" / "archplace" / "hardware" / "presets"
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128,
@@ -77,7 +78,8 @@ def refuse(path: Path, option: str = "--out") -> str:
 
 
 def make_store(path: Path) -> Path:
-    ResultStore(path).begin({"a search": 1}, SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
+    request = {"models": [{"name": "gpt2-xl"}], "cluster": {"devices": 8}, "global_batch": 8}
+    ResultStore(path).begin(request, SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
     return path
 
 
@@ -120,9 +122,9 @@ def problem_file(tmp_path: Path) -> Path:
 def test_special_files_are_refused_by_kind(fifo: Path, unix_socket: Path, tmp_path: Path) -> None:
     assert refuse(fifo) == f"--out {fifo}: is a FIFO (named pipe), not a regular file"
     assert refuse(unix_socket, "--csv") == f"--csv {unix_socket}: is a socket, not a regular file"
-    assert refuse(Path("/dev/null"), "--report") == ("--report /dev/null: is a character device, not a "
-                                                     "regular file")
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    device = device_node(tmp_path)  # /dev/null, or a private node of it when run as root
+    assert refuse(device, "--report") == f"--report {device}: is a character device, not a regular file"
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
     link = tmp_path / "link.json"
     link.symlink_to(fifo)
     assert refuse(link) == f"--out {link}: is a symbolic link to a FIFO (named pipe), not a regular file"
@@ -216,13 +218,14 @@ def test_every_output_option_refuses_a_fifo_a_device_and_a_store(
     os.mkfifo(pipe)
     other = make_store(tmp_path / "other.svg")  # another store, under a name any option takes
     kept = other.read_bytes()
-    for target, kind in ((pipe, "a FIFO"), (Path("/dev/null"), "a character device"),
+    device = device_node(tmp_path)  # as root a private node: a regression must not replace /dev/null
+    for target, kind in ((pipe, "a FIFO"), (device, "a character device"),
                          (other, "an archplace result store")):
         before = tree(tmp_path)
         code, _, err = run([*argv, str(target)], capsys)
         assert code == 2 and one_error(err).startswith(f"{option} {target}: is {kind}"), err
         assert tree(tmp_path) == before
-    assert stat.S_ISFIFO(pipe.lstat().st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert stat.S_ISFIFO(pipe.lstat().st_mode) and stat.S_ISCHR(os.lstat(device).st_mode)
     assert other.read_bytes() == kept
 
 

@@ -78,9 +78,13 @@ def test_markup_hardware_name_is_text(files: Files, name: str, capfd: Capture) -
                               files, capfd)
     assert code == 0, err
     code, err, case = check_case(_search(files, "--baseline", hardware, "--out", "OUT:o.json",
-                                         "--report", "OUT:o.html"), files, capfd)
+                                         "--report", "OUT:o.html", "--plot", "OUT:o.png"), files, capfd)
     assert code == 0, err
-    assert (case / "o.json").is_file() and (case / "o.html").is_file()
+    assert (case / "o.json").is_file() and (case / "o.png").is_file()
+    page = (case / "o.html").read_text()
+    assert json.loads((case / "o.json").read_text())["baseline"]["accelerator"]["name"] == name
+    if "<" in name:  # the page shows the name, never runs or renders it as HTML
+        assert name not in page
 
 
 def _outputs(files: Files) -> dict[str, tuple[list[str], str, str]]:

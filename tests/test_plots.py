@@ -9,6 +9,8 @@ import pytest
 
 from archplace import api
 from archplace.cli import main
+from archplace.report.plain import figure_text
+from archplace.report.plotly_space import design_hover
 from archplace.report.plots import FRONT_LABEL, design_space_figure
 from archplace.search.objective import pareto_front
 from archplace.search.request import SearchResult
@@ -77,3 +79,28 @@ def test_api_plots_a_result(searched: SearchResult, tmp_path: Path) -> None:
     path = tmp_path / "space.pdf"
     api.plot_design_space(searched, path)
     assert path.read_bytes()[:5] == b"%PDF-"
+
+
+@pytest.mark.parametrize("name", ["$\\frac{$", "a $x$ b", "_hidden", "plain"])
+def test_names_are_drawn_verbatim(searched: SearchResult, name: str, tmp_path: Path) -> None:
+    """A design or baseline name is text in a figure: matplotlib neither reads it as mathtext
+    (an invalid expression raised when drawn) nor hides it as a legend entry starting with '_'."""
+    assert searched.best is not None and searched.baseline is not None
+    best = dataclasses.replace(searched.best,
+                               accelerator=dataclasses.replace(searched.best.accelerator, name=name))
+    baseline = dataclasses.replace(searched.baseline,
+                                   accelerator=dataclasses.replace(searched.baseline.accelerator, name=name))
+    figure = design_space_figure(searched.evaluated, title=name, best=best, baseline=baseline)
+    figure.savefig(tmp_path / "f.png")
+    labels = {c.get_label() for c in figure.axes[0].collections}
+    assert figure_text(name) in labels and figure.get_suptitle() == figure_text(name)
+    assert [t.get_text() for t in figure.axes[0].texts] == [figure_text(name)]
+    assert figure_text(name).replace("\\$", "").count("$") == 0
+    assert figure_text(name).lstrip("\u200b").replace("\\$", "$") == name
+
+
+def test_the_report_hover_shows_names_as_text(searched: SearchResult) -> None:
+    assert searched.best is not None
+    named = dataclasses.replace(searched.best,
+                                accelerator=dataclasses.replace(searched.best.accelerator, name="<b>x</b> &"))
+    assert design_hover(named).startswith("<b>&lt;b&gt;x&lt;/b&gt; &amp;</b><br>")

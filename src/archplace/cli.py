@@ -368,4 +368,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from archplace.entry import run_exiting_fast
+
+    run_exiting_fast(main)

@@ -31,6 +31,7 @@ from archplace.cli_options import (
 )
 from archplace.cost.estimate import EFFICIENCY_NOTES
 from archplace.errors import ConfigError
+from archplace.hardware._config import check_plausible
 from archplace.limits import MAX_ARRAY_DIM
 from archplace.report.estimate_tables import figures_table, model_table, ops_table
 from archplace.schemas import stamp
@@ -89,6 +90,8 @@ def _array(text: str) -> tuple[int, int]:
         raise ConfigError(f"--array: rows and cols must be positive, got {text!r}")
     if max(rows, cols) > MAX_ARRAY_DIM:
         raise ConfigError(f"--array: rows and cols must be at most {MAX_ARRAY_DIM:,}, got {text!r}")
+    check_plausible("array_rows", rows, "--array rows")
+    check_plausible("array_cols", cols, "--array cols")
     return rows, cols
 
 
@@ -128,13 +131,16 @@ def matmul(
     if array is None:
         raise ConfigError("estimate matmul needs --array ROWSxCOLS or --hardware PRESET")
     rows, cols = _array(array)
+    check_plausible("tensor_cores", cores, "--cores")
+    check_plausible("bytes_per_element", bytes_per_element, "--bytes-per-element")
     result = estimate_matmul(
         m, k, n, rows, cols, batch=batch, cores=cores, dataflow=dataflow.lower(),
         array_timing=array_timing.lower(),
-        clock_hz=parse_frequency(clock, "--clock"),
-        buffer_bytes=math.inf if buffer is None else parse_bytes(buffer, "--buffer"),
-        hbm_bandwidth_bytes_per_s=(math.inf if hbm_bandwidth is None
-                                   else parse_bandwidth(hbm_bandwidth, "--hbm-bandwidth")),
+        clock_hz=check_plausible("clock", parse_frequency(clock, "--clock"), "--clock"),
+        buffer_bytes=(math.inf if buffer is None
+                      else check_plausible("buffer", parse_bytes(buffer, "--buffer"), "--buffer")),
+        hbm_bandwidth_bytes_per_s=(math.inf if hbm_bandwidth is None else check_plausible(
+            "hbm_bandwidth", parse_bandwidth(hbm_bandwidth, "--hbm-bandwidth"), "--hbm-bandwidth")),
         bytes_per_element=bytes_per_element,
     )
     data = result.to_dict()

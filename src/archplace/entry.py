@@ -3,20 +3,59 @@
 Importing the CLI takes about a second (torch, transformers, typer); a Ctrl-C in that time is
 answered as everywhere else (:func:`archplace.cli.main`): one line on stderr, exit status 130,
 no traceback.
+
+After an interrupt the process ends at once (:func:`os._exit`, once stdout and stderr are
+flushed) rather than through Python's shutdown, which takes 1-2 s more once torch and
+transformers are loaded (measured on 2 cores: ``import torch, transformers`` then a normal exit,
+3.9 s; the same with ``os._exit``, 2.9 s).  Nothing is lost by skipping it: worker processes were
+stopped on the way out of the command and would end with this process anyway
+(:mod:`archplace.lifetime`), a result store commits each row as it is written, and output files
+are renamed into place whole or not at all.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
+from contextlib import suppress
+
+INTERRUPTED_STATUS = 130
+"""Exit status of an interrupted command (128 + SIGINT, as shells report it)."""
+
+
+def _exit_now(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
+            stream.flush()
+    os._exit(status)
+
+
+def run_exiting_fast(run: Callable[[], object]) -> None:
+    """Call ``run`` (a CLI main that ends with :class:`SystemExit`); when it ends with the
+    interrupted status, or is interrupted before it can answer, end the process at once.
+
+    Raises:
+        SystemExit: ``run``'s own, for every other status.
+    """
+    try:
+        run()
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED_STATUS:
+            _exit_now(INTERRUPTED_STATUS)
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write("archplace: interrupted\n")
+        _exit_now(INTERRUPTED_STATUS)
 
 
 def main() -> None:
     """Import the CLI and run it on ``sys.argv`` (an interrupt that :func:`archplace.cli.main`
     has not answered yet, while it starts, is answered here)."""
-    try:
-        from archplace.cli import main as run
 
-        run()
-    except KeyboardInterrupt:
-        sys.stderr.write("archplace: interrupted\n")
-        raise SystemExit(130) from None
+    def start() -> None:
+        from archplace.cli import main as cli_main
+
+        cli_main()
+
+    run_exiting_fast(start)

@@ -22,6 +22,7 @@ from archplace.hardware.presets import (
     preset_datasheet,
 )
 from archplace.hardware.space import load_space, space_names
+from cli_helpers import run
 
 CITED = "a test figure"
 PRESET: dict[str, Any] = {
@@ -162,3 +163,20 @@ def test_shown_writes_the_unit() -> None:
     assert shown(5e7, "Hz") == "50 MHz" and shown(3e-6, "s") == "3 µs" and shown(0.0, "s") == "0 s"
     assert shown(65_536, "") == "65,536" and shown(0.001, "TFLOP/s") == "0.001 TFLOP/s"
     assert Plausible(0.0, 1.0, "", "x", low_open=True).text() == "above 0 to 1"
+
+
+@pytest.mark.parametrize(("option", "value", "field"), [
+    ("--clock", "1 Hz", "clock"), ("--clock", "20 GHz", "clock"),
+    ("--hbm-bandwidth", "1e-30 TB/s", "hbm_bandwidth"), ("--hbm-bandwidth", "1000 TB/s", "hbm_bandwidth"),
+    ("--buffer", "1 B", "buffer"), ("--buffer", "1 TiB", "buffer"),
+    ("--cores", "100000", "tensor_cores"), ("--array", "8192x128", "array_rows"),
+    ("--array", "128x8192", "array_cols"),
+])
+def test_estimate_matmul_options_outside_their_range_are_refused(option: str, value: str, field: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["estimate", "matmul", "--m", "64", "--k", "64", "--n", "64", "--array", "128x128"]
+    code, _, err = run([*argv, option, value], capsys)
+    where = {"--array": f"--array {field.removeprefix('array_')}"}.get(option, option)
+    assert code == 2
+    assert err.startswith(f"archplace: error: {where}: ") and PLAUSIBLE[field].text() in err
+    assert run(argv, capsys)[0] == 0

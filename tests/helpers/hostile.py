@@ -54,7 +54,9 @@ _BAD_VALUES: tuple[Any, ...] = (_MISSING, 0, -1, -64, 1, 3, 7, 10**6, 2**63, 1.5
 
 # Rich markup and control text as names.
 MARKUP_NAMES = ("[/oops]", "[bold]x[/bold]", "[link=file:///etc/passwd]x[/link]", "[red", "x]",
-                "\\[escaped]", "[/]", "a\x1b[31mred", "emoji :smile:", "[" * 50)
+                "\\[escaped]", "[/]", "a\x1b[31mred", "emoji :smile:", "[" * 50,
+                # matplotlib mathtext and a hidden legend entry; HTML in the report's figures
+                "$\\frac{$", "$x$", "_hidden", "<script>alert(1)</script>", "<b>bold</b> &amp;")
 
 
 def moe_configs() -> st.SearchStrategy[str]:

@@ -151,6 +151,18 @@ preset and space with a wide margin; its reference point says where it comes fro
 (docs/commands/hardware.md, Plausibility ranges)."""
 
 
+def check_plausible(field: str, value: float, where: str) -> float:
+    """``value`` of the hardware field ``field`` (a key of :data:`PLAUSIBLE`) when it lies in the
+    field's plausibility range: for values given elsewhere than in a file (``estimate matmul``'s
+    ``--clock``, ``--buffer``, ``--hbm-bandwidth``, ``--array``, ``--cores``).
+
+    Raises:
+        ConfigError: outside the range, naming ``where`` (:meth:`Plausible.check`).
+        KeyError: ``field`` has no range (a programming error).
+    """
+    return PLAUSIBLE[field].check(value, where)
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigFile:
     """A YAML file to read: where it is, how to name it in messages, and what it is

@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from archplace.outputs import replace_atomically
+from archplace.report.plain import figure_text
 from archplace.schedule.problem import ScheduleProblem
 from archplace.schedule.timeline import Schedule
 from archplace.workload.graph import CoreType
@@ -100,13 +101,13 @@ def draw_gantt(problem: ScheduleProblem, schedule: Schedule, path: str | Path,
                   color=COLORS[bar.core_type], edgecolor="black", linewidth=0.3,
                   hatch="//" if bar.all_cores else None)
         if schedule.makespan_s > 0 and width >= 0.03 * schedule.makespan_s * scale:
-            axes.text(left + width / 2, row + (height - 1) / 2, bar.label,
+            axes.text(left + width / 2, row + (height - 1) / 2, figure_text(bar.label),
                       ha="center", va="center", fontsize=6, clip_on=True)
-    axes.set_yticks(range(len(rows)), rows)
+    axes.set_yticks(range(len(rows)), [figure_text(row) for row in rows])
     axes.invert_yaxis()
     axes.set_xlabel("time (µs)")
     axes.set_xlim(0, max(schedule.makespan_s * scale, 1e-9))
-    axes.set_title(title or f"makespan {schedule.makespan_s * scale:.1f} µs "
+    axes.set_title(figure_text(title) if title else f"makespan {schedule.makespan_s * scale:.1f} µs "
                    f"({problem.tensor_cores} tensor, {problem.vector_cores} vector cores; "
                    "hatched: on all cores)")
     figure.tight_layout()

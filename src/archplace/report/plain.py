@@ -1,4 +1,4 @@
-"""Rich tables whose text is shown as it is (rendering only).
+"""Rich tables and figure texts whose text is shown as it is (rendering only).
 
 Rich reads a ``str`` cell, title or caption as console markup (``[bold]``, ``[link=...]``) and
 emoji codes (``:smile:``): a name such as ``[/oops]`` -- of a hardware YAML, a model, a design,
@@ -14,6 +14,15 @@ from typing import Any
 from rich.console import RenderableType
 from rich.table import Column, Table
 from rich.text import Text, TextType
+
+
+def figure_text(text: str) -> str:
+    """``text`` as matplotlib draws it verbatim: every ``$`` escaped (matplotlib reads the text
+    between two dollar signs as mathtext, and refuses a name such as ``a$\\frac`` with a parse
+    error when the figure is drawn); a leading ``_``, which hides a legend entry, kept visible by
+    a zero-width space in front of it."""
+    text = text.replace("$", r"\$")
+    return f"\u200b{text}" if text.startswith("_") else text
 
 
 def plain(value: Any, style: str = "") -> Any:

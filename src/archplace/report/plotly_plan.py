@@ -4,6 +4,7 @@ on the cores.  Inputs are SI (seconds, bytes); the figures show ms, µs and GiB.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -149,8 +150,9 @@ def layer_schedule_figure(problem: ScheduleProblem, schedule: Schedule, title: s
             hovertemplate="%{text} on %{customdata[0]}<br>%{base:.2f} µs + %{x:.2f} µs<extra></extra>"))
     makespan_us = schedule.makespan_s * 1e6
     figure.update_layout(
-        title=title or (f"makespan {makespan_us:.1f} µs ({problem.tensor_cores} tensor, "
-                        f"{problem.vector_cores} vector cores; hatched: on all cores)"),
+        title=html.escape(title) if title else (
+            f"makespan {makespan_us:.1f} µs ({problem.tensor_cores} tensor, {problem.vector_cores} vector "
+            "cores; hatched: on all cores)"),
         barmode="overlay", xaxis_title="time (µs)", height=max(300, 100 + 22 * len(rows)),
         yaxis={"tickvals": list(range(len(rows))), "ticktext": rows, "autorange": "reversed"},
         **{**_LAYOUT, "margin": {**_MARGIN, "t": 80}})

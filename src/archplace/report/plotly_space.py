@@ -5,6 +5,7 @@ hovering a point shows the design and its best plan.  Units: samples/s, mm², W.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -21,7 +22,7 @@ AXES = {"area_mm2": "die area (mm²)", "tdp_w": "TDP (W)"}
 def design_hover(result: DesignResult) -> str:
     """The hover text of a design: its name, figures and best plan (HTML line breaks)."""
     acc = result.accelerator
-    lines = [f"<b>{acc.name}</b>",
+    lines = [f"<b>{html.escape(acc.name)}</b>",
              f"{acc.tensor_cores} tensor cores {acc.array_rows}×{acc.array_cols}, "
              f"{acc.vector_cores} vector cores × {acc.vector_lanes} lanes",
              f"area {result.area_mm2:.1f} mm², TDP {result.tdp_w:.0f} W, "
@@ -31,7 +32,7 @@ def design_hover(result: DesignResult) -> str:
     parts = result.components or (result,)
     for part in parts:
         if part.best is not None:
-            prefix = f"{part.model}: " if part.model else "plan: "
+            prefix = f"{html.escape(part.model)}: " if part.model else "plan: "
             lines.append(f"{prefix}{plan_label(part.best)}, MFU {part.best.mfu:.1%}")
     return "<br>".join(lines)
 
@@ -73,7 +74,7 @@ def design_space_figures(results: Sequence[DesignResult], *, best: DesignResult 
             figure.add_trace(_trace([best], attribute, "best",
                                     {"size": 18, "symbol": "star", "color": "#C44E52"}))
         if baseline is not None and baseline.best is not None:
-            figure.add_trace(_trace([baseline], attribute, baseline.accelerator.name,
+            figure.add_trace(_trace([baseline], attribute, html.escape(baseline.accelerator.name),
                                     {"size": 12, "symbol": "diamond", "color": "#55A868"}))
         suffix = f"; {dropped} infeasible not shown" if dropped else ""
         figure.update_layout(title=f"throughput against {label}: {len(feasible)} designs{suffix}",

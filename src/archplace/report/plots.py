@@ -12,6 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from archplace.outputs import replace_atomically
+from archplace.report.plain import figure_text
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import pareto_front
 
@@ -31,11 +32,12 @@ def _panel(axes: Axes, attribute: str, label: str, feasible: Sequence[DesignResu
     axes.scatter(*_xy(front, attribute), s=24, color="#4C72B0", label=FRONT_LABEL)
     if best is not None and best.best is not None:
         axes.scatter(*_xy([best], attribute), s=160, marker="*", color="#C44E52", label="best", zorder=3)
-        axes.annotate(best.accelerator.name, (getattr(best, attribute), best.throughput_samples_per_s),
-                      fontsize=7, xytext=(-6, 8), textcoords="offset points", ha="right")
+        axes.annotate(figure_text(best.accelerator.name),
+                      (getattr(best, attribute), best.throughput_samples_per_s), fontsize=7,
+                      xytext=(-6, 8), textcoords="offset points", ha="right")
     if baseline is not None and baseline.best is not None:
         axes.scatter(*_xy([baseline], attribute), s=70, marker="D", color="#55A868",
-                     label=baseline.accelerator.name, zorder=3)
+                     label=figure_text(baseline.accelerator.name), zorder=3)
     axes.set_xlabel(label)
     axes.set_ylabel("training throughput (samples/s)")
     axes.grid(alpha=0.3)
@@ -65,7 +67,7 @@ def design_space_figure(results: Sequence[DesignResult], *, title: str = "",
         _panel(figure.add_subplot(1, 2, column), attribute, label, feasible, front, best, baseline)
     dropped = len(results) - len(feasible)
     suffix = f" ({dropped} infeasible designs not shown)" if dropped else ""
-    figure.suptitle(f"{title}{suffix}", fontsize=10)
+    figure.suptitle(figure_text(f"{title}{suffix}"), fontsize=10)
     figure.tight_layout()
     return figure
 
