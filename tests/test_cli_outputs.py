@@ -56,7 +56,8 @@ def test_search_out_is_checked_before_the_search(tmp_path: Path, capsys: pytest.
 def test_results_csv_and_schedule_files(tmp_path: Path, problem_file: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     store = tmp_path / "run.db"
-    ResultStore(store).begin({"a search": 1}, SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
+    ResultStore(store).begin({"models": [{"name": "gpt2-xl"}], "cluster": {"devices": 8}, "global_batch": 8},
+                             SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
     for path, reason in bad_paths(tmp_path):
         code, err = run(["results", str(store), "--csv", str(path)], capsys)
         assert code == 2 and f"--csv {path}" in one_line(err) and reason in err
@@ -69,7 +70,8 @@ def test_the_wrote_line_is_the_path_verbatim_on_one_line(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A path longer than a terminal, with brackets rich would read as markup, comes back as is."""
     store = tmp_path / "run.db"
-    ResultStore(store).begin({"a search": 1}, SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
+    ResultStore(store).begin({"models": [{"name": "gpt2-xl"}], "cluster": {"devices": 8}, "global_batch": 8},
+                             SearchLabel(("gpt2-xl",), Objective("throughput"), 8, 8))
     csv = tmp_path / ("a-long-directory-name-" * 6) / "[bold]results[/bold] [1].csv"
     code, err = run(["results", str(store), "--csv", str(csv)], capsys)
     assert code == 0 and err == f"wrote {csv}\n" and csv.is_file()

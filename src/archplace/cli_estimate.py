@@ -90,8 +90,6 @@ def _array(text: str) -> tuple[int, int]:
         raise ConfigError(f"--array: rows and cols must be positive, got {text!r}")
     if max(rows, cols) > MAX_ARRAY_DIM:
         raise ConfigError(f"--array: rows and cols must be at most {MAX_ARRAY_DIM:,}, got {text!r}")
-    check_plausible("array_rows", rows, "--array rows")
-    check_plausible("array_cols", cols, "--array cols")
     return rows, cols
 
 
@@ -131,18 +129,20 @@ def matmul(
     if array is None:
         raise ConfigError("estimate matmul needs --array ROWSxCOLS or --hardware PRESET")
     rows, cols = _array(array)
-    check_plausible("tensor_cores", cores, "--cores")
-    check_plausible("bytes_per_element", bytes_per_element, "--bytes-per-element")
-    result = estimate_matmul(
+    clock_hz = parse_frequency(clock, "--clock")
+    buffer_bytes = math.inf if buffer is None else parse_bytes(buffer, "--buffer")
+    bandwidth = math.inf if hbm_bandwidth is None else parse_bandwidth(hbm_bandwidth, "--hbm-bandwidth")
+    result = estimate_matmul(  # checks that each figure is a size at all, then its plausibility below
         m, k, n, rows, cols, batch=batch, cores=cores, dataflow=dataflow.lower(),
-        array_timing=array_timing.lower(),
-        clock_hz=check_plausible("clock", parse_frequency(clock, "--clock"), "--clock"),
-        buffer_bytes=(math.inf if buffer is None
-                      else check_plausible("buffer", parse_bytes(buffer, "--buffer"), "--buffer")),
-        hbm_bandwidth_bytes_per_s=(math.inf if hbm_bandwidth is None else check_plausible(
-            "hbm_bandwidth", parse_bandwidth(hbm_bandwidth, "--hbm-bandwidth"), "--hbm-bandwidth")),
-        bytes_per_element=bytes_per_element,
+        array_timing=array_timing.lower(), clock_hz=clock_hz, buffer_bytes=buffer_bytes,
+        hbm_bandwidth_bytes_per_s=bandwidth, bytes_per_element=bytes_per_element,
     )
+    for field, value, option in (("array_rows", rows, "--array rows"), ("array_cols", cols, "--array cols"),
+                                 ("tensor_cores", cores, "--cores"), ("clock", clock_hz, "--clock"),
+                                 ("buffer", buffer_bytes, "--buffer"),
+                                 ("hbm_bandwidth", bandwidth, "--hbm-bandwidth")):
+        if math.isfinite(value):  # infinite: unbounded, the option not given
+            check_plausible(field, value, option)
     data = result.to_dict()
     if as_json:
         typer.echo(json.dumps(stamp("estimate-matmul", data)))

@@ -14,6 +14,7 @@ import pytest
 from archplace import api
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel, Precision
+from archplace.errors import ConfigError
 from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
 from archplace.hardware.presets import load_accelerator
 from archplace.hardware.space import load_space
@@ -131,25 +132,24 @@ def test_bounds_are_stored_and_read_back_on_resume(tmp_path: Path) -> None:
     assert again.best.to_dict() == first.best.to_dict() and again.pruned == first.pruned
 
 
-@pytest.mark.parametrize("legacy", [False, True])
-def test_a_store_without_bounds_is_still_read(tmp_path: Path, legacy: bool) -> None:
-    """Stores written before the bounds table (same schema version) resume: the table is added.
-    So do stores holding the older compute-only bounds (table ``bounds``): it is left alone, and
-    the bounds are computed again."""
+def test_a_store_without_bounds_is_still_read(tmp_path: Path) -> None:
+    """A store whose search lost its bounds (killed before they were written) resumes: the bounds
+    are computed again and stored; a store without the bounds table at all is not one this schema
+    writes, and is refused in one line."""
     db = tmp_path / "run.db"
     first = api.search("gpt2-xl", strategy="exhaustive", store=str(db), **OPTIONS)
     with sqlite3.connect(db) as connection:
-        connection.execute("DROP TABLE plan_bounds")
-        if legacy:
-            connection.execute("CREATE TABLE bounds (search TEXT NOT NULL, design TEXT NOT NULL, "
-                               "model INTEGER NOT NULL, samples_per_s_per_device REAL NOT NULL, "
-                               "PRIMARY KEY (search, design, model))")
-            connection.execute("INSERT INTO bounds SELECT search, design, 0, 1e30 FROM results")
+        connection.execute("DELETE FROM plan_bounds")
+    connection.close()
     ticks: list[Tick] = []
     again = api.search("gpt2-xl", strategy="exhaustive", store=str(db), progress=ticks.append, **OPTIONS)
     assert ticks[-1].bounds_computed > 0 and again.pruned == first.pruned
     with sqlite3.connect(db) as connection:
         assert connection.execute("SELECT count(*) FROM plan_bounds").fetchone()[0] > 0
+        connection.execute("DROP TABLE plan_bounds")
+    connection.close()
+    with pytest.raises(ConfigError, match="table 'plan_bounds' has columns"):
+        api.search("gpt2-xl", strategy="exhaustive", store=str(db), **OPTIONS)
 
 
 @pytest.mark.slow  # 6 s; tests/search/test_pruning.py keeps lossless pruning in make test
