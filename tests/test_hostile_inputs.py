@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fuzz_files import Files, check_case, make_files
-from hostile import HOSTILE_STORES, MARKUP_NAMES, MOE_BASES, make_stores
+from hostile import HOSTILE_STORES, MARKUP_NAMES, make_stores
+from small_moe import MOE_BASES
 
 Capture = pytest.CaptureFixture[str]
 

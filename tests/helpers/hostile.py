@@ -21,32 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-# Small MoE / MLA models of every MoE family archplace traces; each traces in well under a second.
-MIXTRAL: dict[str, Any] = {
-    "model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 1024, "max_position_embeddings": 256,
-    "num_local_experts": 4, "num_experts_per_tok": 2,
-}
-QWEN2_MOE: dict[str, Any] = {
-    "model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "intermediate_size": 256, "moe_intermediate_size": 64,
-    "shared_expert_intermediate_size": 128, "num_experts": 4, "num_experts_per_tok": 2,
-    "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 1024, "max_position_embeddings": 256,
-}
-QWEN3_MOE: dict[str, Any] = {
-    "model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 256, "moe_intermediate_size": 64,
-    "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
-    "vocab_size": 1024, "max_position_embeddings": 256,
-}
-DEEPSEEK_V3: dict[str, Any] = {
-    "model_type": "deepseek_v3", "num_hidden_layers": 2, "first_k_dense_replace": 1, "hidden_size": 128,
-    "intermediate_size": 256, "moe_intermediate_size": 64, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "n_shared_experts": 1, "n_routed_experts": 8, "num_experts_per_tok": 2,
-    "n_group": 2, "topk_group": 1, "q_lora_rank": 64, "kv_lora_rank": 32, "qk_rope_head_dim": 16,
-    "qk_nope_head_dim": 32, "v_head_dim": 32, "vocab_size": 1024, "max_position_embeddings": 256,
-}
-MOE_BASES = (MIXTRAL, QWEN2_MOE, QWEN3_MOE, DEEPSEEK_V3)
+from small_moe import MOE_BASES
 
 # A field's bad values: absent, zero, negative, far too large, of the wrong type.
 _MISSING = object()
