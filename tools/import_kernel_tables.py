@@ -25,6 +25,8 @@ Subcommands (run ``python tools/import_kernel_tables.py SUBCOMMAND --help``):
 Prints the path and row count of each file written.
 """
 
+# ruff: noqa: T201  (a command-line tool reports by printing)
+
 from __future__ import annotations
 
 import argparse
@@ -193,7 +195,8 @@ def llmcompass_block(args: argparse.Namespace, argv: Sequence[str]) -> None:
     print("not imported: AllReduce_MHA and AllReduce_FFN (run_on_gpu does not measure them)")
 
 
-_ENTRY = re.compile(r"entries\s*\{\s*b:\s*(\d+)\s*m:\s*(\d+)\s*n:\s*(\d+)\s*k:\s*(\d+)\s*((?:flops\s*\{[^}]*\}\s*)+)\}")
+_ENTRY = re.compile(r"entries\s*\{\s*b:\s*(\d+)\s*m:\s*(\d+)\s*n:\s*(\d+)\s*k:\s*(\d+)\s*"
+                    r"((?:flops\s*\{[^}]*\}\s*)+)\}")
 _FLOPS = re.compile(r'flops\s*\{\s*key:\s*"([^"]+)"\s*value:\s*(\d+)\s*\}')
 _KEY = re.compile(r'entries\s*\{\s*key:\s*"([^"]+)"\s*value\s*\{')
 

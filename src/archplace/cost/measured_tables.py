@@ -141,7 +141,8 @@ def _positive_int(path: Path, row: int, column: str, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"measured table {path}: row {row}: {column} {text!r} is not a whole number") from None
+        raise ConfigError(f"measured table {path}: row {row}: {column} {text!r} "
+                          "is not a whole number") from None
     if value < 1:
         raise ConfigError(f"measured table {path}: row {row}: {column} {value} is not positive")
     return value
@@ -217,7 +218,8 @@ def gemm_flop(table: MeasuredTable) -> NDArray[np.float64]:
     if table.kernel != "gemm":
         raise ConfigError(f"table {table.name} holds {table.kernel} kernels, not gemm")
     s = table.sizes
-    return (2.0 * s["calls"] * s["batch"] * s["m"].astype(np.float64) * s["n"] * s["k"])
+    flop: NDArray[np.float64] = 2.0 * (s["calls"] * s["batch"]).astype(np.float64) * s["m"] * s["n"] * s["k"]
+    return flop
 
 
 def gemm_latency(table: MeasuredTable, m: int, n: int, k: int, *, batch: int = 1) -> float:
