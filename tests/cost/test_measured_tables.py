@@ -1,0 +1,91 @@
+"""The shipped measured kernel tables (archplace.cost.measured_tables)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from archplace.cost import measured_tables as mt
+from archplace.errors import ConfigError
+
+NAMES = mt.shipped_tables()
+
+
+def test_tables_are_shipped() -> None:
+    assert {"gemm_a100_llmcompass", "gemm_h100_xla", "softmax_a100_llmcompass",
+            "layernorm_a100_llmcompass", "gelu_a100_llmcompass"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_table_loads_with_its_source(name: str) -> None:
+    table = mt.load_table(name)
+    assert len(table) > 0 and table.kernel in mt.SIZE_COLUMNS
+    assert re.fullmatch(r"[0-9a-f]{40}", table.header["source_commit"])
+    assert re.fullmatch(r"[\w.-]+/[\w.-]+", table.header["source_repo"])
+    assert table.header["source_path"] and table.header["made_by"].startswith("python tools/")
+    assert table.preset in ("a100-80gb", "h100-80gb")
+    assert np.all(np.isfinite(table.latency_s)) and np.all(table.latency_s > 0)
+    assert not table.latency_s.flags.writeable
+
+
+def test_published_values_survive_the_conversion() -> None:
+    a100 = mt.load_table("gemm_a100_llmcompass")  # "64, 12288, 12288, 0.1900ms" in the source
+    assert (a100.size("m")[0], a100.size("n")[0], a100.size("k")[0]) == (64, 12288, 12288)
+    assert a100.latency_s[0] == pytest.approx(0.19e-3, rel=1e-12)
+    h100 = mt.load_table("gemm_h100_xla")  # b 1, m 1024, n 4096, k 512: 340681153010232 FLOP/s
+    i = int(np.flatnonzero((h100.size("batch") == 1) & (h100.size("m") == 1024)
+                           & (h100.size("n") == 4096) & (h100.size("k") == 512))[0])
+    assert h100.latency_s[i] == pytest.approx(2 * 1024 * 4096 * 512 / 340681153010232, rel=1e-11)
+    assert len(h100) == 3 * 5 * 5 * 5
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("gemm")])
+def test_gemm_interpolation_is_exact_at_table_points(name: str) -> None:
+    table = mt.load_table(name)
+    s = table.sizes
+    for i in range(len(table)):
+        got = mt.gemm_latency(table, int(s["m"][i]), int(s["n"][i]), int(s["k"][i]), batch=int(s["batch"][i]))
+        assert got == pytest.approx(table.latency_s[i] / s["calls"][i], rel=1e-12)
+
+
+def test_gemm_interpolation_between_points_keeps_the_nearest_rate() -> None:
+    table = mt.load_table("gemm_h100_xla")
+    at = mt.gemm_latency(table, 4096, 4096, 4096)
+    near = mt.gemm_latency(table, 4000, 4096, 4096)
+    assert near == pytest.approx(at * 4000 / 4096)
+    with pytest.raises(ConfigError):
+        mt.gemm_latency(table, 0, 1, 1)
+    with pytest.raises(ConfigError):
+        mt.gemm_latency(mt.load_table("softmax_a100_llmcompass"), 1, 1, 1)
+
+
+def _header(kernel: str = "gemm") -> str:
+    return "".join(f"# {k}: x\n" for k in mt.REQUIRED_KEYS if k != "kernel") + f"# kernel: {kernel}\n"
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (_header() + "label,batch,m,n,k,calls,dtype,latency_s\n-,1,2,3,4,1,bf16,-1e-6\n", "not positive"),
+    (_header() + "label,batch,m,n,k,calls,dtype,latency_s\n-,1,2,3,4,1,bf16,nan\n", "not positive"),
+    (_header() + "label,batch,m,n,k,calls,dtype,latency_s\n-,1,2.5,3,4,1,bf16,1e-6\n", "whole number"),
+    (_header() + "label,batch,m,n,k,calls,dtype,latency_s\n-,1,2,3,4,1,bf16\n", "fields"),
+    (_header() + "label,m,n,k,dtype,latency_s\n-,2,3,4,bf16,1e-6\n", "column line"),
+    (_header() + "label,batch,m,n,k,calls,dtype,latency_s\n", "no rows"),
+    (_header("conv") + "label,x\n", "unknown kernel"),
+    ("# kernel: gemm\nlabel,batch,m,n,k,calls,dtype,latency_s\n-,1,2,3,4,1,bf16,1e-6\n", "header lacks"),
+    (b"\xff\xfe".decode("latin-1"), "header lacks"),
+])
+def test_a_malformed_table_is_refused_in_one_line(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        mt.read_table(path)
+    message = str(info.value)
+    assert words in message and "\n" not in message and str(path) in message
+
+
+def test_an_unknown_table_name_is_refused() -> None:
+    with pytest.raises(ConfigError, match="no measured table"):
+        mt.load_table("gemm_tpu")
