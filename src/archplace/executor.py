@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from archplace.errors import ConfigError
 from archplace.lifetime import Interrupted, guard_child, sigint_blocked, stop_processes
+from archplace.quiet import silenced
 from archplace.registry import lookup
 
 
@@ -176,32 +177,10 @@ QUIET_LOGGERS = ("distributed", "tornado")
 interrupt (:func:`_dask`)."""
 
 
-@contextmanager
-def _silenced(names: tuple[str, ...]) -> Iterator[None]:
-    """The loggers ``names`` and all their existing descendants silent meanwhile, their levels
-    restored after a normal exit.  The descendants too: Dask's logging set-up gives some of
-    them their own levels (``distributed.client`` at WARNING, ``tornado.application`` at
-    ERROR), which a parent's level does not override."""
-    known = sorted(logging.Logger.manager.loggerDict)
-    loggers = [logging.getLogger(name) for name in known
-               if any(name == root or name.startswith(root + ".") for root in names)]
-    loggers += [logging.getLogger(name) for name in names if name not in known]
-    levels = [log.level for log in loggers]
-    for log in loggers:
-        log.setLevel(logging.CRITICAL + 1)
-    try:
-        yield
-    except (Interrupted, KeyboardInterrupt):
-        raise  # silent for good: the cluster's close may finish in an exit hook
-    except BaseException:
-        _restore(loggers, levels)
-        raise
-    _restore(loggers, levels)
-
-
-def _restore(loggers: list[logging.Logger], levels: list[int]) -> None:
-    for log, level in zip(loggers, levels, strict=True):
-        log.setLevel(level)
+def _silenced(names: tuple[str, ...]) -> AbstractContextManager[None]:
+    """The loggers ``names`` and their descendants silent while a local cluster runs, and for good
+    after an interrupt: the cluster's close may finish in an exit hook (:func:`archplace.quiet.silenced`)."""
+    return silenced(names, kept_after=(Interrupted, KeyboardInterrupt))
 
 
 @contextmanager

@@ -15,11 +15,12 @@ This module relies on private torch APIs (``_reparametrize_module``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from archplace.errors import ConfigError, ExtractionError
+from archplace.quiet import silenced
 from archplace.workload import attention_op, experts_op
 from archplace.workload.graph import OpKind, Phase
 from archplace.workload.options import Attention
@@ -220,31 +221,17 @@ def latent_down_nodes(calls: Sequence[Any]) -> frozenset[Any]:
                      and experts_op.module_path(n).rpartition(".")[2] in LATENT_DOWN_PROJECTIONS)
 
 
-@contextmanager
-def quiet_torch_logging() -> Iterator[None]:
+def quiet_torch_logging() -> AbstractContextManager[None]:
     """Silence torch's loggers while the body runs (building and tracing a model), then restore
-    their levels.
+    their levels (:func:`archplace.quiet.silenced`).
 
     When an operator fails on fake tensors, torch logs the whole traceback at ERROR through its
     own stderr handlers (``torch._subclasses.fake_tensor`` logs "failed while attempting to run
     meta for aten.topk.default" and 15 lines of traceback; ``torch.export``,
     ``torch.fx.experimental.symbolic_shapes`` and others have handlers too) before the exception
-    reaches archplace, which reports it on one line. Every existing ``torch`` logger is set above
-    CRITICAL; those created meanwhile inherit the level of ``torch``.
+    reaches archplace, which reports it on one line.
     """
-    silent = logging.CRITICAL + 1
-    manager = logging.Logger.manager
-    loggers = [logging.getLogger("torch")] + [
-        logger for name, logger in list(manager.loggerDict.items())
-        if name.startswith("torch.") and isinstance(logger, logging.Logger)]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(silent)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+    return silenced(("torch",))
 
 
 def find_block_container(model: Any) -> str:
