@@ -20,7 +20,6 @@ from typing import IO, Any
 
 from archplace.errors import ConfigError
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"))
@@ -48,12 +47,13 @@ def _database(path: Path) -> str:
         header = os.read(fd, 100)
     finally:
         os.close(fd)
-    if not header.startswith(_SQLITE_MAGIC):
-        return ""
-    from archplace.search.store import APPLICATION_ID  # only for a database
+    from archplace.search.store import APPLICATION_ID
+    from archplace.search.store_file import SQLITE_MAGIC, sqlite_ids
 
-    application = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
-    return "an archplace result store" if application == APPLICATION_ID else "an SQLite database"
+    if not header.startswith(SQLITE_MAGIC):
+        return ""
+    ids = sqlite_ids(header)
+    return "an archplace result store" if ids and ids[0] == APPLICATION_ID else "an SQLite database"
 
 
 def _nearest_existing(path: Path) -> tuple[Path, os.stat_result]:

@@ -51,7 +51,7 @@ from typing import Any
 from archplace.errors import ArchplaceError, ConfigError
 from archplace.search.evaluate import DesignResult
 from archplace.search.objective import Objective
-from archplace.search.store_file import check_plain_name, create_store, row_checksum
+from archplace.search.store_file import check_plain_name, create_store, row_checksum, sqlite_ids
 
 APPLICATION_ID = 0x41504C43
 """SQLite ``application_id`` of a result store ("APLC")."""
@@ -64,7 +64,6 @@ requests held every design)."""
 SHORT_ID = 8
 """Hex digits of a search's key shown as its id."""
 
-_MAGIC = b"SQLite format 3\x00"
 _READONLY_ROLLBACK = 776  # SQLITE_READONLY_ROLLBACK: a hot journal that a read-only connection cannot replay
 _WRITE_FAILED = (10, 13)  # SQLITE_IOERR (and its extended codes), SQLITE_FULL: a full disk, a size limit
 _BOUNDS_TABLE = "plan_bounds"
@@ -254,10 +253,10 @@ class ResultStore:
             if self.read_only:
                 raise ConfigError(f"{path}: the file is empty, not a result store")
             return False
-        if len(header) < 100 or not header.startswith(_MAGIC):
+        ids = sqlite_ids(header)
+        if ids is None:
             raise ConfigError(f"{path}: not an SQLite database, so not a result store")
-        application = int.from_bytes(header[68:72], "big")
-        version = int.from_bytes(header[60:64], "big")
+        application, version = ids
         if application != APPLICATION_ID:
             tables = self._tables_or_none()
             if application == 0 and version == 0 and {"searches", "results"} <= tables:

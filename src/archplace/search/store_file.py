@@ -23,6 +23,9 @@ from pathlib import Path
 
 from archplace.errors import ConfigError
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (sqlite.org, Database File Format, 1.3)."""
+
 MAX_NAME = 255
 """The longest model name a store holds (characters): a file name's usual limit."""
 
@@ -34,6 +37,15 @@ def row_checksum(*values: str | int | float) -> str:
     back, so that a row read back has the checksum it was written with.
     """
     return hashlib.sha256(json.dumps(list(values)).encode()).hexdigest()[:32]
+
+
+def sqlite_ids(header: bytes) -> tuple[int, int] | None:
+    """``(application_id, user_version)`` of an SQLite database from its file's first 100 bytes
+    (big-endian at offsets 68 and 60: sqlite.org, Database File Format, 1.3), or None when
+    ``header`` is not a whole SQLite header."""
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        return None
+    return int.from_bytes(header[68:72], "big"), int.from_bytes(header[60:64], "big")
 
 
 def check_plain_name(name: object, what: str = "model name") -> str:
