@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from archplace.cli import main
+from archplace.cli_options import MAX_ERROR_CHARS
 from hostile import Guards, make_stores, materialise
 
 CASE_LIMIT_S = 120  # a case running longer than this counts as a hang
-ERROR_LINE_LIMIT = 2_000  # characters of the one error line (the CLI caps it)
+ERROR_LINE_LIMIT = len("archplace: error: ") + MAX_ERROR_CHARS  # characters of the one error line
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "src" / "archplace" / "hardware" / "presets"
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
