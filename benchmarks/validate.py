@@ -12,13 +12,20 @@ Run: .venv/bin/python benchmarks/validate.py [--variant as-trained|flash+fused|e
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "validation"))
+from archplace.validation.runs import (
+    COMPARISON_VARIANT,
+    DEFAULT_VARIANT,
+    VARIANTS,
+    Outcome,
+    load_runs,
+    predict,
+    summary,
+)
 
-from runs import COMPARISON_VARIANT, DEFAULT_VARIANT, VARIANTS, Outcome, load_runs, predict, summary  # noqa: E402
+DATA_FILE = Path(__file__).resolve().parents[1] / "tests" / "validation" / "published_runs.yaml"
 
 UNIT_LABEL = {"tflop_per_gpu": "TFLOP/s/GPU", "iteration_time_s": "s/iter", "mfu_percent": "% MFU"}
 
@@ -34,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", default=None,
                         help="evaluate only this case (repeatable); default: every run")
     args = parser.parse_args(argv)
-    runs = load_runs()
+    runs = load_runs(DATA_FILE)
     if args.case:
         unknown = sorted(set(args.case) - {run.case for run in runs})
         if unknown:

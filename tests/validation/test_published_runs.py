@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from runs import (
+
+from archplace.validation.runs import (
     VARIANTS,
     Run,
     evaluate_kwargs,
@@ -19,7 +20,8 @@ from runs import (
     narayanan_eq3,
 )
 
-RUNS = load_runs()
+DATA_FILE = Path(__file__).with_name("published_runs.yaml")
+RUNS = load_runs(DATA_FILE)
 BY_CASE = {run.case: run for run in RUNS}
 
 

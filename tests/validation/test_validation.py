@@ -2,7 +2,8 @@
 
 Every run of ``published_runs.yaml`` (Narayanan et al. SC 2021 Table 1, Korthikanti et al. 2022
 Table 5, MosaicML llm-foundry's A100 / H100 BF16 tables; sources in the data file) is evaluated
-as trained (each run's attention and kernels as published: the default variant of ``runs.py``), and its
+as trained (each run's attention and kernels as published: the default variant of
+``archplace.validation.runs``), and its
 relative throughput error is printed (pytest -s). The issue's thresholds hold over the suite:
 mean |error| <= 8 % and max |error| <= 15 %, with every run evaluated (a plan that trained on
 real GPUs must fit). Each run also has its own test with a looser sanity bound, so a report
@@ -15,9 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runs import DEFAULT_VARIANT, Outcome, Run, load_runs, predict, summary
 
-RUNS = load_runs()
+from archplace.validation.runs import DEFAULT_VARIANT, Outcome, Run, load_runs, predict, summary
+
+DATA_FILE = Path(__file__).with_name("published_runs.yaml")
+RUNS = load_runs(DATA_FILE)
 MEAN_ABS_ERROR_MAX = 0.08  # issue #12, "Validation suite": mean |error| <= 8 %
 ABS_ERROR_MAX = 0.15  # issue #12: max |error| <= 15 %
 SANITY_ABS_ERROR_MAX = 0.25  # per run: a looser bound that flags a broken case on its own

@@ -7,7 +7,8 @@ publisher's own FLOP formula, so every run compares one quantity: the error of a
 (positive: archplace predicts too fast).
 
 :func:`evaluate_kwargs` builds the keyword arguments of :func:`archplace.api.evaluate` for a run
-and a *variant* in one place. Used by ``tests/validation`` and ``benchmarks/validate.py``.
+and a *variant* in one place. Used by ``tests/validation``, ``benchmarks/validate.py`` and
+``archplace calibrate`` (a user's own runs in the same format).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-DATA_FILE = Path(__file__).with_name("published_runs.yaml")
 
 VARIANTS: dict[str, dict[str, str]] = {
     # Each run's attention and kernels as it was trained (its plan's ``attention`` / ``kernels``).
@@ -206,7 +205,7 @@ def _check_run(run: Run) -> None:
         raise ValueError(f"{run.case}: published.value must be > 0")
 
 
-def load_runs(path: Path = DATA_FILE) -> tuple[Run, ...]:
+def load_runs(path: Path) -> tuple[Run, ...]:
     """Every run of ``path``, checked (units, formulas, whole dp and micro-batch counts).
 
     Raises:

@@ -1,8 +1,0 @@
-"""Make ``runs`` (the published runs and the evaluate harness) importable by the tests here."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
