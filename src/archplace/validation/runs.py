@@ -146,6 +146,7 @@ class Plan:
     etp: int = 1
     precision: str = "bf16"
     rank_order: str | None = None
+    stages: str | None = None
 
     @property
     def dp(self) -> int:
@@ -362,8 +363,8 @@ def included(runs: tuple[Run, ...] | list[Run]) -> tuple[Run, ...]:
 def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     """Keyword arguments of :func:`archplace.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
-    ``grad_reduce_dtype`` and ``rank_order`` are passed only where the run states them (else
-    the API's defaults); ``cp``, ``ep``, ``etp`` and ``precision`` always.
+    ``grad_reduce_dtype``, ``rank_order`` and ``stages`` are passed only where the run states
+    them (else the API's defaults); ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
         KeyError: an unknown variant.
@@ -382,6 +383,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         kwargs["grad_reduce_dtype"] = plan.grad_reduce_dtype
     if plan.rank_order is not None:
         kwargs["rank_order"] = plan.rank_order
+    if plan.stages is not None:
+        kwargs["stages"] = plan.stages
     return kwargs
 
 
