@@ -2,17 +2,22 @@
 
 One row per run: case, hardware, plan, the published figure, archplace's prediction in the same
 unit, and the relative throughput error (positive: predicted too fast), for the chosen variant,
-with the other variant's error beside it; then mean and max |error| per variant. A run that
-cannot be evaluated (e.g. does not fit in memory) shows why and counts as a miss. Exit status 0.
+with the other variant's error beside it. Then a table per group (source, hardware, precision:
+``Run.group``) with the count, mean and max |error| and the median signed error over the included
+runs, the overall figures, and the excluded runs (``excluded_reason``) with their errors and
+reasons, outside every figure. A run that cannot be evaluated (e.g. does not fit in memory)
+shows why and counts as a miss. Exit status 0.
 
 Run: .venv/bin/python benchmarks/validate.py [--variant as-trained|flash+fused|eager+unfused]
-                                             [--case NAME ...]
+                                             [--case NAME ...] [--no-comparison]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from archplace.validation.runs import (
@@ -22,16 +27,36 @@ from archplace.validation.runs import (
     Outcome,
     load_runs,
     predict,
-    summary,
 )
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "tests" / "validation" / "published_runs.yaml"
 
-UNIT_LABEL = {"tflop_per_gpu": "TFLOP/s/GPU", "iteration_time_s": "s/iter", "mfu_percent": "% MFU"}
+UNIT_LABEL = {"tflop_per_gpu": "TFLOP/s/GPU", "iteration_time_s": "s/iter", "mfu_percent": "% MFU",
+              "tokens_per_s_per_gpu": "tok/s/GPU"}
+THRESHOLDS = "[issue #24 thresholds: mean <= 8 %, max <= 20 %, median within +-3 %]"
 
 
-def _error_text(outcome: Outcome) -> str:
-    return "   fails" if outcome.error is None else f"{outcome.error:+8.1%}"
+def _error_text(outcome: Outcome | None) -> str:
+    if outcome is None:
+        return "-"
+    return "fails" if outcome.error is None else f"{outcome.error:+.1%}"
+
+
+def group_figures(outcomes: Sequence[Outcome]) -> tuple[int, int, float, float, float]:
+    """(runs, runs that fail, mean |error|, max |error|, median signed error) of ``outcomes``;
+    NaN figures where none has a prediction."""
+    errors = [o.error for o in outcomes if o.error is not None]
+    if not errors:
+        nan = float("nan")
+        return len(outcomes), len(outcomes), nan, nan, nan
+    absolute = [abs(e) for e in errors]
+    return (len(outcomes), len(outcomes) - len(errors), sum(absolute) / len(absolute), max(absolute),
+            statistics.median(errors))
+
+
+def _figures_line(label: str, outcomes: Sequence[Outcome]) -> str:
+    count, fails, mean, worst, median = group_figures(outcomes)
+    return (f"{label:<32} {count:>4} {fails:>5} {mean:>10.1%} {worst:>9.1%} {median:>+13.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"graph variant of the main columns (default {DEFAULT_VARIANT})")
     parser.add_argument("--case", action="append", default=None,
                         help="evaluate only this case (repeatable); default: every run")
+    parser.add_argument("--no-comparison", action="store_true",
+                        help="skip the comparison variant's column (halves the run time)")
     args = parser.parse_args(argv)
     runs = load_runs(DATA_FILE)
     if args.case:
@@ -49,27 +76,41 @@ def main(argv: list[str] | None = None) -> int:
                          + ", ".join(run.case for run in runs))
         runs = tuple(run for run in runs if run.case in args.case)
     other = COMPARISON_VARIANT if args.variant != COMPARISON_VARIANT else DEFAULT_VARIANT
-    main_outcomes, other_outcomes = [], []
-    print(f"{'case':<18} {'hardware':<10} {'plan':<28} {'published':>19} {'predicted':>9} "
-          f"{args.variant:>13} {other:>13}")
+    main_outcomes: list[Outcome] = []
+    other_outcomes: list[Outcome] = []
+    print(f"{'case':<32} {'hardware':<10} {'plan':<34} {'published':>19} {'predicted':>9} "
+          f"{args.variant:>11} {other:>13}")
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
             ours = predict(run, Path(tmp) / args.variant, args.variant)
-            theirs = predict(run, Path(tmp) / other, other)
+            theirs = None if args.no_comparison else predict(run, Path(tmp) / other, other)
             main_outcomes.append(ours)
-            other_outcomes.append(theirs)
+            if theirs is not None:
+                other_outcomes.append(theirs)
             published = f"{run.published.value:g} {UNIT_LABEL[run.published.unit]}"
-            predicted = "-" if ours.predicted is None else f"{ours.predicted:.3g}"
-            print(f"{run.case:<18} {run.hardware:<10} {run.plan.describe():<28} {published:>19} "
-                  f"{predicted:>9} {_error_text(ours):>13} {_error_text(theirs):>13}")
+            predicted = "-" if ours.predicted is None else f"{ours.predicted:.4g}"
+            mark = " (excluded)" if run.excluded_reason else ""
+            print(f"{run.case:<32} {run.hardware:<10} {run.plan.describe():<34} {published:>19} "
+                  f"{predicted:>9} {_error_text(ours):>11} {_error_text(theirs):>13}{mark}")
             for outcome in (ours, theirs):
-                if outcome.failure:
+                if outcome is not None and outcome.failure:
                     print(f"    {outcome.variant}: {outcome.failure}")
-    for variant, outcomes in ((args.variant, main_outcomes), (other, other_outcomes)):
-        mean, worst, missing = summary(outcomes)
-        print(f"{variant}: mean |error| {mean:.1%}, max |error| {worst:.1%} over "
-              f"{len(outcomes) - missing} runs" + (f"; {missing} runs fail" if missing else "")
-              + "  [issue #12 thresholds: mean <= 8 %, max <= 15 %]")
+    print(f"\nper group, {args.variant}, included runs (error > 0: predicted too fast; a run "
+          "that fails has no error and counts in 'fails')")
+    print(f"{'group':<32} {'runs':>4} {'fails':>5} {'mean |err|':>10} {'max |err|':>9} "
+          f"{'median error':>13}")
+    included = [o for o in main_outcomes if o.run.excluded_reason is None]
+    for group in dict.fromkeys(o.run.group for o in included):
+        print(_figures_line(group, [o for o in included if o.run.group == group]))
+    print(_figures_line("all included", included) + "  " + THRESHOLDS)
+    if other_outcomes:
+        other_included = [o for o in other_outcomes if o.run.excluded_reason is None]
+        print(_figures_line(f"all included, {other}", other_included))
+    excluded = [o for o in main_outcomes if o.run.excluded_reason is not None]
+    if excluded:
+        print("\nexcluded from the figures above:")
+        for outcome in excluded:
+            print(f"  {outcome.run.case:<32} {_error_text(outcome):>8}  {outcome.run.excluded_reason}")
     return 0
 
 
