@@ -205,9 +205,11 @@ class Run:
 
     @property
     def group(self) -> str:
-        """The run's group in tables: source (the case name's first word), hardware, precision,
-        e.g. ``mpt a100-80gb bf16``."""
-        return f"{self.case.split('-')[0]} {self.hardware} {self.plan.precision}"
+        """The run's group in tables: source (the case name's first word less a trailing
+        version number, e.g. ``nemo2407`` -> ``nemo``), hardware, precision, e.g.
+        ``mpt a100-80gb bf16``."""
+        source = self.case.split("-")[0].rstrip("0123456789")
+        return f"{source} {self.hardware} {self.plan.precision}"
 
     @property
     def tokens_per_iteration(self) -> int:
