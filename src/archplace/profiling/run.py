@@ -13,14 +13,15 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.outputs import check_output, write_text_output
 from archplace.profiling import kernels as K
-from archplace.profiling.grid import GRIDS, KERNELS, AttentionPoint, GemmPoint, Grid, RowwisePoint, grid
+from archplace.profiling.grid import GRIDS, KERNELS, AttentionPoint, GemmPoint, Grid, RowwisePoint
+from archplace.profiling.grid import grid as make_grid
 from archplace.profiling.tables import Row, table_text
 from archplace.profiling.timer import l2_flush_buffer, time_call
 
@@ -78,6 +79,20 @@ class ProfileResult:
     elapsed_s: float
     made_by: str
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready): every field, ``tables`` as a list of dicts."""
+        data = asdict(self)
+        data["skipped"] = list(self.skipped)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProfileResult:
+        """The inverse of :meth:`to_dict`."""
+        fields = dict(data)
+        fields["tables"] = tuple(ProfiledTable(**table) for table in data["tables"])
+        fields["skipped"] = tuple(data["skipped"])
+        return cls(**fields)
+
 
 def check_kernels(kernels: Sequence[str]) -> tuple[str, ...]:
     """The kernel classes asked for, in :data:`KERNELS` order, each once.
@@ -108,15 +123,15 @@ def output_paths(out_dir: str | os.PathLike[str], kernels: Sequence[str], tag: s
     return paths
 
 
-def check_options(*, grid_name: str, device: str, dtype: str, max_seconds: float | None) -> None:
+def check_options(*, grid: str, device: str, dtype: str, max_seconds: float | None) -> None:
     """Refuse bad options before torch is imported.
 
     Raises:
         ConfigError: an unknown grid, a device other than ``cpu``, ``cuda`` or ``cuda:N``, an
             unknown dtype, or a budget that is not a positive finite number of seconds.
     """
-    if grid_name not in GRIDS:
-        raise ConfigError(f"grid {grid_name!r}: choose from {', '.join(GRIDS)}", fields=("grid",))
+    if grid not in GRIDS:
+        raise ConfigError(f"grid {grid!r}: choose from {', '.join(GRIDS)}", fields=("grid",))
     if not _DEVICE.match(device):
         raise ConfigError(f"device {device!r}: expected cpu, cuda or cuda:N", fields=("device",))
     if dtype not in K.DTYPES:
@@ -126,10 +141,10 @@ def check_options(*, grid_name: str, device: str, dtype: str, max_seconds: float
                           fields=("max_seconds",))
 
 
-def command_line(out_dir: str | os.PathLike[str], *, grid_name: str, device: str, dtype: str,
+def command_line(out_dir: str | os.PathLike[str], *, grid: str, device: str, dtype: str,
                  max_seconds: float | None, kernels: Sequence[str], tag: str, preset: str) -> str:
     """The ``archplace profile`` command that makes these tables (the tables' ``made_by``)."""
-    words = ["archplace", "profile", "--out-dir", os.fspath(out_dir), "--grid", grid_name,
+    words = ["archplace", "profile", "--out-dir", os.fspath(out_dir), "--grid", grid,
              "--device", device, "--dtype", dtype]
     if max_seconds is not None:
         words += ["--max-seconds", f"{max_seconds:g}"]
@@ -252,7 +267,7 @@ def header(kernel: str, *, device_name: str, preset: str, dtype: str, torch_vers
     }
 
 
-def profile(out_dir: str | os.PathLike[str], *, grid_name: str = "quick", device: str = "cuda",
+def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str = "cuda",
             dtype: str = "bf16", max_seconds: float | None = None, kernels: Sequence[str] = KERNELS,
             tag: str = "profiled", preset: str = "-", progress: Progress | None = None,
             clock: Callable[[], float] = time.monotonic) -> ProfileResult:
@@ -262,7 +277,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid_name: str = "quick", device
 
     Args:
         out_dir: the directory of the tables (made when the first table is written).
-        grid_name: ``full``, ``quick`` or ``smoke`` (:func:`archplace.profiling.grid.grid`).
+        grid: ``full``, ``quick`` or ``smoke`` (:func:`archplace.profiling.grid.grid`).
         device: ``cuda``, ``cuda:N`` or ``cpu``.
         dtype: ``bf16``, ``fp16``, ``fp32`` or ``fp8`` (GEMMs only; the other kernels then in bf16).
         max_seconds: budget: no grid point starts once it is spent (the one under way finishes);
@@ -278,12 +293,12 @@ def profile(out_dir: str | os.PathLike[str], *, grid_name: str = "quick", device
             output that cannot be written (:func:`archplace.outputs.check_output`), all checked
             before any kernel runs.
     """
-    check_options(grid_name=grid_name, device=device, dtype=dtype, max_seconds=max_seconds)
+    check_options(grid=grid, device=device, dtype=dtype, max_seconds=max_seconds)
     paths = output_paths(out_dir, kernels, tag)
     chosen = check_kernels(kernels)
     for path in paths.values():
         check_output(path, "out_dir")
-    made_by = command_line(out_dir, grid_name=grid_name, device=device, dtype=dtype,
+    made_by = command_line(out_dir, grid=grid, device=device, dtype=dtype,
                            max_seconds=max_seconds, kernels=chosen, tag=tag, preset=preset)
     import torch
 
@@ -291,7 +306,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid_name: str = "quick", device
     torch_device, name = _device(torch, device, dtype)
     cuda = torch_device.type == "cuda"
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    the_grid = grid(grid_name, K.ELEMENT_BYTES[K.kernel_dtype("softmax", dtype)])
+    the_grid = make_grid(grid, K.ELEMENT_BYTES[K.kernel_dtype("softmax", dtype)])
     flush = l2_flush_buffer(torch, torch_device)
     planned = sum(the_grid.points(kernel) for kernel in chosen)
     done = measured = 0
@@ -336,7 +351,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid_name: str = "quick", device
     if tables:
         write_text_output(paths["snippet"], "out_dir", snippet_text(tables, name, date, made_by))
         snippet = os.fspath(paths["snippet"])
-    return ProfileResult(name, dtype, grid_name, tuple(tables), snippet, planned, measured, tuple(skipped),
+    return ProfileResult(name, dtype, grid, tuple(tables), snippet, planned, measured, tuple(skipped),
                          stopped, clock() - start, made_by)
 
 
