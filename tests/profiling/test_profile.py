@@ -77,15 +77,19 @@ def test_sizes_are_the_grid_points(smoke: ProfileResult) -> None:
 def test_attention_table(smoke: ProfileResult) -> None:
     path = next(t.path for t in smoke.tables if t.kernel == "attention")
     rows = _data_rows(path)
-    if "attention" in SIZE_COLUMNS:  # once measured_tables has an attention class of its own
-        assert len(read_table(path)) == 4
-        return
     assert tuple(rows[0]) == ATTENTION_COLUMNS
     # smoke: 128 tokens, width 32, head_dim 16 -> 2 heads; causal; forward and backward
     assert [r[1:7] for r in rows[1:]] == [
         ["4", "2", "32", "16", "1", "fwd"], ["4", "2", "32", "16", "1", "bwd"],
         ["2", "2", "64", "16", "1", "fwd"], ["2", "2", "64", "16", "1", "bwd"]]
     assert all(float(r[-1]) > 0 for r in rows[1:])
+    text = Path(path).read_text()
+    assert "# family: cpu-flash\n" in text and "# use: model\n" in text
+    try:  # the attention-table reader, where this branch has it
+        from archplace.cost.attention_tables import read_attention_table
+    except ImportError:
+        return
+    assert len(read_attention_table(path)) == 4
 
 
 def test_estimate_reads_a_profiled_row_exactly(smoke: ProfileResult,

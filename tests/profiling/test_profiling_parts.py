@@ -64,6 +64,9 @@ def test_counts() -> None:
     assert R.rate("gemm", GemmPoint(2, 3, 4), "bf16", 0.5) == (96.0, "FLOP/s")
     assert R.rate("copy", 1000, "bf16", 2.0) == (1000.0, "B/s")  # read once, written once
     assert R.rate("gelu", 1000, "bf16", 2.0) == (2000.0, "B/s")  # 2-byte elements
+    row = R.row_of("attention", point, "bf16", 48e-12)  # 48 FLOP in 48 ps: 1 TFLOP/s
+    assert float(row.sizes["tflop_per_s"]) == pytest.approx(1.0, rel=1e-15)
+    assert (row.sizes["seq_len"], row.sizes["causal"], row.sizes["direction"]) == (2, 0, "fwd")
 
 
 class _Clock:
@@ -154,7 +157,10 @@ def test_cuda_header() -> None:
 
 def test_fp8_dtype_rule() -> None:
     assert K.kernel_dtype("gemm", "fp8") == "fp8" and K.kernel_dtype("softmax", "fp8") == "bf16"
-    assert K.kernel_dtype("softmax", "fp16") == "fp16"
+    assert K.kernel_dtype("softmax", "fp16") == "fp16" and K.kernel_dtype("softmax", "fp32") == "fp32"
+    # FlashAttention-2 has 16-bit kernels only
+    assert K.kernel_dtype("attention", "fp32") == K.kernel_dtype("attention", "fp8") == "bf16"
+    assert K.kernel_dtype("attention", "fp16") == "fp16"
 
 
 def test_table_text_reads_back_exactly_and_on_one_line(tmp_path: Path) -> None:
@@ -184,7 +190,8 @@ def test_command_line_names_only_what_differs_from_the_defaults() -> None:
         "--kernel gemm --tag h100 --preset h100-80gb")
 
 
-def test_a_failing_point_is_skipped_and_the_rest_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_point_is_skipped_and_the_rest_kept(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     real = K.gelu_call
 
     def first_fails(torch: Any, device: Any, elements: int, dtype: str) -> K.Call:

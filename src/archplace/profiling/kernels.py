@@ -6,9 +6,9 @@ kernel once, so the timer (:mod:`archplace.profiling.timer`) times the kernel an
 * ``gemm``: ``torch.matmul`` of ``[m, k] x [k, n]`` (cuBLAS on CUDA); ``fp8`` is
   ``torch._scaled_mm`` of e4m3 operands (unit scales, bf16 output), the FP8 GEMM PyTorch offers;
 * ``attention``: ``torch.nn.functional.scaled_dot_product_attention`` of ``[batch, heads, seq,
-  head_dim]`` q, k, v (PyTorch picks its fastest backend: FlashAttention-2 or cuDNN on recent
-  GPUs); ``bwd`` times the backward pass alone (``out.backward(grad, retain_graph=True)`` of
-  one forward pass);
+  head_dim]`` q, k, v with its FLASH_ATTENTION backend only (FlashAttention-2 on CUDA:
+  :func:`attention_backend`); ``bwd`` times the backward pass alone
+  (``out.backward(grad, retain_graph=True)`` of one forward pass);
 * ``softmax``: ``torch.softmax`` over the last dimension; ``layernorm``:
   ``torch.nn.functional.layer_norm`` over the last dimension, no weight or bias (as the
   LLMCompass A100 measurements); ``gelu``: ``torch.nn.functional.gelu(approximate="tanh")``
@@ -36,7 +36,7 @@ ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 LIBRARY = {
     "gemm": "torch.matmul",
     "gemm-fp8": "torch._scaled_mm, float8_e4m3fn operands, unit scales, bf16 output",
-    "attention": "torch.nn.functional.scaled_dot_product_attention (PyTorch's choice of backend)",
+    "attention": "torch.nn.functional.scaled_dot_product_attention, FLASH_ATTENTION backend only",
     "softmax": "torch.softmax over the last dimension",
     "layernorm": "torch.nn.functional.layer_norm over the last dimension, no weight or bias",
     "gelu": "torch.nn.functional.gelu(approximate='tanh')",
@@ -62,8 +62,27 @@ def torch_dtype(torch: Any, dtype: str) -> Any:
 def kernel_dtype(kernel: str, dtype: str) -> str:
     """The dtype a kernel class is timed in for a run asked in ``dtype``: fp8 exists for GEMMs
     only (``torch._scaled_mm``); with ``fp8`` every other class is timed in bf16, the dtype
-    around FP8 GEMMs in Transformer Engine's recipe."""
+    around FP8 GEMMs in Transformer Engine's recipe.  Attention is timed in 16 bits: with
+    ``fp32`` (or ``fp8``) in bf16, as FlashAttention-2 has only fp16 and bf16 kernels."""
+    if kernel == "attention" and dtype in ("fp32", "fp8"):
+        return "bf16"
     return "bf16" if dtype == "fp8" and kernel != "gemm" else dtype
+
+
+def attention_family(cuda: bool) -> str:
+    """The kernel family of the attention rows (the tables' ``family`` header):
+    ``flash2`` on CUDA, where :func:`attention_backend` pins PyTorch's FlashAttention-2
+    kernels (in SDPA since PyTorch 2.2); ``cpu-flash`` (PyTorch's CPU flash kernel) elsewhere."""
+    return "flash2" if cuda else "cpu-flash"
+
+
+def attention_backend(torch: Any) -> Any:
+    """A context in which scaled_dot_product_attention runs its FLASH_ATTENTION backend only
+    (``torch.nn.attention.sdpa_kernel``), so the rows are of one kernel family; a shape it
+    cannot run fails (and is skipped) instead of silently using another backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
 
 
 def gemm_call(torch: Any, device: Any, point: GemmPoint, dtype: str) -> Call:

@@ -6,6 +6,7 @@ torch is imported inside :func:`profile` only (importing archplace must stay che
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -237,8 +238,9 @@ def row_of(kernel: str, point: object, dtype: str, latency_s: float) -> Row:
         sizes: dict[str, int | str] = {"batch": point.batch, "m": point.m, "n": point.n, "k": point.k,
                                        "calls": 1}
     elif isinstance(point, AttentionPoint):
-        sizes = {"batch": point.batch, "heads": point.heads, "seq": point.seq, "head_dim": point.head_dim,
-                 "causal": int(point.causal), "direction": point.direction}
+        sizes = {"batch": point.batch, "heads": point.heads, "seq_len": point.seq, "head_dim": point.head_dim,
+                 "causal": int(point.causal), "direction": point.direction,
+                 "tflop_per_s": repr(attention_flop(point) / latency_s / 1e12)}
     elif isinstance(point, RowwisePoint):
         sizes = {"rows": point.rows, "cols": point.cols}
     elif kernel == "copy":
@@ -251,17 +253,23 @@ def row_of(kernel: str, point: object, dtype: str, latency_s: float) -> Row:
 def header(kernel: str, *, device_name: str, preset: str, dtype: str, torch_version: str,
            cuda_version: str, date: str, made_by: str, the_grid: Grid, cuda: bool) -> dict[str, str]:
     """The ``# key: value`` lines of one profiled table (module docstring of
-    :mod:`archplace.profiling.tables`)."""
+    :mod:`archplace.profiling.tables`); an attention table also names its ``family``
+    (:func:`~archplace.profiling.kernels.attention_family`) and ``use: model``, as
+    :mod:`archplace.cost.attention_tables` requires."""
     library = K.LIBRARY["gemm-fp8" if kernel == "gemm" and dtype == "fp8" else kernel]
     timer = ("CUDA events around each call, the L2 cache flushed (256 MiB zeroed) before each"
              if cuda else "time.perf_counter around each call")
+    extra = {"family": K.attention_family(cuda), "use": "model"} if kernel == "attention" else {}
+    units = ("TFLOP/s = FLOP / median seconds / 1e12, FLOP as the FlashAttention-2 paper counts them "
+             "(4*batch*heads*seq_len^2*head_dim forward, halved when causal, 2.5x backward)"
+             if kernel == "attention" else "seconds per call, unchanged")
     return {
-        "kernel": kernel, "source_repo": "local", "source_path": "-", "source_commit": "-",
+        "kernel": kernel, **extra, "source_repo": "local", "source_path": "-", "source_commit": "-",
         "gpu": device_name, "preset": preset, "dtype": dtype,
         "library": f"PyTorch {torch_version} {library}{' (cuBLAS)' if cuda and kernel == 'gemm' else ''}",
         "measured": (f"{kernel} on {device_name} by archplace profile (grid {the_grid.name}); median of "
                      f"{the_grid.repeats} timed calls after {the_grid.warmup} warm-up calls; {timer}"),
-        "units": "seconds per call, unchanged", "made_by": made_by,
+        "units": units, "made_by": made_by,
         "device": device_name, "torch": torch_version, "cuda": cuda_version, "date": date,
         "grid": the_grid.name, "warmup": str(the_grid.warmup), "repeats": str(the_grid.repeats),
     }
@@ -317,28 +325,30 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
         rows: list[Row] = []
         best = (0.0, "")
         kind = K.kernel_dtype(kernel, dtype)
-        for point in the_grid.shapes(kernel):
-            if max_seconds is not None and clock() - start >= max_seconds:
-                stopped = True
-                break
-            call: K.Call | None = None
-            try:
-                call = _call(torch, torch_device, kernel, point, kind)
-                latency = time_call(torch, torch_device, call, warmup=the_grid.warmup,
-                                    repeats=the_grid.repeats, flush=flush)
-            except (RuntimeError, NotImplementedError) as exc:  # torch.OutOfMemoryError is one
-                skipped.append(f"{kernel} {point}: {' '.join(str(exc).split())[:200]}")
-            else:
-                rows.append(row_of(kernel, point, kind, latency))
-                best = max(best, rate(kernel, point, kind, latency))
-                measured += 1
-            finally:
-                del call  # the operands go before the next point's are made
-                if cuda:
-                    torch.cuda.empty_cache()
-            done += 1
-            if progress is not None:
-                progress(kernel, done, planned)
+        backend = K.attention_backend(torch) if kernel == "attention" else contextlib.nullcontext()
+        with backend:  # one SDPA backend for every attention row
+            for point in the_grid.shapes(kernel):
+                if max_seconds is not None and clock() - start >= max_seconds:
+                    stopped = True
+                    break
+                call: K.Call | None = None
+                try:
+                    call = _call(torch, torch_device, kernel, point, kind)
+                    latency = time_call(torch, torch_device, call, warmup=the_grid.warmup,
+                                        repeats=the_grid.repeats, flush=flush)
+                except (RuntimeError, NotImplementedError) as exc:  # torch.OutOfMemoryError is one
+                    skipped.append(f"{kernel} {point}: {' '.join(str(exc).split())[:200]}")
+                else:
+                    rows.append(row_of(kernel, point, kind, latency))
+                    best = max(best, rate(kernel, point, kind, latency))
+                    measured += 1
+                finally:
+                    del call  # the operands go before the next point's are made
+                    if cuda:
+                        torch.cuda.empty_cache()
+                done += 1
+                if progress is not None:
+                    progress(kernel, done, planned)
         if rows:
             head = header(kernel, device_name=name, preset=preset, dtype=kind,
                           torch_version=torch.__version__, cuda_version=torch.version.cuda or "-",

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from archplace import limits
 from archplace.cost.measured_tables import (
-    SIZE_COLUMNS,
     MeasuredTable,
     columns,
     gemm_latency,
@@ -31,29 +30,28 @@ from archplace.cost.measured_tables import (
 from archplace.errors import ConfigError
 from archplace.inputs import MAX_FILE_BYTES
 
-#: Columns of a profiled attention table while :mod:`archplace.cost.measured_tables` has no
-#: ``attention`` class of its own: ``causal`` is ``0`` or ``1``, ``direction`` ``fwd`` or ``bwd``.
-ATTENTION_COLUMNS = ("label", "batch", "heads", "seq", "head_dim", "causal", "direction", "dtype",
-                     "latency_s")
+#: Columns of an attention table, as :mod:`archplace.cost.attention_tables` reads them:
+#: ``causal`` 0 or 1, ``direction`` ``fwd`` or ``bwd``, ``tflop_per_s`` the rate in 1e12 FLOP/s
+#: with the FlashAttention papers' FLOP count (:func:`archplace.profiling.run.attention_flop`).
+ATTENTION_COLUMNS = ("label", "batch", "heads", "seq_len", "head_dim", "causal", "direction", "dtype",
+                     "tflop_per_s")
 
 
 def table_columns(kernel: str) -> tuple[str, ...]:
-    """The CSV columns a profiled table of ``kernel`` is written with: the measured-table
-    schema where :mod:`archplace.cost.measured_tables` knows the class, else
-    :data:`ATTENTION_COLUMNS` for ``attention``.
+    """The CSV columns a profiled table of ``kernel`` is written with: :data:`ATTENTION_COLUMNS`
+    for ``attention`` (a throughput table), else the latency-table schema of
+    :func:`archplace.cost.measured_tables.columns`.
 
     Raises:
         ConfigError: an unknown kernel class.
     """
-    if kernel == "attention" and kernel not in SIZE_COLUMNS:
-        return ATTENTION_COLUMNS
-    return columns(kernel)
+    return ATTENTION_COLUMNS if kernel == "attention" else columns(kernel)
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One measured point: its ``label``, size columns (name -> value, in any order), dtype
-    and median latency in seconds."""
+    """One measured point: its ``label``, size columns (name -> value, in any order; for
+    attention also ``tflop_per_s``), dtype and median latency in seconds."""
 
     label: str
     sizes: Mapping[str, int | str]
@@ -84,8 +82,8 @@ def table_text(kernel: str, header: Mapping[str, str], rows: Sequence[Row]) -> s
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(want)
     for row in rows:
-        record: dict[str, object] = {"label": row.label, **row.sizes, "dtype": row.dtype,
-                                     "latency_s": repr(float(row.latency_s))}
+        record: dict[str, object] = {"label": row.label, "dtype": row.dtype,
+                                     "latency_s": repr(float(row.latency_s)), **row.sizes}
         missing = [c for c in want if c not in record]
         if missing:
             raise ConfigError(f"profile: a {kernel} row lacks {', '.join(missing)}")
