@@ -31,15 +31,16 @@ def profile_command(
     out_dir: Annotated[Path, typer.Option(
         "--out-dir", "-o", help="Directory of the tables: KERNEL_TAG.csv per kernel class and "
                                 "kernel_tables.yaml (a hardware-YAML snippet naming them).")],
-    quick: Annotated[bool, typer.Option("--quick", help="The quick grid (a few minutes on an H100): "
-                                                        "same as --grid quick.")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="The quick grid (64 GEMMs, 12 attention calls, 8 sizes of each other "
+                        "kernel): --grid quick.")] = False,
     grid: Annotated[str, typer.Option(
         metavar="full|quick|smoke", help="Grid of shapes: full, quick, or smoke (seconds; the "
                                          "plumbing only).")] = "full",
     device: Annotated[str, typer.Option(metavar="cuda|cuda:N|cpu", help="Device to time on.")] = "cuda",
     dtype: Annotated[str, typer.Option(
-        metavar="bf16|fp16|fp32|fp8", help="Operand dtype (fp8: GEMMs via torch._scaled_mm; the "
-                                           "other kernels then in bf16).")] = "bf16",
+        metavar="bf16|fp16|fp32|fp8", help="Operand dtype (fp8: GEMMs via torch._scaled_mm, the "
+                                           "other kernels in bf16; attention is always 16-bit).")] = "bf16",
     max_seconds: Annotated[float | None, typer.Option(
         "--max-seconds", help="Budget: no shape starts after it; the rows measured so far are "
                               "written [none].")] = None,
