@@ -29,7 +29,7 @@ from archplace.report.plain import PlainTable
 
 def profile_command(
     out_dir: Annotated[Path, typer.Option(
-        "--out-dir", "-o", help="Directory of the tables: KERNEL_TAG.csv per kernel class and "
+        "-o", "--out-dir", help="Directory of the tables: KERNEL_TAG.csv per kernel class and "
                                 "kernel_tables.yaml (a hardware-YAML snippet naming them).")],
     quick: Annotated[bool, typer.Option(
         "--quick", help="The quick grid (64 GEMMs, 12 attention calls, 8 sizes of each other "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from pathlib import Path
 
@@ -203,6 +204,10 @@ def test_an_out_dir_that_is_a_file_is_refused_before_any_work(tmp_path: Path,
     status, _, err = run(["profile", "-o", str(tmp_path / "d"), "--device", "cpu"], capsys)
     assert status == 2 and "gemm_profiled.csv: is a directory" in err
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["gemm_profiled.csv"]
+    os.mkfifo(tmp_path / "d" / "copy_profiled.csv")  # never opened: refused from its status
+    status, _, err = run(["profile", "-o", str(tmp_path / "d"), "--device", "cpu", "--kernel", "copy"],
+                         capsys)
+    assert status == 2 and "copy_profiled.csv: is a FIFO" in err
 
 
 def test_cuda_without_cuda_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -228,8 +233,6 @@ def test_kernel_table_errors_are_one_line(smoke: ProfileResult, tmp_path: Path,
 
 def test_a_fifo_kernel_table_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "table.csv"
-    import os
-
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="is not a regular file"):
         table_gemm(fifo, 16, 16, 16)
