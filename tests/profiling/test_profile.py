@@ -57,6 +57,7 @@ def test_tables_load_as_measured_tables(smoke: ProfileResult, kernel: str) -> No
     for key in (*REQUIRED_KEYS, *PROFILED_KEYS):
         assert table.header[key], key
     assert table.header["source_repo"] == "local" and table.header["source_commit"] == "-"
+    assert table.header["timing"] == "kernel"
     assert table.header["made_by"] == smoke.made_by
     assert table.header["torch"].startswith("2.") and table.header["grid"] == "smoke"
     assert (table.latency_s > 0).all() and set(table.dtypes) == {"bf16"}
@@ -142,6 +143,18 @@ def test_budget_stops_cleanly_and_keeps_the_rows(tmp_path: Path) -> None:
     gemm = str((tmp_path / "t" / "gemm_profiled.csv").resolve())
     assert snippet["efficiency"]["kernel_tables"]["value"] == [gemm]
     assert snippet["efficiency"]["kernel_tables"]["source"].endswith(result.made_by)
+    fastest = float(read_table(gemm).latency_s.min())
+    assert snippet["efficiency"]["kernel_floor"]["value"] == f"{fastest * 1e6:.4g} us"
+
+
+def test_the_snippet_names_what_a_preset_reads(smoke: ProfileResult) -> None:
+    assert smoke.snippet is not None
+    text = Path(smoke.snippet).read_text()
+    named = yaml.safe_load(text)["efficiency"]["kernel_tables"]["value"]
+    assert [Path(p).name for p in named] == ["gemm_profiled.csv", "softmax_profiled.csv",
+                                             "layernorm_profiled.csv", "gelu_profiled.csv"]
+    assert ("# Not named here (a preset does not read them): attention_profiled.csv, "
+            "copy_profiled.csv.") in text
 
 
 def test_budget_before_the_first_shape_is_one_line(tmp_path: Path,

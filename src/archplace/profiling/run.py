@@ -35,6 +35,11 @@ _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: The file of the hardware-YAML snippet written beside the tables.
 SNIPPET = "kernel_tables.yaml"
 
+#: The kernel classes a hardware preset's ``efficiency.kernel_tables`` takes (GEMM tables and the
+#: softmax, layer-norm and GeLU bandwidth curves); the copy and attention tables are not named
+#: in the snippet.
+PRESET_KERNELS = ("gemm", "softmax", "layernorm", "gelu")
+
 
 @dataclass(frozen=True, slots=True)
 class ProfiledTable:
@@ -44,6 +49,7 @@ class ProfiledTable:
         kernel: its kernel class; path: its file; rows: points measured.
         best_rate: the highest rate over its rows, in ``rate_unit`` (FLOP/s for GEMMs and
             attention, bytes/s for the others: see :func:`rate`).
+        fastest_s: the shortest latency over its rows, seconds.
     """
 
     kernel: str
@@ -51,6 +57,7 @@ class ProfiledTable:
     rows: int
     best_rate: float
     rate_unit: str
+    fastest_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +276,7 @@ def header(kernel: str, *, device_name: str, preset: str, dtype: str, torch_vers
         "library": f"PyTorch {torch_version} {library}{' (cuBLAS)' if cuda and kernel == 'gemm' else ''}",
         "measured": (f"{kernel} on {device_name} by archplace profile (grid {the_grid.name}); median of "
                      f"{the_grid.repeats} timed calls after {the_grid.warmup} warm-up calls; {timer}"),
-        "units": units, "made_by": made_by,
+        "units": units, "made_by": made_by, "timing": "kernel",
         "device": device_name, "torch": torch_version, "cuda": cuda_version, "date": date,
         "grid": the_grid.name, "warmup": str(the_grid.warmup), "repeats": str(the_grid.repeats),
     }
@@ -324,6 +331,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
     for kernel in chosen:
         rows: list[Row] = []
         best = (0.0, "")
+        fastest = float("inf")
         kind = K.kernel_dtype(kernel, dtype)
         backend = K.attention_backend(torch) if kernel == "attention" else contextlib.nullcontext()
         with backend:  # one SDPA backend for every attention row
@@ -341,6 +349,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
                 else:
                     rows.append(row_of(kernel, point, kind, latency))
                     best = max(best, rate(kernel, point, kind, latency))
+                    fastest = min(fastest, latency)
                     measured += 1
                 finally:
                     del call  # the operands go before the next point's are made
@@ -354,7 +363,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
                           torch_version=torch.__version__, cuda_version=torch.version.cuda or "-",
                           date=date, made_by=made_by, the_grid=the_grid, cuda=cuda)
             write_text_output(paths[kernel], "out_dir", table_text(kernel, head, rows))
-            tables.append(ProfiledTable(kernel, os.fspath(paths[kernel]), len(rows), *best))
+            tables.append(ProfiledTable(kernel, os.fspath(paths[kernel]), len(rows), *best, fastest))
         if stopped:
             break
     snippet = None
@@ -366,13 +375,27 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
 
 
 def snippet_text(tables: Sequence[ProfiledTable], device_name: str, date: str, made_by: str) -> str:
-    """A hardware-YAML fragment whose ``efficiency.kernel_tables`` names the tables (absolute
-    paths), to paste into a copy of the device's hardware preset."""
+    """A hardware-YAML fragment to paste into a copy of the device's hardware preset:
+    ``efficiency.kernel_tables`` names the tables of :data:`PRESET_KERNELS` (absolute paths),
+    and ``efficiency.kernel_floor`` is the fastest GEMM measured (the smallest GEMM of the grid:
+    a kernel doing almost no work, whose time is the launch-to-completion floor), when GEMMs
+    were measured."""
     import yaml
 
     source = " ".join(f"measured on {device_name} by archplace profile, {date}: {made_by}".split())
-    entry = {"efficiency": {"kernel_tables": {
-        "value": [os.fspath(Path(t.path).resolve()) for t in tables], "source": source}}}
-    return ("# Kernel tables measured by archplace profile. Paste the efficiency.kernel_tables\n"
-            "# entry into a copy of this device's hardware preset (archplace hardware lists them).\n"
-            + yaml.safe_dump(entry, sort_keys=False, width=1 << 20, allow_unicode=True))
+    named = [t for t in tables if t.kernel in PRESET_KERNELS]
+    efficiency: dict[str, Any] = {}
+    if named:
+        efficiency["kernel_tables"] = {"value": [os.fspath(Path(t.path).resolve()) for t in named],
+                                       "source": source}
+    gemm = next((t for t in tables if t.kernel == "gemm"), None)
+    if gemm is not None:
+        efficiency["kernel_floor"] = {
+            "value": f"{gemm.fastest_s * 1e6:.4g} us",
+            "source": f"the fastest GEMM of {Path(gemm.path).name} (the grid's smallest shapes), {source}"}
+    others = ", ".join(Path(t.path).name for t in tables if t.kernel not in PRESET_KERNELS)
+    note = f"# Not named here (a preset does not read them): {others}.\n" if others else ""
+    body = yaml.safe_dump({"efficiency": efficiency}, sort_keys=False, width=1 << 20, allow_unicode=True)
+    return ("# Kernel tables measured by archplace profile: paste the entries under efficiency into\n"
+            "# a copy of this device's hardware preset (archplace hardware lists them).\n"
+            + note + (body if efficiency else ""))
