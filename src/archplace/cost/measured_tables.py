@@ -11,9 +11,7 @@ schema of its ``kernel``:
   ``[batch, m, k] x [batch, k, n]`` (sizes in elements) took ``latency_s`` seconds in all;
 * ``softmax`` and ``layernorm``: ``label,rows,cols,dtype,latency_s`` -- the op over the last
   dimension (``cols``) of a ``rows x cols`` tensor;
-* ``gelu``: ``label,elements,dtype,latency_s``;
-* ``copy``: ``label,bytes,dtype,latency_s`` -- a device-to-device copy of ``bytes`` bytes (each
-  read once and written once; ``archplace profile`` writes these).
+* ``gelu``: ``label,elements,dtype,latency_s``.
 
 Every latency is in SI seconds.  The model does not read these tables yet; the benchmark
 ``benchmarks/bench_kernel_tables.py`` compares its predictions with every row.
@@ -43,7 +41,7 @@ SIZE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "softmax": ("rows", "cols"),
     "layernorm": ("rows", "cols"),
     "gelu": ("elements",),
-    "copy": ("bytes",),
+    "copy": ("bytes",),  # a device-to-device copy of ``bytes`` (archplace profile writes these)
 })
 
 #: Header keys every table must carry.
