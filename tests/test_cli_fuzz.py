@@ -34,8 +34,9 @@ FUZZ_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_EXAMPLES", "300"))
 SLOW_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_SLOW_EXAMPLES", "1500"))
 # Options always given (drawn like the others): a search runs on the 2-design space (in this
 # process in the default run), and a schedule has a time limit of at most 2 s when valid, so that
-# every case stays short; the default run also gives estimate a model and hardware.
-ALWAYS = {("search",): {"--space"}, ("schedule",): {"--time-limit"}}
+# every case stays short (and profile times the smoke grid); the default run also gives estimate
+# a model and hardware.
+ALWAYS = {("search",): {"--space"}, ("schedule",): {"--time-limit"}, ("profile",): {"--grid"}}
 FAST_ALWAYS = {("search",): {"--jobs"}, ("estimate",): {"--model", "--hardware"}}
 
 @pytest.fixture(scope="module")
@@ -160,6 +161,17 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--gantt": _output(files, [".png", ".pdf"]),
         "--report": _output(files, [".html"]),
         "--dump-problem": _output(files, [".json"]),
+        # profile: only the smoke grid is valid here (ALWAYS gives --grid), so a case stays short
+        "--out-dir": _output(files, ["-tables"]),
+        "--grid": _words(["smoke"]),
+        "--device": _words(["cpu", "cuda", "cuda:0", "cuda:x"]),
+        "--dtype": _words(["bf16", "fp16", "fp32", "fp8"]),
+        "--max-seconds": _floats(["0.5", "5"]),
+        "--kernel": _words(["gemm", "attention", "softmax", "layernorm", "gelu", "copy"]),
+        "--tag": _words(["profiled", "h100", "../up"]),
+        "--preset": _words(["-", "h100-80gb"]),
+        "--kernel-table": _input_file(files, [], ["gemm_h100_xla", "gemm_a100_llmcompass",
+                                                  "gelu_a100_llmcompass"]),
     }
 
 

@@ -12,14 +12,16 @@ The public API is what this package exports (``__all__``)::
 
 * functions: :func:`plan`, :func:`evaluate`, :func:`search`, :func:`schedule`,
   :func:`estimate`, :func:`graph`, :func:`models`, :func:`hardware`, :func:`results`,
-  :func:`report` (the HTML report of a result store);
+  :func:`report` (the HTML report of a result store), :func:`profile` (time kernels on this
+  machine's GPU and write kernel tables);
 * the specs (frozen, self-validating, ``to_dict()`` / ``from_dict()``): :class:`ModelSpec`,
   :class:`HardwareSpec`, :class:`ClusterSpec`, :class:`PlanSpace`, :class:`Plan`, the run files
   :class:`PlanRun` (``archplace plan --config``), :class:`EvaluateRun` (``archplace evaluate
   --plan``) and :class:`SearchSpec` (``archplace search --config``);
 * result classes (each with ``to_dict()`` / ``from_dict()``): :class:`PlanReport`,
   :class:`PlanResult`, :class:`SearchResult`, :class:`DesignResult`, :class:`StoredResult`,
-  :class:`ScheduleResult`, :class:`ModelEstimate`; :class:`Tick` (a search's progress);
+  :class:`ScheduleResult`, :class:`ModelEstimate`, :class:`ProfileResult`; :class:`Tick` (a
+  search's progress);
 * errors: :class:`ArchplaceError` and its kinds;
 * ``__version__``.
 
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentatio
     from archplace.cost.estimate import ModelEstimate
     from archplace.placement.ranked import PlanReport
     from archplace.placement.result import PlanResult
+    from archplace.profiling import ProfileResult, profile
     from archplace.schedule.base import ScheduleResult
     from archplace.search.evaluate import DesignResult
     from archplace.search.request import SearchResult
@@ -73,9 +76,9 @@ __all__ = [
     "ArchplaceError", "ClusterSpec", "ConfigError", "DesignResult", "EvaluateRun", "ExtractionError",
     "HardwareSpec", "InfeasibleError", "InternalError", "MissingSectionError", "ModelEstimate",
     "ModelSpec", "OutOfMemoryError", "Plan", "PlanReport", "PlanResult", "PlanRun", "PlanSpace",
-    "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
-    "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "report", "results",
-    "schedule", "search",
+    "ProfileResult", "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
+    "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "profile", "report",
+    "results", "schedule", "search",
 ]
 
 # name -> (module, attribute): loaded on first access (PEP 562)
@@ -89,6 +92,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "hardware": ("archplace.api", "hardware"),
     "results": ("archplace.api", "results"),
     "report": ("archplace.api", "report"),
+    "profile": ("archplace.profiling", "profile"),
+    "ProfileResult": ("archplace.profiling", "ProfileResult"),
     "ModelSpec": ("archplace.specs", "ModelSpec"),
     "HardwareSpec": ("archplace.specs", "HardwareSpec"),
     "ClusterSpec": ("archplace.specs", "ClusterSpec"),

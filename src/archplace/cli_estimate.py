@@ -7,6 +7,7 @@
                               [--array-timing overlapped|scalesim] [--cores P] [--clock F]
                               [--buffer SIZE] [--hbm-bandwidth BW] [--json]
     archplace estimate matmul --m M --k K --n N --hardware H [--batch B] [--json]
+    ... [--kernel-table FILE|NAME]   (also: the latency from a kernel table, beside the model's)
 
 The figures and formulas are those of :mod:`archplace.cost.estimate`.
 """
@@ -33,6 +34,7 @@ from archplace.cost.estimate import EFFICIENCY_NOTES
 from archplace.errors import ConfigError
 from archplace.hardware._config import check_plausible
 from archplace.limits import MAX_ARRAY_DIM
+from archplace.profiling.tables import TableGemm, table_gemm
 from archplace.report.estimate_tables import figures_table, model_table, ops_table
 from archplace.schemas import stamp
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
@@ -112,19 +114,25 @@ def matmul(
     hbm_bandwidth: Annotated[str | None, typer.Option(
         "--hbm-bandwidth", help="HBM bandwidth, e.g. '1.2 TB/s' [unbounded].")] = None,
     bytes_per_element: Annotated[int, typer.Option("--bytes-per-element", help="Operand width.")] = 2,
+    kernel_table: Annotated[str | None, typer.Option(
+        "--kernel-table", help="Also the latency from a kernel table: a file (archplace profile's "
+                               "gemm table) or a shipped table's name, e.g. gemm_h100_xla.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Compute cycles, HBM bytes and latency of one matmul on systolic arrays (or, with
-    --hardware, its latency and achieved TFLOP/s on a preset)."""
+    --hardware, its latency and achieved TFLOP/s on a preset; with --kernel-table, beside the
+    latency a kernel table gives)."""
+    looked_up = None if kernel_table is None else table_gemm(kernel_table, m, k, n, batch=batch)
     if hardware is not None:
         if array is not None:
             raise ConfigError("estimate matmul: give --array or --hardware, not both")
         on_preset = estimate_preset_matmul(hardware, m, k, n, batch=batch).to_dict()
         if as_json:
-            typer.echo(json.dumps(stamp("estimate-matmul", on_preset)))
+            typer.echo(json.dumps(stamp("estimate-matmul", _with_table(on_preset, looked_up))))
             return
         _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {hardware}", on_preset,
                        EFFICIENCY_NOTES[on_preset["efficiency_model"]])
+        _print_table(looked_up, on_preset)
         return
     if array is None:
         raise ConfigError("estimate matmul needs --array ROWSxCOLS or --hardware PRESET")
@@ -145,9 +153,27 @@ def matmul(
             check_plausible(field, value, option)
     data = result.to_dict()
     if as_json:
-        typer.echo(json.dumps(stamp("estimate-matmul", data)))
+        typer.echo(json.dumps(stamp("estimate-matmul", _with_table(data, looked_up))))
         return
     _print_figures(f"[{batch}x] {m}x{k} @ {k}x{n} on {cores} x {rows}x{cols} ({dataflow.lower()})", data)
+    _print_table(looked_up, data)
+
+
+def _with_table(data: dict[str, object], looked_up: TableGemm | None) -> dict[str, object]:
+    return data if looked_up is None else {**data, "kernel_table": looked_up.to_dict()}
+
+
+def _print_table(looked_up: TableGemm | None, model: dict[str, object]) -> None:
+    """The kernel table's figures, and the model's latency over the table's."""
+    if looked_up is None:
+        return
+    figures: dict[str, object] = {**looked_up.to_dict()}
+    model_latency = model["latency_s"]
+    if isinstance(model_latency, float):
+        figures["model_over_table"] = model_latency / looked_up.latency_s
+    caption = ("a row of the table" if looked_up.at_table_point
+               else "not a row of the table: the table's interpolation")
+    _print_figures(f"from kernel table {looked_up.table} ({looked_up.gpu})", figures, caption)
 
 
 def _print_figures(title: str, data: dict[str, object], caption: str | None = None) -> None:

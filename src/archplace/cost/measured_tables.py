@@ -41,6 +41,7 @@ SIZE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "softmax": ("rows", "cols"),
     "layernorm": ("rows", "cols"),
     "gelu": ("elements",),
+    "copy": ("bytes",),  # a device-to-device copy of ``bytes`` (archplace profile writes these)
 })
 
 #: Header keys every table must carry.
