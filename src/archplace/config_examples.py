@@ -29,6 +29,7 @@ expert_load_imbalance: 1.0  # MoE models: busiest EP rank's tokens over the mean
 # --- the chip and its links
 hardware: a100-80gb       # a hardware preset (archplace hardware) or a hardware YAML file
 cluster: null             # preset or YAML whose cluster links are used; null: the hardware's own
+attention_kernel: null    # measured attention kernel: flash2 | flash3 | cudnn | triton-flash1; null: the chip's own
 
 # --- the cluster and one training iteration
 devices: 64               # accelerators

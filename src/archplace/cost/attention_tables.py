@@ -256,7 +256,7 @@ def table_for(family: str, preset: str) -> AttentionTable:
     if name is None:
         known = families(preset)
         choices = ", ".join(known) if known else "none (no attention table is shipped for it)"
-        raise ConfigError(f"attention kernel {family!r}: no measured table for {preset}; "
+        raise ConfigError(f"attention kernel family {family!r} has no measured table for {preset}; "
                           f"families for {preset}: {choices}")
     return load_attention_table(name)
 
@@ -344,7 +344,9 @@ def kernel_time_s(op: Operator, kernel: str) -> float:
     length ``op.m``, key length ``op.n``, head dim ``op.k``, causal mask ``op.causal``) over the
     table's rate at sequence ``op.m`` (the kernel's query length: the sequence without context
     parallelism, the rank's share with it; assumption), head dim ``op.k``, the operator's mask
-    and direction.  0 for an empty operator.
+    and direction.  A causal operator that computes every score block (``skip_masked_blocks``
+    False: SDPA with an explicit mask) is looked up and counted as a non-causal one.  0 for an
+    empty operator.
 
     With a head dim of V different from ``op.k`` (multi-head latent attention) the convention's
     FLOP are scaled by ``attention_flop(op)`` over its value at d_v = d, so the table's rate
@@ -361,12 +363,26 @@ def kernel_time_s(op: Operator, kernel: str) -> float:
     if name is None:
         table_for(family, preset)  # raises, naming the families of the preset
     backward = is_backward(op)
-    flop = convention_flop(op.batch, op.m, op.n, op.k, op.causal, backward)
+    masked = bool(op.causal and op.skip_masked_blocks)  # SDPA with an explicit mask computes every block
+    flop = convention_flop(op.batch, op.m, op.n, op.k, masked, backward)
     if op.v_dim and op.v_dim != op.k:
         flop *= (op.k + op.v_dim) / (2.0 * op.k) if not backward else (3 * op.k + 2 * op.v_dim) / (5.0 * op.k)
-    return flop / _kernel_rate(str(name), op.m, op.k, bool(op.causal), backward)
+    return flop / _kernel_rate(str(name), op.m, op.k, masked, backward)
+
+
+def kernel_key(family: str, chip: str, current: str | None) -> str:
+    """The ``attention_kernel`` (``FAMILY/PRESET``) of a chip when the user picks ``family``: the
+    preset of the chip's current table (``current``), else the chip's own name ``chip``.
+
+    Raises:
+        ConfigError: no model table of ``family`` for that preset; the message names the
+            families that exist for it.
+    """
+    preset = current.partition("/")[2] if current else chip
+    table_for(family, preset)
+    return f"{family}/{preset}"
 
 
 __all__ = ["COLUMNS", "DIRECTIONS", "PREFIX", "USES", "AttentionTable", "attention_table_names",
-           "attention_throughput_flop_per_s", "convention_flop", "families", "kernel_time_s", "load_attention_table",
+           "attention_throughput_flop_per_s", "convention_flop", "families", "kernel_key", "kernel_time_s", "load_attention_table",
            "model_tables", "read_attention_table", "table_for"]
