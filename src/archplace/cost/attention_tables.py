@@ -268,6 +268,9 @@ def _along_seq(seq: NDArray[np.float64], rate: NDArray[np.float64], s: float) ->
     if s <= seq[0]:
         slope = math.log(rate[1] / rate[0]) / math.log(seq[1] / seq[0])
         return float(rate[0]) * (s / float(seq[0])) ** min(1.0, max(0.0, slope))
+    exact = np.flatnonzero(seq == s)
+    if exact.size:  # a table point: its own number, without the round trip through logs
+        return float(rate[exact[0]])
     return float(np.exp(np.interp(math.log(s), np.log(seq), np.log(rate))))
 
 
@@ -280,6 +283,8 @@ def _rate(table: AttentionTable, mask: NDArray[np.bool_], s: float, d: float) ->
         order = np.argsort(table.seq_len[rows])
         return _along_seq(table.seq_len[rows][order].astype(np.float64), table.flop_per_s[rows][order], s)
 
+    if d in dims:
+        return at(int(d))
     if d <= dims[0]:
         return at(int(dims[0]))
     if d >= dims[-1]:
