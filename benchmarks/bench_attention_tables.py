@@ -98,7 +98,8 @@ def report(name: str, per_row: bool) -> None:
             shown = "-" if by_table is None else f"{by_table / 1e12:9.1f}"
             print(f"   {s:>6} {d:>4} {int(causal):>6} {direction:>7}  {measured / 1e12:9.1f}  "
                   f"{by_fraction / 1e12:9.1f} {_pct(e_frac):>7}  {shown:>9} {_pct(e_table):>7}")
-    for label, errors in (("fraction", frac_err), ("table" + ("" if reference else " (leave-one-out)"), table_err)):
+    table_label = "table" + ("" if reference else " (leave-one-out)")
+    for label, errors in (("fraction", frac_err), (table_label, table_err)):
         if errors:
             absolute = [abs(e) for e in errors]
             print(f"   {label}: n={len(errors)}  mean {_pct(statistics.fmean(errors))}  "

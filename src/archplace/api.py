@@ -239,7 +239,8 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
                  rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware, attention_kernel=attention_kernel), cluster, fixed))
+    chip = HardwareSpec(hardware, attention_kernel=attention_kernel)
+    return evaluate_run(EvaluateRun(spec, chip, cluster, fixed))
 
 
 def evaluate_run(run: EvaluateRun) -> PlanResult:

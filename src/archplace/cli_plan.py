@@ -143,7 +143,8 @@ def register(app: typer.Typer) -> None:
         else:
             run = cli_runs.plan_run(ctx, config, dict(
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
-                attention_kernel=attention_kernel, capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+                attention_kernel=attention_kernel, capacity_factor=capacity_factor,
+                expert_load_imbalance=expert_load_imbalance,
                 rank_order=rank_order, hardware=hardware, devices=devices, global_batch=global_batch,
                 tp=tp, cp=cp, ep=ep, etp=etp,
                 micro_batch=micro_batch,

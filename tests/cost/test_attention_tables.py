@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import run
 
 from archplace import app
 from archplace.cost import attention_tables as at
@@ -18,6 +17,7 @@ from archplace.errors import ConfigError
 from archplace.hardware.presets import load_accelerator
 from archplace.specs import HardwareSpec
 from archplace.workload.graph import Operator, OpKind, Phase
+from cli_helpers import run
 
 NAMES = at.attention_table_names()
 A100 = load_accelerator("a100-80gb")
@@ -26,7 +26,8 @@ H100 = load_accelerator("h100-80gb")
 
 def attention(*, s: int = 2048, d: int = 128, heads: int = 64, causal: bool = True,
               backward: bool = False, skip: bool = True) -> Operator:
-    return Operator(id=0, name="attn", target="archplace.attention_backward" if backward else "archplace.attention",
+    target = "archplace.attention_backward" if backward else "archplace.attention"
+    return Operator(id=0, name="attn", target=target,
                     kind=OpKind.ATTENTION, phase=Phase.BWD if backward else Phase.FWD, batch=heads, m=s, k=d,
                     n=s, elements=heads * s * d, flop=0.0, bytes_read=0.0, bytes_written=0.0, causal=causal,
                     skip_masked_blocks=skip, dtype_bytes=2)
@@ -50,7 +51,8 @@ def test_published_values_survive_the_reading() -> None:
     pr = at.load_attention_table("attention_flash3_h100_pytorch-benchmark")  # the commit's 620.73
     assert pr.flop_per_s[-1] == pytest.approx(620.73e12) and pr.use == "check"
     assert set(at.model_tables()) == {("flash2", "a100-80gb"), ("triton-flash1", "a100-80gb"),
-                                      ("flash2", "h100-80gb"), ("flash3", "h100-80gb"), ("cudnn", "h100-80gb")}
+                                      ("flash2", "h100-80gb"), ("flash3", "h100-80gb"),
+                                      ("cudnn", "h100-80gb")}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -59,10 +61,12 @@ def test_lookup_is_exact_at_every_table_point(name: str) -> None:
     for i in range(len(table)):
         direction = table.directions[i]
         for backward in ((False, True) if direction == "fwd+bwd" else (direction == "bwd",)):
-            own = (np.array(table.directions) == ("bwd" if backward else "fwd")) & (table.causal == table.causal[i])
+            same_mask = table.causal == table.causal[i]
+            own = (np.array(table.directions) == ("bwd" if backward else "fwd")) & same_mask
             if direction == "fwd+bwd" and own.any():
                 continue  # a direction's own rows answer first
-            got = at.attention_throughput_flop_per_s(table, seq_len=int(table.seq_len[i]), head_dim=int(table.head_dim[i]),
+            got = at.attention_throughput_flop_per_s(table, seq_len=int(table.seq_len[i]),
+                                                     head_dim=int(table.head_dim[i]),
                                                      causal=bool(table.causal[i]), backward=backward)
             assert got == pytest.approx(table.flop_per_s[i], rel=1e-12)
 
@@ -71,7 +75,8 @@ def test_interpolation_and_clamping_by_hand() -> None:
     table = at.table_for("flash2", "a100-80gb")  # causal, d 64: 88 @ 512, 119 @ 1k, 171 @ 16k
 
     def rate(s: int, d: int = 64) -> float:
-        return at.attention_throughput_flop_per_s(table, seq_len=s, head_dim=d, causal=True, backward=False) / 1e12
+        rate = at.attention_throughput_flop_per_s(table, seq_len=s, head_dim=d, causal=True, backward=False)
+        return rate / 1e12
 
     assert rate(724) == pytest.approx(88 * (119 / 88) ** (math.log(724 / 512) / math.log(2)), rel=1e-12)
     assert rate(1 << 20) == 171  # flat above the longest sequence
@@ -146,7 +151,8 @@ def test_a_malformed_table_is_one_config_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["evaluate", "plan"])
-def test_cli_refuses_a_family_without_a_table_in_one_line(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_refuses_a_family_without_a_table_in_one_line(command: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     fixed = ["--tp", "1", "--pp", "1", "--dp", "8", "--micro-batch", "1"] if command == "evaluate" else []
     status, out, err = run([command, "--model", "llama2-7b", "--hardware", "a100-80gb", "--devices", "8",
                             "--global-batch", "8", *fixed, "--attention-kernel", "flash3"], capsys)

@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -127,7 +128,8 @@ def _int(path: Path, row: int, column: str, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"attention table {path}: row {row}: {column} {text!r} is not a whole number") from None
+        raise ConfigError(f"attention table {path}: row {row}: {column} {text!r} "
+                          "is not a whole number") from None
     if value < 1:
         raise ConfigError(f"attention table {path}: row {row}: {column} {value} is not positive")
     return value
@@ -162,12 +164,14 @@ def read_attention_table(path: Path | str) -> AttentionTable:
     labels, causal, directions, dtypes, rates = [], [], [], [], []
     for number, fields in enumerate(rows[1:], 1):
         if len(fields) != len(COLUMNS):
-            raise ConfigError(f"attention table {path}: row {number} has {len(fields)} fields, not {len(COLUMNS)}")
+            raise ConfigError(f"attention table {path}: row {number} has {len(fields)} fields, "
+                              f"not {len(COLUMNS)}")
         record = dict(zip(COLUMNS, (f.strip() for f in fields), strict=True))
         for column in ints:
             ints[column].append(_int(path, number, column, record[column]))
         if record["causal"] not in ("0", "1"):
-            raise ConfigError(f"attention table {path}: row {number}: causal {record['causal']!r} is not 0 or 1")
+            raise ConfigError(f"attention table {path}: row {number}: causal {record['causal']!r} "
+                              "is not 0 or 1")
         if record["direction"] not in DIRECTIONS:
             raise ConfigError(f"attention table {path}: row {number}: direction {record['direction']!r}; "
                               f"choose from: {', '.join(DIRECTIONS)}")
@@ -184,8 +188,8 @@ def read_attention_table(path: Path | str) -> AttentionTable:
         dtypes.append(record["dtype"])
         rates.append(rate * _TERA)
 
-    def frozen(values: list[int] | list[bool] | list[float], dtype: type) -> NDArray:  # type: ignore[type-arg]
-        array = np.array(values, dtype=dtype)
+    def frozen(values: list[int] | list[bool] | list[float], dtype: type) -> NDArray[Any]:
+        array: NDArray[Any] = np.array(values, dtype=dtype)
         array.flags.writeable = False
         return array
 
@@ -320,7 +324,8 @@ def attention_throughput_flop_per_s(table: AttentionTable, *, seq_len: int, head
     if combined.any():
         return _rate(table, combined, seq_len, head_dim)
     other_dir = "fwd" if backward else "bwd"
-    mirror, with_mask, without = rows(not causal, direction), rows(causal, other_dir), rows(not causal, other_dir)
+    mirror, with_mask = rows(not causal, direction), rows(causal, other_dir)
+    without = rows(not causal, other_dir)
     if mirror.any() and with_mask.any() and without.any():
         ratio = _rate(table, with_mask, seq_len, head_dim) / _rate(table, without, seq_len, head_dim)
         return _rate(table, mirror, seq_len, head_dim) * ratio
@@ -389,5 +394,5 @@ def kernel_key(family: str, chip: str, current: str | None) -> str:
 
 
 __all__ = ["COLUMNS", "DIRECTIONS", "PREFIX", "USES", "AttentionTable", "attention_table_names",
-           "attention_throughput_flop_per_s", "convention_flop", "families", "kernel_key", "kernel_time_s", "load_attention_table",
-           "model_tables", "read_attention_table", "table_for"]
+           "attention_throughput_flop_per_s", "convention_flop", "families", "kernel_key", "kernel_time_s",
+           "load_attention_table", "model_tables", "read_attention_table", "table_for"]
