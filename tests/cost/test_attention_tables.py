@@ -143,7 +143,8 @@ def test_a_malformed_table_is_one_config_error(tmp_path: Path) -> None:
     for bad, match in ((good.replace("# use: model", "# use: maybe"), "use 'maybe'"),
                        (good.replace(",fwd+bwd,", ",sideways,", 1), "direction 'sideways'"),
                        (good.replace("fp16,132", "fp16,-1", 1), "not positive"),
-                       (good.replace("# family: flash2\n", ""), "header lacks family")):
+                       (good.replace("# family: flash2\n", ""), "header lacks family"),
+                       (good + good.splitlines()[-1] + "\n", "repeats seq_len")):
         path = tmp_path / "attention_x.csv"
         path.write_text(bad, encoding="utf-8")
         with pytest.raises(ConfigError, match=match):

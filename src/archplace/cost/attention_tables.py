@@ -34,7 +34,8 @@ halved under a causal mask, 2.5x backward, 3.5x forward + backward.  Every sourc
    Below the shortest, the first segment's power law continues, its exponent clamped to [0, 1]:
    the rate falls as the sequence shortens (fewer score blocks per query block to hide the
    per-block prologue and epilogue, Dao 2023 sec. 3.2), but not faster than the work, so a
-   shorter sequence never takes longer per head than the shortest measured one.
+   shorter sequence never takes longer per head than the shortest measured one (with a single
+   measured sequence, exponent 1).
 
 All rates are returned in FLOP/s (SI).
 """
@@ -143,8 +144,8 @@ def read_attention_table(path: Path | str) -> AttentionTable:
             :data:`~archplace.cost.measured_tables.REQUIRED_KEYS`, ``family`` and ``use``);
             ``kernel`` other than ``attention``; an unknown ``use``; a column line other than
             :data:`COLUMNS`; a row with a wrong field count, a size that is not a positive whole
-            number, ``causal`` not 0/1, an unknown direction or a rate that is not positive and
-            finite; no rows.  One line naming the file.
+            number, ``causal`` not 0/1, an unknown direction, a rate that is not positive and
+            finite, or a repeated (seq_len, head_dim, causal, direction); no rows.  One line naming the file.
     """
     path = Path(path)
     header, body = _split(path)
@@ -162,6 +163,7 @@ def read_attention_table(path: Path | str) -> AttentionTable:
         raise ConfigError(f"attention table {path}: no rows")
     ints: dict[str, list[int]] = {c: [] for c in ("batch", "heads", "seq_len", "head_dim")}
     labels, causal, directions, dtypes, rates = [], [], [], [], []
+    seen: dict[tuple[int, int, str, str], int] = {}
     for number, fields in enumerate(rows[1:], 1):
         if len(fields) != len(COLUMNS):
             raise ConfigError(f"attention table {path}: row {number} has {len(fields)} fields, "
@@ -182,6 +184,11 @@ def read_attention_table(path: Path | str) -> AttentionTable:
         if not (math.isfinite(rate) and rate > 0):
             raise ConfigError(f"attention table {path}: row {number}: tflop_per_s {record['tflop_per_s']!r} "
                               "is not positive and finite")
+        key = (ints["seq_len"][-1], ints["head_dim"][-1], record["causal"], record["direction"])
+        if key in seen:
+            raise ConfigError(f"attention table {path}: row {number} repeats seq_len, head_dim, causal "
+                              f"and direction of row {seen[key]}")
+        seen[key] = number
         labels.append(record["label"])
         causal.append(record["causal"] == "1")
         directions.append(record["direction"])
