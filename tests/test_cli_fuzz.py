@@ -146,6 +146,7 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--dataflow": _words(["ws", "os"]),
         "--array-timing": _words(["overlapped", "scalesim", "fast"]),
         "--attention": _words(["eager", "sdpa", "flash"]),
+        "--attention-kernel": _words(["flash2", "flash3", "cudnn", "triton-flash1", "nope"]),
         "--kernels": _words(["fused", "unfused"]),
         "--capacity-factor": _floats(["1", "1.0", "1.25", "2"]),
         "--expert-load-imbalance": _floats(["1", "1.5"]),

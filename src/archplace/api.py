@@ -137,7 +137,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None,
          cps: Iterable[int] | None = None, eps: Iterable[int] | None = None,
          rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
-         expert_load_imbalance: float = 1.0, etps: Iterable[int] | None = None) -> list[PlanResult]:
+         expert_load_imbalance: float = 1.0, etps: Iterable[int] | None = None,
+         attention_kernel: str | None = None) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -161,9 +162,14 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     ``rank_order``: how the parallel groups are laid over the ranks, ``tp-cp-ep-pp-dp`` (the
     default) or ``tp-cp-ep-dp-pp`` (Megatron-Core's); recorded in every plan.
     ``capacity_factor`` and ``expert_load_imbalance``: as in :func:`graph`.
+    ``attention_kernel``: the fused-attention kernel family whose measured per-shape table costs
+    the attention operators (``flash2``, ``flash3``, ``cudnn``, ``triton-flash1``, where the
+    chip has one: :mod:`archplace.cost.attention_tables`); None: the chip's own (flash2 on
+    a100-80gb and h100-80gb).
 
     Raises:
-        ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
+        ConfigError: unknown model / preset / option, an attention kernel with no table for the
+            chip (the families it has named), sizes out of range (:mod:`archplace.limits`:
             devices, TP, CP and EP degrees and expert-TP widths 1..2**20, global batch 1..2**30,
             micro-batches 1..2**20, top_k 1..1,000, ...), a chain too long or a plan space too large to search
             (:mod:`archplace.placement.budget`), fp8 on a chip without FP8 tensor cores.
@@ -181,7 +187,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                   capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance),
-        HardwareSpec(hardware), ClusterSpec(devices, global_batch), space))
+        HardwareSpec(hardware, attention_kernel=attention_kernel), ClusterSpec(devices, global_batch), space))
 
 
 def plan_run(run: PlanRun) -> list[PlanResult]:
@@ -202,12 +208,14 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
              grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
              kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16", cp: int = 1,
              ep: int = 1, rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
-             expert_load_imbalance: float = 1.0, etp: int = 1) -> PlanResult:
+             expert_load_imbalance: float = 1.0, etp: int = 1,
+             attention_kernel: str | None = None) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
-    ``etp`` the context- and expert-parallel degrees and the expert-TP width, as in :func:`plan`).
+    ``etp`` the context- and expert-parallel degrees and the expert-TP width, and
+    ``attention_kernel``, as in :func:`plan`).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -231,7 +239,8 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
                  rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
+    chip = HardwareSpec(hardware, attention_kernel=attention_kernel)
+    return evaluate_run(EvaluateRun(spec, chip, cluster, fixed))
 
 
 def evaluate_run(run: EvaluateRun) -> PlanResult:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from archplace import limits
+from archplace.cost.attention_tables import kernel_key, model_tables
 from archplace.cost.estimate import ModelEstimate, PresetMatmul, estimate_layers, preset_matmul
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError, MissingSectionError
@@ -71,12 +73,28 @@ def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.Model
 
 
 def accelerator(hardware: HardwareSpec) -> Accelerator:
-    """The chip of ``hardware``.
+    """The chip of ``hardware``, with its efficiency's attention kernel replaced by
+    ``hardware.attention_kernel`` when one is given (the one place the choice is applied).
 
     Raises:
-        ConfigError: an unknown preset or a bad hardware file.
+        ConfigError: an unknown preset or a bad hardware file; an attention kernel for a chip
+            without an efficiency section, or a family with no table for the chip (the families
+            that exist for it named).
     """
-    return load_accelerator(hardware.hardware)
+    acc = load_accelerator(hardware.hardware)
+    family = hardware.attention_kernel
+    if family is None:
+        return acc
+    if acc.efficiency is None:
+        raise ConfigError(f"attention_kernel {family!r}: {acc.name} has no efficiency section, so its "
+                          "attention runs on the cycle model; measured kernels apply to known chips "
+                          f"({', '.join(sorted({p for _, p in model_tables()}))})",
+                          fields=("attention_kernel",))
+    try:
+        key = kernel_key(family, acc.name, acc.efficiency.attention_kernel)
+    except ConfigError as exc:
+        raise ConfigError(f"attention_kernel: {exc}", fields=("attention_kernel",)) from None
+    return replace(acc, efficiency=replace(acc.efficiency, attention_kernel=key))
 
 
 def cluster(hardware: HardwareSpec, devices: int) -> Cluster:

@@ -20,6 +20,11 @@ AttentionOption = Annotated[str, typer.Option(
     help="Attention as it is run: flash (FlashAttention-2), sdpa (fused, every score block "
          "computed, as with an explicit mask) "
          "or eager (HF's explicit scores and softmax).")]
+AttentionKernelOption = Annotated[str | None, typer.Option(
+    "--attention-kernel", metavar="FAMILY",
+    help="Measured fused-attention kernel whose per-shape table costs attention on a known chip: "
+         "flash2, flash3, cudnn or triton-flash1, where a table exists for the chip [the chip's own: "
+         "flash2 on a100-80gb and h100-80gb].")]
 KernelsOption = Annotated[str, typer.Option(
     "--kernels", metavar="fused|unfused",
     help="Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, "

@@ -10,6 +10,7 @@ import typer
 
 from archplace import api, cli_runs
 from archplace.cli_options import (
+    AttentionKernelOption,
     AttentionOption,
     CapacityFactorOption,
     CpOption,
@@ -93,6 +94,7 @@ def register(app: typer.Typer) -> None:
         top: Annotated[int, typer.Option(help="Plans to show.")] = 5,
         fuse: Fuse = False,
         attention: AttentionOption = "flash",
+        attention_kernel: AttentionKernelOption = None,
         kernels: KernelsOption = "fused",
         capacity_factor: CapacityFactorOption = 1.0,
         expert_load_imbalance: LoadImbalanceOption = 1.0,
@@ -112,7 +114,8 @@ def register(app: typer.Typer) -> None:
             check_output(report, "--report")  # before the work; written by write_plan_report
         if layer_graph is not None:
             given = [f"--{name.replace('_', '-')}" for name in (
-                "fuse", "attention", "kernels", "precision", "cp", "ep", "etp", "capacity_factor",
+                "fuse", "attention", "attention_kernel", "kernels", "precision", "cp", "ep", "etp",
+                "capacity_factor",
                 "expert_load_imbalance")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
             if given:
@@ -140,7 +143,8 @@ def register(app: typer.Typer) -> None:
         else:
             run = cli_runs.plan_run(ctx, config, dict(
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
-                capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+                attention_kernel=attention_kernel, capacity_factor=capacity_factor,
+                expert_load_imbalance=expert_load_imbalance,
                 rank_order=rank_order, hardware=hardware, devices=devices, global_batch=global_batch,
                 tp=tp, cp=cp, ep=ep, etp=etp,
                 micro_batch=micro_batch,
@@ -193,6 +197,7 @@ def register(app: typer.Typer) -> None:
         optimizer: Optim = "adam",
         fuse: Fuse = False,
         attention: AttentionOption = "flash",
+        attention_kernel: AttentionKernelOption = None,
         kernels: KernelsOption = "fused",
         capacity_factor: CapacityFactorOption = 1.0,
         expert_load_imbalance: LoadImbalanceOption = 1.0,
@@ -205,6 +210,7 @@ def register(app: typer.Typer) -> None:
             check_output(report, "--report")  # before the work; written by write_plan_report
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
+            attention_kernel=attention_kernel,
             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
             rank_order=rank_order,
             devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp,

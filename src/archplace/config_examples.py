@@ -29,6 +29,8 @@ expert_load_imbalance: 1.0  # MoE models: busiest EP rank's tokens over the mean
 # --- the chip and its links
 hardware: a100-80gb       # a hardware preset (archplace hardware) or a hardware YAML file
 cluster: null             # preset or YAML whose cluster links are used; null: the hardware's own
+attention_kernel: null    # measured attention kernel table: flash2 | flash3 | cudnn | triton-flash1;
+                          # null: the chip's own (flash2 on a100-80gb and h100-80gb)
 
 # --- the cluster and one training iteration
 devices: 64               # accelerators

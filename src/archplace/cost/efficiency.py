@@ -38,6 +38,11 @@ FlashAttention-2 reaches (``attention_fwd`` / ``attention_bwd``), bounded below 
 
     latency_s = max(flop / (peak · attention_fwd|bwd), compulsory HBM bytes / (bw · hbm))
 
+When the efficiency names an ``attention_kernel`` (a measured table,
+:mod:`archplace.cost.attention_tables`), the compute time on all SMs is instead the operator's
+FLOP over the table's rate for its sequence, head dim, mask and direction
+(:func:`~archplace.cost.attention_tables.kernel_time_s`), and ``tensor_cores`` times that on one.
+
 with the FLOP of :mod:`archplace.cost.attention` and its compulsory HBM bytes: Q, K, V, O (and
 their gradients) and the log-sum-exp moved once (:func:`attention_compulsory_bytes`). The published
 FlashAttention-2 fraction is a measurement of the whole kernel, its re-reads of K and V included
@@ -58,6 +63,7 @@ from numpy.typing import NDArray
 
 from archplace.cost import batched
 from archplace.cost.attention import hbm_traffic_bytes
+from archplace.cost.attention_tables import kernel_time_s
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.types import ManyEstimates, OpEstimate, compute_or_memory
 from archplace.cost.vector import SIMPLE_CYCLES_PER_ELEMENT, cycles_per_element
@@ -215,6 +221,9 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
             single, every = np.maximum(single, lane_single), np.maximum(every, lane_all)
         return single, every, memory_s
     if op.kind is OpKind.ATTENTION:
+        if efficiency.attention_kernel is not None:  # the measured table: seconds on all SMs
+            every = np.full(len(chip.peak_flop_per_s), kernel_time_s(op, efficiency.attention_kernel))
+            return every * chip.tensor_cores, every, memory_s
         fraction = efficiency.attention_bwd if is_backward(op) else efficiency.attention_fwd
         flop = attention_flop(op)
         return flop / (core_peak * fraction), flop / (chip.peak_flop_per_s * fraction), memory_s

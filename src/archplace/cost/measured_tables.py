@@ -102,8 +102,9 @@ class MeasuredTable:
 
 
 def shipped_tables() -> tuple[str, ...]:
-    """Names (file stems) of the tables shipped with archplace, sorted."""
-    return tuple(sorted(p.stem for p in MEASURED_DIR.glob("*.csv")))
+    """Names (file stems) of the latency tables shipped with archplace, sorted (the attention
+    throughput tables ``attention_*.csv`` have their own reader, :mod:`archplace.cost.attention_tables`)."""
+    return tuple(sorted(p.stem for p in MEASURED_DIR.glob("*.csv") if not p.stem.startswith("attention_")))
 
 
 def load_table(name: str) -> MeasuredTable:

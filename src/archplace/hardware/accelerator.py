@@ -80,6 +80,9 @@ class KernelEfficiency:
         hbm: fraction of the datasheet HBM bandwidth that streaming kernels reach, in (0, 1].
         attention_fwd, attention_bwd: fraction of the peak a fused attention operator
             (FlashAttention) reaches on its FLOP, forward and backward, in (0, 1].
+        attention_kernel: ``"<family>/<preset>"``, the measured attention table the cost model
+            reads instead of ``attention_fwd`` / ``attention_bwd`` (e.g. ``flash2/a100-80gb``,
+            :mod:`archplace.cost.attention_tables`); None: those two fractions for every shape.
 
     Raises:
         ConfigError: a count that is not a positive whole number, no tile, or a fraction outside (0, 1].
@@ -91,9 +94,15 @@ class KernelEfficiency:
     hbm: float
     attention_fwd: float
     attention_bwd: float
+    attention_kernel: str | None = None
 
     def __post_init__(self) -> None:
         owner = "efficiency"
+        kernel = self.attention_kernel
+        if kernel is not None and (not isinstance(kernel, str) or kernel.count("/") != 1
+                                   or not all(kernel.split("/"))):
+            raise ConfigError(f"{owner}: attention_kernel must be FAMILY/PRESET such as flash2/a100-80gb, "
+                              f"got {kernel!r}")
         _whole(owner, sms=self.sms)
         _positive(owner, sms=self.sms)
         tiles = tuple(tuple(t) for t in self.gemm_tiles)
@@ -118,7 +127,7 @@ class KernelEfficiency:
             ConfigError: a missing or unknown field, or a bad value.
         """
         names = {f.name for f in fields(cls)}
-        if set(data) != names:
+        if set(data) - {"attention_kernel"} != names - {"attention_kernel"}:
             raise ConfigError(f"efficiency: expected the fields {', '.join(sorted(names))}, "
                               f"got {', '.join(sorted(map(str, data)))}")
         return cls(**data)  # __post_init__ turns the tiles into tuples
@@ -127,6 +136,8 @@ class KernelEfficiency:
         """Plain dict of the fields (tiles as lists), for JSON."""
         d = asdict(self)
         d["gemm_tiles"] = [list(t) for t in self.gemm_tiles]
+        if self.attention_kernel is None:  # optional: absent, as before it existed
+            del d["attention_kernel"]
         return d
 
 

@@ -38,6 +38,7 @@ an ``accelerator`` section and an optional ``cluster`` section::
       attention_bwd: {value: 0.63, source: "..."}
       intra_node_collective: {value: 0.767, source: "..."}
       inter_node_collective: {value: 0.96, source: "..."}
+      attention_kernel: {value: flash2/a100-80gb, source: "..."}  # optional: FAMILY/PRESET
 
 Without an ``efficiency`` section the chip runs on the cycle model (its efficiency is what
 the cycle counts give); with one, :mod:`archplace.cost.efficiency` costs its operators and
@@ -61,6 +62,7 @@ from dataclasses import replace
 from typing import Any
 
 from archplace import limits
+from archplace.cost.attention_tables import table_for
 from archplace.errors import ConfigError
 from archplace.hardware import _config
 from archplace.hardware._config import PLAUSIBLE
@@ -251,7 +253,8 @@ def _efficiency_section(data: dict[str, Any], label: str) -> dict[str, Any] | No
     if "efficiency" not in data:
         return None
     section = _config.section(data, "efficiency", label)
-    _config.check_keys(section, f"{label}: efficiency", required=_EFFICIENCY_FIELDS)
+    _config.check_keys(section, f"{label}: efficiency", required=_EFFICIENCY_FIELDS,
+                       optional=["attention_kernel"])
     return section
 
 
@@ -262,7 +265,7 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         ConfigError: a missing or unknown field, a field without its source, a count that is not
             a positive whole number, a malformed tile, or a fraction outside (0, 1].
     """
-    _config.check_keys(section, where, required=_EFFICIENCY_FIELDS)
+    _config.check_keys(section, where, required=_EFFICIENCY_FIELDS, optional=["attention_kernel"])
     _cited(section["sms"], f"{where}.sms")
     sms = _config.positive_int(section["sms"], f"{where}.sms", PLAUSIBLE["sms"])
     tiles = _config.value_list(_cited(section["gemm_tiles"], f"{where}.gemm_tiles"), f"{where}.gemm_tiles")
@@ -271,7 +274,21 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         _fraction(section[name], f"{where}.{name}")
     return KernelEfficiency(
         sms=sms, gemm_tiles=tuple(_tile(t, f"{where}.gemm_tiles[{i}]") for i, t in enumerate(tiles)),
-        **fractions)
+        **fractions, attention_kernel=_attention_kernel(section.get("attention_kernel"), where))
+
+
+def _attention_kernel(raw: Any, where: str) -> str | None:
+    """The optional ``attention_kernel`` (``FAMILY/PRESET``) of an ``efficiency`` section, checked
+    against the shipped attention tables (:mod:`archplace.cost.attention_tables`)."""
+    if raw is None:
+        return None
+    value = _config.text_field(_cited(raw, f"{where}.attention_kernel"), f"{where}.attention_kernel")
+    family, _, preset = value.partition("/")
+    try:
+        table_for(family, preset)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.attention_kernel: {exc}") from None
+    return value
 
 
 def load_accelerator(name_or_path: str | os.PathLike[str]) -> Accelerator:

@@ -74,6 +74,9 @@ class HardwareSpec(FlatSpec):
         hardware: a bundled hardware preset name or the path of a hardware YAML file.
         cluster: the preset or YAML whose ``cluster`` section gives the links; None for
             ``hardware``'s own.
+        attention_kernel: the fused-attention kernel family whose measured table costs the
+            attention operators (``flash2``, ``flash3``, ``cudnn``, ``triton-flash1``;
+            :mod:`archplace.cost.attention_tables`); None: the chip's own.
 
     Raises:
         ConfigError: an empty name.
@@ -82,9 +85,12 @@ class HardwareSpec(FlatSpec):
     OWNER: ClassVar[str] = "hardware spec"
     hardware: str
     cluster: str | None = None
+    attention_kernel: str | None = None
 
     def __post_init__(self) -> None:
         text(self.hardware, "hardware", "a hardware preset name or the path of a hardware YAML file")
+        if self.attention_kernel is not None:
+            text(self.attention_kernel, "attention_kernel", "an attention kernel family such as flash2")
         if self.cluster is not None:
             text(self.cluster, "cluster", "a hardware preset name or the path of a hardware YAML file")
 
