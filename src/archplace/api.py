@@ -28,6 +28,7 @@ from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import preset_summaries
+from archplace.hardware.resolved import ResolvedHardware
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
 from archplace.placement import workflow
 from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule, Recompute
@@ -194,7 +195,7 @@ def plan_run(run: PlanRun) -> list[PlanResult]:
     return app.plan(run)
 
 
-def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: int, pp: int, dp: int,
+def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, global_batch: int, tp: int, pp: int, dp: int,
              micro_batch: int, seq_len: int | None = None, recompute: str = "none",
              schedule: str = "1f1b", chunks: int = 1, sp: bool = False, zero: bool = False,
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
@@ -208,6 +209,8 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, as in :func:`plan`).
+    ``hardware``: a preset name, a hardware YAML path, or a
+    :class:`~archplace.hardware.resolved.ResolvedHardware` (chip and links already loaded).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -231,7 +234,8 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
                  rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    return evaluate_run(EvaluateRun(spec, HardwareSpec(hardware), cluster, fixed))
+    chip = hardware if isinstance(hardware, ResolvedHardware) else HardwareSpec(hardware)
+    return evaluate_run(EvaluateRun(spec, chip, cluster, fixed))
 
 
 def evaluate_run(run: EvaluateRun) -> PlanResult:

@@ -20,6 +20,7 @@ from archplace.errors import ConfigError, MissingSectionError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.presets import load_accelerator, load_cluster
+from archplace.hardware.resolved import ResolvedHardware
 from archplace.hardware.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
@@ -76,6 +77,8 @@ def accelerator(hardware: HardwareSpec) -> Accelerator:
     Raises:
         ConfigError: an unknown preset or a bad hardware file.
     """
+    if isinstance(hardware, ResolvedHardware):
+        return hardware.accelerator
     return load_accelerator(hardware.hardware)
 
 
@@ -85,6 +88,8 @@ def cluster(hardware: HardwareSpec, devices: int) -> Cluster:
     Raises:
         ConfigError: an unknown preset, a bad file, a preset without a ``cluster`` section.
     """
+    if isinstance(hardware, ResolvedHardware):
+        return hardware.links_of(devices)
     return load_cluster(hardware.links, devices)
 
 
