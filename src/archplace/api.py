@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archplace import app, limits
 from archplace.app import (
@@ -51,7 +51,10 @@ from archplace.workload.options import Attention, Kernels, parse_attention, pars
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import model_preset_summaries
 
-__all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOptions",
+if TYPE_CHECKING:
+    from archplace.calibration import Calibration
+
+__all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOptions", "calibrate",
            "check_run_options", "check_scheduler", "estimate_matmul", "estimate_model",
            "estimate_preset_matmul", "evaluate", "evaluate_run", "fixed_zero_stage", "graph", "hardware",
            "layer_problem", "models", "parse_stages", "parse_zero_stages", "plan", "plan_layer_graph",
@@ -208,9 +211,8 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
-    ``etp`` the context- and expert-parallel degrees and the expert-TP width, as in :func:`plan`).
-    ``hardware``: a preset name, a hardware YAML path, or a
-    :class:`~archplace.hardware.resolved.ResolvedHardware` (chip and links already loaded).
+    ``etp`` the context- and expert-parallel degrees and the expert-TP width, as in :func:`plan`;
+    ``hardware`` a preset, a hardware YAML or a :class:`~archplace.hardware.resolved.ResolvedHardware`).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -236,6 +238,15 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     chip = hardware if isinstance(hardware, ResolvedHardware) else HardwareSpec(hardware)
     return evaluate_run(EvaluateRun(spec, chip, cluster, fixed))
+
+
+def calibrate(runs: str | Path, hardware: str, *, fit: str | Sequence[str] | None = None,
+              variant: str = "as-trained", out: str | Path | None = None) -> Calibration:
+    """``archplace calibrate``: fit ``fit`` of ``hardware`` to the runs file ``runs``, write the
+    calibrated hardware YAML to ``out`` if given (:func:`archplace.calibration.calibrate_file`)."""
+    from archplace.calibration import calibrate_file  # scipy only when asked for
+
+    return calibrate_file(runs, hardware, fit=fit, variant=variant, out=out)
 
 
 def evaluate_run(run: EvaluateRun) -> PlanResult:

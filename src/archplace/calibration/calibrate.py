@@ -185,3 +185,31 @@ def _notes(chosen: Sequence[FittedParameter], parameters: Sequence[Parameter],
                          f"({parameter.bounds_reason}): the runs ask for a value outside it, so "
                          "the model lacks a mechanism they show")
     return tuple(notes)
+
+
+def calibrate_file(runs: str | os.PathLike[str], hardware: str | os.PathLike[str], *,
+                   fit: str | Iterable[str] | None = None, variant: str = DEFAULT_VARIANT,
+                   out: str | os.PathLike[str] | None = None, option: str = "--out") -> Calibration:
+    """:func:`calibrate` to the runs of the file ``runs`` (:func:`read_runs`); with ``out``, the
+    calibrated hardware file (:func:`archplace.calibration.output.calibrated_yaml`) is written
+    there. ``out`` is checked before the fit (an existing regular file is replaced, as every
+    command's output is; a directory, a result store or an unwritable path is refused).
+
+    Raises:
+        ConfigError: as :func:`read_runs` and :func:`calibrate`; ``out`` refused
+            (:func:`archplace.outputs.check_output`, the message names ``option``).
+    """
+    from archplace.calibration.output import calibrated_yaml
+    from archplace.outputs import check_output, write_text_output
+
+    target = None if out is None else Path(out)
+    if target is not None:
+        check_output(target, option)
+        if target.resolve() == Path(runs).resolve():
+            raise ConfigError(f"{option} {target}: is the runs file, which calibrate only reads")
+    chosen = parse_fit(DEFAULT_FIT if fit is None else fit)
+    result = calibrate(read_runs(runs), hardware, fit_parameters=[p.name for p in chosen],
+                       variant=variant, runs_file=Path(runs).name)
+    if target is not None:
+        write_text_output(target, option, calibrated_yaml(result))
+    return result

@@ -98,8 +98,8 @@ class Solution:
         start: the start values.
         evaluations: residual evaluations the optimizer asked for.
         message: the optimizer's stopping reason.
-        insensitive: the parameters no fitted run depends on (zero Jacobian column: they stay at
-            their start value).
+        insensitive: the parameters no fitted run depends on (:func:`_insensitive`): they are
+            left out of the fit and stay at their start value.
     """
 
     values: tuple[float, ...]
@@ -130,27 +130,54 @@ def fit(run_set: RunSet, indices: Sequence[int], hardware: ResolvedHardware,
         raise ConfigError(f"calibrate: fitting {len(parameters)} parameters needs at least as many "
                           f"runs, got {len(indices)}", fields=("fit",))
     x0 = start_values(hardware, parameters) if start is None else np.asarray(start, dtype=float)
-    low = np.array([p.low for p in parameters])
-    width = np.array([p.high - p.low for p in parameters])
     measured = np.log(run_set.measured_s[list(indices)])
+    at_start = run_set.predict(indices, with_values(hardware, parameters, x0))
+    insensitive = _insensitive(run_set, indices, hardware, parameters, x0, at_start)
+    free = [j for j, p in enumerate(parameters) if p.name not in insensitive]
+    if not free:
+        return Solution(tuple(float(v) for v in x0), tuple(float(v) for v in x0), 1,
+                        "no fitted run depends on any parameter", insensitive)
+    low = np.array([parameters[j].low for j in free])
+    width = np.array([parameters[j].high - parameters[j].low for j in free])
     seen: dict[tuple[float, ...], np.ndarray] = {}
+
+    def values_of(u: np.ndarray) -> np.ndarray:
+        values = x0.copy()
+        values[free] = low + width * np.clip(u, 0.0, 1.0)
+        return values
 
     def residuals(u: np.ndarray) -> np.ndarray:
         key = tuple(float(v) for v in u)
         if key not in seen:
-            candidate = with_values(hardware, parameters, low + width * np.clip(u, 0.0, 1.0))
+            candidate = with_values(hardware, parameters, values_of(u))
             seen[key] = np.log(run_set.predict(indices, candidate)) - measured
         return seen[key]
 
-    u0 = np.clip((x0 - low) / width, 0.0, 1.0)
+    u0 = np.clip((x0[free] - low) / width, 0.0, 1.0)
     result = least_squares(residuals, u0, bounds=(0.0, 1.0), method="trf", diff_step=_DIFF_STEP,
                            ftol=_TOLERANCE, xtol=_TOLERANCE, gtol=_TOLERANCE,
                            max_nfev=_MAX_EVALUATIONS)
-    values = low + width * np.clip(result.x, 0.0, 1.0)
-    jacobian = np.atleast_2d(result.jac)
-    insensitive = tuple(p.name for j, p in enumerate(parameters) if not np.any(jacobian[:, j]))
-    return Solution(tuple(float(v) for v in values), tuple(float(v) for v in x0), int(result.nfev),
-                    str(result.message), insensitive)
+    return Solution(tuple(float(v) for v in values_of(result.x)), tuple(float(v) for v in x0),
+                    int(result.nfev), str(result.message), insensitive)
+
+
+_SENSITIVITY_STEP = 0.01
+"""How far (a fraction of its bounds' width) each parameter is moved from its start to see
+whether any fitted run depends on it."""
+
+
+def _insensitive(run_set: RunSet, indices: Sequence[int], hardware: ResolvedHardware,
+                 parameters: Sequence[Parameter], x0: np.ndarray, at_start: np.ndarray) -> tuple[str, ...]:
+    """The parameters whose move by :data:`_SENSITIVITY_STEP` of their width (towards the inside
+    of their bounds) changes no run's prediction."""
+    names = []
+    for j, parameter in enumerate(parameters):
+        step = _SENSITIVITY_STEP * (parameter.high - parameter.low)
+        moved = x0.copy()
+        moved[j] = x0[j] + step if x0[j] + step <= parameter.high else x0[j] - step
+        if np.array_equal(run_set.predict(indices, with_values(hardware, parameters, moved)), at_start):
+            names.append(parameter.name)
+    return tuple(names)
 
 
 @dataclass(frozen=True)
