@@ -143,7 +143,7 @@ def fit(run_set: RunSet, indices: Sequence[int], hardware: ResolvedHardware,
 
     def values_of(u: np.ndarray) -> np.ndarray:
         values = x0.copy()
-        values[free] = low + width * np.clip(u, 0.0, 1.0)
+        values[free] = np.clip(low + width * np.clip(u, 0.0, 1.0), low, low + width)
         return values
 
     def residuals(u: np.ndarray) -> np.ndarray:

@@ -60,7 +60,7 @@ def _efficiency(hardware: ResolvedHardware, name: str) -> KernelEfficiency:
     efficiency = hardware.accelerator.efficiency
     if efficiency is None:
         raise ConfigError(f"{hardware.hardware}: no efficiency section, so no {name} to calibrate: "
-                          "calibrate fits the kernel efficiencies of a known chip's preset", fields=(name,))
+                          "calibrate fits the kernel efficiencies of a known chip's preset")
     return efficiency
 
 
@@ -82,8 +82,7 @@ def kernel_fraction(name: str, meaning: str, low: float, bounds_reason: str,
 
 def _network(hardware: ResolvedHardware, name: str) -> Cluster:
     if hardware.network is None:
-        raise ConfigError(f"{hardware.hardware}: no cluster section, so no {name} to calibrate",
-                          fields=(name,))
+        raise ConfigError(f"{hardware.hardware}: no cluster section, so no {name} to calibrate")
     return hardware.network
 
 
