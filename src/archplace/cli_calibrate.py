@@ -18,11 +18,12 @@ import typer
 from rich.table import Table
 
 from archplace import api
+from archplace.calibration.parameters import DEFAULT_FIT, PARAMETERS
 from archplace.cli_options import say_wrote, table_console
+from archplace.outputs import check_output
 
-_FIT_HELP = ("Parameters to fit, comma-separated: gemm_sustained, hbm, attention_fwd, attention_bwd, "
-             "intra_node_collective, inter_node_collective, ... (docs/commands/calibrate.md) "
-             "[gemm_sustained,hbm].")
+_FIT_HELP = (f"Parameters to fit, comma-separated: {' | '.join(PARAMETERS)} "
+             f"(docs/commands/calibrate.md) [{','.join(DEFAULT_FIT)}].")
 
 
 def calibrate(
@@ -39,6 +40,8 @@ def calibrate(
 ) -> None:
     """Fit a known chip's efficiency parameters (bounded least squares on log iteration time) to
     measured runs, and write the calibrated hardware file."""
+    if out is not None:
+        check_output(out, "--out")  # refused before the fit
     result = api.calibrate(runs, hardware, fit=fit, variant=variant, out=out)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=1))

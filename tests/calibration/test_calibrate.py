@@ -97,6 +97,8 @@ def test_a_parameter_no_run_depends_on_is_left_at_its_start(tmp_path: Path) -> N
 
 def test_every_parameter_reads_back_what_it_writes_and_every_preset_lies_in_its_bounds() -> None:
     hardware = ResolvedHardware.load("a100-80gb")
+    with pytest.raises(TypeError):
+        PARAMETERS["hbm"] = PARAMETERS["gemm_sustained"]  # type: ignore[index]
     for parameter in PARAMETERS.values():
         middle = (parameter.low + parameter.high) / 2
         assert parameter.read(parameter.write(hardware, middle)) == middle, parameter.name

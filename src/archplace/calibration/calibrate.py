@@ -189,7 +189,7 @@ def _notes(chosen: Sequence[FittedParameter], parameters: Sequence[Parameter],
 
 def calibrate_file(runs: str | os.PathLike[str], hardware: str | os.PathLike[str], *,
                    fit: str | Iterable[str] | None = None, variant: str = DEFAULT_VARIANT,
-                   out: str | os.PathLike[str] | None = None, option: str = "--out") -> Calibration:
+                   out: str | os.PathLike[str] | None = None, option: str = "out") -> Calibration:
     """:func:`calibrate` to the runs of the file ``runs`` (:func:`read_runs`); with ``out``, the
     calibrated hardware file (:func:`archplace.calibration.output.calibrated_yaml`) is written
     there. ``out`` is checked before the fit (an existing regular file is replaced, as every
@@ -206,7 +206,8 @@ def calibrate_file(runs: str | os.PathLike[str], hardware: str | os.PathLike[str
     if target is not None:
         check_output(target, option)
         if target.resolve() == Path(runs).resolve():
-            raise ConfigError(f"{option} {target}: is the runs file, which calibrate only reads")
+            raise ConfigError(f"{option} {target}: is the runs file, which calibrate only reads",
+                              fields=(option,))
     chosen = parse_fit(DEFAULT_FIT if fit is None else fit)
     result = calibrate(read_runs(runs), hardware, fit_parameters=[p.name for p in chosen],
                        variant=variant, runs_file=Path(runs).name)
