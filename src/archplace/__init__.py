@@ -75,8 +75,8 @@ __all__ = [
     "HardwareSpec", "InfeasibleError", "InternalError", "MissingSectionError", "ModelEstimate",
     "ModelSpec", "OutOfMemoryError", "Plan", "PlanReport", "PlanResult", "PlanRun", "PlanSpace",
     "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
-    "__version__", "calibrate", "estimate", "evaluate", "graph", "hardware", "models", "plan", "report", "results",
-    "schedule", "search",
+    "__version__", "calibrate", "estimate", "evaluate", "graph", "hardware", "models", "plan", "report",
+    "results", "schedule", "search",
 ]
 
 # name -> (module, attribute): loaded on first access (PEP 562)

@@ -198,8 +198,8 @@ def plan_run(run: PlanRun) -> list[PlanResult]:
     return app.plan(run)
 
 
-def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, global_batch: int, tp: int, pp: int, dp: int,
-             micro_batch: int, seq_len: int | None = None, recompute: str = "none",
+def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, global_batch: int, tp: int,
+             pp: int, dp: int, micro_batch: int, seq_len: int | None = None, recompute: str = "none",
              schedule: str = "1f1b", chunks: int = 1, sp: bool = False, zero: bool = False,
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
              fuse: bool = False, zero_stage: int | None = None,

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_helpers import run as run_cli
-from calibration_runs import RUNS, TRUTH, write_runs
 
 from archplace import api
 from archplace.calibration import PARAMETERS, calibrate, calibrated_yaml, cross_validate, read_runs
@@ -18,6 +16,8 @@ from archplace.errors import ConfigError
 from archplace.hardware.presets import accelerator_preset_names, load_accelerator
 from archplace.hardware.resolved import ResolvedHardware
 from archplace.validation.runs import evaluate_kwargs, load_runs, write_model_config
+from calibration_runs import RUNS, TRUTH, write_runs
+from cli_helpers import run as run_cli
 
 DAY = datetime.date(2026, 11, 27)
 

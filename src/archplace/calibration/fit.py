@@ -41,7 +41,7 @@ _MAX_EVALUATIONS = 400
 
 
 def with_values(hardware: ResolvedHardware, parameters: Sequence[Parameter],
-                values: Sequence[float]) -> ResolvedHardware:
+                values: Sequence[float] | np.ndarray) -> ResolvedHardware:
     """``hardware`` with each parameter set to its value."""
     for parameter, value in zip(parameters, values, strict=True):
         hardware = parameter.write(hardware, float(value))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Any
 
 from archplace.errors import ConfigError
 from archplace.hardware.accelerator import KernelEfficiency
@@ -74,7 +75,8 @@ def kernel_fraction(name: str, meaning: str, low: float, bounds_reason: str,
         return float(getattr(_efficiency(hardware, name), attribute))
 
     def write(hardware: ResolvedHardware, value: float) -> ResolvedHardware:
-        efficiency = replace(_efficiency(hardware, name), **{attribute: float(value)})
+        changes: dict[str, Any] = {attribute: float(value)}
+        efficiency = replace(_efficiency(hardware, name), **changes)
         return replace(hardware, chip=replace(hardware.accelerator, efficiency=efficiency))
 
     return Parameter(name, meaning, low, 1.0, bounds_reason, read, write)
@@ -95,7 +97,8 @@ def link_fraction(name: str, meaning: str, low: float, bounds_reason: str, field
         return float(getattr(_network(hardware, name), field))
 
     def write(hardware: ResolvedHardware, value: float) -> ResolvedHardware:
-        return replace(hardware, network=replace(_network(hardware, name), **{field: float(value)}))
+        changes: dict[str, Any] = {field: float(value)}
+        return replace(hardware, network=replace(_network(hardware, name), **changes))
 
     return Parameter(name, meaning, low, 1.0, bounds_reason, read, write)
 
