@@ -161,8 +161,11 @@ def test_runs_on_other_hardware_are_refused(tmp_path: Path, capsys: pytest.Captu
 @pytest.mark.parametrize(("text", "expected"), [
     ("runs: []\n", "no runs"),
     ("runs:\n  - {case: x}\n", "a run lacks the field 'source'"),
-    ("runs: [\n", "not YAML"),
-    ("[1, 2]\n", "runs file"),
+    ("runs: [\n", "runs.yaml: not valid YAML"),
+    ("[1, 2]\n", "runs.yaml: expected a mapping of fields at the top level, got a list"),
+    ("runs: {a: 1}\n", "runs.yaml: "),
+    ("runs:\n  - {case: x, source: s, hardware: a100-80gb, model: [1], plan: {}, published: {}}\n",
+     "runs.yaml: "),
 ])
 def test_bad_runs_files_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              text: str, expected: str) -> None:
@@ -176,7 +179,7 @@ def test_bad_runs_files_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Capt
 def test_missing_runs_file_and_hardware_without_efficiency_are_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = run_cli(["calibrate", str(tmp_path / "none.yaml"), "--hardware", "a100-80gb"], capsys)
-    assert status == 2 and "cannot read it" in err and err.count("\n") == 1
+    assert status == 2 and "none.yaml" in err and err.count("\n") == 1
     status, _, err = run_cli(["calibrate", str(_runs_file(tmp_path)), "--hardware", "tpuv4"], capsys)
     assert status == 2 and err.count("\n") == 1
     assert "tpuv4: no efficiency section, so no gemm_sustained to calibrate" in err
@@ -197,3 +200,12 @@ def test_too_few_runs_for_the_parameters_are_refused(tmp_path: Path) -> None:
         calibrate(runs, "a100-80gb", fit_parameters="gemm_sustained,hbm")
     with pytest.raises(ConfigError, match="no runs given"):
         calibrate((), "a100-80gb")
+
+
+def test_a_non_positive_size_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    entry = {**RUNS[1], "plan": {**RUNS[1]["plan"], "gpus": -2}}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [entry]}))
+    status, _, err = run_cli(["calibrate", str(path), "--hardware", "a100-80gb"], capsys)
+    assert status == 2 and err.count("\n") == 1
+    assert "narrow-eager: plan.gpus must be a positive whole number, got -2" in err

@@ -30,6 +30,7 @@ from archplace.calibration.fit import (
 from archplace.calibration.parameters import DEFAULT_FIT, Parameter, parse_fit
 from archplace.errors import ConfigError
 from archplace.hardware.resolved import ResolvedHardware
+from archplace.inputs import read_mapping
 from archplace.validation.runs import DEFAULT_VARIANT, VARIANTS, Run, load_runs
 
 
@@ -90,24 +91,41 @@ class Calibration:
 def read_runs(path: str | os.PathLike[str]) -> tuple[Run, ...]:
     """The runs of a runs file (the format of ``tests/validation/published_runs.yaml``).
 
+    The file is first read as every input file is (:func:`archplace.inputs.read_mapping`: size
+    and depth caps, UTF-8, no YAML alias bombs), then by
+    :func:`archplace.validation.runs.load_runs`; the sizes of every model and plan must be
+    positive whole numbers.
+
     Raises:
         ConfigError: one line naming the file: missing or unreadable, not YAML, a missing or
             malformed field, no runs.
     """
     where = os.fspath(path)
+    read_mapping(path, "runs file", syntax="yaml")
     try:
         runs = load_runs(Path(path))
-    except OSError as exc:
-        raise ConfigError(f"runs file {where}: cannot read it ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"runs file {where}: not YAML ({' '.join(str(exc).split())})") from None
     except KeyError as exc:
         raise ConfigError(f"runs file {where}: a run lacks the field {exc}") from None
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, ArithmeticError, yaml.YAMLError) as exc:
         raise ConfigError(f"runs file {where}: {' '.join(str(exc).split())}") from None
     if not runs:
         raise ConfigError(f"runs file {where}: no runs")
+    for run in runs:
+        _check_sizes(run, where)
     return runs
+
+
+_MODEL_SIZES = ("layers", "hidden", "heads", "vocab", "seq_len")
+_PLAN_SIZES = ("gpus", "tp", "pp", "micro_batch", "global_batch", "chunks")
+
+
+def _check_sizes(run: Run, where: str) -> None:
+    for part, names in (("model", _MODEL_SIZES), ("plan", _PLAN_SIZES)):
+        for name in names:
+            value = getattr(getattr(run, part), name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"runs file {where}: {run.case}: {part}.{name} must be a positive "
+                                  f"whole number, got {value!r}")
 
 
 def runs_on(runs: Iterable[Run], hardware: ResolvedHardware) -> tuple[list[Run], list[str]]:
