@@ -3,14 +3,13 @@
 ::
 
     archplace calibrate RUNS.yaml --hardware H [-o H-mine.yaml] [--fit gemm_sustained,hbm]
-                        [--variant as-trained|flash+fused|eager+unfused] [--json]
+                        [--variant as-trained|flash+fused|eager+unfused]
 
 The runs file format, the parameters and the output are described in docs/commands/calibrate.md.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -36,21 +35,17 @@ def calibrate(
     variant: Annotated[str, typer.Option(
         help="Graph variant the runs are evaluated with: as-trained | flash+fused | eager+unfused.")
     ] = "as-trained",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration record as JSON.")] = False,
 ) -> None:
     """Fit a known chip's efficiency parameters (bounded least squares on log iteration time) to
     measured runs, and write the calibrated hardware file."""
     if out is not None:
         check_output(out, "--out")  # refused before the fit
     result = api.calibrate(runs, hardware, fit=fit, variant=variant, out=out)
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=1))
-    else:
-        console = table_console(120)
-        console.print(_parameter_table(result))
-        console.print(_run_table(result))
-        for line in (*result.skipped, *result.notes):
-            console.print(line)
+    console = table_console(120)
+    console.print(_parameter_table(result))
+    console.print(_run_table(result))
+    for line in (*result.skipped, *result.notes):
+        console.print(line)
     if out is not None:
         say_wrote(out)
 
