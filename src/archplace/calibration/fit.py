@@ -65,6 +65,7 @@ class RunSet:
     Attributes:
         runs: the runs, in order.
         measured_s: their measured iteration times, seconds (array of ``len(runs)``).
+        evaluations: predictions made so far (one run on one hardware each).
     """
 
     def __init__(self, runs: Sequence[Run], directory: Path, variant: str) -> None:

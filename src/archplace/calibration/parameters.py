@@ -5,8 +5,10 @@ Each is a physically meaningful figure of a known chip's ``efficiency`` section 
 datasheet rate that real kernels or collectives sustain), with bounds that keep it physical and a
 way to read it from and write it into a :class:`~archplace.hardware.resolved.ResolvedHardware`
 (``dataclasses.replace`` of the chip's :class:`~archplace.hardware.accelerator.KernelEfficiency`
-or of the cluster links). Adding a calibratable parameter is one entry of :data:`PARAMETERS`
-(:func:`kernel_fraction` and :func:`link_fraction` build the two kinds there are).
+or of the cluster links). Adding a calibratable parameter is one entry of :data:`PARAMETERS`:
+:func:`kernel_field` (any figure of the chip's efficiency, e.g. a per-kernel floor in seconds),
+:func:`kernel_fraction` and :func:`link_fraction` build them; a figure held elsewhere needs its
+own ``read``/``write`` pair.
 
 The bounds are not measurements: the upper bound 1 of every fraction is physical (no kernel
 exceeds the peak it is a fraction of, no collective the line rate); the lower bounds are
@@ -65,10 +67,11 @@ def _efficiency(hardware: ResolvedHardware, name: str) -> KernelEfficiency:
     return efficiency
 
 
-def kernel_fraction(name: str, meaning: str, low: float, bounds_reason: str,
-                    field: str | None = None) -> Parameter:
-    """A field of the chip's :class:`KernelEfficiency` (``field``, default ``name``), fitted
-    within ``[low, 1]``."""
+def kernel_field(name: str, meaning: str, low: float, high: float, bounds_reason: str,
+                 field: str | None = None, unit: str = "") -> Parameter:
+    """A field of the chip's :class:`KernelEfficiency` (``field``, default ``name``; written as
+    ``name`` in the file's ``efficiency`` section), fitted within ``[low, high]`` (in ``unit``,
+    SI; ``""`` for a fraction)."""
     attribute = field or name
 
     def read(hardware: ResolvedHardware) -> float:
@@ -79,7 +82,13 @@ def kernel_fraction(name: str, meaning: str, low: float, bounds_reason: str,
         efficiency = replace(_efficiency(hardware, name), **changes)
         return replace(hardware, chip=replace(hardware.accelerator, efficiency=efficiency))
 
-    return Parameter(name, meaning, low, 1.0, bounds_reason, read, write)
+    return Parameter(name, meaning, low, high, bounds_reason, read, write, unit=unit)
+
+
+def kernel_fraction(name: str, meaning: str, low: float, bounds_reason: str,
+                    field: str | None = None) -> Parameter:
+    """:func:`kernel_field` of a fraction of a peak rate, fitted within ``[low, 1]``."""
+    return kernel_field(name, meaning, low, 1.0, bounds_reason, field)
 
 
 def _network(hardware: ResolvedHardware, name: str) -> Cluster:
