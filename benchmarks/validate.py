@@ -10,6 +10,7 @@ shows why and counts as a miss. Exit status 0.
 
 Run: .venv/bin/python benchmarks/validate.py [--variant as-trained|flash+fused|eager+unfused]
                                              [--case NAME ...] [--no-comparison]
+                                             [--cross-validate]
 """
 
 from __future__ import annotations
@@ -67,8 +68,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluate only this case (repeatable); default: every run")
     parser.add_argument("--no-comparison", action="store_true",
                         help="skip the comparison variant's column (halves the run time)")
+    parser.add_argument("--cross-validate", action="store_true",
+                        help="print leave-one-out / leave-one-source-out calibration error per "
+                             "hardware preset instead (benchmarks/cross_validate.py)")
     args = parser.parse_args(argv)
     runs = load_runs(DATA_FILE)
+    if args.cross_validate:
+        from cross_validate import print_cross_validation  # benchmarks/, beside this script
+
+        print_cross_validation(runs)
+        return 0
     if args.case:
         unknown = sorted(set(args.case) - {run.case for run in runs})
         if unknown:

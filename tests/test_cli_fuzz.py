@@ -101,6 +101,9 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--config": _input_file(files, ["plan_config"], []),
         "--plan": _input_file(files, ["plan_doc"], []),
         "--example": _words(["search", "plan"]),
+        "runs": _input_file(files, ["runs"], []),
+        "--fit": _words(["gemm_sustained", "hbm", "gemm_sustained,hbm", "attention_fwd,", "warp"]),
+        "--variant": _words(["as-trained", "flash+fused", "eager+unfused"]),
         "store": st.one_of(st.just("OUT:run.db"), st.sampled_from([str(p) for p in files.bad]),
                            hostile_stores()),
         "--store": st.one_of(st.just("OUT:run.db"), st.sampled_from([str(p) for p in files.bad]),
@@ -196,8 +199,8 @@ def _name(param: Any) -> str:
 
 
 def test_every_option_has_a_generator(tmp_path: Path) -> None:
-    known = set(generators(Files({k: tmp_path for k in ("config", "space", "hardware", "layer_graph",
-                                                        "problem", "plan_config", "plan_doc")}, (), tmp_path,
+    names = ("config", "space", "hardware", "layer_graph", "problem", "plan_config", "plan_doc", "runs")
+    known = set(generators(Files({k: tmp_path for k in names}, (), tmp_path,
                                  {}), slow=True))
     used = {_name(p) for params in _command_params().values() for p in params
             if not getattr(p, "is_flag", False)}

@@ -13,7 +13,8 @@ The public API is what this package exports (``__all__``)::
 * functions: :func:`plan`, :func:`evaluate`, :func:`search`, :func:`schedule`,
   :func:`estimate`, :func:`graph`, :func:`models`, :func:`hardware`, :func:`results`,
   :func:`report` (the HTML report of a result store), :func:`profile` (time kernels on this
-  machine's GPU and write kernel tables);
+  machine's GPU and write kernel tables), :func:`calibrate` (a chip's efficiency parameters
+  fitted to measured runs);
 * the specs (frozen, self-validating, ``to_dict()`` / ``from_dict()``): :class:`ModelSpec`,
   :class:`HardwareSpec`, :class:`ClusterSpec`, :class:`PlanSpace`, :class:`Plan`, the run files
   :class:`PlanRun` (``archplace plan --config``), :class:`EvaluateRun` (``archplace evaluate
@@ -50,7 +51,7 @@ from archplace.errors import (
 )
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentation
-    from archplace.api import evaluate, graph, hardware, models, report, results, search
+    from archplace.api import calibrate, evaluate, graph, hardware, models, report, results, search
     from archplace.api import schedule_layer as schedule
     from archplace.cost.estimate import ModelEstimate
     from archplace.placement.ranked import PlanReport
@@ -77,13 +78,14 @@ __all__ = [
     "HardwareSpec", "InfeasibleError", "InternalError", "MissingSectionError", "ModelEstimate",
     "ModelSpec", "OutOfMemoryError", "Plan", "PlanReport", "PlanResult", "PlanRun", "PlanSpace",
     "ProfileResult", "ScheduleResult", "SearchResult", "SearchSpec", "SolverError", "StoredResult", "Tick",
-    "__version__", "estimate", "evaluate", "graph", "hardware", "models", "plan", "profile", "report",
-    "results", "schedule", "search",
+    "__version__", "calibrate", "estimate", "evaluate", "graph", "hardware", "models", "plan", "profile",
+    "report", "results", "schedule", "search",
 ]
 
 # name -> (module, attribute): loaded on first access (PEP 562)
 _LAZY: dict[str, tuple[str, str]] = {
     "evaluate": ("archplace.api", "evaluate"),
+    "calibrate": ("archplace.api", "calibrate"),
     "search": ("archplace.api", "search"),
     "schedule": ("archplace.api", "schedule_layer"),
     "estimate": ("archplace.api", "estimate_model"),

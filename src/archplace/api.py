@@ -9,10 +9,11 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archplace import app, limits
 from archplace.app import (
@@ -28,20 +29,21 @@ from archplace.errors import ConfigError
 from archplace.hardware.area import area_mm2
 from archplace.hardware.power import tdp_w
 from archplace.hardware.presets import preset_summaries
+from archplace.hardware.resolved import ResolvedHardware
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
 from archplace.placement import workflow
 from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.solve import get_scheduler, solve_problem
-from archplace.search.objective import Objective, rank
+from archplace.search.objective import Objective
 from archplace.search.request import SearchRequest, SearchResult
 from archplace.search.runner import Progress
-from archplace.search.store import ResultStore, StoredResult
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
 from archplace.specs.plan import check_sp, degrees, enum_choices, fixed_zero_stage, parse_zero_stages
 from archplace.specs.search import SearchSpec
+from archplace.stored_results import plot_design_space, results
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.expert_parallel import shared_experts
 from archplace.workload.expert_tensor import check_etp
@@ -50,12 +52,15 @@ from archplace.workload.options import Attention, Kernels, parse_attention, pars
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import model_preset_summaries
 
-__all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOptions",
+if TYPE_CHECKING:
+    from archplace.calibration import Calibration
+
+__all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOptions", "calibrate",
            "check_run_options", "check_scheduler", "estimate_matmul", "estimate_model",
            "estimate_preset_matmul", "evaluate", "evaluate_run", "fixed_zero_stage", "graph", "hardware",
            "layer_problem", "models", "parse_stages", "parse_zero_stages", "plan", "plan_layer_graph",
-           "plan_layer_graph_options", "plan_run", "read_schedule_problem", "report", "report_plan",
-           "report_search", "results", "schedule_layer",
+           "plan_layer_graph_options", "plan_run", "plot_design_space", "read_schedule_problem", "report",
+           "report_plan", "report_search", "results", "schedule_layer",
            "search", "search_each", "search_request", "solve_problem", "spec_request"]
 
 
@@ -200,8 +205,8 @@ def plan_run(run: PlanRun) -> list[PlanResult]:
     return app.plan(run)
 
 
-def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: int, pp: int, dp: int,
-             micro_batch: int, seq_len: int | None = None, recompute: str = "none",
+def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, global_batch: int, tp: int,
+             pp: int, dp: int, micro_batch: int, seq_len: int | None = None, recompute: str = "none",
              schedule: str = "1f1b", chunks: int = 1, sp: bool = False, zero: bool = False,
              dp_overlap: bool = False, stages: str | None = None, optimizer: str = "adam",
              fuse: bool = False, zero_stage: int | None = None,
@@ -215,7 +220,8 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, and
-    ``attention_kernel``, as in :func:`plan`).
+    ``attention_kernel``, as in :func:`plan`; ``hardware`` a preset, a hardware YAML or a
+    :class:`~archplace.hardware.resolved.ResolvedHardware`).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -239,8 +245,20 @@ def evaluate(model: str, hardware: str, *, devices: int, global_batch: int, tp: 
                  rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    chip = HardwareSpec(hardware, attention_kernel=attention_kernel)
+    chip = (dataclasses.replace(hardware, attention_kernel=attention_kernel)
+            if isinstance(hardware, ResolvedHardware) and attention_kernel is not None else hardware
+            if isinstance(hardware, ResolvedHardware) else
+            HardwareSpec(hardware, attention_kernel=attention_kernel))
     return evaluate_run(EvaluateRun(spec, chip, cluster, fixed))
+
+
+def calibrate(runs: str | Path, hardware: str, *, fit: str | Sequence[str] | None = None,
+              variant: str = "as-trained", out: str | Path | None = None) -> Calibration:
+    """``archplace calibrate``: fit ``fit`` of ``hardware`` to the runs file ``runs``, write the
+    calibrated hardware YAML to ``out`` if given (:func:`archplace.calibration.calibrate_file`)."""
+    from archplace.calibration import calibrate_file  # scipy only when asked for
+
+    return calibrate_file(runs, hardware, fit=fit, variant=variant, out=out)
 
 
 def evaluate_run(run: EvaluateRun) -> PlanResult:
@@ -515,68 +533,6 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
                           grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions,
                           cps=spec.cps, eps=spec.eps, capacity_factor=spec.capacity_factor,
                           expert_load_imbalance=spec.expert_load_imbalance, etps=spec.etps)
-
-
-def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:
-    """Results in a search store, search by search (oldest first), each search's designs best first
-    by the objective of its latest run (:func:`archplace.search.objective.rank`: feasible designs by
-    the objective, ties by area then name, infeasible last; ``pareto``: the front first).
-
-    Args:
-        store: the SQLite file a search wrote (opened read-only; never written or created).
-        search: only the search whose id starts with this (the hex digits ``StoredResult.search``
-            shows, any case); None for every search.
-        top: at most this many designs of each search (None: all).
-
-    Raises:
-        ConfigError: the file is missing, empty or not a result store of this schema version
-            (:mod:`archplace.search.store`), a row is corrupt, no search or several match
-            ``search``, ``top`` is not a whole number >= 1.
-    """
-    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
-        raise ConfigError(f"top must be a whole number >= 1 or None, got {top!r}")
-    reader = ResultStore(Path(store), read_only=True)
-    out: list[StoredResult] = []
-    for chosen in reader.select(search):
-        rows = {row.design: row for row in reader.rows(chosen)}
-        ranked = rank([row.outcome for row in rows.values()], chosen.label.objective)
-        out.extend(rows[r.accelerator.name] for r in ranked[:top])
-    return out
-
-
-def plot_design_space(source: SearchResult | str, path: str | Path, *, search: str | None = None) -> None:
-    """Draw samples/s against die area and against TDP of every evaluated design, the Pareto
-    front of (throughput, area, TDP), the best design and the baseline
-    (:func:`archplace.report.plots.design_space_figure`).
-
-    Args:
-        source: a search's result, or the path of a result store (every stored design of one of
-            its searches; the best is that search's best, :func:`results`).
-        path: the image to write; its suffix picks the format (``.png``, ``.svg``, ``.pdf``, ...).
-        search: with a store holding several searches, the id (prefix) of the one to draw.
-
-    Raises:
-        ConfigError: the store is missing or not a result store; it holds designs of several
-            searches and ``search`` does not choose one.
-        OSError, ValueError: the image cannot be written, or its format is unknown.
-    """
-    from archplace.report.plots import draw_design_space  # matplotlib only when asked for
-
-    if isinstance(source, SearchResult):
-        draw_design_space(source.evaluated, path, best=source.best, baseline=source.baseline,
-                          title=f"{source.model} on {source.devices} devices, global batch "
-                                f"{source.global_batch} ({source.strategy})")
-        return
-    rows = results(source, search=search)
-    searches = list(dict.fromkeys(row.search for row in rows))
-    if len(searches) > 1:
-        raise ConfigError(f"{source} holds designs of {len(searches)} searches "
-                          f"({', '.join(s.short_id for s in searches)}): choose one with search=ID")
-    designs = [row.outcome for row in rows]
-    best = designs[0] if designs and designs[0].best is not None else None
-    label = f", search {searches[0].short_id} ({', '.join(searches[0].label.models)})" if searches else ""
-    draw_design_space(designs, path, best=best, title=f"{source}{label}: {len(rows)} stored designs")
-
 
 
 def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10,

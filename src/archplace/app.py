@@ -22,6 +22,7 @@ from archplace.errors import ConfigError, MissingSectionError
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.presets import load_accelerator, load_cluster
+from archplace.hardware.resolved import ResolvedHardware
 from archplace.hardware.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
@@ -81,7 +82,8 @@ def accelerator(hardware: HardwareSpec) -> Accelerator:
             without an efficiency section, or a family with no table for the chip (the families
             that exist for it named).
     """
-    acc = load_accelerator(hardware.hardware)
+    acc = (hardware.accelerator if isinstance(hardware, ResolvedHardware)
+           else load_accelerator(hardware.hardware))
     family = hardware.attention_kernel
     if family is None:
         return acc
@@ -103,6 +105,8 @@ def cluster(hardware: HardwareSpec, devices: int) -> Cluster:
     Raises:
         ConfigError: an unknown preset, a bad file, a preset without a ``cluster`` section.
     """
+    if isinstance(hardware, ResolvedHardware):
+        return hardware.links_of(devices)
     return load_cluster(hardware.links, devices)
 
 

@@ -328,7 +328,7 @@ def hardware() -> None:
 # Commands of other stages live in their own modules, each exposing ``register(app)``.
 _COMMAND_MODULES = ("archplace.cli_graph", "archplace.cli_estimate", "archplace.cli_schedule",
                     "archplace.cli_plan", "archplace.cli_config", "archplace.cli_report",
-                    "archplace.cli_profile")
+                    "archplace.cli_profile", "archplace.cli_calibrate")
 
 
 def _register_commands() -> None:

@@ -86,6 +86,12 @@ def make_files(root: Path) -> Files:
                                      json.dumps({**run, "tps": [1], "micro_batches": [1]}))
     good["plan_doc"] = write_file(root / "plan.json", json.dumps({**run, "plan": {"tp": 1, "pp": 1, "dp": 8,
                                                                                "micro_batch": 1}}))
+    good["runs"] = write_file(root / "runs.yaml", json.dumps({"runs": [{  # calibrate: a chip no
+        "case": "r", "source": "fuzz", "hardware": "no-such-chip",      # --hardware is, refused fast
+        "model": {"layers": 1, "hidden": 64, "heads": 1, "vocab": 64, "seq_len": 64},
+        "plan": {"gpus": 1, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 1, "recompute": "none",
+                 "schedule": "1f1b", "chunks": 1, "sp": False, "zero_stage": 0, "dp_overlap": False},
+        "published": {"value": 1.0, "unit": "iteration_time_s", "flop_formula": "narayanan_eq3"}}]}))
     foreign_db = root / "foreign.db"
     with sqlite3.connect(foreign_db) as db:
         db.execute("CREATE TABLE t (x)")

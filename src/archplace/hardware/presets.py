@@ -82,7 +82,8 @@ _FOLDER = "presets"
 _KIND = "hardware preset"
 _CLUSTER_FOLDER = "clusters"
 _CLUSTER_KIND = "cluster preset"
-_TOP_FIELDS = ("source", "description", "accelerator", "cluster", "datasheet", "efficiency")
+_TOP_FIELDS = ("source", "description", "accelerator", "cluster", "datasheet", "efficiency",
+               "calibration")  # calibration: archplace calibrate's record, read by no loader
 _ACCELERATOR_FIELDS = (
     "name", "tensor_cores", "array_rows", "array_cols", "vector_cores", "vector_lanes",
     "buffer", "hbm", "hbm_bandwidth", "clock", "bytes_per_element",
