@@ -14,6 +14,7 @@ starts from the hardware's own values, as ``archplace calibrate`` does.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,9 +29,12 @@ from archplace.validation.runs import DEFAULT_VARIANT, Run
 
 
 def source_group(run: Run) -> str:
-    """The publication a run comes from: its ``source`` up to the first comma
-    (``"Narayanan et al. SC 2021, Table 1 row 1.7B; ..."`` -> ``"Narayanan et al. SC 2021"``)."""
-    return run.source.split(",", 1)[0].strip()
+    """The publication a run comes from: its ``source`` up to the first comma, less a trailing
+    parenthesis (``"Narayanan et al. SC 2021, Table 1 row 1.7B; ..."`` -> ``"Narayanan et al. SC
+    2021"``; ``"llm-foundry benchmarking README (commit 8c8dd48), ..."`` -> ``"llm-foundry
+    benchmarking README"``)."""
+    first = run.source.split(",", 1)[0].strip()
+    return re.sub(r"\s*\([^()]*\)$", "", first)
 
 
 @dataclass(frozen=True)
