@@ -208,4 +208,4 @@ def test_a_non_positive_size_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
     path.write_text(yaml.safe_dump({"runs": [entry]}))
     status, _, err = run_cli(["calibrate", str(path), "--hardware", "a100-80gb"], capsys)
     assert status == 2 and err.count("\n") == 1
-    assert "narrow-eager: plan.gpus must be a positive whole number, got -2" in err
+    assert "narrow-eager: gpus must be a whole number >= 1, got -2" in err

@@ -93,8 +93,7 @@ def read_runs(path: str | os.PathLike[str]) -> tuple[Run, ...]:
 
     The file is first read as every input file is (:func:`archplace.inputs.read_mapping`: size
     and depth caps, UTF-8, no YAML alias bombs), then by
-    :func:`archplace.validation.runs.load_runs`; the sizes of every model and plan must be
-    positive whole numbers.
+    :func:`archplace.validation.runs.load_runs` (which checks every field, sizes included).
 
     Raises:
         ConfigError: one line naming the file: missing or unreadable, not YAML, a missing or
@@ -110,22 +109,8 @@ def read_runs(path: str | os.PathLike[str]) -> tuple[Run, ...]:
         raise ConfigError(f"runs file {where}: {' '.join(str(exc).split())}") from None
     if not runs:
         raise ConfigError(f"runs file {where}: no runs")
-    for run in runs:
-        _check_sizes(run, where)
     return runs
 
-
-_MODEL_SIZES = ("layers", "hidden", "heads", "vocab", "seq_len")
-_PLAN_SIZES = ("gpus", "tp", "pp", "micro_batch", "global_batch", "chunks")
-
-
-def _check_sizes(run: Run, where: str) -> None:
-    for part, names in (("model", _MODEL_SIZES), ("plan", _PLAN_SIZES)):
-        for name in names:
-            value = getattr(getattr(run, part), name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"runs file {where}: {run.case}: {part}.{name} must be a positive "
-                                  f"whole number, got {value!r}")
 
 
 def runs_on(runs: Iterable[Run], hardware: ResolvedHardware) -> tuple[list[Run], list[str]]:

@@ -28,7 +28,7 @@ from archplace import api
 from archplace.calibration.parameters import Parameter
 from archplace.errors import ArchplaceError, ConfigError
 from archplace.hardware.resolved import ResolvedHardware
-from archplace.validation.runs import Run, evaluate_kwargs, write_model_config
+from archplace.validation.runs import Run, evaluate_kwargs, model_argument
 
 _TOLERANCE = 1e-10
 """ftol, xtol and gtol of the fit: far below any difference a measurement can show (a relative
@@ -72,7 +72,7 @@ class RunSet:
         self.runs = tuple(runs)
         self.variant = variant
         self.measured_s = np.array([run.published_iteration_time_s() for run in self.runs])
-        self._kwargs = [evaluate_kwargs(run, str(write_model_config(run, directory)), variant)
+        self._kwargs = [evaluate_kwargs(run, model_argument(run, directory), variant)
                         for run in self.runs]
         self.evaluations = 0
 
