@@ -51,8 +51,9 @@ NVLS        l_intra (25 µs), one node only
 (1 µs, x3 for Simple) when there are several nodes; ``l_inter`` the network per-step latency
 (the tree's when g = 1).  At run time the tree bandwidth is multiplied by
 ``treeCorrectionFactor`` for its size, and the ring Simple latency of a multi-node all-reduce
-by 1.4 (``ncclTopoGetAlgoTime``).  LL128 is taken as enabled (NCCL enables it when the GPUs
-meet over NVLink/NVSwitch and the NICs sit on the GPUs' PCIe switches, as in DGX/HGX nodes).  Not modelled: CollNet/SHARP switches, NVLS across nodes (NVLSTree), PAT,
+by 1.4 (``ncclTopoGetAlgoTime``).  LL128 is taken as enabled (NCCL enables it when the
+GPUs meet over NVLink/NVSwitch and the NICs sit on the GPUs' PCIe switches, as in DGX/HGX
+nodes).  Not modelled: CollNet/SHARP switches, NVLS across nodes (NVLSTree), PAT,
 NCCL's reduction of channels for small messages at run time, and PCIe-only nodes.
 
 Point to point and all-to-all (NCCL's send/receive: one pair per peer, all at once): a GPU's

@@ -2,9 +2,10 @@
 
 A log file is CSV with ``#`` comment lines first: its provenance (source repository, path,
 commit, hardware) and one line of ``key: value`` pairs separated by ``;`` that describes the
-machine::
+machine (one line in the file; wrapped here)::
 
-    # ranks: 16; nodes: 2; gpus_per_node: 8; nics_per_node: 8; nic_gbps: 25; generation: ampere; nvlink_links: 12
+    # ranks: 16; nodes: 2; gpus_per_node: 8; nics_per_node: 8; nic_gbps: 25; \
+    #   generation: ampere; nvlink_links: 12
     size_bytes,op,algbw_gbps,busbw_gbps
     1048576,all_reduce,8.96,16.8
 
