@@ -189,16 +189,20 @@ def test_space_designs_keep_the_cycle_model(tmp_path: Path) -> None:
     assert mm.flop / est.all_cores_s / A100.peak_flop_per_s > 0.95
 
 
-def test_ring_all_reduce_on_a100_uses_the_nccl_bus_bandwidth() -> None:
+def test_ring_all_reduce_on_a100_is_nccls_ring_simple() -> None:
     cluster = load_cluster("a100-80gb", 16)
     assert (cluster.intra_node_efficiency, cluster.inter_node_efficiency) == (0.767, 0.96)
-    # 8 GPUs of one node, 1 GB: 2 (p - 1) alpha + 2 (p - 1)/p n / (300 GB/s x 0.767)
-    expected = 2 * 7 * 3e-6 + 2 * 7 / 8 * 1e9 / (300e9 * 0.767)
+    # 8 GPUs of one node, 1 GB, NCCL's ring Simple (archplace.cost.nccl): 12 channels of 20 GB/s
+    # (12 NVLinks x 20 GB/s), algorithm bandwidth 240 x 8/14, latency 8.4 + 14 x 3.4 us
+    expected = (8.4 + 14 * 3.4) * 1e-6 + 1e9 / (240e9 * 8 / 14)
     seconds = cluster_collective_time_s(cluster, "all_reduce", 1e9, 8, algorithm="ring")
     assert seconds == pytest.approx(expected, rel=1e-12)
-    # 2 nodes: the InfiniBand link, 25 GB/s x 0.96
+    # 2 nodes: 8 channels of 24 GB/s (one per HDR NIC, PCIe Gen4 x16 24 GB/s), 2 of the 30
+    # steps cross the network (14 us), the 28 others 3 x 1 us of network overhead or the NVLink
+    # 3.4 us, whichever is larger; x 1.4 for the multi-node ring plateau
+    latency = (8.4 + 28 * 3.4 + 2 * 14.0) * 1.4e-6
     across = cluster_collective_time_s(cluster, "all_reduce", 1e9, 16, algorithm="ring")
-    assert across == pytest.approx(2 * 15 * 6e-6 + 2 * 15 / 16 * 1e9 / (25e9 * 0.96), rel=1e-12)
+    assert across == pytest.approx(latency + 1e9 / (192e9 * 16 / 30), rel=1e-12)
 
 
 @pytest.mark.parametrize("name", ["a100-80gb", "h100-80gb"])

@@ -39,11 +39,17 @@ copies for one node sent once over InfiniBand, sec. 2.1.2 and 3.2.2) cuts the in
 share below that and is not modelled.  ``n`` is the buffer one rank sends (the
 routed tokens times hidden size times bytes per element, padded as the capacity factor says).
 
-Which algorithm: on a ``switched`` network the faster of ring and tree (as NCCL
-chooses by message size); on a ``ring`` the ring; on ``torus2d``/``torus3d`` the
-torus algorithm.  The caller picks the link: :func:`cluster_collective_time_s`
-takes the intra-node link when the group's span of consecutive ranks fits in one
-node, the inter-node link otherwise (``Cluster.link``).
+Which algorithm: on a ``switched`` network the faster of ring and tree; on a ``ring`` the
+ring; on ``torus2d``/``torus3d`` the torus algorithm.  The caller picks the link:
+:func:`cluster_collective_time_s` takes the intra-node link when the group's span of
+consecutive ranks fits in one node, the inter-node link otherwise (``Cluster.link``).
+
+NVIDIA GPUs on a switched cluster (``Cluster.nccl_generation`` set): the cluster functions
+(:func:`cluster_collective_time_s`, :func:`cluster_all_to_all_time_s`,
+:func:`cluster_send_recv_time_s`) price the group as the NCCL communicator it is
+(:func:`nccl_communicator`: ranks per node, nodes, the NICs its GPUs own) with NCCL's own cost
+model, :mod:`archplace.cost.nccl`; the alpha-beta formulas above stay for the other
+accelerators (TPU tori and rings, the search's designs) and for callers that give a link.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from __future__ import annotations
 import functools
 import math
 
+from archplace.cost import nccl
 from archplace.errors import ConfigError
 from archplace.hardware.cluster import Cluster, Topology
 
@@ -203,6 +210,19 @@ def cluster_collective_time_s(
     if kind == "all_to_all" and stride == 1:
         return cluster_all_to_all_time_s(cluster, bytes_, group_size)
     alpha, beta = cluster.group_link(group_size, stride)
+    comm = nccl_communicator(cluster, group_size, stride)
+    if comm is not None and algorithm in (None, "ring", "tree"):
+        _check(kind, bytes_, group_size, alpha, beta)
+        if group_size <= 1 or bytes_ == 0:
+            return 0.0
+        if kind == "send_recv":
+            return _nccl_exchange(cluster, comm, 0.0 if comm.nodes > 1 else float(bytes_),
+                                  float(bytes_) if comm.nodes > 1 else 0.0)
+        if kind == "all_to_all":
+            n = float(bytes_)
+            return _nccl_exchange(cluster, comm, (comm.per_node - 1) / group_size * n,
+                                  (group_size - comm.per_node) / group_size * n)
+        return nccl.collective_time_s(kind, float(bytes_), comm, algorithm=algorithm)
     return collective_time_s(kind, bytes_, group_size, alpha, beta, cluster.topology,
                              algorithm=algorithm)
 
@@ -253,8 +273,73 @@ def cluster_all_to_all_time_s(cluster: Cluster, bytes_: float, group_size: int) 
     if group_size <= 1 or bytes_ == 0:
         return 0.0
     fewest, most = same_node_peers(cluster, group_size)
+    comm = nccl_communicator(cluster, group_size)
+    if comm is not None:
+        n = float(bytes_)
+        return _nccl_exchange(cluster, comm, most / group_size * n,
+                              (group_size - 1 - fewest) / group_size * n)
     inter_alpha, inter_beta = cluster.link(cluster.devices_per_node + 1)
     n = float(bytes_)
     intra = _all_to_all(n, group_size, most, intra_alpha, intra_beta)
     inter = _all_to_all(n, group_size, group_size - 1 - fewest, inter_alpha, inter_beta)
     return max(intra, inter)
+
+
+def cluster_send_recv_time_s(cluster: Cluster, bytes_: float, stride: int) -> float:
+    """Seconds of one send/receive of ``bytes_`` between two ranks ``stride`` apart on
+    ``cluster``: NCCL's point-to-point (:func:`archplace.cost.nccl.exchange_time_s`) on NVIDIA
+    clusters, ``alpha + bytes / beta`` on the link of the pair's span otherwise.
+
+    Raises:
+        ConfigError: negative or non-finite bytes, a stride below 1.
+    """
+    return cluster_collective_time_s(cluster, "send_recv", bytes_, 2, stride)
+
+
+def _nccl_exchange(cluster: Cluster, comm: nccl.Communicator, intra_bytes: float,
+                   inter_bytes: float) -> float:
+    return nccl.exchange_time_s(intra_bytes, inter_bytes, comm,
+                                cluster.devices_per_node / cluster.node_nics)
+
+
+def _member_nics(cluster: Cluster, per_node: int, stride: int) -> int:
+    """NICs owned by ``per_node`` GPUs ``stride`` apart on one node (at least 1)."""
+    node, nics = cluster.devices_per_node, cluster.node_nics
+    if nics >= node:
+        return per_node * (nics // node)
+    local = {(i * stride) % node for i in range(per_node)}
+    return max(1, len({i * nics // node for i in local}))
+
+
+def nccl_communicator(cluster: Cluster, group_size: int, stride: int = 1) -> nccl.Communicator | None:
+    """The NCCL communicator of a group of ``group_size`` ranks ``stride`` apart on
+    ``cluster``, or None where NCCL's model does not apply (no ``nccl_generation``, or a
+    topology other than ``switched``).
+
+    Its layout: the whole group on one node when its span fits (``Cluster.group_link``'s rule
+    for groups that straddle nodes gives two nodes of half the group); one rank per node when
+    ``stride >= devices_per_node``; otherwise ``devices_per_node // stride`` ranks on each of
+    ``ceil(group_size / that)`` nodes.  NVLink: ``links x SMxx_NVLINK_BW`` with ``links`` the
+    intra-node bandwidth over the generation's per-link line rate; the NICs the members own
+    (``Cluster.node_nics`` spread evenly over the node's devices).
+    """
+    gen_name = cluster.nccl_generation
+    if gen_name is None or cluster.topology is not Topology.SWITCHED or group_size < 1:
+        return None
+    gen = nccl.generation(gen_name)
+    node = cluster.devices_per_node
+    straddles = (stride == 1 and cluster.devices > node and 0 < group_size <= node
+                 and node % group_size != 0)
+    if straddles:
+        per_node, nodes = -(-group_size // 2), 2
+    elif group_span(group_size, stride) <= node:
+        per_node, nodes = group_size, 1
+    elif stride >= node:
+        per_node, nodes = 1, group_size
+    else:
+        per_node = max(1, min(group_size, node // stride))
+        nodes = -(-group_size // per_node)
+    links = max(1, round(cluster.intra_node_bandwidth_bytes_per_s / (gen.nvlink_line_gbps * nccl.GB)))
+    return nccl.Communicator(gen, per_node, nodes, links * gen.nvlink_gbps,
+                             cluster.nic_bandwidth_bytes_per_s / nccl.GB,
+                             _member_nics(cluster, per_node, stride), nvswitch=node > 1)

@@ -6,6 +6,7 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from archplace.cost.nccl_constants import GENERATIONS
 from archplace.errors import ConfigError
 
 
@@ -27,11 +28,20 @@ class Cluster:
     seconds.  ``intra_node_efficiency`` and ``inter_node_efficiency`` are the fractions of the
     line rate that NCCL-style collectives sustain on each link (nccl-tests "bus bandwidth" over
     the line rate; a preset's ``efficiency`` section gives them with their sources); 1 keeps
-    the line rate.  :meth:`link` returns the sustained bandwidth, so every collective,
-    pipeline send and gradient reduction is charged at it.
+    the line rate.  :meth:`link` returns the sustained bandwidth, so every pipeline send and
+    gradient reduction of the placement is charged at it.
+
+    ``nics_per_node``: the network adapters of one node, which its GPUs share (None: one per
+    device, ``devices_per_node``); one NIC carries ``inter_node_bandwidth x devices_per_node /
+    nics_per_node`` (the inter-node bandwidth stays the per-device share of the node's).
+    ``nccl_generation``: ``volta``, ``ampere``, ``hopper`` or ``blackwell`` for GPUs that NCCL
+    runs the collectives of (:mod:`archplace.cost.nccl`, which then prices the collectives with
+    NCCL's own constants and ignores the two efficiencies); None keeps the alpha-beta model
+    (TPUs, other accelerators, the search's designs).
 
     Raises:
-        ConfigError: a non-positive field, an efficiency outside (0, 1], or devices_per_node > devices.
+        ConfigError: a non-positive field, an efficiency outside (0, 1], devices_per_node >
+            devices, or an unknown nccl_generation.
     """
 
     devices: int
@@ -43,6 +53,8 @@ class Cluster:
     topology: Topology = Topology.SWITCHED
     intra_node_efficiency: float = 1.0
     inter_node_efficiency: float = 1.0
+    nics_per_node: int | None = None
+    nccl_generation: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("devices", "devices_per_node", "intra_node_bandwidth_bytes_per_s",
@@ -57,6 +69,22 @@ class Cluster:
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ConfigError(f"cluster: {name} must be a fraction in (0, 1], got {value}")
+        nics = self.nics_per_node
+        if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or nics < 1):
+            raise ConfigError(f"cluster: nics_per_node must be a whole number >= 1, got {nics!r}")
+        if self.nccl_generation is not None and self.nccl_generation not in GENERATIONS:
+            raise ConfigError(f"cluster: unknown nccl_generation {self.nccl_generation!r}; "
+                              f"choose from: {', '.join(GENERATIONS)}")
+
+    @property
+    def node_nics(self) -> int:
+        """NICs per node: ``nics_per_node``, or one per device when it is None."""
+        return self.nics_per_node if self.nics_per_node is not None else self.devices_per_node
+
+    @property
+    def nic_bandwidth_bytes_per_s(self) -> float:
+        """One NIC's line rate per direction: the node's inter-node bandwidth over its NICs."""
+        return self.inter_node_bandwidth_bytes_per_s * self.devices_per_node / self.node_nics
 
     def link(self, group_span_devices: int) -> tuple[float, float]:
         """(latency_s, bandwidth_bytes_per_s) of the link a group spanning that many
@@ -97,7 +125,8 @@ class Cluster:
         return Cluster(devices, min(self.devices_per_node, devices),
                        self.intra_node_bandwidth_bytes_per_s, self.inter_node_bandwidth_bytes_per_s,
                        self.intra_node_latency_s, self.inter_node_latency_s, self.topology,
-                       self.intra_node_efficiency, self.inter_node_efficiency)
+                       self.intra_node_efficiency, self.inter_node_efficiency,
+                       self.nics_per_node, self.nccl_generation)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the fields (SI units), for JSON."""

@@ -26,6 +26,8 @@ an ``accelerator`` section and an optional ``cluster`` section::
       intra_node_latency: 1 us           # alpha of the alpha-beta model
       inter_node_latency: 2 us
       topology: torus3d                  # switched | ring | torus2d | torus3d
+      nics_per_node: 8                   # optional: the node's NICs (default devices_per_node)
+      nccl_generation: hopper            # optional: NVIDIA GPUs, NCCL's collective model
     datasheet:                           # optional: published figures, for comparison only
       peak_tflop_per_s: 275
       tdp_w: 192
@@ -63,6 +65,7 @@ from typing import Any
 
 from archplace import limits
 from archplace.cost.attention_tables import table_for
+from archplace.cost.nccl_constants import GENERATIONS
 from archplace.errors import ConfigError
 from archplace.hardware import _config
 from archplace.hardware._config import PLAUSIBLE
@@ -97,6 +100,7 @@ _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
 )
+_CLUSTER_OPTIONAL = ("nics_per_node", "nccl_generation")
 
 
 def accelerator_preset_names() -> list[str]:
@@ -198,9 +202,16 @@ def parse_array_timing(raw: Any, where: str) -> ArrayTiming:
 
 
 def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster:
-    _config.check_keys(section, where, required=_CLUSTER_FIELDS)
+    _config.check_keys(section, where, required=_CLUSTER_FIELDS, optional=_CLUSTER_OPTIONAL)
     per_node = _config.positive_int(section["devices_per_node"], f"{where}.devices_per_node",
                                     PLAUSIBLE["devices_per_node"])
+    nics = None if "nics_per_node" not in section else _config.positive_int(
+        section["nics_per_node"], f"{where}.nics_per_node", PLAUSIBLE["devices_per_node"])
+    generation = None if "nccl_generation" not in section else _config.text_field(
+        section["nccl_generation"], f"{where}.nccl_generation")
+    if generation is not None and generation not in GENERATIONS:
+        raise ConfigError(f"{where}.nccl_generation: unknown generation {generation!r}; choose from: "
+                          f"{', '.join(GENERATIONS)}")
     topology_text = _config.text_field(section["topology"], f"{where}.topology")
     try:
         topology = Topology(topology_text)
@@ -221,6 +232,8 @@ def _parse_cluster(section: dict[str, Any], where: str, devices: int) -> Cluster
         intra_node_latency_s=amount("intra_node_latency", parse_time),
         inter_node_latency_s=amount("inter_node_latency", parse_time),
         topology=topology,
+        nics_per_node=nics,
+        nccl_generation=generation,
     )
 
 
