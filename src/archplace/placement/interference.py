@@ -1,0 +1,151 @@
+"""Overlap that costs: the compute a hidden collective slows down.
+
+A collective that runs while the chip computes is not free. NCCL runs each of a collective's
+channels as one CUDA thread block (CTA) on its own streaming multiprocessor (NVIDIA/nccl,
+``src/enqueue.cc``: a collective's grid has one block per channel, ``nChannels``; the channel
+count comes from the topology search, ``src/graph/search.cc`` and ``src/graph/connect.cc``, at
+most ``MAXCHANNELS`` = 64, ``src/include/device.h``; commit
+5067397c2676d5aed50042fc39e5c8ee96eb0027), and it moves the message through HBM: in a ring
+step a device's HBM receives the peer's chunk, and the kernel reads it and the local chunk to
+reduce or forward them (``src/device/prims_simple.h``, ``recvReduceSend`` / ``directRecvCopySend``).
+So, while a collective runs beside compute kernels,
+
+* compute-bound kernels run on S - s of the chip's S SMs, at rate (S - s) / S, with s the SMs
+  the collective's CTAs occupy (``KernelEfficiency.collective_sms``);
+* memory-bound kernels share HBM with the collective's traffic: a collective whose links carry
+  ``r`` bytes per second per device makes about ``HBM_BYTES_PER_WIRE_BYTE`` x r bytes per second
+  of HBM traffic, the share h = min(1, 3 r / B) of the streaming bandwidth B (datasheet x
+  ``KernelEfficiency.hbm``) that those kernels lose.
+
+With a share phi of the overlapped compute time in memory-bound kernels
+(``KernelEfficiency.overlap_memory_bound_share``), the compute loses the fraction
+
+    f = (1 - phi) s / S + phi h                                  (:meth:`Interference.fraction`)
+
+of its capacity while the collective runs.
+
+One collective of c seconds overlapping compute of t seconds (alone): the compute advances at
+rate 1 - f while the collective runs. If it finishes first (t <= (1 - f) c) the pair takes c;
+otherwise the collective ends inside it and the pair takes c + (t - (1 - f) c) = t + f c. So
+the pair takes max(c, t + f c) = t + max(c - t, f c), i.e. compute + exposed + slowed with
+
+    exposed = max(0, c - t)          (today's overlap: what sticks out)
+    slowed  = max(0, f c - exposed)   (:func:`slowed_s`)
+
+Full hiding (c <= t) still costs f c; a collective that sticks out by more than f c costs
+nothing more than its exposed part (the slowed compute hides under it); f = 0 gives the free
+overlap of before exactly, and the pair's time t + max(c - t, f c) never decreases when c grows.
+The same formula prices a bucketed gradient reduction (:func:`archplace.placement.zero.bucketed_exposed_s`)
+with c its whole time and exposed what is left after the backward pass: an approximation (the
+buckets start as gradients become ready, so part of the stream may idle inside the backward
+pass; the formula charges f on all of c, an upper bound for that part).
+
+Sources of the defaults (:mod:`archplace.hardware.accelerator`, ``DEFAULT_COLLECTIVE_SMS``):
+DeepSeek-V3 Technical Report (arXiv:2412.19437), sec. 3.2.2: 20 of the H800's 132 SMs suffice
+to saturate InfiniBand and NVLink for their overlapped all-to-all; DeepEP
+(deepseek-ai/DeepEP README: the normal kernels' SM count is a setting, 24 SMs in its tests).
+A chip without an ``efficiency`` section (a search-space design) has no SM count and gets no
+interference: its overlap stays free (documented in docs/model.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from archplace.errors import ConfigError
+from archplace.hardware.accelerator import Accelerator
+
+FloatArray = npt.NDArray[np.float64]
+
+HBM_BYTES_PER_WIRE_BYTE = 3.0
+"""HBM bytes a ring collective moves on one device per byte its links carry: the peer writes
+the incoming chunk into this device's buffer (1), the kernel reads it (1) and reads the local
+chunk it reduces with, or writes the chunk it keeps (1) (NVIDIA/nccl ``src/device/prims_simple.h``,
+the reduce-scatter's ``recvReduceSend`` and the all-gather's ``recvCopySend`` steps, commit
+5067397c2676d5aed50042fc39e5c8ee96eb0027). The brief's "2-3 x the message bytes" for ring
+reduce-scatter and all-reduce; 3 is the reduce step's count, the all-gather's is between 2 and 3."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interference:
+    """How much of the compute's capacity a collective running beside it takes.
+
+    Attributes:
+        sm_share: s / S, the SMs the collective's channels occupy over the chip's SMs, in [0, 1).
+        memory_bound_share: phi, the share of the overlapped compute time spent in memory-bound
+            kernels, in [0, 1].
+        hbm_bandwidth_bytes_per_s: B, the streaming HBM bandwidth (datasheet x ``efficiency.hbm``),
+            > 0 (infinity: no HBM contention).
+
+    Raises:
+        ConfigError: a share outside its range or a bandwidth that is not positive.
+    """
+
+    sm_share: float = 0.0
+    memory_bound_share: float = 0.0
+    hbm_bandwidth_bytes_per_s: float = math.inf
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.sm_share) and 0.0 <= self.sm_share < 1.0):
+            raise ConfigError(f"interference: sm_share must be in [0, 1), got {self.sm_share!r}")
+        if not (math.isfinite(self.memory_bound_share) and 0.0 <= self.memory_bound_share <= 1.0):
+            raise ConfigError(f"interference: memory_bound_share must be in [0, 1], "
+                              f"got {self.memory_bound_share!r}")
+        if not self.hbm_bandwidth_bytes_per_s > 0:
+            raise ConfigError(f"interference: hbm_bandwidth_bytes_per_s must be positive, "
+                              f"got {self.hbm_bandwidth_bytes_per_s!r}")
+
+    @classmethod
+    def of(cls, acc: Accelerator) -> Interference:
+        """The chip's interference: ``collective_sms / sms`` and its memory-bound share from its
+        ``efficiency`` section, HBM at datasheet x ``efficiency.hbm``; none (free overlap) for a
+        chip without that section."""
+        eff = acc.efficiency
+        if eff is None:
+            return cls()
+        return cls(sm_share=eff.collective_sms / eff.sms,
+                   memory_bound_share=eff.overlap_memory_bound_share,
+                   hbm_bandwidth_bytes_per_s=acc.hbm_bandwidth_bytes_per_s * eff.hbm)
+
+    @property
+    def free(self) -> bool:
+        """True when no collective slows the compute (f = 0 for every collective)."""
+        return self.sm_share == 0.0 and (self.memory_bound_share == 0.0
+                                         or math.isinf(self.hbm_bandwidth_bytes_per_s))
+
+    def hbm_share(self, cost: tuple[float, float], ranks: int) -> float:
+        """h = min(1, 3 r / B): the HBM share a ring collective over ``ranks`` devices takes,
+        r = 2 (ranks - 1) / ranks / per_byte its link rate in bytes per second (an all-reduce of
+        ``cost`` = (start-up s, s per byte) carries 2 (n - 1) / n of its bytes on each device's
+        links; a reduce-scatter or an all-gather half of both). 0 for one rank or a free link."""
+        per_byte = cost[1]
+        if ranks <= 1 or not per_byte > 0 or math.isinf(self.hbm_bandwidth_bytes_per_s):
+            return 0.0
+        wire_rate = 2.0 * (ranks - 1) / ranks / per_byte
+        return min(1.0, HBM_BYTES_PER_WIRE_BYTE * wire_rate / self.hbm_bandwidth_bytes_per_s)
+
+    def fraction(self, cost: tuple[float, float], ranks: int) -> float:
+        """f = (1 - phi) s / S + phi h, in [0, 1): the compute capacity a collective of ``cost``
+        over ``ranks`` devices takes while it runs (module docstring). 0 for one rank."""
+        if ranks <= 1:
+            return 0.0
+        phi = self.memory_bound_share
+        return min((1.0 - phi) * self.sm_share + phi * self.hbm_share(cost, ranks), 1.0 - 1e-12)
+
+
+NO_INTERFERENCE = Interference()
+"""Free overlap (f = 0): the time model before interference, and search-space designs."""
+
+
+def slowed_s(lost_s: npt.ArrayLike, exposed_s: npt.ArrayLike) -> FloatArray:
+    """Compute time added by hiding communication: max(0, f c - exposed) (module docstring),
+    with ``lost_s`` = f c, the compute-seconds the collectives take while they run (a sum over
+    collectives of their fraction times their time), and ``exposed_s`` the part of them left
+    exposed after the compute. Arrays broadcast; seconds."""
+    lost = np.asarray(lost_s, dtype=np.float64)
+    exposed = np.asarray(exposed_s, dtype=np.float64)
+    return np.maximum(0.0, lost - exposed)
