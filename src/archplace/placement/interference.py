@@ -12,33 +12,37 @@ So, while a collective runs beside compute kernels,
 
 * compute-bound kernels run on S - s of the chip's S SMs, at rate (S - s) / S, with s the SMs
   the collective's CTAs occupy (``KernelEfficiency.collective_sms``);
-* memory-bound kernels share HBM with the collective's traffic: a collective whose links carry
-  ``r`` bytes per second per device makes about ``HBM_BYTES_PER_WIRE_BYTE`` x r bytes per second
-  of HBM traffic, the share h = min(1, 3 r / B) of the streaming bandwidth B (datasheet x
-  ``KernelEfficiency.hbm``) that those kernels lose.
+* memory-bound kernels share HBM with the collective's traffic: a collective that carries W
+  bytes on a device's links makes about ``HBM_BYTES_PER_WIRE_BYTE`` x W = 3 W bytes of HBM
+  traffic there, which takes 3 W / B of the streaming bandwidth B (datasheet x
+  ``KernelEfficiency.hbm``) from those kernels.
 
 With a share phi of the overlapped compute time in memory-bound kernels
-(``KernelEfficiency.overlap_memory_bound_share``), the compute loses the fraction
+(``KernelEfficiency.overlap_memory_bound_share``), a collective of c seconds carrying W bytes
+takes
 
-    f = (1 - phi) s / S + phi h                                  (:meth:`Interference.fraction`)
+    L = (1 - phi) (s / S) c + phi min(c, 3 W / B)                  (:meth:`Interference.lost_s`)
 
-of its capacity while the collective runs.
+compute-seconds from the compute it overlaps: the fraction f = L / c of its capacity while it
+runs (the HBM term counts bytes, not the collective's start-up latency, so a slower link, which
+moves the same bytes in more time, never lowers L).
 
 One collective of c seconds overlapping compute of t seconds (alone): the compute advances at
 rate 1 - f while the collective runs. If it finishes first (t <= (1 - f) c) the pair takes c;
-otherwise the collective ends inside it and the pair takes c + (t - (1 - f) c) = t + f c. So
-the pair takes max(c, t + f c) = t + max(c - t, f c), i.e. compute + exposed + slowed with
+otherwise the collective ends inside it and the pair takes c + (t - (1 - f) c) = t + L. So
+the pair takes max(c, t + L) = t + max(c - t, L), i.e. compute + exposed + slowed with
 
     exposed = max(0, c - t)          (today's overlap: what sticks out)
-    slowed  = max(0, f c - exposed)   (:func:`slowed_s`)
+    slowed  = max(0, L - exposed)     (:func:`slowed_s`)
 
-Full hiding (c <= t) still costs f c; a collective that sticks out by more than f c costs
-nothing more than its exposed part (the slowed compute hides under it); f = 0 gives the free
-overlap of before exactly, and the pair's time t + max(c - t, f c) never decreases when c grows.
+Full hiding (c <= t) still costs L; a collective that sticks out by more than L costs nothing
+more than its exposed part (the slowed compute hides under it); L = 0 (``collective_sms`` = 0
+and phi = 0) gives the free overlap of before exactly, and the pair's time t + max(c - t, L)
+never decreases when the collective grows (L is non-decreasing in c and W).
 The same formula prices a bucketed gradient reduction (:func:`archplace.placement.zero.bucketed_exposed_s`)
 with c its whole time and exposed what is left after the backward pass: an approximation (the
 buckets start as gradients become ready, so part of the stream may idle inside the backward
-pass; the formula charges f on all of c, an upper bound for that part).
+pass; the formula charges L on all of c, an upper bound for that part).
 
 Sources of the defaults (:mod:`archplace.hardware.accelerator`, ``DEFAULT_COLLECTIVE_SMS``):
 DeepSeek-V3 Technical Report (arXiv:2412.19437), sec. 3.2.2: 20 of the H800's 132 SMs suffice
@@ -117,24 +121,33 @@ class Interference:
         return self.sm_share == 0.0 and (self.memory_bound_share == 0.0
                                          or math.isinf(self.hbm_bandwidth_bytes_per_s))
 
-    def hbm_share(self, cost: tuple[float, float], ranks: int) -> float:
-        """h = min(1, 3 r / B): the HBM share a ring collective over ``ranks`` devices takes,
-        r = 2 (ranks - 1) / ranks / per_byte its link rate in bytes per second (an all-reduce of
-        ``cost`` = (start-up s, s per byte) carries 2 (n - 1) / n of its bytes on each device's
-        links; a reduce-scatter or an all-gather half of both). 0 for one rank or a free link."""
+    def wire_rate_bytes_per_s(self, cost: tuple[float, float], ranks: int) -> float:
+        """Bytes per second a ring collective over ``ranks`` devices carries on each device's
+        links while it transfers: an all-reduce of ``cost`` = (start-up s, s per byte) carries
+        2 (n - 1) / n of its bytes per device in per-byte x bytes seconds (a reduce-scatter or an
+        all-gather half of both, the same rate). 0 for one rank or a free link."""
         per_byte = cost[1]
-        if ranks <= 1 or not per_byte > 0 or math.isinf(self.hbm_bandwidth_bytes_per_s):
+        if ranks <= 1 or not per_byte > 0:
             return 0.0
-        wire_rate = 2.0 * (ranks - 1) / ranks / per_byte
-        return min(1.0, HBM_BYTES_PER_WIRE_BYTE * wire_rate / self.hbm_bandwidth_bytes_per_s)
+        return 2.0 * (ranks - 1) / ranks / per_byte
 
-    def fraction(self, cost: tuple[float, float], ranks: int) -> float:
-        """f = (1 - phi) s / S + phi h, in [0, 1): the compute capacity a collective of ``cost``
-        over ``ranks`` devices takes while it runs (module docstring). 0 for one rank."""
-        if ranks <= 1:
-            return 0.0
+    def lost_s(self, total_s: npt.ArrayLike, transfer_s: npt.ArrayLike, cost: tuple[float, float],
+               ranks: int) -> FloatArray:
+        """L = (1 - phi) (s / S) c + phi min(c, 3 W / B): compute-seconds collectives of
+        ``total_s`` = c seconds take from the compute they overlap (module docstring), W = wire
+        rate x ``transfer_s`` (their time less the start-up latency) the bytes they carry on one
+        device's links, over a group of all-reduce ``cost`` and ``ranks`` devices. Arrays
+        broadcast; 0 for one rank."""
+        total = np.asarray(total_s, dtype=np.float64)
+        if ranks <= 1 or self.free:
+            return np.zeros_like(total)
         phi = self.memory_bound_share
-        return min((1.0 - phi) * self.sm_share + phi * self.hbm_share(cost, ranks), 1.0 - 1e-12)
+        lost = (1.0 - phi) * self.sm_share * total
+        if phi > 0.0 and not math.isinf(self.hbm_bandwidth_bytes_per_s):
+            wire = self.wire_rate_bytes_per_s(cost, ranks) * np.asarray(transfer_s, dtype=np.float64)
+            hbm_s = HBM_BYTES_PER_WIRE_BYTE * wire / self.hbm_bandwidth_bytes_per_s
+            lost = lost + phi * np.minimum(total, hbm_s)
+        return np.asarray(lost, dtype=np.float64)
 
 
 NO_INTERFERENCE = Interference()
@@ -142,10 +155,10 @@ NO_INTERFERENCE = Interference()
 
 
 def slowed_s(lost_s: npt.ArrayLike, exposed_s: npt.ArrayLike) -> FloatArray:
-    """Compute time added by hiding communication: max(0, f c - exposed) (module docstring),
-    with ``lost_s`` = f c, the compute-seconds the collectives take while they run (a sum over
-    collectives of their fraction times their time), and ``exposed_s`` the part of them left
-    exposed after the compute. Arrays broadcast; seconds."""
+    """Compute time added by hiding communication: max(0, L - exposed) (module docstring),
+    with ``lost_s`` = L, the compute-seconds the collectives take while they run
+    (:meth:`Interference.lost_s`, summed over collectives), and ``exposed_s`` the part of them
+    left exposed after the compute. Arrays broadcast; seconds."""
     lost = np.asarray(lost_s, dtype=np.float64)
     exposed = np.asarray(exposed_s, dtype=np.float64)
     return np.maximum(0.0, lost - exposed)

@@ -43,8 +43,8 @@ with the most parameters decides. ZeRO-2 and 3 add, per micro-batch, each layer'
 collectives to its segment's time T_c (``StageTime.dp_comm_s``).
 
 Hidden DP traffic is not free (:mod:`archplace.placement.interference`): the bucketed gradient
-reduction and the ZeRO-2/3 per-layer collectives slow the compute they overlap, by max(0, f c -
-exposed) for a collective of c seconds and interference fraction f (``setup.interference``), added
+reduction and the ZeRO-2/3 per-layer collectives slow the compute they overlap, by max(0, L -
+exposed), L the compute-seconds the collectives take while they run (``setup.interference``), added
 to the device's tail and to T_c (``StageTime.dp_slowed_s``). The optimizer step streams its bytes
 at ``setup.step_bandwidth_bytes_per_s`` (datasheet x the chip's ``efficiency.hbm``).
 

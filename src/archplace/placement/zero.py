@@ -43,9 +43,9 @@ by bucket while the last micro-batch's backward pass produces the gradients
 Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not modelled).
 
 Overlap costs (:mod:`archplace.placement.interference`): a collective hidden behind compute
-slows it by its interference fraction f; :func:`dp_tail_comm_s` and :func:`layer_zero_comm_s`
+slows it by L compute-seconds (:meth:`Interference.lost_s`); :func:`dp_tail_comm_s` and :func:`layer_zero_comm_s`
 return, beside the exposed and total times, the compute time added by hiding (``slowed``),
-max(0, f c - exposed) per collective and the compute it overlaps. Exposed collectives (the
+max(0, L - exposed) per collective and the compute it overlaps. Exposed collectives (the
 parameter all-gather of stages 1 and 2, the reduction without ``dp_overlap``) slow nothing.
 
 Every function takes NumPy arrays or floats and returns float64 arrays of the same shape, so the
@@ -156,9 +156,9 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
     reduction is bucketed over the backward pass on its own, Megatron-Core keeping expert and
     dense gradients in separate buffers; an assumption that their exposed parts add).
 
-    The bucketed reduction slows the backward pass it hides behind: slowed = max(0, f R -
-    exposed part of R), f = ``interference.fraction`` of its group, R its whole time (0 without
-    ``overlap``: then R is exposed whole).
+    The bucketed reduction slows the backward pass it hides behind: slowed = max(0, L -
+    exposed part of R), L = ``interference.lost_s`` of R, its whole time, over its group (0
+    without ``overlap``: then R is exposed whole).
 
     Args:
         cost: (start-up s, s per byte) of an all-reduce over the DP group (DP x CP with context
@@ -201,8 +201,11 @@ def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: i
                           0.0)
     else:
         gather = zeros
-    fraction = interference.fraction(cost, dp)
-    slowed = slowed_s(fraction * reduce, hidden) if overlap and fraction > 0 else zeros
+    if overlap and zero_stage <= 1 and not interference.free:
+        transfer = np.where(count > 0, reduce_byte * (grad_bytes * count), 0.0)
+        slowed = slowed_s(interference.lost_s(reduce, transfer, cost, dp), hidden)
+    else:
+        slowed = zeros
     return CommTimes(hidden + gather, reduce + gather, slowed)
 
 
@@ -222,8 +225,8 @@ def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes:
     (one stream).
 
     Slowed (:mod:`archplace.placement.interference`), per layer and pass, max(0, L - exposed)
-    with L the compute-seconds the pass's collectives take, sum of f x time over them (f of
-    each group, ``interference``): stage 2 the backward pass's RS; stage 3 the forward pass's
+    with L the compute-seconds the pass's collectives take (``interference.lost_s`` of each,
+    summed): stage 2 the backward pass's RS; stage 3 the forward pass's
     AG and the backward pass's AG + RS."""
     count = np.asarray(params, dtype=np.float64)
     zeros = np.zeros_like(count)
@@ -233,14 +236,13 @@ def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes:
         return CommTimes(zeros, zeros, zeros)
     dense_cost = cost if dp > 1 else (0.0, 0.0)
     rs, ag = _layer_collectives(dense_cost, grad_bytes, count)
-    f_dense = interference.fraction(dense_cost, dp)
-    lost_rs, lost_ag = f_dense * rs, f_dense * ag
+    lost_rs, lost_ag = _layer_lost(interference, dense_cost, dp, rs, ag)
     if experts:
         rs_e, ag_e = _layer_collectives(expert_cost, grad_bytes,
                                         np.asarray(expert_params, dtype=np.float64))
         rs, ag = rs + rs_e, ag + ag_e
-        f_expert = interference.fraction(expert_cost, expert_dp)
-        lost_rs, lost_ag = lost_rs + f_expert * rs_e, lost_ag + f_expert * ag_e
+        lost_rs_e, lost_ag_e = _layer_lost(interference, expert_cost, expert_dp, rs_e, ag_e)
+        lost_rs, lost_ag = lost_rs + lost_rs_e, lost_ag + lost_ag_e
     backward = np.asarray(backward_s, dtype=np.float64)
     if zero_stage == 2:
         exposed_rs = np.maximum(0.0, rs - backward)
@@ -261,3 +263,17 @@ def _layer_collectives(cost: tuple[float, float], grad_bytes: int,
     rs = np.where(has, half_const + half_byte * (grad_bytes * count), 0.0)
     ag = np.where(has, half_const + half_byte * (WEIGHT_BYTES_PER_PARAM * count), 0.0)
     return rs, ag
+
+
+def _layer_lost(interference: Interference, cost: tuple[float, float], ranks: int, rs: FloatArray,
+                ag: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Compute-seconds the layers' reduce-scatters ``rs`` and all-gathers ``ag`` (seconds, from
+    :func:`_layer_collectives` over a group of all-reduce ``cost``) take from the compute they
+    overlap (:meth:`~archplace.placement.interference.Interference.lost_s`; their transfer time
+    is their time less the start-up, half of ``cost[0]``)."""
+    if interference.free or ranks <= 1:
+        return np.zeros_like(rs), np.zeros_like(ag)
+    half_const = cost[0] / 2.0
+    lost_rs = interference.lost_s(rs, np.maximum(0.0, rs - half_const), cost, ranks)
+    lost_ag = interference.lost_s(ag, np.maximum(0.0, ag - half_const), cost, ranks)
+    return lost_rs, lost_ag
