@@ -25,17 +25,16 @@ MEAN_ABS_ERROR_MAX = 0.08  # issue #12, "Validation suite": mean |error| <= 8 %
 ABS_ERROR_MAX = 0.15  # issue #12: max |error| <= 15 %
 SANITY_ABS_ERROR_MAX = 0.25  # per run: a looser bound that flags a broken case on its own
 
-H100_STACK = ("over-predicted by 26-59 %: llm-foundry ran these on H100 with its Triton port of "
+H100_STACK = ("over-predicted by 27-50 %: llm-foundry ran these on H100 with its Triton port of "
               "FlashAttention-1 (attn_impl: triton, tested on A100 only; no H100 figure for it was "
               "found, FlashAttention-2 is 1.3-1.5x faster forward and ~2x backward on A100, Dao 2023 "
               "sec. 4.1) on PyTorch 2.1 / CUDA 12.1 (h100new.md image); on that one stack its H100 rows "
               "reach only 0.69-0.72 of the A100 rows' MFU, a Hopper-specific shortfall the h100-80gb "
               "preset's cuBLAS and FlashAttention-2 figures do not describe")
-KNOWN_MISSES = {case: H100_STACK for case in ("mpt-7b-h100", "mpt-13b-h100", "mpt-30b-h100",
-                                               "mpt-70b-h100")}
+KNOWN_MISSES = {case: H100_STACK for case in ("mpt-7b-h100", "mpt-13b-h100", "mpt-70b-h100")}
 """Runs beyond the sanity bound, kept visible as strict expected failures (a fix makes them
 fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #12 thresholds not met: mean |error| 17.0 %, max 59.5 % (the H100 MPT rows, see "
+SUITE_MISS = ("issue #12 thresholds not met: mean |error| 15.4 %, max 49.5 % (the H100 MPT rows, see "
               "KNOWN_MISSES; Megatron-LM's small-hidden rows 1.7B-18.4B are +15-17 % too fast with "
               "no cited mechanism found: GEMMs are ~77 % of their time at the preset's cuBLAS "
               "fraction, the score GEMMs already memory-bound)")
@@ -79,11 +78,11 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 
 
 # A ratchet while the issue's thresholds are missed (the strict expected failures above only
-# notice an improvement): the errors as of the commit that wrote it (mean 17.0 %, max 59.5 %,
-# benchmarks/validate.py), so a model change that makes the predictions worse fails here.
+# notice an improvement): the errors as of the commit that last lowered it (mean 15.4 %, max
+# 49.5 % once hidden DP traffic costs compute, issue #24 item 3; benchmarks/validate.py), so a model change that makes the predictions worse fails here.
 # Lower these as the model improves; they are not targets.
-RATCHET_MEAN_ABS_ERROR = 0.18
-RATCHET_ABS_ERROR = 0.60
+RATCHET_MEAN_ABS_ERROR = 0.16
+RATCHET_ABS_ERROR = 0.50
 
 
 def test_errors_do_not_grow(outcomes: dict[str, Outcome]) -> None:
