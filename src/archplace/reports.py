@@ -113,7 +113,8 @@ def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, pla
 def plan_blocks(result: PlanResult, *, hbm_bytes: float | None, layer: LayerView | None,
                 layer_note: str = "") -> list[Block]:
     """The plan figures of ``result``: pipeline timeline; memory per device and time breakdown;
-    communication (exposed, hidden, slowed by hiding); the layer schedule, or ``layer_note`` saying why there is none."""
+    communication (exposed, hidden, slowed by hiding); the layer schedule, or ``layer_note``
+    saying why there is none."""
     blocks: list[Block] = [Figures((timeline_figure(result),)) if result.stage_times
                            else Text("no pipeline timeline: the result has no stage times", note=True),
                            Figures((memory_figure(result, hbm_bytes), breakdown_figure(result))),

@@ -60,7 +60,8 @@ def test_tail_traffic_per_stage():
     kw = dict(grad_bytes=4, dp=8, params=100.0, backward_s=0.0, overlap=False)
     # (exposed, total, slowed): nothing hidden without overlap, so nothing slowed
     assert dp_tail_comm_s(cost, zero_stage=0, **kw) == (2.0 + 4.0, 2.0 + 4.0, 0.0)  # all-reduce of 400 B
-    assert dp_tail_comm_s(cost, zero_stage=1, **kw) == (*(1.0 + 2.0 + 1.0 + 1.0,) * 2, 0.0)  # RS 400 B + AG 200 B
+    # RS 400 B + AG 200 B
+    assert dp_tail_comm_s(cost, zero_stage=1, **kw) == (*(1.0 + 2.0 + 1.0 + 1.0,) * 2, 0.0)
     assert dp_tail_comm_s(cost, zero_stage=2, **kw) == (*(1.0 + 1.0,) * 2, 0.0)  # AG of the weights only
     assert dp_tail_comm_s(cost, zero_stage=3, **kw) == (0.0, 0.0, 0.0)
     assert dp_tail_comm_s(cost, zero_stage=1, **{**kw, "dp": 1}) == (0.0, 0.0, 0.0)

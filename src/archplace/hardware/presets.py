@@ -271,7 +271,7 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
     fractions = {name: _fraction(section[name], f"{where}.{name}") for name in _KERNEL_FRACTIONS}
     for name in _LINK_FRACTIONS:
         _fraction(section[name], f"{where}.{name}")
-    overlap: dict[str, Any] = {}  # optional: the defaults of KernelEfficiency otherwise
+    overlap: dict[str, Any] = {}  # optional: the defaults of KernelEfficiency otherwise (checked there)
     if "collective_sms" in section:
         overlap["collective_sms"] = _cited(section["collective_sms"], f"{where}.collective_sms")
     if "overlap_memory_bound_share" in section:
@@ -279,7 +279,8 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
                                                        f"{where}.overlap_memory_bound_share")
     return KernelEfficiency(
         sms=sms, gemm_tiles=tuple(_tile(t, f"{where}.gemm_tiles[{i}]") for i, t in enumerate(tiles)),
-        **fractions, **overlap)
+        gemm_sustained=fractions["gemm_sustained"], hbm=fractions["hbm"],
+        attention_fwd=fractions["attention_fwd"], attention_bwd=fractions["attention_bwd"], **overlap)
 
 
 def load_accelerator(name_or_path: str | os.PathLike[str]) -> Accelerator:

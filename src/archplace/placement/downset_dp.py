@@ -366,8 +366,9 @@ def _tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, backw
     exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
                                         params=float(params), backward_s=backward_s, overlap=overlap,
                                         interference=setup.interference)
-    return float((exposed + slowed) + optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer,
-                                                 d if zero_stage else 1))
+    step = optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer,
+                                 d if zero_stage else 1)
+    return float((exposed + slowed) + step)
 
 
 def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], d: int, params: Sequence[int],

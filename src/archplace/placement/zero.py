@@ -43,10 +43,11 @@ by bucket while the last micro-batch's backward pass produces the gradients
 Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not modelled).
 
 Overlap costs (:mod:`archplace.placement.interference`): a collective hidden behind compute
-slows it by L compute-seconds (:meth:`Interference.lost_s`); :func:`dp_tail_comm_s` and :func:`layer_zero_comm_s`
-return, beside the exposed and total times, the compute time added by hiding (``slowed``),
-max(0, L - exposed) per collective and the compute it overlaps. Exposed collectives (the
-parameter all-gather of stages 1 and 2, the reduction without ``dp_overlap``) slow nothing.
+slows it by L compute-seconds (:meth:`Interference.lost_s`); :func:`dp_tail_comm_s` and
+:func:`layer_zero_comm_s` return, beside the exposed and total times, the compute time added
+by hiding (``slowed``), max(0, L - exposed) per collective and the compute it overlaps.
+Exposed collectives (the parameter all-gather of stages 1 and 2, the reduction without
+``dp_overlap``) slow nothing.
 
 Every function takes NumPy arrays or floats and returns float64 arrays of the same shape, so the
 placement tables and ``evaluate_plan`` compute the same figures with the same operations.
