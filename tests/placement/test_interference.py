@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -221,3 +222,21 @@ def test_iteration_time_never_decreases_with_interference_and_zero_is_free(plan,
 def test_training_setup_refuses_a_bad_hbm_fraction():
     with pytest.raises(ConfigError, match="hbm_fraction must be a fraction"):
         setup(hbm_fraction=0.0)
+
+
+def test_a_preset_file_may_set_the_overlap_fields(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "src/archplace/hardware/presets/a100-80gb.yaml").read_text()
+    path = tmp_path / "mine.yaml"
+    path.write_text(text + '  collective_sms: {value: 16, source: "NCCL_DEBUG=INFO: 16 coll channels"}\n'
+                           '  overlap_memory_bound_share: {value: 0.25, source: "a profile of our run"}\n')
+    eff = load_accelerator(str(path)).efficiency
+    assert eff is not None and (eff.collective_sms, eff.overlap_memory_bound_share) == (16, 0.25)
+    path.write_text(text + "  collective_sms: 16\n")  # a figure without its source
+    with pytest.raises(ConfigError, match="collective_sms"):
+        load_accelerator(str(path))
+    # the efficiency section round-trips through its dict, and older dicts without the fields load
+    a100 = load_accelerator("a100-80gb").efficiency
+    assert a100 is not None
+    assert type(a100).from_dict(a100.to_dict()) == a100
+    older = {k: v for k, v in a100.to_dict().items() if k not in ("collective_sms", "overlap_memory_bound_share")}
+    assert type(a100).from_dict(older) == a100
