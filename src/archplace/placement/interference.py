@@ -2,12 +2,13 @@
 
 A collective that runs while the chip computes is not free. NCCL runs each of a collective's
 channels as one CUDA thread block (CTA) on its own streaming multiprocessor (NVIDIA/nccl,
-``src/enqueue.cc``: a collective's grid has one block per channel, ``nChannels``; the channel
+``src/enqueue.cc``: the kernel's grid is ``{nChannels, 1, 1}``, one block per channel; the channel
 count comes from the topology search, ``src/graph/search.cc`` and ``src/graph/connect.cc``, at
 most ``MAXCHANNELS`` = 64, ``src/include/device.h``; commit
 5067397c2676d5aed50042fc39e5c8ee96eb0027), and it moves the message through HBM: in a ring
 step a device's HBM receives the peer's chunk, and the kernel reads it and the local chunk to
-reduce or forward them (``src/device/prims_simple.h``, ``recvReduceSend`` / ``directRecvCopySend``).
+reduce or forward them (``src/device/prims_simple.h``; ``recvReduceSend`` in
+``src/device/reduce_scatter.h``, ``directRecvCopyDirectSend`` in ``src/device/all_gather.h``).
 So, while a collective runs beside compute kernels,
 
 * compute-bound kernels run on S - s of the chip's S SMs, at rate (S - s) / S, with s the SMs
@@ -46,8 +47,8 @@ pass; the formula charges L on all of c, an upper bound for that part).
 
 Sources of the defaults (:mod:`archplace.hardware.accelerator`, ``DEFAULT_COLLECTIVE_SMS``):
 DeepSeek-V3 Technical Report (arXiv:2412.19437), sec. 3.2.2: 20 of the H800's 132 SMs suffice
-to saturate InfiniBand and NVLink for their overlapped all-to-all; DeepEP
-(deepseek-ai/DeepEP README: the normal kernels' SM count is a setting, 24 SMs in its tests).
+to saturate InfiniBand and NVLink for their overlapped all-to-all; DeepEP (deepseek-ai/DeepEP
+README: the normal kernels' SM count is a setting, ``Buffer.set_num_sms(24)`` in its example).
 A chip without an ``efficiency`` section (a search-space design) has no SM count and gets no
 interference: its overlap stays free (documented in docs/model.md).
 """
@@ -69,9 +70,9 @@ HBM_BYTES_PER_WIRE_BYTE = 3.0
 """HBM bytes a ring collective moves on one device per byte its links carry: the peer writes
 the incoming chunk into this device's buffer (1), the kernel reads it (1) and reads the local
 chunk it reduces with, or writes the chunk it keeps (1) (NVIDIA/nccl ``src/device/prims_simple.h``,
-the reduce-scatter's ``recvReduceSend`` and the all-gather's ``recvCopySend`` steps, commit
-5067397c2676d5aed50042fc39e5c8ee96eb0027). The brief's "2-3 x the message bytes" for ring
-reduce-scatter and all-reduce; 3 is the reduce step's count, the all-gather's is between 2 and 3."""
+the reduce-scatter's ``recvReduceSend`` and the all-gather's ``directRecvCopyDirectSend`` steps,
+commit 5067397c2676d5aed50042fc39e5c8ee96eb0027): 3 is the reduce step's count, an all-gather's
+is between 2 and 3 (an upper figure for it, an assumption)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,7 @@ class Interference:
 
     @property
     def free(self) -> bool:
-        """True when no collective slows the compute (f = 0 for every collective)."""
+        """True when no collective slows the compute (L = 0 for every collective)."""
         return self.sm_share == 0.0 and (self.memory_bound_share == 0.0
                                          or math.isinf(self.hbm_bandwidth_bytes_per_s))
 
