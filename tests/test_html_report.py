@@ -171,7 +171,7 @@ def test_pages_are_self_contained_with_every_figure(pages: dict[str, Path], sear
     for name in ("search", "report"):
         text = pages[name].read_text(encoding="utf-8")
         assert "<script src=" not in text and "<link" not in text  # nothing fetched: plotly.js inline
-        assert text.count("Plotly.newPlot(") == _figures_written(pages[name]) == 6
+        assert text.count("Plotly.newPlot(") == _figures_written(pages[name]) == 7
         assert "pipeline timeline: 1f1b, pp 2" in text and "block.0 forward" in text
     assert searched.best is not None and searched.baseline is not None
     assert searched.best.accelerator.name in pages["report"].read_text(encoding="utf-8")
@@ -190,7 +190,7 @@ def test_plan_figures_of_an_interleaved_plan(tmp_path: Path, capsys: pytest.Capt
                             "--report", str(page)], capsys)
     assert status == 0 and f"wrote {page}" in err
     text = page.read_text(encoding="utf-8")
-    assert _figures_written(page) == text.count("Plotly.newPlot(") == 4
+    assert _figures_written(page) == text.count("Plotly.newPlot(") == 5
     assert "pipeline timeline: interleaved (v=2), pp 4, all 8 micro-batches" in text
     assert "HBM 32 GiB" in text
 
@@ -223,11 +223,11 @@ def test_report_refuses_a_bad_store_and_writes_nothing(case: str, tmp_path: Path
 
 def test_api_report_functions(pages: dict[str, Path], searched: SearchResult, tmp_path: Path) -> None:
     written = api.report(pages["store"], tmp_path / "a.html", top=2, baseline=None)
-    assert _figures_written(written) == 6 and 'class="section"' not in written.read_text(encoding="utf-8")
-    assert _figures_written(api.report_search(searched, tmp_path / "b.html")) == 5  # no model: no layer
+    assert _figures_written(written) == 7 and 'class="section"' not in written.read_text(encoding="utf-8")
+    assert _figures_written(api.report_search(searched, tmp_path / "b.html")) == 6  # no model: no layer
     assert searched.best is not None and searched.best.best is not None
     plan_page = api.report_plan(searched.best.best, tmp_path / "c.html")
-    assert _figures_written(plan_page) == 3 and "no layer schedule" in plan_page.read_text(encoding="utf-8")
+    assert _figures_written(plan_page) == 4 and "no layer schedule" in plan_page.read_text(encoding="utf-8")
     with pytest.raises(ConfigError, match="result store"):
         api.report(pages["store"], pages["store"])
 
@@ -265,7 +265,7 @@ def test_chromium_draws_every_figure_without_console_messages(pages: dict[str, P
         assert done.returncode == 0, done.stderr[-2000:]
         console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
         assert console == []
-        assert len(FIGURE_DIV.findall(done.stdout)) == _figures_written(pages[name]) == 6
+        assert len(FIGURE_DIV.findall(done.stdout)) == _figures_written(pages[name]) == 7
         assert done.stdout.count('class="main-svg"') >= 2 * 6  # each drawn figure has its SVG layers
     screenshot = tmp_path / "report.png"
     shot = _open(browser, pages["report"], tmp_path / "profile", f"--screenshot={screenshot}",
@@ -286,7 +286,7 @@ def test_stores_of_other_strategies_and_objectives(space: Path, tmp_path: Path, 
     assert run(argv, capsys)[0] == 0
     assert run(["report", str(db), "-o", str(page)], capsys)[0] == 0
     text = page.read_text(encoding="utf-8")
-    assert f"<h3>{heading}</h3>" in text and _figures_written(page) == text.count("Plotly.newPlot(") == 6
+    assert f"<h3>{heading}</h3>" in text and _figures_written(page) == text.count("Plotly.newPlot(") == 7
 
 
 def test_a_store_where_nothing_fits_still_renders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

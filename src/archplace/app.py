@@ -26,6 +26,7 @@ from archplace.hardware.resolved import ResolvedHardware
 from archplace.hardware.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
+from archplace.placement.interference import Interference
 from archplace.placement.plan import GradReduceDtype, Optimizer, RankOrder, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.schedule.base import ScheduleResult, SolveOptions
@@ -168,7 +169,9 @@ def training_setup(hardware: HardwareSpec, *, devices: int, global_batch: int, s
                           acc.peak_flop_per_s, optimizer=member(Optimizer, optimizer, "optimizer"),
                           dp_must_divide_batch=dp_must_divide_batch,
                           grad_reduce_dtype=member(GradReduceDtype, grad_reduce_dtype, "grad_reduce_dtype"),
-                          rank_order=member(RankOrder, rank_order, "rank_order"))
+                          rank_order=member(RankOrder, rank_order, "rank_order"),
+                          interference=Interference.of(acc),
+                          hbm_fraction=acc.efficiency.hbm if acc.efficiency is not None else 1.0)
     return acc, setup
 
 

@@ -39,6 +39,7 @@ from archplace.report.html import Block, Figures, Heading, Text, designs_table, 
 from archplace.report.plan_tables import plan_label
 from archplace.report.plotly_plan import (
     breakdown_figure,
+    comm_figure,
     layer_schedule_figure,
     memory_figure,
     timeline_figure,
@@ -112,10 +113,12 @@ def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, pla
 def plan_blocks(result: PlanResult, *, hbm_bytes: float | None, layer: LayerView | None,
                 layer_note: str = "") -> list[Block]:
     """The plan figures of ``result``: pipeline timeline; memory per device and time breakdown;
-    the layer schedule, or ``layer_note`` saying why there is none."""
+    communication (exposed, hidden, slowed by hiding); the layer schedule, or ``layer_note``
+    saying why there is none."""
     blocks: list[Block] = [Figures((timeline_figure(result),)) if result.stage_times
                            else Text("no pipeline timeline: the result has no stage times", note=True),
-                           Figures((memory_figure(result, hbm_bytes), breakdown_figure(result)))]
+                           Figures((memory_figure(result, hbm_bytes), breakdown_figure(result))),
+                           Figures((comm_figure(result),))]
     if layer is not None:
         blocks.append(Figures((layer_schedule_figure(layer.problem, layer.schedule, layer.title),)))
     else:

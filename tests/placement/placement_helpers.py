@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hardware.cluster import Cluster
+from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
 from archplace.placement.plan import (
     CostKey,
@@ -28,6 +29,9 @@ from archplace.placement.plan import (
     TrainingSetup,
 )
 
+INTERFERENCES = [NO_INTERFERENCE, Interference(sm_share=0.15),
+                 Interference(sm_share=0.1, memory_bound_share=0.5, hbm_bandwidth_bytes_per_s=1e9)]
+"""Free overlap (most draws' time model before interference), SM contention, SM and HBM."""
 RECOMPUTES = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]
 SCHEDULE_RANK = {PipelineSchedule.ONE_F_ONE_B: 0, PipelineSchedule.INTERLEAVED: 1,
                  PipelineSchedule.GPIPE: 2}
@@ -201,4 +205,6 @@ def setups(draw, layers, max_devices: int = 16):
         hbm_bandwidth_bytes_per_s=draw(st.sampled_from([1e6, 1e8, 1e11])), peak_flop_per_s=1e12,
         optimizer=draw(st.sampled_from(list(Optimizer))),
         dp_must_divide_batch=draw(st.booleans()),
-        grad_reduce_dtype=draw(st.sampled_from(list(GradReduceDtype))))
+        grad_reduce_dtype=draw(st.sampled_from(list(GradReduceDtype))),
+        interference=draw(st.sampled_from(INTERFERENCES)),
+        hbm_fraction=draw(st.sampled_from([1.0, 0.75])))

@@ -35,7 +35,7 @@ def test_plan_json_and_evaluate_of_its_plan_agree(model: str, fuse: list[str],
     assert set(data) >= {"plan", "iteration_time_s", "throughput_samples_per_s", "tokens_per_s", "mfu",
                          "breakdown_s", "memory_per_device_bytes", "plans"}
     assert set(data["breakdown_s"]) == {"compute", "bubble", "recompute", "tp_comm", "cp_comm", "ep_comm",
-                                        "pp_comm", "dp_comm", "optimizer"}
+                                        "pp_comm", "dp_comm", "overlap_slowdown", "optimizer"}
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["iteration_time_s"], rel=1e-9)
     assert plan["tp"] * plan["pp"] * plan["dp"] <= 16 and plan["tp"] in (1, 2)
     times = [p["iteration_time_s"] for p in data["plans"]]

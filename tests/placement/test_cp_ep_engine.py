@@ -185,7 +185,7 @@ def test_expert_reductions_are_a_second_collective():
                           expert_params=10.0, **kw)
     assert both[0] == dense[0] + (3.0 + 0.1 * 40.0)
     # ZeRO-2: the per-layer reduce-scatters of both groups add, then hide behind the backward pass
-    exposed, total = layer_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=4, params=np.array([100.0]),
+    exposed, total, _ = layer_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=4, params=np.array([100.0]),
                                        fwd_s=np.array([0.0]), backward_s=np.array([1.0]),
                                        expert_cost=expert_cost, expert_dp=2, expert_params=np.array([10.0]))
     rs = (0.5 + 0.005 * 400.0) + (1.5 + 0.05 * 40.0)
@@ -206,8 +206,9 @@ def test_cp_and_ep_communication_in_the_breakdown():
     assert b["cp_comm"] == m * (0.4 + 0.6) and b["ep_comm"] == m * (0.5 + 1.0)
     assert b["tp_comm"] == m * 0.2
     assert b["compute"] == m * (6.0 - 0.2 - 1.0 - 1.5)
-    assert result.comm_s["cp"] == {"total": b["cp_comm"], "exposed": b["cp_comm"]}
-    assert result.comm_s["ep"] == {"total": b["ep_comm"], "exposed": b["ep_comm"]}
+    blocking = {"hidden": 0.0, "slowed": 0.0}
+    assert result.comm_s["cp"] == {"total": b["cp_comm"], "exposed": b["cp_comm"], **blocking}
+    assert result.comm_s["ep"] == {"total": b["ep_comm"], "exposed": b["ep_comm"], **blocking}
     # MFU counts the tp * cp ranks that share a micro-batch
     model_flop = 16 / 2 * (2 * 3e9) * (2 * 2)
     assert result.mfu == pytest.approx(model_flop / (result.iteration_time_s * 8 * 1e15), rel=1e-12)

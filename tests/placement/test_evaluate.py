@@ -334,7 +334,8 @@ def test_zero_sgd_and_overlap():
     ar = 1.4e-7 + 2e-6 + 7.0 + 2e-5  # the all-reduce of the gradients (stage 0)
     zero1 = 2.2e-5 + 10500 * (1e-11 + 5e-4)
     assert r.breakdown_s["dp_comm"] == pytest.approx(zero1, rel=REL)
-    assert r.comm_s["dp"] == {"total": r.breakdown_s["dp_comm"], "exposed": r.breakdown_s["dp_comm"]}
+    assert r.comm_s["dp"] == {"total": r.breakdown_s["dp_comm"], "exposed": r.breakdown_s["dp_comm"],
+                              "hidden": 0.0, "slowed": 0.0}
     # SGD step (22 B / param) on 1/4 of the parameters
     assert r.breakdown_s["optimizer"] == pytest.approx(22 * 3500 / 4 / 1e12, rel=REL)
     (mem,) = r.memory

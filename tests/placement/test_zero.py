@@ -58,13 +58,15 @@ def test_bucketed_overlap_by_hand():
 def test_tail_traffic_per_stage():
     cost = (2.0, 0.01)  # an all-reduce: 2 s + 0.01 s per byte; reduce-scatter / all-gather half
     kw = dict(grad_bytes=4, dp=8, params=100.0, backward_s=0.0, overlap=False)
-    assert dp_tail_comm_s(cost, zero_stage=0, **kw) == (2.0 + 4.0, 2.0 + 4.0)  # all-reduce of 400 B
-    assert dp_tail_comm_s(cost, zero_stage=1, **kw) == (1.0 + 2.0 + 1.0 + 1.0,) * 2  # RS 400 B + AG 200 B
-    assert dp_tail_comm_s(cost, zero_stage=2, **kw) == (1.0 + 1.0,) * 2  # AG of the weights only
-    assert dp_tail_comm_s(cost, zero_stage=3, **kw) == (0.0, 0.0)
-    assert dp_tail_comm_s(cost, zero_stage=1, **{**kw, "dp": 1}) == (0.0, 0.0)
+    # (exposed, total, slowed): nothing hidden without overlap, so nothing slowed
+    assert dp_tail_comm_s(cost, zero_stage=0, **kw) == (2.0 + 4.0, 2.0 + 4.0, 0.0)  # all-reduce of 400 B
+    # RS 400 B + AG 200 B
+    assert dp_tail_comm_s(cost, zero_stage=1, **kw) == (*(1.0 + 2.0 + 1.0 + 1.0,) * 2, 0.0)
+    assert dp_tail_comm_s(cost, zero_stage=2, **kw) == (*(1.0 + 1.0,) * 2, 0.0)  # AG of the weights only
+    assert dp_tail_comm_s(cost, zero_stage=3, **kw) == (0.0, 0.0, 0.0)
+    assert dp_tail_comm_s(cost, zero_stage=1, **{**kw, "dp": 1}) == (0.0, 0.0, 0.0)
     bf16 = dp_tail_comm_s(cost, zero_stage=0, **{**kw, "grad_bytes": 2})
-    assert bf16 == (2.0 + 2.0, 2.0 + 2.0)
+    assert bf16 == (2.0 + 2.0, 2.0 + 2.0, 0.0)
 
 
 def test_layer_collectives_of_stages_2_and_3():
@@ -73,14 +75,14 @@ def test_layer_collectives_of_stages_2_and_3():
     fwd, bwd = np.array([1.5, 1.0]), np.array([2.5, 1.0])
     # per layer: AG = 1 + 0.005 * 200 = 2, RS = 1 + 0.005 * 400 = 3 (none for a layer without
     # parameters); stage 3: max(0, 2 - 1.5) + max(0, 2 + 3 - 2.5) = 3, total 2 + 2 + 3 = 7
-    exposed, total = layer_zero_comm_s(cost, zero_stage=3, grad_bytes=4, dp=8, params=params,
+    exposed, total, _ = layer_zero_comm_s(cost, zero_stage=3, grad_bytes=4, dp=8, params=params,
                                        fwd_s=fwd, backward_s=bwd)
     assert exposed.tolist() == [3.0, 0.0] and total.tolist() == [7.0, 0.0]
-    exposed, total = layer_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=8, params=params,
+    exposed, total, _ = layer_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=8, params=params,
                                        fwd_s=fwd, backward_s=bwd)
     assert exposed.tolist() == [0.5, 0.0] and total.tolist() == [3.0, 0.0]
     for stage in (0, 1):
-        exposed, total = layer_zero_comm_s(cost, zero_stage=stage, grad_bytes=4, dp=8, params=params,
+        exposed, total, _ = layer_zero_comm_s(cost, zero_stage=stage, grad_bytes=4, dp=8, params=params,
                                            fwd_s=fwd, backward_s=bwd)
         assert not exposed.any() and not total.any()
 
@@ -112,7 +114,8 @@ def test_fsdp_plan_by_hand():
     assert t.dp_comm_total_s == pytest.approx((3 + 3 + 4.5) + (6 + 6 + 10.5), rel=REL)
     m = 2  # micro-batches: 8 / (1 * 4)
     assert r.breakdown_s["dp_comm"] == pytest.approx(m * 27.0, rel=REL)
-    assert r.comm_s["dp"] == pytest.approx({"total": m * 33.0, "exposed": m * 27.0}, rel=REL)
+    assert r.comm_s["dp"] == pytest.approx({"total": m * 33.0, "exposed": m * 27.0, "hidden": m * 6.0,
+                                            "slowed": 0.0}, rel=REL)
     assert r.iteration_time_s == pytest.approx(m * (6.0 + 27.0) + 30 * 4000 / 4 / 1e12, rel=REL)
     (mem,) = r.memory  # 18 B / 4 per parameter + the window (2 * 2 + 4) * 3000
     assert (mem.weights, mem.gradients, mem.optimizer, mem.gathered) == (2000.0, 4000.0, 12000.0, 24000.0)

@@ -63,6 +63,16 @@ def _whole(owner: str, **values: int) -> None:
             raise ConfigError(f"{owner}: {name} must be a whole number, got {value!r}")
 
 
+DEFAULT_COLLECTIVE_SMS = 20
+"""SMs an overlapped data-parallel collective occupies on a known chip without its own figure:
+DeepSeek-V3 Technical Report (arXiv:2412.19437), sec. 3.2.2, dedicates 20 of the H800's 132
+SMs to communication overlapped with computation (enough to saturate InfiniBand and NVLink);
+DeepEP's README example sets 24 (``Buffer.set_num_sms(24)``, deepseek-ai/DeepEP). NCCL runs
+one thread block per channel and searches up to ``MAXCHANNELS / 2`` = 32 ring channels before
+duplicating them (NVIDIA/nccl ``src/init.cc``, ``src/graph/connect.cc``, commit
+5067397c2676d5aed50042fc39e5c8ee96eb0027), so 20 is within its range; a figure to calibrate."""
+
+
 @dataclass(frozen=True, slots=True)
 class KernelEfficiency:
     """What real kernels sustain on a known chip (a preset's ``efficiency`` section).
@@ -83,9 +93,17 @@ class KernelEfficiency:
         attention_kernel: ``"<family>/<preset>"``, the measured attention table the cost model
             reads instead of ``attention_fwd`` / ``attention_bwd`` (e.g. ``flash2/a100-80gb``,
             :mod:`archplace.cost.attention_tables`); None: those two fractions for every shape.
+        collective_sms: SMs a data-parallel collective (NCCL reduce-scatter, all-gather,
+            all-reduce) occupies while it overlaps compute, a whole number in [0, sms): one
+            per NCCL channel (:mod:`archplace.placement.interference`); default
+            :data:`DEFAULT_COLLECTIVE_SMS`; 0 makes overlap free.
+        overlap_memory_bound_share: share of the overlapped compute time in memory-bound
+            kernels, which lose HBM bandwidth to the collective's traffic, in [0, 1]; default 0
+            (the SM share alone; a figure for ``archplace calibrate``).
 
     Raises:
-        ConfigError: a count that is not a positive whole number, no tile, or a fraction outside (0, 1].
+        ConfigError: a count that is not a positive whole number, no tile, a fraction outside
+            (0, 1], ``collective_sms`` outside [0, sms) or a share outside [0, 1].
     """
 
     sms: int
@@ -95,6 +113,8 @@ class KernelEfficiency:
     attention_fwd: float
     attention_bwd: float
     attention_kernel: str | None = None
+    collective_sms: int = DEFAULT_COLLECTIVE_SMS
+    overlap_memory_bound_share: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "efficiency"
@@ -118,6 +138,14 @@ class KernelEfficiency:
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     math.isfinite(value) and 0.0 < value <= 1.0):
                 raise ConfigError(f"{owner}: {name} must be a fraction in (0, 1], got {value!r}")
+        _whole(owner, collective_sms=self.collective_sms)
+        if not 0 <= self.collective_sms < self.sms:
+            raise ConfigError(f"{owner}: collective_sms must be in [0, sms={self.sms}), "
+                              f"got {self.collective_sms}")
+        share = self.overlap_memory_bound_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not (
+                math.isfinite(share) and 0.0 <= share <= 1.0):
+            raise ConfigError(f"{owner}: overlap_memory_bound_share must be in [0, 1], got {share!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KernelEfficiency:
@@ -127,7 +155,8 @@ class KernelEfficiency:
             ConfigError: a missing or unknown field, or a bad value.
         """
         names = {f.name for f in fields(cls)}
-        if set(data) - {"attention_kernel"} != names - {"attention_kernel"}:
+        optional = {"attention_kernel", "collective_sms", "overlap_memory_bound_share"}  # defaulted
+        if not names - optional <= set(data) <= names:
             raise ConfigError(f"efficiency: expected the fields {', '.join(sorted(names))}, "
                               f"got {', '.join(sorted(map(str, data)))}")
         return cls(**data)  # __post_init__ turns the tiles into tuples

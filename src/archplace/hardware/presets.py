@@ -96,6 +96,7 @@ _DATASHEET_FIELDS = ("peak_tflop_per_s", "tdp_w")
 _KERNEL_FRACTIONS = ("gemm_sustained", "hbm", "attention_fwd", "attention_bwd")
 _LINK_FRACTIONS = ("intra_node_collective", "inter_node_collective")
 _EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
+_EFFICIENCY_OPTIONAL = ("attention_kernel", "collective_sms", "overlap_memory_bound_share")
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -268,7 +269,7 @@ def _efficiency_section(data: dict[str, Any], label: str) -> dict[str, Any] | No
         return None
     section = _config.section(data, "efficiency", label)
     _config.check_keys(section, f"{label}: efficiency", required=_EFFICIENCY_FIELDS,
-                       optional=["attention_kernel"])
+                       optional=_EFFICIENCY_OPTIONAL)
     return section
 
 
@@ -279,16 +280,25 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         ConfigError: a missing or unknown field, a field without its source, a count that is not
             a positive whole number, a malformed tile, or a fraction outside (0, 1].
     """
-    _config.check_keys(section, where, required=_EFFICIENCY_FIELDS, optional=["attention_kernel"])
+    _config.check_keys(section, where, required=_EFFICIENCY_FIELDS, optional=_EFFICIENCY_OPTIONAL)
     _cited(section["sms"], f"{where}.sms")
     sms = _config.positive_int(section["sms"], f"{where}.sms", PLAUSIBLE["sms"])
     tiles = _config.value_list(_cited(section["gemm_tiles"], f"{where}.gemm_tiles"), f"{where}.gemm_tiles")
     fractions = {name: _fraction(section[name], f"{where}.{name}") for name in _KERNEL_FRACTIONS}
     for name in _LINK_FRACTIONS:
         _fraction(section[name], f"{where}.{name}")
+    overlap: dict[str, Any] = {}  # optional: the defaults of KernelEfficiency otherwise (checked there)
+    if "collective_sms" in section:
+        overlap["collective_sms"] = _cited(section["collective_sms"], f"{where}.collective_sms")
+    if "overlap_memory_bound_share" in section:
+        overlap["overlap_memory_bound_share"] = _cited(section["overlap_memory_bound_share"],
+                                                       f"{where}.overlap_memory_bound_share")
     return KernelEfficiency(
         sms=sms, gemm_tiles=tuple(_tile(t, f"{where}.gemm_tiles[{i}]") for i, t in enumerate(tiles)),
-        **fractions, attention_kernel=_attention_kernel(section.get("attention_kernel"), where))
+        gemm_sustained=fractions["gemm_sustained"], hbm=fractions["hbm"],
+        attention_fwd=fractions["attention_fwd"], attention_bwd=fractions["attention_bwd"],
+        attention_kernel=_attention_kernel(section.get("attention_kernel"), where), **overlap)
+
 
 
 def _attention_kernel(raw: Any, where: str) -> str | None:

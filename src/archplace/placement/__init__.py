@@ -9,11 +9,14 @@ Public API:
   :func:`interleaved_in_flight_chunks`, :func:`interleaved_chunk_counts` -- per-device memory
   of a stage (or of an interleaved device);
 * :mod:`archplace.placement.zero` -- ZeRO stages 0-3 and the DP traffic they add;
+* :class:`Interference` -- the compute a collective hidden behind it takes
+  (:mod:`archplace.placement.interference`; ``TrainingSetup.interference``);
 * :mod:`archplace.placement.layout` -- the rank layout of a plan with context and expert
   parallelism (:class:`RankOrder`) and the links of its groups;
 * the value objects and enums of :mod:`archplace.placement.plan`.
 """
 
+from archplace.placement.interference import Interference
 from archplace.placement.memory import (
     in_flight_micro_batches,
     interleaved_chunk_counts,
@@ -40,6 +43,7 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "ZERO_STAGES",
     "GradReduceDtype",
+    "Interference",
     "LayerCost",
     "Optimizer",
     "PipelineSchedule",

@@ -23,7 +23,7 @@ class BlockBounds:
 
     def __init__(self, setup: TrainingSetup) -> None:
         self.setup = setup
-        self._step_coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
+        self._step_coefficient = optimizer_step_time_s(1.0, setup.step_bandwidth_bytes_per_s, setup.optimizer)
         # all-reduce costs of the DP x CP and expert-data-parallel groups, per (tp, cp, ep, etp,
         # experts, p, d), and as arrays over a block's (p, d) (``group_bound``): the families
         # sharing their degrees share them
@@ -176,7 +176,7 @@ class BlockBounds:
         setup = self.setup
         fam = state.family
         zs = variant.zero_stage
-        coefficient = optimizer_step_time_s(1.0, setup.hbm_bandwidth_bytes_per_s, setup.optimizer)
+        coefficient = optimizer_step_time_s(1.0, setup.step_bandwidth_bytes_per_s, setup.optimizer)
         dense_group = d * fam.cp
         if not state.experts:
             return self.group_bound(state, variant, p, d, params, dense_group, 0, coefficient)

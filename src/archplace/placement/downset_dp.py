@@ -363,10 +363,12 @@ def _tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, backw
           overlap: bool, zero_stage: int) -> float:
     """Exposed DP traffic + optimizer step of a stage, as ``pipeline.device_tails`` (one chunk)."""
     cost = dp_allreduce_cost(setup.cluster, tp=tp, pp=p, dp=d)
-    exposed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
-                             params=float(params), backward_s=backward_s, overlap=overlap)[0]
-    return float(exposed + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s, setup.optimizer,
-                                                 d if zero_stage else 1))
+    exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
+                                        params=float(params), backward_s=backward_s, overlap=overlap,
+                                        interference=setup.interference)
+    step = optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer,
+                                 d if zero_stage else 1)
+    return float((exposed + slowed) + step)
 
 
 def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], d: int, params: Sequence[int],
@@ -375,11 +377,12 @@ def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], d: int, p
     byte) ``cost`` over ``d`` replicas. Same operations in the same order as
     :func:`archplace.placement.pipeline.device_tails`, so the figures are equal bit for bit."""
     count = np.asarray(params, dtype=np.float64)
-    exposed, _ = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
-                                params=count, backward_s=np.asarray(backward_s, dtype=np.float64),
-                                overlap=True)
+    exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
+                                        params=count, backward_s=np.asarray(backward_s, dtype=np.float64),
+                                        overlap=True, interference=setup.interference)
+    exposed = exposed + slowed
     shards = d if zero_stage else 1
-    step = OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * count / shards / setup.hbm_bandwidth_bytes_per_s
+    step = OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * count / shards / setup.step_bandwidth_bytes_per_s
     return (exposed + step).tolist()
 
 

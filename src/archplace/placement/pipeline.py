@@ -28,7 +28,8 @@ Iteration time (every stage advances at the pace of the slowest segment, T = max
                                      2.2.1); interleaving runs v m chunk slots and shrinks the
                                      bubble to (p - 1)/v device times of v T (section 2.2.2),
                                      with a p2p at every chunk boundary (v times as many)
-    + max over devices of (exposed DP traffic + optimizer step)
+    + max over devices of (exposed DP traffic + compute slowed by the hidden DP traffic
+      + optimizer step)
 
 with m micro-batches per pipeline (:func:`~archplace.placement.timing.micro_batch_count`). For
 device j with parameters P_j and last-micro-batch backward time B_j (sum(bwd_s) + recompute of
@@ -41,6 +42,12 @@ B = v B_c, the worst chunk counts), which is exact for equal chunks; without ove
 with the most parameters decides. ZeRO-2 and 3 add, per micro-batch, each layer's exposed
 collectives to its segment's time T_c (``StageTime.dp_comm_s``).
 
+Hidden DP traffic is not free (:mod:`archplace.placement.interference`): the bucketed gradient
+reduction and the ZeRO-2/3 per-layer collectives slow the compute they overlap, by max(0, L -
+exposed), L the compute-seconds the collectives take while they run (``setup.interference``), added
+to the device's tail and to T_c (``StageTime.dp_slowed_s``). The optimizer step streams its bytes
+at ``setup.step_bandwidth_bytes_per_s`` (datasheet x the chip's ``efficiency.hbm``).
+
 GPipe and 1F1B take the same time and differ in memory (micro-batches in flight); memory and
 the rule for whether a plan fits are in :mod:`archplace.placement.memory` and
 :func:`check_fits`.
@@ -50,8 +57,9 @@ with b the bottleneck segment (largest T_c, the first on ties) and e the device 
 DP + optimizer tail: compute = v m (compute_b - tp_comm_b - cp_comm_b - ep_comm_b), tp_comm =
 v m tp_comm_b, cp_comm = v m cp_comm_b, ep_comm = v m ep_comm_b (the layers' exposed ring
 attention and expert all-to-all shares), recompute = v m recompute_b, pp_comm = v m p2p_b,
-bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed DP traffic of device e, optimizer of
-device e.
+bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed DP traffic of device e,
+overlap_slowdown = v m dp_slowed_b + the compute slowed by device e's hidden DP traffic,
+optimizer of device e.
 
 Context and expert parallelism (:mod:`archplace.placement.layout`): a plan occupies
 tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are over the DP x CP
@@ -72,6 +80,7 @@ import numpy as np
 
 from archplace.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
 from archplace.hardware.cluster import Cluster
+from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.layout import RankLayout, check_expert_degree
 from archplace.placement.memory import (
     in_flight_micro_batches,
@@ -90,8 +99,9 @@ from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s
 from archplace.units import format_bytes
 
 BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
-                  "optimizer")
-"""Keys of ``PlanResult.breakdown_s``, in the order they are summed."""
+                  "overlap_slowdown", "optimizer")
+"""Keys of ``PlanResult.breakdown_s``, in the order they are summed (``overlap_slowdown``: the
+compute time added by hiding communication, :mod:`archplace.placement.interference`)."""
 
 
 def micro_batches(setup: TrainingSetup, plan: Plan) -> int:
@@ -135,10 +145,12 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
 
 
 def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
-                grad_bytes: int, rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP) -> tuple[StageTime, ...]:
+                grad_bytes: int, rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP,
+                interference: Interference = NO_INTERFERENCE) -> tuple[StageTime, ...]:
     """Per-micro-batch time of every segment of a (valid) plan; see the module docstring
     (``grad_bytes``: bytes per gradient element of the ZeRO-2/3 reduce-scatters; ``rank_order``:
-    the layout of the groups, :mod:`archplace.placement.layout`)."""
+    the layout of the groups, :mod:`archplace.placement.layout`; ``interference``: the compute
+    the hidden ZeRO-2/3 collectives slow, :mod:`archplace.placement.interference`)."""
     times = []
     n_segments = len(plan.stages)
     layout = RankLayout.of(plan, rank_order)
@@ -174,20 +186,22 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
                    if c < n_segments - 1 else 0.0)
         p2p = p2p_in + p2p_out
         if per_layer_zero:
-            exposed, total = layer_zero_comm_s(
+            zero = layer_zero_comm_s(
                 cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=layout.dense_dp,
                 params=np.array([float(layer.params - layer.expert_params) for layer in stage]),
                 fwd_s=np.array([layer.fwd_s for layer in stage]),
                 backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]),
                 expert_cost=expert_cost, expert_dp=layout.expert_dp,
-                expert_params=np.array([float(layer.expert_params) for layer in stage]) if experts else None)
-            dp_comm, dp_total = sequential_sum(exposed.tolist()), sequential_sum(total.tolist())
+                expert_params=np.array([float(layer.expert_params) for layer in stage]) if experts else None,
+                interference=interference)
+            dp_comm, dp_total = sequential_sum(zero.exposed.tolist()), sequential_sum(zero.total.tolist())
+            dp_slowed = sequential_sum(zero.slowed.tolist())
         else:
-            dp_comm = dp_total = 0.0
+            dp_comm = dp_total = dp_slowed = 0.0
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
                                tp_comm_s=tp_comm, backward_s=bwd + recompute,
                                dp_comm_s=dp_comm, dp_comm_total_s=dp_total,
-                               cp_comm_s=cp_comm, ep_comm_s=ep_comm))
+                               cp_comm_s=cp_comm, ep_comm_s=ep_comm, dp_slowed_s=dp_slowed))
     return tuple(times)
 
 
@@ -247,10 +261,11 @@ def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
 
 
 def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
-                 times: Sequence[StageTime]) -> list[tuple[float, float, float]]:
-    """(exposed DP traffic, optimizer step, whole DP traffic) in seconds for every segment, as
-    charged to its device (interleaved: v copies of the segment); the device's tail is the
-    largest sum of the first two. See :func:`archplace.placement.zero.dp_tail_comm_s`."""
+                 times: Sequence[StageTime]) -> list[tuple[float, float, float, float]]:
+    """(exposed DP traffic, optimizer step, whole DP traffic, compute slowed by the hidden DP
+    traffic) in seconds for every segment, as charged to its device (interleaved: v copies of
+    the segment); the device's tail is the largest (exposed + slowed) + step. See
+    :func:`archplace.placement.zero.dp_tail_comm_s`."""
     v = plan.chunks
     layout = RankLayout.of(plan, setup.rank_order)
     sharded = plan.zero_stage >= 1
@@ -266,17 +281,25 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
             params += layer.params - layer.expert_params
             expert_params += layer.expert_params
         charged, charged_experts = v * params, v * expert_params
-        exposed, total = dp_tail_comm_s(cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes,
-                                        dp=layout.dense_dp, params=float(charged),
-                                        backward_s=v * time.backward_s, overlap=plan.dp_overlap,
-                                        expert_cost=expert_cost, expert_dp=layout.expert_dp,
-                                        expert_params=float(charged_experts))
-        step = optimizer_step_time_s(charged, setup.hbm_bandwidth_bytes_per_s, setup.optimizer, shards)
+        exposed, total, slowed = dp_tail_comm_s(
+            cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes, dp=layout.dense_dp,
+            params=float(charged), backward_s=v * time.backward_s, overlap=plan.dp_overlap,
+            expert_cost=expert_cost, expert_dp=layout.expert_dp, expert_params=float(charged_experts),
+            interference=setup.interference)
+        step = optimizer_step_time_s(charged, setup.step_bandwidth_bytes_per_s, setup.optimizer, shards)
         if charged_experts:
-            step = step + optimizer_step_time_s(charged_experts, setup.hbm_bandwidth_bytes_per_s,
+            step = step + optimizer_step_time_s(charged_experts, setup.step_bandwidth_bytes_per_s,
                                                 setup.optimizer, expert_shards)
-        out.append((float(exposed), step, float(total)))
+        out.append((float(exposed), step, float(total), float(slowed)))
     return out
+
+
+def comm_parts(total_s: float, exposed_s: float, slowed_s: float = 0.0) -> dict[str, float]:
+    """One kind's entry of ``PlanResult.comm_s``: ``total``, ``exposed``, ``hidden`` (total -
+    exposed: the part that overlaps compute) and ``slowed`` (the compute time hiding it added,
+    :mod:`archplace.placement.interference`), seconds per iteration."""
+    return {"total": total_s, "exposed": exposed_s, "hidden": max(0.0, total_s - exposed_s),
+            "slowed": slowed_s}
 
 
 def check_finite_times(layers: Sequence[LayerCost]) -> None:
@@ -310,9 +333,11 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     backward passes recompute (``LayerCost.recompute_flop``) and the expert padding
     (``LayerCost.padding_fwd_flop`` and ``padding_bwd_flop``): Korthikanti et al. 2022, section
     6.3, define MFU without and HFU with recomputation, the hardware FLOP actually run.
-    ``comm_s`` gives, per kind, the communication time of the critical device and its exposed
-    part: TP collectives and pipeline sends block the computation (exposed = total), DP traffic
-    is partly hidden (per-layer ZeRO-2/3 overlap, bucketed gradient reduction).
+    ``comm_s`` gives, per kind, the communication time of the critical device, its exposed
+    and hidden parts and the compute time hiding it added (:func:`comm_parts`): TP collectives
+    and pipeline sends block the computation (exposed = total), DP traffic is partly hidden
+    (per-layer ZeRO-2/3 overlap, bucketed gradient reduction) and slows the compute it hides
+    behind by ``setup.interference`` (breakdown key ``overlap_slowdown``).
 
     Raises:
         ConfigError: an invalid plan (see :func:`validate_plan`), or all-zero costs.
@@ -326,11 +351,11 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     check_fits(layers, setup, plan, memory)
 
     times = stage_times(layers, plan, setup.cluster, grad_bytes=setup.grad_bytes,
-                        rank_order=setup.rank_order)
+                        rank_order=setup.rank_order, interference=setup.interference)
     totals = [t.total_s for t in times]
     neck = times[totals.index(max(totals))]
     tails = device_tails(layers, setup, plan, times)
-    tail_sums = [exposed + step for exposed, step, _ in tails]
+    tail_sums = [(exposed + slowed) + step for exposed, step, _, slowed in tails]
     tail = tails[tail_sums.index(max(tail_sums))]
     slots = plan.chunks * m
     breakdown = {
@@ -342,6 +367,7 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         "ep_comm": slots * neck.ep_comm_s,
         "pp_comm": slots * neck.p2p_s,
         "dp_comm": slots * neck.dp_comm_s + tail[0],
+        "overlap_slowdown": slots * neck.dp_slowed_s + tail[3],
         "optimizer": tail[1],
     }
     iteration_s = sequential_sum(breakdown[key] for key in BREAKDOWN_KEYS)
@@ -374,10 +400,11 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         hfu=hardware_flop / (iteration_s * plan.devices * setup.peak_flop_per_s),
         model_flop_per_s_per_device=model_flop / (iteration_s * plan.devices),
         comm_s={
-            "tp": {"total": breakdown["tp_comm"], "exposed": breakdown["tp_comm"]},
-            "cp": {"total": breakdown["cp_comm"], "exposed": breakdown["cp_comm"]},
-            "ep": {"total": breakdown["ep_comm"], "exposed": breakdown["ep_comm"]},
-            "pp": {"total": breakdown["pp_comm"], "exposed": breakdown["pp_comm"]},
-            "dp": {"total": slots * neck.dp_comm_total_s + tail[2], "exposed": breakdown["dp_comm"]},
+            "tp": comm_parts(breakdown["tp_comm"], breakdown["tp_comm"]),
+            "cp": comm_parts(breakdown["cp_comm"], breakdown["cp_comm"]),
+            "ep": comm_parts(breakdown["ep_comm"], breakdown["ep_comm"]),
+            "pp": comm_parts(breakdown["pp_comm"], breakdown["pp_comm"]),
+            "dp": comm_parts(slots * neck.dp_comm_total_s + tail[2], breakdown["dp_comm"],
+                             breakdown["overlap_slowdown"]),
         },
     )

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
 from archplace.hardware.cluster import Cluster
+from archplace.placement.interference import NO_INTERFERENCE, Interference
 
 
 class Recompute(enum.StrEnum):
@@ -346,9 +347,15 @@ class TrainingSetup:
             the padding samples are wasted work (throughput and MFU count only global_batch).
         rank_order: how the TP, CP, EP, DP and PP groups are laid over the ranks
             (:class:`RankOrder`; "tp-cp-ep-pp-dp" by default, "tp-cp-ep-dp-pp" as Megatron-Core).
+        interference: the compute capacity a collective hidden behind compute takes
+            (:class:`~archplace.placement.interference.Interference`; default none: free overlap;
+            :meth:`Interference.of` gives a known chip's).
+        hbm_fraction: fraction of ``hbm_bandwidth_bytes_per_s`` the optimizer step's streaming
+            kernel reaches, in (0, 1] (a known chip's ``efficiency.hbm``; default 1).
 
     Raises:
-        ConfigError: a non-positive field, an unknown optimizer or rank order.
+        ConfigError: a non-positive field, an unknown optimizer or rank order, an
+            ``hbm_fraction`` outside (0, 1].
     """
 
     cluster: Cluster
@@ -361,12 +368,18 @@ class TrainingSetup:
     dp_must_divide_batch: bool = True
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
     rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
+    interference: Interference = NO_INTERFERENCE
+    hbm_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
                      "peak_flop_per_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 < self.hbm_fraction <= 1.0:
+            raise ConfigError(f"hbm_fraction must be a fraction in (0, 1], got {self.hbm_fraction!r}")
+        if not isinstance(self.interference, Interference):
+            raise ConfigError(f"interference must be an Interference, got {self.interference!r}")
         try:
             object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
         except ValueError:
@@ -388,6 +401,11 @@ class TrainingSetup:
     def grad_bytes(self) -> int:
         """Bytes per gradient element (buffer and reduction): 4 (fp32) or 2 (bf16)."""
         return self.grad_reduce_dtype.bytes
+
+    @property
+    def step_bandwidth_bytes_per_s(self) -> float:
+        """HBM bandwidth the optimizer step streams at: datasheet x ``hbm_fraction``."""
+        return self.hbm_bandwidth_bytes_per_s * self.hbm_fraction
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,8 @@ class StageTime:
         dp_comm_total_s: those collectives' whole time, overlapped or not.
         cp_comm_s, ep_comm_s: the parts of ``compute_s`` spent in exposed context-parallel
             (ring attention) and expert all-to-all communication.
+        dp_slowed_s: compute time added by hiding the ZeRO-2/3 collectives behind the layers
+            (:mod:`archplace.placement.interference`); 0 without interference.
     """
 
     compute_s: float
@@ -75,19 +77,21 @@ class StageTime:
     dp_comm_total_s: float = 0.0
     cp_comm_s: float = 0.0
     ep_comm_s: float = 0.0
+    dp_slowed_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        """compute + recompute + p2p + exposed ZeRO-2/3 traffic: the segment's slot in the
-        pipeline schedule."""
-        return self.compute_s + self.recompute_s + self.p2p_s + self.dp_comm_s
+        """compute + recompute + p2p + exposed ZeRO-2/3 traffic + the compute its hidden part
+        slowed: the segment's slot in the pipeline schedule."""
+        return self.compute_s + self.recompute_s + self.p2p_s + self.dp_comm_s + self.dp_slowed_s
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, seconds per micro-batch."""
         return {"compute": self.compute_s, "recompute": self.recompute_s, "p2p": self.p2p_s,
                 "tp_comm": self.tp_comm_s, "backward": self.backward_s,
                 "dp_comm": self.dp_comm_s, "dp_comm_total": self.dp_comm_total_s,
-                "cp_comm": self.cp_comm_s, "ep_comm": self.ep_comm_s, "total": self.total_s}
+                "cp_comm": self.cp_comm_s, "ep_comm": self.ep_comm_s, "dp_slowed": self.dp_slowed_s,
+                "total": self.total_s}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StageTime:
@@ -95,7 +99,8 @@ class StageTime:
         return cls(float(data["compute"]), float(data["recompute"]), float(data["p2p"]),
                    float(data.get("tp_comm", 0.0)), float(data.get("backward", 0.0)),
                    float(data.get("dp_comm", 0.0)), float(data.get("dp_comm_total", 0.0)),
-                   float(data.get("cp_comm", 0.0)), float(data.get("ep_comm", 0.0)))
+                   float(data.get("cp_comm", 0.0)), float(data.get("ep_comm", 0.0)),
+                   float(data.get("dp_slowed", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +125,10 @@ class PlanResult:
         model_flop_per_s_per_device: achieved model FLOP/s of one device, ``mfu`` * peak (model
             FLOP only, as ``mfu``).
         comm_s: per communication kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) the seconds per iteration on
-            the critical device, ``{"total": ..., "exposed": ...}``: all of its time, and the
-            part not hidden behind computation (what the iteration time contains).
+            the critical device, ``{"total", "exposed", "hidden", "slowed"}``: all of its time,
+            the part not hidden behind computation (what the iteration time contains), the part
+            hidden (total - exposed), and the compute time hiding it added (in the iteration
+            time as ``breakdown_s["overlap_slowdown"]``).
         memory: per-device memory of every pipeline device (stage).
         stage_times: time per micro-batch of every segment of ``plan.stages`` (a stage, or an
             interleaved chunk), in order; the slowest sets the pipeline's pace.

@@ -352,7 +352,7 @@ class Search:
                       if value <= best * (1 + TIE_RTOL)]
         else:
             # the front without the ZeRO-2/3 collectives bounds the objective from below
-            step = optimizer_step_time_s(1.0, self.setup.hbm_bandwidth_bytes_per_s,
+            step = optimizer_step_time_s(1.0, self.setup.step_bandwidth_bytes_per_s,
                                          self.setup.optimizer) / self._max_shards(state, zs, d)
             if min(k_factor * tau + step * v * pmax for tau, pmax in front) > limit:
                 return
@@ -466,7 +466,7 @@ class Search:
         dense = d * state.family.cp
         exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
                                  dp=dense, params=float(params), backward_s=0.0, overlap=False)[0]
-        return float(exposed + optimizer_step_time_s(params, setup.hbm_bandwidth_bytes_per_s,
+        return float(exposed + optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s,
                                                      setup.optimizer, dense if variant.zero_stage else 1))
 
     def _canonical_shards(self, state: FamilyState, tab: SegmentTables, zero_stage: int,

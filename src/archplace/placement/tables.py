@@ -298,13 +298,15 @@ class SegmentTables:
         key = (zero_stage, dp, *cost, *expert_cost)
         table = self._zero.get(key)
         if table is None:
-            exposed, _ = layer_zero_comm_s(cost, zero_stage=zero_stage, grad_bytes=self.setup.grad_bytes,
-                                           dp=dp * self.cp,
-                                           params=self.layer_dense if self.has_experts else self.layer_params,
-                                           fwd_s=self.layer_fwd, backward_s=self.layer_backward,
-                                           expert_cost=expert_cost,
-                                           expert_dp=self.expert_dp(dp),
-                                           expert_params=self.layer_experts if self.has_experts else None)
+            zero = layer_zero_comm_s(cost, zero_stage=zero_stage, grad_bytes=self.setup.grad_bytes,
+                                     dp=dp * self.cp,
+                                     params=self.layer_dense if self.has_experts else self.layer_params,
+                                     fwd_s=self.layer_fwd, backward_s=self.layer_backward,
+                                     expert_cost=expert_cost,
+                                     expert_dp=self.expert_dp(dp),
+                                     expert_params=self.layer_experts if self.has_experts else None,
+                                     interference=self.setup.interference)
+            exposed = zero.exposed + zero.slowed  # as pipeline.stage_times charges them
             table = np.cumsum(np.where(self.upper, exposed[None, :], 0.0), axis=1)
             self._zero[key] = table
         return table
@@ -426,7 +428,7 @@ class SegmentTables:
     def step_coefficient(self) -> float:
         """Optimizer-step seconds per parameter (before ZeRO sharding)."""
         return (OPTIMIZER_STEP_BYTES_PER_PARAM[self.setup.optimizer]
-                / self.setup.hbm_bandwidth_bytes_per_s)
+                / self.setup.step_bandwidth_bytes_per_s)
 
     def tail(self, *, pp: int, dp: int, chunks: int, zero_stage: int, overlap: bool) -> FloatArray:
         """Exposed once-per-iteration DP traffic + optimizer step of every segment as charged to
@@ -440,14 +442,16 @@ class SegmentTables:
         shards, expert_shards = self.shards(zero_stage, dp)
         experts = self.expert_params
         charged_experts = (chunks * experts if chunks > 1 else experts) if experts is not None else 0.0
-        exposed, _ = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes,
-                                    dp=dp * self.cp, params=charged, backward_s=window, overlap=overlap,
-                                    expert_cost=expert_cost, expert_dp=self.expert_dp(dp),
-                                    expert_params=charged_experts)
+        exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes,
+                                            dp=dp * self.cp, params=charged, backward_s=window,
+                                            overlap=overlap, expert_cost=expert_cost,
+                                            expert_dp=self.expert_dp(dp), expert_params=charged_experts,
+                                            interference=setup.interference)
+        exposed = exposed + slowed  # as pipeline.evaluate_plan's (exposed + slowed) + step
         step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged / shards
-                / setup.hbm_bandwidth_bytes_per_s)
+                / setup.step_bandwidth_bytes_per_s)
         if experts is not None:  # as pipeline.device_tails adds the experts' step
             step = step + np.where(charged_experts > 0,
                                    OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged_experts
-                                   / expert_shards / setup.hbm_bandwidth_bytes_per_s, 0.0)
+                                   / expert_shards / setup.step_bandwidth_bytes_per_s, 0.0)
         return exposed + step

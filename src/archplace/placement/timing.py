@@ -37,7 +37,16 @@ OPTIMIZER_STEP_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
     # write the bf16 weight (2)
     Optimizer.SGD: 22,
 })
-"""HBM traffic of one memory-bound optimizer step per parameter, in bytes."""
+"""HBM traffic of one memory-bound optimizer step per parameter, in bytes: one pass over the
+state the step touches. Adam with bf16 weights and fp32 main gradients keeps 18 bytes per
+parameter, 2 (bf16 weight) + 4 (fp32 main gradient) + 12 (fp32 main weight, momentum and
+variance; Megatron-Core's distributed optimizer guide, "bf16 parameters, fp32 gradients: 18 =
+6 + 12/d"; the 12 bytes of optimizer state of Rajbhandari et al., ZeRO, SC 2020, sec. 3.1);
+the step reads the gradient and the three fp32 states, writes the three states and the bf16
+weight: 4 + 2 x 12 + 2 = 30. SGD with momentum has one moment: 4 + 2 x 8 + 2 = 22. The step is
+an HBM-bound element-wise kernel (Megatron's fused multi-tensor Adam), charged at the chip's
+streaming bandwidth, ``TrainingSetup.step_bandwidth_bytes_per_s`` (datasheet x
+``efficiency.hbm``), once per iteration on each device for its shard."""
 
 ADAM_STEP_BYTES_PER_PARAM = OPTIMIZER_STEP_BYTES_PER_PARAM[Optimizer.ADAM]
 

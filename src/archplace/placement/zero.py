@@ -42,14 +42,25 @@ by bucket while the last micro-batch's backward pass produces the gradients
 (:func:`bucketed_exposed_s`); the parameter all-gather of stages 1 and 2 is exposed (assumption:
 Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not modelled).
 
+Overlap costs (:mod:`archplace.placement.interference`): a collective hidden behind compute
+slows it by L compute-seconds (:meth:`Interference.lost_s`); :func:`dp_tail_comm_s` and
+:func:`layer_zero_comm_s` return, beside the exposed and total times, the compute time added
+by hiding (``slowed``), max(0, L - exposed) per collective and the compute it overlaps.
+Exposed collectives (the parameter all-gather of stages 1 and 2, the reduction without
+``dp_overlap``) slow nothing.
+
 Every function takes NumPy arrays or floats and returns float64 arrays of the same shape, so the
 placement tables and ``evaluate_plan`` compute the same figures with the same operations.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import numpy.typing as npt
+
+from archplace.placement.interference import NO_INTERFERENCE, Interference, slowed_s
 
 FloatArray = npt.NDArray[np.float64]
 ArrayLike = float | FloatArray
@@ -119,11 +130,22 @@ def bucketed_exposed_s(const_s: float, per_byte_s: float, total_bytes: ArrayLike
     return np.where(total > 0, exposed, 0.0)
 
 
+class CommTimes(NamedTuple):
+    """Seconds of a set of collectives: ``exposed`` (not hidden behind compute), ``total`` (all
+    of their time) and ``slowed`` (compute time added by hiding the rest,
+    :mod:`archplace.placement.interference`); the time charged is exposed + slowed."""
+
+    exposed: FloatArray
+    total: FloatArray
+    slowed: FloatArray
+
+
 def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
                    params: ArrayLike, backward_s: ArrayLike, overlap: bool,
                    expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
-                   expert_params: ArrayLike = 0.0) -> tuple[FloatArray, FloatArray]:
-    """(exposed, total) seconds of the once-per-iteration DP traffic of ``params`` parameters
+                   expert_params: ArrayLike = 0.0,
+                   interference: Interference = NO_INTERFERENCE) -> CommTimes:
+    """(exposed, total, slowed) seconds of the once-per-iteration DP traffic of ``params`` parameters
     (module docstring): stage 0 the all-reduce of the gradients, stage 1 their reduce-scatter
     and the parameter all-gather, stage 2 the parameter all-gather, stage 3 nothing. With
     ``overlap`` the gradient reduction is bucketed over ``backward_s``
@@ -135,27 +157,34 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
     reduction is bucketed over the backward pass on its own, Megatron-Core keeping expert and
     dense gradients in separate buffers; an assumption that their exposed parts add).
 
+    The bucketed reduction slows the backward pass it hides behind: slowed = max(0, L -
+    exposed part of R), L = ``interference.lost_s`` of R, its whole time, over its group (0
+    without ``overlap``: then R is exposed whole).
+
     Args:
         cost: (start-up s, s per byte) of an all-reduce over the DP group (DP x CP with context
             parallelism; :mod:`archplace.placement.layout`), ``dp`` its ranks; a
             reduce-scatter or an all-gather costs half of each.
         params: the parameters reduced over it (the dense ones).
+        interference: the compute capacity a hidden collective takes (default none).
     """
-    exposed, total = _tail_one(cost, zero_stage, grad_bytes, dp, params, backward_s, overlap)
+    dense = _tail_one(cost, zero_stage, grad_bytes, dp, params, backward_s, overlap, interference)
     if expert_dp == 1 or not np.any(np.asarray(expert_params) > 0):
-        return exposed, total
-    exposed_e, total_e = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params,
-                                   backward_s, overlap)
-    return exposed + exposed_e, total + total_e
+        return dense
+    expert = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params,
+                       backward_s, overlap, interference)
+    return CommTimes(dense.exposed + expert.exposed, dense.total + expert.total,
+                     dense.slowed + expert.slowed)
 
 
 def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: int,
-              params: ArrayLike, backward_s: ArrayLike, overlap: bool) -> tuple[FloatArray, FloatArray]:
+              params: ArrayLike, backward_s: ArrayLike, overlap: bool,
+              interference: Interference) -> CommTimes:
     """:func:`dp_tail_comm_s` of one group."""
     count = np.asarray(params, dtype=np.float64)
     zeros = np.zeros_like(count)
     if dp == 1 or zero_stage >= 3:
-        return zeros, zeros
+        return CommTimes(zeros, zeros, zeros)
     const_s, per_byte_s = cost
     if zero_stage == 0:
         reduce_const, reduce_byte = const_s, per_byte_s
@@ -173,14 +202,20 @@ def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: i
                           0.0)
     else:
         gather = zeros
-    return hidden + gather, reduce + gather
+    if overlap and zero_stage <= 1 and not interference.free:
+        transfer = np.where(count > 0, reduce_byte * (grad_bytes * count), 0.0)
+        slowed = slowed_s(interference.lost_s(reduce, transfer, cost, dp), hidden)
+    else:
+        slowed = zeros
+    return CommTimes(hidden + gather, reduce + gather, slowed)
 
 
 def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
                       params: ArrayLike, fwd_s: ArrayLike, backward_s: ArrayLike,
                       expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
-                      expert_params: ArrayLike | None = None) -> tuple[FloatArray, FloatArray]:
-    """(exposed, total) seconds per micro-batch of each layer's ZeRO-2/3 collectives (module
+                      expert_params: ArrayLike | None = None,
+                      interference: Interference = NO_INTERFERENCE) -> CommTimes:
+    """(exposed, total, slowed) seconds per micro-batch of each layer's ZeRO-2/3 collectives (module
     docstring), for arrays of layers' ``params`` (the dense ones, over the ``dp`` ranks of
     ``cost``), forward times and backward (+ recompute) times. Stage 2: reduce-scatter RS of the
     gradients, exposed max(0, RS - backward). Stage 3: all-gather AG of the parameters before
@@ -188,24 +223,36 @@ def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes:
     max(0, (AG + RS) - backward), total (AG + AG) + RS. Layers without parameters and stages 0
     and 1 have none. ``expert_params`` (per layer) have their own RS and AG over the
     expert-data-parallel group (``expert_cost``, ``expert_dp`` ranks), added to the dense ones
-    (one stream)."""
+    (one stream).
+
+    Slowed (:mod:`archplace.placement.interference`), per layer and pass, max(0, L - exposed)
+    with L the compute-seconds the pass's collectives take (``interference.lost_s`` of each,
+    summed): stage 2 the backward pass's RS; stage 3 the forward pass's
+    AG and the backward pass's AG + RS."""
     count = np.asarray(params, dtype=np.float64)
     zeros = np.zeros_like(count)
     experts = (expert_params is not None and expert_dp > 1
                and bool(np.any(np.asarray(expert_params) > 0)))
     if zero_stage < 2 or (dp == 1 and not experts):
-        return zeros, zeros
-    rs, ag = _layer_collectives(cost if dp > 1 else (0.0, 0.0), grad_bytes, count)
+        return CommTimes(zeros, zeros, zeros)
+    dense_cost = cost if dp > 1 else (0.0, 0.0)
+    rs, ag = _layer_collectives(dense_cost, grad_bytes, count)
+    lost_rs, lost_ag = _layer_lost(interference, dense_cost, dp, rs, ag)
     if experts:
         rs_e, ag_e = _layer_collectives(expert_cost, grad_bytes,
                                         np.asarray(expert_params, dtype=np.float64))
         rs, ag = rs + rs_e, ag + ag_e
+        lost_rs_e, lost_ag_e = _layer_lost(interference, expert_cost, expert_dp, rs_e, ag_e)
+        lost_rs, lost_ag = lost_rs + lost_rs_e, lost_ag + lost_ag_e
     backward = np.asarray(backward_s, dtype=np.float64)
     if zero_stage == 2:
-        return np.maximum(0.0, rs - backward), rs
+        exposed_rs = np.maximum(0.0, rs - backward)
+        return CommTimes(exposed_rs, rs, slowed_s(lost_rs, exposed_rs))
     forward = np.asarray(fwd_s, dtype=np.float64)
-    exposed = np.maximum(0.0, ag - forward) + np.maximum(0.0, (ag + rs) - backward)
-    return exposed, (ag + ag) + rs
+    exposed_fwd = np.maximum(0.0, ag - forward)
+    exposed_bwd = np.maximum(0.0, (ag + rs) - backward)
+    slowed = slowed_s(lost_ag, exposed_fwd) + slowed_s(lost_ag + lost_rs, exposed_bwd)
+    return CommTimes(exposed_fwd + exposed_bwd, (ag + ag) + rs, slowed)
 
 
 def _layer_collectives(cost: tuple[float, float], grad_bytes: int,
@@ -217,3 +264,17 @@ def _layer_collectives(cost: tuple[float, float], grad_bytes: int,
     rs = np.where(has, half_const + half_byte * (grad_bytes * count), 0.0)
     ag = np.where(has, half_const + half_byte * (WEIGHT_BYTES_PER_PARAM * count), 0.0)
     return rs, ag
+
+
+def _layer_lost(interference: Interference, cost: tuple[float, float], ranks: int, rs: FloatArray,
+                ag: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Compute-seconds the layers' reduce-scatters ``rs`` and all-gathers ``ag`` (seconds, from
+    :func:`_layer_collectives` over a group of all-reduce ``cost``) take from the compute they
+    overlap (:meth:`~archplace.placement.interference.Interference.lost_s`; their transfer time
+    is their time less the start-up, half of ``cost[0]``)."""
+    if interference.free or ranks <= 1:
+        return np.zeros_like(rs), np.zeros_like(ag)
+    half_const = cost[0] / 2.0
+    lost_rs = interference.lost_s(rs, np.maximum(0.0, rs - half_const), cost, ranks)
+    lost_ag = interference.lost_s(ag, np.maximum(0.0, ag - half_const), cost, ranks)
+    return lost_rs, lost_ag

@@ -87,16 +87,21 @@ def _unused(result: PlanResult, kind: str, seconds: float) -> bool:
 
 
 def comm_table(result: PlanResult) -> Table:
-    """Communication of the critical device per iteration: all of it and its exposed part, for
-    every kind the result has (tp, pp, dp; cp and ep with context and expert parallelism)."""
-    table = PlainTable(title="communication per iteration (s; exposed = not hidden behind computation)")
-    for column in ("kind", "total", "exposed", "hidden"):
+    """Communication of the critical device per iteration: all of it, its exposed and hidden
+    parts, and the compute time hiding it added (``slowed``; 0 in results written before it was
+    modelled), for every kind the result has (tp, pp, dp; cp and ep with context and expert
+    parallelism)."""
+    table = PlainTable(title="communication per iteration (s; exposed = not hidden behind computation, "
+                             "slowed = compute time added by hiding it)")
+    for column in ("kind", "total", "exposed", "hidden", "slowed"):
         table.add_column(column, justify="right")
     for kind, parts in result.comm_s.items():
         total, exposed = parts["total"], parts["exposed"]
         if _unused(result, kind, total):
             continue
-        table.add_row(kind, f"{total:.4f}", f"{exposed:.4f}", f"{max(0.0, total - exposed):.4f}")
+        hidden = parts.get("hidden", max(0.0, total - exposed))
+        table.add_row(kind, f"{total:.4f}", f"{exposed:.4f}", f"{hidden:.4f}",
+                      f"{parts.get('slowed', 0.0):.4f}")
     return table
 
 

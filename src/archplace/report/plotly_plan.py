@@ -126,6 +126,32 @@ def breakdown_figure(result: PlanResult) -> go.Figure:
     return figure
 
 
+_COMM_PARTS = (("exposed", "#C44E52"), ("hidden", "#8C8C8C"), ("slowed", "#DD8452"))
+
+
+def comm_figure(result: PlanResult) -> go.Figure:
+    """Communication per iteration of the critical device (ms), one stacked bar per kind
+    (``result.comm_s``): its exposed part, its hidden part, and the compute time hiding it
+    added (``slowed``, :mod:`archplace.placement.interference`; 0 in results without it)."""
+    kinds = list(result.comm_s)
+    figure = go.Figure()
+    for part, color in _COMM_PARTS:
+        values = []
+        for kind in kinds:
+            parts = result.comm_s[kind]
+            if part == "hidden":
+                value = parts.get("hidden", max(0.0, parts["total"] - parts["exposed"]))
+            else:
+                value = parts.get(part, 0.0)
+            values.append(value * _MS)
+        figure.add_trace(go.Bar(x=values, y=kinds, orientation="h", name=part, marker={"color": color},
+                                hovertemplate=f"%{{y}} {part}: %{{x:.3f}} ms<extra></extra>"))
+    figure.update_layout(title="communication per iteration: exposed, hidden, compute slowed by hiding",
+                         xaxis_title="ms", barmode="stack", yaxis={"autorange": "reversed"}, height=380,
+                         **_LAYOUT)
+    return figure
+
+
 _CORE_NAMES = {CoreType.TENSOR: "tensor core", CoreType.VECTOR: "vector core", CoreType.FUSED: "fused"}
 
 

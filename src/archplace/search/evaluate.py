@@ -24,6 +24,7 @@ from archplace.hardware.area import area_mm2
 from archplace.hardware.cluster import Cluster
 from archplace.hardware.power import tdp_w
 from archplace.placement.costs import CostKey, Makespan, costs_by_key, list_makespan_s
+from archplace.placement.interference import Interference
 from archplace.placement.plan import LayerCost, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
@@ -198,7 +199,9 @@ def evaluate_designs(
                 peak *= float(acc.fp8_speedup or 1.0)
             setup = TrainingSetup(cluster, global_batch, _seq_len(chains), acc.hbm_bytes,
                                   acc.hbm_bandwidth_bytes_per_s, peak,
-                                  grad_reduce_dtype=space.grad_reduce_dtype)
+                                  grad_reduce_dtype=space.grad_reduce_dtype,
+                                  interference=Interference.of(acc),
+                                  hbm_fraction=acc.efficiency.hbm if acc.efficiency is not None else 1.0)
             try:
                 (best,) = plan_search(shared[key], setup, recomputes=space.recomputes,
                                       schedules=space.schedules, chunks=space.chunks,
