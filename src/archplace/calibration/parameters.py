@@ -143,6 +143,11 @@ PARAMETERS: Mapping[str, Parameter] = MappingProxyType({p.name: p for p in (
         "inter_node_collective", "fraction of the inter-node (network) line rate that collectives "
         "sustain (bus bandwidth / line rate)", 0.1,
         f"{_LINE}; 0.1 (assumption): a tenth of the line rate", field="inter_node_efficiency"),
+    kernel_field(
+        "overlap_memory_bound_share", "share of the compute overlapped by a hidden data-parallel "
+        "collective that runs in memory-bound kernels, which lose HBM bandwidth to the "
+        "collective's traffic (archplace.placement.interference)", 0.0, 1.0,
+        "0 and 1: a share of a time interval (0: only the SMs the collective takes are lost)"),
 )})
 """Every calibratable parameter by name."""
 
