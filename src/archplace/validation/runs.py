@@ -147,6 +147,7 @@ class Plan:
     precision: str = "bf16"
     rank_order: str | None = None
     stages: str | None = None
+    attention_kernel: str | None = None
 
     @property
     def dp(self) -> int:
@@ -365,8 +366,8 @@ def included(runs: tuple[Run, ...] | list[Run]) -> tuple[Run, ...]:
 def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     """Keyword arguments of :func:`archplace.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
-    ``grad_reduce_dtype``, ``rank_order`` and ``stages`` are passed only where the run states
-    them (else the API's defaults); ``cp``, ``ep``, ``etp`` and ``precision`` always.
+    ``grad_reduce_dtype``, ``rank_order``, ``stages`` and ``attention_kernel`` (with fused
+    attention only) are passed only where the run states them (else the API's defaults); ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
         KeyError: an unknown variant.
@@ -387,6 +388,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         kwargs["rank_order"] = plan.rank_order
     if plan.stages is not None:
         kwargs["stages"] = plan.stages
+    if plan.attention_kernel is not None and kwargs["attention"] == "flash":
+        kwargs["attention_kernel"] = plan.attention_kernel
     return kwargs
 
 
