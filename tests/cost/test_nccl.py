@@ -253,6 +253,15 @@ def test_every_log_has_provenance_and_reads() -> None:
 
 # --- the pipelined charge (archplace.cost.nccl_pipeline), by hand from NCCL's source ---------
 
+def test_comm_channels_double_the_graph() -> None:
+    # connect.cc l. 460: twice the graph's; l. 480-483: twice again on Hopper+ across nodes
+    assert nccl_pipeline.comm_channels(12, 80, 1, 20.0) == 24
+    assert nccl_pipeline.comm_channels(4, 90, 2, 48.0) == 16
+    assert nccl_pipeline.comm_channels(4, 80, 2, 48.0) == 8
+    assert nccl_pipeline.comm_channels(8, 90, 2, 48.0) == 16
+    assert nccl_pipeline.comm_channels(32, 80, 1, 20.0) == 64
+
+
 def test_run_channels_are_cut_for_small_messages() -> None:
     # ring LL: 512 threads x 8 B x 8 ranks = 32 KiB per channel (enqueue.cc l. 2093)
     assert nccl_pipeline.run_channels("ring", "LL", 100_000, 12, 8, 240.0) == 3
@@ -273,8 +282,9 @@ def test_chunk_sizes() -> None:
 def test_pipelined_ring_ll_overlaps_the_hop_latency() -> None:
     ll = next(c for c in nccl.choices("all_reduce", A100_NODE)
               if (c.algorithm, c.protocol) == ("ring", "LL"))
-    # 12 channels, one loop, 14 steps of 1 MiB / 12 / 8 at 87.7 / 12 GB/s each (1.49 us, more
-    # than the 0.6 us hop): base 6.6 + 14 transfers + the last receive's hop
+    # 24 channels (twice the graph's 12; 1 MiB >= 24 x 32 KiB keeps them all), one loop, 14
+    # steps of 1 MiB / 24 / 8 at 87.7 / 24 GB/s each (1.49 us, more than the 0.6 us hop):
+    # base 6.6 + 14 transfers + the last receive's hop
     t = nccl.pipelined_time_s(ll, "all_reduce", MIB, A100_NODE)
     assert t == pytest.approx(6.6e-6 + 14 * MIB / (8 * 87.7e9) + 0.6e-6, rel=1e-12)
     assert t < ll.time_s(MIB, "all_reduce", A100_NODE)

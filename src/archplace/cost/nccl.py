@@ -322,16 +322,18 @@ def pipelined_time_s(choice: Choice, kind: str, nbytes: float, comm: Communicato
         return choice.time_s(nbytes, kind, comm)
     ring = ring_graph(comm)
     p = comm.ranks
-    run = nccl_pipeline.plan(choice.algorithm, choice.protocol, nbytes, ring.channels, comm.nodes,
+    channels = nccl_pipeline.comm_channels(ring.channels, comm.generation.compcap, comm.nodes,
+                                           ring.intra_gbps)
+    run = nccl_pipeline.plan(choice.algorithm, choice.protocol, nbytes, channels, comm.nodes,
                              p, ring.channels * ring.intra_gbps)
     base_s = choice.base_us * 1e-6
     if choice.algorithm == "ring":
         steps = _steps(kind, p)
-        rate = choice.bandwidth_gbps * GB * steps / p / ring.channels
+        rate = choice.bandwidth_gbps * GB * steps / p / channels
         inter = min(choice.inter_steps, steps)
         hops = [choice.hop_intra_us * 1e-6] * (steps - inter) + [choice.hop_inter_us * 1e-6] * inter
         return nccl_pipeline.ring_time_s(choice.protocol, run, p, steps, rate, base_s, hops)
-    rate = choice.bandwidth_gbps * GB / ring.channels
+    rate = choice.bandwidth_gbps * GB / channels
     depth = 2 * ((comm.per_node - 1) + int(math.log2(comm.nodes)))
     return nccl_pipeline.tree_time_s(choice.protocol, run, rate, base_s,
                                      (choice.latency_us - choice.base_us) * 1e-6, depth)

@@ -5,7 +5,8 @@ NCCL's tuner (:mod:`archplace.cost.nccl`) prices an (algorithm, protocol) as
 (NVIDIA/nccl, commit ``5067397c2676d5aed50042fc39e5c8ee96eb0027``, files and lines below):
 
 Channels at run time (``topoGetAlgoInfo``, ``src/enqueue.cc`` l. 2070-2112).  Ring and tree
-start from the graph's channels ``nc`` and drop one while ``bytes < nc x nt x threshold``;
+start from the communicator's channels ``nc`` (twice the graph's, :func:`comm_channels`; each
+carries its share of the graph's bandwidth) and drop one while ``bytes < nc x nt x threshold``;
 ``nt`` is the protocol's thread count (``tuning.cc`` l. 244-257: Simple 512, or 256 when the
 ring graph carries at most ``PCI_BW`` = 12 GB/s, ``topo.h`` l. 25; LL 512; LL128 640,
 ``device.h`` l. 95-114) and ``threshold`` bytes per thread (``comm.h`` l. 49-51: LL 8, x ranks
@@ -82,10 +83,22 @@ class Plan:
     channel_bytes: float
 
 
+def comm_channels(graph_channels: int, compcap: int, nodes: int, ring_intra_gbps: float) -> int:
+    """The communicator's channels (``comm->nChannels``): the graph's doubled
+    (``connect.cc`` l. 460), doubled again on Hopper and later across nodes when the ring's
+    intra speed passes 45 GB/s and fewer than 16 remain (l. 480-483), at most 64
+    (``MAXCHANNELS``).  They share the graph's bandwidth: the tuner counts the graph's."""
+    nc = min(2 * graph_channels, 64)
+    if compcap >= 90 and nodes > 1 and ring_intra_gbps > 45.0 and nc < 16:
+        nc = 2 * nc
+    return nc
+
+
 def run_channels(algorithm: str, protocol: str, nbytes: float, graph_channels: int,
                  ranks: int, ring_gbps: float) -> int:
     """Channels NCCL runs a ring or tree collective of ``nbytes`` on (``enqueue.cc``
-    l. 2093-2096); ``ring_gbps`` is the ring graph's channels x speed (GB/s)."""
+    l. 2093-2096), of the communicator's ``graph_channels`` (:func:`comm_channels`);
+    ``ring_gbps`` is the ring graph's channels x speed (GB/s)."""
     nt = THREADS[protocol]
     if protocol == "Simple" and algorithm == "ring" and ring_gbps <= PCI_BW_GBPS:
         nt = 256                                   # tuning.cc l. 244-245
