@@ -54,7 +54,8 @@ NVLS        l_intra (25 µs), one node only
 by 1.4 (``ncclTopoGetAlgoTime``).  LL128 is taken as enabled (NCCL enables it when the
 GPUs meet over NVLink/NVSwitch and the NICs sit on the GPUs' PCIe switches, as in DGX/HGX
 nodes).  Not modelled: CollNet/SHARP switches, NVLS across nodes (NVLSTree), PAT,
-NCCL's reduction of channels for small messages at run time, and PCIe-only nodes.
+and PCIe-only nodes; NCCL's run-time channels, chunks and steps only in the opt-in
+:func:`pipelined_time_s` (:mod:`archplace.cost.nccl_pipeline`).
 
 Point to point and all-to-all (NCCL's send/receive: one pair per peer, all at once): a GPU's
 peers on its node are reached over NVLink at ``T`` shared among them, the others over the

@@ -46,6 +46,10 @@ corrections (``treeCorrectionFactor``, the x1.4 ring "plateau") are left out of 
 they stand in for what this model spells out.  The (algorithm, protocol) stays NCCL's choice
 (:func:`archplace.cost.nccl.best`): NCCL picks by its tuner, so the pipelined time is charged
 for what NCCL runs, not for what would be fastest under this model.
+
+The charge is opt-in (``collective_time_s(..., pipelined=True)``): with NCCL's own latencies
+it is faster than the tuner (no ring fill; hand-overs overlap the transfer), so it moves every
+measured log of ``tests/data/nccl`` further off (docs/model.md, Collectives, Pipelining).
 """
 
 from __future__ import annotations
