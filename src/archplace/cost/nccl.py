@@ -333,7 +333,7 @@ def pipelined_time_s(choice: Choice, kind: str, nbytes: float, comm: Communicato
         rate = choice.bandwidth_gbps * GB * steps / p / channels
         inter = min(choice.inter_steps, steps)
         hops = [choice.hop_intra_us * 1e-6] * (steps - inter) + [choice.hop_inter_us * 1e-6] * inter
-        return nccl_pipeline.ring_time_s(choice.protocol, run, p, steps, rate, base_s, hops)
+        return nccl_pipeline.ring_time_s(choice.protocol, run, p, rate, base_s, hops)
     rate = choice.bandwidth_gbps * GB / channels
     depth = 2 * ((comm.per_node - 1) + int(math.log2(comm.nodes)))
     return nccl_pipeline.tree_time_s(choice.protocol, run, rate, base_s,

@@ -155,11 +155,11 @@ def _ring_step_s(protocol: str, step_bytes: float, rate: float, hop_s: float) ->
     return max(whole, slice_bytes / rate + hop_s)
 
 
-def ring_time_s(protocol: str, p: Plan, ranks: int, steps: int, rate_per_channel: float,
+def ring_time_s(protocol: str, p: Plan, ranks: int, rate_per_channel: float,
                 base_s: float, hops_s: list[float]) -> float:
-    """Seconds of a ring collective: ``steps`` sends per loop (2(p-1) all-reduce, p-1 else),
-    ``hops_s`` the hand-over latency of each step (length ``steps``), channels at
-    ``rate_per_channel`` B/s (module docstring)."""
+    """Seconds of a ring collective of ``len(hops_s)`` sends per loop (2(p-1) all-reduce, p-1
+    else), ``hops_s`` the hand-over latency of each wait (steps 1 to the last, then the last
+    receive), channels at ``rate_per_channel`` B/s (module docstring)."""
     total = base_s
     remaining = p.channel_bytes
     for _ in range(p.loops):
