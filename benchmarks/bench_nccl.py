@@ -2,7 +2,9 @@
 
 Prints, per log and message size, the measured busbw, archplace's prediction
 (:mod:`archplace.cost.nccl`: NCCL's own tuner model, the algorithm and protocol it picks) and
-the error, then per log the mean |error| from 1 MiB up and at 256 MiB and up.
+its error, the same choice charged as NCCL's kernels pipeline it
+(:func:`archplace.cost.nccl.pipelined_time_s`) and its error, then per log the mean |error|
+of each from 1 MiB up and at 256 MiB and up.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_nccl.py``
 """
@@ -25,14 +27,19 @@ def main() -> int:
         m = log.machine
         print(f"\n{log.name}: {m['nodes']} node(s) x {m['gpus_per_node']} GPU(s), {m['generation']}, "
               f"{m['nics_per_node']} NICs/node at {m['nic_gbps']} GB/s")
-        print(f"{'size':>12} {'op':>10} {'measured':>9} {'predicted':>9} {'error':>8}  choice")
+        print(f"{'size':>12} {'op':>10} {'measured':>9} {'predicted':>9} {'error':>8} "
+              f"{'pipelined':>9} {'error':>8}  choice")
         for row in table.itertuples():
             print(f"{row.size_bytes:>12} {row.op:>10} {row.busbw_gbps:>9.2f} "
-                  f"{row.predicted_busbw_gbps:>9.2f} {row.error:>+8.1%}  {row.algorithm}/{row.protocol}")
+                  f"{row.predicted_busbw_gbps:>9.2f} {row.error:>+8.1%} "
+                  f"{row.pipelined_busbw_gbps:>9.2f} {row.pipelined_error:>+8.1%}  "
+                  f"{row.algorithm}/{row.protocol}")
         big = table[table["size_bytes"] >= MIB]
         large = table[table["size_bytes"] >= 256 * MIB]
-        print(f"mean |error| >= 1 MiB: {big['error'].abs().mean():.1%} (max {big['error'].abs().max():.1%}); "
-              f">= 256 MiB: {large['error'].abs().mean():.1%} (max {large['error'].abs().max():.1%})")
+        for label, column in (("tuner", "error"), ("pipelined", "pipelined_error")):
+            print(f"{label}: mean |error| >= 1 MiB: {big[column].abs().mean():.1%} "
+                  f"(max {big[column].abs().max():.1%}); >= 256 MiB: {large[column].abs().mean():.1%} "
+                  f"(max {large[column].abs().max():.1%})")
     return 0
 
 

@@ -54,7 +54,8 @@ NVLS        l_intra (25 µs), one node only
 by 1.4 (``ncclTopoGetAlgoTime``).  LL128 is taken as enabled (NCCL enables it when the
 GPUs meet over NVLink/NVSwitch and the NICs sit on the GPUs' PCIe switches, as in DGX/HGX
 nodes).  Not modelled: CollNet/SHARP switches, NVLS across nodes (NVLSTree), PAT,
-NCCL's reduction of channels for small messages at run time, and PCIe-only nodes.
+and PCIe-only nodes; NCCL's run-time channels, chunks and steps only in the opt-in
+:func:`pipelined_time_s` (:mod:`archplace.cost.nccl_pipeline`).
 
 Point to point and all-to-all (NCCL's send/receive: one pair per peer, all at once): a GPU's
 peers on its node are reached over NVLink at ``T`` shared among them, the others over the
@@ -68,6 +69,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from archplace.cost import nccl_pipeline
 from archplace.cost.nccl_constants import (
     BASE_LATENCY_US,
     GENERATIONS,
@@ -151,6 +153,10 @@ class Choice:
     protocol: str
     latency_us: float
     bandwidth_gbps: float
+    base_us: float = 0.0
+    hop_intra_us: float = 0.0
+    hop_inter_us: float = 0.0
+    inter_steps: int = 0
 
     def time_s(self, nbytes: float, kind: str, comm: Communicator) -> float:
         """NCCL's predicted seconds for ``nbytes`` (``ncclTopoGetAlgoTime``)."""
@@ -262,7 +268,8 @@ def choices(kind: str, comm: Communicator) -> list[Choice]:
         if multi:
             intra = max(intra, NET_OVERHEAD_US * (3 if proto == "Simple" else 1))
         latency = BASE_LATENCY_US["ring"][q] + (steps - inter_steps) * intra + inter_steps * inter
-        out.append(Choice("ring", proto, latency, bus * p / steps))
+        out.append(Choice("ring", proto, latency, bus * p / steps, BASE_LATENCY_US["ring"][q],
+                          intra, inter, inter_steps))
     if kind == "all_reduce":
         base = min(ring_bus * 0.92, ring.channels * gen.tree_gbps[n])
         for q, proto in enumerate(protocols):
@@ -277,14 +284,16 @@ def choices(kind: str, comm: Communicator) -> list[Choice]:
             inter = HW_LATENCY_US["net"]["tree"][q]
             latency = BASE_LATENCY_US["tree"][q] + 2 * (
                 (comm.per_node - 1) * intra + int(math.log2(comm.nodes)) * inter)
-            out.append(Choice("tree", proto, latency, bus * 0.5))
+            out.append(Choice("tree", proto, latency, bus * 0.5, BASE_LATENCY_US["tree"][q],
+                              intra, inter))
     nvls = nvls_graph(comm)
     if nvls is not None:
         per_channel = nvls.intra_gbps * gen.nvls_efficiency * (nvls.channels - 1) / nvls.channels
         per_channel *= 2.0 if kind == "all_reduce" else (comm.per_node - 1) / comm.per_node
         bus = nvls.channels * min(per_channel, nvls.inter_gbps)
         algbw = bus * p / steps if kind == "all_reduce" else bus
-        out.append(Choice("nvls", "Simple", HW_LATENCY_US["nvlink"]["nvls"][2], algbw))
+        out.append(Choice("nvls", "Simple", HW_LATENCY_US["nvlink"]["nvls"][2], algbw,
+                          HW_LATENCY_US["nvlink"]["nvls"][2]))
     return out
 
 
@@ -306,10 +315,38 @@ def best(kind: str, nbytes: float, comm: Communicator,
     return min(timed, key=lambda pair: pair[0])
 
 
+def pipelined_time_s(choice: Choice, kind: str, nbytes: float, comm: Communicator) -> float:
+    """Seconds of ``choice`` run as NCCL's kernels run it: channels cut for small messages,
+    chunks, loops and steps (:mod:`archplace.cost.nccl_pipeline`); NVLS keeps the tuner's
+    time."""
+    if choice.algorithm == "nvls":
+        return choice.time_s(nbytes, kind, comm)
+    ring = ring_graph(comm)
+    p = comm.ranks
+    channels = nccl_pipeline.comm_channels(ring.channels, comm.generation.compcap, comm.nodes,
+                                           ring.intra_gbps)
+    run = nccl_pipeline.plan(choice.algorithm, choice.protocol, nbytes, channels, comm.nodes,
+                             p, ring.channels * ring.intra_gbps)
+    base_s = choice.base_us * 1e-6
+    if choice.algorithm == "ring":
+        steps = _steps(kind, p)
+        rate = choice.bandwidth_gbps * GB * steps / p / channels
+        inter = min(choice.inter_steps, steps)
+        hops = [choice.hop_intra_us * 1e-6] * (steps - inter) + [choice.hop_inter_us * 1e-6] * inter
+        return nccl_pipeline.ring_time_s(choice.protocol, run, p, rate, base_s, hops)
+    rate = choice.bandwidth_gbps * GB / channels
+    depth = 2 * ((comm.per_node - 1) + int(math.log2(comm.nodes)))
+    return nccl_pipeline.tree_time_s(choice.protocol, run, rate, base_s,
+                                     (choice.latency_us - choice.base_us) * 1e-6, depth)
+
+
 def collective_time_s(kind: str, nbytes: float, comm: Communicator,
-                      algorithm: str | None = None) -> float:
-    """NCCL's predicted seconds of one all-reduce, all-gather or reduce-scatter of ``nbytes``
-    on ``comm`` (0 for one rank or no bytes); ``algorithm`` as :func:`best`.
+                      algorithm: str | None = None, pipelined: bool = False) -> float:
+    """Seconds of one all-reduce, all-gather or reduce-scatter of ``nbytes`` on ``comm`` (0 for
+    one rank or no bytes): the (algorithm, protocol) NCCL's tuner picks (:func:`best`;
+    ``algorithm`` as there), at the tuner's time or, with ``pipelined``, as its kernels
+    pipeline it (:func:`pipelined_time_s`).  The tuner's time is the default: the pipelined
+    charge is faster still and further from every measured log (docs/model.md, Collectives).
 
     Raises:
         ConfigError: an unknown kind or negative bytes.
@@ -320,14 +357,16 @@ def collective_time_s(kind: str, nbytes: float, comm: Communicator,
         if kind not in KINDS:
             raise ConfigError(f"nccl: unknown collective {kind!r}; choose from: {', '.join(KINDS)}")
         return 0.0
-    return best(kind, nbytes, comm, algorithm)[0]
+    seconds, choice = best(kind, nbytes, comm, algorithm)
+    return pipelined_time_s(choice, kind, nbytes, comm) if pipelined else seconds
 
 
-def bus_bandwidth_gbps(kind: str, nbytes: float, comm: Communicator) -> float:
-    """The bus bandwidth nccl-tests would print for the predicted time, GB/s: algbw x
-    2(p-1)/p for all-reduce, x (p-1)/p for all-gather and reduce-scatter (nccl-tests
-    ``doc/PERFORMANCE.md``)."""
-    seconds = collective_time_s(kind, nbytes, comm)
+def bus_bandwidth_gbps(kind: str, nbytes: float, comm: Communicator,
+                       pipelined: bool = False) -> float:
+    """The bus bandwidth nccl-tests would print for the predicted time (``pipelined`` as in
+    :func:`collective_time_s`), GB/s: algbw x 2(p-1)/p for all-reduce, x (p-1)/p for
+    all-gather and reduce-scatter (nccl-tests ``doc/PERFORMANCE.md``)."""
+    seconds = collective_time_s(kind, nbytes, comm, pipelined=pipelined)
     p = comm.ranks
     factor = 2 * (p - 1) / p if kind == "all_reduce" else (p - 1) / p
     return nbytes / seconds / GB * factor

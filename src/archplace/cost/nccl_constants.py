@@ -64,6 +64,7 @@ TREE_CORRECTION = MappingProxyType({
 })
 
 MAX_RING_CHANNELS = 32  # init.cc l. 1177: MAXCHANNELS / 2
+PCI_BW_GBPS = 12.0      # topo.h l. 25: PCI_BW (Gen3 x16), NCCL's threshold for fewer Simple threads
 MAX_NVLS_ARITY = 32     # device.h: NCCL_MAX_NVLS_ARITY
 
 _SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)

@@ -82,17 +82,21 @@ def read_log(path: str | os.PathLike[str]) -> MeasuredLog:
 
 def compare(log: MeasuredLog) -> pd.DataFrame:
     """The log's rows with ``predicted_busbw_gbps``, ``algorithm``, ``protocol`` (NCCL's choice)
-    and ``error`` (predicted / measured - 1) added."""
+    and ``error`` (predicted / measured - 1) added, and the same for the pipelined charge
+    (``pipelined_busbw_gbps``, ``pipelined_error``; :func:`archplace.cost.nccl.pipelined_time_s`)."""
     comm = log.communicator()
     out = log.rows.copy()
-    predicted, algos, protos = [], [], []
+    predicted, pipelined, algos, protos = [], [], [], []
     for size, op in zip(out["size_bytes"], out["op"], strict=True):
         _, choice = nccl.best(str(op), float(size), comm)
         predicted.append(nccl.bus_bandwidth_gbps(str(op), float(size), comm))
+        pipelined.append(nccl.bus_bandwidth_gbps(str(op), float(size), comm, pipelined=True))
         algos.append(choice.algorithm)
         protos.append(choice.protocol)
     out["predicted_busbw_gbps"] = predicted
     out["algorithm"] = algos
     out["protocol"] = protos
     out["error"] = out["predicted_busbw_gbps"] / out["busbw_gbps"] - 1.0
+    out["pipelined_busbw_gbps"] = pipelined
+    out["pipelined_error"] = out["pipelined_busbw_gbps"] / out["busbw_gbps"] - 1.0
     return out
