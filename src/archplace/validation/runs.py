@@ -367,7 +367,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
     """Keyword arguments of :func:`archplace.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
     ``grad_reduce_dtype``, ``rank_order``, ``stages`` and ``attention_kernel`` (with fused
-    attention only) are passed only where the run states them (else the API's defaults); ``cp``, ``ep``, ``etp`` and ``precision`` always.
+    attention only) are passed only where the run states them (else the API's defaults);
+    ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
         KeyError: an unknown variant.
