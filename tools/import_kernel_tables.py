@@ -92,11 +92,38 @@ def _fields(path: Path) -> list[list[str]]:
 
 
 def _source(args: argparse.Namespace, kernel: str, gpu: str, preset: str, dtype: str,
-            library: str, measured: str, units: str, argv: Sequence[str]) -> dict[str, str]:
-    return {"kernel": kernel, "source_repo": args.repo, "source_path": args.path,
-            "source_commit": args.commit, "gpu": gpu, "preset": preset, "dtype": dtype,
-            "library": library, "measured": measured, "units": units,
-            "made_by": _command(argv)}
+            library: str, measured: str, units: str, argv: Sequence[str],
+            overhead: tuple[float, str] | None = None) -> dict[str, str]:
+    """The header; ``overhead`` (seconds, basis) marks wall-clock rows that carry host overhead
+    (``timing: wall-clock``, ``host_overhead_s``: archplace.cost.kernel_tables subtracts it)."""
+    header = {"kernel": kernel, "source_repo": args.repo, "source_path": args.path,
+              "source_commit": args.commit, "gpu": gpu, "preset": preset, "dtype": dtype,
+              "library": library, "measured": measured, "units": units}
+    if overhead is None:
+        header["timing"] = "kernel"
+    else:
+        header["timing"] = "wall-clock"
+        header["host_overhead_s"] = f"{_number(overhead[0])} ({overhead[1]})"
+    header["made_by"] = _command(argv)
+    return header
+
+
+PLATEAU = ("the smallest row's latency: the method's plateau, taken as host and synchronisation "
+           "overhead with a negligible kernel")
+
+
+def _plateau(rows: list[tuple[object, ...]]) -> tuple[float, str]:
+    return min(float(str(r[-1])) for r in rows), PLATEAU
+
+
+#: Host overhead of LLMCompass's run_on_gpu timing per kernel class: the plateau of its
+#: micro-benchmark tables (gemm_a100_llmcompass, softmax_..., gelu_... minimum latency), for the
+#: GPT-3 block rows that the same method timed.
+_BLOCK_OVERHEAD = {
+    "gemm": (2.96e-05, "the plateau of gemm_a100_llmcompass.csv, same timing method"),
+    "softmax": (1.31130218506e-05, "the plateau of softmax_a100_llmcompass.csv, same timing method"),
+    "gelu": (4.68492507935e-05, "the plateau of gelu_a100_llmcompass.csv, same timing method"),
+}
 
 
 def llmcompass_matmul(args: argparse.Namespace, argv: Sequence[str]) -> None:
@@ -111,7 +138,7 @@ def llmcompass_matmul(args: argparse.Namespace, argv: Sequence[str]) -> None:
                      "[M, K] x [K, N] GEMM; software_model/matmul.py Matmul.run_on_gpu allocates "
                      "torch.bfloat16 inputs (the script asks for fp16); " + LLMCOMPASS_TIMING,
                      "published latency in ms (4 decimals) -> seconds (x 1e-3); the TFLOP/s "
-                     "column is derived and dropped", argv)
+                     "column is derived and dropped", argv, _plateau(rows))
     write_table(args.out, "gemm", header, rows)
 
 
@@ -126,7 +153,7 @@ def llmcompass_rowwise(args: argparse.Namespace, argv: Sequence[str]) -> None:
                      f"PyTorch {call}", f"{args.kind} of a [M, N] fp16 tensor over N; "
                      + LLMCOMPASS_TIMING,
                      "published throughput M*N/latency/1e9 (elements per ns) -> latency_s = "
-                     "rows*cols / (value * 1e9)", argv)
+                     "rows*cols / (value * 1e9)", argv, _plateau(rows))
     write_table(args.out, args.kind, header, rows)
 
 
@@ -139,7 +166,7 @@ def llmcompass_gelu(args: argparse.Namespace, argv: Sequence[str]) -> None:
                      "PyTorch torch.compile'd torch.nn.functional.gelu(x, approximate='tanh')",
                      "gelu of a 1-D fp16 tensor of M elements; " + LLMCOMPASS_TIMING,
                      "published throughput M/latency/1e9 (elements per ns) -> latency_s = "
-                     "elements / (value * 1e9)", argv)
+                     "elements / (value * 1e9)", argv, _plateau(rows))
     write_table(args.out, "gelu", header, rows)
 
 
@@ -174,12 +201,13 @@ def llmcompass_block(args: argparse.Namespace, argv: Sequence[str]) -> None:
         args, "gemm", "NVIDIA A100 80GB", "a100-80gb", "bf16 (batch 1), fp16 (batched)",
         "PyTorch torch.matmul (bf16) and torch.bmm (fp16), cuBLAS",
         what + "Q_K_V is three [16384, 12288] x [12288, 3072] GEMMs (calls 3, the sum); Q_mul_K "
-        "and A_mul_V are torch.bmm over 8 x 24 heads; " + LLMCOMPASS_TIMING, units, argv),
+        "and A_mul_V are torch.bmm over 8 x 24 heads; " + LLMCOMPASS_TIMING, units, argv,
+        _BLOCK_OVERHEAD["gemm"]),
         gemm_rows)
     write_table(Path(f"{prefix}_softmax.csv"), "softmax", _source(
         args, "softmax", "NVIDIA A100 80GB", "a100-80gb", "fp16", "PyTorch torch.softmax",
         what + "softmax of the [8, 24, 2048, 2048] scores over the last dim; " + LLMCOMPASS_TIMING,
-        units, argv), [("Softmax", 8 * 24 * 2048, 2048, "fp16", by_label["Softmax"])])
+        units, argv, _BLOCK_OVERHEAD["softmax"]), [("Softmax", 8 * 24 * 2048, 2048, "fp16", by_label["Softmax"])])
     write_table(Path(f"{prefix}_layernorm.csv"), "layernorm", _source(
         args, "layernorm", "NVIDIA A100 80GB", "a100-80gb", "fp16",
         "PyTorch torch.compile'd torch.layer_norm (no weight or bias)",
@@ -190,7 +218,8 @@ def llmcompass_block(args: argparse.Namespace, argv: Sequence[str]) -> None:
     write_table(Path(f"{prefix}_gelu.csv"), "gelu", _source(
         args, "gelu", "NVIDIA A100 80GB", "a100-80gb", "fp16",
         "PyTorch torch.compile'd torch.nn.functional.gelu(approximate='tanh')",
-        what + "gelu of the [8, 2048, 12288] FFN activation; " + LLMCOMPASS_TIMING, units, argv),
+        what + "gelu of the [8, 2048, 12288] FFN activation; " + LLMCOMPASS_TIMING, units, argv,
+        _BLOCK_OVERHEAD["gelu"]),
         [("GeLU", 8 * 2048 * 12288, "fp16", by_label["GeLU"])])
     print("not imported: AllReduce_MHA and AllReduce_FFN (run_on_gpu does not measure them)")
 

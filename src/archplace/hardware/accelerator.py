@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, TypeVar
 
 from archplace.errors import ConfigError
@@ -80,6 +80,11 @@ class KernelEfficiency:
         hbm: fraction of the datasheet HBM bandwidth that streaming kernels reach, in (0, 1].
         attention_fwd, attention_bwd: fraction of the peak a fused attention operator
             (FlashAttention) reaches on its FLOP, forward and backward, in (0, 1].
+        kernel_tables: measured kernel tables the chip's GEMMs and streaming kernels are
+            costed by (:mod:`archplace.cost.kernel_tables`): names of shipped tables
+            (:func:`archplace.cost.measured_tables.shipped_tables`) or paths of table files;
+            empty (the default): one fraction per kernel class.
+        kernel_floor_s: the least time any kernel takes on the chip, seconds, >= 0 (0: none).
 
     Raises:
         ConfigError: a count that is not a positive whole number, no tile, or a fraction outside (0, 1].
@@ -91,9 +96,20 @@ class KernelEfficiency:
     hbm: float
     attention_fwd: float
     attention_bwd: float
+    kernel_tables: tuple[str, ...] = ()
+    kernel_floor_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "efficiency"
+        tables = self.kernel_tables
+        if isinstance(tables, str) or not all(isinstance(t, str) and t for t in tables):
+            raise ConfigError(f"{owner}: kernel_tables must be a list of table names or paths, got {tables!r}")
+        object.__setattr__(self, "kernel_tables", tuple(tables))
+        floor = self.kernel_floor_s
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not (
+                math.isfinite(floor) and 0.0 <= floor <= 1e-3):
+            raise ConfigError(f"{owner}: kernel_floor_s must be seconds in [0, 1e-3], got {floor!r}")
+        object.__setattr__(self, "kernel_floor_s", float(floor))
         _whole(owner, sms=self.sms)
         _positive(owner, sms=self.sms)
         tiles = tuple(tuple(t) for t in self.gemm_tiles)
@@ -118,15 +134,17 @@ class KernelEfficiency:
             ConfigError: a missing or unknown field, or a bad value.
         """
         names = {f.name for f in fields(cls)}
-        if set(data) != names:
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        if not required <= set(data) <= names:
             raise ConfigError(f"efficiency: expected the fields {', '.join(sorted(names))}, "
                               f"got {', '.join(sorted(map(str, data)))}")
-        return cls(**data)  # __post_init__ turns the tiles into tuples
+        return cls(**data)  # __post_init__ turns the tiles and tables into tuples
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the fields (tiles as lists), for JSON."""
         d = asdict(self)
         d["gemm_tiles"] = [list(t) for t in self.gemm_tiles]
+        d["kernel_tables"] = list(self.kernel_tables)
         return d
 
 

@@ -90,6 +90,7 @@ _DATASHEET_FIELDS = ("peak_tflop_per_s", "tdp_w")
 _KERNEL_FRACTIONS = ("gemm_sustained", "hbm", "attention_fwd", "attention_bwd")
 _LINK_FRACTIONS = ("intra_node_collective", "inter_node_collective")
 _EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
+_EFFICIENCY_OPTIONAL = ("kernel_tables", "kernel_floor")  # archplace.cost.kernel_tables
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -251,7 +252,8 @@ def _efficiency_section(data: dict[str, Any], label: str) -> dict[str, Any] | No
     if "efficiency" not in data:
         return None
     section = _config.section(data, "efficiency", label)
-    _config.check_keys(section, f"{label}: efficiency", required=_EFFICIENCY_FIELDS)
+    _config.check_keys(section, f"{label}: efficiency", required=_EFFICIENCY_FIELDS,
+                       optional=_EFFICIENCY_OPTIONAL)
     return section
 
 
@@ -262,16 +264,29 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         ConfigError: a missing or unknown field, a field without its source, a count that is not
             a positive whole number, a malformed tile, or a fraction outside (0, 1].
     """
-    _config.check_keys(section, where, required=_EFFICIENCY_FIELDS)
+    _config.check_keys(section, where, required=_EFFICIENCY_FIELDS, optional=_EFFICIENCY_OPTIONAL)
     _cited(section["sms"], f"{where}.sms")
     sms = _config.positive_int(section["sms"], f"{where}.sms", PLAUSIBLE["sms"])
     tiles = _config.value_list(_cited(section["gemm_tiles"], f"{where}.gemm_tiles"), f"{where}.gemm_tiles")
     fractions = {name: _fraction(section[name], f"{where}.{name}") for name in _KERNEL_FRACTIONS}
     for name in _LINK_FRACTIONS:
         _fraction(section[name], f"{where}.{name}")
+    optional: dict[str, Any] = {}
+    if "kernel_tables" in section:  # shipped table stems or CSV paths (relative to the working folder)
+        names = _config.value_list(_cited(section["kernel_tables"], f"{where}.kernel_tables"),
+                                   f"{where}.kernel_tables")
+        optional["kernel_tables"] = tuple(str(n) for n in names)
+    if "kernel_floor" in section:
+        _cited(section["kernel_floor"], f"{where}.kernel_floor")
+        optional["kernel_floor_s"] = _config.quantity(section["kernel_floor"], parse_time,
+                                                      f"{where}.kernel_floor", allow_zero=True,
+                                                      plausible=PLAUSIBLE["kernel_floor"])
+    if "kernel_tables" in optional:
+        from archplace.cost.kernel_tables import chip_tables  # a missing or malformed table fails here
+        chip_tables(optional["kernel_tables"], float(optional.get("kernel_floor_s", 0.0)))
     return KernelEfficiency(
         sms=sms, gemm_tiles=tuple(_tile(t, f"{where}.gemm_tiles[{i}]") for i, t in enumerate(tiles)),
-        **fractions)
+        **fractions, **optional)
 
 
 def load_accelerator(name_or_path: str | os.PathLike[str]) -> Accelerator:
