@@ -23,7 +23,8 @@ floored the same way (and never below :data:`MIN_KERNEL_S`, so that logs stay fi
 2. A rectilinear grid on the distinct coordinates of the rows.  A grid node that is a row takes
    the row's corrected time; any other node takes the achieved throughput of the rows by
    inverse-distance weighting in ``x`` (Shepard's method, power :data:`SHEPARD_POWER`, on
-   ``log(FLOP / time)``),
+   ``log(FLOP / time)``), but never less than its compulsory bytes (A, B and C once) at the
+   fastest streaming rate any row reached (a kernel does not stream faster than its chip did),
    clamped into the rows' envelopes ``[lo(x), hi(x)]`` so that it never contradicts a row, then
    the grid is made monotone the same way as the rows (cumulative max from below, cumulative
    min from above along each axis, mean of the logs); rows are untouched by that step because
@@ -139,6 +140,14 @@ def _monotone_logs(points: FloatArray, log_t: FloatArray) -> FloatArray:
     return result
 
 
+def _log_bytes(x: FloatArray, dtype: str) -> FloatArray:
+    """Log compulsory HBM bytes of GEMMs at log shapes ``x`` ``(N, 4)``: ``A``, ``B`` and ``C``
+    once, at 1 byte per FP8 element and 2 otherwise (a lower bound for any dtype class)."""
+    b, m, n, k = (np.exp(x[:, d]) for d in range(4))
+    result: FloatArray = np.log((1.0 if dtype == "fp8" else 2.0) * b * (m * k + k * n + m * n))
+    return result
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class GemmSurface:
     """Kernel time of ``[b, m, k] x [b, k, n]`` GEMMs from measured rows (module docstring).
@@ -184,7 +193,7 @@ class GemmSurface:
         exact = dist2 == 0.0
         weight = 1.0 / np.where(exact, 1.0, dist2) ** (SHEPARD_POWER / 2.0)
         log_rate = (weight * (row_flop - rows)[None, :]).sum(axis=1) / weight.sum(axis=1)
-        fill = flop - log_rate
+        fill = np.maximum(flop - log_rate, _log_bytes(grid, dtype) - np.max(_log_bytes(points, dtype) - rows))
         below = np.all(points[None, :, :] <= grid[:, None, :], axis=2)
         above = np.all(points[None, :, :] >= grid[:, None, :], axis=2)
         lo = np.where(below, rows[None, :], -np.inf).max(axis=1)

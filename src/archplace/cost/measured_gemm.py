@@ -55,8 +55,10 @@ __all__ = ["K_SLICE", "clamped", "gemm_model_s", "gemm_times", "streaming_times"
 K_SLICE = 256.0
 
 
-def gemm_model_s(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns) -> FloatArray:
-    """``model_s`` of the module docstring for each design of ``chip`` (seconds).
+def gemm_model_s(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, *,
+                 compute_only: bool = False) -> FloatArray:
+    """``model_s`` of the module docstring for each design of ``chip`` (seconds); with
+    ``compute_only`` its ``compute_s`` alone.
 
     Args:
         op: a GEMM with positive sizes.
@@ -75,6 +77,8 @@ def gemm_model_s(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns) 
         waves = -(-tiles // sms)
         slices = 1.0 if tiles >= sms else min(float(sms // tiles), max(1.0, k / K_SLICE))
         best = np.minimum(best, waves * 2.0 * tm * tn * (k / slices) / per_sm)
+    if compute_only:
+        return best
     traced = op.bytes_read + op.bytes_written
     if traced <= 0:
         traced = 2.0 * b * (m * k + k * n + m * n)
@@ -86,20 +90,25 @@ def gemm_model_s(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns) 
 def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, memory_s: FloatArray,
                speedup: float = 1.0) -> tuple[FloatArray, FloatArray]:
     """(all-cores compute seconds, memory seconds) of a GEMM on a chip with kernel tables
-    (module docstring); the latency is the first, the second never exceeds it.
+    (module docstring): their larger is the latency; memory seconds are ``memory_s`` capped at
+    it, and where they reach it the compute seconds are the tile/wave time (memory-bound).
 
     Raises:
         ConfigError: a table of ``efficiency.kernel_tables`` cannot be read.
     """
     tables = chip_tables(efficiency.kernel_tables, efficiency.kernel_floor_s)
     model = gemm_model_s(op, efficiency, chip)
+    tiles_s = gemm_model_s(op, efficiency, chip, compute_only=True)
     fp8 = speedup != 1.0
     surface = tables.gemm.get("fp8" if fp8 else "bf16")
     scale = 1.0
     if surface is None and fp8:
         surface, scale = tables.gemm.get("bf16"), 1.0 / speedup
     value = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
-    return value, np.minimum(memory_s, value)
+    # max(compute, memory) is ``value``; a GEMM whose time does not exceed its streaming time
+    # is reported memory-bound (its compute part the tile/wave time, at most ``value``)
+    compute: FloatArray = np.where(value > memory_s, value, np.minimum(tiles_s, value))
+    return compute, np.minimum(memory_s, value)
 
 
 def clamped(model_s: FloatArray, surface: GemmSurface | None, op: Operator, floor_s: float,
