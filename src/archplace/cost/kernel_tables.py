@@ -34,12 +34,22 @@ floored the same way (and never below :data:`MIN_KERNEL_S`, so that logs stay fi
    derivative along an axis is a non-negative mix of non-negative differences) and exact at
    the nodes, so exact at every (non-violating) row.
 
-Outside the box the model of :mod:`archplace.cost.efficiency` (tile/wave quantization with
-split-k, HBM streaming and the floor) is clamped by the box: ``min(max(model, L), U)`` with
-``L = g(clip(x))`` where ``x`` is at or above the box's lower corner (else 0) and ``U =
-g(clip(x))`` where ``x`` is at or below its upper corner (else infinity).  ``L``, ``U`` and the
-model are monotone, so the whole function is; a GEMM larger than every row is never faster
-than the nearest measured one, a smaller one never slower.
+Beyond the box.  For a shape at or above the box's lower corner, ``T(x)`` is the interpolated
+time at ``min(x, upper corner)`` times the FLOP ratio of ``x`` to that point: a GEMM larger than
+every row runs at the throughput of the nearest measured shape (tile and wave quantization of
+large GEMMs are a few per cent, and the table already holds its chip's sustained rate).  ``T``
+is non-decreasing (inside: the grid's monotone interpolation; along a coordinate beyond the box
+only the FLOP ratio grows) and continuous at the box's faces.  The model of
+:mod:`archplace.cost.measured_gemm` (tile/wave quantization with split-k, HBM streaming and the
+floor) prices the rest, clamped::
+
+    L(x) = T(x)                   where x >= lower corner, else 0
+    U(x) = T(max(x, lower corner))
+    time = min(max(model, L), U)
+
+so at or above the lower corner the time is ``T``; below it (a smaller m, n, k or batch than any
+row) the model, never slower than the nearest measured shape.  ``L``, ``U`` and the model are
+non-decreasing in each coordinate and ``L <= U``, so the time is.
 
 **Bandwidth curve** (:class:`BandwidthCurve`), bytes moved -> kernel time: the rows'
 kernel times, made monotone in bytes (mean of the two envelopes, as above), interpolated
@@ -234,16 +244,22 @@ class GemmSurface:
                 total += weight * float(self.log_time[tuple(index)])
         return total
 
+    def _anchored_s(self, x: FloatArray) -> float:
+        """``T(x)`` for ``x`` at or above the box's lower corner (log shape): the interpolated
+        time at ``min(x, upper corner)`` times the FLOP ratio of ``x`` to that point (the
+        throughput of the nearest measured shape carried beyond the box)."""
+        high = np.array([a[-1] for a in self.axes])
+        clipped = np.minimum(x, high)
+        return float(np.exp(self._interpolate(clipped) + float(np.sum(x - clipped))))
+
     def bounds_s(self, batch: int, m: int, n: int, k: int) -> tuple[float, float]:
-        """``(L, U)`` of the module docstring in seconds: both the interpolated time inside the
-        box; outside it the box's time at the clipped shape as a lower bound (at or above the
-        lower corner) and an upper bound (at or below the upper corner), else 0 / infinity."""
+        """``(L, U)`` of the module docstring in seconds: ``L = T(x)`` where ``x`` is at or
+        above the box's lower corner (else 0), ``U = T(max(x, lower corner))``; inside the box
+        both are the interpolated time."""
         x = np.log(np.array([batch, m, n, k], dtype=np.float64))
         low = np.array([a[0] for a in self.axes])
-        high = np.array([a[-1] for a in self.axes])
-        inner = float(np.exp(self._interpolate(np.clip(x, low, high))))
-        lower = inner if bool(np.all(x >= low)) else 0.0
-        upper = inner if bool(np.all(x <= high)) else float("inf")
+        upper = self._anchored_s(np.maximum(x, low))
+        lower = upper if bool(np.all(x >= low)) else 0.0
         return lower, upper
 
 

@@ -19,7 +19,8 @@ and ``k / s`` grows with k), so ``model_s`` is.  ``K_SLICE`` (:data:`K_SLICE`) i
 
 **GEMM with a table**: ``min(max(model_s, L), U)`` with ``L, U`` the table surface's bounds
 (:meth:`archplace.cost.kernel_tables.GemmSurface.bounds_s`): the interpolated measurement inside
-the table's box, the model clamped by the box outside it.  An FP8 GEMM (``speedup`` > 1) takes
+the table's box, the measured throughput of the nearest shape above it, the model (never slower
+than the nearest measured shape) below it.  An FP8 GEMM (``speedup`` > 1) takes
 the chip's FP8 table; without one, its bf16 table's bounds divided by ``speedup`` (the FP8 GEMM
 sustains the bf16 fraction of its doubled peak: the presets' ``fp8_speedup`` assumption), never
 below the floor.  The GEMM's memory time is reported as its streaming time capped at that
