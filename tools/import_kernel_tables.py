@@ -19,6 +19,8 @@ Subcommands (run ``python tools/import_kernel_tables.py SUBCOMMAND --help``):
 * ``llmcompass-block``: LLMCompass ``ae/figure5/ijkl/real_hardware/transformer_A100.csv``
   (12 latencies in seconds, one per line, in the order of ``plot_transformer.py``'s
   categories); writes four CSVs (gemm, softmax, layernorm, gelu).
+* ``deepgemm-readme``: DeepGEMM's ``README.md`` per-shape TFLOPS tables (H800, FP8): the dense
+  table and the contiguous grouped one; seconds = 2*b*m*n*k / (TFLOPS * 1e12).
 * ``xla-matmul``: OpenXLA's ``kDefaultMatmulPTable`` text proto (``matmul_interpolator_data.h``);
   one GPU key, one dtype key; FLOP/s per (b, m, n, k) -> seconds = 2*b*m*n*k / value.
 
@@ -260,6 +262,44 @@ def xla_matmul(args: argparse.Namespace, argv: Sequence[str]) -> None:
     write_table(args.out, "gemm", header, rows)
 
 
+_DG_ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(?:(\d+)\s*\|\s*)?"
+                     r"(\d+(?:\.\d+)?)\s*TFLOPS\s*\|")
+
+
+def deepgemm_readme(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """The README's "Normal GEMMs for dense models" table (``| M | N | K | <T> TFLOPS | ...``) and
+    its "Grouped GEMMs ... (contiguous layout)" table (``| groups | M per group | N | K | ...``,
+    written as batch = groups); the masked-layout table is not imported (its M per group is an
+    upper bound on the rows each group holds)."""
+    section = ""
+    rows = []
+    for line in args.file.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            section = line
+            continue
+        match = _DG_ROW.match(line.strip())
+        if not match:
+            continue
+        if "Normal GEMMs" in section:
+            m, n, k, tflops = int(match.group(1)), int(match.group(2)), int(match.group(3)), float(match.group(5))
+            b, label = 1, "dense"
+        elif "contiguous layout" in section and match.group(4) is not None:
+            b, m, n, k = (int(match.group(i)) for i in range(1, 5))
+            tflops, label = float(match.group(5)), "grouped-contiguous"
+        else:
+            continue
+        rows.append((label, b, m, n, k, 1, "fp8", 2.0 * b * m * n * k / (tflops * 1e12)))
+    if not rows:
+        raise SystemExit(f"{args.file}: no TFLOPS rows under the normal or contiguous grouped GEMM tables")
+    header = _source(args, "gemm", "NVIDIA H800 SXM5", "h800-80gb", "fp8",
+                     "DeepGEMM FP8 GEMM (e4m3 operands, fine-grained scaling, bf16 output), NVCC 12.8",
+                     "the README's per-shape table: [M, K] x [K, N] (grouped: groups x [M, K] x [K, N]) "
+                     "FP8 GEMMs on H800 SXM5; kernel time from the profiler (tests/test_core.py "
+                     "bench_kineto on the fp8_gemm kernel); shapes of DeepSeek-V3/R1 inference",
+                     "published TFLOPS (integers) -> latency_s = 2*batch*m*n*k / (value * 1e12)", argv)
+    write_table(args.out, "gemm", header, rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -287,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gpu", required=True, help="GPU name for the header")
     p.add_argument("--preset", required=True, help="the matching archplace hardware preset")
     p.add_argument("--note", default="", help="extra provenance for the header")
+    add("deepgemm-readme")
     args = parser.parse_args(argv)
-    {"llmcompass-matmul": llmcompass_matmul, "llmcompass-rowwise": llmcompass_rowwise,
+    {"deepgemm-readme": deepgemm_readme, "llmcompass-matmul": llmcompass_matmul, "llmcompass-rowwise": llmcompass_rowwise,
      "llmcompass-gelu": llmcompass_gelu, "llmcompass-block": llmcompass_block,
      "xla-matmul": xla_matmul}[args.command](args, argv)
     return 0
