@@ -19,8 +19,10 @@ measured - 1`` (negative: the model is too fast) and the leave-one-out error; pe
 count, median and mean signed error, mean and max |error| (the worst rows), the same for
 leave-one-out, and the mean signed error binned by decade of FLOP (GEMM) or of bytes moved.
 
-Run: ``.venv/bin/python benchmarks/bench_kernel_tables.py [--summary]``
-(``--summary``: the per-table summaries only).
+Run: ``.venv/bin/python benchmarks/bench_kernel_tables.py [--summary] [--without-tables]``
+(``--summary``: the per-table summaries only; ``--without-tables``: predicted by each preset's
+one-fraction model, its efficiency without kernel tables and floor, against the same kernel
+times: the model before the tables).
 """
 # ruff: noqa: T201  (a benchmark reports by printing)
 
@@ -34,11 +36,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from archplace.app import accelerator, estimate_preset_matmul
+from archplace.app import accelerator
+from archplace.cost.estimate import preset_matmul
 from archplace.cost.efficiency import ChipColumns
 from archplace.cost.kernel_tables import BandwidthCurve, GemmSurface, dtype_class, kernel_time_s, resolve_table
 from archplace.cost.measured_gemm import clamped, gemm_model_s
 from archplace.cost.measured_tables import MeasuredTable, load_table, shipped_tables
+from archplace.cost.precision import cast_bytes, fp8_gemm_estimate
 from archplace.cost.model import SystolicCostModel
 from archplace.hardware.accelerator import Accelerator
 from archplace.specs import HardwareSpec
@@ -91,9 +95,18 @@ def _loo(table: MeasuredTable, acc: Accelerator, row: int) -> float | None:
     return float(curve.time_s(np.array([size]), model)[0])
 
 
+def fp8_gemm_s(acc: Accelerator, op: Operator) -> float:
+    """The FP8 GEMM kernel of :func:`archplace.cost.precision.fp8_gemm_estimate`, without the
+    quantization of its inputs that the estimate adds (the tables time the GEMM kernel alone)."""
+    est = fp8_gemm_estimate(op, acc)
+    hbm = acc.efficiency.hbm if acc.efficiency is not None else 1.0
+    return est.all_cores_s - cast_bytes(op) / (acc.hbm_bandwidth_bytes_per_s * hbm)
+
+
 def _gemm_op(b: int, m: int, n: int, k: int) -> Operator:
     e = BYTES_PER_ELEMENT
-    return Operator(id=0, name="matmul", target="aten.bmm.default", kind=OpKind.MATMUL, phase=Phase.FWD,
+    return Operator(id=0, name="matmul", target="aten.mm.default" if b == 1 else "aten.bmm.default",
+                    kind=OpKind.MATMUL, phase=Phase.FWD,
                     batch=b, m=m, k=k, n=n, elements=b * m * n, flop=2.0 * b * m * n * k,
                     bytes_read=float(e * b * (m * k + k * n)), bytes_written=float(e * b * m * n))
 
@@ -101,19 +114,26 @@ def _gemm_op(b: int, m: int, n: int, k: int) -> Operator:
 Row = tuple[str, float, float, float, float | None]
 
 
-def rows(table: MeasuredTable) -> list[Row]:
+def rows(table: MeasuredTable, *, without_tables: bool = False) -> list[Row]:
     """(shape, measured kernel s, predicted s, size for binning, leave-one-out s or None) of
-    each row of ``table``."""
+    each row of ``table``; ``without_tables``: predicted by the preset's one-fraction model
+    (its efficiency without kernel tables and floor), no leave-one-out."""
     s = table.sizes
-    acc = accelerator(HardwareSpec(table.preset))
-    floor = acc.efficiency.kernel_floor_s if acc.efficiency is not None else 0.0
+    preset = accelerator(HardwareSpec(table.preset))
+    floor = preset.efficiency.kernel_floor_s if preset.efficiency is not None else 0.0
     measured = kernel_time_s(table, floor)
+    acc = preset
+    if without_tables and preset.efficiency is not None:
+        acc = replace(preset, efficiency=replace(preset.efficiency, kernel_tables=(), kernel_floor_s=0.0))
     out: list[Row] = []
     for i in range(len(table)):
         label = f" ({table.labels[i]})" if table.labels[i] != "-" else ""
         if table.kernel == "gemm":
             b, m, n, k, calls = (int(s[c][i]) for c in ("batch", "m", "n", "k", "calls"))
-            predicted = estimate_preset_matmul(table.preset, m, k, n, batch=b).latency_s
+            if dtype_class(table.dtypes[i]) == "fp8":
+                predicted = fp8_gemm_s(acc, _gemm_op(b, m, n, k))
+            else:
+                predicted = preset_matmul(acc, m, k, n, batch=b).latency_s
             shape = (f"{calls}x " if calls > 1 else "") + f"b={b} m={m} n={n} k={k}{label}"
             size = 2.0 * b * m * n * k
         else:
@@ -125,7 +145,7 @@ def rows(table: MeasuredTable) -> list[Row]:
                 shape = f"{int(s['rows'][i])}x{int(s['cols'][i])}{label}"
             predicted = vector_latency(acc, table.kernel, elements)
             size = 2.0 * BYTES_PER_ELEMENT * elements
-        out.append((shape, float(measured[i]), predicted, size, _loo(table, acc, i)))
+        out.append((shape, float(measured[i]), predicted, size, None if without_tables else _loo(table, acc, i)))
     return out
 
 
@@ -140,9 +160,9 @@ def _summary(errors: list[float]) -> str:
             f"max|e| {100 * max(absolute):.1f}%")
 
 
-def report(table: MeasuredTable, *, per_row: bool) -> None:
+def report(table: MeasuredTable, *, per_row: bool, without_tables: bool = False) -> None:
     """Print one table's rows (unless not ``per_row``) and its summary."""
-    data = rows(table)
+    data = rows(table, without_tables=without_tables)
     errors = [p / m - 1.0 for _, m, p, _, _ in data]
     loo = [None if q is None else q / m - 1.0 for _, m, _, _, q in data]
     h = table.header
@@ -173,9 +193,11 @@ def report(table: MeasuredTable, *, per_row: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description="predicted vs measured kernel latencies")
     parser.add_argument("--summary", action="store_true", help="per-table summaries only")
+    parser.add_argument("--without-tables", action="store_true",
+                        help="predict with the presets' one-fraction model (no kernel tables, no floor)")
     args = parser.parse_args()
     for name in shipped_tables():
-        report(load_table(name), per_row=not args.summary)
+        report(load_table(name), per_row=not args.summary, without_tables=args.without_tables)
         print()
 
 
