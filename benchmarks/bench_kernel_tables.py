@@ -37,13 +37,19 @@ from dataclasses import replace
 import numpy as np
 
 from archplace.app import accelerator
-from archplace.cost.estimate import preset_matmul
 from archplace.cost.efficiency import ChipColumns
-from archplace.cost.kernel_tables import BandwidthCurve, GemmSurface, dtype_class, kernel_time_s, resolve_table
+from archplace.cost.estimate import preset_matmul
+from archplace.cost.kernel_tables import (
+    BandwidthCurve,
+    GemmSurface,
+    dtype_class,
+    kernel_time_s,
+    resolve_table,
+)
 from archplace.cost.measured_gemm import clamped, gemm_model_s
 from archplace.cost.measured_tables import MeasuredTable, load_table, shipped_tables
-from archplace.cost.precision import cast_bytes, fp8_gemm_estimate
 from archplace.cost.model import SystolicCostModel
+from archplace.cost.precision import cast_bytes, fp8_gemm_estimate
 from archplace.hardware.accelerator import Accelerator
 from archplace.specs import HardwareSpec
 from archplace.workload.graph import Operator, OpKind, Phase
@@ -145,7 +151,8 @@ def rows(table: MeasuredTable, *, without_tables: bool = False) -> list[Row]:
                 shape = f"{int(s['rows'][i])}x{int(s['cols'][i])}{label}"
             predicted = vector_latency(acc, table.kernel, elements)
             size = 2.0 * BYTES_PER_ELEMENT * elements
-        out.append((shape, float(measured[i]), predicted, size, None if without_tables else _loo(table, acc, i)))
+        held_out = None if without_tables else _loo(table, acc, i)
+        out.append((shape, float(measured[i]), predicted, size, held_out))
     return out
 
 

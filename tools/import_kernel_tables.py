@@ -209,7 +209,8 @@ def llmcompass_block(args: argparse.Namespace, argv: Sequence[str]) -> None:
     write_table(Path(f"{prefix}_softmax.csv"), "softmax", _source(
         args, "softmax", "NVIDIA A100 80GB", "a100-80gb", "fp16", "PyTorch torch.softmax",
         what + "softmax of the [8, 24, 2048, 2048] scores over the last dim; " + LLMCOMPASS_TIMING,
-        units, argv, _BLOCK_OVERHEAD["softmax"]), [("Softmax", 8 * 24 * 2048, 2048, "fp16", by_label["Softmax"])])
+        units, argv, _BLOCK_OVERHEAD["softmax"]),
+        [("Softmax", 8 * 24 * 2048, 2048, "fp16", by_label["Softmax"])])
     write_table(Path(f"{prefix}_layernorm.csv"), "layernorm", _source(
         args, "layernorm", "NVIDIA A100 80GB", "a100-80gb", "fp16",
         "PyTorch torch.compile'd torch.layer_norm (no weight or bias)",
@@ -281,8 +282,8 @@ def deepgemm_readme(args: argparse.Namespace, argv: Sequence[str]) -> None:
         if not match:
             continue
         if "Normal GEMMs" in section:
-            m, n, k, tflops = int(match.group(1)), int(match.group(2)), int(match.group(3)), float(match.group(5))
-            b, label = 1, "dense"
+            m, n, k = (int(match.group(i)) for i in range(1, 4))
+            b, tflops, label = 1, float(match.group(5)), "dense"
         elif "contiguous layout" in section and match.group(4) is not None:
             b, m, n, k = (int(match.group(i)) for i in range(1, 5))
             tflops, label = float(match.group(5)), "grouped-contiguous"
@@ -329,9 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--note", default="", help="extra provenance for the header")
     add("deepgemm-readme")
     args = parser.parse_args(argv)
-    {"deepgemm-readme": deepgemm_readme, "llmcompass-matmul": llmcompass_matmul, "llmcompass-rowwise": llmcompass_rowwise,
-     "llmcompass-gelu": llmcompass_gelu, "llmcompass-block": llmcompass_block,
-     "xla-matmul": xla_matmul}[args.command](args, argv)
+    {"deepgemm-readme": deepgemm_readme, "llmcompass-matmul": llmcompass_matmul,
+     "llmcompass-rowwise": llmcompass_rowwise, "llmcompass-gelu": llmcompass_gelu,
+     "llmcompass-block": llmcompass_block, "xla-matmul": xla_matmul}[args.command](args, argv)
     return 0
 
 

@@ -43,7 +43,8 @@ def vector(kind: OpKind, target: str, elements: int) -> Operator:
                     elements=elements, flop=float(elements), bytes_read=size, bytes_written=size)
 
 
-def write_gemm_table(path: Path, rows: list[tuple[int, int, int, int, float]], timing: str = "kernel") -> Path:
+def write_gemm_table(path: Path, rows: list[tuple[int, int, int, int, float]],
+                     timing: str = "kernel") -> Path:
     header = {"kernel": "gemm", "source_repo": "test/test", "source_path": "x", "source_commit": "0" * 40,
               "gpu": "test", "preset": "h100-80gb", "dtype": "bf16", "library": "test",
               "measured": "hand-written", "units": "seconds", "timing": timing, "made_by": "hand"}
@@ -79,8 +80,8 @@ def test_shipped_tables_are_exact_at_their_rows_up_to_the_monotone_correction() 
     assert exact >= 300  # of 375; the rest sit in an order violation (256x256x2048 slower than x4096)
     # and through the cost model on the preset
     est = SystolicCostModel().estimate(matmul(1, 4096, 4096, 4096), H100)
-    row = [i for i in range(len(table)) if (s["batch"][i], s["m"][i], s["n"][i], s["k"][i]) == (1, 4096, 4096, 4096)]
-    assert est.all_cores_s == pytest.approx(float(kernel[row[0]]), rel=1e-9)
+    row = int(np.flatnonzero(np.all(shapes == (1, 4096, 4096, 4096), axis=1))[0])
+    assert est.all_cores_s == pytest.approx(float(kernel[row]), rel=1e-9)
 
 
 def test_a100_rows_lose_the_host_overhead_of_their_method() -> None:
@@ -105,7 +106,8 @@ def test_exact_and_monotone_on_a_hand_made_scattered_table(tmp_path: Path) -> No
 
 def test_an_order_violation_is_averaged_in_log_space(tmp_path: Path) -> None:
     # a larger k measured faster: both rows become the geometric mean of the envelopes
-    table = read_table(write_gemm_table(tmp_path / "t.csv", [(1, 256, 256, 2048, 8e-6), (1, 256, 256, 4096, 2e-6)]))
+    rows = [(1, 256, 256, 2048, 8e-6), (1, 256, 256, 4096, 2e-6)]
+    table = read_table(write_gemm_table(tmp_path / "t.csv", rows))
     surface = GemmSurface.build((table,), "bf16", 0.0)
     assert surface.bounds_s(1, 256, 256, 2048)[0] == pytest.approx(4e-6, rel=1e-12)
     assert surface.bounds_s(1, 256, 256, 4096)[0] == pytest.approx(4e-6, rel=1e-12)
@@ -204,13 +206,15 @@ def test_bad_kernel_tables() -> None:
 
 def test_a_user_table_file_is_read_through_a_preset(tmp_path: Path) -> None:
     table = write_gemm_table(tmp_path / "mine.csv", [(1, 512, 512, 512, 9e-6), (1, 1024, 1024, 1024, 30e-6)])
-    text = Path(load_accelerator.__code__.co_filename).parent.joinpath("presets", "h100-80gb.yaml").read_text()
+    presets = Path(load_accelerator.__code__.co_filename).parent / "presets"
+    text = (presets / "h100-80gb.yaml").read_text(encoding="utf-8")
     text = text.replace("value: [gemm_h100_xla]", f"value: [{table}]")
     preset = tmp_path / "mine.yaml"
     preset.write_text(text, encoding="utf-8")
     acc = load_accelerator(str(preset))
     assert acc.efficiency is not None and acc.efficiency.kernel_tables == (str(table),)
-    assert SystolicCostModel().estimate(matmul(1, 512, 512, 512), acc).all_cores_s == pytest.approx(9e-6, rel=1e-12)
+    est = SystolicCostModel().estimate(matmul(1, 512, 512, 512), acc)
+    assert est.all_cores_s == pytest.approx(9e-6, rel=1e-12)
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace(str(table), str(tmp_path / "missing.csv")), encoding="utf-8")
     with pytest.raises(ConfigError, match="missing.csv"):

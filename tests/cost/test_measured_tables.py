@@ -42,7 +42,8 @@ def test_published_values_survive_the_conversion() -> None:
     assert h100.latency_s[i] == pytest.approx(2 * 1024 * 4096 * 512 / 340681153010232, rel=1e-11)
     assert len(h100) == 3 * 5 * 5 * 5
     h800 = mt.load_table("gemm_h800_deepgemm")  # "| 4096 | 7168 | 16384 | 1520 TFLOPS |" in the README
-    j = int(np.flatnonzero((h800.size("m") == 4096) & (h800.size("n") == 7168) & (h800.size("k") == 16384))[0])
+    dense = (h800.size("m") == 4096) & (h800.size("n") == 7168) & (h800.size("k") == 16384)
+    j = int(np.flatnonzero(dense)[0])
     assert h800.latency_s[j] == pytest.approx(2 * 4096 * 7168 * 16384 / 1520e12, rel=1e-11)
     assert h800.dtypes[j] == "fp8" and len(h800) == 18 + 4
 

@@ -126,7 +126,8 @@ def _header_seconds(table: MeasuredTable, key: str) -> float:
     try:
         value = float(text.split()[0])
     except (ValueError, IndexError):
-        raise ConfigError(f"measured table {table.name}: header {key} {text!r} is not a number of seconds") from None
+        raise ConfigError(f"measured table {table.name}: header {key} {text!r} "
+                          "is not a number of seconds") from None
     if not np.isfinite(value) or value < 0:
         raise ConfigError(f"measured table {table.name}: header {key} {text!r} is not >= 0")
     return value
@@ -136,7 +137,8 @@ def kernel_time_s(table: MeasuredTable, floor_s: float) -> FloatArray:
     """Kernel time of one call of each row (module docstring): ``max(latency_s / calls -
     host_overhead_s, floor_s)``, the overhead only for a ``timing: wall-clock`` table."""
     calls = table.sizes["calls"].astype(np.float64) if "calls" in table.sizes else 1.0
-    overhead = _header_seconds(table, "host_overhead_s") if table.header.get("timing") == "wall-clock" else 0.0
+    wall_clock = table.header.get("timing") == "wall-clock"
+    overhead = _header_seconds(table, "host_overhead_s") if wall_clock else 0.0
     result: FloatArray = np.maximum(table.latency_s / calls - overhead, max(floor_s, MIN_KERNEL_S))
     return result
 

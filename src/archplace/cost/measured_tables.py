@@ -230,7 +230,8 @@ def gemm_flop(table: MeasuredTable) -> NDArray[np.float64]:
 def gemm_latency(table: MeasuredTable, m: int, n: int, k: int, *, batch: int = 1) -> float:
     """Latency in seconds of one GEMM ``[batch, m, k] x [batch, k, n]``, from a GEMM table by
     nearest neighbour in log space (a quick look-up of the raw rows; the cost model uses the
-    monotone surface of :class:`archplace.cost.kernel_tables.GemmSurface`): the row whose ``(log batch, log m, log n, log k)`` is
+    monotone surface of :class:`archplace.cost.kernel_tables.GemmSurface`): the row whose
+    ``(log batch, log m, log n, log k)`` is
     nearest (Euclidean; the first such row on a tie) lends its sustained FLOP/s, and the
     latency is ``2 * batch * m * n * k`` over it.  Exact at the table's own shapes (one call).
 

@@ -103,7 +103,8 @@ class KernelEfficiency:
         owner = "efficiency"
         tables = self.kernel_tables
         if isinstance(tables, str) or not all(isinstance(t, str) and t for t in tables):
-            raise ConfigError(f"{owner}: kernel_tables must be a list of table names or paths, got {tables!r}")
+            raise ConfigError(f"{owner}: kernel_tables must be a list of table names or paths, "
+                              f"got {tables!r}")
         object.__setattr__(self, "kernel_tables", tuple(tables))
         floor = self.kernel_floor_s
         if isinstance(floor, bool) or not isinstance(floor, int | float) or not (

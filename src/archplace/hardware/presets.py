@@ -38,6 +38,9 @@ an ``accelerator`` section and an optional ``cluster`` section::
       attention_bwd: {value: 0.63, source: "..."}
       intra_node_collective: {value: 0.767, source: "..."}
       inter_node_collective: {value: 0.96, source: "..."}
+      kernel_tables: {value: [gemm_h100_xla], source: "..."}  # optional: measured tables (stems
+                                         # of archplace/cost/measured or CSV paths)
+      kernel_floor: {value: 5.232 us, source: "..."}          # optional: least kernel time
 
 Without an ``efficiency`` section the chip runs on the cycle model (its efficiency is what
 the cycle counts give); with one, :mod:`archplace.cost.efficiency` costs its operators and
@@ -271,22 +274,22 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
     fractions = {name: _fraction(section[name], f"{where}.{name}") for name in _KERNEL_FRACTIONS}
     for name in _LINK_FRACTIONS:
         _fraction(section[name], f"{where}.{name}")
-    optional: dict[str, Any] = {}
+    tables: tuple[str, ...] = ()
+    floor_s = 0.0
     if "kernel_tables" in section:  # shipped table stems or CSV paths (relative to the working folder)
         names = _config.value_list(_cited(section["kernel_tables"], f"{where}.kernel_tables"),
                                    f"{where}.kernel_tables")
-        optional["kernel_tables"] = tuple(str(n) for n in names)
+        tables = tuple(str(n) for n in names)
     if "kernel_floor" in section:
         _cited(section["kernel_floor"], f"{where}.kernel_floor")
-        optional["kernel_floor_s"] = _config.quantity(section["kernel_floor"], parse_time,
-                                                      f"{where}.kernel_floor", allow_zero=True,
-                                                      plausible=PLAUSIBLE["kernel_floor"])
-    if "kernel_tables" in optional:
+        floor_s = _config.quantity(section["kernel_floor"], parse_time, f"{where}.kernel_floor",
+                                   allow_zero=True, plausible=PLAUSIBLE["kernel_floor"])
+    if tables:
         from archplace.cost.kernel_tables import chip_tables  # a missing or malformed table fails here
-        chip_tables(optional["kernel_tables"], float(optional.get("kernel_floor_s", 0.0)))
+        chip_tables(tables, floor_s)
     return KernelEfficiency(
         sms=sms, gemm_tiles=tuple(_tile(t, f"{where}.gemm_tiles[{i}]") for i, t in enumerate(tiles)),
-        **fractions, **optional)
+        **fractions, kernel_tables=tables, kernel_floor_s=floor_s)
 
 
 def load_accelerator(name_or_path: str | os.PathLike[str]) -> Accelerator:
