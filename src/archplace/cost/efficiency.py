@@ -29,6 +29,12 @@ where ``hbm_bytes`` is the cycle model's buffer-aware traffic (:mod:`archplace.c
 On one core (one of ``tensor_cores`` arrays) the tiles run one after the other: no wave
 quantization, ``compute_s = flop / (peak / tensor_cores · gemm_sustained · q_t)``.
 
+**Measured kernel tables.**  A preset whose efficiency names ``kernel_tables`` (and a
+``kernel_floor_s``) takes its GEMM times from the tables' monotone log-space surface, outside
+them from the tile/wave model with split-k and the floor, and its streaming kernels' times from
+the measured bandwidth-by-size curves (:mod:`archplace.cost.measured_gemm`,
+:mod:`archplace.cost.kernel_tables`); the formulas below are the model without tables.
+
 **Vector ops** (element-wise, reductions, softmax, norms, embeddings)::
 
     latency_s = max(hbm_bytes / (hbm_bandwidth · hbm), lane time of the cycle model)
@@ -211,7 +217,7 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
         flop = 2.0 * b * m * k * n
         every = flop / (chip.peak_flop_per_s * gemm_efficiency(b, m, n, efficiency))
         single = flop / (core_peak * gemm_efficiency(b, m, n, efficiency, waves=False))
-        if efficiency.kernel_tables and min(b, m, k, n) > 0:
+        if (efficiency.kernel_tables or efficiency.kernel_floor_s > 0.0) and min(b, m, k, n) > 0:
             every, memory_s = measured_gemm.gemm_times(op, efficiency, chip, memory_s, speedup)
             single = np.maximum(single, every)
         fused = int(op.fused_elements or 0)
