@@ -19,6 +19,8 @@ Subcommands (run ``python tools/import_kernel_tables.py SUBCOMMAND --help``):
 * ``llmcompass-block``: LLMCompass ``ae/figure5/ijkl/real_hardware/transformer_A100.csv``
   (12 latencies in seconds, one per line, in the order of ``plot_transformer.py``'s
   categories); writes four CSVs (gemm, softmax, layernorm, gelu).
+* ``deepgemm-readme``: DeepGEMM's ``README.md`` per-shape TFLOPS tables (H800, FP8): the dense
+  table and the contiguous grouped one; seconds = 2*b*m*n*k / (TFLOPS * 1e12).
 * ``xla-matmul``: OpenXLA's ``kDefaultMatmulPTable`` text proto (``matmul_interpolator_data.h``);
   one GPU key, one dtype key; FLOP/s per (b, m, n, k) -> seconds = 2*b*m*n*k / value.
 
@@ -92,11 +94,38 @@ def _fields(path: Path) -> list[list[str]]:
 
 
 def _source(args: argparse.Namespace, kernel: str, gpu: str, preset: str, dtype: str,
-            library: str, measured: str, units: str, argv: Sequence[str]) -> dict[str, str]:
-    return {"kernel": kernel, "source_repo": args.repo, "source_path": args.path,
-            "source_commit": args.commit, "gpu": gpu, "preset": preset, "dtype": dtype,
-            "library": library, "measured": measured, "units": units,
-            "made_by": _command(argv)}
+            library: str, measured: str, units: str, argv: Sequence[str],
+            overhead: tuple[float, str] | None = None) -> dict[str, str]:
+    """The header; ``overhead`` (seconds, basis) marks wall-clock rows that carry host overhead
+    (``timing: wall-clock``, ``host_overhead_s``: archplace.cost.kernel_tables subtracts it)."""
+    header = {"kernel": kernel, "source_repo": args.repo, "source_path": args.path,
+              "source_commit": args.commit, "gpu": gpu, "preset": preset, "dtype": dtype,
+              "library": library, "measured": measured, "units": units}
+    if overhead is None:
+        header["timing"] = "kernel"
+    else:
+        header["timing"] = "wall-clock"
+        header["host_overhead_s"] = f"{_number(overhead[0])} ({overhead[1]})"
+    header["made_by"] = _command(argv)
+    return header
+
+
+PLATEAU = ("the smallest row's latency: the method's plateau, taken as host and synchronisation "
+           "overhead with a negligible kernel")
+
+
+def _plateau(rows: list[tuple[object, ...]]) -> tuple[float, str]:
+    return min(float(str(r[-1])) for r in rows), PLATEAU
+
+
+#: Host overhead of LLMCompass's run_on_gpu timing per kernel class: the plateau of its
+#: micro-benchmark tables (gemm_a100_llmcompass, softmax_..., gelu_... minimum latency), for the
+#: GPT-3 block rows that the same method timed.
+_BLOCK_OVERHEAD = {
+    "gemm": (2.96e-05, "the plateau of gemm_a100_llmcompass.csv, same timing method"),
+    "softmax": (1.31130218506e-05, "the plateau of softmax_a100_llmcompass.csv, same timing method"),
+    "gelu": (4.68492507935e-05, "the plateau of gelu_a100_llmcompass.csv, same timing method"),
+}
 
 
 def llmcompass_matmul(args: argparse.Namespace, argv: Sequence[str]) -> None:
@@ -111,7 +140,7 @@ def llmcompass_matmul(args: argparse.Namespace, argv: Sequence[str]) -> None:
                      "[M, K] x [K, N] GEMM; software_model/matmul.py Matmul.run_on_gpu allocates "
                      "torch.bfloat16 inputs (the script asks for fp16); " + LLMCOMPASS_TIMING,
                      "published latency in ms (4 decimals) -> seconds (x 1e-3); the TFLOP/s "
-                     "column is derived and dropped", argv)
+                     "column is derived and dropped", argv, _plateau(rows))
     write_table(args.out, "gemm", header, rows)
 
 
@@ -126,7 +155,7 @@ def llmcompass_rowwise(args: argparse.Namespace, argv: Sequence[str]) -> None:
                      f"PyTorch {call}", f"{args.kind} of a [M, N] fp16 tensor over N; "
                      + LLMCOMPASS_TIMING,
                      "published throughput M*N/latency/1e9 (elements per ns) -> latency_s = "
-                     "rows*cols / (value * 1e9)", argv)
+                     "rows*cols / (value * 1e9)", argv, _plateau(rows))
     write_table(args.out, args.kind, header, rows)
 
 
@@ -139,7 +168,7 @@ def llmcompass_gelu(args: argparse.Namespace, argv: Sequence[str]) -> None:
                      "PyTorch torch.compile'd torch.nn.functional.gelu(x, approximate='tanh')",
                      "gelu of a 1-D fp16 tensor of M elements; " + LLMCOMPASS_TIMING,
                      "published throughput M/latency/1e9 (elements per ns) -> latency_s = "
-                     "elements / (value * 1e9)", argv)
+                     "elements / (value * 1e9)", argv, _plateau(rows))
     write_table(args.out, "gelu", header, rows)
 
 
@@ -174,12 +203,14 @@ def llmcompass_block(args: argparse.Namespace, argv: Sequence[str]) -> None:
         args, "gemm", "NVIDIA A100 80GB", "a100-80gb", "bf16 (batch 1), fp16 (batched)",
         "PyTorch torch.matmul (bf16) and torch.bmm (fp16), cuBLAS",
         what + "Q_K_V is three [16384, 12288] x [12288, 3072] GEMMs (calls 3, the sum); Q_mul_K "
-        "and A_mul_V are torch.bmm over 8 x 24 heads; " + LLMCOMPASS_TIMING, units, argv),
+        "and A_mul_V are torch.bmm over 8 x 24 heads; " + LLMCOMPASS_TIMING, units, argv,
+        _BLOCK_OVERHEAD["gemm"]),
         gemm_rows)
     write_table(Path(f"{prefix}_softmax.csv"), "softmax", _source(
         args, "softmax", "NVIDIA A100 80GB", "a100-80gb", "fp16", "PyTorch torch.softmax",
         what + "softmax of the [8, 24, 2048, 2048] scores over the last dim; " + LLMCOMPASS_TIMING,
-        units, argv), [("Softmax", 8 * 24 * 2048, 2048, "fp16", by_label["Softmax"])])
+        units, argv, _BLOCK_OVERHEAD["softmax"]),
+        [("Softmax", 8 * 24 * 2048, 2048, "fp16", by_label["Softmax"])])
     write_table(Path(f"{prefix}_layernorm.csv"), "layernorm", _source(
         args, "layernorm", "NVIDIA A100 80GB", "a100-80gb", "fp16",
         "PyTorch torch.compile'd torch.layer_norm (no weight or bias)",
@@ -190,7 +221,8 @@ def llmcompass_block(args: argparse.Namespace, argv: Sequence[str]) -> None:
     write_table(Path(f"{prefix}_gelu.csv"), "gelu", _source(
         args, "gelu", "NVIDIA A100 80GB", "a100-80gb", "fp16",
         "PyTorch torch.compile'd torch.nn.functional.gelu(approximate='tanh')",
-        what + "gelu of the [8, 2048, 12288] FFN activation; " + LLMCOMPASS_TIMING, units, argv),
+        what + "gelu of the [8, 2048, 12288] FFN activation; " + LLMCOMPASS_TIMING, units, argv,
+        _BLOCK_OVERHEAD["gelu"]),
         [("GeLU", 8 * 2048 * 12288, "fp16", by_label["GeLU"])])
     print("not imported: AllReduce_MHA and AllReduce_FFN (run_on_gpu does not measure them)")
 
@@ -231,6 +263,44 @@ def xla_matmul(args: argparse.Namespace, argv: Sequence[str]) -> None:
     write_table(args.out, "gemm", header, rows)
 
 
+_DG_ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(?:(\d+)\s*\|\s*)?"
+                     r"(\d+(?:\.\d+)?)\s*TFLOPS\s*\|")
+
+
+def deepgemm_readme(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """The README's "Normal GEMMs for dense models" table (``| M | N | K | <T> TFLOPS | ...``) and
+    its "Grouped GEMMs ... (contiguous layout)" table (``| groups | M per group | N | K | ...``,
+    written as batch = groups); the masked-layout table is not imported (its M per group is an
+    upper bound on the rows each group holds)."""
+    section = ""
+    rows = []
+    for line in args.file.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            section = line
+            continue
+        match = _DG_ROW.match(line.strip())
+        if not match:
+            continue
+        if "Normal GEMMs" in section:
+            m, n, k = (int(match.group(i)) for i in range(1, 4))
+            b, tflops, label = 1, float(match.group(5)), "dense"
+        elif "contiguous layout" in section and match.group(4) is not None:
+            b, m, n, k = (int(match.group(i)) for i in range(1, 5))
+            tflops, label = float(match.group(5)), "grouped-contiguous"
+        else:
+            continue
+        rows.append((label, b, m, n, k, 1, "fp8", 2.0 * b * m * n * k / (tflops * 1e12)))
+    if not rows:
+        raise SystemExit(f"{args.file}: no TFLOPS rows under the normal or contiguous grouped GEMM tables")
+    header = _source(args, "gemm", "NVIDIA H800 SXM5", "h800-80gb", "fp8",
+                     "DeepGEMM FP8 GEMM (e4m3 operands, fine-grained scaling, bf16 output), NVCC 12.8",
+                     "the README's per-shape table: [M, K] x [K, N] (grouped: groups x [M, K] x [K, N]) "
+                     "FP8 GEMMs on H800 SXM5; kernel time from the profiler (tests/test_core.py "
+                     "bench_kineto on the fp8_gemm kernel); shapes of DeepSeek-V3/R1 inference",
+                     "published TFLOPS (integers) -> latency_s = 2*batch*m*n*k / (value * 1e12)", argv)
+    write_table(args.out, "gemm", header, rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -258,10 +328,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gpu", required=True, help="GPU name for the header")
     p.add_argument("--preset", required=True, help="the matching archplace hardware preset")
     p.add_argument("--note", default="", help="extra provenance for the header")
+    add("deepgemm-readme")
     args = parser.parse_args(argv)
-    {"llmcompass-matmul": llmcompass_matmul, "llmcompass-rowwise": llmcompass_rowwise,
-     "llmcompass-gelu": llmcompass_gelu, "llmcompass-block": llmcompass_block,
-     "xla-matmul": xla_matmul}[args.command](args, argv)
+    {"deepgemm-readme": deepgemm_readme, "llmcompass-matmul": llmcompass_matmul,
+     "llmcompass-rowwise": llmcompass_rowwise, "llmcompass-gelu": llmcompass_gelu,
+     "llmcompass-block": llmcompass_block, "xla-matmul": xla_matmul}[args.command](args, argv)
     return 0
 
 

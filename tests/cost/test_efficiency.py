@@ -24,6 +24,13 @@ from archplace.workload.graph import Operator, OpKind, Phase
 
 A100 = load_accelerator("a100-80gb")
 H100 = load_accelerator("h100-80gb")
+# The a100-80gb preset without its measured kernel tables and floor: the one-fraction-per-class
+# model that presets without tables keep (the tables are tested in tests/cost/test_kernel_tables.py).
+assert A100.efficiency is not None
+# the preset with one fraction per kernel class: its measured GEMM, streaming and attention tables
+# and kernel floor aside (tested in test_kernel_tables.py and test_attention_tables.py)
+A100_FRACTIONS = replace(A100, efficiency=replace(A100.efficiency, kernel_tables=(), kernel_floor_s=0.0,
+                                                   attention_kernel=None))
 EFF = KernelEfficiency(sms=108, gemm_tiles=((256, 128), (128, 256)), gemm_sustained=0.859, hbm=0.9,
                        attention_fwd=0.73, attention_bwd=0.63)
 
@@ -97,7 +104,7 @@ def test_matmul_latency_is_max_of_declared_compute_and_memory() -> None:
     model = SystolicCostModel()
     for shape in ((1, 4096, 4096, 4096), (1, 1, 8192, 8192), (16, 2048, 128, 2048)):
         mm = op(OpKind.MATMUL, "aten.bmm.default", batch=shape[0], m=shape[1], k=shape[2], n=shape[3])
-        est = model.estimate(mm, A100)
+        est = model.estimate(mm, A100_FRACTIONS)
         cycle = matmul_estimate(*shape, rows=16, cols=16, cores=432, clock_hz=A100.clock_hz,
                                 buffer_bytes=A100.buffer_bytes,
                                 hbm_bandwidth_bytes_per_s=A100.hbm_bandwidth_bytes_per_s,
@@ -122,10 +129,8 @@ def attention_estimate_traffic(attention: Operator) -> float:
 def test_vector_op_and_attention_on_a100() -> None:
     model = SystolicCostModel()
     add = op(OpKind.ELEMENTWISE, "aten.add.Tensor", elements=1 << 24)
-    est = model.estimate(add, A100)
-    # the preset's measured attention table aside: the declared fractions (its table is tested in
-    # tests/cost/test_attention_tables.py)
-    a100 = replace(A100, efficiency=replace(A100.efficiency, attention_kernel=None))
+    est = model.estimate(add, A100_FRACTIONS)
+    a100 = A100_FRACTIONS
     assert est.all_cores_s == pytest.approx(6.0 * (1 << 24) / (2.039e12 * 0.90), rel=1e-12)
     for phase, target, fraction in ((Phase.FWD, "archplace.attention", 0.73),
                                     (Phase.BWD, "archplace.attention_backward", 0.63)):

@@ -26,7 +26,8 @@ def test_every_table_loads_with_its_source(name: str) -> None:
     assert re.fullmatch(r"[0-9a-f]{40}", table.header["source_commit"])
     assert re.fullmatch(r"[\w.-]+/[\w.-]+", table.header["source_repo"])
     assert table.header["source_path"] and table.header["made_by"].startswith("python tools/")
-    assert table.preset in ("a100-80gb", "h100-80gb")
+    assert table.preset in ("a100-80gb", "h100-80gb", "h800-80gb")
+    assert table.header.get("timing") in ("kernel", "wall-clock")
     assert np.all(np.isfinite(table.latency_s)) and np.all(table.latency_s > 0)
     assert not table.latency_s.flags.writeable
 
@@ -40,6 +41,11 @@ def test_published_values_survive_the_conversion() -> None:
                            & (h100.size("n") == 4096) & (h100.size("k") == 512))[0])
     assert h100.latency_s[i] == pytest.approx(2 * 1024 * 4096 * 512 / 340681153010232, rel=1e-11)
     assert len(h100) == 3 * 5 * 5 * 5
+    h800 = mt.load_table("gemm_h800_deepgemm")  # "| 4096 | 7168 | 16384 | 1520 TFLOPS |" in the README
+    dense = (h800.size("m") == 4096) & (h800.size("n") == 7168) & (h800.size("k") == 16384)
+    j = int(np.flatnonzero(dense)[0])
+    assert h800.latency_s[j] == pytest.approx(2 * 4096 * 7168 * 16384 / 1520e12, rel=1e-11)
+    assert h800.dtypes[j] == "fp8" and len(h800) == 18 + 4
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("gemm")])

@@ -29,6 +29,12 @@ where ``hbm_bytes`` is the cycle model's buffer-aware traffic (:mod:`archplace.c
 On one core (one of ``tensor_cores`` arrays) the tiles run one after the other: no wave
 quantization, ``compute_s = flop / (peak / tensor_cores · gemm_sustained · q_t)``.
 
+**Measured kernel tables.**  A preset whose efficiency names ``kernel_tables`` (and a
+``kernel_floor_s``) takes its GEMM times from the tables' monotone log-space surface, outside
+them from the tile/wave model with split-k and the floor, and its streaming kernels' times from
+the measured bandwidth-by-size curves (:mod:`archplace.cost.measured_gemm`,
+:mod:`archplace.cost.kernel_tables`); the formulas below are the model without tables.
+
 **Vector ops** (element-wise, reductions, softmax, norms, embeddings)::
 
     latency_s = max(hbm_bytes / (hbm_bandwidth · hbm), lane time of the cycle model)
@@ -61,7 +67,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.cost import batched
+from archplace.cost import batched, measured_gemm
 from archplace.cost.attention import hbm_traffic_bytes
 from archplace.cost.attention_tables import kernel_time_s
 from archplace.cost.configs import CoreConfigArray
@@ -194,7 +200,7 @@ def _lane_times(elements: int, cpe: int, chip: ChipColumns) -> tuple[FloatArray,
 
 
 def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
-             hbm_bytes: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+             hbm_bytes: FloatArray, *, speedup: float = 1.0) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(compute_single_s, compute_all_s, memory_s) of ``op`` on each design of ``chip`` that
     declares ``efficiency`` (formulas in the module docstring).  The latency on one core / all
     cores is the larger of each compute time and ``memory_s``.
@@ -204,6 +210,8 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
         efficiency: the designs' declared efficiency.
         chip: the designs' columns.
         hbm_bytes: the operator's HBM bytes on each design.
+        speedup: the GEMM runs with FP8 operands at this many times the bf16 peak (``chip``'s
+            peak already includes it); selects an FP8 kernel table (:mod:`archplace.cost.measured_gemm`).
 
     Raises:
         ValueError: a collective, or an operator kind the vector model does not know.
@@ -215,6 +223,9 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
         flop = 2.0 * b * m * k * n
         every = flop / (chip.peak_flop_per_s * gemm_efficiency(b, m, n, efficiency))
         single = flop / (core_peak * gemm_efficiency(b, m, n, efficiency, waves=False))
+        if (efficiency.kernel_tables or efficiency.kernel_floor_s > 0.0) and min(b, m, k, n) > 0:
+            every, memory_s = measured_gemm.gemm_times(op, efficiency, chip, memory_s, speedup)
+            single = np.maximum(single, every)
         fused = int(op.fused_elements or 0)
         if fused > 0:
             lane_single, lane_all = _lane_times(fused, SIMPLE_CYCLES_PER_ELEMENT, chip)
@@ -230,6 +241,8 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
     if op.kind is OpKind.COLLECTIVE:
         raise ValueError("collectives are costed on the cluster's links, not here")
     single, every = _lane_times(op.elements, cycles_per_element(op.kind, op.target), chip)
+    if efficiency.kernel_tables or efficiency.kernel_floor_s > 0.0:
+        memory_s = measured_gemm.streaming_times(op, efficiency, memory_s, hbm_bytes)
     return single, every, memory_s
 
 
@@ -261,7 +274,7 @@ def estimate(op: Operator, acc: Accelerator, cycle: OpEstimate, *, speedup: floa
     chip = ChipColumns.of([acc])
     if speedup != 1.0:
         chip = replace(chip, peak_flop_per_s=chip.peak_flop_per_s * speedup)
-    single, every, memory = op_times(op, acc.efficiency, chip, np.array([hbm]))
+    single, every, memory = op_times(op, acc.efficiency, chip, np.array([hbm]), speedup=speedup)
     s, a, mem = float(single[0]), float(every[0]), float(memory[0])
     return OpEstimate(max(s, mem), max(a, mem), s, a, mem, 0.0, hbm, energy,
                       compute_or_memory(s, mem), compute_or_memory(a, mem))

@@ -13,7 +13,12 @@ schema of its ``kernel``:
   dimension (``cols``) of a ``rows x cols`` tensor;
 * ``gelu``: ``label,elements,dtype,latency_s``.
 
-Every latency is in SI seconds.  The model does not read these tables yet; the benchmark
+Optional header keys: ``timing`` (``kernel``: traced kernel times; ``wall-clock``: host time
+around a call and a synchronisation) and, for wall-clock tables, ``host_overhead_s`` (seconds,
+then its basis in words): what :mod:`archplace.cost.kernel_tables` subtracts from each call.
+
+Every latency is in SI seconds.  A preset's ``efficiency.kernel_tables`` makes the cost model
+read them (:mod:`archplace.cost.kernel_tables`); the benchmark
 ``benchmarks/bench_kernel_tables.py`` compares its predictions with every row.
 """
 
@@ -226,7 +231,9 @@ def gemm_flop(table: MeasuredTable) -> NDArray[np.float64]:
 
 def gemm_latency(table: MeasuredTable, m: int, n: int, k: int, *, batch: int = 1) -> float:
     """Latency in seconds of one GEMM ``[batch, m, k] x [batch, k, n]``, from a GEMM table by
-    nearest neighbour in log space: the row whose ``(log batch, log m, log n, log k)`` is
+    nearest neighbour in log space (a quick look-up of the raw rows; the cost model uses the
+    monotone surface of :class:`archplace.cost.kernel_tables.GemmSurface`): the row whose
+    ``(log batch, log m, log n, log k)`` is
     nearest (Euclidean; the first such row on a tie) lends its sustained FLOP/s, and the
     latency is ``2 * batch * m * n * k`` over it.  Exact at the table's own shapes (one call).
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, TypeVar
 
 from archplace.errors import ConfigError
@@ -100,6 +100,11 @@ class KernelEfficiency:
         overlap_memory_bound_share: share of the overlapped compute time in memory-bound
             kernels, which lose HBM bandwidth to the collective's traffic, in [0, 1]; default 0
             (the SM share alone; a figure for ``archplace calibrate``).
+        kernel_tables: measured kernel tables the chip's GEMMs and streaming kernels are
+            costed by (:mod:`archplace.cost.kernel_tables`): names of shipped tables
+            (:func:`archplace.cost.measured_tables.shipped_tables`) or paths of table files;
+            empty (the default): one fraction per kernel class.
+        kernel_floor_s: the least time any kernel takes on the chip, seconds, >= 0 (0: none).
 
     Raises:
         ConfigError: a count that is not a positive whole number, no tile, a fraction outside
@@ -115,6 +120,8 @@ class KernelEfficiency:
     attention_kernel: str | None = None
     collective_sms: int = DEFAULT_COLLECTIVE_SMS
     overlap_memory_bound_share: float = 0.0
+    kernel_tables: tuple[str, ...] = ()
+    kernel_floor_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "efficiency"
@@ -123,6 +130,16 @@ class KernelEfficiency:
                                    or not all(kernel.split("/"))):
             raise ConfigError(f"{owner}: attention_kernel must be FAMILY/PRESET such as flash2/a100-80gb, "
                               f"got {kernel!r}")
+        tables = self.kernel_tables
+        if isinstance(tables, str) or not all(isinstance(t, str) and t for t in tables):
+            raise ConfigError(f"{owner}: kernel_tables must be a list of table names or paths, "
+                              f"got {tables!r}")
+        object.__setattr__(self, "kernel_tables", tuple(tables))
+        floor = self.kernel_floor_s
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not (
+                math.isfinite(floor) and 0.0 <= floor <= 1e-3):
+            raise ConfigError(f"{owner}: kernel_floor_s must be seconds in [0, 1e-3], got {floor!r}")
+        object.__setattr__(self, "kernel_floor_s", float(floor))
         _whole(owner, sms=self.sms)
         _positive(owner, sms=self.sms)
         tiles = tuple(tuple(t) for t in self.gemm_tiles)
@@ -155,11 +172,11 @@ class KernelEfficiency:
             ConfigError: a missing or unknown field, or a bad value.
         """
         names = {f.name for f in fields(cls)}
-        optional = {"attention_kernel", "collective_sms", "overlap_memory_bound_share"}  # defaulted
-        if not names - optional <= set(data) <= names:
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        if not required <= set(data) <= names:
             raise ConfigError(f"efficiency: expected the fields {', '.join(sorted(names))}, "
                               f"got {', '.join(sorted(map(str, data)))}")
-        return cls(**data)  # __post_init__ turns the tiles into tuples
+        return cls(**data)  # __post_init__ turns the tiles and tables into tuples
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the fields (tiles as lists), for JSON."""
@@ -167,6 +184,7 @@ class KernelEfficiency:
         d["gemm_tiles"] = [list(t) for t in self.gemm_tiles]
         if self.attention_kernel is None:  # optional: absent, as before it existed
             del d["attention_kernel"]
+        d["kernel_tables"] = list(self.kernel_tables)
         return d
 
 

@@ -41,6 +41,9 @@ an ``accelerator`` section and an optional ``cluster`` section::
       intra_node_collective: {value: 0.767, source: "..."}
       inter_node_collective: {value: 0.96, source: "..."}
       attention_kernel: {value: flash2/a100-80gb, source: "..."}  # optional: FAMILY/PRESET
+      kernel_tables: {value: [gemm_h100_xla], source: "..."}  # optional: measured tables (stems
+                                         # of archplace/cost/measured or CSV paths)
+      kernel_floor: {value: 5.232 us, source: "..."}          # optional: least kernel time
 
 Without an ``efficiency`` section the chip runs on the cycle model (its efficiency is what
 the cycle counts give); with one, :mod:`archplace.cost.efficiency` costs its operators and
@@ -96,7 +99,8 @@ _DATASHEET_FIELDS = ("peak_tflop_per_s", "tdp_w")
 _KERNEL_FRACTIONS = ("gemm_sustained", "hbm", "attention_fwd", "attention_bwd")
 _LINK_FRACTIONS = ("intra_node_collective", "inter_node_collective")
 _EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
-_EFFICIENCY_OPTIONAL = ("attention_kernel", "collective_sms", "overlap_memory_bound_share")
+_EFFICIENCY_OPTIONAL = ("attention_kernel", "collective_sms", "overlap_memory_bound_share",
+                        "kernel_tables", "kernel_floor")  # archplace.cost.kernel_tables: the last two
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -293,12 +297,25 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
     if "overlap_memory_bound_share" in section:
         overlap["overlap_memory_bound_share"] = _cited(section["overlap_memory_bound_share"],
                                                        f"{where}.overlap_memory_bound_share")
+    tables: tuple[str, ...] = ()
+    floor_s = 0.0
+    if "kernel_tables" in section:  # shipped table stems or CSV paths (relative to the working folder)
+        names = _config.value_list(_cited(section["kernel_tables"], f"{where}.kernel_tables"),
+                                   f"{where}.kernel_tables")
+        tables = tuple(str(n) for n in names)
+    if "kernel_floor" in section:
+        _cited(section["kernel_floor"], f"{where}.kernel_floor")
+        floor_s = _config.quantity(section["kernel_floor"], parse_time, f"{where}.kernel_floor",
+                                   allow_zero=True, plausible=PLAUSIBLE["kernel_floor"])
+    if tables:
+        from archplace.cost.kernel_tables import chip_tables  # a missing or malformed table fails here
+        chip_tables(tables, floor_s)
     return KernelEfficiency(
         sms=sms, gemm_tiles=tuple(_tile(t, f"{where}.gemm_tiles[{i}]") for i, t in enumerate(tiles)),
         gemm_sustained=fractions["gemm_sustained"], hbm=fractions["hbm"],
         attention_fwd=fractions["attention_fwd"], attention_bwd=fractions["attention_bwd"],
-        attention_kernel=_attention_kernel(section.get("attention_kernel"), where), **overlap)
-
+        attention_kernel=_attention_kernel(section.get("attention_kernel"), where), **overlap,
+        kernel_tables=tables, kernel_floor_s=floor_s)
 
 
 def _attention_kernel(raw: Any, where: str) -> str | None:
