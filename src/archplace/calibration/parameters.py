@@ -148,6 +148,11 @@ PARAMETERS: Mapping[str, Parameter] = MappingProxyType({p.name: p for p in (
         "collective that runs in memory-bound kernels, which lose HBM bandwidth to the "
         "collective's traffic (archplace.placement.interference)", 0.0, 1.0,
         "0 and 1: a share of a time interval (0: only the SMs the collective takes are lost)"),
+    kernel_field(
+        "kernel_floor", "least time any kernel takes on the chip (launch and the smallest "
+        "kernel's fixed cost, archplace.cost.measured_gemm), seconds", 0.0, 50e-6,
+        "0: no floor; 50 us (assumption): ten times the smallest traced kernel of OpenXLA's H100 "
+        "table (5.2 us), far above a launch", field="kernel_floor_s", unit="s"),
 )})
 """Every calibratable parameter by name."""
 
