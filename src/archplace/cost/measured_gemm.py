@@ -24,7 +24,8 @@ than the nearest measured shape) below it.  An FP8 GEMM (``speedup`` > 1) takes
 the chip's FP8 table; without one, its bf16 table's bounds divided by ``speedup`` (the FP8 GEMM
 sustains the bf16 fraction of its doubled peak: the presets' ``fp8_speedup`` assumption), never
 below the floor.  The GEMM's memory time is reported as its streaming time capped at that
-latency: the measured kernel time already includes its memory traffic.
+latency: the measured kernel time already includes its memory traffic.  With a declared
+sustained clock the table's bounds are scaled to it (:mod:`archplace.cost.clock`).
 
 **Streaming kernels** (element-wise, norms, softmax, reductions, embeddings): the chip's
 measured bandwidth curve for the kernel class
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from archplace.cost import clock
 from archplace.cost.kernel_tables import GemmSurface, chip_tables
 from archplace.hardware.accelerator import KernelEfficiency
 from archplace.workload.graph import Operator, OpKind
@@ -101,10 +103,14 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
     model = gemm_model_s(op, efficiency, chip)
     tiles_s = gemm_model_s(op, efficiency, chip, compute_only=True)
     fp8 = speedup != 1.0
-    surface = tables.gemm.get("fp8" if fp8 else "bf16")
-    scale = 1.0
+    dtype = "fp8" if fp8 else "bf16"
+    surface = tables.gemm.get(dtype)
+    scale: float | FloatArray = 1.0
     if surface is None and fp8:
-        surface, scale = tables.gemm.get("bf16"), 1.0 / speedup
+        dtype = "bf16"
+        surface, scale = tables.gemm.get(dtype), 1.0 / speedup
+    if surface is not None and efficiency.sustained_clock_hz > 0.0:  # archplace.cost.clock
+        scale = scale * clock.gemm_table_scale(efficiency, dtype, chip.clock_hz)
     value = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
     # max(compute, memory) is ``value``; a GEMM whose time does not exceed its streaming time
     # is reported memory-bound (its compute part the tile/wave time, at most ``value``)
@@ -113,7 +119,7 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
 
 
 def clamped(model_s: FloatArray, surface: GemmSurface | None, op: Operator, floor_s: float,
-            scale: float = 1.0) -> FloatArray:
+            scale: float | FloatArray = 1.0) -> FloatArray:
     """``max(min(max(model_s, L·scale), U·scale), floor_s)`` with ``L, U`` the bounds of
     ``surface`` at ``op``'s shape; ``model_s`` itself without a surface."""
     if surface is None:
