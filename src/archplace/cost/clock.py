@@ -13,15 +13,23 @@ sustained_clock_hz``, cited in the preset).  Without it nothing here changes any
 
     scale = f_m / f_s                    (1 when no sustained clock is declared)
 
-* GEMMs priced from a measured table: the table's bounds (:func:`archplace.cost.measured_gemm.
-  clamped`) are multiplied by ``scale`` with ``f_m`` the ``clock`` header of the chip's GEMM
-  tables of the operand dtype class (the highest when several state one: they were measured on
-  one chip under one method), or, for tables that state none, the chip's ``clock`` (the
-  assumption that an isolated measurement ran at the clock its peak is quoted at).  The tile/
-  wave model the bounds clamp is *not* scaled: its ``gemm_sustained`` is a MAMF measurement
-  (S. Bekman, *Machine Learning Engineering*, compute/accelerator/benchmarks/mamf-finder.py:
-  30 s of warm-up GEMMs on ``torch.randn`` inputs, then back-to-back timed calls), taken at the
-  sustained clock already.
+* GEMMs priced from a measured table (:func:`sustained_gemm_s`), with ``f_m`` the ``clock``
+  header of the chip's GEMM tables of the operand dtype class (the highest when several state
+  one: they were measured on one chip under one method), or, for tables that state none, the
+  chip's ``clock`` (the assumption that an isolated measurement ran at the clock its peak is
+  quoted at).  A table time ``t`` holds compute and what does not scale with the SM clock (HBM
+  streaming, launch latency).  Its compute part is taken as the tile/wave model's compute time
+  ``c`` (:func:`archplace.cost.measured_gemm.gemm_model_s` with ``compute_only``), all of ``t``
+  when ``c >= t``::
+
+      t' = max(t, min(t · scale, t + (scale - 1) · c))
+
+  A compute-bound GEMM (``c >= t``) takes ``t · scale``; a memory-bound one (``c`` << ``t``, a
+  GEMV) keeps about ``t``; ``t'`` is continuous and non-decreasing in ``t`` and ``c``, so in
+  each GEMM dimension wherever ``t`` and ``c`` are.  GEMMs without a table are *not* scaled:
+  their ``gemm_sustained`` is a MAMF measurement (S. Bekman, *Machine Learning Engineering*,
+  compute/accelerator/benchmarks/mamf-finder.py: 30 s of warm-up GEMMs on ``torch.randn``
+  inputs, then back-to-back timed calls), taken at the sustained clock already.
 * Fused attention (``OpKind.ATTENTION``): its FLOP time at the declared FlashAttention fraction
   of the peak, with ``f_m`` the chip's ``clock`` (the papers quote their fractions of the peak,
   measured in short benchmark loops).
@@ -47,7 +55,8 @@ from archplace.units import parse_frequency
 
 FloatArray = NDArray[np.float64]
 
-__all__ = ["attention_scale", "gemm_table_clock_hz", "gemm_table_scale", "table_clock_hz"]
+__all__ = ["attention_scale", "gemm_table_clock_hz", "gemm_table_scale", "sustained_gemm_s",
+           "table_clock_hz"]
 
 
 def table_clock_hz(table: MeasuredTable) -> float:
@@ -107,3 +116,13 @@ def attention_scale(efficiency: KernelEfficiency, chip_clock_hz: FloatArray) -> 
         return 1.0
     scale: FloatArray = np.asarray(chip_clock_hz, dtype=np.float64) / sustained
     return scale
+
+
+def sustained_gemm_s(measured_s: FloatArray, compute_s: FloatArray,
+                     scale: float | FloatArray) -> FloatArray:
+    """A table GEMM's seconds at the sustained clock (module docstring): ``max(t, min(t·scale,
+    t + (scale - 1)·c))`` with ``t = measured_s`` (its time at the table's clock) and ``c =
+    compute_s`` (the tile/wave model's compute seconds); arrays of one entry per design."""
+    stretched = np.minimum(measured_s * scale, measured_s + (scale - 1.0) * compute_s)
+    result: FloatArray = np.maximum(measured_s, stretched)
+    return result

@@ -25,7 +25,7 @@ the chip's FP8 table; without one, its bf16 table's bounds divided by ``speedup`
 sustains the bf16 fraction of its doubled peak: the presets' ``fp8_speedup`` assumption), never
 below the floor.  The GEMM's memory time is reported as its streaming time capped at that
 latency: the measured kernel time already includes its memory traffic.  With a declared
-sustained clock the table's bounds are scaled to it (:mod:`archplace.cost.clock`).
+sustained clock the table's time is stretched to it (:func:`archplace.cost.clock.sustained_gemm_s`).
 
 **Streaming kernels** (element-wise, norms, softmax, reductions, embeddings): the chip's
 measured bandwidth curve for the kernel class
@@ -103,23 +103,24 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
     model = gemm_model_s(op, efficiency, chip)
     tiles_s = gemm_model_s(op, efficiency, chip, compute_only=True)
     fp8 = speedup != 1.0
-    dtype = "fp8" if fp8 else "bf16"
-    surface = tables.gemm.get(dtype)
-    scale: float | FloatArray = 1.0
+    surface = tables.gemm.get("fp8" if fp8 else "bf16")
+    scale = 1.0
     if surface is None and fp8:
-        dtype = "bf16"
-        surface, scale = tables.gemm.get(dtype), 1.0 / speedup
+        surface, scale = tables.gemm.get("bf16"), 1.0 / speedup
+    measured = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
+    value = measured
     if surface is not None and efficiency.sustained_clock_hz > 0.0:  # archplace.cost.clock
-        scale = scale * clock.gemm_table_scale(efficiency, dtype, chip.clock_hz)
-    value = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
+        dtype = "bf16" if fp8 and "fp8" not in tables.gemm else ("fp8" if fp8 else "bf16")
+        value = clock.sustained_gemm_s(measured, tiles_s,
+                                       clock.gemm_table_scale(efficiency, dtype, chip.clock_hz))
     # max(compute, memory) is ``value``; a GEMM whose time does not exceed its streaming time
     # is reported memory-bound (its compute part the tile/wave time, at most ``value``)
     compute: FloatArray = np.where(value > memory_s, value, np.minimum(tiles_s, value))
-    return compute, np.minimum(memory_s, value)
+    return compute, np.minimum(memory_s, measured)
 
 
 def clamped(model_s: FloatArray, surface: GemmSurface | None, op: Operator, floor_s: float,
-            scale: float | FloatArray = 1.0) -> FloatArray:
+            scale: float = 1.0) -> FloatArray:
     """``max(min(max(model_s, L·scale), U·scale), floor_s)`` with ``L, U`` the bounds of
     ``surface`` at ``op``'s shape; ``model_s`` itself without a surface."""
     if surface is None:
