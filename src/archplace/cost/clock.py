@@ -17,16 +17,20 @@ sustained_clock_hz``, cited in the preset).  Without it nothing here changes any
   header of the chip's GEMM tables of the operand dtype class (the highest when several state
   one: they were measured on one chip under one method), or, for tables that state none, the
   chip's ``clock`` (the assumption that an isolated measurement ran at the clock its peak is
-  quoted at).  A table time ``t`` holds compute and what does not scale with the SM clock (HBM
-  streaming, launch latency).  Its compute part is taken as the tile/wave model's compute time
-  ``c`` (:func:`archplace.cost.measured_gemm.gemm_model_s` with ``compute_only``), all of ``t``
-  when ``c >= t``::
+  quoted at).  A table time ``t`` holds compute and what does not scale with the SM clock (HBM streaming,
+  launch latency).  With ``c`` the tile/wave model's compute time
+  (:func:`archplace.cost.measured_gemm.gemm_model_s` with ``compute_only``) standing for its
+  compute part and ``m`` its streaming time::
 
-      t' = max(t, min(t · scale, t + (scale - 1) · c))
+      t' = max(t, min(t · scale, t + (scale - 1) · c, max(m, scale · c)))
 
-  A compute-bound GEMM (``c >= t``) takes ``t · scale``; a memory-bound one (``c`` << ``t``, a
-  GEMV) keeps about ``t``; ``t'`` is continuous and non-decreasing in ``t`` and ``c``, so in
-  each GEMM dimension wherever ``t`` and ``c`` are.  GEMMs without a table are *not* scaled:
+  A GEMM measured faster than the model's compute time (``c >= t``) is all compute: ``t ·
+  scale``.  One slower than it stretches by its modelled compute only (``t + (scale - 1) ·
+  c``).  The last term keeps a memory-bound GEMM (a GEMV: ``scale · c <= m``) within its
+  streaming time and a launch-bound one (the kernel floor, ``c`` and ``m`` tiny) at ``t``.
+  ``t'`` lies in ``[t, t · scale]`` and, every term being non-decreasing in ``t``, ``c`` and
+  ``m``, is non-decreasing in each GEMM dimension wherever they are.
+  GEMMs without a table are *not* scaled:
   their ``gemm_sustained`` is a MAMF measurement (S. Bekman, *Machine Learning Engineering*,
   compute/accelerator/benchmarks/mamf-finder.py: 30 s of warm-up GEMMs on ``torch.randn``
   inputs, then back-to-back timed calls), taken at the sustained clock already.
@@ -118,11 +122,13 @@ def attention_scale(efficiency: KernelEfficiency, chip_clock_hz: FloatArray) -> 
     return scale
 
 
-def sustained_gemm_s(measured_s: FloatArray, compute_s: FloatArray,
+def sustained_gemm_s(measured_s: FloatArray, compute_s: FloatArray, memory_s: FloatArray,
                      scale: float | FloatArray) -> FloatArray:
     """A table GEMM's seconds at the sustained clock (module docstring): ``max(t, min(t·scale,
-    t + (scale - 1)·c))`` with ``t = measured_s`` (its time at the table's clock) and ``c =
-    compute_s`` (the tile/wave model's compute seconds); arrays of one entry per design."""
-    stretched = np.minimum(measured_s * scale, measured_s + (scale - 1.0) * compute_s)
+    t + (scale - 1)·c, max(m, scale·c)))`` with ``t = measured_s`` (its time at the table's
+    clock), ``c = compute_s`` (the tile/wave model's compute seconds) and ``m = memory_s`` (its
+    streaming seconds); arrays of one entry per design."""
+    stretched = np.minimum(np.minimum(measured_s * scale, measured_s + (scale - 1.0) * compute_s),
+                           np.maximum(memory_s, compute_s * scale))
     result: FloatArray = np.maximum(measured_s, stretched)
     return result
