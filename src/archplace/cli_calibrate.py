@@ -17,12 +17,13 @@ import typer
 from rich.table import Table
 
 from archplace import api
-from archplace.calibration.parameters import DEFAULT_FIT, PARAMETERS
+from archplace.calibration.parameters import DEFAULT_FIT, PARAMETERS, TABLE_FIT
 from archplace.cli_options import say_wrote, table_console
 from archplace.outputs import check_output
 
 _FIT_HELP = (f"Parameters to fit, comma-separated: {' | '.join(PARAMETERS)} "
-             f"(docs/commands/calibrate.md) [{','.join(DEFAULT_FIT)}].")
+             f"(docs/commands/calibrate.md) [{','.join(TABLE_FIT)} on a chip with measured kernel "
+             f"tables, else {','.join(DEFAULT_FIT)}].")
 
 
 def calibrate(

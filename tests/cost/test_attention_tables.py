@@ -119,9 +119,14 @@ def test_kernel_time_and_op_times_by_hand() -> None:
     assert at.kernel_time_s(bwd, "flash2/a100-80gb") == pytest.approx(2.5 * flop / 155e12, rel=1e-12)
     sdpa = attention(skip=False)  # every block computed: counted and looked up as non-causal
     assert at.kernel_time_s(sdpa, "flash2/a100-80gb") == pytest.approx(2 * flop / 187e12, rel=1e-12)
-    single, every, _ = op_times(fwd, A100.efficiency, ChipColumns.of([A100, A100]), np.zeros(2))
+    assert A100.efficiency is not None
+    boost = replace(A100.efficiency, sustained_clock_hz=0.0)  # the table's times as measured
+    single, every, _ = op_times(fwd, boost, ChipColumns.of([A100, A100]), np.zeros(2))
     assert every.tolist() == [flop / 155e12] * 2 and single.tolist() == [flop / 155e12 * 432] * 2
-    plain = replace(A100.efficiency, attention_kernel=None)  # no table: the declared fraction
+    # at the preset's sustained clock (archplace.cost.clock): x 1.41 / 1.228 GHz
+    _, every, _ = op_times(fwd, A100.efficiency, ChipColumns.of([A100]), np.zeros(1))
+    assert every[0] == pytest.approx(flop / 155e12 * 1.41 / 1.228, rel=1e-12)
+    plain = replace(boost, attention_kernel=None)  # no table: the declared fraction
     _, every, _ = op_times(fwd, plain, ChipColumns.of([A100]), np.zeros(1))
     assert every[0] == pytest.approx(4.0 * 64 * 128 * 2048 * 2048 * 0.53125 / (A100.peak_flop_per_s * 0.73))
 

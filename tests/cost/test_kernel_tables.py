@@ -23,12 +23,21 @@ from archplace.cost.measured_gemm import K_SLICE, gemm_model_s
 from archplace.cost.measured_tables import load_table, read_table
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import KernelEfficiency
+from archplace.hardware.accelerator import Accelerator, KernelEfficiency
 from archplace.hardware.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
-A100 = load_accelerator("a100-80gb")
-H100 = load_accelerator("h100-80gb")
+
+def _as_measured(name: str) -> Accelerator:
+    """The preset without its sustained clock: its tables' times as measured (the sustained
+    clock's scaling is tested in tests/cost/test_clock.py)."""
+    acc = load_accelerator(name)
+    assert acc.efficiency is not None
+    return replace(acc, efficiency=replace(acc.efficiency, sustained_clock_hz=0.0))
+
+
+A100 = _as_measured("a100-80gb")
+H100 = _as_measured("h100-80gb")
 
 
 def matmul(b: int, m: int, k: int, n: int) -> Operator:
@@ -213,6 +222,7 @@ def test_a_user_table_file_is_read_through_a_preset(tmp_path: Path) -> None:
     preset.write_text(text, encoding="utf-8")
     acc = load_accelerator(str(preset))
     assert acc.efficiency is not None and acc.efficiency.kernel_tables == (str(table),)
+    acc = replace(acc, efficiency=replace(acc.efficiency, sustained_clock_hz=0.0))  # as measured
     est = SystolicCostModel().estimate(matmul(1, 512, 512, 512), acc)
     assert est.all_cores_s == pytest.approx(9e-6, rel=1e-12)
     bad = tmp_path / "bad.yaml"

@@ -27,7 +27,7 @@ from archplace.calibration.fit import (
     mean_max_abs,
     with_values,
 )
-from archplace.calibration.parameters import DEFAULT_FIT, Parameter, parse_fit
+from archplace.calibration.parameters import Parameter, default_fit, parse_fit
 from archplace.errors import ConfigError
 from archplace.hardware.resolved import ResolvedHardware
 from archplace.inputs import read_mapping
@@ -127,7 +127,7 @@ def runs_on(runs: Iterable[Run], hardware: ResolvedHardware) -> tuple[list[Run],
 
 
 def calibrate(runs: Sequence[Run], hardware: str | os.PathLike[str] | ResolvedHardware, *,
-              fit_parameters: str | Iterable[str] = DEFAULT_FIT, variant: str = DEFAULT_VARIANT,
+              fit_parameters: str | Iterable[str] | None = None, variant: str = DEFAULT_VARIANT,
               runs_file: str | None = None, date: datetime.date | None = None) -> Calibration:
     """Fit ``fit_parameters`` of ``hardware`` to the runs measured on it.
 
@@ -135,7 +135,8 @@ def calibrate(runs: Sequence[Run], hardware: str | os.PathLike[str] | ResolvedHa
         runs: measured runs (those on other hardware are skipped, with a line in ``skipped``).
         hardware: a preset name, a hardware file, or a resolved hardware; its values are the start.
         fit_parameters: registry names (:data:`~archplace.calibration.parameters.PARAMETERS`),
-            a list or ``"a,b"``.
+            a list or ``"a,b"``; None: the chip's default
+            (:func:`~archplace.calibration.parameters.default_fit`).
         variant: the graph variant to evaluate the runs with.
         runs_file: the runs file's name, recorded in the result.
         date: the day recorded (default: today, UTC).
@@ -145,10 +146,10 @@ def calibrate(runs: Sequence[Run], hardware: str | os.PathLike[str] | ResolvedHa
             on the hardware, fewer evaluable runs than parameters.
         ArchplaceError: a run that evaluated at the start fails at a candidate.
     """
-    parameters = parse_fit(fit_parameters)
     if variant not in VARIANTS:
         raise ConfigError(f"variant: unknown variant {variant!r}; choose from: {', '.join(VARIANTS)}")
     base = hardware if isinstance(hardware, ResolvedHardware) else ResolvedHardware.load(hardware)
+    parameters = parse_fit(default_fit(base) if fit_parameters is None else fit_parameters)
     for parameter in parameters:
         parameter.read(base)  # a hardware without the parameter is refused before any work
     if not runs:
@@ -211,8 +212,8 @@ def calibrate_file(runs: str | os.PathLike[str], hardware: str | os.PathLike[str
         if target.resolve() == Path(runs).resolve():
             raise ConfigError(f"{option} {target}: is the runs file, which calibrate only reads",
                               fields=(option,))
-    chosen = parse_fit(DEFAULT_FIT if fit is None else fit)
-    result = calibrate(read_runs(runs), hardware, fit_parameters=[p.name for p in chosen],
+    chosen = None if fit is None else [p.name for p in parse_fit(fit)]
+    result = calibrate(read_runs(runs), hardware, fit_parameters=chosen,
                        variant=variant, runs_file=Path(runs).name)
     if target is not None:
         write_text_output(target, option, calibrated_yaml(result))

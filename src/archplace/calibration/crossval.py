@@ -22,7 +22,7 @@ from pathlib import Path
 
 from archplace.calibration.calibrate import runs_on
 from archplace.calibration.fit import RunSet, evaluable, fit, mean_max_abs, with_values
-from archplace.calibration.parameters import DEFAULT_FIT, Parameter, parse_fit
+from archplace.calibration.parameters import Parameter, default_fit, parse_fit
 from archplace.errors import ConfigError
 from archplace.hardware.resolved import ResolvedHardware
 from archplace.validation.runs import DEFAULT_VARIANT, Run
@@ -82,7 +82,7 @@ def _predict_held_out(run_set: RunSet, fit_on: Sequence[int], held_out: Sequence
 
 
 def cross_validate(runs: Sequence[Run], hardware: str | os.PathLike[str] | ResolvedHardware,
-                   parameters: str | Iterable[str] = DEFAULT_FIT, *,
+                   parameters: str | Iterable[str] | None = None, *,
                    variant: str = DEFAULT_VARIANT) -> CrossValidation:
     """Leave-one-out and leave-one-source-out errors of calibrating ``parameters`` of
     ``hardware`` to the ``runs`` measured on it (module docstring). Costs one fit per run and
@@ -91,8 +91,8 @@ def cross_validate(runs: Sequence[Run], hardware: str | os.PathLike[str] | Resol
     Raises:
         ConfigError: as :func:`archplace.calibration.calibrate`.
     """
-    chosen = parse_fit(parameters)
     base = hardware if isinstance(hardware, ResolvedHardware) else ResolvedHardware.load(hardware)
+    chosen = parse_fit(default_fit(base) if parameters is None else parameters)
     for parameter in chosen:
         parameter.read(base)
     kept, skipped = runs_on(runs, base)

@@ -112,6 +112,24 @@ def link_fraction(name: str, meaning: str, low: float, bounds_reason: str, field
     return Parameter(name, meaning, low, 1.0, bounds_reason, read, write)
 
 
+def _sustained_clock() -> Parameter:
+    """The chip's sustained clock (``efficiency.sustained_clock``, :mod:`archplace.cost.clock`);
+    a chip that declares none runs its kernels at the clock they were measured at, which is read
+    as its ``clock`` (the start of a fit)."""
+    base = kernel_field(
+        "sustained_clock", "SM clock held under minutes of tensor-core load at the board's power "
+        "limit; compute-bound kernels measured at another clock are scaled by that clock over "
+        "this one (archplace.cost.clock), hertz", 0.8e9, 2.1e9,
+        "0.8 GHz (assumption): below the A100's 1.095 GHz base clock, the lowest clock a preset's "
+        "chip holds under load; 2.1 GHz: above every preset's boost clock (H100/H800 1.98 GHz)",
+        field="sustained_clock_hz", unit="Hz")
+
+    def read(hardware: ResolvedHardware) -> float:
+        return base.read(hardware) or float(hardware.accelerator.clock_hz)
+
+    return replace(base, read=read)
+
+
 _PEAK = "1: no kernel sustains more than the chip's peak"
 _LINE = "1: no collective beats the line rate"
 _ATTENTION_LOW = (f"{_PEAK}; 0.1 (assumption): under a third of the lowest preset figure "
@@ -153,12 +171,27 @@ PARAMETERS: Mapping[str, Parameter] = MappingProxyType({p.name: p for p in (
         "kernel's fixed cost, archplace.cost.measured_gemm), seconds", 0.0, 50e-6,
         "0: no floor; 50 us (assumption): ten times the smallest traced kernel of OpenXLA's H100 "
         "table (5.2 us), far above a launch", field="kernel_floor_s", unit="s"),
+    _sustained_clock(),
 )})
 """Every calibratable parameter by name."""
 
 DEFAULT_FIT = ("gemm_sustained", "hbm")
-"""What ``archplace calibrate`` fits unless told: the two kernel figures every training run
-exercises (GEMMs and streaming kernels) and that decide most of its time."""
+"""What ``archplace calibrate`` fits unless told, on a chip costed by one fraction per kernel
+class: the two kernel figures every training run exercises (GEMMs and streaming kernels) and
+that decide most of its time."""
+
+TABLE_FIT = ("sustained_clock", "kernel_floor")
+"""What ``archplace calibrate`` fits unless told, on a chip costed by measured kernel tables
+(``efficiency.kernel_tables``), whose GEMM and streaming times come from the tables rather than
+from ``gemm_sustained`` and ``hbm``: the clock its compute-bound kernels hold in a long run and
+the least time of a kernel."""
+
+
+def default_fit(hardware: ResolvedHardware) -> tuple[str, ...]:
+    """The parameters ``archplace calibrate`` fits on ``hardware`` unless told:
+    :data:`TABLE_FIT` on a chip with measured kernel tables, :data:`DEFAULT_FIT` otherwise."""
+    efficiency = hardware.accelerator.efficiency
+    return TABLE_FIT if efficiency is not None and efficiency.kernel_tables else DEFAULT_FIT
 
 
 def parameters_named(names: Iterable[str]) -> tuple[Parameter, ...]:

@@ -55,6 +55,10 @@ FlashAttention-2 fraction is a measurement of the whole kernel, its re-reads of 
 (on a GPU they are mostly served by the L2 cache), so counting Theorem 2's re-reads again would
 charge them twice.
 
+**Sustained clock.**  A chip that declares ``sustained_clock`` runs its compute-bound kernels
+(table GEMMs, fused attention) at it rather than at the clock they were measured at
+(:mod:`archplace.cost.clock`).
+
 Both the scalar path (:func:`estimate`) and the vectorised one (:func:`estimate_many`) call
 :func:`op_times`, which works on NumPy columns of designs, so they agree design by design.
 """
@@ -67,7 +71,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.cost import batched, measured_gemm
+from archplace.cost import batched, clock, measured_gemm
 from archplace.cost.attention import hbm_traffic_bytes
 from archplace.cost.attention_tables import kernel_time_s
 from archplace.cost.configs import CoreConfigArray
@@ -234,10 +238,17 @@ def op_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns,
     if op.kind is OpKind.ATTENTION:
         if efficiency.attention_kernel is not None:  # the measured table: seconds on all SMs
             every = np.full(len(chip.peak_flop_per_s), kernel_time_s(op, efficiency.attention_kernel))
+            # measured in short benchmark runs, taken at the chip's boost clock (no source logs
+            # its clock): stretched to the sustained clock like the fractions below
+            every = every * clock.attention_scale(efficiency, chip.clock_hz)
             return every * chip.tensor_cores, every, memory_s
         fraction = efficiency.attention_bwd if is_backward(op) else efficiency.attention_fwd
         flop = attention_flop(op)
-        return flop / (core_peak * fraction), flop / (chip.peak_flop_per_s * fraction), memory_s
+        single, every = flop / (core_peak * fraction), flop / (chip.peak_flop_per_s * fraction)
+        if efficiency.sustained_clock_hz > 0.0:  # the sustained clock (archplace.cost.clock)
+            scale = clock.attention_scale(efficiency, chip.clock_hz)
+            single, every = single * scale, every * scale
+        return single, every, memory_s
     if op.kind is OpKind.COLLECTIVE:
         raise ValueError("collectives are costed on the cluster's links, not here")
     single, every = _lane_times(op.elements, cycles_per_element(op.kind, op.target), chip)

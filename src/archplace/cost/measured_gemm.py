@@ -24,7 +24,8 @@ than the nearest measured shape) below it.  An FP8 GEMM (``speedup`` > 1) takes
 the chip's FP8 table; without one, its bf16 table's bounds divided by ``speedup`` (the FP8 GEMM
 sustains the bf16 fraction of its doubled peak: the presets' ``fp8_speedup`` assumption), never
 below the floor.  The GEMM's memory time is reported as its streaming time capped at that
-latency: the measured kernel time already includes its memory traffic.
+latency: the measured kernel time already includes its memory traffic.  With a declared
+sustained clock the table's time is stretched to it (:func:`archplace.cost.clock.sustained_gemm_s`).
 
 **Streaming kernels** (element-wise, norms, softmax, reductions, embeddings): the chip's
 measured bandwidth curve for the kernel class
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from archplace.cost import clock
 from archplace.cost.kernel_tables import GemmSurface, chip_tables
 from archplace.hardware.accelerator import KernelEfficiency
 from archplace.workload.graph import Operator, OpKind
@@ -105,11 +107,16 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
     scale = 1.0
     if surface is None and fp8:
         surface, scale = tables.gemm.get("bf16"), 1.0 / speedup
-    value = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
+    measured = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
+    value = measured
+    if surface is not None and efficiency.sustained_clock_hz > 0.0:  # archplace.cost.clock
+        dtype = "bf16" if fp8 and "fp8" not in tables.gemm else ("fp8" if fp8 else "bf16")
+        value = clock.sustained_gemm_s(measured, tiles_s, memory_s,
+                                       clock.gemm_table_scale(efficiency, dtype, chip.clock_hz))
     # max(compute, memory) is ``value``; a GEMM whose time does not exceed its streaming time
     # is reported memory-bound (its compute part the tile/wave time, at most ``value``)
     compute: FloatArray = np.where(value > memory_s, value, np.minimum(tiles_s, value))
-    return compute, np.minimum(memory_s, value)
+    return compute, np.minimum(memory_s, measured)
 
 
 def clamped(model_s: FloatArray, surface: GemmSurface | None, op: Operator, floor_s: float,

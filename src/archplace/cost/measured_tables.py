@@ -15,7 +15,9 @@ schema of its ``kernel``:
 
 Optional header keys: ``timing`` (``kernel``: traced kernel times; ``wall-clock``: host time
 around a call and a synchronisation) and, for wall-clock tables, ``host_overhead_s`` (seconds,
-then its basis in words): what :mod:`archplace.cost.kernel_tables` subtracts from each call.
+then its basis in words): what :mod:`archplace.cost.kernel_tables` subtracts from each call;
+``clock`` (a frequency, then its basis in words): the SM clock the rows were measured at
+(:mod:`archplace.cost.clock`).
 
 Every latency is in SI seconds.  A preset's ``efficiency.kernel_tables`` makes the cost model
 read them (:mod:`archplace.cost.kernel_tables`); the benchmark

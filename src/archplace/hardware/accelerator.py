@@ -105,6 +105,9 @@ class KernelEfficiency:
             (:func:`archplace.cost.measured_tables.shipped_tables`) or paths of table files;
             empty (the default): one fraction per kernel class.
         kernel_floor_s: the least time any kernel takes on the chip, seconds, >= 0 (0: none).
+        sustained_clock_hz: the SM clock the chip holds under minutes of tensor-core load at its
+            board power limit, Hz (0, the default: not declared, no scaling); compute-bound
+            kernels measured at another clock are scaled to it (:mod:`archplace.cost.clock`).
 
     Raises:
         ConfigError: a count that is not a positive whole number, no tile, a fraction outside
@@ -122,6 +125,7 @@ class KernelEfficiency:
     overlap_memory_bound_share: float = 0.0
     kernel_tables: tuple[str, ...] = ()
     kernel_floor_s: float = 0.0
+    sustained_clock_hz: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "efficiency"
@@ -140,6 +144,12 @@ class KernelEfficiency:
                 math.isfinite(floor) and 0.0 <= floor <= 1e-3):
             raise ConfigError(f"{owner}: kernel_floor_s must be seconds in [0, 1e-3], got {floor!r}")
         object.__setattr__(self, "kernel_floor_s", float(floor))
+        sustained = self.sustained_clock_hz
+        if isinstance(sustained, bool) or not isinstance(sustained, int | float) or not (
+                math.isfinite(sustained) and (sustained == 0.0 or 5e7 <= sustained <= 1e10)):
+            raise ConfigError(f"{owner}: sustained_clock_hz must be 0 (none) or Hz in [5e7, 1e10], "
+                              f"got {sustained!r}")
+        object.__setattr__(self, "sustained_clock_hz", float(sustained))
         _whole(owner, sms=self.sms)
         _positive(owner, sms=self.sms)
         tiles = tuple(tuple(t) for t in self.gemm_tiles)

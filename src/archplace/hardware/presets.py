@@ -44,6 +44,8 @@ an ``accelerator`` section and an optional ``cluster`` section::
       kernel_tables: {value: [gemm_h100_xla], source: "..."}  # optional: measured tables (stems
                                          # of archplace/cost/measured or CSV paths)
       kernel_floor: {value: 5.232 us, source: "..."}          # optional: least kernel time
+      sustained_clock: {value: 1.228 GHz, source: "..."}      # optional: clock under sustained
+                                         # load at the power limit (archplace.cost.clock)
 
 Without an ``efficiency`` section the chip runs on the cycle model (its efficiency is what
 the cycle counts give); with one, :mod:`archplace.cost.efficiency` costs its operators and
@@ -100,7 +102,8 @@ _KERNEL_FRACTIONS = ("gemm_sustained", "hbm", "attention_fwd", "attention_bwd")
 _LINK_FRACTIONS = ("intra_node_collective", "inter_node_collective")
 _EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
 _EFFICIENCY_OPTIONAL = ("attention_kernel", "collective_sms", "overlap_memory_bound_share",
-                        "kernel_tables", "kernel_floor")  # archplace.cost.kernel_tables: the last two
+                        "kernel_tables", "kernel_floor",  # archplace.cost.kernel_tables
+                        "sustained_clock")  # archplace.cost.clock
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -307,6 +310,11 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         _cited(section["kernel_floor"], f"{where}.kernel_floor")
         floor_s = _config.quantity(section["kernel_floor"], parse_time, f"{where}.kernel_floor",
                                    allow_zero=True, plausible=PLAUSIBLE["kernel_floor"])
+    sustained_hz = 0.0
+    if "sustained_clock" in section:
+        _cited(section["sustained_clock"], f"{where}.sustained_clock")
+        sustained_hz = _config.quantity(section["sustained_clock"], parse_frequency,
+                                        f"{where}.sustained_clock", plausible=PLAUSIBLE["clock"])
     if tables:
         from archplace.cost.kernel_tables import chip_tables  # a missing or malformed table fails here
         chip_tables(tables, floor_s)
@@ -315,7 +323,7 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         gemm_sustained=fractions["gemm_sustained"], hbm=fractions["hbm"],
         attention_fwd=fractions["attention_fwd"], attention_bwd=fractions["attention_bwd"],
         attention_kernel=_attention_kernel(section.get("attention_kernel"), where), **overlap,
-        kernel_tables=tables, kernel_floor_s=floor_s)
+        kernel_tables=tables, kernel_floor_s=floor_s, sustained_clock_hz=sustained_hz)
 
 
 def _attention_kernel(raw: Any, where: str) -> str | None:
