@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from archplace import api
 from archplace.calibration.parameters import Parameter
@@ -155,6 +154,8 @@ def fit(run_set: RunSet, indices: Sequence[int], hardware: ResolvedHardware,
         return seen[key]
 
     u0 = np.clip((x0[free] - low) / width, 0.0, 1.0)
+    from scipy.optimize import least_squares  # scipy only when a fit runs (the CLI starts fast)
+
     result = least_squares(residuals, u0, bounds=(0.0, 1.0), method="trf", diff_step=_DIFF_STEP,
                            ftol=_TOLERANCE, xtol=_TOLERANCE, gtol=_TOLERANCE,
                            max_nfev=_MAX_EVALUATIONS)
