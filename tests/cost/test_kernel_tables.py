@@ -229,3 +229,16 @@ def test_a_user_table_file_is_read_through_a_preset(tmp_path: Path) -> None:
     bad.write_text(text.replace(str(table), str(tmp_path / "missing.csv")), encoding="utf-8")
     with pytest.raises(ConfigError, match="missing.csv"):
         load_accelerator(str(bad))
+
+
+def test_a_table_no_operator_is_costed_by_is_one_config_error(tmp_path: Path) -> None:
+    # a profiled HBM copy table (archplace profile writes one) named as a chip's kernel table
+    header = {"kernel": "copy", "source_repo": "local", "source_path": "-", "source_commit": "-",
+              "gpu": "test", "preset": "a100-80gb", "dtype": "bf16", "library": "torch",
+              "measured": "copy", "units": "s", "made_by": "test"}
+    path = tmp_path / "copy_test.csv"
+    path.write_text("".join(f"# {k}: {v}\n" for k, v in header.items())
+                    + "label,bytes,dtype,latency_s\n-,1048576,bf16,1e-05\n-,2097152,bf16,2e-05\n")
+    read_table(path)  # a valid table ...
+    with pytest.raises(ConfigError, match="copy tables cost no operator"):
+        chip_tables((str(path),), 0.0)  # ... that no operator uses

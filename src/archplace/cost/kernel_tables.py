@@ -341,12 +341,17 @@ def chip_tables(names: tuple[str, ...], floor_s: float) -> ChipTables:
     """The :class:`ChipTables` of tables named by stem or path (cached: the files are read once).
 
     Raises:
-        ConfigError: a name that is neither (:func:`resolve_table`), or a malformed table.
+        ConfigError: a name that is neither (:func:`resolve_table`), a malformed table, or a
+            table of a kernel class no operator is costed by (``copy``).
     """
     tables = tuple(resolve_table(n) for n in names)
     gemm_tables = [t for t in tables if t.kernel == "gemm"]
     dtypes = sorted({dtype_class(d) for t in gemm_tables for d in t.dtypes})
     gemm = {d: GemmSurface.build(tuple(gemm_tables), d, floor_s) for d in dtypes}
+    unused = sorted({t.kernel for t in tables} - {"gemm"} - set(CURVE_OF_KIND.values()))
+    if unused:  # e.g. a profiled copy table: no operator is costed by it
+        raise ConfigError(f"efficiency.kernel_tables: {', '.join(unused)} tables cost no operator; "
+                          f"name gemm or {', '.join(sorted(set(CURVE_OF_KIND.values())))} tables")
     curves = {}
     for kernel in sorted({t.kernel for t in tables} - {"gemm"}):
         curves[kernel] = BandwidthCurve.build(tuple(t for t in tables if t.kernel == kernel), floor_s)
