@@ -221,9 +221,16 @@ def test_workers_end_with_a_killed_parent_and_the_store_resumes(
 
 
 @pytest.mark.slow
-def test_ctrl_c_without_a_store_says_how_many_designs_were_evaluated(search: Search, launch: Launch) -> None:
-    process = launch([*search.argv, "--jobs", "1"])  # evaluated in the CLI's own process
-    _wait_for(process, _busy(process.pid))
+def test_ctrl_c_without_a_store_says_how_many_designs_were_evaluated(
+        search: Search, launch: Launch, tmp_path: Path) -> None:
+    # The slower model, traced into an empty graph cache: ~10 s of CPU in all, of which the
+    # CLI's imports take 0.7-1 s; signalled at 3 s, it is tracing or searching by then on any
+    # machine (at 1 s, a loaded CI machine was still importing: the bare one-line message).
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(SLOW_MODEL))
+    argv = [str(model) if arg.endswith("config.json") else arg for arg in search.argv]
+    process = launch([*argv, "--jobs", "1"], ARCHPLACE_CACHE_DIR=str(tmp_path / "graphs"))
+    _wait_for(process, _busy(process.pid, cpu_s=3.0))
     took, code, err = _ctrl_c(process, psutil.Process(process.pid).children(recursive=True))
     match = _one_line(err, EVALUATED)
     assert code == 130 and took < EXIT_WITHIN_S and 0 <= int(match[1]) < search.designs
@@ -504,3 +511,30 @@ def test_stop_processes_kills_what_ignores_sigterm(tmp_path: Path) -> None:
     stop_processes([stubborn], grace_s=0.3)
     assert not stubborn.is_alive() and stubborn.exitcode == -signal.SIGKILL
     assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize(("store", "said"), [
+    (False, "0 designs evaluated; use --store FILE to keep results across runs"),
+    (True, "nothing stored in {db}"),
+])
+def test_a_search_interrupted_before_it_began_says_nothing_was_kept(
+        store: bool, said: str, small_space_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C while the search command checks its outputs, before a request is built: the
+    search's own line, not the bare one."""
+    import archplace.cli as cli
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise Interrupted()
+
+    monkeypatch.setattr(cli, "check_outputs", interrupted)
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(MODEL))
+    db = tmp_path / "run.db"
+    argv = ["search", "--model", str(model), "--space", str(small_space_file), "--devices", "64",
+            "--global-batch", "64", *(["--store", str(db)] if store else [])]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == f"archplace: interrupted ({said.format(db=db)})\n"
+    assert not db.exists()

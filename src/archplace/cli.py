@@ -154,17 +154,22 @@ def search(
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
     spec = _search_spec(ctx, config)
     outputs = {"--out": out, "--plot": plot, "--report": report}
-    _check_not_the_store(Path(spec.store) if spec.store else None, outputs)
-    check_outputs(outputs)  # now, not after the search
-    plots = [] if plot is None else _plot_paths(plot, [names[0] for names in spec.groups])
-    for path in plots:
-        check_image_output(path, "--plot")
     try:
+        _check_not_the_store(Path(spec.store) if spec.store else None, outputs)
+        check_outputs(outputs)  # now, not after the search
+        plots = [] if plot is None else _plot_paths(plot, [names[0] for names in spec.groups])
+        for path in plots:
+            check_image_output(path, "--plot")
         with _search_progress() as advance:
             outcomes = (api.search_each(spec, progress=advance) if spec.per_model
                         else [api.search(spec, progress=advance)])
     except api.SearchInterrupted as exc:  # the workers are stopped by now: say what is kept
         raise Interrupted(_interrupted_search(exc)) from None
+    except Interrupted as exc:  # before the search began: nothing evaluated, nothing stored
+        if exc.detail:
+            raise
+        store = Path(spec.store) if spec.store else None
+        raise Interrupted(_interrupted_search(api.SearchInterrupted(0, store, None))) from None
     for result in outcomes:
         _stdout().print(search_table(result, spec.top))
     failed = next((r for r in outcomes if r.best is None), None)
