@@ -172,7 +172,7 @@ def test_pages_are_self_contained_with_every_figure(pages: dict[str, Path], sear
         text = pages[name].read_text(encoding="utf-8")
         assert "<script src=" not in text and "<link" not in text  # nothing fetched: plotly.js inline
         assert text.count("Plotly.newPlot(") == _figures_written(pages[name]) == 7
-        assert "pipeline timeline: 1f1b, pp 2" in text and "block.0 forward" in text
+        assert "pipeline timeline: interleaved (v=4), pp 2" in text and "block.0 forward" in text
     assert searched.best is not None and searched.baseline is not None
     assert searched.best.accelerator.name in pages["report"].read_text(encoding="utf-8")
     # the store keeps no baseline: report evaluates it again, to the same figures as the search

@@ -75,16 +75,23 @@ def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.Model
 
 
 def accelerator(hardware: HardwareSpec) -> Accelerator:
-    """The chip of ``hardware``, with its efficiency's attention kernel replaced by
-    ``hardware.attention_kernel`` when one is given (the one place the choice is applied).
+    """The chip of ``hardware``, with its efficiency's attention kernel and TP overlap replaced
+    by ``hardware.attention_kernel`` and ``hardware.tp_comm_overlap`` when given (the one place
+    the choices are applied).
 
     Raises:
-        ConfigError: an unknown preset or a bad hardware file; an attention kernel for a chip
-            without an efficiency section, or a family with no table for the chip (the families
-            that exist for it named).
+        ConfigError: an unknown preset or a bad hardware file; an attention kernel or a TP
+            overlap for a chip without an efficiency section, or a family with no table for the
+            chip (the families that exist for it named).
     """
     acc = (hardware.accelerator if isinstance(hardware, ResolvedHardware)
            else load_accelerator(hardware.hardware))
+    if hardware.tp_comm_overlap is not None:
+        if acc.efficiency is None:
+            raise ConfigError(f"tp_comm_overlap: {acc.name} has no efficiency section, so its "
+                              "communication overlap is not modelled; TP overlap applies to known chips",
+                              fields=("tp_comm_overlap",))
+        acc = replace(acc, efficiency=replace(acc.efficiency, tp_comm_overlap=hardware.tp_comm_overlap))
     family = hardware.attention_kernel
     if family is None:
         return acc

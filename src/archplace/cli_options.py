@@ -25,6 +25,10 @@ AttentionKernelOption = Annotated[str | None, typer.Option(
     help="Measured fused-attention kernel whose per-shape table costs attention on a known chip: "
          "flash2, flash3, cudnn or triton-flash1, where a table exists for the chip [the chip's own: "
          "flash2 on a100-80gb and h100-80gb].")]
+TpCommOverlapOption = Annotated[bool | None, typer.Option(
+    "--tp-comm-overlap/--no-tp-comm-overlap",
+    help="The framework hides the TP collectives behind the GEMMs next to them (Transformer "
+         "Engine's userbuffers overlap, NeMo's tp_comm_overlap) [the chip's own: off].")]
 KernelsOption = Annotated[str, typer.Option(
     "--kernels", metavar="fused|unfused",
     help="Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, "

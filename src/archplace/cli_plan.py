@@ -25,6 +25,7 @@ from archplace.cli_options import (
     PrecisionOption,
     PrecisionsOption,
     RankOrderOption,
+    TpCommOverlapOption,
     ZeroStagesOption,
     plain_console,
 )
@@ -95,6 +96,7 @@ def register(app: typer.Typer) -> None:
         fuse: Fuse = False,
         attention: AttentionOption = "flash",
         attention_kernel: AttentionKernelOption = None,
+        tp_comm_overlap: TpCommOverlapOption = None,
         kernels: KernelsOption = "fused",
         capacity_factor: CapacityFactorOption = 1.0,
         expert_load_imbalance: LoadImbalanceOption = 1.0,
@@ -114,7 +116,8 @@ def register(app: typer.Typer) -> None:
             check_output(report, "--report")  # before the work; written by write_plan_report
         if layer_graph is not None:
             given = [f"--{name.replace('_', '-')}" for name in (
-                "fuse", "attention", "attention_kernel", "kernels", "precision", "cp", "ep", "etp",
+                "fuse", "attention", "attention_kernel", "tp_comm_overlap", "kernels", "precision", "cp",
+                "ep", "etp",
                 "capacity_factor",
                 "expert_load_imbalance")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
@@ -143,7 +146,8 @@ def register(app: typer.Typer) -> None:
         else:
             run = cli_runs.plan_run(ctx, config, dict(
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
-                attention_kernel=attention_kernel, capacity_factor=capacity_factor,
+                attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
+                capacity_factor=capacity_factor,
                 expert_load_imbalance=expert_load_imbalance,
                 rank_order=rank_order, hardware=hardware, devices=devices, global_batch=global_batch,
                 tp=tp, cp=cp, ep=ep, etp=etp,
@@ -198,6 +202,7 @@ def register(app: typer.Typer) -> None:
         fuse: Fuse = False,
         attention: AttentionOption = "flash",
         attention_kernel: AttentionKernelOption = None,
+        tp_comm_overlap: TpCommOverlapOption = None,
         kernels: KernelsOption = "fused",
         capacity_factor: CapacityFactorOption = 1.0,
         expert_load_imbalance: LoadImbalanceOption = 1.0,
@@ -210,7 +215,7 @@ def register(app: typer.Typer) -> None:
             check_output(report, "--report")  # before the work; written by write_plan_report
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
-            attention_kernel=attention_kernel,
+            attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
             rank_order=rank_order,
             devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp,

@@ -31,6 +31,8 @@ hardware: a100-80gb       # a hardware preset (archplace hardware) or a hardware
 cluster: null             # preset or YAML whose cluster links are used; null: the hardware's own
 attention_kernel: null    # measured attention kernel table: flash2 | flash3 | cudnn | triton-flash1;
                           # null: the chip's own (flash2 on a100-80gb and h100-80gb)
+tp_comm_overlap: null     # the framework hides the TP collectives behind the GEMMs next to them
+                          # (Transformer Engine's userbuffers); null: the chip's own (off)
 
 # --- the cluster and one training iteration
 devices: 64               # accelerators

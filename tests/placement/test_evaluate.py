@@ -243,19 +243,21 @@ def test_interleaved_two_chunks_per_device():
     r = evaluate_plan(LAYERS4, SETUP, plan)
     # m = 8 / 2 = 4 micro-batches, v m = 8 chunk slots, K = v m + p - 1 = 9.
     # Chunk times (p2p on the intra-node link, span 2; every chunk pays its input and its output
-    # boundary): a 3 + 2.2e-5, b 6 + (2.2e-5 + 4.2e-5) (the bottleneck), c 1.5 + (4.2e-5 +
-    # 6.2e-5), d 2 + 6.2e-5.
+    # boundary): a 3 + 2.2e-5, b 6 + (2.2e-5 + 4.2e-5), c 1.5 + (4.2e-5 + 6.2e-5), d 2 + 6.2e-5.
+    # A device's pace is the mean of its chunks: device 0 (a, c) 2.250063, device 1 (b, d)
+    # 4.000063, the bottleneck, whose mean figures are charged per chunk slot: compute
+    # (6 + 2) / 2 = 4 of which TP (0.6 + 0.2) / 2 = 0.4, p2p (6.4e-5 + 6.2e-5) / 2 = 6.3e-5.
     b = r.breakdown_s
-    assert b["compute"] == pytest.approx(8 * (6.0 - 0.6), rel=REL)
-    assert b["tp_comm"] == pytest.approx(8 * 0.6, rel=REL)
+    assert b["compute"] == pytest.approx(8 * (4.0 - 0.4), rel=REL)
+    assert b["tp_comm"] == pytest.approx(8 * 0.4, rel=REL)
     assert b["recompute"] == 0.0
-    assert b["pp_comm"] == pytest.approx(8 * 6.4e-5, rel=REL)
-    assert b["bubble"] == pytest.approx(6.000064, rel=REL)
-    # each chunk is charged v times: chunk d's 2 * 4000 parameters decide the tail. The DP group
-    # (2 ranks at stride 2, span 3) is inter-node: 2 * 1/2 * 4 * 8000 / 1e10 + 2 * 1e-5.
-    assert b["dp_comm"] == pytest.approx(2.32e-5, rel=REL)
-    assert b["optimizer"] == pytest.approx(30 * 8000 / 1e12, rel=REL)
-    assert r.iteration_time_s == pytest.approx(9 * 6.000064 + 2.32e-5 + 2.4e-7, rel=REL)
+    assert b["pp_comm"] == pytest.approx(8 * 6.3e-5, rel=REL)
+    assert b["bubble"] == pytest.approx(4.000063, rel=REL)
+    # a device's parameters are its chunks' sum: device 1's 2000 + 4000 decide the tail. The DP
+    # group (2 ranks at stride 2, span 3) is inter-node: 2 * 1/2 * 4 * 6000 / 1e10 + 2 * 1e-5.
+    assert b["dp_comm"] == pytest.approx(2.24e-5, rel=REL)
+    assert b["optimizer"] == pytest.approx(30 * 6000 / 1e12, rel=REL)
+    assert r.iteration_time_s == pytest.approx(9 * 4.000063 + 2.24e-5 + 1.8e-7, rel=REL)
     check_breakdown_sums(r)
     assert r.mfu == pytest.approx(8 * 12.5e12 / (r.iteration_time_s * 4 * 1e12), rel=REL)
     # in flight (chunk-micro-batches of its chunks, Megatron's order): device 0 (chunks a, c)

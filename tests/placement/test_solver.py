@@ -360,8 +360,11 @@ def test_rounding_tie_takes_the_smaller_split():
                "schedule": PipelineSchedule.INTERLEAVED, "chunks": 2, "zero_stage": 0, "dp_overlap": False,
                "sp": False}
     result = check_optimal(layers, setup, options)
-    # interleaving is planned with block-uniform splits only: 6 layers in 4 chunks leave one,
-    # the first and last layers added to the first and last chunks (the tie no longer arises)
-    assert result is not None and result.plan.stages == ((0, 1), (2, 2), (3, 3), (4, 5))
+    # interleaving is planned with block-uniform splits only (the tie no longer arises). A
+    # device's pace is the mean of its chunks: pp 2 (chunks (0, 1), (2, 2), (3, 3), (4, 5)) has
+    # device 1 at (6 + 9.1) / 2 = 7.55 s, K = 2 + 1 = 3 slots: 22.65 s; pp 3 with one layer per
+    # chunk has device 2 (layers 2 and 5) at (6 + 3.1) / 2 = 4.55 s, K = 2 + 2: 18.2 s
+    assert result is not None and result.plan.pp == 3
+    assert result.plan.stages == tuple((i, i) for i in range(6))
     assert check_optimal(layers, setup, {**options, "schedule": PipelineSchedule.ONE_F_ONE_B,
                                          "chunks": 1}) is not None

@@ -143,6 +143,12 @@ def test_megatron_count_is_six_times_active_linear_params_plus_causal_attention(
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "archplace's MoE blocks run too fast here: with each interleaved device paced by the mean of "
+    "its one-layer chunks (not its slowest, the LM head's, in every slot) even full recompute "
+    "(23.89 s) is below the published 24.2 s, and no recompute (18.29 s) is 32 % too fast. Routing "
+    "is costed as balanced (the run's auxiliary-loss routing is not) and the plain all-to-all "
+    "dispatcher's token permutation is not costed"))
 def test_published_step_is_bracketed_by_no_and_full_recompute(full: PlanResult,
                                                               no_recompute: PlanResult) -> None:
     """"norm, act" recomputes more than ``none`` and less than ``full``, so the measured step
@@ -153,13 +159,12 @@ def test_published_step_is_bracketed_by_no_and_full_recompute(full: PlanResult,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "predicted 19.9 % too slow with full recompute (30.23 s against 24.2 s): it recomputes every "
-    "layer's forward pass where 'norm, act' recomputes the norms and SwiGLU only (7.3 s more than "
-    "the no-recompute prediction). Before the h100-80gb sustained clock (issue #24 item 4) its "
-    "-3.6 % was this error and the no-recompute one (27 % too fast) cancelling"))
 def test_full_recompute_plan_within_tolerance(full: PlanResult) -> None:
-    """The closest plan archplace can run on 80 GiB (full recompute) within issue #12's 15 %."""
+    """The closest plan archplace can run on 80 GiB (full recompute) within issue #12's 15 %:
+    +1.3 % (23.89 s against 24.2 s) since interleaved devices are paced by the mean of their
+    chunks (issue #24; -19.9 % before). Two errors of opposite sign meet here: full recompute
+    redoes every layer's forward pass where "norm, act" redoes the norms and SwiGLU only, and
+    the MoE blocks run too fast (see the bracketing test)."""
     assert abs(error_of(full.iteration_time_s)) <= TOLERANCE, _line("recompute full", full)
 
 
@@ -173,11 +178,13 @@ def test_plan_as_run_fits_without_full_recompute() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "predicted 32 % too fast without recompute (18.29 s against 24.2 s): routing is costed as "
+    "balanced and the plain all-to-all dispatcher's permutation is not costed; +5.6 % before "
+    "interleaved devices were paced by the mean of their chunks, when every chunk slot was charged "
+    "at the LM-head chunk's time"))
 def test_no_recompute_time_within_tolerance(no_recompute: PlanResult) -> None:
-    """The recompute closest in work to "norm, act" (none, on a roomier H100): +5.6 % (22.93 s
-    against 24.2 s) at the h100-80gb sustained clock (issue #24 item 4); 27 % too fast (19.08 s)
-    before it. Dropless routing is modelled as balanced and the norm/SwiGLU recomputation is not
-    costed, both of which would slow it further."""
+    """The recompute closest in work to "norm, act" (none, on a roomier H100)."""
     assert abs(error_of(no_recompute.iteration_time_s)) <= TOLERANCE, _line("recompute none", no_recompute)
 
 

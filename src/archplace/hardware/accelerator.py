@@ -105,6 +105,10 @@ class KernelEfficiency:
             (:func:`archplace.cost.measured_tables.shipped_tables`) or paths of table files;
             empty (the default): one fraction per kernel class.
         kernel_floor_s: the least time any kernel takes on the chip, seconds, >= 0 (0: none).
+        tp_comm_overlap: the framework hides the tensor-parallel collectives behind the GEMMs
+            next to them (Transformer Engine's userbuffers overlap, NeMo's and
+            Megatron-Bridge's ``tp_comm_overlap``; :mod:`archplace.placement.tp_overlap`);
+            False (the default): they are exposed whole.
         sustained_clock_hz: the SM clock the chip holds under minutes of tensor-core load at its
             board power limit, Hz (0, the default: not declared, no scaling); compute-bound
             kernels measured at another clock are scaled to it (:mod:`archplace.cost.clock`).
@@ -126,6 +130,7 @@ class KernelEfficiency:
     kernel_tables: tuple[str, ...] = ()
     kernel_floor_s: float = 0.0
     sustained_clock_hz: float = 0.0
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         owner = "efficiency"
@@ -134,6 +139,8 @@ class KernelEfficiency:
                                    or not all(kernel.split("/"))):
             raise ConfigError(f"{owner}: attention_kernel must be FAMILY/PRESET such as flash2/a100-80gb, "
                               f"got {kernel!r}")
+        if not isinstance(self.tp_comm_overlap, bool):
+            raise ConfigError(f"{owner}: tp_comm_overlap must be true or false, got {self.tp_comm_overlap!r}")
         tables = self.kernel_tables
         if isinstance(tables, str) or not all(isinstance(t, str) and t for t in tables):
             raise ConfigError(f"{owner}: kernel_tables must be a list of table names or paths, "
@@ -194,6 +201,8 @@ class KernelEfficiency:
         d["gemm_tiles"] = [list(t) for t in self.gemm_tiles]
         if self.attention_kernel is None:  # optional: absent, as before it existed
             del d["attention_kernel"]
+        if not self.tp_comm_overlap:  # optional: absent when off, as before it existed
+            del d["tp_comm_overlap"]
         d["kernel_tables"] = list(self.kernel_tables)
         return d
 

@@ -36,8 +36,9 @@ class BlockBounds:
     def floor0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                 m: npt.NDArray[np.int64], grid: int) -> float:
         """A lower bound of the least level-0 bound of a block (:meth:`bound0`), without its
-        arrays: K t_low >= max(K / s * (sum of the layer times), K * (largest layer time)) with
-        K = v m + p - 1 and s = p v, each term at its least over the block, plus (ZeRO stage 0)
+        arrays: K t_low >= max(K / s * (sum of the layer times), K / v * (largest layer time))
+        with K = v m + p - 1 and s = p v (a device's pace is the mean of its v segments, one of
+        which holds the largest layer), each term at its least over the block, plus (ZeRO stage 0)
         the optimizer step of the fewest parameters a device can hold, the rest of the tail
         counted 0; lowered by a relative 1e-9 to stay below the floating-point figure, and
         finite. The search enters every block with it and computes the block's level-0 bounds
@@ -52,9 +53,9 @@ class BlockBounds:
             ratios = (float(np.min(k_factor / (p * v))), float(np.min(k_factor)), float(np.max(p)))
             self._grid_floors[key] = ratios
         k_per_segment, k_min, p_max = ratios
-        floor = max(k_per_segment * state.layer_base_sum, k_min * state.layer_base_max)
+        floor = max(k_per_segment * state.layer_base_sum, k_min * state.layer_base_max / v)
         if variant.zero_stage == 0:
-            floor += self._step_coefficient * max(v * state.layer_params_max, state.params_sum / p_max)
+            floor += self._step_coefficient * max(state.layer_params_max, state.params_sum / p_max)
         return min(floor * (1 - 1e-9), sys.float_info.max)
 
     def bound0(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
@@ -73,13 +74,13 @@ class BlockBounds:
             return bound
         tail = self._tails0.get(tail_key)
         if tail is None:
-            params = np.maximum(v * state.layer_params_max, state.params_sum / p)
+            params = np.maximum(state.layer_params_max, state.params_sum / p)
             tail = self.tail_bound(state, variant, p, d, params)
             self._tails0[tail_key] = tail
         s = p * v
-        t_low = np.maximum(np.maximum(state.layer_base_max, state.layer_base_sum / s),
+        t_low = np.maximum(np.maximum(state.layer_base_max / v, state.layer_base_sum / s),
                            self.transfer_floor(state, variant, p, d))
-        params = np.maximum(v * state.layer_params_max, state.params_sum / p)
+        params = np.maximum(state.layer_params_max, state.params_sum / p)
         bound = (v * m + p - 1) * t_low + tail + self.overlap_floor(state, variant, p, d, params, t_low)
         self._bounds0[bound_key] = bound
         return bound
@@ -97,7 +98,8 @@ class BlockBounds:
           two all-gathers and its reduce-scatter (stage 3, max(F, AG) + max(B, AG + RS):
           :func:`~archplace.placement.zero.layer_zero_comm_s`), over the DP x CP group at its
           per-byte cost (the start-ups and the experts' collectives left out), so T is at least
-          that of the largest layer and the average over the s segments.
+          that of the largest layer over v (a device's pace is the mean of its v segments) and
+          the average over the s segments.
         """
         v = variant.chunks
         s = p * v
@@ -110,7 +112,8 @@ class BlockBounds:
         per_byte = self.group_costs(state, p, d, 0)[1]
         grad = float(self.setup.grad_bytes)
         factor = grad / 2.0 if zs == 2 else (2.0 * WEIGHT_BYTES_PER_PARAM + grad) / 2.0
-        layer_comm = np.maximum(factor * per_byte * state.dense_max, factor * per_byte * state.dense_sum / s)
+        layer_comm = np.maximum(factor * per_byte * state.dense_max / v,
+                                factor * per_byte * state.dense_sum / s)
         return np.maximum(floor, layer_comm)
 
     def overlap_floor(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
@@ -120,7 +123,8 @@ class BlockBounds:
         least ``t_low`` per micro-batch and whose largest device holds at least ``params``:
         max(0, R - v t_low), R the whole reduction's time (one start-up at least).  The
         reduction left exposed after the last backward pass is at least R minus that pass
-        (:func:`~archplace.placement.zero.bucketed_exposed_s`), itself at most v T, and
+        (:func:`~archplace.placement.zero.bucketed_exposed_s`), itself at most the sum of the
+        device's v segment times, v T, and
         (v m + p - 1) T + max(0, R - v T) grows with T, so it holds at T = t_low.  0 without
         overlap, at ZeRO 2 and 3, and for chains with routed experts (their tail has two
         groups; :meth:`tail_bound` alone bounds it)."""
@@ -182,11 +186,10 @@ class BlockBounds:
             return self.group_bound(state, variant, p, d, params, dense_group, 0, coefficient)
         expert_group = fam.expert_group(d)
         step = coefficient * params / (np.maximum(dense_group, expert_group) if zs >= 1 else np.ones_like(d))
-        v = variant.chunks
-        dense = self.group_bound(state, variant, p, d, np.maximum(v * state.dense_max, state.dense_sum / p),
+        dense = self.group_bound(state, variant, p, d, np.maximum(state.dense_max, state.dense_sum / p),
                                   dense_group, 0, coefficient)
         experts = self.group_bound(state, variant, p, d,
-                                    np.maximum(v * state.expert_max, state.expert_sum / p),
+                                    np.maximum(state.expert_max, state.expert_sum / p),
                                     expert_group, 1, coefficient)
         return np.maximum(np.asarray(step, dtype=np.float64), np.maximum(dense, experts))
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from archplace.cost.model import CostModel, EstimatingCostModel, array_flop
 from archplace.cost.precision import fp8_weight_params
 from archplace.hardware.accelerator import Accelerator
+from archplace.placement.interference import Interference
 from archplace.placement.plan import CostKey, LayerCost
+from archplace.placement.tp_overlap import overlapped_tp
 from archplace.schedule.list_scheduler import list_schedule_makespan_s
 from archplace.schedule.problem import ScheduleProblem
 from archplace.workload.expert_parallel import ALL_TO_ALL
@@ -84,6 +86,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         counts it).
     """
     times: dict[tuple[int, bool], _GraphTimes] = {}
+    overlap = acc.efficiency is not None and acc.efficiency.tp_comm_overlap
+    sm_share = Interference.of(acc).sm_share
+    backward_graphs = {id(layer.bwd) for layer in chain.layers}
 
     def graph_times(graph: OpGraph, fp8: bool = False) -> _GraphTimes:
         key = (id(graph), fp8)
@@ -94,8 +99,15 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
                 model = fp8_cost if fp8 and fp8_cost is not None else cost
                 problem = ScheduleProblem.from_graph(graph, acc, model)
                 span = makespan(problem)
-                comm = sum((p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
-                            if op.kind is OpKind.COLLECTIVE and op.target != ALL_TO_ALL), 0.0)
+                tp_ops = [op.id for op in graph.ops
+                          if op.kind is OpKind.COLLECTIVE and op.target != ALL_TO_ALL]
+                comm = sum((problem.ops[i].single_s for i in tp_ops), 0.0)
+                if overlap and tp_ops:  # userbuffers: each hides behind its GEMMs (tp_overlap)
+                    hidden = overlapped_tp(graph, [p.single_s for p in problem.ops], tp_ops=tp_ops,
+                                           backward=id(graph) in backward_graphs, sm_share=sm_share)
+                    cut = min(comm, span)
+                    span = span - cut + min(cut, hidden.exposed_s) + hidden.slowed_s
+                    comm = min(cut, hidden.exposed_s)
                 ep_comm = sum((p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
                                if op.kind is OpKind.COLLECTIVE and op.target == ALL_TO_ALL), 0.0)
                 ring = _ring_exposed_s(model, graph, acc)

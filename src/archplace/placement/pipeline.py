@@ -21,7 +21,9 @@ its input boundary (the LM head waits for its input too), the others both; p2p_c
 segment when pp > 1 (links in :mod:`archplace.placement.timing`; with tp > 1 and no sequence
 parallelism the scatter/gather of Narayanan et al. 2021, section 4.1, applies).
 
-Iteration time (every stage advances at the pace of the slowest segment, T = max_c T_c)::
+Iteration time (the pipeline advances at the pace of the slowest device; a device's pace per
+micro-batch and chunk slot is the mean time of its segments, T_j = (sum of T_c over the v
+segments c of device j) / v, and T = max_j T_j)::
 
     (v m + p - 1) * T                pipeline: GPipe and 1F1B have v = 1, a bubble of p - 1 stage
                                      times and m micro-batches (Narayanan et al. 2021, section
@@ -31,16 +33,22 @@ Iteration time (every stage advances at the pace of the slowest segment, T = max
     + max over devices of (exposed DP traffic + compute slowed by the hidden DP traffic
       + optimizer step)
 
-with m micro-batches per pipeline (:func:`~archplace.placement.timing.micro_batch_count`). For
-device j with parameters P_j and last-micro-batch backward time B_j (sum(bwd_s) + recompute of
-its layers): the once-per-iteration DP traffic of its ZeRO stage (:mod:`archplace.placement.zero`:
-the gradient all-reduce for stage 0, reduce-scatter + parameter all-gather for stage 1, the
-all-gather for stage 2, none for stage 3), exposed whole, or with ``dp_overlap`` the gradient
-reduction bucketed over B_j; and the memory-bound optimizer step of P_j (P_j / dp with ZeRO
-stages >= 1). Interleaved devices are charged as v copies of each of their chunks (P = v P_c,
-B = v B_c, the worst chunk counts), which is exact for equal chunks; without overlap the device
-with the most parameters decides. ZeRO-2 and 3 add, per micro-batch, each layer's exposed
-collectives to its segment's time T_c (``StageTime.dp_comm_s``).
+with m micro-batches per pipeline (:func:`~archplace.placement.timing.micro_batch_count`).
+Interleaved, a device runs its v chunks one after another for every micro-batch, so its own
+work is m times the sum of its chunks' times whatever their split: a chunk slower than the
+others (the one with the LM head, or the embedding) delays its device by its own excess once
+per micro-batch, not every chunk slot.  Played out op by op in Megatron-LM's interleaved order
+(:func:`archplace.placement.pipeline_timeline.simulate_pipeline`), this pace agrees with the
+schedule's makespan to within 0.5 % on the published runs with one block per chunk (Nemotron-22B
+p 4 v 10: 3.748 s against 3.733 s; charging every chunk slot at the slowest chunk, as before,
+gave 13.5 s) and exactly for equal chunks.  For device j with parameters P_j and last-micro-batch
+backward time B_j (the sums over its segments of sum(bwd_s) + recompute of their layers): the
+once-per-iteration DP traffic of its ZeRO stage (:mod:`archplace.placement.zero`: the gradient
+all-reduce for stage 0, reduce-scatter + parameter all-gather for stage 1, the all-gather for
+stage 2, none for stage 3), exposed whole, or with ``dp_overlap`` the gradient reduction
+bucketed over B_j; and the memory-bound optimizer step of P_j (P_j / dp with ZeRO stages >= 1);
+without overlap the device with the most parameters decides. ZeRO-2 and 3 add, per
+micro-batch, each layer's exposed collectives to its segment's time T_c (``StageTime.dp_comm_s``).
 
 Hidden DP traffic is not free (:mod:`archplace.placement.interference`): the bucketed gradient
 reduction and the ZeRO-2/3 per-layer collectives slow the compute they overlap, by max(0, L -
@@ -53,13 +61,13 @@ the rule for whether a plan fits are in :mod:`archplace.placement.memory` and
 :func:`check_fits`.
 
 Breakdown (summed left to right in :data:`BREAKDOWN_KEYS` order to give the iteration time),
-with b the bottleneck segment (largest T_c, the first on ties) and e the device with the largest
-DP + optimizer tail: compute = v m (compute_b - tp_comm_b - cp_comm_b - ep_comm_b), tp_comm =
-v m tp_comm_b, cp_comm = v m cp_comm_b, ep_comm = v m ep_comm_b (the layers' exposed ring
-attention and expert all-to-all shares), recompute = v m recompute_b, pp_comm = v m p2p_b,
-bubble = (p - 1) T_b, dp_comm = v m dp_comm_b + the exposed DP traffic of device e,
-overlap_slowdown = v m dp_slowed_b + the compute slowed by device e's hidden DP traffic,
-optimizer of device e.
+with b the bottleneck device (largest pace T_j, the first on ties; each of its figures the mean
+over its segments, :func:`device_paces`) and e the device with the largest DP + optimizer tail:
+compute = v m (compute_b - tp_comm_b - cp_comm_b - ep_comm_b), tp_comm = v m tp_comm_b, cp_comm =
+v m cp_comm_b, ep_comm = v m ep_comm_b (the layers' exposed ring attention and expert all-to-all
+shares), recompute = v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b, dp_comm = v m
+dp_comm_b + the exposed DP traffic of device e, overlap_slowdown = v m dp_slowed_b + the compute
+slowed by device e's hidden DP traffic, optimizer of device e.
 
 Context and expert parallelism (:mod:`archplace.placement.layout`): a plan occupies
 tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are over the DP x CP
@@ -263,10 +271,9 @@ def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
 def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
                  times: Sequence[StageTime]) -> list[tuple[float, float, float, float]]:
     """(exposed DP traffic, optimizer step, whole DP traffic, compute slowed by the hidden DP
-    traffic) in seconds for every segment, as charged to its device (interleaved: v copies of
-    the segment); the device's tail is the largest (exposed + slowed) + step. See
-    :func:`archplace.placement.zero.dp_tail_comm_s`."""
-    v = plan.chunks
+    traffic) in seconds for every pipeline device, of the parameters of its segments (v when
+    interleaved) and their backward passes summed; the plan's tail is the largest (exposed +
+    slowed) + step. See :func:`archplace.placement.zero.dp_tail_comm_s`."""
     layout = RankLayout.of(plan, setup.rank_order)
     sharded = plan.zero_stage >= 1
     shards = layout.dense_dp if sharded else 1
@@ -275,22 +282,47 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     experts = any(layer.expert_params for layer in layers)
     expert_cost = layout.expert_dp_cost(setup.cluster) if experts else (0.0, 0.0)
     out = []
-    for (first, last), time in zip(plan.stages, times, strict=True):
+    for j in range(plan.pp):
         params = expert_params = 0
-        for layer in layers[first:last + 1]:
-            params += layer.params - layer.expert_params
-            expert_params += layer.expert_params
-        charged, charged_experts = v * params, v * expert_params
+        for first, last in plan.stages[j::plan.pp]:
+            for layer in layers[first:last + 1]:
+                params += layer.params - layer.expert_params
+                expert_params += layer.expert_params
+        backward = sequential_sum(time.backward_s for time in times[j::plan.pp])
         exposed, total, slowed = dp_tail_comm_s(
             cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes, dp=layout.dense_dp,
-            params=float(charged), backward_s=v * time.backward_s, overlap=plan.dp_overlap,
-            expert_cost=expert_cost, expert_dp=layout.expert_dp, expert_params=float(charged_experts),
+            params=float(params), backward_s=backward, overlap=plan.dp_overlap,
+            expert_cost=expert_cost, expert_dp=layout.expert_dp, expert_params=float(expert_params),
             interference=setup.interference)
-        step = optimizer_step_time_s(charged, setup.step_bandwidth_bytes_per_s, setup.optimizer, shards)
-        if charged_experts:
-            step = step + optimizer_step_time_s(charged_experts, setup.step_bandwidth_bytes_per_s,
+        step = optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer, shards)
+        if expert_params:
+            step = step + optimizer_step_time_s(expert_params, setup.step_bandwidth_bytes_per_s,
                                                 setup.optimizer, expert_shards)
         out.append((float(exposed), step, float(total), float(slowed)))
+    return out
+
+
+def device_paces(times: Sequence[StageTime], pp: int) -> list[tuple[float, StageTime]]:
+    """Every pipeline device's pace and mean segment: (T_j, the StageTime whose every figure is
+    the mean over the device's segments c = j, j + pp, ...), T_j = sequential sum of the
+    segments' ``total_s`` / v (the module docstring).  With one segment per device (v = 1),
+    (T_c, the segment itself)."""
+    out = []
+    for j in range(pp):
+        own = times[j::pp]
+        if len(own) == 1:
+            out.append((own[0].total_s, own[0]))
+            continue
+        v = len(own)
+
+        def mean(name: str, own: Sequence[StageTime] = own, v: int = v) -> float:
+            return sequential_sum(getattr(time, name) for time in own) / v
+        pace = sequential_sum(time.total_s for time in own) / v
+        out.append((pace, StageTime(
+            compute_s=mean("compute_s"), recompute_s=mean("recompute_s"), p2p_s=mean("p2p_s"),
+            tp_comm_s=mean("tp_comm_s"), backward_s=mean("backward_s"), dp_comm_s=mean("dp_comm_s"),
+            dp_comm_total_s=mean("dp_comm_total_s"), cp_comm_s=mean("cp_comm_s"),
+            ep_comm_s=mean("ep_comm_s"), dp_slowed_s=mean("dp_slowed_s"))))
     return out
 
 
@@ -352,15 +384,16 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
 
     times = stage_times(layers, plan, setup.cluster, grad_bytes=setup.grad_bytes,
                         rank_order=setup.rank_order, interference=setup.interference)
-    totals = [t.total_s for t in times]
-    neck = times[totals.index(max(totals))]
+    paces = device_paces(times, plan.pp)
+    totals = [pace for pace, _ in paces]
+    neck = paces[totals.index(max(totals))][1]
     tails = device_tails(layers, setup, plan, times)
     tail_sums = [(exposed + slowed) + step for exposed, step, _, slowed in tails]
     tail = tails[tail_sums.index(max(tail_sums))]
     slots = plan.chunks * m
     breakdown = {
         "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s - neck.cp_comm_s - neck.ep_comm_s),
-        "bubble": (plan.pp - 1) * neck.total_s,
+        "bubble": (plan.pp - 1) * max(totals),
         "recompute": slots * neck.recompute_s,
         "tp_comm": slots * neck.tp_comm_s,
         "cp_comm": slots * neck.cp_comm_s,

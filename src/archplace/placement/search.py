@@ -72,7 +72,7 @@ from archplace.placement.candidates import (
 )
 from archplace.placement.kernels import first_split, fits_greedily, min_max
 from archplace.placement.layout import RankLayout
-from archplace.placement.memory import interleaved_device_memory
+from archplace.placement.memory import interleaved_device_memory, sequential_sum
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
@@ -248,7 +248,7 @@ class Search:
     def _refine(self, block: CandidateBlock) -> None:
         """Level-1 bounds of a whole block: drop the candidates no split of which can fit (loose
         memory screen) and bound the rest by K * (the larger of the exact min-max time ignoring
-        memory and p2p, and the transfer floor of :meth:`BlockBounds.transfer_floor`) + the tail
+        memory and p2p over v, and the transfer floor of :meth:`BlockBounds.transfer_floor`) + the tail
         bound; sort by the new bound."""
         state = self.states[block.family]
         tab = self._tables(state)
@@ -257,8 +257,9 @@ class Search:
         s = block.p * v
         keep = tab.loose_memory_bound(self.max_zero_stage)[s] <= self.setup.hbm_bytes * (1 + 1e-12)
         p, d, m = block.p[keep], block.d[keep], block.m[keep]
-        params = np.maximum(v * state.layer_params_max, state.params_sum / p)
-        t_low = np.maximum(tab.time_bound()[p * v], self.bounds.transfer_floor(state, variant, p, d))
+        params = np.maximum(state.layer_params_max, state.params_sum / p)
+        # a device's pace is the mean of its v segments, one of them at least the min-max
+        t_low = np.maximum(tab.time_bound()[p * v] / v, self.bounds.transfer_floor(state, variant, p, d))
         bound = ((v * m + p - 1) * t_low + self.bounds.tail_bound(state, variant, p, d, params)
                  + self.bounds.overlap_floor(state, variant, p, d, params, t_low))
         order = np.lexsort((p, p * d, bound))
@@ -356,7 +357,7 @@ class Search:
                                          self.setup.optimizer) / self._max_shards(state, zs, d)
             if min(k_factor * tau + step * v * pmax for tau, pmax in front) > limit:
                 return
-            tail = tab.tail(pp=p, dp=d, chunks=v, zero_stage=zs, overlap=variant.overlap)
+            tail = tab.tail(pp=p, dp=d, zero_stage=zs, overlap=variant.overlap)
             floor = float(tail[tab.upper].min())
 
             def stop(tau: float) -> bool:
@@ -412,17 +413,30 @@ class Search:
 
     def _interleaved_points(self, f: int, variant: Variant, p: int, d: int, m: int
                             ) -> list[tuple[tuple[float, float], tuple[tuple[int, int], ...]]]:
-        """(max segment time, max second figure) of every fitting interleaved split."""
+        """(pace, second figure) of every fitting interleaved split: the pace max_j T_j, T_j the
+        mean time of device j's segments (``pipeline.device_paces``), and the largest device's
+        tail (per candidate) or parameter count, each device's segments summed (as
+        ``pipeline.device_tails``)."""
         state = self.states[f]
         tab = self._tables(state)
         v, zs = variant.chunks, variant.zero_stage
         times = tab.position_times(p, v, zs, d)
-        second = (tab.tail(pp=p, dp=d, chunks=v, zero_stage=zs, overlap=variant.overlap)
-                  if self._per_candidate(state, variant) else tab.params)
+        per_candidate = self._per_candidate(state, variant)
         out = []
         for stages in self.interleaved_fitting(f, variant, p, d, m):
-            tau = max(float(times[c][a, e]) for c, (a, e) in enumerate(stages))
-            y = max(float(second[a, e]) for a, e in stages)
+            devices = [stages[j::p] for j in range(p)]
+            tau = max(sequential_sum(float(times[j + k * p][a, e]) for k, (a, e) in enumerate(own)) / v
+                      for j, own in enumerate(devices))
+
+            def summed(table: FloatArray, devices: list[tuple[tuple[int, int], ...]] = devices) -> FloatArray:
+                return np.array([sequential_sum(float(table[a, e]) for a, e in own) for own in devices])
+            if per_candidate:
+                y = float(np.max(tab.device_tail(
+                    pp=p, dp=d, zero_stage=zs, overlap=variant.overlap, dense=summed(tab.dense_params),
+                    experts=None if tab.expert_params is None else summed(tab.expert_params),
+                    backward=summed(tab.backward))))
+            else:
+                y = float(np.max(summed(tab.params)))
             out.append(((tau, y), stages))
         return out
 
@@ -436,8 +450,7 @@ class Search:
         state = self.states[f]
         k_factor = variant.chunks * m + p - 1
         per_candidate = self._per_candidate(state, variant)
-        values = [k_factor * tau + (y if per_candidate
-                                    else self._tail_of(state, variant, p, d, variant.chunks * y))
+        values = [k_factor * tau + (y if per_candidate else self._tail_of(state, variant, p, d, y))
                   for (tau, y), _ in scored]
         best = min(values)
         return best, [point for (point, _), value in zip(scored, values, strict=True)
@@ -525,7 +538,7 @@ class Search:
         in_flight = in_flight_per_position(variant.schedule, found.p, found.m, v)
         zs = variant.zero_stage
         capacity = tab.capacity(zs, tab.shards(zs, found.d))
-        second = (tab.tail(pp=found.p, dp=found.d, chunks=v, zero_stage=zs, overlap=variant.overlap)
+        second = (tab.tail(pp=found.p, dp=found.d, zero_stage=zs, overlap=variant.overlap)
                   if self._per_candidate(self.states[found.family], variant) else tab.params)
         times = tab.position_times(found.p, v, zs, found.d)
         tau, y = point

@@ -430,28 +430,34 @@ class SegmentTables:
         return (OPTIMIZER_STEP_BYTES_PER_PARAM[self.setup.optimizer]
                 / self.setup.step_bandwidth_bytes_per_s)
 
-    def tail(self, *, pp: int, dp: int, chunks: int, zero_stage: int, overlap: bool) -> FloatArray:
-        """Exposed once-per-iteration DP traffic + optimizer step of every segment as charged to
-        its device (v copies of the segment), as ``pipeline.device_tails`` computes them, in
-        seconds."""
-        dense = self.dense_params
-        charged = chunks * dense if chunks > 1 else dense
+    def tail(self, *, pp: int, dp: int, zero_stage: int, overlap: bool) -> FloatArray:
+        """Exposed once-per-iteration DP traffic + optimizer step of every segment as the whole
+        of its device (one segment per device), as ``pipeline.device_tails`` computes them, in
+        seconds (:meth:`device_tail` of the segment tables)."""
+        return self.device_tail(pp=pp, dp=dp, zero_stage=zero_stage, overlap=overlap,
+                                dense=self.dense_params, experts=self.expert_params,
+                                backward=self.backward)
+
+    def device_tail(self, *, pp: int, dp: int, zero_stage: int, overlap: bool, dense: FloatArray,
+                    experts: FloatArray | None, backward: FloatArray) -> FloatArray:
+        """Exposed once-per-iteration DP traffic + optimizer step of devices holding ``dense``
+        dense and ``experts`` routed-expert parameters (None: no experts in the chain) whose
+        backward passes of the last micro-batch take ``backward`` seconds (arrays of one shape),
+        as ``pipeline.device_tails`` computes them, in seconds."""
         setup = self.setup
         cost, expert_cost = self.group_costs(pp, dp)
-        window = chunks * self.backward if chunks > 1 else self.backward
         shards, expert_shards = self.shards(zero_stage, dp)
-        experts = self.expert_params
-        charged_experts = (chunks * experts if chunks > 1 else experts) if experts is not None else 0.0
+        charged_experts = experts if experts is not None else 0.0
         exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes,
-                                            dp=dp * self.cp, params=charged, backward_s=window,
+                                            dp=dp * self.cp, params=dense, backward_s=backward,
                                             overlap=overlap, expert_cost=expert_cost,
                                             expert_dp=self.expert_dp(dp), expert_params=charged_experts,
                                             interference=setup.interference)
         exposed = exposed + slowed  # as pipeline.evaluate_plan's (exposed + slowed) + step
-        step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged / shards
+        step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * dense / shards
                 / setup.step_bandwidth_bytes_per_s)
         if experts is not None:  # as pipeline.device_tails adds the experts' step
             step = step + np.where(charged_experts > 0,
                                    OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * charged_experts
                                    / expert_shards / setup.step_bandwidth_bytes_per_s, 0.0)
-        return exposed + step
+        return np.asarray(exposed + step, dtype=np.float64)

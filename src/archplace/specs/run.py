@@ -77,18 +77,25 @@ class HardwareSpec(FlatSpec):
         attention_kernel: the fused-attention kernel family whose measured table costs the
             attention operators (``flash2``, ``flash3``, ``cudnn``, ``triton-flash1``;
             :mod:`archplace.cost.attention_tables`); None: the chip's own.
+        tp_comm_overlap: whether the framework hides the tensor-parallel collectives behind
+            the GEMMs next to them (Transformer Engine's userbuffers overlap,
+            :mod:`archplace.placement.tp_overlap`); None: the chip's own (off unless its file
+            says otherwise).
 
     Raises:
-        ConfigError: an empty name.
+        ConfigError: an empty name, a ``tp_comm_overlap`` that is not true or false.
     """
 
     OWNER: ClassVar[str] = "hardware spec"
     hardware: str
     cluster: str | None = None
     attention_kernel: str | None = None
+    tp_comm_overlap: bool | None = None
 
     def __post_init__(self) -> None:
         text(self.hardware, "hardware", "a hardware preset name or the path of a hardware YAML file")
+        if self.tp_comm_overlap is not None:
+            flag(self.tp_comm_overlap, "tp_comm_overlap")
         if self.attention_kernel is not None:
             text(self.attention_kernel, "attention_kernel", "an attention kernel family such as flash2")
         if self.cluster is not None:
