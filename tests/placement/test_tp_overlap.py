@@ -13,7 +13,7 @@ from archplace import api
 from archplace.cli import main
 from archplace.errors import ConfigError
 from archplace.placement.tp_overlap import UB_PIPELINE_SPLITS, overlapped_tp
-from archplace.workload.graph import OpGraph, OpKind, Operator, Phase
+from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 
 KINDS = {"mm": (OpKind.MATMUL, "aten.mm.default"), "add": (OpKind.ELEMENTWISE, "aten.add.Tensor"),
          "ag": (OpKind.COLLECTIVE, "all_gather"), "rs": (OpKind.COLLECTIVE, "reduce_scatter")}
