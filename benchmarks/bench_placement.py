@@ -106,7 +106,7 @@ def timed(costs: dict[tuple[int, int, bool], list[LayerCost]], repeats: int = 3,
         p = best.plan
         outcome = (f"tp={p.tp} pp={p.pp} dp={p.dp} b={p.micro_batch} {p.recompute.value} "
                    f"{p.schedule.value}{'x' + str(p.chunks) if p.chunks > 1 else ''}"
-                   f"{' sp' if p.sp else ''}{' zero' if p.zero else ''}"
+                   f"{' sp' if p.sp else ''}{f' zero{p.zero_stage}' if p.zero_stage else ''}"
                    f"{' overlap' if p.dp_overlap else ''}: {best.iteration_time_s:.2f} s/iter, "
                    f"MFU {best.mfu:.3f}")
     return statistics.median(runs), outcome
