@@ -1,11 +1,14 @@
 """Cross-validated calibration error on the published runs (issue #24 item 5), per hardware preset.
 
-For each preset with runs in tests/validation/published_runs.yaml: mean and max |error| with the
+For each preset with included runs in tests/validation/published_runs.yaml (those without an
+``excluded_reason``, the runs the validation thresholds apply to): mean and max |error| with the
 preset's own values (uncalibrated), calibrated to every run (in sample), leave-one-out (LOO) and
-leave-one-source-out (LOSO), with ``archplace.calibration.cross_validate``. Errors are relative
-throughput errors as validate.py prints them. Called by ``validate.py --cross-validate``.
+leave-one-source-out (LOSO), with ``archplace.calibration.cross_validate``, fitting ``--fit`` or
+each preset's default (``archplace.calibration.parameters.default_fit``: sustained_clock and
+kernel_floor on a chip with measured kernel tables, gemm_sustained and hbm otherwise). Errors are
+relative throughput errors as validate.py prints them. Called by ``validate.py --cross-validate``.
 
-Run: .venv/bin/python benchmarks/cross_validate.py [--fit gemm_sustained,hbm] [--per-run]
+Run: .venv/bin/python benchmarks/cross_validate.py [--fit NAMES] [--per-run]
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from archplace.calibration import DEFAULT_FIT, CrossValidation, cross_validate
-from archplace.validation.runs import Run, load_runs
+from archplace.calibration import CrossValidation, cross_validate
+from archplace.calibration.parameters import default_fit
+from archplace.hardware.resolved import ResolvedHardware
+from archplace.validation.runs import Run, included, load_runs
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "tests" / "validation" / "published_runs.yaml"
 
@@ -30,17 +35,19 @@ def _cell(result: CrossValidation, kind: str) -> str:
     return f"{mean:6.1%} / {worst:6.1%}{'' if count == len(result.cases) else '*':1}"
 
 
-def print_cross_validation(runs: Sequence[Run], fit: str = ",".join(DEFAULT_FIT),
-                           per_run: bool = False) -> None:
-    """Print, per hardware preset of ``runs``, mean / max |error| uncalibrated, in sample, LOO
-    and LOSO of calibrating ``fit``."""
-    print(f"cross-validated calibration of {fit} (mean / max |error|; * some runs without a fit)")
-    print(f"{'hardware':<11} {'runs':>4} " + " ".join(f"{label:>17}" for _, label in KINDS) + "   time")
+def print_cross_validation(runs: Sequence[Run], fit: str | None = None, per_run: bool = False) -> None:
+    """Print, per hardware preset of the included ``runs``, mean / max |error| uncalibrated, in
+    sample, LOO and LOSO of calibrating ``fit`` (None: each preset's default)."""
+    runs = included(runs)
+    print("cross-validated calibration (mean / max |error|; * some runs without a fit)")
+    print(f"{'hardware':<11} {'runs':>4} " + " ".join(f"{label:>17}" for _, label in KINDS)
+          + "   time  fitted")
     for hardware in dict.fromkeys(run.hardware for run in runs):
         start = time.perf_counter()
-        result = cross_validate([run for run in runs if run.hardware == hardware], hardware, fit)
+        chosen = fit if fit is not None else ",".join(default_fit(ResolvedHardware.load(hardware)))
+        result = cross_validate([run for run in runs if run.hardware == hardware], hardware, chosen)
         cells = " ".join(_cell(result, kind) for kind, _ in KINDS)
-        print(f"{hardware:<11} {len(result.cases):>4} {cells} {time.perf_counter() - start:5.0f} s")
+        print(f"{hardware:<11} {len(result.cases):>4} {cells} {time.perf_counter() - start:5.0f} s  {chosen}")
         for line in result.skipped:
             print(f"    {line}")
         if per_run:
@@ -52,8 +59,8 @@ def print_cross_validation(runs: Sequence[Run], fit: str = ",".join(DEFAULT_FIT)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", default=",".join(DEFAULT_FIT),
-                        help=f"parameters to calibrate (default {','.join(DEFAULT_FIT)})")
+    parser.add_argument("--fit", default=None,
+                        help="parameters to calibrate (default: each preset's, see the docstring)")
     parser.add_argument("--per-run", action="store_true", help="also print each run's errors")
     args = parser.parse_args(argv)
     print_cross_validation(load_runs(DATA_FILE), args.fit, args.per_run)

@@ -4,6 +4,7 @@ examples, invariants, and the option from the API and the CLI to the iteration t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from archplace import api
 from archplace.cli import main
 from archplace.errors import ConfigError
+from archplace.hardware.presets import load_accelerator
 from archplace.placement.tp_overlap import UB_PIPELINE_SPLITS, overlapped_tp
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 
@@ -113,3 +115,19 @@ def test_the_cli_flag_reaches_the_plan(tmp_path, capsys: pytest.CaptureFixture[s
         assert out["tp_comm_overlap"] is (flag == "--tp-comm-overlap")
         times[flag] = out["breakdown_s"]["tp_comm"]
     assert times["--tp-comm-overlap"] < times["--no-tp-comm-overlap"]
+
+
+def test_a_hardware_file_may_turn_it_on(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "src/archplace/hardware/presets/h100-80gb.yaml").read_text()
+    path = tmp_path / "mine.yaml"
+    path.write_text(text + "  tp_comm_overlap: {value: true, source: \"ub_tp_comm_overlap true\"}\n")
+    eff = load_accelerator(str(path)).efficiency
+    assert eff is not None and eff.tp_comm_overlap is True
+    assert type(eff).from_dict(eff.to_dict()) == eff and eff.to_dict()["tp_comm_overlap"] is True
+    off = load_accelerator("h100-80gb").efficiency
+    assert off is not None and not off.tp_comm_overlap and "tp_comm_overlap" not in off.to_dict()
+    on = api.evaluate(**{**TP_RUN, "hardware": str(path)})
+    assert on.iteration_time_s == api.evaluate(**TP_RUN, tp_comm_overlap=True).iteration_time_s
+    path.write_text(text + '  tp_comm_overlap: {value: "yes", source: "x"}\n')
+    with pytest.raises(ConfigError, match="tp_comm_overlap must be true or false"):
+        load_accelerator(str(path))
