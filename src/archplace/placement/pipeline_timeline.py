@@ -2,8 +2,8 @@
 each micro-batch, and where it idles (the bubbles).
 
 The cost model (:mod:`archplace.placement.pipeline`) prices a pipeline analytically, every
-stage at the pace of the slowest; this module plays the schedule out op by op, for the report's
-Gantt chart.  Segment c (of s = pp * v; v chunks per device when interleaved) runs on device
+device at the pace of the slowest (a device's pace the mean of its chunks); this module plays the
+schedule out op by op, for the report's Gantt chart and to check that pace.  Segment c (of s = pp * v; v chunks per device when interleaved) runs on device
 c % pp.  A forward pass of (c, micro-batch) starts once the forward of (c - 1, micro-batch)
 has ended, a backward pass once the backward of (c + 1, micro-batch) and its own forward have;
 each device runs its passes in the order its schedule gives:
