@@ -143,7 +143,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          cps: Iterable[int] | None = None, eps: Iterable[int] | None = None,
          rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
          expert_load_imbalance: float = 1.0, etps: Iterable[int] | None = None,
-         attention_kernel: str | None = None, tp_comm_overlap: bool | None = None) -> list[PlanResult]:
+         attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
+         pp_comm_overlap: bool | None = None) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -173,7 +174,9 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     a100-80gb and h100-80gb).
     ``tp_comm_overlap``: the framework hides the TP collectives behind the GEMMs next to them
     (Transformer Engine's userbuffers overlap, :mod:`archplace.placement.tp_overlap`); None:
-    the chip's own (off on the shipped presets).
+    the chip's own (off on the shipped presets). ``pp_comm_overlap``: an interleaved plan's
+    pipeline sends overlap the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``);
+    None: the chip's own (off).
 
     Raises:
         ConfigError: unknown model / preset / option, an attention kernel with no table for the
@@ -195,7 +198,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                   capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance),
-        HardwareSpec(hardware, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap),
+        HardwareSpec(hardware, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
+                     pp_comm_overlap=pp_comm_overlap),
         ClusterSpec(devices, global_batch), space))
 
 
@@ -218,14 +222,16 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              kernels: Kernels | str = Kernels.FUSED, precision: str = "bf16", cp: int = 1,
              ep: int = 1, rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
              expert_load_imbalance: float = 1.0, etp: int = 1,
-             attention_kernel: str | None = None, tp_comm_overlap: bool | None = None) -> PlanResult:
+             attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
+             pp_comm_overlap: bool | None = None) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, and
-    ``attention_kernel`` and ``tp_comm_overlap``, as in :func:`plan`; ``hardware`` a preset, a
-    hardware YAML or a :class:`~archplace.hardware.resolved.ResolvedHardware`).
+    ``attention_kernel``, ``tp_comm_overlap`` and ``pp_comm_overlap``, as in :func:`plan`;
+    ``hardware`` a preset, a hardware YAML or a
+    :class:`~archplace.hardware.resolved.ResolvedHardware`).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -249,11 +255,13 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                  rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    chip = (HardwareSpec(hardware, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap)
+    chip = (HardwareSpec(hardware, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
+                         pp_comm_overlap=pp_comm_overlap)
             if not isinstance(hardware, ResolvedHardware) else dataclasses.replace(
                 hardware,
                 attention_kernel=hardware.attention_kernel if attention_kernel is None else attention_kernel,
-                tp_comm_overlap=hardware.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap))
+                tp_comm_overlap=hardware.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap,
+                pp_comm_overlap=hardware.pp_comm_overlap if pp_comm_overlap is None else pp_comm_overlap))
     return evaluate_run(EvaluateRun(spec, chip, cluster, fixed))
 
 

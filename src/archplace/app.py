@@ -86,12 +86,14 @@ def accelerator(hardware: HardwareSpec) -> Accelerator:
     """
     acc = (hardware.accelerator if isinstance(hardware, ResolvedHardware)
            else load_accelerator(hardware.hardware))
-    if hardware.tp_comm_overlap is not None:
+    for name in ("tp_comm_overlap", "pp_comm_overlap"):
+        chosen = getattr(hardware, name)
+        if chosen is None:
+            continue
         if acc.efficiency is None:
-            raise ConfigError(f"tp_comm_overlap: {acc.name} has no efficiency section, so its "
-                              "communication overlap is not modelled; TP overlap applies to known chips",
-                              fields=("tp_comm_overlap",))
-        acc = replace(acc, efficiency=replace(acc.efficiency, tp_comm_overlap=hardware.tp_comm_overlap))
+            raise ConfigError(f"{name}: {acc.name} has no efficiency section, so its communication "
+                              "overlap is not modelled; it applies to known chips", fields=(name,))
+        acc = replace(acc, efficiency=replace(acc.efficiency, **{name: chosen}))
     family = hardware.attention_kernel
     if family is None:
         return acc
@@ -178,7 +180,8 @@ def training_setup(hardware: HardwareSpec, *, devices: int, global_batch: int, s
                           grad_reduce_dtype=member(GradReduceDtype, grad_reduce_dtype, "grad_reduce_dtype"),
                           rank_order=member(RankOrder, rank_order, "rank_order"),
                           interference=Interference.of(acc),
-                          hbm_fraction=acc.efficiency.hbm if acc.efficiency is not None else 1.0)
+                          hbm_fraction=acc.efficiency.hbm if acc.efficiency is not None else 1.0,
+                          pp_comm_overlap=acc.efficiency is not None and acc.efficiency.pp_comm_overlap)
     return acc, setup
 
 

@@ -29,6 +29,10 @@ TpCommOverlapOption = Annotated[bool | None, typer.Option(
     "--tp-comm-overlap/--no-tp-comm-overlap",
     help="The framework hides the TP collectives behind the GEMMs next to them (Transformer "
          "Engine's userbuffers overlap, NeMo's tp_comm_overlap) [the chip's own: off].")]
+PpCommOverlapOption = Annotated[bool | None, typer.Option(
+    "--pp-comm-overlap/--no-pp-comm-overlap",
+    help="An interleaved plan's pipeline sends overlap the next chunk's computation "
+         "(Megatron-Core's overlap_p2p_comm) [the chip's own: off].")]
 KernelsOption = Annotated[str, typer.Option(
     "--kernels", metavar="fused|unfused",
     help="Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, "

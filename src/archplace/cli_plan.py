@@ -22,6 +22,7 @@ from archplace.cli_options import (
     GradDtypeOption,
     KernelsOption,
     LoadImbalanceOption,
+    PpCommOverlapOption,
     PrecisionOption,
     PrecisionsOption,
     RankOrderOption,
@@ -97,6 +98,7 @@ def register(app: typer.Typer) -> None:
         attention: AttentionOption = "flash",
         attention_kernel: AttentionKernelOption = None,
         tp_comm_overlap: TpCommOverlapOption = None,
+        pp_comm_overlap: PpCommOverlapOption = None,
         kernels: KernelsOption = "fused",
         capacity_factor: CapacityFactorOption = 1.0,
         expert_load_imbalance: LoadImbalanceOption = 1.0,
@@ -116,8 +118,8 @@ def register(app: typer.Typer) -> None:
             check_output(report, "--report")  # before the work; written by write_plan_report
         if layer_graph is not None:
             given = [f"--{name.replace('_', '-')}" for name in (
-                "fuse", "attention", "attention_kernel", "tp_comm_overlap", "kernels", "precision", "cp",
-                "ep", "etp",
+                "fuse", "attention", "attention_kernel", "tp_comm_overlap", "pp_comm_overlap", "kernels",
+                "precision", "cp", "ep", "etp",
                 "capacity_factor",
                 "expert_load_imbalance")
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
@@ -147,7 +149,7 @@ def register(app: typer.Typer) -> None:
             run = cli_runs.plan_run(ctx, config, dict(
                 model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse,
                 attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
-                capacity_factor=capacity_factor,
+                pp_comm_overlap=pp_comm_overlap, capacity_factor=capacity_factor,
                 expert_load_imbalance=expert_load_imbalance,
                 rank_order=rank_order, hardware=hardware, devices=devices, global_batch=global_batch,
                 tp=tp, cp=cp, ep=ep, etp=etp,
@@ -203,6 +205,7 @@ def register(app: typer.Typer) -> None:
         attention: AttentionOption = "flash",
         attention_kernel: AttentionKernelOption = None,
         tp_comm_overlap: TpCommOverlapOption = None,
+        pp_comm_overlap: PpCommOverlapOption = None,
         kernels: KernelsOption = "fused",
         capacity_factor: CapacityFactorOption = 1.0,
         expert_load_imbalance: LoadImbalanceOption = 1.0,
@@ -216,6 +219,7 @@ def register(app: typer.Typer) -> None:
         run = cli_runs.evaluate_run(ctx, plan_file, dict(
             model=model, seq_len=seq_len, attention=attention, kernels=kernels, fuse=fuse, hardware=hardware,
             attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
+            pp_comm_overlap=pp_comm_overlap,
             capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
             rank_order=rank_order,
             devices=devices, global_batch=global_batch, tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp,

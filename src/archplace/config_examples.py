@@ -33,6 +33,8 @@ attention_kernel: null    # measured attention kernel table: flash2 | flash3 | c
                           # null: the chip's own (flash2 on a100-80gb and h100-80gb)
 tp_comm_overlap: null     # the framework hides the TP collectives behind the GEMMs next to them
                           # (Transformer Engine's userbuffers); null: the chip's own (off)
+pp_comm_overlap: null     # interleaved plans' pipeline sends overlap the next chunk's computation
+                          # (Megatron-Core's overlap_p2p_comm); null: the chip's own (off)
 
 # --- the cluster and one training iteration
 devices: 64               # accelerators

@@ -216,6 +216,22 @@ LAYERS4 = (
 )
 
 
+def test_interleaved_sends_overlapped_with_the_computation():
+    """``pp_comm_overlap``: each chunk's sends (at most 1.04e-4 s) hide under its compute, so
+    pp_comm is 0 and device 1 (chunks b and d) paces the pipeline at (6 + 2) / 2 = 4 s."""
+    plan = Plan(tp=1, pp=2, dp=2, micro_batch=1, recompute=Recompute.NONE,
+                stages=((0, 0), (1, 1), (2, 2), (3, 3)), schedule=PipelineSchedule.INTERLEAVED,
+                chunks=2)
+    r = evaluate_plan(LAYERS4, dataclasses.replace(SETUP, pp_comm_overlap=True), plan)
+    assert r.breakdown_s["pp_comm"] == 0.0 and all(t.p2p_s == 0.0 for t in r.stage_times)
+    assert r.breakdown_s["bubble"] == pytest.approx(4.0, rel=REL)
+    assert r.iteration_time_s == pytest.approx(9 * 4.0 + 2.24e-5 + 1.8e-7, rel=REL)
+    check_breakdown_sums(r)
+    one_f_one_b = Plan(tp=1, pp=2, dp=2, micro_batch=1, recompute=Recompute.NONE, stages=((0, 1), (2, 3)))
+    blocking = evaluate_plan(LAYERS4, SETUP, one_f_one_b)  # 1F1B keeps its sends blocking
+    assert evaluate_plan(LAYERS4, dataclasses.replace(SETUP, pp_comm_overlap=True), one_f_one_b) == blocking
+
+
 def test_gpipe_holds_every_micro_batch():
     plan = Plan(tp=1, pp=2, dp=1, micro_batch=2, recompute=Recompute.NONE, stages=((0, 1), (2, 2)),
                 schedule=PipelineSchedule.GPIPE)

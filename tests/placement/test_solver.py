@@ -368,3 +368,27 @@ def test_rounding_tie_takes_the_smaller_split():
     assert result.plan.stages == tuple((i, i) for i in range(6))
     assert check_optimal(layers, setup, {**options, "schedule": PipelineSchedule.ONE_F_ONE_B,
                                          "chunks": 1}) is not None
+
+
+@pytest.mark.parametrize("hbm", [1e9, pytest.param(4e7, marks=pytest.mark.slow)])
+def test_plan_search_with_overlapped_pipeline_sends_equals_brute_force(hbm):
+    """With ``pp_comm_overlap`` an interleaved segment takes max(compute, sends): the search's
+    tables, bounds and pace agree with ``evaluate_plan`` over every split the brute force
+    tries; slow links (1e7 B/s between nodes) make the sends matter."""
+    costs = {(t, 1, sp): gpt_like_chain(10, t, 1, sp) for t in (1, 2) for sp in (False, True)
+             if t > 1 or not sp}
+    cluster = Cluster(devices=16, devices_per_node=4, intra_node_bandwidth_bytes_per_s=1e9,
+                      inter_node_bandwidth_bytes_per_s=1e7, intra_node_latency_s=1e-6,
+                      inter_node_latency_s=1e-5)
+    schedules = [PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED]
+    best = {}
+    for overlap in (False, True):
+        setup = TrainingSetup(cluster=cluster, global_batch=32, seq_len=128, hbm_bytes=hbm,
+                              hbm_bandwidth_bytes_per_s=1e11, peak_flop_per_s=1e12, pp_comm_overlap=overlap)
+        brute = brute_force(costs, setup, recomputes=[Recompute.NONE], schedules=schedules,
+                            chunks=(2,), zeros=(0, 1), overlaps=(False, True))
+        results = plan_search(costs, setup, recomputes=[Recompute.NONE], schedules=schedules,
+                              chunks=(2,), zero_stages=(0, 1), top_k=5)
+        check_ranking(results, brute, 5)
+        best[overlap] = results[0].iteration_time_s
+    assert best[True] <= best[False]

@@ -131,3 +131,28 @@ def test_a_hardware_file_may_turn_it_on(tmp_path: Path) -> None:
     path.write_text(text + '  tp_comm_overlap: {value: "yes", source: "x"}\n')
     with pytest.raises(ConfigError, match="tp_comm_overlap must be true or false"):
         load_accelerator(str(path))
+
+
+def test_the_pp_overlap_flag_reaches_an_interleaved_plan(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pp-comm-overlap`` on an interleaved plan: its pipeline sends hide under the chunks'
+    compute (pp_comm falls, the iteration does not grow); refused on a chip without an
+    efficiency section."""
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps({"model_type": "gpt2", "n_layer": 8, "n_embd": 256, "n_head": 4,
+                                 "n_positions": 256, "vocab_size": 2048}))
+    argv = ["evaluate", "--model", str(model), "--hardware", "h100-80gb", "--devices", "16",
+            "--global-batch", "32", "--tp", "1", "--pp", "2", "--dp", "8", "--micro-batch", "1",
+            "--schedule", "interleaved", "--chunks", "2", "--json"]
+    out = {}
+    for flag in ("--no-pp-comm-overlap", "--pp-comm-overlap"):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, flag])
+        assert exc.value.code in (0, None)
+        out[flag] = json.loads(capsys.readouterr().out)
+        assert out[flag]["pp_comm_overlap"] is (flag == "--pp-comm-overlap")
+    on, off = out["--pp-comm-overlap"], out["--no-pp-comm-overlap"]
+    assert on["breakdown_s"]["pp_comm"] < off["breakdown_s"]["pp_comm"]
+    assert on["iteration_time_s"] <= off["iteration_time_s"]
+    with pytest.raises(ConfigError, match=r"^pp_comm_overlap: tpuv4 has no efficiency section"):
+        api.evaluate(**{**TP_RUN, "hardware": "tpuv4"}, pp_comm_overlap=True)

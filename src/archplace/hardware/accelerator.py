@@ -109,6 +109,10 @@ class KernelEfficiency:
             next to them (Transformer Engine's userbuffers overlap, NeMo's and
             Megatron-Bridge's ``tp_comm_overlap``; :mod:`archplace.placement.tp_overlap`);
             False (the default): they are exposed whole.
+        pp_comm_overlap: the framework overlaps the interleaved schedule's pipeline sends and
+            receives with the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``,
+            on in NeMo's and Megatron-Bridge's interleaved configurations;
+            :mod:`archplace.placement.pipeline`); False (the default): they block.
         sustained_clock_hz: the SM clock the chip holds under minutes of tensor-core load at its
             board power limit, Hz (0, the default: not declared, no scaling); compute-bound
             kernels measured at another clock are scaled to it (:mod:`archplace.cost.clock`).
@@ -131,6 +135,7 @@ class KernelEfficiency:
     kernel_floor_s: float = 0.0
     sustained_clock_hz: float = 0.0
     tp_comm_overlap: bool = False
+    pp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         owner = "efficiency"
@@ -139,8 +144,9 @@ class KernelEfficiency:
                                    or not all(kernel.split("/"))):
             raise ConfigError(f"{owner}: attention_kernel must be FAMILY/PRESET such as flash2/a100-80gb, "
                               f"got {kernel!r}")
-        if not isinstance(self.tp_comm_overlap, bool):
-            raise ConfigError(f"{owner}: tp_comm_overlap must be true or false, got {self.tp_comm_overlap!r}")
+        for flag in ("tp_comm_overlap", "pp_comm_overlap"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{owner}: {flag} must be true or false, got {getattr(self, flag)!r}")
         tables = self.kernel_tables
         if isinstance(tables, str) or not all(isinstance(t, str) and t for t in tables):
             raise ConfigError(f"{owner}: kernel_tables must be a list of table names or paths, "
@@ -201,8 +207,9 @@ class KernelEfficiency:
         d["gemm_tiles"] = [list(t) for t in self.gemm_tiles]
         if self.attention_kernel is None:  # optional: absent, as before it existed
             del d["attention_kernel"]
-        if not self.tp_comm_overlap:  # optional: absent when off, as before it existed
-            del d["tp_comm_overlap"]
+        for flag in ("tp_comm_overlap", "pp_comm_overlap"):  # optional: absent when off
+            if not d[flag]:
+                del d[flag]
         d["kernel_tables"] = list(self.kernel_tables)
         return d
 

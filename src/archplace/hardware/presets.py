@@ -104,7 +104,8 @@ _EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
 _EFFICIENCY_OPTIONAL = ("attention_kernel", "collective_sms", "overlap_memory_bound_share",
                         "kernel_tables", "kernel_floor",  # archplace.cost.kernel_tables
                         "sustained_clock",  # archplace.cost.clock
-                        "tp_comm_overlap")  # archplace.placement.tp_overlap
+                        "tp_comm_overlap",  # archplace.placement.tp_overlap
+                        "pp_comm_overlap")  # archplace.placement.pipeline
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -301,8 +302,9 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
     if "overlap_memory_bound_share" in section:
         overlap["overlap_memory_bound_share"] = _cited(section["overlap_memory_bound_share"],
                                                        f"{where}.overlap_memory_bound_share")
-    if "tp_comm_overlap" in section:
-        overlap["tp_comm_overlap"] = _cited(section["tp_comm_overlap"], f"{where}.tp_comm_overlap")
+    for flag in ("tp_comm_overlap", "pp_comm_overlap"):
+        if flag in section:
+            overlap[flag] = _cited(section[flag], f"{where}.{flag}")
     tables: tuple[str, ...] = ()
     floor_s = 0.0
     if "kernel_tables" in section:  # shipped table stems or CSV paths (relative to the working folder)

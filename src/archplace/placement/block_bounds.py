@@ -93,7 +93,9 @@ class BlockBounds:
         * pipeline sends: the s = p v segments' times sum to at least their layers' times and
           the s - 1 boundaries, each paid by both sides twice (activation and gradient,
           :mod:`archplace.placement.pipeline`) at no less than the smallest boundary tensor over
-          the cluster's fastest link, so T >= (sum of layer times + 4 (s - 1) b_min / beta) / s;
+          the cluster's fastest link, so T >= (sum of layer times + 4 (s - 1) b_min / beta) / s
+          (the sends left out when an interleaved plan overlaps them, ``pp_comm_overlap``: then
+          a segment takes at least its compute);
         * ZeRO 2 and 3: a layer's segment time holds at least its reduce-scatter (stage 2) or its
           two all-gathers and its reduce-scatter (stage 3, max(F, AG) + max(B, AG + RS):
           :func:`~archplace.placement.zero.layer_zero_comm_s`), over the DP x CP group at its
@@ -104,7 +106,9 @@ class BlockBounds:
         v = variant.chunks
         s = p * v
         fastest = self.setup.cluster.fastest_bandwidth_bytes_per_s()
-        sends = np.where(s > 1, P2P_TRANSFERS_PER_BOUNDARY * (s - 1) * state.boundary_min / fastest, 0.0)
+        hidden = v > 1 and self.setup.pp_comm_overlap
+        sends = np.where((s > 1) & (not hidden),
+                         P2P_TRANSFERS_PER_BOUNDARY * (s - 1) * state.boundary_min / fastest, 0.0)
         floor: FloatArray = np.asarray((state.layer_base_sum + sends) / s, dtype=np.float64)
         zs = variant.zero_stage
         if zs < 2 or state.dense_sum <= 0:

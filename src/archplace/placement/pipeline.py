@@ -33,22 +33,28 @@ segments c of device j) / v, and T = max_j T_j)::
     + max over devices of (exposed DP traffic + compute slowed by the hidden DP traffic
       + optimizer step)
 
-with m micro-batches per pipeline (:func:`~archplace.placement.timing.micro_batch_count`).
-Interleaved, a device runs its v chunks one after another for every micro-batch, so its own
-work is m times the sum of its chunks' times whatever their split: a chunk slower than the
-others (the one with the LM head, or the embedding) delays its device by its own excess once
-per micro-batch, not every chunk slot.  Played out op by op in Megatron-LM's interleaved order
+with m micro-batches per pipeline (:func:`~archplace.placement.timing.micro_batch_count`). With
+``TrainingSetup.pp_comm_overlap`` (Megatron-Core's ``overlap_p2p_comm``, valid with the
+interleaved schedule only: ``megatron/core/pipeline_parallel/schedules.py`` posts the next
+chunk's sends and receives asynchronously and waits for them just before they are needed) an
+interleaved segment's sends overlap its computation: T_c = max(compute_c + recompute_c, p2p_c)
+(+ its exposed ZeRO-2/3 collectives), p2p_c = what sticks out; GPipe and 1F1B keep them
+blocking. The SMs NCCL's send/receive kernels take are not charged. Interleaved, a device runs
+its v chunks one after another for every micro-batch, so its own work is m times the sum of its
+chunks' times whatever their split: a chunk slower than the others (the one with the LM head, or
+the embedding) delays its device by its own excess once per micro-batch, not every chunk slot.
+Played out op by op in Megatron-LM's interleaved order
 (:func:`archplace.placement.pipeline_timeline.simulate_pipeline`), this pace agrees with the
 schedule's makespan to within 0.5 % on the published runs with one block per chunk (Nemotron-22B
 p 4 v 10: 3.748 s against 3.733 s; charging every chunk slot at the slowest chunk, as before,
-gave 13.5 s) and exactly for equal chunks.  For device j with parameters P_j and last-micro-batch
+gave 13.5 s) and exactly for equal chunks. For device j with parameters P_j and last-micro-batch
 backward time B_j (the sums over its segments of sum(bwd_s) + recompute of their layers): the
 once-per-iteration DP traffic of its ZeRO stage (:mod:`archplace.placement.zero`: the gradient
 all-reduce for stage 0, reduce-scatter + parameter all-gather for stage 1, the all-gather for
 stage 2, none for stage 3), exposed whole, or with ``dp_overlap`` the gradient reduction
 bucketed over B_j; and the memory-bound optimizer step of P_j (P_j / dp with ZeRO stages >= 1);
-without overlap the device with the most parameters decides. ZeRO-2 and 3 add, per
-micro-batch, each layer's exposed collectives to its segment's time T_c (``StageTime.dp_comm_s``).
+without overlap the device with the most parameters decides. ZeRO-2 and 3 add, per micro-batch,
+each layer's exposed collectives to its segment's time T_c (``StageTime.dp_comm_s``).
 
 Hidden DP traffic is not free (:mod:`archplace.placement.interference`): the bucketed gradient
 reduction and the ZeRO-2/3 per-layer collectives slow the compute they overlap, by max(0, L -
@@ -154,11 +160,14 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
 
 def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
                 grad_bytes: int, rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP,
-                interference: Interference = NO_INTERFERENCE) -> tuple[StageTime, ...]:
+                interference: Interference = NO_INTERFERENCE,
+                pp_overlap: bool = False) -> tuple[StageTime, ...]:
     """Per-micro-batch time of every segment of a (valid) plan; see the module docstring
     (``grad_bytes``: bytes per gradient element of the ZeRO-2/3 reduce-scatters; ``rank_order``:
     the layout of the groups, :mod:`archplace.placement.layout`; ``interference``: the compute
-    the hidden ZeRO-2/3 collectives slow, :mod:`archplace.placement.interference`)."""
+    the hidden ZeRO-2/3 collectives slow, :mod:`archplace.placement.interference`;
+    ``pp_overlap``: an interleaved plan's pipeline sends overlap the computation, only what
+    sticks out of the segment's compute counts, ``TrainingSetup.pp_comm_overlap``)."""
     times = []
     n_segments = len(plan.stages)
     layout = RankLayout.of(plan, rank_order)
@@ -193,6 +202,8 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
                                        stride=stride)
                    if c < n_segments - 1 else 0.0)
         p2p = p2p_in + p2p_out
+        if pp_overlap and plan.chunks > 1:  # only what sticks out of the compute (module docstring)
+            p2p = max(fwd + bwd + recompute, p2p) - (fwd + bwd + recompute)
         if per_layer_zero:
             zero = layer_zero_comm_s(
                 cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=layout.dense_dp,
@@ -383,7 +394,8 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     check_fits(layers, setup, plan, memory)
 
     times = stage_times(layers, plan, setup.cluster, grad_bytes=setup.grad_bytes,
-                        rank_order=setup.rank_order, interference=setup.interference)
+                        rank_order=setup.rank_order, interference=setup.interference,
+                        pp_overlap=setup.pp_comm_overlap)
     paces = device_paces(times, plan.pp)
     totals = [pace for pace, _ in paces]
     neck = paces[totals.index(max(totals))][1]

@@ -2,11 +2,12 @@
 each micro-batch, and where it idles (the bubbles).
 
 The cost model (:mod:`archplace.placement.pipeline`) prices a pipeline analytically, every
-device at the pace of the slowest (a device's pace the mean of its chunks); this module plays the
-schedule out op by op, for the report's Gantt chart and to check that pace.  Segment c (of s = pp * v; v chunks per device when interleaved) runs on device
-c % pp.  A forward pass of (c, micro-batch) starts once the forward of (c - 1, micro-batch)
-has ended, a backward pass once the backward of (c + 1, micro-batch) and its own forward have;
-each device runs its passes in the order its schedule gives:
+device at the pace of the slowest (a device's pace the mean of its chunks); this module plays
+the schedule out op by op, for the report's Gantt chart and to check that pace. Segment c (of s
+= pp * v; v chunks per device when interleaved) runs on device c % pp. A forward pass of (c,
+micro-batch) starts once the forward of (c - 1, micro-batch) has ended, a backward pass once the
+backward of (c + 1, micro-batch) and its own forward have; each device runs its passes in the
+order its schedule gives:
 
 * GPipe: every forward pass, then every backward pass, micro-batches in order;
 * 1F1B (PipeDream-flush; Narayanan et al. 2021, section 2.2.1): device d runs

@@ -352,6 +352,9 @@ class TrainingSetup:
             :meth:`Interference.of` gives a known chip's).
         hbm_fraction: fraction of ``hbm_bandwidth_bytes_per_s`` the optimizer step's streaming
             kernel reaches, in (0, 1] (a known chip's ``efficiency.hbm``; default 1).
+        pp_comm_overlap: the interleaved schedule's pipeline sends overlap the next chunk's
+            computation (Megatron-Core's ``overlap_p2p_comm``; :mod:`archplace.placement.pipeline`);
+            default False: they block. GPipe and 1F1B always block.
 
     Raises:
         ConfigError: a non-positive field, an unknown optimizer or rank order, an
@@ -370,6 +373,7 @@ class TrainingSetup:
     rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
     interference: Interference = NO_INTERFERENCE
     hbm_fraction: float = 1.0
+    pp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len", "hbm_bytes", "hbm_bandwidth_bytes_per_s",

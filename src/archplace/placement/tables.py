@@ -182,7 +182,7 @@ class SegmentTables:
         self.extra: FloatArray = (seg_max(column([layer.activation_bytes for layer in layers]))
                                   if recompute is Recompute.FULL else np.zeros((n, n)))
         self.working: FloatArray = seg_max(column([layer.working_bytes for layer in layers]))
-        self._mid: dict[tuple[tuple[float, float] | None, tuple[float, float] | None],
+        self._mid: dict[tuple[tuple[float, float] | None, tuple[float, float] | None, bool],
                         FloatArray] = {}
         self._state: dict[tuple[int, Shards], FloatArray] = {}
         self._kmax: dict[tuple[int, Shards], IntArray] = {}
@@ -213,12 +213,13 @@ class SegmentTables:
     # ---------------------------------------------------------------- time
 
     def segment_time(self, link_in: tuple[float, float] | None,
-                     link_out: tuple[float, float] | None) -> FloatArray:
+                     link_out: tuple[float, float] | None, overlap: bool = False) -> FloatArray:
         """Time per micro-batch of every segment [i, e]: base + (p2p_in + p2p_out), where
         p2p_in = 2 (alpha + boundary[i - 1] / beta) on ``link_in`` (0 for the first segment,
         link_in None) and p2p_out = 2 (alpha + boundary[e] / beta) on ``link_out`` (0 for the
-        last segment, link_out None), as ``pipeline.stage_times`` adds them."""
-        key = (link_in, link_out)
+        last segment, link_out None), as ``pipeline.stage_times`` adds them; with ``overlap``
+        (an interleaved plan's sends overlapping its computation) max(base, p2p_in + p2p_out)."""
+        key = (link_in, link_out, overlap)
         if link_in is None and link_out is None:
             return self.base
         table = self._mid.get(key)
@@ -232,7 +233,9 @@ class SegmentTables:
             if link_out is not None:
                 alpha, beta = link_out
                 p2p_out = 2.0 * (alpha + self.boundary / beta)
-            table = self.base + (p2p_in[:, None] + p2p_out[None, :])
+            p2p = p2p_in[:, None] + p2p_out[None, :]
+            # as stage_times: base + (max(base, p2p) - base) with overlap
+            table = self.base + (np.maximum(self.base, p2p) - self.base if overlap else p2p)
             self._mid[key] = table
         return table
 
@@ -284,7 +287,8 @@ class SegmentTables:
         link is the one after position c - 1, its output boundary's the one after c; plus,
         with ZeRO stage 2 or 3, the exposed per-layer collectives (:meth:`zero_time`)."""
         links = self.position_links(pp, chunks, dp)
-        times = [self.segment_time(links[c - 1] if c > 0 else None, links[c])
+        overlap = chunks > 1 and self.setup.pp_comm_overlap
+        times = [self.segment_time(links[c - 1] if c > 0 else None, links[c], overlap)
                  for c in range(len(links))]
         if zero_stage < 2 or self.shards(zero_stage, dp) == NO_SHARDS:
             return times

@@ -201,7 +201,9 @@ def evaluate_designs(
                                   acc.hbm_bandwidth_bytes_per_s, peak,
                                   grad_reduce_dtype=space.grad_reduce_dtype,
                                   interference=Interference.of(acc),
-                                  hbm_fraction=acc.efficiency.hbm if acc.efficiency is not None else 1.0)
+                                  hbm_fraction=acc.efficiency.hbm if acc.efficiency is not None else 1.0,
+                                  pp_comm_overlap=(acc.efficiency is not None
+                                                   and acc.efficiency.pp_comm_overlap))
             try:
                 (best,) = plan_search(shared[key], setup, recomputes=space.recomputes,
                                       schedules=space.schedules, chunks=space.chunks,

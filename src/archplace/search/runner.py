@@ -28,7 +28,7 @@ from archplace.executor import shared
 from archplace.hardware.accelerator import Accelerator
 from archplace.hardware.cluster import Cluster
 from archplace.placement.costs import CostKey, costs_by_key, list_makespan_s
-from archplace.placement.pipeline import stage_times
+from archplace.placement.pipeline import device_paces, stage_times
 from archplace.placement.workflow import PlanGrid
 from archplace.schedule.base import SolveOptions
 from archplace.schedule.problem import ScheduleProblem
@@ -162,8 +162,9 @@ def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cl
             costs = (costs_by_key(by_key, acc, cost) if plan.precision is Precision.BF16
                      else costs_by_key(by_key, acc, cost, fp8_cost=fp8_cost))
             layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)]
-            paces.append(max(t.total_s for t in stage_times(layers, plan, cluster,
-                                                           grad_bytes=grad_bytes)))
+            paces.append(max(pace for pace, _ in device_paces(stage_times(layers, plan, cluster,
+                                                                          grad_bytes=grad_bytes),
+                                                              plan.pp)))
         out.append(geomean(paces))
     return out
 

@@ -81,9 +81,13 @@ class HardwareSpec(FlatSpec):
             the GEMMs next to them (Transformer Engine's userbuffers overlap,
             :mod:`archplace.placement.tp_overlap`); None: the chip's own (off unless its file
             says otherwise).
+        pp_comm_overlap: whether the framework overlaps the interleaved schedule's pipeline
+            sends with the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``);
+            None: the chip's own (off unless its file says otherwise).
 
     Raises:
-        ConfigError: an empty name, a ``tp_comm_overlap`` that is not true or false.
+        ConfigError: an empty name, a ``tp_comm_overlap`` or ``pp_comm_overlap`` that is not
+            true or false.
     """
 
     OWNER: ClassVar[str] = "hardware spec"
@@ -91,11 +95,13 @@ class HardwareSpec(FlatSpec):
     cluster: str | None = None
     attention_kernel: str | None = None
     tp_comm_overlap: bool | None = None
+    pp_comm_overlap: bool | None = None
 
     def __post_init__(self) -> None:
         text(self.hardware, "hardware", "a hardware preset name or the path of a hardware YAML file")
-        if self.tp_comm_overlap is not None:
-            flag(self.tp_comm_overlap, "tp_comm_overlap")
+        for name in ("tp_comm_overlap", "pp_comm_overlap"):
+            if getattr(self, name) is not None:
+                flag(getattr(self, name), name)
         if self.attention_kernel is not None:
             text(self.attention_kernel, "attention_kernel", "an attention kernel family such as flash2")
         if self.cluster is not None:

@@ -149,6 +149,7 @@ class Plan:
     stages: str | None = None
     attention_kernel: str | None = None
     tp_comm_overlap: bool = False
+    pp_comm_overlap: bool = False
 
     @property
     def dp(self) -> int:
@@ -330,8 +331,9 @@ def _check_run(run: Run) -> None:
         raise ValueError(f"{run.case}: ep etp must divide tp cp dp")
     if not (math.isfinite(pub.value) and pub.value > 0):
         raise ValueError(f"{run.case}: published.value must be > 0")
-    if not isinstance(plan.tp_comm_overlap, bool):
-        raise ValueError(f"{run.case}: plan.tp_comm_overlap must be true or false")
+    for flag in ("tp_comm_overlap", "pp_comm_overlap"):
+        if not isinstance(getattr(plan, flag), bool):
+            raise ValueError(f"{run.case}: plan.{flag} must be true or false")
     if run.excluded_reason is not None and not str(run.excluded_reason).strip():
         raise ValueError(f"{run.case}: excluded_reason must say why")
 
@@ -370,8 +372,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
     """Keyword arguments of :func:`archplace.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
     ``grad_reduce_dtype``, ``rank_order``, ``stages``, ``attention_kernel`` (with fused
-    attention only) and ``tp_comm_overlap`` are passed only where the run states them (else the
-    API's defaults);
+    attention only), ``tp_comm_overlap`` and ``pp_comm_overlap`` are passed only where the run
+    states them (else the API's defaults);
     ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
@@ -397,6 +399,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         kwargs["attention_kernel"] = plan.attention_kernel
     if plan.tp_comm_overlap:
         kwargs["tp_comm_overlap"] = True
+    if plan.pp_comm_overlap:
+        kwargs["pp_comm_overlap"] = True
     return kwargs
 
 
