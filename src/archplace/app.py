@@ -75,12 +75,12 @@ def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.Model
 
 
 def accelerator(hardware: HardwareSpec) -> Accelerator:
-    """The chip of ``hardware``, with its efficiency's attention kernel and TP overlap replaced
-    by ``hardware.attention_kernel`` and ``hardware.tp_comm_overlap`` when given (the one place
-    the choices are applied).
+    """The chip of ``hardware``, with its efficiency's attention kernel, TP overlap and
+    pipeline-send overlap replaced by ``hardware.attention_kernel``, ``tp_comm_overlap`` and
+    ``pp_comm_overlap`` when given (the one place the choices are applied).
 
     Raises:
-        ConfigError: an unknown preset or a bad hardware file; an attention kernel or a TP
+        ConfigError: an unknown preset or a bad hardware file; an attention kernel or an
             overlap for a chip without an efficiency section, or a family with no table for the
             chip (the families that exist for it named).
     """

@@ -106,9 +106,9 @@ class BlockBounds:
         v = variant.chunks
         s = p * v
         fastest = self.setup.cluster.fastest_bandwidth_bytes_per_s()
-        hidden = v > 1 and self.setup.pp_comm_overlap
-        sends = np.where((s > 1) & (not hidden),
-                         P2P_TRANSFERS_PER_BOUNDARY * (s - 1) * state.boundary_min / fastest, 0.0)
+        sends = np.where(s > 1, P2P_TRANSFERS_PER_BOUNDARY * (s - 1) * state.boundary_min / fastest, 0.0)
+        if v > 1 and self.setup.pp_comm_overlap:  # hidden under the segments' compute
+            sends = np.zeros_like(sends)
         floor: FloatArray = np.asarray((state.layer_base_sum + sends) / s, dtype=np.float64)
         zs = variant.zero_stage
         if zs < 2 or state.dense_sum <= 0:

@@ -88,7 +88,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -325,15 +325,10 @@ def device_paces(times: Sequence[StageTime], pp: int) -> list[tuple[float, Stage
             out.append((own[0].total_s, own[0]))
             continue
         v = len(own)
-
-        def mean(name: str, own: Sequence[StageTime] = own, v: int = v) -> float:
-            return sequential_sum(getattr(time, name) for time in own) / v
         pace = sequential_sum(time.total_s for time in own) / v
-        out.append((pace, StageTime(
-            compute_s=mean("compute_s"), recompute_s=mean("recompute_s"), p2p_s=mean("p2p_s"),
-            tp_comm_s=mean("tp_comm_s"), backward_s=mean("backward_s"), dp_comm_s=mean("dp_comm_s"),
-            dp_comm_total_s=mean("dp_comm_total_s"), cp_comm_s=mean("cp_comm_s"),
-            ep_comm_s=mean("ep_comm_s"), dp_slowed_s=mean("dp_slowed_s"))))
+        means = {f.name: sequential_sum(getattr(time, f.name) for time in own) / v
+                 for f in fields(StageTime)}
+        out.append((pace, StageTime(**means)))
     return out
 
 
