@@ -43,11 +43,10 @@ MIN_RUNS = 40  # issue #24: over >= 40 runs
 SANITY_ABS_ERROR_MAX = 0.25  # per run: a looser bound that flags a broken case on its own
 
 OOM = ("archplace's memory model puts this plan over the HBM capacity, yet the run trained: the "
-       "memory model overestimates (FP8 weight copies, fp32 gradient buffer, activations) for it")
-KNOWN_MISSES = {
-    **{case: OOM for case in ("nemo2407-gpt3-20b", "nemo2407-gpt3-175b-512", "nemo2407-nemotron-340b",
-                              "nemo2407-llama3-8b")},
-}
+       "memory model overestimates (FP8 weight and transpose cache, activations saved at bf16) for it")
+KNOWN_MISSES = {"nemo2407-nemotron-340b": OOM}
+# GPT-3 20B, GPT-3 175B on 512 GPUs and Llama 3 8B (CP 2) left this list when their rows took the
+# bf16 gradient reduction of NeMo-Framework-Launcher's FP8 example scripts (published_runs.yaml).
 # The llm-foundry A100 rows left this list when they ran as trained with the triton-flash1
 # attention table and the presets took measured kernel tables and sustained clocks (issue #24);
 # the eight deep-interleaving NeMo and Megatron-Bridge H100 rows (25-74 % too slow) when a
@@ -58,8 +57,8 @@ KNOWN_MISSES = {
 # the B200 row left the included runs (no measured B200 FP8 GEMM or attention speed: excluded_reason).
 """Included runs beyond the sanity bound, kept visible as strict expected failures (a fix makes
 them fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #24 thresholds not met: mean |error| 7.1 %, max 21.2 %, median +1.4 % over 42 "
-              "evaluated runs, 4 fail on memory (see KNOWN_MISSES and benchmarks/validate.py); the "
+SUITE_MISS = ("issue #24 thresholds not met: mean |error| 7.3 %, max 21.2 %, median +1.9 % over 45 "
+              "evaluated runs, 1 fails on memory (see KNOWN_MISSES and benchmarks/validate.py); the "
               "llm-foundry A100 rows with full recomputation at 4-16k tokens are 14-21 % too slow")
 
 
@@ -117,10 +116,12 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 # interleaving, -68.7 -> -73.9 %: GEMMs at the sustained clock make its over-charged pipeline
 # slower still); set to mean 7.1 %, max 21.2 % when an interleaved device's pace became the mean
 # of its chunks, the NeMo / Megatron-Bridge H100 rows took Transformer Engine's cuDNN attention and
-# their configurations' TP and pipeline-send overlap, and the B200 rows left the included runs.
+# their configurations' TP and pipeline-send overlap, and the B200 rows left the included runs;
+# missing set to 1 (mean 7.3 % over 45 runs, max 21.2 %) when three NeMo rows fitted with the bf16
+# gradient reduction their launcher scripts set.
 RATCHET_MEAN_ABS_ERROR = 0.075
 RATCHET_ABS_ERROR = 0.22
-RATCHET_MISSING = 4
+RATCHET_MISSING = 1
 
 
 @pytest.mark.slow
