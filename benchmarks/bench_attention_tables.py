@@ -29,7 +29,7 @@ from archplace.cost.attention_tables import (
     model_tables,
 )
 from archplace.errors import ConfigError
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.presets import load_accelerator
 
 
 def _without(table: AttentionTable, row: int) -> AttentionTable:

@@ -23,7 +23,7 @@ import time
 
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import SystolicCostModel
-from archplace.hardware.space import load_space
+from archplace.hw.space import load_space
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.zoo import load_model
 

@@ -3,11 +3,11 @@
 Same search as ``bench_search.py`` (gpt2-xl on 1024 devices, global batch 4096, micro-batch
 {1, 2, 4, 8}, recompute none / full, ``phaze-square`` space by default), on a random sample of its
 core configurations, one evaluation per core configuration as the search's workers run them
-(:func:`archplace.search.evaluate.evaluate_designs` with a fresh cost model).  Prints, per core
+(:func:`archplace.dse.evaluate.evaluate_designs` with a fresh cost model).  Prints, per core
 configuration (CPU time, best of ``--repeat``):
 
 * cost: every layer graph's operators costed on the scalar path
-  (:meth:`~archplace.schedule.problem.ScheduleProblem.from_graph`);
+  (:meth:`~archplace.scheduling.problem.ScheduleProblem.from_graph`);
 * schedule: every layer graph scheduled by the list scheduler (makespan only, as the search does);
 * placement: the rest of the evaluation (plan search over the layer costs);
 
@@ -31,14 +31,14 @@ from typing import Any
 from archplace import api
 from archplace.cost.model import CostModel, SystolicCostModel
 from archplace.cost.tabulated import TabulatedCostModel
-from archplace.hardware.accelerator import Accelerator
-from archplace.hardware.cluster import Cluster
+from archplace.dse.evaluate import DesignResult, core_key, evaluate_designs
+from archplace.dse.runner import model_chains
+from archplace.hw.accelerator import Accelerator
+from archplace.hw.cluster import Cluster
 from archplace.placement.costs import CostKey
 from archplace.placement.workflow import PlanGrid
-from archplace.schedule.list_scheduler import list_schedule_makespan_s
-from archplace.schedule.problem import ScheduleProblem
-from archplace.search.evaluate import DesignResult, core_key, evaluate_designs
-from archplace.search.runner import model_chains
+from archplace.scheduling.list_scheduler import list_schedule_makespan_s
+from archplace.scheduling.problem import ScheduleProblem
 from archplace.workload.graph import OpGraph
 from archplace.workload.layers import LayerChain
 

@@ -50,7 +50,7 @@ from archplace.cost.measured_gemm import clamped, gemm_model_s
 from archplace.cost.measured_tables import MeasuredTable, load_table, shipped_tables
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import cast_bytes, fp8_gemm_estimate
-from archplace.hardware.accelerator import Accelerator
+from archplace.hw.accelerator import Accelerator
 from archplace.specs import HardwareSpec
 from archplace.workload.graph import Operator, OpKind, Phase
 

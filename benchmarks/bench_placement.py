@@ -30,7 +30,7 @@ import statistics
 import time
 
 from archplace.errors import InfeasibleError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph
 from archplace.placement.plan import LayerCost, TrainingSetup

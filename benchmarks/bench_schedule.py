@@ -24,10 +24,10 @@ import os
 import statistics
 import time
 
-from archplace.schedule.base import SolveOptions
-from archplace.schedule.list_scheduler import list_schedule
-from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import layer_problem, solve_problem
+from archplace.scheduling.base import SolveOptions
+from archplace.scheduling.list_scheduler import list_schedule
+from archplace.scheduling.problem import ScheduleProblem
+from archplace.scheduling.solve import layer_problem, solve_problem
 
 TARGET_CPSAT_S, TARGET_LIST_GAP = 1.0, 0.10
 

@@ -4,11 +4,11 @@ gpt2-xl on 1024 devices, global batch 4096, micro-batch {1, 2, 4, 8}, recompute 
 every pipeline schedule, ZeRO-1 and DP overlap on and off, HBM {32, 64, 80} GiB, over the
 ``phaze-square`` space (square arrays, 10,302 designs) or ``--space phaze`` (PHAZE's rectangular
 space, 88,080 designs).  Strategy ``exhaustive`` with the provable pruning of
-:mod:`archplace.search.bounds`, on a local process pool.  Target: at most 15 minutes on 2 cores.
+:mod:`archplace.dse.bounds`, on a local process pool.  Target: at most 15 minutes on 2 cores.
 
 Prints, first, the pruning bounds' cost: the scalar bound
-(:func:`archplace.search.bounds.design_bound`, one core configuration at a time, timed on a
-sample) against the vectorised one (:mod:`archplace.search.bounds_many`, every core
+(:func:`archplace.dse.bounds.design_bound`, one core configuration at a time, timed on a
+sample) against the vectorised one (:mod:`archplace.dse.bounds_many`, every core
 configuration of the space at once), per design, and their ratio -- the two are equal bit for bit,
 which the benchmark checks on the sample.  Then the search: designs in the space, evaluated,
 pruned, wall time, the time until every design was bounded, designs settled (evaluated + pruned)
@@ -44,14 +44,14 @@ from pathlib import Path
 from archplace import api
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel, Precision
+from archplace.dse.bounds import design_bound
+from archplace.dse.bounds_many import design_bounds
+from archplace.dse.evaluate import core_key
+from archplace.dse.request import SearchRequest
+from archplace.dse.runner import BOUND_CHUNK, Tick, model_chains, plan_limits, run_search
+from archplace.dse.store import ResultStore
+from archplace.dse.strategies import make_strategy
 from archplace.executor import make_executor
-from archplace.search.bounds import design_bound
-from archplace.search.bounds_many import design_bounds
-from archplace.search.evaluate import core_key
-from archplace.search.request import SearchRequest
-from archplace.search.runner import BOUND_CHUNK, Tick, model_chains, plan_limits, run_search
-from archplace.search.store import ResultStore
-from archplace.search.strategies import make_strategy
 
 TARGET_S = 15 * 60
 OPTIONS = dict(devices=1024, global_batch=4096, micro_batches=(1, 2, 4, 8), recompute=["both"])

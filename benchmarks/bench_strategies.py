@@ -1,7 +1,7 @@
 """Search strategies on the tiny space: designs evaluated, wall time and quality of the answer.
 
 Setting: gpt2-xl on 1024 devices linked as TPUv4s, global batch 4096, the default plan space of
-a search (``archplace.search.request.DEFAULT_PLAN_SPACE``), the 43 designs of ``spaces/tiny.yaml``,
+a search (``archplace.dse.request.DEFAULT_PLAN_SPACE``), the 43 designs of ``spaces/tiny.yaml``,
 objective throughput.  Three runs, each through ``run_search`` on the same executor and without a
 result store (so nothing is shared between them):
 
@@ -22,13 +22,13 @@ import argparse
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 
-from archplace.hardware.presets import load_cluster
-from archplace.hardware.space import load_space
-from archplace.search.request import SearchRequest
-from archplace.search.runner import run_search
-from archplace.search.strategies.phaze import PhazeStrategy
-from archplace.search.strategies.wham import WhamStrategy
-from archplace.search.strategy import Strategy, StrategyContext, StrategyOutcome
+from archplace.dse.request import SearchRequest
+from archplace.dse.runner import run_search
+from archplace.dse.strategies.phaze import PhazeStrategy
+from archplace.dse.strategies.wham import WhamStrategy
+from archplace.dse.strategy import Strategy, StrategyContext, StrategyOutcome
+from archplace.hw.presets import load_cluster
+from archplace.hw.space import load_space
 from archplace.workload.zoo import load_model
 
 

@@ -20,11 +20,11 @@ experiment this script runs with archplace's public API:
 * **Cluster and batch**: ``Solver/solver.py`` sets ``global_batch_size = 4096``;
   ``Estimator/architecture.py`` sets ``num_accelerators = 1024`` and one
   ``bandwidth = 4 * 1024**3`` bytes/s for every transfer -- archplace's cluster preset
-  ``phaze-paper`` (``src/archplace/hardware/clusters/phaze-paper.yaml``).  The other link
+  ``phaze-paper`` (``src/archplace/hw/clusters/phaze-paper.yaml``).  The other link
   setting is archplace's default for the space: the base design's realistic TPUv4 ICI links
   (300 GB/s, 4 chips per node, 3D torus; the ``phaze-ref`` preset).
 * **Space**: ``--space phaze`` is PHAZE's own enumeration, 29,360 core configurations x HBM
-  {32, 64, 80} GiB = 88,080 designs (``src/archplace/hardware/spaces/phaze.yaml``).
+  {32, 64, 80} GiB = 88,080 designs (``src/archplace/hw/spaces/phaze.yaml``).
 * **Multi-model objective** (``Solver/solver.py``, ``find_config_across_models``): PHAZE keeps
   the designs on which every model fits and takes the one with the highest *arithmetic* mean of
   the models' throughputs (samples/s).  archplace's multi-model search
@@ -66,7 +66,7 @@ store) instead of the whole space: about a minute with realistic links and 20 wi
 ``phaze-paper``'s on 2 busy cores.  Over the whole space the six searches with realistic links
 take about 50 minutes on 2 busy cores; those with ``phaze-paper`` links take days, because
 with 4 GiB/s links the iteration is mostly communication, which the pruning bound
-(:mod:`archplace.search.bounds`: computation and memory only) does not see, so almost nothing
+(:mod:`archplace.dse.bounds`: computation and memory only) does not see, so almost nothing
 is pruned.  The result store keeps every finished design, so an interrupted run (Ctrl-C) resumes
 where it stopped.  ``docs/validation.md`` ("PHAZE's experiment") shows the tables.
 """

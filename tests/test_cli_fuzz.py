@@ -139,7 +139,7 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--objective": _words(["throughput", "throughput-per-watt", "pareto"]),
         "--recompute": _words(["none", "selective", "full", "both", "all"]),
         "--schedule": _words(["gpipe", "1f1b", "interleaved"]),
-        "--executor": _words(["local"]),  # dask: tests/test_interrupts.py, tests/search/test_store.py
+        "--executor": _words(["local"]),  # dask: tests/test_interrupts.py, tests/dse/test_store.py
         "--scheduler": st.sampled_from(["", "nonsense", "tcp://"]),
         "--search": _words(["0", "a", "deadbeef", "f"]),
         "--baseline": st.one_of(_words(["tpuv4", "none", "a100-80gb"]), markup_hardware()),

@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 
 from archplace.cli_options import MAX_ERROR_CHARS, one_line
+from archplace.dse.objective import Objective
+from archplace.dse.store import APPLICATION_ID, ResultStore, SearchLabel
 from archplace.errors import ConfigError
 from archplace.outputs import check_output, check_outputs
-from archplace.schedule.problem import SchedOp, ScheduleProblem
-from archplace.search.objective import Objective
-from archplace.search.store import APPLICATION_ID, ResultStore, SearchLabel
+from archplace.scheduling.problem import SchedOp, ScheduleProblem
 from archplace.workload.graph import CoreType
 from cli_helpers import run
 from hostile import device_node
 
-PRESETS = Path(__file__).resolve().parents[1] / "src" / "archplace" / "hardware" / "presets"
+PRESETS = Path(__file__).resolve().parents[1] / "src" / "archplace" / "hw" / "presets"
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128,
             "vocab_size": 1024}
 SPACE = ("base: tpuv4\ntensor_cores: [2, 8]\narray_dim: [128]\nvector_cores: [2]\nbuffer: [128 MiB]\n"
@@ -336,7 +336,7 @@ def test_search_with_a_hostile_baseline_writes_its_outputs(tmp_path: Path,
 def test_rich_tables_keep_markup_as_text() -> None:
     from rich.console import Console
 
-    from archplace.report.estimate_tables import figures_table
+    from archplace.reporting.estimate_tables import figures_table
 
     table = figures_table("[/oops] on [bold]x[/bold]", {"[link=file:///etc]x": 1.0}, caption=":smile: [/]")
     table.caption = f"{table.caption} [/late]"

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from archplace import api, limits
 from archplace.errors import ConfigError, SolverError
-from archplace.schedule.list_scheduler import list_schedule
-from archplace.schedule.problem import ScheduleProblem
+from archplace.scheduling.list_scheduler import list_schedule
+from archplace.scheduling.problem import ScheduleProblem
 from cli_helpers import run
 
 BIG = "100000000000000000000000"  # 10**23: typer takes it, NumPy and torch overflow on it

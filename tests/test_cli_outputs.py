@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from archplace.cli import main
-from archplace.schedule.problem import SchedOp, ScheduleProblem
-from archplace.search.objective import Objective
-from archplace.search.store import ResultStore, SearchLabel
+from archplace.dse.objective import Objective
+from archplace.dse.store import ResultStore, SearchLabel
+from archplace.scheduling.problem import SchedOp, ScheduleProblem
 from archplace.workload.graph import CoreType
 
 SEARCH = ["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8"]

@@ -20,15 +20,15 @@ import archplace
 from archplace import api
 from archplace.cli_options import cli_message
 from archplace.config_examples import EXAMPLES
+from archplace.dse.evaluate import DesignResult
+from archplace.dse.request import SearchResult, request_identity
 from archplace.errors import ConfigError
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.placement.plan import CostKey
 from archplace.placement.result import PlanResult
 from archplace.placement.workflow import PlanGrid
-from archplace.report.plan_tables import detail_tables, plan_label
-from archplace.report.tables import search_table
-from archplace.search.evaluate import DesignResult
-from archplace.search.request import SearchResult, request_identity
+from archplace.reporting.plan_tables import detail_tables, plan_label
+from archplace.reporting.tables import search_table
 from archplace.specs import Plan, PlanRun, PlanSpace, SearchSpec
 from cli_helpers import run
 from front_door import CLUSTER, FIXED, gpt_config_file, one_design_space_file, refused

@@ -21,17 +21,17 @@ import archplace
 from archplace import api
 from archplace.cli_options import cli_message
 from archplace.config_examples import EXAMPLES
+from archplace.dse.evaluate import DesignResult
+from archplace.dse.request import SearchResult, request_identity
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator
 from archplace.placement import workflow
 from archplace.placement.plan import CostKey, LayerCost, Recompute, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.placement.workflow import PlanGrid
-from archplace.report.plan_tables import plan_label
-from archplace.report.tables import search_table
-from archplace.search.evaluate import DesignResult
-from archplace.search.request import SearchResult, request_identity
+from archplace.reporting.plan_tables import plan_label
+from archplace.reporting.tables import search_table
 from archplace.specs import Plan, PlanRun, PlanSpace, SearchSpec
 from archplace.workload.zoo import load_model
 from cli_helpers import run
@@ -287,7 +287,7 @@ def test_evaluate_costs_the_etp_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_search_finds_the_chains_of_an_etp_plan(result: PlanResult) -> None:
-    from archplace.search.runner import _plan_chains
+    from archplace.dse.runner import _plan_chains
     split = dataclasses.replace(result, plan=dataclasses.replace(result.plan, ep=2, etp=2))
     mine = CostKey(2, 1, False, 1, 2, 2)
     chains = {"m": {CostKey(2, 1, False, 1, 2, 1): "etp 1", mine: "etp 2"}}
@@ -296,7 +296,7 @@ def test_the_search_finds_the_chains_of_an_etp_plan(result: PlanResult) -> None:
 
 
 def test_a_stored_request_reads_its_degrees_back(model: str, space: str) -> None:
-    from archplace.reports import stored_request
+    from archplace.reporting.pages import stored_request
     request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1, 2],
                                  cps=[1, 2], eps=[1])
     request = dataclasses.replace(request, plan_space=dataclasses.replace(request.plan_space, etps=(1, 2)))

@@ -16,6 +16,8 @@ import pytest
 
 from archplace import api
 from archplace.cli import main
+from archplace.dse.evaluate import DesignResult
+from archplace.dse.request import SearchResult
 from archplace.errors import ConfigError
 from archplace.placement.pipeline_timeline import (
     plan_micro_batches,
@@ -24,11 +26,9 @@ from archplace.placement.pipeline_timeline import (
     simulate_pipeline,
 )
 from archplace.placement.plan import PipelineSchedule
-from archplace.report.html import Figures, Heading, Text, render_page
-from archplace.report.plotly_plan import timeline_traces
-from archplace.report.plotly_space import FRONT_NAME, design_space_figures
-from archplace.search.evaluate import DesignResult
-from archplace.search.request import SearchResult
+from archplace.reporting.html import Figures, Heading, Text, render_page
+from archplace.reporting.plotly_plan import timeline_traces
+from archplace.reporting.plotly_space import FRONT_NAME, design_space_figures
 from cli_helpers import run
 
 ROOT = Path(__file__).resolve().parents[1]

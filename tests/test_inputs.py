@@ -243,7 +243,7 @@ def test_plain_documents_round_trip(tmp_path: Path, data: dict[str, Any]) -> Non
 def test_every_bundled_file_reads() -> None:
     from importlib.resources import files
 
-    folders = [files("archplace.hardware").joinpath(f) for f in ("presets", "spaces")]
+    folders = [files("archplace.hw").joinpath(f) for f in ("presets", "spaces")]
     found = [entry for folder in folders for entry in folder.iterdir() if entry.name.endswith(".yaml")]
     found.append(files("archplace.workload").joinpath("presets/models.yaml"))
     examples = Path(__file__).parents[1] / "examples"

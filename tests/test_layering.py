@@ -1,4 +1,4 @@
-"""The layers below the front door (cost/, schedule/, placement/, search/) take resolved
+"""The layers below the front door (cost/, scheduling/, placement/, dse/) take resolved
 objects: they never load a preset, a model or an input file, and their errors never name a
 command-line option (the CLI maps field names to its options)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "archplace"
-LOWER = ("cost", "schedule", "placement", "search")
+LOWER = ("cost", "scheduling", "placement", "dse")
 
 LOADERS = {
     "load_accelerator", "load_cluster", "load_model", "load_space", "read_mapping", "syntax_of",
@@ -76,7 +76,7 @@ def test_library_errors_name_no_option(path: Path) -> None:
 
 def test_the_checks_see_what_they_look_for() -> None:
     """The scanners find a loader import and an option in an error, so a pass means something."""
-    tree = ast.parse("from archplace.hardware.presets import load_cluster\n"
+    tree = ast.parse("from archplace.hw.presets import load_cluster\n"
                      "def f(n):\n    raise ConfigError(f'--micro-batch must be positive, got {n}')\n")
     assert _imported_names(tree) & LOADERS == {"load_cluster"}
     flagged = [text for _, text in _error_strings(tree) if _flag_like(text)]
@@ -92,8 +92,8 @@ def test_allowed_loaders_are_still_needed() -> None:
         assert name in _imported_names(tree), (module, name)
 
 
-BELOW_SEARCH = ("cost", "schedule", "placement", "workload", "hardware")
-"""Packages the search is built on: none of them imports :mod:`archplace.search`."""
+BELOW_SEARCH = ("cost", "scheduling", "placement", "workload", "hw")
+"""Packages the search is built on: none of them imports :mod:`archplace.dse`."""
 
 
 def _below_search() -> list[Path]:
@@ -106,4 +106,4 @@ def test_lower_layers_do_not_import_the_search(path: Path) -> None:
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                  for alias in node.names}
-    assert not {name for name in imported if name.split(".")[:2] == ["archplace", "search"]}
+    assert not {name for name in imported if name.split(".")[:2] == ["archplace", "dse"]}

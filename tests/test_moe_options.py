@@ -19,10 +19,10 @@ import yaml
 import archplace
 from archplace import api
 from archplace.config_examples import EXAMPLES
+from archplace.dse.request import SearchResult
 from archplace.errors import ConfigError
 from archplace.placement.plan import Plan as EnginePlan
 from archplace.placement.plan import RankOrder, Recompute
-from archplace.search.request import SearchResult
 from archplace.specs import ModelSpec, Plan, PlanRun, PlanSpace, SearchSpec
 from cli_helpers import run
 
@@ -185,7 +185,7 @@ def test_capacity_factor_raises_ep_comm_and_compute(moe: str, capsys: pytest.Cap
 
     On a100-80gb without its measured kernel tables and 5.2 us kernel floor: every kernel of this
     toy model (hidden 256) sits at the floor there, so padding would not lengthen its GEMMs."""
-    preset = Path(archplace.__file__).parent / "hardware" / "presets" / "a100-80gb.yaml"
+    preset = Path(archplace.__file__).parent / "hw" / "presets" / "a100-80gb.yaml"
     lines = preset.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("  kernel_tables:"))
     end = next(i for i, line in enumerate(lines) if line.startswith("  attention_fwd:"))
@@ -275,7 +275,7 @@ def test_search_records_and_keys_them(moe: str, tmp_path: Path) -> None:
     assert (request.plan_space.capacity_factor, request.plan_space.expert_load_imbalance) == (1.25, 1.0)
     chains = request.chains(request.models[0])
     assert {key.ep for key in chains} == {1, 2}
-    from archplace.search.request import request_identity
+    from archplace.dse.request import request_identity
     identity = request_identity(request)
     assert identity["capacity_factor"] == 1.25 and "expert_load_imbalance" not in identity
     default = request_identity(api.search_request(moe, devices=8, global_batch=16, seq_len=64,

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import archplace._version
 from archplace.cli import app
 from archplace.errors import ConfigError, InternalError
-from archplace.schedule.problem import ScheduleProblem
+from archplace.scheduling.problem import ScheduleProblem
 from archplace.schemas import SCHEMA_VERSIONS, STAMP_KEYS, load_schema, stamp
 
 ROOT = Path(__file__).resolve().parents[1]

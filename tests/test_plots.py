@@ -9,11 +9,11 @@ import pytest
 
 from archplace import api
 from archplace.cli import main
-from archplace.report.plain import figure_text
-from archplace.report.plotly_space import design_hover
-from archplace.report.plots import FRONT_LABEL, design_space_figure
-from archplace.search.objective import pareto_front
-from archplace.search.request import SearchResult
+from archplace.dse.objective import pareto_front
+from archplace.dse.request import SearchResult
+from archplace.reporting.plain import figure_text
+from archplace.reporting.plotly_space import design_hover
+from archplace.reporting.plots import FRONT_LABEL, design_space_figure
 
 SEARCH = ["--model", "gpt2-xl", "--seq-len", "512", "--devices", "256", "--global-batch", "512",
           "--micro-batch", "1", "--jobs", "1", "--exact-top", "0"]

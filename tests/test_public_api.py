@@ -3,10 +3,13 @@ every result class reads back what it writes (``from_dict(to_dict())``, also thr
 
 from __future__ import annotations
 
+import inspect
 import json
 import pickle
+import pydoc
 import subprocess
 import sys
+import types
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -19,18 +22,18 @@ from hypothesis import strategies as st
 import archplace
 from archplace import api
 from archplace.cost.estimate import ModelEstimate
+from archplace.dse.request import SearchResult
+from archplace.dse.store import StoredResult
 from archplace.errors import ConfigError, InfeasibleError, MissingSectionError, OutOfMemoryError
-from archplace.hardware.presets import load_cluster
+from archplace.hw.presets import load_cluster
 from archplace.placement.plan import PipelineSchedule
 from archplace.placement.ranked import PlanReport
 from archplace.placement.result import PlanResult
 from archplace.placement.search import Variant
 from archplace.placement.solver import Closest
-from archplace.schedule.base import ScheduleResult
-from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import solve_problem
-from archplace.search.request import SearchResult
-from archplace.search.store import StoredResult
+from archplace.scheduling.base import ScheduleResult
+from archplace.scheduling.problem import ScheduleProblem
+from archplace.scheduling.solve import solve_problem
 from archplace.specs.search import SearchSpec
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
@@ -70,17 +73,32 @@ def test_exports() -> None:
         archplace.nothing  # noqa: B018
 
 
-def test_function_names_shared_with_subpackages_stay_functions() -> None:
-    """``archplace.search`` is the function even though ``archplace.search.runner`` is imported."""
-    import archplace.hardware.presets
-    import archplace.schedule.solve
-    import archplace.search.runner  # noqa: F401
+def test_no_public_name_is_a_subpackage() -> None:
+    """No public function shares its name with a subpackage or module of the package, so importing
+    any of them leaves the public functions as they are (issue #25: the subpackages were renamed,
+    and ``__init__`` swaps no module class)."""
+    import archplace.dse.runner
+    import archplace.hw.presets
+    import archplace.reporting.html
+    import archplace.scheduling.solve  # noqa: F401
 
+    root = Path(archplace.__file__).parent
+    modules = {p.stem for p in root.glob("*.py")}
+    modules |= {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
+    assert not set(archplace.__all__) & modules
     assert archplace.search is api.search and archplace.hardware is api.hardware
-    assert archplace.schedule is getattr(api, "schedule", api.schedule_layer)
-    assert sys.modules["archplace.search.runner"].Tick is archplace.Tick
-    with pytest.raises(AttributeError, match="public function"):
-        archplace.search = None  # type: ignore[assignment]
+    assert archplace.schedule is api.schedule_layer and archplace.report is api.report
+    assert sys.modules["archplace.dse.runner"].Tick is archplace.Tick
+    assert type(sys.modules["archplace"]) is types.ModuleType
+
+
+def test_help_shows_the_plan_options() -> None:
+    """``archplace.plan`` has :func:`api.plan`'s parameters (``help()`` shows them) and returns
+    one report."""
+    signature = inspect.signature(archplace.plan)
+    assert list(signature.parameters) == list(inspect.signature(api.plan).parameters)
+    assert signature.return_annotation == "PlanReport"
+    assert "top_k" in pydoc.render_doc(archplace.plan)
 
 
 def test_plan_returns_one_report(model: str) -> None:
@@ -104,7 +122,7 @@ def test_nothing_fits_is_out_of_memory(model: str) -> None:
 
 
 def test_a_missing_section_is_a_type_not_a_message(tmp_path: Path) -> None:
-    preset = Path(archplace.__file__).parent / "hardware" / "presets" / "tpuv4.yaml"
+    preset = Path(archplace.__file__).parent / "hw" / "presets" / "tpuv4.yaml"
     data = yaml.safe_load(preset.read_text())
     del data["cluster"]
     chip = tmp_path / "chip.yaml"

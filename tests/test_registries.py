@@ -11,16 +11,16 @@ import pytest
 import typer
 
 from archplace.cli import app
+from archplace.dse.strategies import STRATEGIES, STRATEGY_FACTORIES, make_strategy
+from archplace.dse.strategies.exhaustive import ExhaustiveStrategy
+from archplace.dse.strategies.optuna_search import OptunaStrategy
+from archplace.dse.strategies.phaze import PhazeStrategy
+from archplace.dse.strategies.wham import WhamStrategy
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTOR_FACTORIES, EXECUTORS, make_executor
-from archplace.schedule.cpsat import CpSatScheduler
-from archplace.schedule.milp import GurobiScheduler, HighsScheduler
-from archplace.schedule.solve import BACKENDS, SCHEDULER_FACTORIES, ListScheduler, get_scheduler
-from archplace.search.strategies import STRATEGIES, STRATEGY_FACTORIES, make_strategy
-from archplace.search.strategies.exhaustive import ExhaustiveStrategy
-from archplace.search.strategies.optuna_search import OptunaStrategy
-from archplace.search.strategies.phaze import PhazeStrategy
-from archplace.search.strategies.wham import WhamStrategy
+from archplace.scheduling.cpsat import CpSatScheduler
+from archplace.scheduling.milp import GurobiScheduler, HighsScheduler
+from archplace.scheduling.solve import BACKENDS, SCHEDULER_FACTORIES, ListScheduler, get_scheduler
 
 
 @pytest.mark.parametrize("registry", [STRATEGY_FACTORIES, SCHEDULER_FACTORIES, EXECUTOR_FACTORIES])

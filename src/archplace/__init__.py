@@ -34,8 +34,6 @@ loaded on first use.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from archplace._version import __version__
@@ -52,16 +50,17 @@ from archplace.errors import (
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentation
     from archplace.api import calibrate, evaluate, graph, hardware, models, report, results, search
+    from archplace.api import plan_report as plan
     from archplace.api import schedule_layer as schedule
     from archplace.cost.estimate import ModelEstimate
+    from archplace.dse.evaluate import DesignResult
+    from archplace.dse.request import SearchResult
+    from archplace.dse.runner import Tick
+    from archplace.dse.store import StoredResult
     from archplace.placement.ranked import PlanReport
     from archplace.placement.result import PlanResult
     from archplace.profiling import ProfileResult, profile
-    from archplace.schedule.base import ScheduleResult
-    from archplace.search.evaluate import DesignResult
-    from archplace.search.request import SearchResult
-    from archplace.search.runner import Tick
-    from archplace.search.store import StoredResult
+    from archplace.scheduling.base import ScheduleResult
     from archplace.specs import (
         ClusterSpec,
         EvaluateRun,
@@ -84,6 +83,7 @@ __all__ = [
 
 # name -> (module, attribute): loaded on first access (PEP 562)
 _LAZY: dict[str, tuple[str, str]] = {
+    "plan": ("archplace.api", "plan_report"),
     "evaluate": ("archplace.api", "evaluate"),
     "calibrate": ("archplace.api", "calibrate"),
     "search": ("archplace.api", "search"),
@@ -106,28 +106,13 @@ _LAZY: dict[str, tuple[str, str]] = {
     "SearchSpec": ("archplace.specs", "SearchSpec"),
     "PlanReport": ("archplace.placement.ranked", "PlanReport"),
     "PlanResult": ("archplace.placement.result", "PlanResult"),
-    "SearchResult": ("archplace.search.request", "SearchResult"),
-    "DesignResult": ("archplace.search.evaluate", "DesignResult"),
-    "StoredResult": ("archplace.search.store", "StoredResult"),
-    "ScheduleResult": ("archplace.schedule.base", "ScheduleResult"),
+    "SearchResult": ("archplace.dse.request", "SearchResult"),
+    "DesignResult": ("archplace.dse.evaluate", "DesignResult"),
+    "StoredResult": ("archplace.dse.store", "StoredResult"),
+    "ScheduleResult": ("archplace.scheduling.base", "ScheduleResult"),
     "ModelEstimate": ("archplace.cost.estimate", "ModelEstimate"),
-    "Tick": ("archplace.search.runner", "Tick"),
+    "Tick": ("archplace.dse.runner", "Tick"),
 }
-
-
-def plan(*args: Any, **kwargs: Any) -> PlanReport:
-    """The best parallel plans of a model on a cluster, as one :class:`PlanReport`: its
-    ``plan``, ``mfu``, ``iteration_time_s``, ... are the best plan's, ``ranked`` every plan
-    (``top_k`` of them), best first.
-
-    Takes the arguments of :func:`archplace.api.plan` (``model``, ``hardware``, ``devices``,
-    ``global_batch`` and the plan options) and raises what it raises (:class:`ConfigError`,
-    :class:`InfeasibleError` when nothing fits).
-    """
-    from archplace import api
-    from archplace.placement.ranked import PlanReport
-
-    return PlanReport.of(api.plan(*args, **kwargs))
 
 
 def _load(name: str) -> Any:
@@ -144,30 +129,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _Public:
-    """A public function whose name is also a subpackage's (``search``, ``schedule``,
-    ``hardware``): importing ``archplace.search.runner`` binds the subpackage to the package's
-    attribute ``search``; this data descriptor of the package's class keeps the attribute the
-    function (the subpackage stays importable by name, ``sys.modules`` holds it)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, module: object, owner: object = None) -> Any:
-        return self if module is None else _load(self.name)
-
-    def __set__(self, module: object, value: object) -> None:
-        if not isinstance(value, types.ModuleType):
-            raise AttributeError(f"archplace.{self.name} is a public function; it cannot be replaced")
-
-
-class _Package(types.ModuleType):
-    search = _Public("search")
-    schedule = _Public("schedule")
-    hardware = _Public("hardware")
-    report = _Public("report")
-
-
-sys.modules[__name__].__class__ = _Package

@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -25,20 +26,20 @@ from archplace.app import (
 )
 from archplace.cost.estimate import estimate_matmul
 from archplace.cost.precision import PRECISIONS, Precision
+from archplace.dse.objective import Objective
+from archplace.dse.request import SearchRequest, SearchResult
+from archplace.dse.runner import Progress
 from archplace.errors import ConfigError
-from archplace.hardware.area import area_mm2
-from archplace.hardware.power import tdp_w
-from archplace.hardware.presets import preset_summaries
-from archplace.hardware.resolved import ResolvedHardware
+from archplace.hw.area import area_mm2
+from archplace.hw.power import tdp_w
+from archplace.hw.presets import preset_summaries
+from archplace.hw.resolved import ResolvedHardware
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
 from archplace.placement import workflow
 from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult
-from archplace.schedule.base import SolveOptions
-from archplace.schedule.solve import get_scheduler, solve_problem
-from archplace.search.objective import Objective
-from archplace.search.request import SearchRequest, SearchResult
-from archplace.search.runner import Progress
+from archplace.scheduling.base import SolveOptions
+from archplace.scheduling.solve import get_scheduler, solve_problem
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
 from archplace.specs.plan import check_sp, degrees, enum_choices, fixed_zero_stage, parse_zero_stages
@@ -54,19 +55,20 @@ from archplace.workload.zoo import model_preset_summaries
 
 if TYPE_CHECKING:
     from archplace.calibration import Calibration
+    from archplace.placement.ranked import PlanReport
 
 __all__ = ["EvaluateRun", "PlanRun", "SearchInterrupted", "SearchSpec", "SolveOptions", "calibrate",
            "check_run_options", "check_scheduler", "estimate_matmul", "estimate_model",
            "estimate_preset_matmul", "evaluate", "evaluate_run", "fixed_zero_stage", "graph", "hardware",
            "layer_problem", "models", "parse_stages", "parse_zero_stages", "plan", "plan_layer_graph",
-           "plan_layer_graph_options", "plan_run", "plot_design_space", "read_schedule_problem", "report",
-           "report_plan", "report_search", "results", "schedule_layer",
+           "plan_report", "plan_layer_graph_options", "plan_run", "plot_design_space",
+           "read_schedule_problem", "report", "report_plan", "report_search", "results", "schedule_layer",
            "search", "search_each", "search_request", "solve_problem", "spec_request"]
 
 
 def check_scheduler(backend: str) -> None:
     """Refuse an unknown layer-scheduling backend before any work (``list``, ``cpsat``,
-    ``highs``, ``gurobi``: :data:`archplace.schedule.solve.SCHEDULER_FACTORIES`).
+    ``highs``, ``gurobi``: :data:`archplace.scheduling.solve.SCHEDULER_FACTORIES`).
 
     Raises:
         ConfigError: an unknown backend, with the choices.
@@ -203,6 +205,21 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
         ClusterSpec(devices, global_batch), space))
 
 
+def plan_report(*args: Any, **kwargs: Any) -> PlanReport:
+    """The best parallel plans as one :class:`~archplace.placement.ranked.PlanReport`: its
+    ``plan``, ``mfu``, ``iteration_time_s``, ... are the best plan's, ``ranked`` every plan
+    (``top_k`` of them), best first. ``archplace.plan`` is this function; it takes the
+    arguments of :func:`plan` (its signature, which ``help()`` shows) and raises what it raises
+    (:class:`ConfigError`, :class:`~archplace.errors.InfeasibleError` when nothing fits)."""
+    from archplace.placement.ranked import PlanReport
+
+    return PlanReport.of(plan(*args, **kwargs))
+
+
+plan_report.__signature__ = inspect.signature(plan).replace(  # type: ignore[attr-defined]
+    return_annotation="PlanReport")
+
+
 def plan_run(run: PlanRun) -> list[PlanResult]:
     """:func:`plan` of a run given as specs (as a plan file gives it;
     :class:`~archplace.app.PlanRun`), best first.
@@ -231,7 +248,7 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, and
     ``attention_kernel``, ``tp_comm_overlap`` and ``pp_comm_overlap``, as in :func:`plan`;
     ``hardware`` a preset, a hardware YAML or a
-    :class:`~archplace.hardware.resolved.ResolvedHardware`).
+    :class:`~archplace.hw.resolved.ResolvedHardware`).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -493,7 +510,7 @@ def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None 
             keywords (``devices``, ``global_batch``, ``space``, ``strategy``, ``trials``, ``jobs``,
             ``store``, ...); that call runs in this process (``jobs=1``) and re-evaluates
             nothing with CP-SAT (``exact_top=0``) unless told.
-        progress: called in this process with a :class:`~archplace.search.runner.Tick` after
+        progress: called in this process with a :class:`~archplace.dse.runner.Tick` after
             every finished batch of designs.
 
     The spec says how the space is explored (``strategy``, ``trials``, ``seed``), where the work
@@ -551,8 +568,8 @@ def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> Searc
 def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10,
            baseline: str | None = "tpuv4") -> Path:
     """Write the HTML report of a result store (``archplace report``) and return its path:
-    :func:`archplace.reports.write_store_report` (arguments, what the page shows, errors)."""
-    from archplace.reports import write_store_report  # plotly only when asked for
+    :func:`archplace.reporting.pages.write_store_report` (arguments, what the page shows, errors)."""
+    from archplace.reporting.pages import write_store_report  # plotly only when asked for
 
     return write_store_report(store, out, search=search, top=top, baseline=baseline)
 
@@ -561,8 +578,8 @@ def report_search(results: SearchResult | Sequence[SearchResult], out: str | Pat
                   spec: SearchSpec | None = None, top: int = 10) -> Path:
     """Write the HTML report of search results (``search --report``): with the ``spec`` they
     were searched with, the best design's layer schedule too (its models loaded again, not
-    searched); :func:`archplace.reports.write_search_report`."""
-    from archplace.reports import write_search_report
+    searched); :func:`archplace.reporting.pages.write_search_report`."""
+    from archplace.reporting.pages import write_search_report
 
     requests = [spec_request(spec, names) for names in spec.groups] if spec is not None else []
     return write_search_report(results, out, requests=requests, top=top)
@@ -571,7 +588,7 @@ def report_search(results: SearchResult | Sequence[SearchResult], out: str | Pat
 def report_plan(results: PlanResult | Sequence[PlanResult], out: str | Path, *,
                 run: PlanRun | EvaluateRun | None = None) -> Path:
     """Write the HTML report of plans, best first (``plan --report``, ``evaluate --report``):
-    :func:`archplace.reports.write_plan_report`."""
-    from archplace.reports import write_plan_report
+    :func:`archplace.reporting.pages.write_plan_report`."""
+    from archplace.reporting.pages import write_plan_report
 
     return write_plan_report(results, out, run=run)

@@ -2,8 +2,8 @@
 
 A model spec becomes a loaded model (preset or HF ``config.json``, sequence length applied),
 then traced layer chains (through the graph cache); a hardware spec becomes an
-:class:`~archplace.hardware.accelerator.Accelerator` and the cluster's links. cost/,
-schedule/, placement/ and search/ receive only those resolved objects; nothing below this
+:class:`~archplace.hw.accelerator.Accelerator` and the cluster's links. cost/,
+scheduling/, placement/ and dse/ receive only those resolved objects; nothing below this
 module loads a preset or reads an input file.
 """
 
@@ -19,19 +19,19 @@ from archplace.cost.attention_tables import kernel_key, model_tables
 from archplace.cost.estimate import ModelEstimate, PresetMatmul, estimate_layers, preset_matmul
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError, MissingSectionError
-from archplace.hardware.accelerator import Accelerator
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator, load_cluster
-from archplace.hardware.resolved import ResolvedHardware
-from archplace.hardware.space import SearchSpace, load_space
+from archplace.hw.accelerator import Accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator, load_cluster
+from archplace.hw.resolved import ResolvedHardware
+from archplace.hw.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
 from archplace.placement.interference import Interference
 from archplace.placement.plan import GradReduceDtype, Optimizer, RankOrder, TrainingSetup
 from archplace.placement.result import PlanResult
-from archplace.schedule.base import ScheduleResult, SolveOptions
-from archplace.schedule.problem import ScheduleProblem
-from archplace.schedule.solve import LAYERS, PHASES, solve_problem
+from archplace.scheduling.base import ScheduleResult, SolveOptions
+from archplace.scheduling.problem import ScheduleProblem
+from archplace.scheduling.solve import LAYERS, PHASES, solve_problem
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec
 from archplace.specs._fields import member
 from archplace.specs.runs import EvaluateRun, PlanRun
@@ -336,7 +336,7 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
                    kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
                    expert_load_imbalance: float = 1.0) -> ScheduleResult:
     """Build the problem of one layer (:func:`layer_problem`) and schedule it
-    (:func:`archplace.schedule.solve.solve_problem`).
+    (:func:`archplace.scheduling.solve.solve_problem`).
 
     Raises:
         ConfigError, ExtractionError, SolverError: as those two functions.
@@ -349,7 +349,7 @@ def schedule_layer(model: str, hardware: str = "tpuv4", layer: str = "block", ph
 
 def read_schedule_problem(path: str | os.PathLike[str]) -> ScheduleProblem:
     """The layer-scheduling problem in the JSON file ``path`` (the format of
-    :meth:`~archplace.schedule.problem.ScheduleProblem.to_dict`, as ``schedule --dump-problem``
+    :meth:`~archplace.scheduling.problem.ScheduleProblem.to_dict`, as ``schedule --dump-problem``
     writes it, stamped or not).
 
     Raises:

@@ -35,6 +35,9 @@ from archplace.cli_options import (
     say_wrote,
     table_console,
 )
+from archplace.dse.objective import score
+from archplace.dse.request import SearchResult
+from archplace.dse.runner import Tick
 from archplace.errors import ArchplaceError
 from archplace.lifetime import Interrupted, raising_interrupts
 from archplace.outputs import (
@@ -45,7 +48,7 @@ from archplace.outputs import (
     write_output,
     write_text_output,
 )
-from archplace.report.tables import (
+from archplace.reporting.tables import (
     hardware_table,
     models_table,
     results_table,
@@ -53,9 +56,6 @@ from archplace.report.tables import (
     write_results_csv,
 )
 from archplace.schemas import stamp
-from archplace.search.objective import score
-from archplace.search.request import SearchResult
-from archplace.search.runner import Tick
 from archplace.specs.search import SearchSpec, read_fields
 
 # rich_markup_mode=None: help texts show defaults in [brackets], which rich markup would eat.

@@ -32,10 +32,10 @@ from archplace.cli_options import (
 )
 from archplace.cost.estimate import EFFICIENCY_NOTES
 from archplace.errors import ConfigError
-from archplace.hardware._config import check_plausible
+from archplace.hw._config import check_plausible
 from archplace.limits import MAX_ARRAY_DIM
 from archplace.profiling.tables import TableGemm, table_gemm
-from archplace.report.estimate_tables import figures_table, model_table, ops_table
+from archplace.reporting.estimate_tables import figures_table, model_table, ops_table
 from archplace.schemas import stamp
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
 

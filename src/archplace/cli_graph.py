@@ -15,7 +15,7 @@ from archplace.cli_options import (
     LoadImbalanceOption,
     plain_console,
 )
-from archplace.report.graph_tables import graph_table
+from archplace.reporting.graph_tables import graph_table
 from archplace.schemas import stamp
 
 

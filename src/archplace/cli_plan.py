@@ -33,7 +33,7 @@ from archplace.cli_options import (
 from archplace.cli_report import ReportFile, write_plan_report
 from archplace.errors import ConfigError
 from archplace.outputs import check_output
-from archplace.report.plan_tables import detail_tables, summary_table
+from archplace.reporting.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
 
 Model = Annotated[str | None, typer.Option("--model", help="Model preset or path of an HF config.json.")]

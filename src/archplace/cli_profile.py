@@ -24,7 +24,7 @@ from archplace.errors import ConfigError
 from archplace.outputs import check_output
 from archplace.profiling.grid import KERNELS
 from archplace.profiling.run import ProfileResult, check_kernels, check_options, output_paths, profile
-from archplace.report.plain import PlainTable
+from archplace.reporting.plain import PlainTable
 
 
 def profile_command(

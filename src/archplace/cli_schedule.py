@@ -29,7 +29,7 @@ from archplace.cli_options import (
 )
 from archplace.errors import ConfigError
 from archplace.outputs import check_image_output, check_outputs, prepare_output, write_text_output
-from archplace.report.schedule_tables import schedule_table
+from archplace.reporting.schedule_tables import schedule_table
 from archplace.schemas import stamp
 
 
@@ -80,7 +80,7 @@ def schedule(
                           json.dumps(stamp("schedule-problem", problem.to_dict()), indent=1) + "\n")
     result = api.solve_problem(problem, backend, options)
     if gantt is not None and image_format is not None:
-        from archplace.report.gantt import draw_gantt
+        from archplace.reporting.gantt import draw_gantt
 
         prepare_output(gantt, "--gantt")
         try:

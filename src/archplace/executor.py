@@ -1,5 +1,5 @@
 """Where design evaluations (and a search's graph traces) run: in this process, a local process
-pool (default) or a Dask cluster.  It sits below both the search (:mod:`archplace.search`) and
+pool (default) or a Dask cluster.  It sits below both the search (:mod:`archplace.dse`) and
 the workload's graph cache (:mod:`archplace.workload.cache`), which traces on the same pools.
 
 The pool and Dask are :class:`concurrent.futures.Executor` objects, so the search code is the

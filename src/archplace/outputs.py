@@ -47,8 +47,8 @@ def _database(path: Path) -> str:
         header = os.read(fd, 100)
     finally:
         os.close(fd)
-    from archplace.search.store import APPLICATION_ID
-    from archplace.search.store_file import SQLITE_MAGIC, sqlite_ids
+    from archplace.dse.store import APPLICATION_ID
+    from archplace.dse.store_file import SQLITE_MAGIC, sqlite_ids
 
     if not header.startswith(SQLITE_MAGIC):
         return ""

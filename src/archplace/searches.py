@@ -9,13 +9,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from archplace.dse.request import SearchRequest, SearchResult
+from archplace.dse.runner import Progress, Tick, run_search, stored_designs
+from archplace.dse.store import ResultStore
+from archplace.dse.strategies import make_strategy
 from archplace.errors import ArchplaceError
 from archplace.executor import make_executor
 from archplace.lifetime import Interrupted
-from archplace.search.request import SearchRequest, SearchResult
-from archplace.search.runner import Progress, Tick, run_search, stored_designs
-from archplace.search.store import ResultStore
-from archplace.search.strategies import make_strategy
 from archplace.specs.search import SearchSpec
 
 RequestOf = Callable[[SearchSpec, Sequence[str]], SearchRequest]

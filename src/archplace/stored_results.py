@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from archplace.dse.objective import rank
+from archplace.dse.request import SearchResult
+from archplace.dse.store import ResultStore, StoredResult
 from archplace.errors import ConfigError
-from archplace.search.objective import rank
-from archplace.search.request import SearchResult
-from archplace.search.store import ResultStore, StoredResult
 
 __all__ = ["plot_design_space", "results"]
 
 
 def results(store: str | Path, *, search: str | None = None, top: int | None = None) -> list[StoredResult]:
     """Results in a search store, search by search (oldest first), each search's designs best first
-    by the objective of its latest run (:func:`archplace.search.objective.rank`: feasible designs by
+    by the objective of its latest run (:func:`archplace.dse.objective.rank`: feasible designs by
     the objective, ties by area then name, infeasible last; ``pareto``: the front first).
 
     Args:
@@ -27,7 +27,7 @@ def results(store: str | Path, *, search: str | None = None, top: int | None = N
 
     Raises:
         ConfigError: the file is missing, empty or not a result store of this schema version
-            (:mod:`archplace.search.store`), a row is corrupt, no search or several match
+            (:mod:`archplace.dse.store`), a row is corrupt, no search or several match
             ``search``, ``top`` is not a whole number >= 1.
     """
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
@@ -44,7 +44,7 @@ def results(store: str | Path, *, search: str | None = None, top: int | None = N
 def plot_design_space(source: SearchResult | str, path: str | Path, *, search: str | None = None) -> None:
     """Draw samples/s against die area and against TDP of every evaluated design, the Pareto
     front of (throughput, area, TDP), the best design and the baseline
-    (:func:`archplace.report.plots.design_space_figure`).
+    (:func:`archplace.reporting.plots.design_space_figure`).
 
     Args:
         source: a search's result, or the path of a result store (every stored design of one of
@@ -57,7 +57,7 @@ def plot_design_space(source: SearchResult | str, path: str | Path, *, search: s
             searches and ``search`` does not choose one.
         OSError, ValueError: the image cannot be written, or its format is unknown.
     """
-    from archplace.report.plots import draw_design_space  # matplotlib only when asked for
+    from archplace.reporting.plots import draw_design_space  # matplotlib only when asked for
 
     if isinstance(source, SearchResult):
         draw_design_space(source.evaluated, path, best=source.best, baseline=source.baseline,

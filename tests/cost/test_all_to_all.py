@@ -13,8 +13,8 @@ from archplace.cost.collective import (
 )
 from archplace.cost.model import RooflineCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
 A, B = 5e-6, 100e9  # alpha 5 us, beta 100 GB/s

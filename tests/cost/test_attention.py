@@ -14,7 +14,7 @@ from archplace.cost import attention
 from archplace.cost.attention import BLOCK, attention_flop, computed_area, hbm_traffic_bytes
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import RooflineCostModel, SystolicCostModel, array_flop
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
 

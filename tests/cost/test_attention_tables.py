@@ -14,7 +14,7 @@ from archplace import app
 from archplace.cost import attention_tables as at
 from archplace.cost.efficiency import ChipColumns, op_times
 from archplace.errors import ConfigError
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.specs import HardwareSpec
 from archplace.workload.graph import Operator, OpKind, Phase
 from cli_helpers import run

@@ -14,8 +14,8 @@ from archplace.cost import batched, gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
-from archplace.hardware.space import load_space
+from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow
+from archplace.hw.space import load_space
 from archplace.workload.graph import Operator, OpKind, Phase
 
 ROWS = np.array([1, 2, 3, 16, 128, 32], dtype=np.int64)

@@ -14,8 +14,8 @@ from archplace.cost.attention import attention_flop
 from archplace.cost.measured_tables import REQUIRED_KEYS, load_table, read_table
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, KernelEfficiency
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.accelerator import Accelerator, KernelEfficiency
+from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
 A100 = load_accelerator("a100-80gb")

@@ -12,7 +12,7 @@ from archplace.cost.collective import (
     torus_factors,
 )
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster, Topology
+from archplace.hw.cluster import Cluster, Topology
 
 A, B = 5e-6, 100e9  # alpha 5 us, beta 100 GB/s
 N = 1e9  # 1 GB buffer

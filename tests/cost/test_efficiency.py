@@ -17,9 +17,9 @@ from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.systolic import matmul_estimate
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Dataflow, KernelEfficiency
-from archplace.hardware.presets import efficiency_sources, load_accelerator, load_cluster
-from archplace.hardware.space import load_space
+from archplace.hw.accelerator import Dataflow, KernelEfficiency
+from archplace.hw.presets import efficiency_sources, load_accelerator, load_cluster
+from archplace.hw.space import load_space
 from archplace.workload.graph import Operator, OpKind, Phase
 
 A100 = load_accelerator("a100-80gb")
@@ -222,7 +222,7 @@ def test_gpu_presets_cite_every_efficiency_figure(name: str) -> None:
 
 
 def _preset(tmp_path: Path, efficiency_text: str) -> Path:
-    text = (Path(__file__).parents[2] / "src/archplace/hardware/presets/a100-80gb.yaml").read_text()
+    text = (Path(__file__).parents[2] / "src/archplace/hw/presets/a100-80gb.yaml").read_text()
     head = text[: text.index("\nefficiency:")]
     path = tmp_path / "gpu.yaml"
     path.write_text(head + "\nefficiency:\n" + efficiency_text)
@@ -254,7 +254,7 @@ def test_bad_efficiency_section(tmp_path: Path, text: str, message: str) -> None
 
 
 def test_accelerator_round_trips_through_its_dict() -> None:
-    from archplace.hardware.accelerator import Accelerator
+    from archplace.hw.accelerator import Accelerator
 
     assert Accelerator(**A100.to_dict()) == A100
     assert Accelerator(**load_space("tiny").designs()[0].to_dict()).efficiency is None

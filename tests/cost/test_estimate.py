@@ -11,7 +11,7 @@ from archplace.cost import gemm
 from archplace.cost.estimate import estimate_layers, estimate_matmul
 from archplace.cost.model import RooflineCostModel, SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.zoo import load_model
 from cli_helpers import run

@@ -23,7 +23,7 @@ from archplace.cost.gemm import (
     ws_cycles,
     ws_cycles_scalesim,
 )
-from archplace.hardware.accelerator import ArrayTiming
+from archplace.hw.accelerator import ArrayTiming
 
 from .systolic_sim import Hazard, Matrix, simulate_os, simulate_ws
 

@@ -23,8 +23,8 @@ from archplace.cost.measured_gemm import K_SLICE, gemm_model_s
 from archplace.cost.measured_tables import load_table, read_table
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, KernelEfficiency
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.accelerator import Accelerator, KernelEfficiency
+from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
 

@@ -21,10 +21,10 @@ from archplace.cost.model import (
     SystolicCostModel,
 )
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, Dataflow
-from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE, LOCAL_SRAM_ENERGY_J_PER_BYTE, MAC_ENERGY_J
-from archplace.hardware.presets import load_accelerator, load_cluster
-from archplace.schedule.problem import ScheduleProblem
+from archplace.hw.accelerator import Accelerator, Dataflow
+from archplace.hw.power import HBM_PATH_ENERGY_J_PER_BYTE, LOCAL_SRAM_ENERGY_J_PER_BYTE, MAC_ENERGY_J
+from archplace.hw.presets import load_accelerator, load_cluster
+from archplace.scheduling.problem import ScheduleProblem
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 
 _FIELDS = {f.name for f in dataclasses.fields(Operator)}

@@ -18,8 +18,8 @@ from archplace.cost.collective import (
 from archplace.cost.nccl_constants import GENERATIONS
 from archplace.cost.nccl_logs import compare, read_log
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster, Topology
-from archplace.hardware.presets import load_cluster
+from archplace.hw.cluster import Cluster, Topology
+from archplace.hw.presets import load_cluster
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "nccl"
 MIB = 2**20

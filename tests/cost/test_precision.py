@@ -22,9 +22,9 @@ from archplace.cost.precision import (
 )
 from archplace.cost.systolic import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware import presets
-from archplace.hardware.accelerator import Accelerator
-from archplace.hardware.presets import load_accelerator
+from archplace.hw import presets
+from archplace.hw.accelerator import Accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
 # power-of-two clock, unbounded buffer: every count below is exact in binary floating point

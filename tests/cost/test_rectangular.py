@@ -16,8 +16,8 @@ import pytest
 from archplace.cost import batched, gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.systolic import SystolicCostModel
-from archplace.hardware.accelerator import ArrayTiming, Dataflow
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.accelerator import ArrayTiming, Dataflow
+from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
 from .systolic_sim import Matrix, simulate_os, simulate_ws

@@ -21,8 +21,8 @@ from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import RooflineCostModel, SystolicCostModel
 from archplace.cost.types import Bound, OpEstimate
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator
 from archplace.workload.attention_blocks import op_area, ring_steps
 from archplace.workload.graph import Operator, OpKind, Phase
 
@@ -200,7 +200,7 @@ def test_mla_traffic_and_cost():
 
 def test_ring_transfers_energy_and_operator_checks():
     """Three forward transfers of 1 GB read and written: 6e9 bytes on the HBM path."""
-    from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE
+    from archplace.hw.power import HBM_PATH_ENERGY_J_PER_BYTE
 
     assert with_ring(FOUR, kernel(9.009), CLUSTER).energy_j == pytest.approx(6e9 * HBM_PATH_ENERGY_J_PER_BYTE)
     with pytest.raises(ConfigError, match="n = m x cp"):

@@ -29,10 +29,10 @@ from archplace.cost import gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.systolic import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware import presets
-from archplace.hardware.accelerator import Accelerator, ArrayTiming
-from archplace.hardware.presets import load_accelerator
-from archplace.hardware.space import load_space
+from archplace.hw import presets
+from archplace.hw.accelerator import Accelerator, ArrayTiming
+from archplace.hw.presets import load_accelerator
+from archplace.hw.space import load_space
 from archplace.workload.graph import Operator, OpKind, Phase
 
 # Large enough that every operand of every case fits (kB; SCALE-Sim's word is 1 byte here).

@@ -19,8 +19,8 @@ from archplace.cost import gemm
 from archplace.cost.estimate import estimate_layers, estimate_matmul, utilisation
 from archplace.cost.model import RooflineCostModel, SystolicCostModel, array_flop
 from archplace.errors import InternalError
-from archplace.hardware.accelerator import Accelerator
-from archplace.hardware.cluster import Cluster
+from archplace.hw.accelerator import Accelerator
+from archplace.hw.cluster import Cluster
 from archplace.placement.costs import layer_costs
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import Plan, Recompute, TrainingSetup

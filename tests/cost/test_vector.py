@@ -15,8 +15,8 @@ from archplace.cost.vector import (
     vector_cycles,
     vector_hbm_bytes,
 )
-from archplace.hardware.accelerator import Accelerator
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.accelerator import Accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase
 
 

@@ -24,7 +24,7 @@ from hostile import Guards, make_stores, materialise
 CASE_LIMIT_S = 120  # a case running longer than this counts as a hang
 ERROR_LINE_LIMIT = len("archplace: error: ") + MAX_ERROR_CHARS  # characters of the one error line
 ROOT = Path(__file__).resolve().parents[2]
-PRESETS = ROOT / "src" / "archplace" / "hardware" / "presets"
+PRESETS = ROOT / "src" / "archplace" / "hw" / "presets"
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
             "vocab_size": 1024, "bos_token_id": 0, "eos_token_id": 0}
 SPACE = ("base: tpuv4\ntensor_cores: [2, 8]\narray_dim: [128]\nvector_cores: [2]\nbuffer: [32 MiB]\n"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
 from archplace.placement.plan import (

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from placement_helpers import chains, setups
 
 from archplace.errors import ConfigError, InternalError, SolverError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement import budget, plan_search, search, tables
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from placement_helpers import RECOMPUTES, brute_force, check_ranking, rank_key
 
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement import workflow
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph

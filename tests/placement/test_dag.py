@@ -26,7 +26,7 @@ from placement_helpers import (
 from archplace import api
 from archplace.cli import main
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.layer_graph_file import load_layer_graph_file
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph, cut_bytes, downsets, linearize

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from test_cp_ep_engine import check_against_brute_force, training_problems
 
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.layout import RankLayout, group_allreduce_cost
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan, plan_memory
 from archplace.placement.plan import (

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Plan, Recompute, TrainingSetup
 from archplace.placement.result import PlanResult

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator
 from archplace.placement.interference import HBM_BYTES_PER_WIRE_BYTE, NO_INTERFERENCE, Interference, slowed_s
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import LayerCost, Plan, Recompute, TrainingSetup
@@ -225,7 +225,7 @@ def test_training_setup_refuses_a_bad_hbm_fraction():
 
 
 def test_a_preset_file_may_set_the_overlap_fields(tmp_path: Path) -> None:
-    text = (Path(__file__).parents[2] / "src/archplace/hardware/presets/a100-80gb.yaml").read_text()
+    text = (Path(__file__).parents[2] / "src/archplace/hw/presets/a100-80gb.yaml").read_text()
     path = tmp_path / "mine.yaml"
     path.write_text(text + '  collective_sms: {value: 16, source: "NCCL_DEBUG=INFO: 16 coll channels"}\n'
                            '  overlap_memory_bound_share: {value: 0.25, source: "a profile of our run"}\n')

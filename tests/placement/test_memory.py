@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.memory import (
     MODEL_STATE_BYTES_PER_PARAM,
     in_flight_micro_batches,

@@ -13,7 +13,7 @@ import pytest
 
 import archplace
 from archplace.cost.model import RooflineCostModel, array_flop
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.placement.costs import layer_costs
 from archplace.placement.plan import LayerCost, Recompute
 from archplace.workload.extract import ExtractOptions, extract_chain

@@ -19,7 +19,7 @@ from placement_helpers import (
 )
 
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import ZERO_STAGES, LayerCost, PipelineSchedule, Recompute, TrainingSetup
 from archplace.placement.solver import optimal_plan, plan_search
@@ -342,7 +342,7 @@ def test_plan_search_prunes_nothing_it_should_keep(hbm):
 def test_rounding_tie_takes_the_smaller_split():
     """Regression (found by hypothesis in CI): two splits whose iteration times differ by one
     rounding (32.51 vs 32.510000000000005) are a tie; the lexicographically smaller split wins."""
-    from archplace.hardware.cluster import Cluster
+    from archplace.hw.cluster import Cluster
     from archplace.placement.plan import LayerCost, PipelineSchedule, Recompute, TrainingSetup
 
     # (fwd_s, bwd_s, tp_comm_bwd_s); every other figure 0

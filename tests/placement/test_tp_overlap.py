@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from archplace import api
 from archplace.cli import main
 from archplace.errors import ConfigError
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.presets import load_accelerator
 from archplace.placement.tp_overlap import UB_PIPELINE_SPLITS, overlapped_tp
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 
@@ -118,7 +118,7 @@ def test_the_cli_flag_reaches_the_plan(tmp_path, capsys: pytest.CaptureFixture[s
 
 
 def test_a_hardware_file_may_turn_it_on(tmp_path: Path) -> None:
-    text = (Path(__file__).parents[2] / "src/archplace/hardware/presets/h100-80gb.yaml").read_text()
+    text = (Path(__file__).parents[2] / "src/archplace/hw/presets/h100-80gb.yaml").read_text()
     path = tmp_path / "mine.yaml"
     path.write_text(text + "  tp_comm_overlap: {value: true, source: \"ub_tp_comm_overlap true\"}\n")
     eff = load_accelerator(str(path)).efficiency

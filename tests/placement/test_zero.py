@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import GradReduceDtype, LayerCost, Plan, Recompute, TrainingSetup
 from archplace.placement.result import PlanResult

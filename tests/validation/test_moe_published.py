@@ -93,7 +93,7 @@ def roomy_h100(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The h100-80gb preset with 96 GiB of HBM, so that a plan's time is reported when it needs
     more than 80 GiB (the capacity only gates the memory check; see
     ``test_hbm_capacity_does_not_change_the_time``)."""
-    text = resources.files("archplace.hardware").joinpath("presets/h100-80gb.yaml").read_text()
+    text = resources.files("archplace.hw").joinpath("presets/h100-80gb.yaml").read_text()
     data = yaml.safe_load(text)
     assert data["accelerator"]["hbm"]["value"] == "80 GiB"
     data["accelerator"]["hbm"]["value"] = "96 GiB"

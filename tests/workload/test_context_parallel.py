@@ -9,8 +9,8 @@ import pytest
 from archplace.cost.attention import BLOCK
 from archplace.cost.model import SystolicCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator
 from archplace.placement.costs import layer_costs
 from archplace.workload.attention_blocks import computed_area
 from archplace.workload.extract import ExtractOptions, extract_chain

@@ -15,8 +15,8 @@ from jsonschema import Draft202012Validator
 from archplace.cost.collective import cluster_all_to_all_time_s
 from archplace.cost.model import RooflineCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator
 from archplace.placement.costs import layer_costs
 from archplace.schemas import load_schema
 from archplace.workload.cache import GraphCache

@@ -13,8 +13,8 @@ from jsonschema import Draft202012Validator
 from archplace.cost.collective import cluster_collective_time_s
 from archplace.cost.model import RooflineCostModel
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.presets import load_accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.presets import load_accelerator
 from archplace.schemas import load_schema
 from archplace.workload.expert_parallel import ALL_TO_ALL
 from archplace.workload.expert_tensor import ETP_ALL_GATHER, ETP_REDUCE_SCATTER, check_etp, split_experts

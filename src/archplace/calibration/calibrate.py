@@ -29,7 +29,7 @@ from archplace.calibration.fit import (
 )
 from archplace.calibration.parameters import Parameter, default_fit, parse_fit
 from archplace.errors import ConfigError
-from archplace.hardware.resolved import ResolvedHardware
+from archplace.hw.resolved import ResolvedHardware
 from archplace.inputs import read_mapping
 from archplace.validation.runs import DEFAULT_VARIANT, VARIANTS, Run, load_runs
 

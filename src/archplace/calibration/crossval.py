@@ -24,7 +24,7 @@ from archplace.calibration.calibrate import runs_on
 from archplace.calibration.fit import RunSet, evaluable, fit, mean_max_abs, with_values
 from archplace.calibration.parameters import Parameter, default_fit, parse_fit
 from archplace.errors import ConfigError
-from archplace.hardware.resolved import ResolvedHardware
+from archplace.hw.resolved import ResolvedHardware
 from archplace.validation.runs import DEFAULT_VARIANT, Run
 
 

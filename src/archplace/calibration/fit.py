@@ -4,7 +4,7 @@ The fit minimises ``sum_i (log t_i(x) - log m_i)^2`` over the chosen parameters 
 registry's bounds (:mod:`archplace.calibration.parameters`), where ``m_i`` is run ``i``'s measured
 iteration time (``Run.published_iteration_time_s``) and ``t_i(x)`` archplace's prediction of it
 (:func:`archplace.api.evaluate` on the hardware with ``x`` written in, a
-:class:`~archplace.hardware.resolved.ResolvedHardware`). Log time makes every run weigh the same
+:class:`~archplace.hw.resolved.ResolvedHardware`). Log time makes every run weigh the same
 whatever its length, and a residual of ``r`` is a time ratio of ``exp(r)``.
 
 The optimizer is SciPy's bounded trust-region reflective least squares
@@ -26,7 +26,7 @@ import numpy as np
 from archplace import api
 from archplace.calibration.parameters import Parameter
 from archplace.errors import ArchplaceError, ConfigError
-from archplace.hardware.resolved import ResolvedHardware
+from archplace.hw.resolved import ResolvedHardware
 from archplace.validation.runs import Run, evaluate_kwargs, model_argument
 
 _TOLERANCE = 1e-10

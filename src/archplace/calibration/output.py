@@ -15,7 +15,7 @@ import yaml
 
 from archplace.calibration.calibrate import Calibration
 from archplace.calibration.parameters import PARAMETERS
-from archplace.hardware import _config
+from archplace.hw import _config
 
 _KIND = "hardware preset"
 _CASES_SHOWN = 12

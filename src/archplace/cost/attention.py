@@ -92,8 +92,8 @@ from archplace.cost.vector import (
     TRANSCENDENTAL_CYCLES_PER_ELEMENT,
 )
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.power import (
+from archplace.hw.cluster import Cluster
+from archplace.hw.power import (
     HBM_PATH_ENERGY_J_PER_BYTE,
     LOCAL_SRAM_ENERGY_J_PER_BYTE,
     MAC_ENERGY_J,

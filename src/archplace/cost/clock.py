@@ -54,7 +54,7 @@ from numpy.typing import NDArray
 from archplace.cost.kernel_tables import dtype_class, resolve_table
 from archplace.cost.measured_tables import MeasuredTable
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import KernelEfficiency
+from archplace.hw.accelerator import KernelEfficiency
 from archplace.units import parse_frequency
 
 FloatArray = NDArray[np.float64]

@@ -59,7 +59,7 @@ import math
 
 from archplace.cost import nccl
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster, Topology
+from archplace.hw.cluster import Cluster, Topology
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 ALGORITHMS = ("ring", "tree", "torus")
@@ -192,7 +192,7 @@ def cluster_collective_time_s(
     *, algorithm: str | None = None,
 ) -> float:
     """:func:`collective_time_s` on the link of ``cluster`` the group uses
-    (:meth:`~archplace.hardware.cluster.Cluster.group_link`: the one its span fits in, or the
+    (:meth:`~archplace.hw.cluster.Cluster.group_link`: the one its span fits in, or the
     inter-node link when groups of consecutive ranks straddle node boundaries).
 
     Args:

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, KernelEfficiency
+from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow, KernelEfficiency
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]

@@ -1,6 +1,6 @@
 """Operator latencies on a known chip from what its kernels sustain (issue #12, item 1).
 
-A preset with an ``efficiency`` section (:class:`~archplace.hardware.accelerator.KernelEfficiency`)
+A preset with an ``efficiency`` section (:class:`~archplace.hw.accelerator.KernelEfficiency`)
 is costed here instead of by the cycle model: the cycle model of a GPU as 432 arrays of 16x16
 runs every GEMM at about 99 % of the peak, while cuBLAS sustains less (tile and wave
 quantization, memory stalls, the clock under load).  Designs of a search space have no
@@ -77,7 +77,7 @@ from archplace.cost.attention_tables import kernel_time_s
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.types import ManyEstimates, OpEstimate, compute_or_memory
 from archplace.cost.vector import SIMPLE_CYCLES_PER_ELEMENT, cycles_per_element
-from archplace.hardware.accelerator import Accelerator, KernelEfficiency
+from archplace.hw.accelerator import Accelerator, KernelEfficiency
 from archplace.workload.attention_blocks import attention_flop, computed_fraction, is_backward
 from archplace.workload.graph import Operator, OpKind
 

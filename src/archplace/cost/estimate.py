@@ -6,11 +6,11 @@ Layer figures (for one micro-batch, per device of the TP group):
   of its type (Σ single-core latencies);
 * ``all_cores_s``: one after the other, each on ALL cores of its type (Σ all-core
   latencies) -- what a chip that parallelises inside operators only achieves;
-  the per-layer scheduler (schedule/) overlaps operators and does better;
+  the per-layer scheduler (scheduling/) overlaps operators and does better;
 * ``bound``: the bound (compute, memory, communication) of the operators that
   take most of ``all_cores_s``;
 * ``energy_j``: dynamic energy of the operators plus static power x ``all_cores_s``
-  (:mod:`archplace.hardware.power`);
+  (:mod:`archplace.hw.power`);
 * ``mfu``: the FLOP of the layer's matmuls / (``all_cores_s`` x peak FLOP/s): the peak counts
   the systolic arrays only, so the vector cores' work is left out of the numerator
   (:func:`archplace.cost.model.array_flop`); it is at most 1, since no matmul runs faster than
@@ -37,9 +37,9 @@ from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
 from archplace.errors import ConfigError, InternalError
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow, enum_member
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.power import static_power_w
+from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow, enum_member
+from archplace.hw.cluster import Cluster
+from archplace.hw.power import static_power_w
 from archplace.workload.graph import OpGraph
 from archplace.workload.layers import LayerChain
 

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 
-from archplace.hardware.accelerator import ArrayTiming
+from archplace.hw.accelerator import ArrayTiming
 
 # The buffer capacity, in elements, that stands for "unbounded" (every GEMM fits).
 UNBOUNDED_ELEMENTS = 2**62
@@ -159,7 +159,7 @@ def os_cycles_scalesim(tiles: int, k: int, rows: int, cols: int) -> int:
 def is_cycles_scalesim(m: int, k: int, n: int, rows: int, cols: int) -> int:
     """SCALE-Sim's cycles of ``[m, k] x [k, n]`` input stationary on one array (docstring).
 
-    Input stationary is not an :class:`~archplace.hardware.accelerator.Dataflow` of the
+    Input stationary is not an :class:`~archplace.hw.accelerator.Dataflow` of the
     cost model; the count is kept to check SCALE-Sim's third dataflow.
 
     Raises:

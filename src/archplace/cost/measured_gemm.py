@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 
 from archplace.cost import clock
 from archplace.cost.kernel_tables import GemmSurface, chip_tables
-from archplace.hardware.accelerator import KernelEfficiency
+from archplace.hw.accelerator import KernelEfficiency
 from archplace.workload.graph import Operator, OpKind
 
 if TYPE_CHECKING:

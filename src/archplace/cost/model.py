@@ -39,9 +39,9 @@ from archplace.cost.types import (
     compute_or_memory,
 )
 from archplace.cost.vector import cycles_per_element, vector_hbm_bytes
-from archplace.hardware.accelerator import Accelerator
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE, MAC_ENERGY_J, VECTOR_OP_ENERGY_J
+from archplace.hw.accelerator import Accelerator
+from archplace.hw.cluster import Cluster
+from archplace.hw.power import HBM_PATH_ENERGY_J_PER_BYTE, MAC_ENERGY_J, VECTOR_OP_ENERGY_J
 from archplace.workload.attention_blocks import op_area
 from archplace.workload.graph import Operator, OpKind
 
@@ -57,7 +57,7 @@ def array_flop(ops: Iterable[Operator]) -> float:
     cores and is not counted.
 
     This is the numerator of MFU: the peak it is divided by,
-    :attr:`~archplace.hardware.accelerator.Accelerator.peak_flop_per_s`, counts the arrays' MACs
+    :attr:`~archplace.hw.accelerator.Accelerator.peak_flop_per_s`, counts the arrays' MACs
     only (2 FLOP per MAC per cycle), as in PaLM's definition of MFU (Chowdhery et al., 2022,
     appendix B: the matmul FLOP of the model). Counting the vector FLOP against it gave MFU above
     1 on chips whose vector cores outrun their arrays (a 1x1 array: 100.9 %, and an embedding

@@ -17,7 +17,7 @@ keeps everything else in higher precision:
   (``megatron/core/models/gpt/gpt_model.py``), not a TE module, so ``fp8_autocast`` leaves
   it in bf16.
 * **Speed.** An FP8 GEMM runs at ``fp8_speedup`` x the bf16 rate of the arrays
-  (:attr:`~archplace.hardware.accelerator.Accelerator.fp8_speedup`; 2 on H100: 1,979 dense
+  (:attr:`~archplace.hw.accelerator.Accelerator.fp8_speedup`; 2 on H100: 1,979 dense
   FP8 TFLOP/s against 989 bf16). Its operands are read at 1 byte per element; its output is
   written in bf16 (2 bytes).
 * **Scaling overhead.** Every FP8 GEMM quantizes its two inputs from bf16 to FP8 with the
@@ -51,8 +51,8 @@ from archplace.cost.model import EstimatingCostModel
 from archplace.cost.systolic import matmul_estimate, op_key
 from archplace.cost.types import OpEstimate, OpLatency
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator, Dataflow
-from archplace.hardware.power import HBM_PATH_ENERGY_J_PER_BYTE
+from archplace.hw.accelerator import Accelerator, Dataflow
+from archplace.hw.power import HBM_PATH_ENERGY_J_PER_BYTE
 from archplace.workload.graph import Operator, OpKind
 
 

@@ -26,7 +26,7 @@ Per operator kind (docs/model.md, Per-operator cost):
   the collective, the buffer is the larger of ``bytes_read`` and ``bytes_written``
   (the full buffer whichever side the operator reports).  A group of 1 costs 0.
 
-Energy (constants and sources in :mod:`archplace.hardware.power`): MACs x
+Energy (constants and sources in :mod:`archplace.hw.power`): MACs x
 ``MAC_ENERGY_J`` + operand feed x ``LOCAL_SRAM_ENERGY_J_PER_BYTE`` + HBM bytes x
 ``HBM_PATH_ENERGY_J_PER_BYTE`` + vector-lane operations x ``VECTOR_OP_ENERGY_J``; a
 collective is charged the HBM path of its bytes (link energy is not modelled).
@@ -57,9 +57,9 @@ from archplace.cost.vector import (
     vector_cycles,
     vector_hbm_bytes,
 )
-from archplace.hardware.accelerator import Accelerator, ArrayTiming, Dataflow
-from archplace.hardware.cluster import Cluster
-from archplace.hardware.power import (
+from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow
+from archplace.hw.cluster import Cluster
+from archplace.hw.power import (
     HBM_PATH_ENERGY_J_PER_BYTE,
     LOCAL_SRAM_ENERGY_J_PER_BYTE,
     MAC_ENERGY_J,

@@ -5,7 +5,7 @@ A design search evaluates designs that share their layer graphs and differ in th
 the first time it meets an operator it costs it on all of them at once
 (:meth:`~archplace.cost.systolic.SystolicCostModel.latency_many`), then reads each design's
 entry.  The vectorised path returns, design by design, exactly the floats of the scalar one
-(``tests/cost/test_batched.py``, ``tests/search/test_evaluate_many.py``), so a table changes no number.
+(``tests/cost/test_batched.py``, ``tests/dse/test_evaluate_many.py``), so a table changes no number.
 Everything else -- :meth:`estimate` (traffic, energy, ring communication), chips outside the
 table -- is the scalar model's answer.
 """
@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.systolic import SystolicCostModel, op_key
 from archplace.cost.types import OpEstimate, OpLatency
-from archplace.hardware.accelerator import Accelerator
+from archplace.hw.accelerator import Accelerator
 from archplace.workload.graph import Operator
 
 FloatArray = NDArray[np.float64]

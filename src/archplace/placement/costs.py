@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from archplace.cost.model import CostModel, EstimatingCostModel, array_flop
 from archplace.cost.precision import fp8_weight_params
-from archplace.hardware.accelerator import Accelerator
+from archplace.hw.accelerator import Accelerator
 from archplace.placement.interference import Interference
 from archplace.placement.plan import CostKey, LayerCost
 from archplace.placement.tp_overlap import overlapped_tp
-from archplace.schedule.list_scheduler import list_schedule_makespan_s
-from archplace.schedule.problem import ScheduleProblem
+from archplace.scheduling.list_scheduler import list_schedule_makespan_s
+from archplace.scheduling.problem import ScheduleProblem
 from archplace.workload.expert_parallel import ALL_TO_ALL
 from archplace.workload.graph import OpGraph, OpKind, renumber
 from archplace.workload.layers import Layer, LayerChain, LayerKind

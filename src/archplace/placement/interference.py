@@ -45,7 +45,7 @@ with c its whole time and exposed what is left after the backward pass: an appro
 buckets start as gradients become ready, so part of the stream may idle inside the backward
 pass; the formula charges L on all of c, an upper bound for that part).
 
-Sources of the defaults (:mod:`archplace.hardware.accelerator`, ``DEFAULT_COLLECTIVE_SMS``):
+Sources of the defaults (:mod:`archplace.hw.accelerator`, ``DEFAULT_COLLECTIVE_SMS``):
 DeepSeek-V3 Technical Report (arXiv:2412.19437), sec. 3.2.2: 20 of the H800's 132 SMs suffice
 to saturate InfiniBand and NVLink for their overlapped all-to-all; DeepEP (deepseek-ai/DeepEP
 README: the normal kernels' SM count is a setting, ``Buffer.set_num_sms(24)`` in its example).
@@ -62,7 +62,7 @@ import numpy as np
 import numpy.typing as npt
 
 from archplace.errors import ConfigError
-from archplace.hardware.accelerator import Accelerator
+from archplace.hw.accelerator import Accelerator
 
 FloatArray = npt.NDArray[np.float64]
 

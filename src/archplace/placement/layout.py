@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.plan import Plan, RankOrder
 from archplace.placement.timing import group_span, strided_allreduce_cost
 

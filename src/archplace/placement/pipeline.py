@@ -93,7 +93,7 @@ from dataclasses import fields, replace
 import numpy as np
 
 from archplace.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.layout import RankLayout, check_expert_degree
 from archplace.placement.memory import (

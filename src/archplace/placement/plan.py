@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 
 

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from archplace.errors import ConfigError
-from archplace.hardware.cluster import Cluster
+from archplace.hw.cluster import Cluster
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, TrainingSetup
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import PRECISION_ORDER, PRECISIONS, Fp8CostModel, Precision, check_precision
 from archplace.errors import ConfigError, InfeasibleError
-from archplace.hardware.accelerator import Accelerator
+from archplace.hw.accelerator import Accelerator
 from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import costs_by_key
 from archplace.placement.pipeline import evaluate_plan

@@ -21,11 +21,11 @@ import yaml
 
 from archplace import inputs, limits
 from archplace.cost.precision import Precision
+from archplace.dse.objective import Objective
+from archplace.dse.strategies import STRATEGIES
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTORS
 from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule
-from archplace.search.objective import Objective
-from archplace.search.strategies import STRATEGIES
 from archplace.specs.plan import degrees, parse_zero_stages
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.options import parse_attention, parse_kernels

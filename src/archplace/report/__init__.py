@@ -1,2 +1,0 @@
-"""archplace.report: rendering of results (rich tables, design-space plots, Gantt charts); nothing
-here computes a figure."""

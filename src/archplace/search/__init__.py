@@ -1,1 +1,0 @@
-"""archplace.search."""
