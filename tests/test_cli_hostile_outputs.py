@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from archplace.cli_options import MAX_ERROR_CHARS, one_line
+from archplace.cli.options import MAX_ERROR_CHARS, one_line
 from archplace.dse.objective import Objective
 from archplace.dse.store import APPLICATION_ID, ResultStore, SearchLabel
 from archplace.errors import ConfigError

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from archplace.entry import main, run_exiting_fast
+from archplace.cli.entry import main, run_exiting_fast
 
 
 class _Importing(ModuleType):
@@ -70,7 +70,7 @@ def test_an_interrupted_command_ends_at_once_and_other_statuses_are_raised(exit_
 def test_a_process_interrupted_in_python_shutdown_flushes_its_output() -> None:
     """The immediate exit runs the exit handlers and flushes what was printed (a real process:
     nothing patched)."""
-    code = ("import atexit, sys; from archplace.entry import run_exiting_fast\n"
+    code = ("import atexit, sys; from archplace.cli.entry import run_exiting_fast\n"
             "atexit.register(lambda: print('handler ran', flush=False))\n"
             "def run():\n    print('kept', flush=False); sys.stderr.write('archplace: interrupted\\n')\n"
             "    raise SystemExit(130)\n"
@@ -88,7 +88,7 @@ def test_an_interrupted_process_pool_leaves_no_warning(tmp_path: Path) -> None:
     when os._exit came first)."""
     code = ("import multiprocessing, os, signal, sys\n"
             "from concurrent.futures import ProcessPoolExecutor\n"
-            "from archplace.entry import run_exiting_fast\n"
+            "from archplace.cli.entry import run_exiting_fast\n"
             "def run():\n"
             "    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context('spawn'))\n"
             "    pool.submit(abs, -1).result()\n"

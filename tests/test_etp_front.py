@@ -19,7 +19,7 @@ from rich.console import Console
 
 import archplace
 from archplace import api
-from archplace.cli_options import cli_message
+from archplace.cli.options import cli_message
 from archplace.config_examples import EXAMPLES
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.request import SearchResult, request_identity

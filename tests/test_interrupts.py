@@ -522,7 +522,7 @@ def test_a_search_interrupted_before_it_began_says_nothing_was_kept(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C while the search command checks its outputs, before a request is built: the
     search's own line, not the bare one."""
-    import archplace.cli as cli
+    import archplace.cli.search as cli
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise Interrupted()

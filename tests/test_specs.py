@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archplace.cli_options import cli_message, flag_of
+from archplace.cli.options import cli_message, flag_of
 from archplace.errors import ConfigError
 from archplace.placement.plan import MICRO_BATCHES, GradReduceDtype, Optimizer, PipelineSchedule, Recompute
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from archplace.cli import main
-from archplace.cli_options import MAX_ERROR_CHARS
+from archplace.cli.options import MAX_ERROR_CHARS
 from hostile import Guards, make_stores, materialise
 
 CASE_LIMIT_S = 120  # a case running longer than this counts as a hang

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from archplace import api
-from archplace.cli_runs import run_fields
+from archplace.cli.runs import run_fields
 from archplace.config_examples import EXAMPLES
 from archplace.placement.plan import PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 
 from archplace.api import estimate_matmul, estimate_model, estimate_preset_matmul
-from archplace.cli_options import (
+from archplace.cli.options import (
     AttentionOption,
     CapacityFactorOption,
     KernelsOption,

@@ -83,6 +83,22 @@ SearchEtpsOption = Annotated[list[int] | None, typer.Option(
 EtpOption = Annotated[int, typer.Option("--etp", help=_ETP_HELP + ".")]
 
 
+# Options of the run that plan and evaluate share.
+Model = Annotated[str | None, typer.Option("--model", help="Model preset or path of an HF config.json.")]
+Hardware = Annotated[str | None, typer.Option(
+    "--hardware", help="Hardware preset or YAML file (with cluster links).")]
+Devices = Annotated[int | None, typer.Option("--devices", help="Accelerators in the cluster.")]
+GlobalBatch = Annotated[int | None, typer.Option("--global-batch", help="Samples per iteration.")]
+SeqLen = Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")]
+Optim = Annotated[str, typer.Option(help="adam (18 B/param) | sgd.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+Fuse = Annotated[bool, typer.Option(
+    "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
+DpOverlap = Annotated[bool, typer.Option(
+    "--dp-overlap", help="Reduce gradients bucket by bucket during the last backward pass (only what "
+                         "is left after it is exposed); without it the whole reduction is exposed.")]
+
+
 _FLAGS = {"tps": "--tp", "micro_batches": "--micro-batch", "top_k": "--top", "zero_stages": "--zero-stage",
           "recomputes": "--recompute", "schedules": "--schedule", "precisions": "--precision",
           "cps": "--cp", "eps": "--ep", "etps": "--etp"}

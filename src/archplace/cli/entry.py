@@ -1,7 +1,7 @@
 """The ``archplace`` command's entry point.
 
 Importing the CLI takes about a second (torch, transformers, typer); a Ctrl-C in that time is
-answered as everywhere else (:func:`archplace.cli.main`): one line on stderr, exit status 130,
+answered as everywhere else (:func:`archplace.cli.commands.main`): one line on stderr, exit status 130,
 no traceback.
 
 After an interrupt the process ends at once: the exit handlers run (multiprocessing's, which
@@ -54,7 +54,7 @@ def run_exiting_fast(run: Callable[[], object]) -> None:
 
 
 def main() -> None:
-    """Import the CLI and run it on ``sys.argv`` (an interrupt that :func:`archplace.cli.main`
+    """Import the CLI and run it on ``sys.argv`` (an interrupt that :func:`archplace.cli.commands.main`
     has not answered yet, while it starts, is answered here)."""
 
     def start() -> None:

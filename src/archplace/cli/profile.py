@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from archplace.cli_options import plain_console, say_wrote, table_console
+from archplace.cli.options import plain_console, say_wrote, table_console
 from archplace.errors import ConfigError
 from archplace.outputs import check_output
 from archplace.profiling.grid import KERNELS

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from archplace import api
 from archplace.calibration.parameters import DEFAULT_FIT, PARAMETERS, TABLE_FIT
-from archplace.cli_options import say_wrote, table_console
+from archplace.cli.options import say_wrote, table_console
 from archplace.outputs import check_output
 
 _FIT_HELP = (f"Parameters to fit, comma-separated: {' | '.join(PARAMETERS)} "

@@ -1,5 +1,5 @@
 """``archplace report``: the interactive HTML report of a search store; and the ``--report``
-option that ``plan`` and ``evaluate`` share (``search --report`` is in :mod:`archplace.cli`)."""
+option that ``plan`` and ``evaluate`` share (``search --report`` is in :mod:`archplace.cli.search`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 from archplace import api
 from archplace.app import accelerator
-from archplace.cli_options import say_wrote
+from archplace.cli.options import say_wrote
 from archplace.errors import ArchplaceError
 from archplace.outputs import check_output
 from archplace.placement.result import PlanResult

@@ -1,23 +1,19 @@
-"""Command-line interface: one thin command per question (see README)."""
+"""``archplace search``: the best accelerator designs of a space for one or more models, with
+their plans; its options over a ``--config`` file, its progress bar and its outputs."""
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from typer.exceptions import TyperException
 
 from archplace import api
-from archplace.cli_options import (
-    MAX_ERROR_CHARS,
+from archplace.cli.options import (
     AttentionOption,
     CapacityFactorOption,
     GradDtypeOption,
@@ -28,9 +24,6 @@ from archplace.cli_options import (
     SearchEpsOption,
     SearchEtpsOption,
     ZeroStagesOption,
-    cli_message,
-    error_line,
-    one_line,
     plain_console,
     say_wrote,
     table_console,
@@ -39,29 +32,19 @@ from archplace.dse.objective import score
 from archplace.dse.request import SearchResult
 from archplace.dse.runner import Tick
 from archplace.errors import ArchplaceError
-from archplace.lifetime import Interrupted, raising_interrupts
+from archplace.lifetime import Interrupted
 from archplace.outputs import (
     check_image_output,
     check_output,
     check_outputs,
     prepare_output,
-    write_output,
     write_text_output,
 )
 from archplace.reporting.tables import (
-    hardware_table,
-    models_table,
-    results_table,
     search_table,
-    write_results_csv,
 )
 from archplace.schemas import stamp
 from archplace.specs.search import SearchSpec, read_fields
-
-# rich_markup_mode=None: help texts show defaults in [brackets], which rich markup would eat.
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
-                  help="Joint search of accelerator architecture and parallel placement for LLM training.")
 
 
 def _same(value: Any) -> Any:
@@ -87,7 +70,7 @@ _SEARCH_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 _REQUIRED = {"models": "--model", "devices": "--devices", "global_batch": "--global-batch"}
 
 
-@app.command()
+
 def search(
     ctx: typer.Context,
     model: Annotated[list[str] | None, typer.Option(
@@ -171,7 +154,7 @@ def search(
         store = Path(spec.store) if spec.store else None
         raise Interrupted(_interrupted_search(api.SearchInterrupted(0, store, None))) from None
     for result in outcomes:
-        _stdout().print(search_table(result, spec.top))
+        table_console(200).print(search_table(result, spec.top))
     failed = next((r for r in outcomes if r.best is None), None)
     # On failure the files are still written (the JSON says why each design failed), but the
     # one line on stderr is the error.
@@ -182,7 +165,7 @@ def search(
         write_text_output(out, "--out", json.dumps(data, indent=2) + "\n")
         say(out)
     for result, path in zip(outcomes, plots, strict=True) if plots else ():
-        _draw(result, path)
+        draw_design_space(result, path)
         say(path)
     if report is not None:
         check_output(report, "--report")  # again, after the search; its directories made when written
@@ -243,7 +226,7 @@ def _plot_paths(plot: Path, models: list[str]) -> list[Path]:
     return [plot.with_name(f"{plot.stem}-{Path(model).name}{plot.suffix}") for model in models]
 
 
-def _draw(source: SearchResult | Path, path: Path, search: str | None = None) -> None:
+def draw_design_space(source: SearchResult | Path, path: Path, search: str | None = None) -> None:
     """:func:`api.plot_design_space` onto ``path`` (checked again and its directories made first:
     :func:`~archplace.outputs.prepare_output`), with a one-line error when it cannot be written."""
     prepare_output(path, "--plot")
@@ -280,100 +263,7 @@ def _search_progress() -> Iterator[Callable[[Tick], None]]:
         yield advance
 
 
-def _stdout() -> Console:
-    """Console for results: wide enough for the tables when stdout is not a terminal."""
-    return table_console(200)
 
-
-@app.command()
-def results(
-    store: Annotated[Path, typer.Argument(help="Result store written by search --store (only read).")],
-    top: Annotated[int, typer.Option(help="Rows to show per search.")] = 10,
-    search_id: Annotated[str | None, typer.Option(
-        "--search", help="Only the search whose id (the search column) starts with this.")] = None,
-    csv: Annotated[Path | None, typer.Option(help="Also write every row as CSV here.")] = None,
-    plot: Annotated[Path | None, typer.Option(
-        help="Draw samples/s against area and TDP of every design of the search (PNG, SVG or PDF).")] = None,
-) -> None:
-    """Show the results in a search store: each search's designs, best first by its objective."""
-    if top <= 0:
-        raise ArchplaceError(f"--top must be positive, got {top}")
-    for path, option in ((csv, "--csv"), (plot, "--plot")):
-        if path is not None and path.resolve() == store.resolve():
-            raise ArchplaceError(f"{option} {path}: that is the result store, which results only reads")
-    rows = api.results(store, search=search_id)  # a bad store is refused before any output is made
-    searches = list(dict.fromkeys(row.search for row in rows))
-    if plot is not None and len(searches) > 1:
-        raise ArchplaceError(f"--plot draws one search, and {store} holds {len(searches)} "
-                             f"({', '.join(s.short_id for s in searches)}): choose one with --search ID")
-    check_outputs({"--csv": csv, "--plot": plot})
-    if plot is not None:
-        check_image_output(plot, "--plot")
-    _stdout().print(results_table(rows, str(store), top))
-    if csv is not None:
-        write_output(csv, "--csv", lambda handle: write_results_csv(rows, handle))
-        say_wrote(csv)
-    if plot is not None:
-        _draw(store, plot, search=search_id)
-        say_wrote(plot)
-
-
-@app.command()
-def models() -> None:
-    """List the bundled model presets."""
-    _stdout().print(models_table(api.models()))
-
-
-@app.command()
-def hardware() -> None:
-    """List the bundled hardware presets."""
-    _stdout().print(hardware_table(api.hardware()))
-
-
-# Commands of other stages live in their own modules, each exposing ``register(app)``.
-_COMMAND_MODULES = ("archplace.cli_graph", "archplace.cli_estimate", "archplace.cli_schedule",
-                    "archplace.cli_plan", "archplace.cli_config", "archplace.cli_report",
-                    "archplace.cli_profile", "archplace.cli_calibrate")
-
-
-def _register_commands() -> None:
-    import importlib
-
-    for name in _COMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_register_commands()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: bad input gives one line on stderr (at most
-    :data:`~archplace.cli_options.MAX_ERROR_CHARS` characters of message) and exit status 2,
-    never a traceback; an interrupt (Ctrl-C, SIGINT) at any point -- while the command is built
-    too -- stops the work and any worker processes and gives one line
-    ``archplace: interrupted (what was kept)`` and exit status 130."""
-    try:
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-        command = typer.main.get_command(app)
-        with raising_interrupts():
-            code = command.main(args=argv, prog_name="archplace", standalone_mode=False)
-    except (Interrupted, KeyboardInterrupt, typer.Abort) as exc:
-        detail = one_line(exc.detail, MAX_ERROR_CHARS) if isinstance(exc, Interrupted) else ""
-        sys.stderr.write(f"archplace: interrupted{f' ({detail})' if detail else ''}\n")
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except TyperException as exc:  # usage errors: missing option, a value of the wrong type
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        sys.stderr.write(error_line(" ".join(message.split())))
-        sys.exit(2)
-    except ArchplaceError as exc:
-        sys.stderr.write(error_line(cli_message(exc)))
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":
-    from archplace.entry import run_exiting_fast
-
-    run_exiting_fast(main)
+def register(app: typer.Typer) -> None:
+    """Add the ``search`` command to ``app``."""
+    app.command(name="search")(search)

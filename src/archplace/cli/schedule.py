@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from archplace import api
-from archplace.cli_options import (
+from archplace.cli.options import (
     AttentionOption,
     CapacityFactorOption,
     KernelsOption,
