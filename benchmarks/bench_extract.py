@@ -28,10 +28,10 @@ from archplace.placement.workflow import valid_cp_degrees, valid_tp_widths
 from archplace.workload.cache import GraphCache, cached_chains
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.layers import LayerChain
-from archplace.workload.zoo import ModelSpec, load_model
+from archplace.workload.zoo import LoadedModel, load_model
 
 
-def _block(spec: ModelSpec) -> None:
+def _block(spec: LoadedModel) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = GraphCache(Path(tmp))
         for tp, sp in ((1, False), (8, True)):
@@ -62,7 +62,7 @@ def _timed(label: str, run: Callable[[], list[LayerChain]]) -> list[LayerChain]:
     return chains
 
 
-def _plan(spec: ModelSpec, devices: int, jobs: int) -> None:
+def _plan(spec: LoadedModel, devices: int, jobs: int) -> None:
     tps = valid_tp_widths(spec, devices)
     cps = valid_cp_degrees(spec, devices)
     options = [ExtractOptions(b, spec.seq_len, tp=t, sp=sp, cp=cp) for t in tps for sp in (False, True)

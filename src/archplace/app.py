@@ -52,7 +52,7 @@ def read_run_file(path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
     return read_mapping(path, kind, syntax=syntax_of(path))
 
 
-def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.ModelSpec:
+def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.LoadedModel:
     """The model of ``model`` at its sequence length (the spec's, else the model's context),
     with the sequence and every micro-batch's token count within :mod:`archplace.limits`.
 

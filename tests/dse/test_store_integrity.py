@@ -22,7 +22,7 @@ from archplace.dse.request import SearchRequest
 from archplace.dse.store import ResultStore, SearchLabel, request_key
 from archplace.dse.store_file import check_plain_name, row_checksum
 from archplace.errors import ConfigError
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 
 def argv_search(models: dict[str, str], space: Path, store: Path, *extra: str) -> list[str]:
@@ -173,8 +173,8 @@ def test_a_search_refuses_a_model_named_like_a_path(models: dict[str, str]) -> N
     loaded = api.search_request(models["gpt"], devices=16, global_batch=32, baseline=None)
     model = loaded.models[0]
     with pytest.raises(ConfigError, match="a search's model name '../up' is not a plain name"):
-        SearchRequest((ModelSpec("../up", model.config_json, model.seq_len),), loaded.designs, loaded.cluster,
-                      loaded.global_batch, loaded.plan_space)
+        SearchRequest((LoadedModel("../up", model.config_json, model.seq_len),), loaded.designs,
+                      loaded.cluster, loaded.global_batch, loaded.plan_space)
 
 
 def test_begin_refuses_a_label_that_disagrees_with_its_request(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from archplace.hw.cluster import Cluster
 from archplace.placement import budget, plan_search, search, tables
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup
-from archplace.placement.search import Family, Search, Variant
+from archplace.placement.search import CostFamily, Search, Variant
 from archplace.placement.timing import divisors
 
 CLUSTER = dict(intra_node_bandwidth_bytes_per_s=1e11, inter_node_bandwidth_bytes_per_s=1e10,
@@ -65,7 +65,8 @@ def test_grid_is_the_dense_enumeration(devices: int, global_batch: int, b: int, 
     kind, v = schedule
     setup = setup_of(devices, global_batch)
     layers = [layer(f"l{i}") for i in range(n)]
-    probe = Search([Family(tp, b, False, Recompute.NONE, layers)], [Variant(kind, v, False, False)], setup, 1)
+    probe = Search([CostFamily(tp, b, False, Recompute.NONE, layers)], [Variant(kind, v, False, False)],
+                   setup, 1)
     p, d, m = probe.grid(probe.states[0].family, n, probe.variants[0])
     got = sorted(zip(p.tolist(), d.tolist(), m.tolist(), strict=True))
     assert got == sorted(dense_grid(setup, tp, b, n, v, kind is PipelineSchedule.INTERLEAVED))

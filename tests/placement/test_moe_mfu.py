@@ -17,7 +17,7 @@ from archplace.hw.presets import load_accelerator
 from archplace.placement.costs import layer_costs
 from archplace.placement.plan import LayerCost, Recompute
 from archplace.workload.extract import ExtractOptions, extract_chain
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 # A small Mixtral-architecture model: 2 layers, hidden 256, 4 experts of width 512, top-2.
 MOE: dict[str, Any] = {
@@ -70,7 +70,7 @@ def test_padding_leaves_the_model_flop_and_lowers_mfu_with_the_time(moe: str, ep
 def test_hfu_counts_exactly_the_padded_rows_and_full_recompute_runs_them_again() -> None:
     """At ep = 1 and capacity 2.0 the experts' grouped GEMMs run twice the rows: the padding is
     the routed experts' matmul FLOP once more, forward and backward."""
-    spec = ModelSpec("small-moe", json.dumps(MOE, sort_keys=True), 64)
+    spec = LoadedModel("small-moe", json.dumps(MOE, sort_keys=True), 64)
     acc = load_accelerator("a100-80gb")
     def costs(capacity: float) -> list[LayerCost]:
         chain = extract_chain(spec, ExtractOptions(micro_batch=2, seq_len=64, capacity_factor=capacity))
@@ -93,7 +93,7 @@ def test_hfu_counts_exactly_the_padded_rows_and_full_recompute_runs_them_again()
 def test_a_dense_model_is_unchanged(tmp_path: Path) -> None:
     """A dense model has no padding: its layer FLOP are its matmuls' and HFU equals MFU without
     recomputation."""
-    spec = ModelSpec("gpt", json.dumps(GPT, sort_keys=True), 64)
+    spec = LoadedModel("gpt", json.dumps(GPT, sort_keys=True), 64)
     chain = extract_chain(spec, ExtractOptions(micro_batch=2, seq_len=64))
     for layer, cost in zip(chain.layers, layer_costs(chain, load_accelerator("a100-80gb"),
                                                      RooflineCostModel()), strict=True):

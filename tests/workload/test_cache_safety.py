@@ -42,7 +42,7 @@ from archplace.workload.extract import ExtractOptions, derive_experts, extract_c
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.rebatch import rebatch_chain
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
             "vocab_size": 1024, "bos_token_id": 0, "eos_token_id": 0}
@@ -54,22 +54,22 @@ OPTIONS = ExtractOptions(1, 32)
 KEY_FILE = re.compile(r"[0-9a-f]{64}\.chain")
 
 
-def tiny(name: str = "tiny-gpt", config: dict[str, Any] = TINY_GPT) -> ModelSpec:
-    return ModelSpec(name, json.dumps(config, sort_keys=True), 64)
+def tiny(name: str = "tiny-gpt", config: dict[str, Any] = TINY_GPT) -> LoadedModel:
+    return LoadedModel(name, json.dumps(config, sort_keys=True), 64)
 
 
 @pytest.fixture(scope="module")
-def traces() -> dict[tuple[ModelSpec, ExtractOptions], LayerChain]:
+def traces() -> dict[tuple[LoadedModel, ExtractOptions], LayerChain]:
     """Chains traced in this module, by model and options (traced once each: the machine is shared)."""
     return {}
 
 
 @pytest.fixture(autouse=True)
-def trace_once(traces: dict[tuple[ModelSpec, ExtractOptions], LayerChain],
+def trace_once(traces: dict[tuple[LoadedModel, ExtractOptions], LayerChain],
                monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache's traces go through :data:`traces`: a chain traced again is the one traced before."""
 
-    def trace(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
+    def trace(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
         if (spec, options) not in traces:
             traces[spec, options] = extract_chain(spec, options)
         return traces[spec, options]
@@ -103,7 +103,7 @@ def planted_pickle(marker: Path) -> bytes:
     return data
 
 
-def old_pickle_path(cache: GraphCache, spec: ModelSpec, options: ExtractOptions) -> Path:
+def old_pickle_path(cache: GraphCache, spec: LoadedModel, options: ExtractOptions) -> Path:
     """Where the pickle cache (format 6) kept the chain."""
     payload = {"config": json.loads(spec.config_json), "options": asdict(options),
                "versions": {name: version(name) for name in ("torch", "transformers", "archplace")},

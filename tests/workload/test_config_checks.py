@@ -21,7 +21,7 @@ from archplace.workload.config_checks import (
     MOE_MODEL_TYPES,
     TRACED_MOE_MODEL_TYPES,
 )
-from archplace.workload.zoo import ModelSpec, load_model, model_preset_names, validate_config
+from archplace.workload.zoo import LoadedModel, load_model, model_preset_names, validate_config
 
 # One small good config per family the zoo reads, and the generic path (Qwen2).
 GOOD: dict[str, dict[str, Any]] = {
@@ -93,9 +93,9 @@ def test_any_count_field_with_any_bad_value_is_named(data: st.DataObject) -> Non
     config = dict(GOOD[family], **{field: value})
     message = refused(config)
     assert f"field {field!r} must be" in message
-    # and a ModelSpec built directly (the Python API) refuses it the same way
+    # and a LoadedModel built directly (the Python API) refuses it the same way
     with pytest.raises(ConfigError, match=f"model 'x': field '{field}' must be"):
-        ModelSpec("x", json.dumps(config), 8)
+        LoadedModel("x", json.dumps(config), 8)
 
 
 @given(data=st.data())
@@ -183,8 +183,8 @@ def test_dropout_and_epsilon_ranges(field: str, value: object, message: str) -> 
 def test_ffn_size_is_required_except_gpt2_null() -> None:
     """GPT-2's n_inner null means 4x hidden in transformers too; elsewhere the default is not
     4x hidden (Llama: 11008), so a missing FFN size would silently give another model."""
-    assert ModelSpec("g", json.dumps(GOOD["gpt2"]), 8).ffn_size == 4 * 256
-    assert ModelSpec("g", json.dumps(dict(GOOD["gpt2"], n_inner=512)), 8).ffn_size == 512
+    assert LoadedModel("g", json.dumps(GOOD["gpt2"]), 8).ffn_size == 4 * 256
+    assert LoadedModel("g", json.dumps(dict(GOOD["gpt2"], n_inner=512)), 8).ffn_size == 512
     for family, field in (("llama", "intermediate_size"), ("opt", "ffn_dim"), ("bert", "intermediate_size")):
         config = dict(GOOD[family])
         del config[field]
@@ -270,12 +270,12 @@ def test_cli_one_line_for_bad_configs(config: dict[str, Any], message: str, tmp_
 
 
 def test_sequence_length_within_the_context() -> None:
-    spec = ModelSpec("g", json.dumps(GOOD["gpt2"]), 256)
+    spec = LoadedModel("g", json.dumps(GOOD["gpt2"]), 256)
     assert spec.with_seq_len(128).seq_len == 128
     with pytest.raises(ConfigError, match="sequence length 512 exceeds its context length 256 .n_positions."):
-        ModelSpec("g", json.dumps(GOOD["gpt2"]), 512)
+        LoadedModel("g", json.dumps(GOOD["gpt2"]), 512)
     with pytest.raises(ConfigError, match="sequence length must be a whole number >= 1, got True"):
-        ModelSpec("g", json.dumps(GOOD["gpt2"]), True)
+        LoadedModel("g", json.dumps(GOOD["gpt2"]), True)
 
 
 @pytest.mark.parametrize(("family", "change", "message"), [

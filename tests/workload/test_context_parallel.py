@@ -16,7 +16,7 @@ from archplace.workload.attention_blocks import computed_area
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.graph import Operator, OpKind
 from archplace.workload.layers import Layer, LayerChain, LayerKind
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 # hidden 320 differs from every s/cp here (the input filter of full recompute keys on the hidden size)
 GPT2 = {"model_type": "gpt2", "n_layer": 1, "n_embd": 320, "n_head": 4, "n_positions": 1024,
@@ -36,7 +36,7 @@ MLA = {"model_type": "deepseek_v3", "num_hidden_layers": 1, "first_k_dense_repla
 
 
 def gpt2(**options: object) -> LayerChain:
-    spec = ModelSpec("gpt2-tiny", json.dumps(GPT2, sort_keys=True), SEQ)
+    spec = LoadedModel("gpt2-tiny", json.dumps(GPT2, sort_keys=True), SEQ)
     return extract_chain(spec, ExtractOptions(BATCH, SEQ, **options))  # type: ignore[arg-type]
 
 
@@ -131,7 +131,7 @@ def test_mla_value_head_in_the_attention_flop():
     computed whole), forward 2·B·s²·(48 + 32), backward 2·B·s²·(3·48 + 2·32); under cp = 2 the
     ring passes K (48) and V (32) of the rank's 64 tokens."""
     b, s, heads = 2, 128, 4
-    spec = ModelSpec("tiny-mla", json.dumps(MLA, sort_keys=True), s)
+    spec = LoadedModel("tiny-mla", json.dumps(MLA, sort_keys=True), s)
     block = extract_chain(spec, ExtractOptions(b, s)).layers[1]
     fwd, bwd = attention(block), attention(block, backward=True)
     assert (fwd.k, fwd.v_dim, bwd.k, bwd.v_dim) == (48, 32, 48, 32)

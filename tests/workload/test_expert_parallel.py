@@ -24,7 +24,7 @@ from archplace.workload.expert_parallel import check_ep, shard_experts, shared_e
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.graph import OpGraph, OpKind
 from archplace.workload.layers import Layer, LayerChain
-from archplace.workload.zoo import ModelSpec, load_model
+from archplace.workload.zoo import LoadedModel, load_model
 from cli_helpers import run
 
 # A small Mixtral-architecture model: 2 layers, hidden 256, 4 experts of width 512, top-2.
@@ -39,8 +39,8 @@ ROUTED = B * S * TOP_K  # 128 token copies per micro-batch
 EXPERT = 3 * H * INNER  # gate, up, down weights of one expert
 
 
-def small() -> ModelSpec:
-    return ModelSpec("small-moe", json.dumps(SMALL, sort_keys=True), 256)
+def small() -> LoadedModel:
+    return LoadedModel("small-moe", json.dumps(SMALL, sort_keys=True), 256)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_shared_experts_are_counted_and_not_sharded() -> None:
              "num_key_value_heads": 4, "intermediate_size": 256, "moe_intermediate_size": 64,
              "shared_expert_intermediate_size": 128, "num_experts": 4, "num_experts_per_tok": 2,
              "vocab_size": 500, "max_position_embeddings": 512}
-    assert shared_experts(ModelSpec("small-qwen2-moe", json.dumps(qwen2), 64)) == 1
+    assert shared_experts(LoadedModel("small-qwen2-moe", json.dumps(qwen2), 64)) == 1
     config = {"model_type": "deepseek_v3", "num_hidden_layers": 3, "first_k_dense_replace": 1,
               "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64,
               "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
@@ -190,7 +190,7 @@ def test_shared_experts_are_counted_and_not_sharded() -> None:
               "q_lora_rank": 64, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
               "v_head_dim": 32, "vocab_size": 1000, "max_position_embeddings": 1024, "hidden_act": "silu",
               "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
-    spec = ModelSpec("small-deepseek", json.dumps(config, sort_keys=True), 256)
+    spec = LoadedModel("small-deepseek", json.dumps(config, sort_keys=True), 256)
     chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
     sharded = shard_experts(chain, 8)
     dense, moe = sharded.layers[1], sharded.layers[2]

@@ -21,7 +21,7 @@ from archplace.workload.expert_tensor import ETP_ALL_GATHER, ETP_REDUCE_SCATTER,
 from archplace.workload.extract import ExtractOptions, check_tp, derive_experts, extract_chain
 from archplace.workload.graph import OpGraph, OpKind
 from archplace.workload.layers import LayerChain
-from archplace.workload.zoo import ModelSpec, load_model
+from archplace.workload.zoo import LoadedModel, load_model
 from cli_helpers import run
 
 # A small Mixtral-architecture model: hidden 256, 4 heads (4 KV heads, so tp 4 divides them),
@@ -49,12 +49,12 @@ DEEPSEEK: dict[str, Any] = {
 }
 
 
-def mixtral() -> ModelSpec:
-    return ModelSpec("small-mixtral", json.dumps(MIXTRAL, sort_keys=True), 256)
+def mixtral() -> LoadedModel:
+    return LoadedModel("small-mixtral", json.dumps(MIXTRAL, sort_keys=True), 256)
 
 
-def deepseek() -> ModelSpec:
-    return ModelSpec("small-deepseek", json.dumps(DEEPSEEK, sort_keys=True), 256)
+def deepseek() -> LoadedModel:
+    return LoadedModel("small-deepseek", json.dumps(DEEPSEEK, sort_keys=True), 256)
 
 
 def options(tp: int, **more: Any) -> ExtractOptions:
@@ -193,7 +193,7 @@ def test_refusals() -> None:
     with pytest.raises(ConfigError, match="FFN size 64"):
         check_etp(deepseek(), 128)
     with pytest.raises(ConfigError, match="shared experts' width 64"):
-        check_tp(ModelSpec("wide-tp", json.dumps(dict(DEEPSEEK, num_attention_heads=128,
+        check_tp(LoadedModel("wide-tp", json.dumps(dict(DEEPSEEK, num_attention_heads=128,
                                                       num_key_value_heads=128), sort_keys=True), 256),
                  128, sp=True)
 
@@ -244,7 +244,7 @@ def test_qwen2_moe_gated_shared_expert_at_tp() -> None:
               "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128, "num_experts": 4,
               "num_experts_per_tok": 2, "vocab_size": 500, "max_position_embeddings": 512,
               "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
-    spec = ModelSpec("small-qwen2-moe", json.dumps(config, sort_keys=True), 64)
+    spec = LoadedModel("small-qwen2-moe", json.dumps(config, sort_keys=True), 64)
     one, two = (extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64, tp=tp, sp=tp > 1)).layers[1]
                 for tp in (1, 2))
     assert two.fwd.flop == pytest.approx(one.fwd.flop / 2, rel=1e-12)

@@ -19,14 +19,14 @@ from archplace.errors import ConfigError
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.graph import OpKind
 from archplace.workload.options import Attention, Kernels
-from archplace.workload.zoo import ModelSpec, load_model
+from archplace.workload.zoo import LoadedModel, load_model
 
 H, A, S, B = 64, 4, 48, 2  # hidden, heads (head dim 16), sequence, micro-batch
 NORM_STATS = 16 * S * B    # fp32 mean + rstd of two layer norms
 
 
 @pytest.fixture(scope="module")
-def gpt(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+def gpt(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
     cfg = {"model_type": "gpt2", "n_layer": 1, "n_embd": H, "n_head": A, "n_positions": 64,
            "vocab_size": 128}
     path = tmp_path_factory.mktemp("gpt") / "tiny-gpt" / "config.json"
@@ -35,12 +35,12 @@ def gpt(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
     return load_model(str(path))
 
 
-def block(spec: ModelSpec, **options: object):
+def block(spec: LoadedModel, **options: object):
     opts = {"micro_batch": B, "seq_len": S, **options}
     return extract_chain(spec, ExtractOptions(**opts)).layers[1]  # type: ignore[arg-type]
 
 
-def test_fused_eager_equals_korthikanti_without_parallelism(gpt: ModelSpec):
+def test_fused_eager_equals_korthikanti_without_parallelism(gpt: LoadedModel):
     layer = block(gpt, attention="eager", kernels="fused")
     sbh = S * B * H
     assert layer.activation_bytes == sbh * 34 + 5 * A * S * S * B + NORM_STATS
@@ -49,14 +49,14 @@ def test_fused_eager_equals_korthikanti_without_parallelism(gpt: ModelSpec):
 
 
 @pytest.mark.parametrize("t", [2, 4])
-def test_fused_eager_with_tensor_parallelism(gpt: ModelSpec, t: int):
+def test_fused_eager_with_tensor_parallelism(gpt: LoadedModel, t: int):
     layer = block(gpt, attention="eager", kernels="fused", tp=t)
     sbh = S * B * H
     assert layer.activation_bytes == sbh * (10 + 24 / t) + 5 * A * S * S * B / t + NORM_STATS
 
 
 @pytest.mark.parametrize("t", [2, 4])
-def test_fused_eager_with_sequence_parallelism(gpt: ModelSpec, t: int):
+def test_fused_eager_with_sequence_parallelism(gpt: LoadedModel, t: int):
     layer = block(gpt, attention="eager", kernels="fused", tp=t, sp=True)
     sbh = S * B * H
     assert layer.activation_bytes == (sbh * 34 + 5 * A * S * S * B + NORM_STATS) / t
@@ -64,7 +64,7 @@ def test_fused_eager_with_sequence_parallelism(gpt: ModelSpec, t: int):
 
 
 @pytest.mark.parametrize("t, sp", [(1, False), (2, True), (4, True)])
-def test_flash_replaces_the_score_terms_by_the_log_sum_exp(gpt: ModelSpec, t: int, sp: bool):
+def test_flash_replaces_the_score_terms_by_the_log_sum_exp(gpt: LoadedModel, t: int, sp: bool):
     """FlashAttention keeps Q, K, V (already in the 34) and its output (the output
     projection's input, already in the 34), plus the fp32 log-sum-exp: 4·a·s·b bytes."""
     layer = block(gpt, attention="flash", kernels="fused", tp=t, sp=sp)
@@ -73,7 +73,7 @@ def test_flash_replaces_the_score_terms_by_the_log_sum_exp(gpt: ModelSpec, t: in
     assert layer.selective_activation_bytes == layer.activation_bytes  # no s x s tensor left
 
 
-def test_unfused_gelu_keeps_three_more_tensors(gpt: ModelSpec):
+def test_unfused_gelu_keeps_three_more_tensors(gpt: LoadedModel):
     """HF's tanh GeLU (gelu_new) traced op by op keeps three 4h-wide bf16 intermediates more
     than Megatron's fused bias+GeLU: 24·s·b·h bytes."""
     fused = block(gpt, attention="eager", kernels="fused")
@@ -81,13 +81,13 @@ def test_unfused_gelu_keeps_three_more_tensors(gpt: ModelSpec):
     assert unfused.activation_bytes - fused.activation_bytes == 24 * S * B * H
 
 
-def test_full_recompute_keeps_only_the_hidden_state(gpt: ModelSpec):
+def test_full_recompute_keeps_only_the_hidden_state(gpt: LoadedModel):
     for attention in ("eager", "flash"):
         layer = block(gpt, attention=attention, kernels="fused")
         assert layer.input_bytes == 2 * S * B * H
 
 
-def test_fused_kernels_are_single_operators(gpt: ModelSpec):
+def test_fused_kernels_are_single_operators(gpt: LoadedModel):
     fused = block(gpt, attention="eager", kernels="fused")
     unfused = block(gpt, attention="eager", kernels="unfused")
     for a, b in ((fused.fwd, unfused.fwd), (fused.bwd, unfused.bwd)):
@@ -107,7 +107,7 @@ def test_fused_kernels_are_single_operators(gpt: ModelSpec):
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "flash"])
-def test_one_attention_operator_per_direction(gpt: ModelSpec, attention: str):
+def test_one_attention_operator_per_direction(gpt: LoadedModel, attention: str):
     layer = block(gpt, attention=attention, kernels="fused", tp=2)
     fwd = [op for op in layer.fwd.ops if op.kind is OpKind.ATTENTION]
     bwd = [op for op in layer.bwd.ops if op.kind is OpKind.ATTENTION]
@@ -158,7 +158,7 @@ def test_options_take_names_and_refuse_unknown_values():
         ExtractOptions(1, 8, kernels=3)  # type: ignore[arg-type]
 
 
-def test_sequence_parallel_backward_regathers_the_saved_input(gpt: ModelSpec):
+def test_sequence_parallel_backward_regathers_the_saved_input(gpt: LoadedModel):
     """Korthikanti et al. 2022 sec. 4.2.2: with SP, Megatron-LM saves the sequence-sharded input
     of each column-parallel linear (QKV, first MLP matmul) and all-gathers it again in the
     backward pass for the weight gradient, which overlaps the data gradient's reduce-scatter."""
@@ -181,7 +181,7 @@ def test_sequence_parallel_backward_regathers_the_saved_input(gpt: ModelSpec):
     assert layer.fwd.collectives() == {"all_gather": 2, "reduce_scatter": 2}
 
 
-def test_hidden_size_equal_to_the_sequence_is_not_an_attention_score(gpt: ModelSpec):
+def test_hidden_size_equal_to_the_sequence_is_not_an_attention_score(gpt: LoadedModel):
     """At s = h (Llama-2-70B at 8,192 tokens) and b = 1 a [b, s, h] activation has s x s trailing
     dims; selective recompute must still drop only the attention core (eager: 5as²b, flash:
     nothing)."""

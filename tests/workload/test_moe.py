@@ -15,7 +15,7 @@ from archplace.schemas import load_schema
 from archplace.workload.extract import ExtractOptions, check_tp, extract_chain
 from archplace.workload.graph import OpKind
 from archplace.workload.summary import chain_summary
-from archplace.workload.zoo import ModelSpec, load_model
+from archplace.workload.zoo import LoadedModel, load_model
 from cli_helpers import run
 
 # A small Mixtral-architecture model: 2 layers, hidden 256, 4 experts of width 512, top-2.
@@ -27,8 +27,8 @@ SMALL: dict[str, Any] = {
 }
 
 
-def small(**changes: Any) -> ModelSpec:
-    return ModelSpec("small-moe", json.dumps(dict(SMALL, **changes), sort_keys=True), 256)
+def small(**changes: Any) -> LoadedModel:
+    return LoadedModel("small-moe", json.dumps(dict(SMALL, **changes), sort_keys=True), 256)
 
 
 def valid(kind: str, document: object) -> bool:
@@ -167,7 +167,7 @@ SMALL_DEEPSEEK: dict[str, Any] = {
 
 def test_chain_mixes_dense_and_moe_blocks():
     b, s = 2, 128
-    spec = ModelSpec("small-deepseek", json.dumps(SMALL_DEEPSEEK, sort_keys=True), 256)
+    spec = LoadedModel("small-deepseek", json.dumps(SMALL_DEEPSEEK, sort_keys=True), 256)
     assert spec.block_runs == (1, 2)
     chain = extract_chain(spec, ExtractOptions(micro_batch=b, seq_len=s))
     dense, moe = chain.layers[1], chain.layers[2]
@@ -194,7 +194,7 @@ def test_qwen2_moe_shared_expert_is_dense_and_always_active():
               "num_experts_per_tok": 2, "vocab_size": 500, "max_position_embeddings": 512,
               "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
     b, s, h = 1, 64, 128
-    chain = extract_chain(ModelSpec("small-qwen2-moe", json.dumps(config, sort_keys=True), 64),
+    chain = extract_chain(LoadedModel("small-qwen2-moe", json.dumps(config, sort_keys=True), 64),
                           ExtractOptions(micro_batch=b, seq_len=s))
     block = chain.layers[1]
     attention = 4 * h * h + 3 * h  # q, k, v with biases, o

@@ -16,7 +16,7 @@ from archplace.workload.config_checks import MOE_ALIASES, MOE_DEFAULTS, moe_valu
 from archplace.workload.expert_parallel import shared_expert_width, shared_experts
 from archplace.workload.expert_tensor import expert_width
 from archplace.workload.extract import ExtractOptions, extract_chain
-from archplace.workload.zoo import ModelSpec, load_model, validate_config
+from archplace.workload.zoo import LoadedModel, load_model, validate_config
 from cli_helpers import run
 from small_moe import DEEPSEEK, MIXTRAL, QWEN2, QWEN3
 
@@ -154,15 +154,15 @@ def test_missing_fields_take_transformers_defaults() -> None:
     """A Mixtral config without its expert count and top-k gets MixtralConfig's 8 and 2, a
     DeepSeek-V3 one without ``first_k_dense_replace`` 3 dense blocks, a Qwen2-MoE one without
     ``shared_expert_intermediate_size`` a shared expert 5,632 wide; an alias names the count."""
-    mixtral = ModelSpec("m", json.dumps(config("mixtral", num_local_experts=None,
+    mixtral = LoadedModel("m", json.dumps(config("mixtral", num_local_experts=None,
                                                num_experts_per_tok=None)), 64)
     assert (mixtral.experts, mixtral.experts_per_token) == (8, 2)
-    alias = ModelSpec("m", json.dumps(config("mixtral", num_local_experts=None, num_experts=4)), 64)
+    alias = LoadedModel("m", json.dumps(config("mixtral", num_local_experts=None, num_experts=4)), 64)
     assert alias.experts == 4
-    deepseek = ModelSpec("d", json.dumps(config("deepseek_v3", first_k_dense_replace=None,
+    deepseek = LoadedModel("d", json.dumps(config("deepseek_v3", first_k_dense_replace=None,
                                                 num_hidden_layers=5)), 64)
     assert deepseek.block_runs == (3, 2)
-    qwen2 = ModelSpec("q", json.dumps(config("qwen2_moe", shared_expert_intermediate_size=None)), 64)
+    qwen2 = LoadedModel("q", json.dumps(config("qwen2_moe", shared_expert_intermediate_size=None)), 64)
     assert (shared_experts(qwen2), shared_expert_width(qwen2)) == (1, 5632)
 
 
@@ -170,7 +170,7 @@ def test_missing_fields_take_transformers_defaults() -> None:
                                                    ("qwen2_moe", "shared_expert_intermediate_size")])
 def test_zero_shared_experts_are_accepted(model_type: str, field: str) -> None:
     """0 shared experts is meaningful: transformers builds a zero-width shared MLP, no work."""
-    spec = ModelSpec("s", json.dumps(config(model_type, **{field: 0})), 64)
+    spec = LoadedModel("s", json.dumps(config(model_type, **{field: 0})), 64)
     assert (shared_experts(spec), shared_expert_width(spec)) == (0, 0)
     chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
     assert chain.layers[-2].experts == spec.experts

@@ -17,7 +17,7 @@ from archplace.workload.fusion import FUSED_KERNEL_TARGET
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.rebatch import REFERENCE_BATCHES, derivable, rebatch_chain
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 SEQ = 256
 GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_inner": 512, "vocab_size": 1000,
@@ -36,8 +36,8 @@ BERT = {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 128, "num_a
 CONFIGS = {"gpt2": GPT2, "llama": LLAMA, "mixtral": MIXTRAL, "bert": BERT}
 
 
-def spec(name: str, **changes: Any) -> ModelSpec:
-    return ModelSpec(f"{name}-tiny", json.dumps(dict(CONFIGS[name], **changes), sort_keys=True), SEQ)
+def spec(name: str, **changes: Any) -> LoadedModel:
+    return LoadedModel(f"{name}-tiny", json.dumps(dict(CONFIGS[name], **changes), sort_keys=True), SEQ)
 
 
 def first_difference(a: Any, b: Any, path: str = "chain") -> str | None:
@@ -57,7 +57,7 @@ def first_difference(a: Any, b: Any, path: str = "chain") -> str | None:
     return None if a == b else f"{path}: {a!r} != {b!r}"
 
 
-def check_derived(model: ModelSpec, batches: tuple[int, ...], **options: Any) -> None:
+def check_derived(model: LoadedModel, batches: tuple[int, ...], **options: Any) -> None:
     low, high = (extract_chain(model, ExtractOptions(b, SEQ, **options)) for b in REFERENCE_BATCHES)
     for b in batches:
         traced = extract_chain(model, ExtractOptions(b, SEQ, **options))
@@ -155,7 +155,7 @@ def test_toy_chains_derive_linearly_and_refuse_what_they_cannot_tell() -> None:
 def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     traced: list[int] = []
 
-    def extract(model: ModelSpec, options: ExtractOptions) -> LayerChain:
+    def extract(model: LoadedModel, options: ExtractOptions) -> LayerChain:
         traced.append(options.micro_batch)
         return extract_chain(model, options)
 

@@ -71,7 +71,7 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}                   # comm.
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class ChannelPlan:
     """How one channel runs a collective.
 
     Attributes:
@@ -135,13 +135,13 @@ def chunk_bytes(algorithm: str, protocol: str, nbytes: float, channels: int, nod
 
 
 def plan(algorithm: str, protocol: str, nbytes: float, graph_channels: int, nodes: int,
-         ranks: int, ring_gbps: float) -> Plan:
-    """The :class:`Plan` of a ring or tree collective (module docstring)."""
+         ranks: int, ring_gbps: float) -> ChannelPlan:
+    """The :class:`ChannelPlan` of a ring or tree collective (module docstring)."""
     nc = run_channels(algorithm, protocol, nbytes, graph_channels, ranks, ring_gbps)
     chunk = chunk_bytes(algorithm, protocol, nbytes, nc, nodes, ranks)
     per_loop = nc * (ranks if algorithm == "ring" else 1) * chunk
     loops = max(1, math.ceil(nbytes / per_loop)) if algorithm == "ring" else 1
-    return Plan(nc, chunk, loops, nbytes / nc)
+    return ChannelPlan(nc, chunk, loops, nbytes / nc)
 
 
 def _ring_step_s(protocol: str, step_bytes: float, rate: float, hop_s: float) -> float:
@@ -155,7 +155,7 @@ def _ring_step_s(protocol: str, step_bytes: float, rate: float, hop_s: float) ->
     return max(whole, slice_bytes / rate + hop_s)
 
 
-def ring_time_s(protocol: str, p: Plan, ranks: int, rate_per_channel: float,
+def ring_time_s(protocol: str, p: ChannelPlan, ranks: int, rate_per_channel: float,
                 base_s: float, hops_s: list[float]) -> float:
     """Seconds of a ring collective of ``len(hops_s)`` sends per loop (2(p-1) all-reduce, p-1
     else), ``hops_s`` the hand-over latency of each wait (steps 1 to the last, then the last
@@ -171,7 +171,7 @@ def ring_time_s(protocol: str, p: Plan, ranks: int, rate_per_channel: float,
     return total
 
 
-def tree_time_s(protocol: str, p: Plan, rate_per_channel: float, base_s: float,
+def tree_time_s(protocol: str, p: ChannelPlan, rate_per_channel: float, base_s: float,
                 latency_s: float, hops: int) -> float:
     """Seconds of a tree all-reduce: ``n`` chunks per channel streamed through ``hops`` hops
     whose latencies add to ``latency_s`` (module docstring)."""

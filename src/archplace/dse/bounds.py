@@ -125,7 +125,8 @@ def design_bound(acc: Accelerator, chains: Mapping[CostKey, LayerChain], devices
 
     Args:
         acc: the design (its HBM capacity is not used).
-        chains: layer chain per (tp, micro_batch, sp) that the evaluation will plan with.
+        chains: layer chain per :class:`~archplace.placement.plan.CostKey` (TP, micro-batch, SP, CP, EP,
+            expert-TP) that the evaluation will plan with.
         devices: devices in the cluster, N.
         cost: the cost model the evaluation uses.
         optimizer: whose state sets the memory floor.

@@ -160,7 +160,8 @@ def evaluate_designs(
 
     Args:
         accs: the designs.
-        chains: layer chain per (tp, micro_batch, sp).
+        chains: layer chain per :class:`~archplace.placement.plan.CostKey` (TP, micro-batch, SP, CP,
+            EP, expert-TP).
         cluster: devices and links.
         global_batch: samples per iteration.
         space: recompute policies, schedules, chunks, ZeRO stages, DP-overlap settings and

@@ -25,7 +25,7 @@ from archplace.placement.workflow import PlanGrid
 from archplace.workload.cache import Wanted, cached_chains
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.layers import LayerChain
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 DEFAULT_PLAN_SPACE = PlanGrid(tps=(1,), recomputes=(Recompute.NONE, Recompute.FULL))
 """Plan options of a search unless given: TP 1 (the CLI widens it to the valid widths within a
@@ -56,7 +56,7 @@ class SearchRequest:
             micro-batch), a chain longer than the plan search takes, empty option lists.
     """
 
-    models: tuple[ModelSpec, ...]
+    models: tuple[LoadedModel, ...]
     designs: tuple[Accelerator, ...]
     cluster: Cluster
     global_batch: int
@@ -116,7 +116,7 @@ class SearchRequest:
                      for cp in _degrees(space, "cps") for ep in _degrees(space, "eps")
                      for etp in _degrees(space, "etps"))
 
-    def model_keys(self, model: ModelSpec) -> tuple[CostKey, ...]:
+    def model_keys(self, model: LoadedModel) -> tuple[CostKey, ...]:
         """The cost keys ``model`` is costed with: for a mixture-of-experts model SP at every
         tp > 1 (Megatron-Core requires it with TP), for a dense model etp 1 only (no experts
         to split)."""
@@ -124,7 +124,7 @@ class SearchRequest:
             return tuple(key for key in self.cost_keys if key.sp or key.tp == 1)
         return tuple(key for key in self.cost_keys if key.etp == 1)
 
-    def extract_options(self, model: ModelSpec) -> dict[CostKey, ExtractOptions]:
+    def extract_options(self, model: LoadedModel) -> dict[CostKey, ExtractOptions]:
         """What to trace of ``model`` for each of its cost keys (:meth:`model_keys`)."""
         space = self.plan_space
         return {key: ExtractOptions(micro_batch=key.micro_batch, seq_len=model.seq_len, tp=key.tp, sp=key.sp,
@@ -133,7 +133,7 @@ class SearchRequest:
                                     expert_load_imbalance=space.expert_load_imbalance)
                 for key in self.model_keys(model)}
 
-    def chains(self, model: ModelSpec, jobs: int = 1) -> dict[CostKey, LayerChain]:
+    def chains(self, model: LoadedModel, jobs: int = 1) -> dict[CostKey, LayerChain]:
         """Layer chains of ``model`` for each of its cost keys (graph cache; extraction once per key, the
         missing ones on a local pool of ``jobs`` processes when more than one:
         :func:`archplace.workload.cache.cached_chains`)."""

@@ -46,7 +46,8 @@ from archplace.workload.layers import LayerChain
 log = logging.getLogger(__name__)
 
 Chains = Mapping[str, Mapping[CostKey, LayerChain]]
-"""Layer chains by model name, then by (tp, micro_batch, sp)."""
+"""Layer chains by model name, then by :class:`~archplace.placement.plan.CostKey` (TP, micro-batch,
+SP, CP, EP, expert-TP)."""
 
 EXACT_WORK_LIMIT = 0.25
 """CP-SAT's deterministic time limit per layer graph when re-evaluating the reported designs
@@ -340,8 +341,8 @@ def _parallelism(executor: Executor | None) -> int:
 
 
 def _plan_chains(result: DesignResult, chains: Chains) -> Chains:
-    """The chains of the (tp, micro_batch, sp) key of each model's best plan in ``result``: the
-    exact re-evaluation schedules only those layer graphs with CP-SAT."""
+    """The chains of the cost key (TP, micro-batch, SP, CP, EP, expert-TP) of each model's best
+    plan in ``result``: the exact re-evaluation schedules only those layer graphs with CP-SAT."""
     parts = result.components or (result,)
     out: dict[str, dict[CostKey, LayerChain]] = {}
     for name, part in zip(chains, parts, strict=True):

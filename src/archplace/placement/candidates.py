@@ -25,7 +25,7 @@ TIE_RTOL = 1e-12
 
 
 @dataclass(frozen=True, slots=True)
-class Family:
+class CostFamily:
     """One table of layer costs: (tp, micro_batch, sp, cp, ep, etp) and a recompute policy."""
 
     tp: int
@@ -78,7 +78,7 @@ class Found:
 
 @dataclass(slots=True)
 class FamilyState:
-    family: Family
+    family: CostFamily
     tables: SegmentTables | None = None
     fronts: dict[tuple[object, ...], list[tuple[float, float]]] = field(default_factory=dict)
     infeasible_at: dict[tuple[object, ...], int] = field(default_factory=dict)

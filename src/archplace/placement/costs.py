@@ -162,5 +162,6 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
 def costs_by_key(chains: Mapping[CostKey, LayerChain], acc: Accelerator, cost: CostModel,
                  makespan: Makespan = list_makespan_s, *, fp8_cost: CostModel | None = None
                  ) -> dict[CostKey, list[LayerCost]]:
-    """:func:`layer_costs` of every chain, keyed like ``chains`` by (tp, micro_batch, sp)."""
+    """:func:`layer_costs` of every chain, keyed like ``chains`` by :class:`CostKey` (TP, micro-batch,
+    SP, CP, EP, expert-TP)."""
     return {key: layer_costs(chain, acc, cost, makespan, fp8_cost=fp8_cost) for key, chain in chains.items()}

@@ -63,7 +63,7 @@ from archplace.placement.candidates import (
     SLACK,
     TIE_RTOL,
     CandidateBlock,
-    Family,
+    CostFamily,
     FamilyState,
     Found,
     Variant,
@@ -88,7 +88,7 @@ from archplace.placement.zero import dp_tail_comm_s
 class Search:
     """Best-first search of the top-k candidates (see the module docstring)."""
 
-    def __init__(self, families: Sequence[Family], variants: Sequence[Variant],
+    def __init__(self, families: Sequence[CostFamily], variants: Sequence[Variant],
                  setup: TrainingSetup, top_k: int) -> None:
         self.setup = setup
         self.top_k = top_k
@@ -130,7 +130,7 @@ class Search:
 
     # ------------------------------------------------------------------ candidates
 
-    def grid(self, fam: Family, n: int, variant: Variant) -> tuple[npt.NDArray[np.int64], ...]:
+    def grid(self, fam: CostFamily, n: int, variant: Variant) -> tuple[npt.NDArray[np.int64], ...]:
         """(p, d, m) of every valid candidate of a family and schedule (see
         ``timing.micro_batch_count`` for the micro-batch rule; interleaved, only depths with a
         split of :func:`interleaved_splits`)."""

@@ -47,7 +47,7 @@ from archplace.placement.plan import (
     check_zero_stage,
 )
 from archplace.placement.result import PlanResult
-from archplace.placement.search import Family, Search, Variant, in_flight_per_position, interleaved_splits
+from archplace.placement.search import CostFamily, Search, Variant, in_flight_per_position, interleaved_splits
 from archplace.placement.tables import NO_SHARDS, FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int
 from archplace.units import format_bytes
@@ -118,8 +118,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         raise ConfigError("at least one ZeRO stage is needed")
     overlap_list = _bools(dp_overlap, "dp_overlap")
     if not costs:
-        raise ConfigError("plan_search needs the layer costs of at least one (tp, micro_batch, sp)")
-    families: list[Family] = []
+        raise ConfigError("plan_search needs the layer costs of at least one cost key "
+                          "(tp, micro_batch, sp, cp, ep, etp)")
+    families: list[CostFamily] = []
     for key, layers in costs.items():
         tp, micro_batch, sp, cp, ep, etp = CostKey.of(key)
         check_positive_int("tp", tp)
@@ -132,7 +133,8 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
         check_finite_times(layers)
-        families.extend(Family(tp, micro_batch, sp, rc, tuple(layers), cp, ep, etp) for rc in recompute_list)
+        families.extend(CostFamily(tp, micro_batch, sp, rc, tuple(layers), cp, ep, etp)
+                        for rc in recompute_list)
     variants = [Variant(schedule, v, z, o)
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
@@ -232,7 +234,7 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
                        zero_stages=(zero_stage,), dp_overlap=(bool(dp_overlap),), top_k=1)[0]
 
 
-def _raise_closest(search: Search, families: Sequence[Family], variants: Sequence[Variant],
+def _raise_closest(search: Search, families: Sequence[CostFamily], variants: Sequence[Variant],
                    setup: TrainingSetup) -> None:
     """Raise InfeasibleError naming the plan with the smallest peak per-device memory among the
     most memory-frugal options offered (see :func:`plan_search`), or, when those have no valid
@@ -348,7 +350,7 @@ def _interleaved_peak(search: Search, f: int, variant: Variant, p: int, d: int, 
     return best
 
 
-def _closest(search: Search, families: Sequence[Family],
+def _closest(search: Search, families: Sequence[CostFamily],
              options: Sequence[tuple[int, Variant]]) -> Closest | None:
     """The candidate of ``options`` (family, variant) with the smallest peak memory, then the
     fewest devices, then the smallest p; None when they have no valid candidate.

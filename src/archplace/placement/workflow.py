@@ -34,7 +34,7 @@ from archplace.placement.solver import plan_search
 from archplace.workload.cache import cached_chains
 from archplace.workload.extract import ExtractOptions, check_tp
 from archplace.workload.options import Attention, Kernels
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 MAX_TP = 64  # widest TP width tried by default
 
@@ -56,12 +56,12 @@ class Problem:
         setup: cluster, global batch, sequence, memory and peak of a device.
     """
 
-    spec: ModelSpec
+    spec: LoadedModel
     acc: Accelerator
     setup: TrainingSetup
 
 
-def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple[int, ...]:
+def valid_tp_widths(spec: LoadedModel, devices: int, limit: int = MAX_TP) -> tuple[int, ...]:
     """Powers of two up to ``min(devices, limit)`` that divide the heads, KV heads and FFN size
     (a mixture-of-experts model's widths above 1 are run with sequence parallelism, which
     Megatron-Core requires for them: :func:`check_moe_sp`)."""
@@ -77,7 +77,7 @@ def valid_tp_widths(spec: ModelSpec, devices: int, limit: int = MAX_TP) -> tuple
     return tuple(widths)
 
 
-def check_cp(spec: ModelSpec, cp: int) -> None:
+def check_cp(spec: LoadedModel, cp: int) -> None:
     """Refuse a CP degree the sequence cannot be split by: Megatron-Core's causal load balancing
     cuts the sequence into 2 cp chunks (rank i takes chunks i and 2 cp - 1 - i), so cp > 1 needs
     seq_len % (2 cp) == 0.
@@ -93,7 +93,7 @@ def check_cp(spec: ModelSpec, cp: int) -> None:
                           fields=("plan.cp",))
 
 
-def check_ep(spec: ModelSpec, ep: int) -> None:
+def check_ep(spec: LoadedModel, ep: int) -> None:
     """Refuse an EP degree the model's experts cannot be sharded by.
 
     Raises:
@@ -112,7 +112,7 @@ def check_ep(spec: ModelSpec, ep: int) -> None:
                           fields=("plan.ep",))
 
 
-def check_etp(spec: ModelSpec, etp: int) -> None:
+def check_etp(spec: LoadedModel, etp: int) -> None:
     """Refuse an expert-tensor-parallel width for a model without routed experts.
 
     Raises:
@@ -125,7 +125,7 @@ def check_etp(spec: ModelSpec, etp: int) -> None:
                           f"use etp 1", fields=("plan.etp",))
 
 
-def check_moe_sp(spec: ModelSpec, tp: int, sp: bool) -> None:
+def check_moe_sp(spec: LoadedModel, tp: int, sp: bool) -> None:
     """Refuse tensor parallelism without sequence parallelism for a mixture-of-experts model:
     Megatron-Core requires SP for MoE layers with TP > 1 (the token dispatcher takes the
     sequence-split tokens of every TP rank).
@@ -139,7 +139,7 @@ def check_moe_sp(spec: ModelSpec, tp: int, sp: bool) -> None:
                           fields=("plan.sp",))
 
 
-def valid_cp_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
+def valid_cp_degrees(spec: LoadedModel, devices: int) -> tuple[int, ...]:
     """1 and the powers of two cp <= devices that :func:`check_cp` accepts and that leave at least
     :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank."""
     degrees = [1]
@@ -150,7 +150,7 @@ def valid_cp_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
     return tuple(degrees)
 
 
-def valid_ep_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
+def valid_ep_degrees(spec: LoadedModel, devices: int) -> tuple[int, ...]:
     """1 and, for a mixture-of-experts model, the powers of two ep <= devices dividing its routed
     experts per MoE layer; (1,) for a dense model."""
     degrees = [1]
@@ -161,7 +161,7 @@ def valid_ep_degrees(spec: ModelSpec, devices: int) -> tuple[int, ...]:
     return tuple(degrees)
 
 
-def valid_etp_degrees(spec: ModelSpec, tp: int) -> tuple[int, ...]:
+def valid_etp_degrees(spec: LoadedModel, tp: int) -> tuple[int, ...]:
     """The automatic expert-tensor-parallel widths at TP width ``tp``: 1 and tp for a
     mixture-of-experts model (experts whole on every rank, or split as the dense layers are:
     Megatron-Core's default ``expert_tensor_parallel_size`` is the TP width), tp only when it

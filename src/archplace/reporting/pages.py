@@ -77,7 +77,7 @@ class LayerView:
 class ModelSetup:
     """What tracing a layer needs besides the plan: the model and the extraction options."""
 
-    model: zoo.ModelSpec
+    model: zoo.LoadedModel
     fuse: bool = False
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
@@ -195,7 +195,7 @@ class StoredRequest:
     (:func:`~archplace.dse.request.request_identity`): its models, cluster, batch and plan
     space."""
 
-    models: tuple[zoo.ModelSpec, ...]
+    models: tuple[zoo.LoadedModel, ...]
     cluster: Cluster
     global_batch: int
     grid: PlanGrid
@@ -220,7 +220,7 @@ def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredReque
         found = [check_plain_name(m["name"]) for m in request["models"]]
         if found != list(names):
             raise ValueError(f"its models {found!r} are not the search's {list(names)!r}")
-        models = tuple(zoo.ModelSpec(name, json.dumps(m["config"], sort_keys=True), int(m["seq_len"]))
+        models = tuple(zoo.LoadedModel(name, json.dumps(m["config"], sort_keys=True), int(m["seq_len"]))
                        for name, m in zip(found, request["models"], strict=True))
         links = dict(request["cluster"])
         links["topology"] = Topology(links.get("topology", Topology.SWITCHED.value))

@@ -123,7 +123,7 @@ def _model_of(case: str, entry: dict[str, Any]) -> AnyModel:
 
 
 @dataclass(frozen=True)
-class Plan:
+class PublishedPlan:
     """The parallel plan a run was trained with (fields as in ``published_runs.yaml``)."""
 
     gpus: int
@@ -202,7 +202,7 @@ class Run:
     source: str
     hardware: str
     model: AnyModel
-    plan: Plan
+    plan: PublishedPlan
     published: Published
     excluded_reason: str | None = None
 
@@ -350,7 +350,7 @@ def load_runs(path: Path) -> tuple[Run, ...]:
         case = entry["case"]
         try:
             run = Run(case=case, source=entry["source"], hardware=entry["hardware"],
-                      model=_model_of(case, entry["model"]), plan=Plan(**entry["plan"]),
+                      model=_model_of(case, entry["model"]), plan=PublishedPlan(**entry["plan"]),
                       published=Published(**entry["published"]),
                       excluded_reason=entry.get("excluded_reason"))
         except TypeError as exc:  # an unknown or missing field

@@ -55,7 +55,7 @@ from archplace.workload.expert_tensor import check_etp
 from archplace.workload.extract import ExtractOptions, derive_experts, extract_chain, traced_options
 from archplace.workload.layers import LayerChain
 from archplace.workload.rebatch import REFERENCE_BATCHES, rebatch_chain
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "archplace" / "graphs"
 
 
-def cache_key(spec: ModelSpec, options: ExtractOptions) -> str:
+def cache_key(spec: LoadedModel, options: ExtractOptions) -> str:
     """Hex digest (64 digits, sha256) identifying the chain of ``spec`` under ``options`` with
     these library versions; the model's name is part of it (it is the chain's ``model``)."""
     payload = {
@@ -162,7 +162,7 @@ class GraphCache:
 
     directory: Path
 
-    def path(self, spec: ModelSpec, options: ExtractOptions) -> Path:
+    def path(self, spec: LoadedModel, options: ExtractOptions) -> Path:
         """File of the chain of ``spec`` under ``options``: ``<directory>/<key>.chain``, named by
         :func:`cache_key` alone (never by the model's name), always inside ``directory``."""
         return self._path_of(cache_key(spec, options))
@@ -171,7 +171,7 @@ class GraphCache:
         """File of the chain of the cache key ``key``."""
         return self.directory / f"{key}{SUFFIX}"
 
-    def load(self, spec: ModelSpec, options: ExtractOptions) -> LayerChain | None:
+    def load(self, spec: LoadedModel, options: ExtractOptions) -> LayerChain | None:
         """The cached chain, or None when absent; a file that is unsafe to read
         (:func:`read_private_file`), unreadable, malformed, of another key or with a wrong
         checksum is logged as a warning and taken as absent (never an error)."""
@@ -188,7 +188,7 @@ class GraphCache:
             log.warning("ignoring unreadable graph cache file %s (%s)", path, exc)
         return None
 
-    def store(self, spec: ModelSpec, options: ExtractOptions, chain: LayerChain) -> None:
+    def store(self, spec: LoadedModel, options: ExtractOptions, chain: LayerChain) -> None:
         """Write ``chain`` (mode 0600) to a new temporary file in the directory (created, mode
         0700, when missing) and rename it over the chain's file; a cache that cannot be written
         is only logged."""
@@ -212,7 +212,7 @@ class GraphCache:
             if partial is not None:
                 partial.unlink(missing_ok=True)
 
-    def chain(self, spec: ModelSpec, options: ExtractOptions) -> LayerChain:
+    def chain(self, spec: LoadedModel, options: ExtractOptions) -> LayerChain:
         """The chain from the cache, extracting and storing it on a miss (derived from the cached
         micro-batch 2 and 3 chains of its setting when both are there,
         :mod:`archplace.workload.rebatch`). An expert-parallel or expert-tensor-parallel chain
@@ -225,11 +225,11 @@ class GraphCache:
         return cached_chains([(spec, options)], self)[0]
 
 
-Wanted = tuple[ModelSpec, ExtractOptions]
+Wanted = tuple[LoadedModel, ExtractOptions]
 """A model and the options of one of its chains."""
 
 
-def _trace(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
+def _trace(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
     """:func:`extract_chain` in a worker (module level, so that a process pool can run it)."""
     return extract_chain(spec, options)
 
@@ -353,7 +353,7 @@ def cached_chains(wanted: Sequence[Wanted], cache: GraphCache | None = None, *,
     return [_finish(spec, options, chains[spec, traced_options(options)]) for spec, options in wanted]
 
 
-def _finish(spec: ModelSpec, options: ExtractOptions, chain: LayerChain) -> LayerChain:
+def _finish(spec: LoadedModel, options: ExtractOptions, chain: LayerChain) -> LayerChain:
     """``chain`` (traced options) as ``options`` ask: expert-parallel, expert-tensor-parallel,
     padded or imbalanced."""
     if not options.shards_experts:
@@ -361,6 +361,6 @@ def _finish(spec: ModelSpec, options: ExtractOptions, chain: LayerChain) -> Laye
     return derive_experts(chain, options)
 
 
-def cached_chain(spec: ModelSpec, options: ExtractOptions, cache: GraphCache | None = None) -> LayerChain:
+def cached_chain(spec: LoadedModel, options: ExtractOptions, cache: GraphCache | None = None) -> LayerChain:
     """:meth:`GraphCache.chain` on ``cache`` (default: :func:`default_cache_dir`)."""
     return (cache or GraphCache(default_cache_dir())).chain(spec, options)

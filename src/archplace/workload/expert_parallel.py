@@ -38,13 +38,13 @@ from archplace.errors import ConfigError
 from archplace.workload import experts_op
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 ALL_TO_ALL = "all_to_all"
 """``target`` of the expert-parallel all-to-all operators."""
 
 
-def check_ep(spec: ModelSpec, ep: int) -> None:
+def check_ep(spec: LoadedModel, ep: int) -> None:
     """Refuse an EP degree that does not divide the routed experts of ``spec``, or ep > 1 for a
     dense model.
 
@@ -61,11 +61,11 @@ def check_ep(spec: ModelSpec, ep: int) -> None:
         raise ConfigError(f"EP degree {ep} does not divide the {spec.experts} routed experts of {spec.name}")
 
 
-def shared_experts(spec: ModelSpec) -> int:
+def shared_experts(spec: LoadedModel) -> int:
     """Shared experts of each mixture-of-experts block of ``spec``, always active and not sharded
     by ep: DeepSeek-V3's ``n_shared_experts``; Qwen2-MoE's one gated shared expert (when its
     ``shared_expert_intermediate_size`` is not 0); 0 for Mixtral, Qwen3-MoE and dense models.
-    A field the config leaves out has transformers' default (:meth:`ModelSpec.moe_field`)."""
+    A field the config leaves out has transformers' default (:meth:`LoadedModel.moe_field`)."""
     if not spec.experts:
         return 0
     if spec.model_type == "deepseek_v3":
@@ -75,7 +75,7 @@ def shared_experts(spec: ModelSpec) -> int:
     return 0
 
 
-def shared_expert_width(spec: ModelSpec) -> int:
+def shared_expert_width(spec: LoadedModel) -> int:
     """Intermediate width of the shared experts of each mixture-of-experts block of ``spec``
     together (DeepSeek-V3: ``n_shared_experts`` x ``moe_intermediate_size``; Qwen2-MoE:
     ``shared_expert_intermediate_size``); 0 without shared experts."""

@@ -40,7 +40,7 @@ from archplace.workload import experts_op
 from archplace.workload.expert_parallel import _grouped, _region, map_shared_layers, with_region, wrap_region
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 ETP_ALL_GATHER = "expert_tp_all_gather"
 """``target`` of the expert-tensor-parallel all-gathers (costed as ``all_gather``)."""
@@ -49,7 +49,7 @@ ETP_REDUCE_SCATTER = "expert_tp_reduce_scatter"
 ETP_TARGETS = frozenset({ETP_ALL_GATHER, ETP_REDUCE_SCATTER})
 
 
-def expert_width(spec: ModelSpec) -> int:
+def expert_width(spec: LoadedModel) -> int:
     """Intermediate width of one routed expert of ``spec``: ``moe_intermediate_size`` where the
     architecture has one (its config class's default when the config leaves it out), else the
     FFN size (Mixtral); 0 for a dense model."""
@@ -60,7 +60,7 @@ def expert_width(spec: ModelSpec) -> int:
     return int(spec.moe_field("moe_intermediate_size"))
 
 
-def check_etp(spec: ModelSpec, etp: int) -> None:
+def check_etp(spec: LoadedModel, etp: int) -> None:
     """Refuse an expert-TP width that does not divide the routed experts' width of ``spec``, or
     etp > 1 for a dense model.
 

@@ -44,7 +44,7 @@ from archplace.workload.trace import (
     tensor_bytes,
     trace,
 )
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class ExtractOptions:
         return 4 if self.dtype == "float32" else 2
 
 
-def check_tp(spec: ModelSpec, tp: int, sp: bool = False) -> None:
+def check_tp(spec: LoadedModel, tp: int, sp: bool = False) -> None:
     """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec`` (and
     the shared experts' width of a mixture-of-experts model), and TP > 1 without sequence
     parallelism (``sp``) for a mixture-of-experts model: Megatron-Core refuses to train one
@@ -178,7 +178,7 @@ def traced_options(options: ExtractOptions) -> ExtractOptions:
     return dataclasses.replace(options, ep=1, etp=1, capacity_factor=1.0, expert_load_imbalance=1.0)
 
 
-def extract_chain(spec: ModelSpec, options: ExtractOptions) -> LayerChain:
+def extract_chain(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
     """Trace ``spec`` and return its layer chain embedding -> L blocks -> head + loss.
 
     Args:

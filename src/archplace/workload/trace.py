@@ -24,7 +24,7 @@ from archplace.quiet import silenced
 from archplace.workload import attention_op, experts_op
 from archplace.workload.graph import OpKind, Phase
 from archplace.workload.options import Attention
-from archplace.workload.zoo import ModelSpec
+from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -249,9 +249,9 @@ def find_block_container(model: Any) -> str:
     return best
 
 
-def build_model(spec: ModelSpec, dtype: str, training: bool,
+def build_model(spec: LoadedModel, dtype: str, training: bool,
                 attention: Attention = Attention.EAGER) -> Any:
-    """The model with one block of each kind (:attr:`ModelSpec.block_runs`) on the meta device, in
+    """The model with one block of each kind (:attr:`LoadedModel.block_runs`) on the meta device, in
     train (or eval) mode.
 
     ``attention`` EAGER keeps HF's explicit scores and softmax; SDPA and FLASH route the

@@ -1,6 +1,6 @@
 """Model specifications: bundled presets and Hugging Face ``config.json`` files.
 
-A :class:`ModelSpec` is the published configuration of a model (the fields of
+A :class:`LoadedModel` is the published configuration of a model (the fields of
 its HF ``config.json``) plus a default sequence length.  No weights are ever
 loaded: the model is only instantiated on the meta device by
 :mod:`archplace.workload.extract`.
@@ -87,7 +87,7 @@ FAMILIES: dict[str, Family] = {
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class LoadedModel:
     """A model to train.
 
     Attributes:
@@ -205,7 +205,7 @@ class ModelSpec:
         """Vocabulary size."""
         return self._int("vocab_size")
 
-    def with_seq_len(self, seq_len: int) -> ModelSpec:
+    def with_seq_len(self, seq_len: int) -> LoadedModel:
         """The same model trained at another sequence length.
 
         A model with rotary positions (:attr:`Family.rotary`) may be trained beyond its config's
@@ -227,8 +227,8 @@ class ModelSpec:
                     f"model {self.name!r}: sequence length {seq_len} exceeds its context length "
                     f"{context} (its learned position table has {context} rows)")
             config[field] = seq_len
-            return ModelSpec(self.name, _canonical(config), seq_len, self.source)
-        return ModelSpec(self.name, self.config_json, seq_len, self.source)
+            return LoadedModel(self.name, _canonical(config), seq_len, self.source)
+        return LoadedModel(self.name, self.config_json, seq_len, self.source)
 
 
 # Any other architecture transformers knows is read through the standard HF field names.
@@ -335,7 +335,7 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def load_model(name_or_path: str) -> ModelSpec:
+def load_model(name_or_path: str) -> LoadedModel:
     """Load a bundled preset by name, or an HF ``config.json`` by path.
 
     Raises:
@@ -346,7 +346,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     presets = _presets()
     if name_or_path in presets:
         entry = presets[name_or_path]
-        return ModelSpec(name_or_path, _canonical(entry["config"]), int(entry["seq_len"]),
+        return LoadedModel(name_or_path, _canonical(entry["config"]), int(entry["seq_len"]),
                          str(entry.get("source", "")))
     path = Path(name_or_path)
     if path.suffix != ".json" and not _exists(path):
@@ -357,5 +357,5 @@ def load_model(name_or_path: str) -> ModelSpec:
     config = read_mapping(path, "model config", syntax="json", label=name_or_path)
     family = validate_config(name_or_path, config, user_file=True)
     seq_len = config[family.context_field]
-    return ModelSpec(path.stem if path.stem != "config" else path.parent.name or "config",
+    return LoadedModel(path.stem if path.stem != "config" else path.parent.name or "config",
                      _canonical(config), seq_len, str(path))

@@ -91,7 +91,7 @@ def _size(value: Any) -> tuple[float, ...]:
     return (float(value),)
 
 
-class DesignGrid:
+class ResourceGrid:
     """The candidates indexed by their resources, each at the largest HBM capacity it is offered with.
 
     Args:
@@ -158,7 +158,7 @@ class WhamStrategy:
         self.beam = beam
         self.moves_per_design = moves_per_design
 
-    def _promising(self, ctx: StrategyContext, beam: list[DesignResult], grid: DesignGrid,
+    def _promising(self, ctx: StrategyContext, beam: list[DesignResult], grid: ResourceGrid,
                    seen: set[Accelerator]) -> tuple[list[Accelerator], int]:
         """The moves of the beam worth a full evaluation (module docstring: local search), and
         the number of moves estimated."""
@@ -188,7 +188,7 @@ class WhamStrategy:
 
     def run(self, ctx: StrategyContext) -> StrategyOutcome:
         """Grow the beam one resource step at a time until no move improves the best design."""
-        grid = DesignGrid(ctx.designs)
+        grid = ResourceGrid(ctx.designs)
         budget = ctx.budget
         results: list[DesignResult] = []
         seen: set[Accelerator] = set()
