@@ -36,8 +36,10 @@ keeps everything else in higher precision:
   inference only); TE's FP8 weight caching keeps the FP8 copy of each FP8 GEMM's weight and its
   transpose (``cast_transpose``: Hopper's FP8 GEMMs take only the "TN" operand layout) for the
   whole iteration: :data:`FP8_WEIGHT_CACHE_BYTES_PER_PARAM` bytes per such weight.
-  Activations saved for the backward pass are counted at bf16, as without FP8 (TE saves some
-  GEMM inputs in FP8; not modelled: an upper bound).
+  Activations saved for the backward pass: a linear GEMM's input is saved in FP8 (1 B per
+  element) for its weight gradient, with a bf16 copy kept only where another operator's backward
+  reads the same tensor (:mod:`archplace.workload.fp8_saved`, from Transformer Engine's
+  ``_Linear.forward``); everything else at its traced dtype.
 """
 
 from __future__ import annotations

@@ -69,7 +69,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         makespan: scheduler giving a layer graph's makespan (default: list scheduler).
         fp8_cost: FP8 training (:class:`archplace.cost.precision.Fp8CostModel`): every layer but
             the head (the LM head stays bf16, :mod:`archplace.cost.precision`) is costed by it,
-            and ``fp8_params`` counts the weights of its FP8 GEMMs; None: bf16.
+            ``fp8_params`` counts the weights of its FP8 GEMMs, and its saved bytes lose its
+            ``fp8_activation_saving_bytes`` (GEMM inputs kept in FP8,
+            :mod:`archplace.workload.fp8_saved`); None: bf16.
 
     Returns:
         Layer costs in chain order. ``tp_comm_*_s`` is the TP collectives' summed latency
@@ -141,14 +143,15 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         fp8 = fp8_cost is not None and layer.kind is not LayerKind.HEAD
         fwd, bwd = graph_times(layer.fwd, fp8), graph_times(layer.bwd, fp8)
         recompute_s, recompute_flop = selective_core(layer, fp8)
+        saving = layer.fp8_activation_saving_bytes if fp8 else 0.0  # GEMM inputs kept in FP8
         out.append(LayerCost(
             name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
-            activation_bytes=layer.activation_bytes, input_bytes=layer.input_bytes,
+            activation_bytes=layer.activation_bytes - saving, input_bytes=layer.input_bytes,
             boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
             fwd_flop=max(0.0, matmul_flop(layer.fwd) - layer.padding_fwd_flop),
             bwd_flop=max(0.0, matmul_flop(layer.bwd) - layer.padding_bwd_flop),
             padding_fwd_flop=layer.padding_fwd_flop, padding_bwd_flop=layer.padding_bwd_flop,
-            selective_activation_bytes=layer.selective_activation_bytes,
+            selective_activation_bytes=layer.selective_activation_bytes - saving,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
             cp_comm_fwd_s=fwd.ring_s, cp_comm_bwd_s=bwd.ring_s,

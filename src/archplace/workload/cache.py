@@ -59,8 +59,9 @@ from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
-FORMAT = 8
-"""Version of the cache files, part of the key (8: layers carry the FLOP of MoE padding; 7: the
+FORMAT = 9
+"""Version of the cache files, part of the key (9: layers carry the activation bytes FP8 saves;
+8: layers carry the FLOP of MoE padding; 7: the
 code-free chain files; 6 and before were pickles)."""
 
 MAX_FILE_BYTES = 64 * 2**20

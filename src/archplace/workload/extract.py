@@ -25,6 +25,7 @@ from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
 from archplace.workload.expert_parallel import check_ep, load_factor, shard_experts, shared_expert_width
 from archplace.workload.expert_tensor import check_etp, split_experts
+from archplace.workload.fp8_saved import fp8_saving_bytes
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved
@@ -452,6 +453,9 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     kept = {s for s in saved if not _is_square(s, seq_len, batch)}
     core = {n for n in fwd_nodes if _is_square(n, seq_len, batch)} if kept != saved else set()
 
+    # Under FP8 the linear GEMMs' inputs are saved in FP8 (over the selective set, a subset of
+    # ``saved``: the sequence x sequence tensors it drops are never a linear GEMM's input).
+    fp8_saving = fp8_saving_bytes(traced, kept, bwd_nodes, _saved_bytes, sharding.tensor_factor)
     experts = _experts(traced, sharding, fwd_nodes, options.micro_batch * seq_len)
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(
@@ -459,7 +463,7 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),
         boundary_bytes=total(outputs), working_bytes=working,
         selective_activation_bytes=total(kept), selective_ops=tuple(n.name for n in fwd_nodes if n in core),
-        **experts,
+        fp8_activation_saving_bytes=fp8_saving, **experts,
     )
     return layer, params
 

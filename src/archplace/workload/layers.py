@@ -71,6 +71,10 @@ class Layer:
             of a capacity factor above 1, or the busiest rank's excess rows under load imbalance
             (:func:`archplace.workload.extract.derive_experts`). Hardware FLOP, not model FLOP:
             MFU leaves them out, HFU counts them. 0 for a dense or balanced layer.
+        fp8_activation_saving_bytes: bytes fewer saved for the backward pass, per micro-batch,
+            when the layer's linear GEMMs run in FP8: Transformer Engine keeps a GEMM's input in
+            FP8 for its weight gradient (:mod:`archplace.workload.fp8_saved`); taken off both
+            ``activation_bytes`` and ``selective_activation_bytes`` under FP8.
     """
 
     name: str
@@ -95,6 +99,7 @@ class Layer:
     expert_tp_bytes: float = 0.0
     padding_fwd_flop: float = 0.0
     padding_bwd_flop: float = 0.0
+    fp8_activation_saving_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.selective_activation_bytes < 0:
