@@ -210,3 +210,17 @@ def test_results_rank_by_the_searchs_own_objective(model: str, tmp_path: Path) -
                 for r in api.search(spec.replace(objective="throughput", store=None)).evaluated]
     assert by_watt != by_speed  # the space ranks differently by the two objectives
     assert [row.design for row in api.results(store)] == by_watt
+
+
+def test_python_and_cli_agree_on_how_many_plans() -> None:
+    """``top_k`` (api.plan, PlanSpace) and ``plan --top`` default to the same count (issue #25)."""
+    import typer.main
+
+    from archplace.cli import app
+    from archplace.specs import PlanSpace
+    from archplace.specs.plan import TOP_K
+
+    command = typer.main.get_command(app).commands["plan"]  # type: ignore[attr-defined]
+    top = next(p for p in command.params if p.name == "top")
+    python = inspect.signature(api.plan).parameters["top_k"].default
+    assert python == PlanSpace().top_k == top.default == TOP_K

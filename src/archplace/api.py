@@ -42,7 +42,7 @@ from archplace.scheduling.base import SolveOptions
 from archplace.scheduling.solve import get_scheduler, solve_problem
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.plan import check_sp, degrees, enum_choices, fixed_zero_stage, parse_zero_stages
+from archplace.specs.plan import TOP_K, check_sp, degrees, enum_choices, fixed_zero_stage, parse_zero_stages
 from archplace.specs.search import SearchSpec
 from archplace.stored_results import plot_design_space, results
 from archplace.units import parse_area_mm2, parse_power_w
@@ -138,7 +138,7 @@ def _check_cluster(devices: int, global_batch: int) -> None:
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
          tps: Iterable[int] | None = None, micro_batches: Iterable[int] | None = None,
          recomputes: Iterable[str] | None = None, schedules: Iterable[str] | None = None,
-         sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = 1,
+         sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = TOP_K,
          fuse: bool = False, zero_stages: str | Iterable[int] | None = None,
          grad_reduce_dtype: str = "fp32", attention: Attention | str = Attention.FLASH,
          kernels: Kernels | str = Kernels.FUSED, precisions: Iterable[str] | None = None,

@@ -80,7 +80,7 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
                              seq_len: int | None = None, recomputes: Iterable[str] | None = None,
                              schedules: Iterable[str] | None = None,
                              zero_stages: Iterable[int] = (0, 1), optimizer: str = "adam",
-                             grad_reduce_dtype: str = "fp32", top_k: int = 1) -> list[PlanResult]:
+                             grad_reduce_dtype: str = "fp32", top_k: int = 5) -> list[PlanResult]:
     """The ``top_k`` best plans of a layer DAG over the recompute policies (default: all),
     schedules (default 1F1B and GPipe), ``zero_stages`` and DP overlap off and on, each exact
     (:func:`plan_layer_graph`), fastest first; ties go to fewer devices, fewer stages, less
@@ -91,7 +91,7 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
             ``micro_batch``, ``seq_len``, ``optimizer`` and ``grad_reduce_dtype`` as in
             :func:`plan_layer_graph` (one TP width and micro-batch: those of the graph's costs).
         recomputes, schedules, zero_stages: the options searched, by name / number.
-        top_k: plans returned (1..1,000).
+        top_k: plans returned (1..1,000; 5 by default, as ``--top``).
 
     Raises:
         ConfigError: a bad file or option (as :func:`plan_layer_graph`), top_k out of range.

@@ -40,6 +40,7 @@ from archplace.errors import ConfigError
 from archplace.outputs import check_output
 from archplace.reporting.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
+from archplace.specs.plan import TOP_K
 
 
 def _single(values: list[int] | None, option: str) -> int:
@@ -84,7 +85,7 @@ def register(app: typer.Typer) -> None:
         grad_reduce_dtype: GradDtypeOption = "fp32",
         precision: PrecisionsOption = None,
         optimizer: Optim = "adam",
-        top: Annotated[int, typer.Option(help="Plans to show.")] = 5,
+        top: Annotated[int, typer.Option(help="Plans to show.")] = TOP_K,
         fuse: Fuse = False,
         attention: AttentionOption = "flash",
         attention_kernel: AttentionKernelOption = None,

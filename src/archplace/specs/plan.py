@@ -30,6 +30,10 @@ from archplace.specs._fields import as_dict, check_keys, flag, flags, member, me
 SEARCHED_CHUNKS = (2, 4)
 """Model chunks per device tried with the interleaved schedule."""
 
+TOP_K = 5
+"""Plans a plan search returns unless told: the same in Python (``top_k``), in plan files and on
+the command line (``--top``)."""
+
 
 def _zero_stage(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) not in ZERO_STAGES:
@@ -54,7 +58,7 @@ class PlanSpace:
             backward pass (True).
         grad_reduce_dtype: gradient buffer and reduction dtype (fp32 | bf16), not searched.
         optimizer: adam | sgd, not searched.
-        top_k: plans returned, best first (1..1,000).
+        top_k: plans returned, best first (1..1,000; default :data:`TOP_K`, 5, as ``--top``).
         precisions: precisions of the linear layers' GEMMs to try: bf16 and/or fp8
             (Transformer Engine's FP8 recipe, :mod:`archplace.cost.precision`); default bf16.
         cps: context-parallel degrees to try (each 1..2**20: the sequence split over cp ranks,
@@ -83,7 +87,7 @@ class PlanSpace:
     dp_overlap: tuple[bool, ...] = (False, True)
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
     optimizer: Optimizer = Optimizer.ADAM
-    top_k: int = 1
+    top_k: int = TOP_K
     precisions: tuple[Precision, ...] = PRECISIONS
     cps: tuple[int, ...] | None = None
     eps: tuple[int, ...] | None = None
