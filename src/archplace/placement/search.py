@@ -528,26 +528,29 @@ class Search:
         return points
 
     def split(self, found: Found, point: tuple[float, float]) -> tuple[tuple[int, int], ...]:
-        """The lexicographically smallest split attaining ``point`` of a found candidate."""
+        """The lexicographically smallest split attaining ``point`` of a found candidate, up to
+        rounding: within :data:`~archplace.placement.candidates.TIE_RTOL` of it in both figures
+        (two splits whose segment sums differ by an ulp, the tables' cumulative sums taken in
+        another order, are one tie, as the iteration times they evaluate to are)."""
         tab = self._tables(self.states[found.family])
         variant = found.variant
         v = variant.chunks
+        cap_tau, cap_y = (x * (1.0 + TIE_RTOL) for x in point)
         if v > 1:
             return min(stages for (tau, y), stages in self._interleaved_points(
-                found.family, variant, found.p, found.d, found.m) if tau <= point[0] and y <= point[1])
+                found.family, variant, found.p, found.d, found.m) if tau <= cap_tau and y <= cap_y)
         in_flight = in_flight_per_position(variant.schedule, found.p, found.m, v)
         zs = variant.zero_stage
         capacity = tab.capacity(zs, tab.shards(zs, found.d))
         second = (tab.tail(pp=found.p, dp=found.d, zero_stage=zs, overlap=variant.overlap)
                   if self._per_candidate(self.states[found.family], variant) else tab.params)
         times = tab.position_times(found.p, v, zs, found.d)
-        tau, y = point
 
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
-            ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= tau)
+            ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= cap_tau)
             return np.where(ok, second[rows, cols], np.inf)
         self.meter.charge(dp_cells(tab.n, found.p * v) + found.p * v * tab.n)
-        return first_split(block, tab.n, found.p * v, y)
+        return first_split(block, tab.n, found.p * v, cap_y)
 
     def plan(self, found: Found, stages: tuple[tuple[int, int], ...]) -> Plan:
         """The Plan of a found candidate with the given stages."""
