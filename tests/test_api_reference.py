@@ -4,29 +4,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import griffe
 import pytest
 
+from tool_scripts import load_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _extension_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("griffe_roles", ROOT / "tools" / "griffe_roles.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ROLES = _extension_module()
+ROLES = load_tool("griffe_roles")
 
 
 @pytest.fixture()

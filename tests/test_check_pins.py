@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from importlib.metadata import version
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tool_scripts import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_pins", ROOT / "tools" / "check_pins.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_missing_and_a_wrong_pin_are_reported(tmp_path: Path) -> None:
-    tool = _tool()
+    tool = load_tool("check_pins")
     pinned = tool.pins(ROOT / "constraints.txt")
     del pinned["pytest"]
     pinned["numpy"] = "0.0.1"
@@ -31,7 +23,7 @@ def test_a_missing_and_a_wrong_pin_are_reported(tmp_path: Path) -> None:
 
 
 def test_only_exact_pins_are_accepted(tmp_path: Path) -> None:
-    tool = _tool()
+    tool = load_tool("check_pins")
     path = tmp_path / "c.txt"
     path.write_text("# comment\nTyping_Extensions==4.0  # trailing\n")
     assert tool.pins(path) == {"typing-extensions": "4.0"}
