@@ -213,14 +213,20 @@ def test_results_rank_by_the_searchs_own_objective(model: str, tmp_path: Path) -
 
 
 def test_python_and_cli_agree_on_how_many_plans() -> None:
-    """``top_k`` (api.plan, PlanSpace) and ``plan --top`` default to the same count (issue #25)."""
+    """``top_k`` (api.plan, PlanSpace) and ``plan --top`` default to the same count (issue #25):
+    the option is derived from PlanSpace.top_k, leaves it at its default unless given, and shows
+    that default."""
     import typer.main
 
     from archplace.cli import app
+    from archplace.cli.derived import cli_options
+    from archplace.cli.runs import PLAN_SPECS
     from archplace.specs import PlanSpace
     from archplace.specs.plan import TOP_K
 
     command = typer.main.get_command(app).commands["plan"]  # type: ignore[attr-defined]
     top = next(p for p in command.params if p.name == "top")
+    assert top.default is None and top.help is not None and top.help.endswith(f"[{TOP_K}].")
+    assert cli_options(*PLAN_SPECS)["top"].field.name == "top_k"
     python = inspect.signature(api.plan).parameters["top_k"].default
-    assert python == PlanSpace().top_k == top.default == TOP_K
+    assert python == PlanSpace().top_k == TOP_K

@@ -42,7 +42,16 @@ from archplace.scheduling.base import SolveOptions
 from archplace.scheduling.solve import get_scheduler, solve_problem
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.plan import TOP_K, check_sp, degrees, enum_choices, fixed_zero_stage, parse_zero_stages
+from archplace.specs.plan import (
+    SEARCHED_CHUNKS,
+    TOP_K,
+    check_sp,
+    degrees,
+    enum_choices,
+    fixed_zero_stage,
+    parse_stages,
+    parse_zero_stages,
+)
 from archplace.specs.search import SearchSpec
 from archplace.stored_results import plot_design_space, results
 from archplace.units import parse_area_mm2, parse_power_w
@@ -146,7 +155,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
          expert_load_imbalance: float = 1.0, etps: Iterable[int] | None = None,
          attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
-         pp_comm_overlap: bool | None = None) -> list[PlanResult]:
+         pp_comm_overlap: bool | None = None, chunks: Iterable[int] | None = None,
+         dp_overlap: Iterable[bool] | None = None, cluster: str | None = None) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -179,6 +189,12 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     the chip's own (off on the shipped presets). ``pp_comm_overlap``: an interleaved plan's
     pipeline sends overlap the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``);
     None: the chip's own (off).
+    ``chunks``: model chunks per device tried with the interleaved schedule (default 2 and 4);
+    ``dp_overlap``: the DP overlap settings tried (default both, False and True);
+    ``cluster``: the preset or YAML whose cluster section gives the links (default
+    ``hardware``'s own). Each keyword is a field of :class:`~archplace.specs.PlanSpace`,
+    :class:`~archplace.specs.ModelSpec` or :class:`~archplace.specs.HardwareSpec`, as ``plan``'s
+    options are.
 
     Raises:
         ConfigError: unknown model / preset / option, an attention kernel with no table for the
@@ -196,11 +212,13 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                       grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k,  # type: ignore[arg-type]
                       precisions=tuple(precisions) if precisions is not None else PRECISIONS,  # type: ignore[arg-type]
                       cps=None if cps is None else tuple(cps), eps=None if eps is None else tuple(eps),
-                      rank_order=rank_order, etps=None if etps is None else tuple(etps))  # type: ignore[arg-type]
+                      rank_order=rank_order, etps=None if etps is None else tuple(etps),  # type: ignore[arg-type]
+                      chunks=tuple(chunks) if chunks is not None else SEARCHED_CHUNKS,
+                      dp_overlap=tuple(dp_overlap) if dp_overlap is not None else (False, True))
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                   capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance),
-        HardwareSpec(hardware, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
+        HardwareSpec(hardware, cluster, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
                      pp_comm_overlap=pp_comm_overlap),
         ClusterSpec(devices, global_batch), space))
 
@@ -240,7 +258,7 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              ep: int = 1, rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
              expert_load_imbalance: float = 1.0, etp: int = 1,
              attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
-             pp_comm_overlap: bool | None = None) -> PlanResult:
+             pp_comm_overlap: bool | None = None, cluster: str | None = None) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
@@ -248,7 +266,8 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, and
     ``attention_kernel``, ``tp_comm_overlap`` and ``pp_comm_overlap``, as in :func:`plan`;
     ``hardware`` a preset, a hardware YAML or a
-    :class:`~archplace.hw.resolved.ResolvedHardware`).
+    :class:`~archplace.hw.resolved.ResolvedHardware`; ``cluster`` the preset or YAML whose
+    cluster section gives the links, default ``hardware``'s own).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
     error together with another ``zero_stage``). ``dp_overlap``: the DP gradient reduction runs
@@ -264,7 +283,10 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
             ...), an invalid plan, fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
-    cluster = ClusterSpec(devices, global_batch)
+    if cluster is not None and isinstance(hardware, ResolvedHardware):
+        raise ConfigError("cluster applies to a hardware preset or file; a ResolvedHardware carries its "
+                          "own links", fields=("cluster",))
+    cluster_spec = ClusterSpec(devices, global_batch)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,  # type: ignore[arg-type]
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
@@ -272,14 +294,14 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                  rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    chip = (HardwareSpec(hardware, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
-                         pp_comm_overlap=pp_comm_overlap)
+    chip = (HardwareSpec(hardware, cluster, attention_kernel=attention_kernel,
+                         tp_comm_overlap=tp_comm_overlap, pp_comm_overlap=pp_comm_overlap)
             if not isinstance(hardware, ResolvedHardware) else dataclasses.replace(
                 hardware,
                 attention_kernel=hardware.attention_kernel if attention_kernel is None else attention_kernel,
                 tp_comm_overlap=hardware.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap,
                 pp_comm_overlap=hardware.pp_comm_overlap if pp_comm_overlap is None else pp_comm_overlap))
-    return evaluate_run(EvaluateRun(spec, chip, cluster, fixed))
+    return evaluate_run(EvaluateRun(spec, chip, cluster_spec, fixed))
 
 
 def calibrate(runs: str | Path, hardware: str, *, fit: str | Sequence[str] | None = None,
@@ -299,24 +321,6 @@ def evaluate_run(run: EvaluateRun) -> PlanResult:
         ConfigError, InfeasibleError: as :func:`evaluate`.
     """
     return app.evaluate(run)
-
-
-def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
-    """``"0-12,13-25,26-49"`` -> ((0, 12), (13, 25), (26, 49)).
-
-    Raises:
-        ConfigError: unparsable text (the count, contiguity and the last layer are checked by
-            the plan).
-    """
-    out = []
-    for part in text.split(","):
-        try:
-            first, last = (int(x) for x in part.strip().split("-"))
-        except ValueError:
-            raise ConfigError(f"stages: expected FIRST-LAST ranges separated by commas, got {part!r}",
-                              fields=("stages",)) from None
-        out.append((first, last))
-    return tuple(out)
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:

@@ -1,6 +1,6 @@
-"""Command-line options shared by several commands (every command that traces a model; plan,
-evaluate and search for the ZeRO stage, gradient dtype and precision), and the line every
-command prints for a file it wrote."""
+"""Command-line options shared by the commands whose options are not derived from the run specs
+(search, estimate, schedule, graph: their help is the declared field's), the option an error
+names for a field, and the line every command prints for a file it wrote."""
 
 from __future__ import annotations
 
@@ -14,101 +14,52 @@ import typer
 from rich.console import Console
 
 from archplace.errors import ArchplaceError, ConfigError
+from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
+from archplace.specs.options import declared, flags
 
+
+def _help(spec: type, name: str, extra: str = "") -> str:
+    """The help of the declared field ``name`` of ``spec`` (:mod:`archplace.specs.options`): the
+    commands whose options are not yet derived from the specs (search, estimate, schedule, graph)
+    share its one text."""
+    return declared(spec)[name].text + extra + "."
+
+
+# Options of the commands whose options are not derived from the run specs yet (search, estimate,
+# schedule, graph); their help is the declared field's.
 AttentionOption = Annotated[str, typer.Option(
-    "--attention", metavar="eager|sdpa|flash",
-    help="Attention as it is run: flash (FlashAttention-2), sdpa (fused, every score block "
-         "computed, as with an explicit mask) "
-         "or eager (HF's explicit scores and softmax).")]
-AttentionKernelOption = Annotated[str | None, typer.Option(
-    "--attention-kernel", metavar="FAMILY",
-    help="Measured fused-attention kernel whose per-shape table costs attention on a known chip: "
-         "flash2, flash3, cudnn or triton-flash1, where a table exists for the chip [the chip's own: "
-         "flash2 on a100-80gb and h100-80gb].")]
-TpCommOverlapOption = Annotated[bool | None, typer.Option(
-    "--tp-comm-overlap/--no-tp-comm-overlap",
-    help="The framework hides the TP collectives behind the GEMMs next to them (Transformer "
-         "Engine's userbuffers overlap, NeMo's tp_comm_overlap) [the chip's own: off].")]
-PpCommOverlapOption = Annotated[bool | None, typer.Option(
-    "--pp-comm-overlap/--no-pp-comm-overlap",
-    help="An interleaved plan's pipeline sends overlap the next chunk's computation "
-         "(Megatron-Core's overlap_p2p_comm) [the chip's own: off].")]
+    "--attention", metavar="eager|sdpa|flash", help=_help(ModelSpec, "attention"))]
 KernelsOption = Annotated[str, typer.Option(
-    "--kernels", metavar="fused|unfused",
-    help="Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, "
-         "norms, softmax) or unfused (HF's operators one by one).")]
+    "--kernels", metavar="fused|unfused", help=_help(ModelSpec, "kernels"))]
 CapacityFactorOption = Annotated[float, typer.Option(
-    "--capacity-factor", help="Mixture-of-experts models: expert capacity over the balanced share of "
-                              "routed tokens; 1.0 dropless, no padding (Megatron-Core's default), above 1 "
-                              "every expert padded to it (GShard, Switch Transformer) [1.0].")]
+    "--capacity-factor", help=_help(ModelSpec, "capacity_factor"))]
 LoadImbalanceOption = Annotated[float, typer.Option(
-    "--expert-load-imbalance", help="Mixture-of-experts models: tokens the busiest expert-parallel rank "
-                                    "receives over the mean, dropless routing; 1.0 balanced [1.0].")]
-RankOrderOption = Annotated[str, typer.Option(
-    "--rank-order", metavar="tp-cp-ep-pp-dp|tp-cp-ep-dp-pp",
-    help="How the parallel groups are laid over the device ranks, fastest-varying first: tp-cp-ep-pp-dp "
-         "(pipeline neighbours close, replicas outermost) or tp-cp-ep-dp-pp (Megatron-Core's default: "
-         "replicas close, pipeline outermost) [tp-cp-ep-pp-dp].")]
+    "--expert-load-imbalance", help=_help(ModelSpec, "expert_load_imbalance"))]
 ZeroStagesOption = Annotated[str | None, typer.Option(
-    "--zero-stage", help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP) [all].")]
+    "--zero-stage", help=_help(PlanSpace, "zero_stages", " [all]"))]
 GradDtypeOption = Annotated[str, typer.Option(
-    "--grad-reduce-dtype", help="Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 "
-                                "recipe) | bf16.")]
-
-_PRECISION_HELP = ("Precision of the linear layers' GEMMs: bf16, or fp8 (Transformer Engine's FP8 recipe: "
-                   "FP8 GEMM operands with delayed scaling, on chips with FP8 tensor cores)")
+    "--grad-reduce-dtype", metavar="fp32|bf16", help=_help(PlanSpace, "grad_reduce_dtype"))]
 PrecisionsOption = Annotated[list[str] | None, typer.Option(
-    "--precision", metavar="bf16|fp8", help=_PRECISION_HELP + "; repeatable, the plans of each are "
-                                            "ranked together [bf16].")]
-PrecisionOption = Annotated[str, typer.Option("--precision", metavar="bf16|fp8", help=_PRECISION_HELP + ".")]
-
-_CP_HELP = "Context-parallel degree: each sample's sequence split over CP ranks (ring attention)"
-_EP_HELP = "Expert-parallel degree: each MoE layer's routed experts sharded over EP ranks of the DP group"
-CpsOption = Annotated[list[int] | None, typer.Option(
-    "--cp", help=_CP_HELP + "; repeatable, the degrees to try [automatic].")]
-EpsOption = Annotated[list[int] | None, typer.Option(
-    "--ep", help=_EP_HELP + "; repeatable, the degrees to try [automatic].")]
+    "--precision", metavar="bf16|fp8", help=_help(PlanSpace, "precisions", " [bf16]"))]
 SearchCpsOption = Annotated[list[int] | None, typer.Option(
-    "--cp", help=_CP_HELP + "; repeatable, the degrees to try [1].")]
+    "--cp", help=_help(Plan, "cp", "; repeatable, the degrees to try [1]"))]
 SearchEpsOption = Annotated[list[int] | None, typer.Option(
-    "--ep", help=_EP_HELP + "; repeatable, the degrees to try [1].")]
-CpOption = Annotated[int, typer.Option("--cp", help=_CP_HELP + ".")]
-EpOption = Annotated[int, typer.Option("--ep", help=_EP_HELP + ".")]
-_ETP_HELP = ("Expert-tensor-parallel width: each routed expert's weights split over ETP ranks "
-             "(Megatron-Core's expert_tensor_parallel_size; MoE models)")
-EtpsOption = Annotated[list[int] | None, typer.Option(
-    "--etp", help=_ETP_HELP + "; repeatable, the widths to try [automatic: 1 and the TP width].")]
+    "--ep", help=_help(Plan, "ep", "; repeatable, the degrees to try [1]"))]
 SearchEtpsOption = Annotated[list[int] | None, typer.Option(
-    "--etp", help=_ETP_HELP + "; repeatable, the widths to try [1].")]
-EtpOption = Annotated[int, typer.Option("--etp", help=_ETP_HELP + ".")]
-
-
-# Options of the run that plan and evaluate share.
-Model = Annotated[str | None, typer.Option("--model", help="Model preset or path of an HF config.json.")]
-Hardware = Annotated[str | None, typer.Option(
-    "--hardware", help="Hardware preset or YAML file (with cluster links).")]
-Devices = Annotated[int | None, typer.Option("--devices", help="Accelerators in the cluster.")]
-GlobalBatch = Annotated[int | None, typer.Option("--global-batch", help="Samples per iteration.")]
-SeqLen = Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")]
-Optim = Annotated[str, typer.Option(help="adam (18 B/param) | sgd.")]
+    "--etp", help=_help(Plan, "etp", "; repeatable, the degrees to try [1]"))]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-Fuse = Annotated[bool, typer.Option(
-    "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
-DpOverlap = Annotated[bool, typer.Option(
-    "--dp-overlap", help="Reduce gradients bucket by bucket during the last backward pass (only what "
-                         "is left after it is exposed); without it the whole reduction is exposed.")]
+Fuse = Annotated[bool, typer.Option("--fuse", help=_help(ModelSpec, "fuse"))]
 
 
-_FLAGS = {"tps": "--tp", "micro_batches": "--micro-batch", "top_k": "--top", "zero_stages": "--zero-stage",
-          "recomputes": "--recompute", "schedules": "--schedule", "precisions": "--precision",
-          "cps": "--cp", "eps": "--ep", "etps": "--etp"}
+_SPEC_FLAGS = flags(Plan, PlanSpace, ModelSpec, HardwareSpec, ClusterSpec)
 
 
 def flag_of(field: str) -> str:
     """The command-line option of an input field: ``plan.micro_batch`` -> ``--micro-batch``,
-    ``top_k`` -> ``--top``."""
+    ``top_k`` -> ``--top`` (the run specs' declared flags, :func:`archplace.specs.options.flags`;
+    a plan's field before a plan space's: ``sp`` -> ``--sp``)."""
     name = field.rsplit(".", 1)[-1]
-    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+    return _SPEC_FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
 def cli_message(exc: ArchplaceError) -> str:

@@ -14,11 +14,20 @@ import typer
 
 from archplace import api
 from archplace.app import read_run_file
+from archplace.cli.derived import cli_options, fields_of
 from archplace.errors import ConfigError
-from archplace.specs import EvaluateRun, PlanRun
+from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
 from archplace.specs.runs import PLAN_SETUP_KEYS, evaluate_fields
 
+PLAN_SPECS = (ModelSpec, HardwareSpec, ClusterSpec, PlanSpace)
+"""The specs whose declared fields are ``plan``'s options (:mod:`archplace.cli.derived`)."""
+
+EVALUATE_SPECS = (ModelSpec, HardwareSpec, ClusterSpec, Plan)
+"""The specs whose declared fields are ``evaluate``'s options; the plan's are nested under
+``"plan"`` in the run."""
+
 Fields = Callable[[str, Any], dict[str, Any]]
+"""Turns one option (its parameter name and value) into the run fields it sets."""
 
 
 def given(ctx: typer.Context, name: str) -> bool:
@@ -49,53 +58,27 @@ def _merge(out: dict[str, Any], new: Mapping[str, Any]) -> None:
             out[key] = value
 
 
-_PLAN_RENAMES = {"tp": "tps", "micro_batch": "micro_batches", "recompute": "recomputes",
-                 "schedule": "schedules", "top": "top_k", "precision": "precisions", "cp": "cps",
-                 "ep": "eps", "etp": "etps"}
-
-
-def _plan_fields(name: str, value: Any) -> dict[str, Any]:
-    if name == "no_sp":
-        return {"sp": not value}
-    if name in ("tp", "micro_batch", "recompute", "schedule", "precision", "cp", "ep", "etp"):
-        return {_PLAN_RENAMES[name]: list(value)} if value else {}
-    if name == "top":
-        return {"top_k": value}
-    return {name: value}
-
-
-def plan_run(ctx: typer.Context, config: Path | None, options: dict[str, Any],
-             zero_stage: str | None, no_zero: bool) -> PlanRun:
-    """The plan run of ``plan``'s options over the ``config`` file's fields.
+def plan_run(ctx: typer.Context, config: Path | None, options: dict[str, Any], no_zero: bool) -> PlanRun:
+    """The plan run of ``plan``'s derived ``options`` (:mod:`archplace.cli.derived`) over the
+    ``config`` file's fields; ``--no-zero`` sets the ZeRO stages to 0 alone.
 
     Raises:
         ConfigError: a bad file, an unknown or missing field, a bad value.
     """
     loaded = read_run_file(config, "plan config") if config is not None else {}
-    values = _layers(ctx, options, _plan_fields, loaded)
-    if given(ctx, "zero_stage") or given(ctx, "no_zero"):
-        values["zero_stages"] = [0] if no_zero else list(api.parse_zero_stages(zero_stage))
+    values = _layers(ctx, options, fields_of(cli_options(*PLAN_SPECS)), loaded)
+    if no_zero:
+        values["zero_stages"] = [0]
     return PlanRun.from_dict(values)
 
 
-_PLAN_OPTIONS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "recompute", "schedule", "chunks", "sp",
-                 "dp_overlap", "precision", "rank_order", *PLAN_SETUP_KEYS)
-
-
-def _evaluate_fields(name: str, value: Any) -> dict[str, Any]:
-    if name in _PLAN_OPTIONS:
-        return {"plan": {name: value}}
-    if name == "stages":
-        return {"plan": {"stages": [list(pair) for pair in api.parse_stages(value)]}}
-    return {name: value}
-
-
 def evaluate_run(ctx: typer.Context, plan_file: Path | None, options: dict[str, Any],
-                 zero_stage: int | None, zero: bool) -> EvaluateRun:
-    """The evaluate run of ``evaluate``'s options over the fields of the ``plan_file`` (a plan
-    object, or the document ``plan --json`` or ``evaluate --json`` wrote). A file's stage split
-    is dropped when ``--pp``, ``--chunks`` or ``--schedule`` change the plan's shape without
-    ``--stages``.
+                 zero: bool) -> EvaluateRun:
+    """The evaluate run of ``evaluate``'s derived ``options`` (:mod:`archplace.cli.derived`) over
+    the fields of the ``plan_file`` (a plan object, or the document ``plan --json`` or
+    ``evaluate --json`` wrote); the deprecated ``--zero`` is ``--zero-stage 1``. A file's stage
+    split is dropped when ``--pp``, ``--chunks`` or ``--schedule`` change the plan's shape
+    without ``--stages``.
 
     Raises:
         ConfigError: a bad file, an unknown or missing field, a bad value.
@@ -105,9 +88,9 @@ def evaluate_run(ctx: typer.Context, plan_file: Path | None, options: dict[str, 
     reshaped = any(given(ctx, name) for name in ("pp", "chunks", "schedule")) and not given(ctx, "stages")
     if reshaped and isinstance(loaded.get("plan"), Mapping):
         loaded["plan"] = {k: v for k, v in loaded["plan"].items() if k != "stages"}
-    values = _layers(ctx, options, _evaluate_fields, loaded)
-    if given(ctx, "zero_stage") or given(ctx, "zero"):
-        _merge(values, {"plan": {"zero_stage": api.fixed_zero_stage(zero_stage, zero)}})
+    values = _layers(ctx, options, fields_of(cli_options(*EVALUATE_SPECS), {Plan: "plan"}), loaded)
+    if given(ctx, "zero"):
+        _merge(values, {"plan": {"zero_stage": api.fixed_zero_stage(options["zero_stage"], zero)}})
     if not isinstance(values.get("plan"), Mapping):
         missing = ("tp", "pp", "dp", "micro_batch")
         raise ConfigError(f"plan: missing fields {', '.join(missing)}", fields=missing)

@@ -26,6 +26,7 @@ from archplace.placement.plan import (
     check_zero_stage,
 )
 from archplace.specs._fields import as_dict, check_keys, flag, flags, member, members, sequence, store, wholes
+from archplace.specs.options import option
 
 SEARCHED_CHUNKS = (2, 4)
 """Model chunks per device tried with the interleaved schedule."""
@@ -35,10 +36,71 @@ TOP_K = 5
 the command line (``--top``)."""
 
 
+_GRAD_HELP = "Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 recipe) | bf16"
+_OPTIMIZER_HELP = "Optimizer: adam (18 B/param) | sgd"
+_PRECISION_HELP = ("Precision of the linear layers' GEMMs: bf16, or fp8 (Transformer Engine's FP8 recipe: "
+                   "FP8 GEMM operands with delayed scaling, on chips with FP8 tensor cores)")
+_RANK_ORDER_HELP = ("How the parallel groups are laid over the device ranks, fastest-varying first: "
+                    "tp-cp-ep-pp-dp (pipeline neighbours close, replicas outermost) or tp-cp-ep-dp-pp "
+                    "(Megatron-Core's default: replicas close, pipeline outermost)")
+
+
 def _zero_stage(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) not in ZERO_STAGES:
         raise ConfigError(f"{field} must be 0, 1, 2 or 3, got {limits.shown(value)}")
     return int(value)
+
+
+def parse_zero_stages(value: str | int | Iterable[int | str] | None,
+                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
+    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
+    or an iterable of ints / digit strings -> those stages, in the order given, once each.
+
+    Raises:
+        ConfigError: a stage outside 0..3 or an unparsable value.
+    """
+    if value is None:
+        return default
+    if isinstance(value, str):
+        if value.strip() == "all":
+            return ZERO_STAGES
+        items: list[int | str] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, int):
+        items = [value]
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
+                              f"got {value!r}") from None
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip().isdigit():
+                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
+            item = int(item)
+        out.append(check_zero_stage(item, "zero_stages"))
+    if not out:
+        raise ConfigError("at least one ZeRO stage is needed")
+    return tuple(dict.fromkeys(out))
+
+
+def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
+    """``"0-12,13-25,26-49"`` -> ((0, 12), (13, 25), (26, 49)).
+
+    Raises:
+        ConfigError: unparsable text (the count, contiguity and the last layer are checked by
+            the plan).
+    """
+    out = []
+    for part in text.split(","):
+        try:
+            first, last = (int(x) for x in part.strip().split("-"))
+        except ValueError:
+            raise ConfigError(f"stages: expected FIRST-LAST ranges separated by commas, got {part!r}",
+                              fields=("stages",)) from None
+        out.append((first, last))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -77,22 +139,29 @@ class PlanSpace:
             ``cps``, ``eps`` and ``etps`` also in the error's ``fields``).
     """
 
-    tps: tuple[int, ...] | None = None
-    micro_batches: tuple[int, ...] = MICRO_BATCHES
-    recomputes: tuple[Recompute, ...] = tuple(Recompute)
-    schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
-    chunks: tuple[int, ...] = SEARCHED_CHUNKS
-    sp: bool = True
-    zero_stages: tuple[int, ...] = ZERO_STAGES
-    dp_overlap: tuple[bool, ...] = (False, True)
-    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
-    optimizer: Optimizer = Optimizer.ADAM
-    top_k: int = TOP_K
-    precisions: tuple[Precision, ...] = PRECISIONS
-    cps: tuple[int, ...] | None = None
-    eps: tuple[int, ...] | None = None
-    rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
-    etps: tuple[int, ...] | None = None
+    tps: tuple[int, ...] | None = option(None, tries="tp", default_shown="all valid")
+    micro_batches: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch")
+    recomputes: tuple[Recompute, ...] = option(tuple(Recompute), tries="recompute")
+    schedules: tuple[PipelineSchedule, ...] = option(tuple(PipelineSchedule), tries="schedule")
+    chunks: tuple[int, ...] = option(SEARCHED_CHUNKS, tries="chunks")
+    sp: bool = option(True, help="Never use sequence parallelism (tried with every TP width > 1 "
+                                 "unless given)")
+    zero_stages: tuple[int, ...] = option(
+        ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages, default_shown="all",
+        help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP)")
+    dp_overlap: tuple[bool, ...] = option(
+        (False, True), tries="dp_overlap", cli=False,
+        help="DP gradient reduction exposed (false) and/or bucketed over the last backward pass "
+             "(true): both are tried unless a plan file says otherwise")
+    grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, help=_GRAD_HELP)
+    optimizer: Optimizer = option(Optimizer.ADAM, help=_OPTIMIZER_HELP)
+    top_k: int = option(TOP_K, flag="--top", help="Plans to show")
+    precisions: tuple[Precision, ...] = option(
+        PRECISIONS, tries="precision", help=_PRECISION_HELP + "; the plans of each are ranked together")
+    cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="automatic")
+    eps: tuple[int, ...] | None = option(None, tries="ep", default_shown="automatic")
+    rank_order: RankOrder = option(RankOrder.TP_CP_EP_PP_DP, help=_RANK_ORDER_HELP)
+    etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="automatic: 1 and the TP width")
 
     def __post_init__(self) -> None:
         store(self, "rank_order", member(RankOrder, self.rank_order, "rank_order"))
@@ -162,24 +231,31 @@ class Plan:
             layer indices.
     """
 
-    tp: int
-    pp: int
-    dp: int
-    micro_batch: int
-    recompute: Recompute = Recompute.NONE
-    schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
-    chunks: int = 1
-    sp: bool = False
-    zero_stage: int = 0
-    dp_overlap: bool = False
-    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
-    optimizer: Optimizer = Optimizer.ADAM
-    stages: tuple[tuple[int, int], ...] | None = None
-    precision: Precision = Precision.BF16
-    cp: int = 1
-    ep: int = 1
-    rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
-    etp: int = 1
+    tp: int = option(help="Tensor-parallel width")
+    pp: int = option(help="Pipeline stages")
+    dp: int = option(help="Data-parallel degree")
+    micro_batch: int = option(help="Samples per micro-batch")
+    recompute: Recompute = option(Recompute.NONE, help="Activation recomputation")
+    schedule: PipelineSchedule = option(PipelineSchedule.ONE_F_ONE_B, help="Pipeline schedule")
+    chunks: int = option(1, help="Model chunks per device (interleaved)")
+    sp: bool = option(False, help="Sequence parallelism (needs tp > 1)")
+    zero_stage: int = option(0, help="ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)")
+    dp_overlap: bool = option(False, help=(
+        "Reduce gradients bucket by bucket during the last backward pass (only what is left after it "
+        "is exposed); without it the whole reduction is exposed"))
+    grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, help=_GRAD_HELP)
+    optimizer: Optimizer = option(Optimizer.ADAM, help=_OPTIMIZER_HELP)
+    stages: tuple[tuple[int, int], ...] | None = option(
+        None, parse=parse_stages, default_shown="even split of the blocks",
+        help="Layer ranges per stage, e.g. 0-12,13-25")
+    precision: Precision = option(Precision.BF16, help=_PRECISION_HELP)
+    cp: int = option(1, help="Context-parallel degree: each sample's sequence split over CP ranks (ring "
+                             "attention)")
+    ep: int = option(1, help="Expert-parallel degree: each MoE layer's routed experts sharded over EP "
+                             "ranks of the DP group")
+    rank_order: RankOrder = option(RankOrder.TP_CP_EP_PP_DP, help=_RANK_ORDER_HELP)
+    etp: int = option(1, help="Expert-tensor-parallel width: each routed expert's weights split over ETP "
+                              "ranks (Megatron-Core's expert_tensor_parallel_size; MoE models)")
 
     def __post_init__(self) -> None:
         store(self, "rank_order", member(RankOrder, self.rank_order, "plan.rank_order"))
@@ -295,37 +371,3 @@ def fixed_zero_stage(zero_stage: int | None, zero: bool) -> int:
     if zero and stage != 1:
         raise ConfigError(f"zero (ZeRO stage 1) contradicts zero_stage={stage}: give one of them")
     return stage
-
-
-def parse_zero_stages(value: str | int | Iterable[int | str] | None,
-                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
-    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
-    or an iterable of ints / digit strings -> those stages, in the order given, once each.
-
-    Raises:
-        ConfigError: a stage outside 0..3 or an unparsable value.
-    """
-    if value is None:
-        return default
-    if isinstance(value, str):
-        if value.strip() == "all":
-            return ZERO_STAGES
-        items: list[int | str] = [part.strip() for part in value.split(",")]
-    elif isinstance(value, int):
-        items = [value]
-    else:
-        try:
-            items = list(value)
-        except TypeError:
-            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
-                              f"got {value!r}") from None
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            if not item.strip().isdigit():
-                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
-            item = int(item)
-        out.append(check_zero_stage(item, "zero_stages"))
-    if not out:
-        raise ConfigError("at least one ZeRO stage is needed")
-    return tuple(dict.fromkeys(out))

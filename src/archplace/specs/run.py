@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from archplace import limits
 from archplace.specs._fields import FlatSpec, flag, member, store, text
+from archplace.specs.options import option
 from archplace.workload.options import Attention, Kernels
 
 
@@ -41,13 +42,23 @@ class ModelSpec(FlatSpec):
     """
 
     OWNER: ClassVar[str] = "model spec"
-    model: str
-    seq_len: int | None = None
-    attention: Attention = Attention.FLASH
-    kernels: Kernels = Kernels.FUSED
-    fuse: bool = False
-    capacity_factor: float = 1.0
-    expert_load_imbalance: float = 1.0
+    model: str = option(help="Model preset or path of an HF config.json")
+    seq_len: int | None = option(None, help="Tokens per sample", default_shown="model's context")
+    attention: Attention = option(Attention.FLASH, help=(
+        "Attention as it is run: flash (FlashAttention-2), sdpa (fused, every score block computed, "
+        "as with an explicit mask) or eager (HF's explicit scores and softmax)"))
+    kernels: Kernels = option(Kernels.FUSED, help=(
+        "Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, norms, "
+        "softmax) or unfused (HF's operators one by one)"))
+    fuse: bool = option(False, help="Cost layers with element-wise ops fused into the matmul producing "
+                                    "their input")
+    capacity_factor: float = option(1.0, help=(
+        "Mixture-of-experts models: expert capacity over the balanced share of routed tokens; 1.0 "
+        "dropless, no padding (Megatron-Core's default), above 1 every expert padded to it (GShard, "
+        "Switch Transformer)"))
+    expert_load_imbalance: float = option(1.0, help=(
+        "Mixture-of-experts models: tokens the busiest expert-parallel rank receives over the mean, "
+        "dropless routing; 1.0 balanced"))
 
     def __post_init__(self) -> None:
         text(self.model, "model", "a model preset name or the path of an HF config.json")
@@ -91,11 +102,19 @@ class HardwareSpec(FlatSpec):
     """
 
     OWNER: ClassVar[str] = "hardware spec"
-    hardware: str
-    cluster: str | None = None
-    attention_kernel: str | None = None
-    tp_comm_overlap: bool | None = None
-    pp_comm_overlap: bool | None = None
+    hardware: str = option(help="Hardware preset or YAML file (with cluster links)")
+    cluster: str | None = option(None, default_shown="--hardware's own", help=(
+        "Hardware or cluster preset, or YAML file, whose cluster section gives the links"))
+    attention_kernel: str | None = option(None, metavar="FAMILY", default_shown="the chip's own: flash2 on "
+                                          "a100-80gb and h100-80gb", help=(
+        "Measured fused-attention kernel whose per-shape table costs attention on a known chip: "
+        "flash2, flash3, cudnn or triton-flash1, where a table exists for the chip"))
+    tp_comm_overlap: bool | None = option(None, default_shown="the chip's own: off", help=(
+        "The framework hides the TP collectives behind the GEMMs next to them (Transformer Engine's "
+        "userbuffers overlap, NeMo's tp_comm_overlap)"))
+    pp_comm_overlap: bool | None = option(None, default_shown="the chip's own: off", help=(
+        "An interleaved plan's pipeline sends overlap the next chunk's computation (Megatron-Core's "
+        "overlap_p2p_comm)"))
 
     def __post_init__(self) -> None:
         text(self.hardware, "hardware", "a hardware preset name or the path of a hardware YAML file")
@@ -127,8 +146,8 @@ class ClusterSpec(FlatSpec):
     """
 
     OWNER: ClassVar[str] = "cluster spec"
-    devices: int
-    global_batch: int
+    devices: int = option(help="Accelerators in the cluster")
+    global_batch: int = option(help="Samples per iteration")
 
     def __post_init__(self) -> None:
         limits.whole("devices", self.devices, 1, limits.MAX_DEVICES)

@@ -1,0 +1,173 @@
+"""Every option of ``plan`` and ``evaluate`` is derived from one declared spec field, and the
+other way round (issue #25: one home for every plan option).
+
+Checked: the commands' options are exactly the derived ones plus each command's own (files,
+outputs, deprecated aliases); each derived option's flag and help are its field's; giving an
+option on the command line sets its field in the run (every option, end to end through the
+command, the engine replaced by a probe); the plan space's fields and the plan's correspond;
+the Python keywords of ``api.plan`` / ``api.evaluate`` are the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+from typing import Any
+
+import pytest
+import typer.main
+
+from archplace import api
+from archplace.cli import app
+from archplace.cli.derived import CliOption, cli_options
+from archplace.cli.runs import EVALUATE_SPECS, PLAN_SPECS
+from archplace.specs import EvaluateRun, Plan, PlanRun, PlanSpace
+from archplace.specs.options import declared, tried
+
+# Options a command has of its own: not fields of a run (files to read or write, output form,
+# deprecated aliases of a field's option).
+OWN = {"plan": {"config", "layer_graph", "no_zero", "as_json", "report"},
+       "evaluate": {"plan_file", "zero", "as_json", "report"}}
+SPECS = {"plan": PLAN_SPECS, "evaluate": EVALUATE_SPECS}
+
+# The one text of a field given through a parse function, and the value it must set.
+PARSED = {"stages": ("0-1,2-3", [[0, 1], [2, 3]]), "zero_stages": ("0,3", [0, 3])}
+# Plan fields no plan-space field lists: the plan search covers every pipeline depth, DP degree
+# and stage split (the DP degree follows from the devices and the other degrees).
+NOT_TRIED = {"pp", "dp", "stages"}
+# The plan space's fields that set how the search reports, not a plan field.
+SEARCH_ONLY = {"top_k"}
+# Keywords of the Python functions that are not fields: the older spelling of ZeRO stage 1.
+LEGACY_KEYWORDS = {"zero"}
+
+
+def _command(name: str) -> Any:
+    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", ["plan", "evaluate"])
+def test_every_option_is_a_field_or_the_commands_own(command: str) -> None:
+    params = {p.name for p in _command(command).params}
+    derived = cli_options(*SPECS[command])
+    assert params == set(derived) | OWN[command]
+    fields = {(d.spec, d.name) for spec in SPECS[command] for d in declared(spec).values() if d.option.cli}
+    assert {(o.field.spec, o.field.name) for o in derived.values()} == fields
+
+
+@pytest.mark.parametrize("command", ["plan", "evaluate"])
+def test_each_option_has_its_fields_flag_and_help(command: str) -> None:
+    by_name = {p.name: p for p in _command(command).params}
+    for name, option in cli_options(*SPECS[command]).items():
+        param = by_name[name]
+        assert param.opts[0] == option.field.flag
+        assert getattr(param, "help", None) == option.field.help
+        assert getattr(param, "multiple", False) == (option.field.element is not None and option.field.option.parse is None)
+
+
+def test_a_plan_space_field_tries_a_plan_field_of_the_same_kind() -> None:
+    plan, space = declared(Plan), declared(PlanSpace)
+    tries = tried(PlanSpace)
+    assert set(tries.values()) <= set(plan)
+    for name, target in tries.items():
+        element = space[name].element
+        assert element is not None, name
+        assert element is plan[target].type, name
+    shared = set(space) - set(tries) - SEARCH_ONLY
+    assert all(space[name].type is plan[name].type for name in shared)
+    assert set(plan) == set(tries.values()) | shared | NOT_TRIED
+
+
+def _sample(option: CliOption) -> tuple[list[str], Any]:
+    """Command-line words that give ``option`` a value other than its default, and the value the
+    field must then hold in the run's JSON form."""
+    d = option.field
+    flag = d.flag
+    if d.name in PARSED:
+        text, value = PARSED[d.name]
+        return [flag, text], value
+    if d.type is bool:
+        if d.negated:
+            return [flag], False
+        return [flag], True
+    kinds = d.enum
+    if kinds is not None:
+        values = [m.value for m in kinds]
+        if d.element is not None:
+            return [flag, values[-1], flag, values[0]], [values[-1], values[0]]
+        other = next(v for v in reversed(values) if d.default is dataclasses.MISSING or v != d.default.value)
+        return [flag, other], other
+    kind = d.element if d.element is not None else d.type
+    one: Any = {int: 2, float: 1.5, str: "some-name"}[kind]
+    if d.element is not None:
+        two = 3 if kind is int else one
+        return [flag, str(one), flag, str(two)], [one, two] if two != one else [one]
+    return [flag, str(one)], one
+
+
+class _Probe(Exception):
+    def __init__(self, run: Any) -> None:
+        super().__init__("probe")
+        self.run = run
+
+
+BASE = {"plan": ["--model", "gpt2", "--hardware", "a100-80gb", "--devices", "8", "--global-batch", "8"],
+        "evaluate": ["--model", "gpt2", "--hardware", "a100-80gb", "--devices", "8", "--global-batch", "8",
+                     "--tp", "1", "--pp", "4", "--dp", "2", "--micro-batch", "1"]}
+
+
+def _run_of(command: str, words: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    def probe(run: Any) -> Any:
+        raise _Probe(run)
+
+    monkeypatch.setattr(api, f"{command}_run", probe)
+    try:
+        _command(command).main([command, *BASE[command], *words][1:], standalone_mode=False)
+    except _Probe as caught:
+        run = caught.run
+        assert isinstance(run, PlanRun if command == "plan" else EvaluateRun)
+        data: dict[str, Any] = run.to_dict()
+        return data
+    raise AssertionError("the command did not reach the engine")
+
+
+@pytest.mark.parametrize("command,name", [(c, n) for c in ("plan", "evaluate") for n in cli_options(*SPECS[c])])
+def test_giving_an_option_sets_its_field(command: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    option = cli_options(*SPECS[command])[name]
+    d = option.field
+    if d.name in ("model", "hardware", "devices", "global_batch") or (
+            command == "evaluate" and d.name in ("tp", "pp", "dp", "micro_batch")):
+        words, expected = [], None  # given in BASE; checked there
+    else:
+        words, expected = _sample(option)
+    if d.name == "sp" and command == "evaluate":
+        words += ["--tp", "2", "--dp", "1"]  # sp needs tp > 1
+    if d.name == "chunks" and command == "evaluate":
+        words += ["--schedule", "interleaved"]
+    if d.name == "schedule" and command == "evaluate":
+        words += ["--chunks", "2"]  # more than one chunk needs the interleaved schedule
+    if d.name == "stages":
+        words += ["--pp", "2"]
+    data = _run_of(command, words, monkeypatch)
+    holder = data["plan"] if command == "evaluate" and d.spec is Plan else data
+    if expected is not None:
+        got = holder[d.name]
+        assert (got.value if isinstance(got, enum.Enum) else got) == expected
+
+
+def _keywords(function: Any) -> set[str]:
+    return set(inspect.signature(function).parameters)
+
+
+def test_python_keywords_are_the_fields() -> None:
+    plan_fields = {d.name for spec in PLAN_SPECS for d in declared(spec).values()}
+    evaluate_fields = {d.name for spec in EVALUATE_SPECS for d in declared(spec).values()}
+    assert _keywords(api.plan) == plan_fields | LEGACY_KEYWORDS
+    assert _keywords(api.evaluate) == evaluate_fields | LEGACY_KEYWORDS
+
+
+def test_every_field_of_a_run_spec_is_declared() -> None:
+    for spec in {*PLAN_SPECS, *EVALUATE_SPECS}:
+        assert [d.name for d in declared(spec).values()] == [f.name for f in dataclasses.fields(spec)]
+        for d in declared(spec).values():
+            assert d.help.endswith(".") and d.text  # a help line for every field
