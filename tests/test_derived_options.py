@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,7 +64,8 @@ def test_each_option_has_its_fields_flag_and_help(command: str) -> None:
         param = by_name[name]
         assert param.opts[0] == option.field.flag
         assert getattr(param, "help", None) == option.field.help
-        assert getattr(param, "multiple", False) == (option.field.element is not None and option.field.option.parse is None)
+        listed = option.field.element is not None and option.field.option.parse is None
+        assert getattr(param, "multiple", False) == listed
 
 
 def test_a_plan_space_field_tries_a_plan_field_of_the_same_kind() -> None:
@@ -131,7 +134,8 @@ def _run_of(command: str, words: list[str], monkeypatch: pytest.MonkeyPatch) -> 
     raise AssertionError("the command did not reach the engine")
 
 
-@pytest.mark.parametrize("command,name", [(c, n) for c in ("plan", "evaluate") for n in cli_options(*SPECS[c])])
+@pytest.mark.parametrize("command,name",
+                         [(c, n) for c in ("plan", "evaluate") for n in cli_options(*SPECS[c])])
 def test_giving_an_option_sets_its_field(command: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     option = cli_options(*SPECS[command])[name]
     d = option.field
@@ -171,3 +175,19 @@ def test_every_field_of_a_run_spec_is_declared() -> None:
         assert [d.name for d in declared(spec).values()] == [f.name for f in dataclasses.fields(spec)]
         for d in declared(spec).values():
             assert d.help.endswith(".") and d.text  # a help line for every field
+
+
+@pytest.mark.parametrize("command", ["plan", "evaluate"])
+def test_the_commands_page_lists_every_option(command: str) -> None:
+    """docs/commands/COMMAND.md's options table names each option of the command, and no other."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "commands" / f"{command}.md"
+    table = page.read_text(encoding="utf-8").split("## Options", 1)[1]
+    documented = set(re.findall(r"^\| `(--[a-z-]+)", table, re.MULTILINE))
+    documented |= set(re.findall(r"`(--[a-z-]+)[^`]*`(?=[^|\n]*\|)", table))
+    flags = set()
+    for param in _command(command).params:
+        flags.update(o for o in param.opts if o.startswith("--"))
+        flags.update(o for o in getattr(param, "secondary_opts", ()) if o.startswith("--"))
+    flags.discard("--help")
+    assert flags <= documented, sorted(flags - documented)
+    assert documented <= flags, sorted(documented - flags)
