@@ -389,7 +389,7 @@ def test_cli_bad_layer_graph_files(tmp_path: Path, content: object, message: str
     (["--micro-batch", "1", "--micro-batch", "2"], "--micro-batch takes one value"),
     (["--fuse"], "--fuse applies to --model"),
     (["--attention", "flash"], "--attention applies to --model"),
-    (["--kernels", "unfused", "--fuse"], "--fuse, --kernels applies to --model"),
+    (["--kernels", "unfused", "--fuse"], "--kernels, --fuse applies to --model"),
 ])
 def test_cli_bad_layer_graph_options(extra: list[str], message: str,
                                      capsys: pytest.CaptureFixture[str]) -> None:

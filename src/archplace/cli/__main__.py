@@ -1,7 +1,7 @@
-"""``python -m archplace.cli``: the CLI, as the console script runs it."""
+"""``python -m archplace.cli``: the CLI, as the console script runs it (a Ctrl-C while the CLI
+imports is answered too: :func:`archplace.cli.entry.main`)."""
 
-from archplace.cli.commands import main
-from archplace.cli.entry import run_exiting_fast
+from archplace.cli.entry import main
 
 if __name__ == "__main__":
-    run_exiting_fast(main)
+    main()
