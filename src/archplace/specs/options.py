@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,8 +170,10 @@ def _strip_none(kind: Any) -> tuple[Any, bool]:
     return kind, False
 
 
-def declared(spec: type) -> dict[str, Declared]:
-    """Every field of the dataclass ``spec`` with its :class:`Option`, in field order.
+@functools.cache
+def declared(spec: type) -> Mapping[str, Declared]:
+    """Every field of the dataclass ``spec`` with its :class:`Option`, in field order (read once
+    per class: a read-only mapping).
 
     Raises:
         TypeError: a field declared without :func:`option` (every field of a run spec must be).
@@ -184,7 +187,7 @@ def declared(spec: type) -> dict[str, Declared]:
                             "archplace.specs.options.option")
         kind, optional = _strip_none(hints[field.name])
         out[field.name] = Declared(spec, field.name, kind, optional, field.default, info)
-    return out
+    return types.MappingProxyType(out)
 
 
 def tried(space: type) -> dict[str, str]:
