@@ -9,6 +9,7 @@ module loads a preset or reads an input file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import replace
@@ -26,13 +27,14 @@ from archplace.hw.resolved import ResolvedHardware
 from archplace.hw.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
+from archplace.placement.grid import PlanGrid
 from archplace.placement.interference import Interference
 from archplace.placement.plan import GradReduceDtype, Optimizer, RankOrder, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.scheduling.base import ScheduleResult, SolveOptions
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.scheduling.solve import LAYERS, PHASES, solve_problem
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec
+from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanSpace
 from archplace.specs._fields import member
 from archplace.specs.runs import EvaluateRun, PlanRun
 from archplace.workload import zoo
@@ -203,6 +205,21 @@ def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec,
     return workflow.Problem(loaded, acc, setup)
 
 
+def plan_grid(space: PlanSpace, model: ModelSpec) -> PlanGrid:
+    """The engine's grid of a plan space, derived field by field: each field of
+    :class:`~archplace.placement.grid.PlanGrid` takes the plan space's field of its name, else the
+    model spec's (how the layers are traced and costed). The one field whose spelling differs:
+    the grid's ``sps`` (the SP settings tried) is (False, True) when ``space.sp``, else (False,).
+    """
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(PlanGrid):
+        if field.name == "sps":
+            values["sps"] = (False, True) if space.sp else (False,)
+        else:
+            values[field.name] = getattr(space if hasattr(space, field.name) else model, field.name)
+    return PlanGrid(**values)
+
+
 def plan(run: PlanRun) -> list[PlanResult]:
     """The ``run.space.top_k`` best plans of the run's model on its cluster, best first.
 
@@ -215,15 +232,7 @@ def plan(run: PlanRun) -> list[PlanResult]:
     prob = problem(model, run.hardware, run.cluster, micro_batches=space.micro_batches,
                    optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype,
                    rank_order=space.rank_order)
-    grid = workflow.PlanGrid(tps=space.tps, micro_batches=space.micro_batches,
-                              sps=(False, True) if space.sp else (False,), recomputes=space.recomputes,
-                              schedules=space.schedules, chunks=space.chunks, zero_stages=space.zero_stages,
-                              dp_overlap=space.dp_overlap, fuse=model.fuse, attention=model.attention,
-                              kernels=model.kernels, grad_reduce_dtype=space.grad_reduce_dtype,
-                              precisions=space.precisions, cps=space.cps, eps=space.eps,
-                              capacity_factor=model.capacity_factor,
-                              expert_load_imbalance=model.expert_load_imbalance, etps=space.etps)
-    return workflow.plan(prob, grid, space.top_k)
+    return workflow.plan(prob, plan_grid(space, model), space.top_k)
 
 
 def evaluate(run: EvaluateRun) -> PlanResult:

@@ -10,7 +10,6 @@ from importlib.metadata import version
 from typing import Any
 
 from archplace import limits
-from archplace.cost.precision import PRECISIONS
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.objective import Objective, pareto_front, score
 from archplace.dse.store import request_key
@@ -20,8 +19,8 @@ from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster
 from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import CostKey
+from archplace.placement.grid import PlanGrid, grid_identity
 from archplace.placement.plan import Recompute
-from archplace.placement.workflow import PlanGrid
 from archplace.workload.cache import Wanted, cached_chains
 from archplace.workload.extract import ExtractOptions
 from archplace.workload.layers import LayerChain
@@ -163,27 +162,18 @@ def request_identity(request: SearchRequest) -> dict[str, Any]:
     """Everything that determines a search's results, as JSON (the store's search key): the
     models (their names too: a multi-model result names its components), the designs' count
     and digest (:func:`designs_digest`), the cluster, the batch; the cost keys carry the TP, CP
-    and EP degrees and expert-TP widths searched.
+    and EP degrees and expert-TP widths searched, the other plan options as
+    :func:`~archplace.placement.grid.grid_identity` writes them.
 
     The strategy is not part of it: a design's result does not depend on how it was reached,
     so strategies share finished evaluations through the store.
     """
-    space = request.plan_space
     return {"models": [{"name": m.name, "config": json.loads(m.config_json), "seq_len": m.seq_len}
                        for m in request.models],
             "designs": {"count": len(request.designs), "sha256": designs_digest(request.designs)},
             "cluster": request.cluster.to_dict(),
             "global_batch": request.global_batch, "cost_keys": [list(k) for k in request.cost_keys],
-            "recomputes": [r.value for r in space.recomputes],
-            "schedules": [s.value for s in space.schedules], "chunks": list(space.chunks),
-            "zero_stages": list(space.zero_stages), "dp_overlap": list(space.dp_overlap),
-            "grad_reduce_dtype": space.grad_reduce_dtype.value, "fuse": space.fuse,
-            "attention": space.attention.value, "kernels": space.kernels.value,
-            "version": version("archplace"),
-            # only when not bf16 alone, so that the stores of earlier searches still resume
-            **({"precisions": [p.value for p in space.precisions]} if space.precisions != PRECISIONS else {}),
-            **{name: getattr(space, name) for name in ("capacity_factor", "expert_load_imbalance")
-               if getattr(space, name) != 1.0}}
+            "version": version("archplace"), **grid_identity(request.plan_space)}
 
 
 def designs_digest(designs: tuple[Accelerator, ...]) -> str:

@@ -12,17 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from archplace.cost.model import SystolicCostModel
-from archplace.cost.precision import PRECISION_ORDER, PRECISIONS, Fp8CostModel, Precision, check_precision
+from archplace.cost.precision import PRECISION_ORDER, Fp8CostModel, Precision, check_precision
 from archplace.errors import ConfigError, InfeasibleError
 from archplace.hw.accelerator import Accelerator
 from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import costs_by_key
+from archplace.placement.grid import DEFAULT_GRID, PlanGrid
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import (
-    MICRO_BATCHES,
-    ZERO_STAGES,
     CostKey,
-    GradReduceDtype,
     LayerCost,
     PipelineSchedule,
     Plan,
@@ -215,61 +213,7 @@ def precision_setup(prob: Problem, precision: Precision) -> TrainingSetup:
     return replace(prob.setup, peak_flop_per_s=prob.setup.peak_flop_per_s * speedup)
 
 
-@dataclass(frozen=True)
-class PlanGrid:
-    """The resolved options the placement engine searches (each a tuple of the values to try),
-    built by :mod:`archplace.app` from a :class:`archplace.specs.PlanSpace` and the model's
-    tracing options (and by the search from its request).
-
-    ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
-    ``zero_stages``: ZeRO stages 0..3 to try (:mod:`archplace.placement.zero`). ``dp_overlap``:
-    False exposes the whole DP gradient reduction, True runs it bucket by bucket during the last
-    micro-batch's backward pass. ``grad_reduce_dtype`` is not searched: the gradient buffer
-    and reduction dtype (fp32 as Megatron-LM's bf16 recipe, or bf16); :func:`plan` scores
-    with it.
-    ``fuse`` is not searched: True also folds every layer's element-wise operators into the
-    matmul producing their input (a matmul epilogue, as a compiler would), False does not.
-    ``attention`` and ``kernels`` (not searched either):
-    how attention and the element-wise kernels run (:class:`~archplace.workload.options.Attention`,
-    :class:`~archplace.workload.options.Kernels`).
-    ``precisions``: bf16 and/or fp8 (:mod:`archplace.cost.precision`), each a separate set of
-    layer costs; the plans of all of them are ranked together (ties: bf16 first).
-    ``cps``: context-parallel degrees to try; None means :func:`valid_cp_degrees` (1 and the
-    powers of two dividing the sequence into 2 cp chunks of at least
-    :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank). ``eps``: expert-parallel degrees; None
-    means :func:`valid_ep_degrees` (powers of two dividing the routed experts of an MoE model,
-    1 for a dense one). ``etps``: expert-tensor-parallel widths; None means
-    :func:`valid_etp_degrees` of every TP width (1 and tp for an MoE model whose experts' FFN
-    width tp divides, 1 for a dense one).
-    Each (tp, micro-batch, sp, cp, ep, etp) is a set of layer costs; the engine takes
-    tp * cp * pp * dp devices with etp * ep dividing tp * cp * dp. A mixture-of-experts model at
-    tp > 1 is costed with sequence parallelism only (:func:`check_moe_sp`).
-    ``capacity_factor`` and ``expert_load_imbalance`` (not searched): how the MoE layers' routed
-    tokens are padded or skewed (:class:`archplace.workload.extract.ExtractOptions`; 1.0 each:
-    dropless and balanced).
-    """
-
-    tps: tuple[int, ...] | None = None
-    micro_batches: tuple[int, ...] = MICRO_BATCHES
-    sps: tuple[bool, ...] = (False, True)
-    recomputes: tuple[Recompute, ...] = tuple(Recompute)
-    schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
-    chunks: tuple[int, ...] = (2, 4)
-    zero_stages: tuple[int, ...] = ZERO_STAGES
-    dp_overlap: tuple[bool, ...] = (False, True)
-    fuse: bool = False
-    attention: Attention = Attention.FLASH
-    kernels: Kernels = Kernels.FUSED
-    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
-    precisions: tuple[Precision, ...] = PRECISIONS
-    cps: tuple[int, ...] | None = None
-    eps: tuple[int, ...] | None = None
-    capacity_factor: float = 1.0
-    expert_load_imbalance: float = 1.0
-    etps: tuple[int, ...] | None = None
-
-
-def plan(prob: Problem, space: PlanGrid = PlanGrid(), top_k: int = 1) -> list[PlanResult]:
+def plan(prob: Problem, space: PlanGrid = DEFAULT_GRID, top_k: int = 1) -> list[PlanResult]:
     """The ``top_k`` best plans of ``prob`` over ``space``, best first.
 
     Raises:

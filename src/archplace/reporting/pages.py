@@ -37,9 +37,9 @@ from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster, Topology
 from archplace.outputs import write_text_output
 from archplace.placement.costs import CostKey
-from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Plan, Recompute
+from archplace.placement.grid import PlanGrid, grid_from_identity
+from archplace.placement.plan import Plan
 from archplace.placement.result import PlanResult
-from archplace.placement.workflow import PlanGrid
 from archplace.reporting.html import Block, Figures, Heading, Text, designs_table, plans_table, render_page
 from archplace.reporting.plan_tables import plan_label
 from archplace.reporting.plotly_plan import (
@@ -225,22 +225,7 @@ def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredReque
         links = dict(request["cluster"])
         links["topology"] = Topology(links.get("topology", Topology.SWITCHED.value))
         keys = [CostKey.of(tuple(k)) for k in request["cost_keys"]]
-        grid = PlanGrid(tps=tuple(sorted({k.tp for k in keys})),
-                        micro_batches=tuple(sorted({k.micro_batch for k in keys})),
-                        sps=tuple(sorted({k.sp for k in keys})),
-                        recomputes=tuple(Recompute(r) for r in request["recomputes"]),
-                        schedules=tuple(PipelineSchedule(v) for v in request["schedules"]),
-                        chunks=tuple(int(c) for c in request["chunks"]),
-                        zero_stages=tuple(int(z) for z in request["zero_stages"]),
-                        dp_overlap=tuple(bool(d) for d in request["dp_overlap"]),
-                        fuse=bool(request.get("fuse", False)), attention=Attention(request["attention"]),
-                        kernels=Kernels(request["kernels"]),
-                        grad_reduce_dtype=GradReduceDtype(request["grad_reduce_dtype"]),
-                        precisions=tuple(Precision(p) for p in request.get("precisions", ["bf16"])),
-                        capacity_factor=float(request.get("capacity_factor", 1.0)),
-                        expert_load_imbalance=float(request.get("expert_load_imbalance", 1.0)),
-                        cps=tuple(sorted({k.cp for k in keys})), eps=tuple(sorted({k.ep for k in keys})),
-                        etps=tuple(sorted({k.etp for k in keys})))
+        grid = grid_from_identity(request, keys)
         return StoredRequest(models, Cluster(**links), int(request["global_batch"]), grid)
     except (LookupError, TypeError, ValueError) as exc:
         raise ConfigError(f"the stored request cannot be read back ({exc})") from None

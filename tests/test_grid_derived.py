@@ -1,0 +1,82 @@
+"""The engine's plan grid is derived from the specs' fields, and its stored form from its own
+fields (issue #25): a new grid field reaches the engine, the store and the store's reader
+without being written anywhere else."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from archplace.app import plan_grid
+from archplace.cost.precision import Precision
+from archplace.placement.costs import CostKey
+from archplace.placement.grid import ALWAYS_STORED, KEYED, PlanGrid, grid_from_identity, grid_identity
+from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Recompute
+from archplace.specs import ModelSpec, PlanSpace
+from archplace.workload.options import Attention, Kernels
+
+GRID_FIELDS = {f.name for f in dataclasses.fields(PlanGrid)}
+SPACE_FIELDS = {f.name for f in dataclasses.fields(PlanSpace)}
+MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
+
+NOT_IN_GRID = {"sp", "top_k", "optimizer", "rank_order"}
+"""Plan-space fields the grid does not hold: ``sp`` becomes ``sps``; ``top_k`` goes to the
+engine's call, ``optimizer`` and ``rank_order`` to the training setup (``app.problem``)."""
+
+ODD = PlanGrid(tps=(2, 4), micro_batches=(3,), sps=(False,), recomputes=(Recompute.FULL,),
+               schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), zero_stages=(1, 3), dp_overlap=(True,),
+               fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
+               grad_reduce_dtype=GradReduceDtype.BF16, precisions=(Precision.FP8,), cps=(2,), eps=(4,),
+               capacity_factor=1.25, expert_load_imbalance=1.5, etps=(2,))
+"""Every field away from its default."""
+
+
+def test_every_grid_field_has_one_source_in_the_specs() -> None:
+    for name in GRID_FIELDS - {"sps"}:
+        assert (name in SPACE_FIELDS) != (name in MODEL_FIELDS), name
+    assert SPACE_FIELDS - GRID_FIELDS == NOT_IN_GRID
+
+
+def test_odd_grid_has_every_field_off_its_default() -> None:
+    for field in dataclasses.fields(PlanGrid):
+        assert getattr(ODD, field.name) != field.default, field.name
+
+
+def test_plan_grid_copies_every_field_by_name() -> None:
+    space = PlanSpace(tps=(2, 4), micro_batches=(3,), recomputes=(Recompute.FULL,),
+                      schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), sp=False, zero_stages=(1, 3),
+                      dp_overlap=(True,), grad_reduce_dtype=GradReduceDtype.BF16,
+                      precisions=(Precision.FP8,), cps=(2,), eps=(4,), etps=(2,))
+    model = ModelSpec("gpt2", fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
+                      capacity_factor=1.25, expert_load_imbalance=1.5)
+    assert plan_grid(space, model) == ODD
+    assert plan_grid(dataclasses.replace(space, sp=True), model).sps == (False, True)
+
+
+def test_a_stored_grid_reads_back_equal() -> None:
+    keys = [CostKey(tp, 3, False, 2, 4, 2) for tp in (4, 2)]
+    stored = grid_identity(ODD)
+    assert set(stored) == GRID_FIELDS - set(KEYED)
+    assert grid_from_identity(stored, keys) == ODD
+
+
+def test_default_fields_outside_the_legacy_set_are_not_stored() -> None:
+    """A request made before a field existed keeps its key: the default grid stores exactly the
+    fields every schema-2 store holds, with their values as the store wrote them by hand."""
+    stored = grid_identity(PlanGrid(tps=(1,)))
+    assert stored == {"recomputes": ["none", "selective", "full"],
+                      "schedules": ["gpipe", "1f1b", "interleaved"], "chunks": [2, 4],
+                      "zero_stages": [0, 1, 2, 3], "dp_overlap": [False, True], "grad_reduce_dtype": "fp32",
+                      "fuse": False, "attention": "flash", "kernels": "fused"}
+    assert set(stored) == set(ALWAYS_STORED)
+    assert grid_from_identity(stored, [CostKey(1, b, False) for b in (1, 2, 4, 8)]) == PlanGrid(
+        tps=(1,), sps=(False,), cps=(1,), eps=(1,), etps=(1,))
+
+
+@pytest.mark.parametrize(("name", "value"), [("chunks", ["2"]), ("fuse", 1), ("attention", "fast"),
+                                             ("capacity_factor", "1.5"), ("recomputes", "full")])
+def test_a_stored_value_of_the_wrong_type_is_refused(name: str, value: object) -> None:
+    stored = {**grid_identity(PlanGrid()), name: value}
+    with pytest.raises(ValueError):
+        grid_from_identity(stored, [CostKey(1, 1, False)])
