@@ -80,3 +80,27 @@ def test_a_stored_value_of_the_wrong_type_is_refused(name: str, value: object) -
     stored = {**grid_identity(PlanGrid()), name: value}
     with pytest.raises(ValueError):
         grid_from_identity(stored, [CostKey(1, 1, False)])
+
+
+def test_every_plan_field_reaches_the_engine_by_name() -> None:
+    """``app.evaluate`` passes the engine each keyword of ``workflow.evaluate`` from the plan's or
+    the model spec's field of that name; the plan's other fields go to the training setup."""
+    import inspect
+
+    from archplace.app import evaluate_keywords
+    from archplace.placement import workflow
+    from archplace.specs import Plan
+
+    keywords = {name for name, parameter in inspect.signature(workflow.evaluate).parameters.items()
+                if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+    plan_fields = {f.name for f in dataclasses.fields(Plan)}
+    for name in keywords:
+        assert (name in plan_fields) != (name in MODEL_FIELDS), name
+    assert plan_fields - keywords == {"optimizer", "grad_reduce_dtype", "rank_order"}
+    plan = Plan(tp=2, pp=2, dp=3, micro_batch=5, schedule=PipelineSchedule.INTERLEAVED, chunks=2, sp=True,
+                zero_stage=2, cp=2)
+    model = ModelSpec("gpt2", attention=Attention.SDPA, capacity_factor=1.5)
+    given = evaluate_keywords(plan, model)
+    assert given["tp"] == 2 and given["chunks"] == 2 and given["zero_stage"] == 2 and given["cp"] == 2
+    assert given["attention"] is Attention.SDPA and given["capacity_factor"] == 1.5
+    assert set(given) == keywords

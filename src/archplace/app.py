@@ -10,6 +10,7 @@ module loads a preset or reads an input file.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Iterable
 from dataclasses import replace
@@ -34,7 +35,7 @@ from archplace.placement.result import PlanResult
 from archplace.scheduling.base import ScheduleResult, SolveOptions
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.scheduling.solve import LAYERS, PHASES, solve_problem
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanSpace
+from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
 from archplace.specs._fields import member
 from archplace.specs.runs import EvaluateRun, PlanRun
 from archplace.workload import zoo
@@ -235,6 +236,16 @@ def plan(run: PlanRun) -> list[PlanResult]:
     return workflow.plan(prob, plan_grid(space, model), space.top_k)
 
 
+def evaluate_keywords(plan: Plan, model: ModelSpec) -> dict[str, Any]:
+    """The keywords of :func:`archplace.placement.workflow.evaluate` for a fixed plan, derived
+    by name: each keyword-only parameter takes the plan's field of its name, else the model
+    spec's. (The plan's ``optimizer``, ``grad_reduce_dtype`` and ``rank_order`` go to the
+    training setup, :func:`problem`.)"""
+    names = [name for name, parameter in inspect.signature(workflow.evaluate).parameters.items()
+             if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+    return {name: getattr(plan if hasattr(plan, name) else model, name) for name in names}
+
+
 def evaluate(run: EvaluateRun) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of the run's
     plan.
@@ -246,12 +257,7 @@ def evaluate(run: EvaluateRun) -> PlanResult:
     p, model = run.plan, run.model
     prob = problem(model, run.hardware, run.cluster, micro_batches=(p.micro_batch,), optimizer=p.optimizer,
                    grad_reduce_dtype=p.grad_reduce_dtype, rank_order=p.rank_order)
-    return workflow.evaluate(prob, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
-                             recompute=p.recompute, schedule=p.schedule, chunks=p.chunks, sp=p.sp,
-                             zero_stage=p.zero_stage, dp_overlap=p.dp_overlap, stages=p.stages,
-                             fuse=model.fuse, attention=model.attention, kernels=model.kernels,
-                             precision=p.precision, cp=p.cp, ep=p.ep, capacity_factor=model.capacity_factor,
-                             expert_load_imbalance=model.expert_load_imbalance, etp=p.etp)
+    return workflow.evaluate(prob, **evaluate_keywords(p, model))
 
 
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
