@@ -26,12 +26,15 @@ from archplace.cli.derived import CliOption, cli_options
 from archplace.cli.runs import EVALUATE_SPECS, PLAN_SPECS
 from archplace.specs import EvaluateRun, Plan, PlanRun, PlanSpace
 from archplace.specs.options import declared, tried
+from archplace.specs.search import SearchSpec
 
 # Options a command has of its own: not fields of a run (files to read or write, output form,
 # deprecated aliases of a field's option).
 OWN = {"plan": {"config", "layer_graph", "no_zero", "as_json", "report"},
-       "evaluate": {"plan_file", "zero", "as_json", "report"}}
-SPECS = {"plan": PLAN_SPECS, "evaluate": EVALUATE_SPECS}
+       "evaluate": {"plan_file", "zero", "as_json", "report"},
+       "search": {"config", "out", "plot", "report"}}
+SPECS: dict[str, tuple[type, ...]] = {"plan": PLAN_SPECS, "evaluate": EVALUATE_SPECS, "search": (SearchSpec,)}
+COMMANDS = ("plan", "evaluate", "search")
 
 # The one text of a field given through a parse function, and the value it must set.
 PARSED = {"stages": ("0-1,2-3", [[0, 1], [2, 3]]), "zero_stages": ("0,3", [0, 3])}
@@ -48,7 +51,7 @@ def _command(name: str) -> Any:
     return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("command", ["plan", "evaluate"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_is_a_field_or_the_commands_own(command: str) -> None:
     params = {p.name for p in _command(command).params}
     derived = cli_options(*SPECS[command])
@@ -57,7 +60,7 @@ def test_every_option_is_a_field_or_the_commands_own(command: str) -> None:
     assert {(o.field.spec, o.field.name) for o in derived.values()} == fields
 
 
-@pytest.mark.parametrize("command", ["plan", "evaluate"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_each_option_has_its_fields_flag_and_help(command: str) -> None:
     by_name = {p.name: p for p in _command(command).params}
     for name, option in cli_options(*SPECS[command]).items():
@@ -171,13 +174,13 @@ def test_python_keywords_are_the_fields() -> None:
 
 
 def test_every_field_of_a_run_spec_is_declared() -> None:
-    for spec in {*PLAN_SPECS, *EVALUATE_SPECS}:
+    for spec in {*PLAN_SPECS, *EVALUATE_SPECS, SearchSpec}:
         assert [d.name for d in declared(spec).values()] == [f.name for f in dataclasses.fields(spec)]
         for d in declared(spec).values():
             assert d.help.endswith(".") and d.text  # a help line for every field
 
 
-@pytest.mark.parametrize("command", ["plan", "evaluate"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_the_commands_page_lists_every_option(command: str) -> None:
     """docs/commands/COMMAND.md's options table names each option of the command, and no other."""
     page = Path(__file__).resolve().parents[1] / "docs" / "commands" / f"{command}.md"
@@ -191,3 +194,47 @@ def test_the_commands_page_lists_every_option(command: str) -> None:
     flags.discard("--help")
     assert flags <= documented, sorted(flags - documented)
     assert documented <= flags, sorted(documented - flags)
+
+
+SEARCH_BASE = ["--model", "gpt2", "--devices", "8", "--global-batch", "8"]
+# A valid value of each search option that is a text with choices or a name (the others are
+# sampled by type), and the field's value it must set.
+SEARCH_SAMPLES: dict[str, tuple[list[str], Any]] = {
+    "space": (["phaze"], "phaze"), "cluster": (["a100-80gb"], "a100-80gb"),
+    "strategy": (["phaze"], "phaze"), "objective": (["pareto"], "pareto"),
+    "area_budget": (["280 mm2"], "280 mm2"), "power_budget": (["300 W"], "300 W"),
+    "recompute": (["full", "none"], ["full", "none"]), "schedules": (["gpipe", "1f1b"], ["gpipe", "1f1b"]),
+    "grad_reduce_dtype": (["bf16"], "bf16"), "precisions": (["fp8", "bf16"], ["fp8", "bf16"]),
+    "attention": (["sdpa"], "sdpa"), "kernels": (["unfused"], "unfused"),
+    "baseline": (["a100-80gb"], "a100-80gb"), "executor": (["dask"], "dask"),
+    "scheduler": (["tcp://host:8786"], "tcp://host:8786"), "store": (["s.db"], "s.db"),
+}
+
+
+@pytest.mark.parametrize("name", list(cli_options(SearchSpec)))
+def test_giving_a_search_option_sets_its_field(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    option = cli_options(SearchSpec)[name]
+    d = option.field
+    if d.name in ("models", "devices", "global_batch"):
+        words, expected = [], None  # given in SEARCH_BASE
+    elif d.name in SEARCH_SAMPLES:
+        values, expected = SEARCH_SAMPLES[d.name]
+        words = [word for value in values for word in (d.flag, value)]
+    else:
+        words, expected = _sample(option)
+    if d.name in ("exact_top", "top"):
+        words += ["--top", "3"] if d.name == "exact_top" else []
+
+    def probe(spec: SearchSpec, **_: Any) -> Any:
+        raise _Probe(spec)
+
+    monkeypatch.setattr(api, "search_each" if d.name == "per_model" else "search", probe)
+    try:
+        _command("search").main([*SEARCH_BASE, *words], standalone_mode=False)
+    except _Probe as caught:
+        spec = caught.run
+    else:
+        raise AssertionError("the command did not reach the search")
+    assert spec.to_dict()["models"] == ["gpt2"] and spec.devices == 8 and spec.global_batch == 8
+    if expected is not None:
+        assert spec.to_dict()[d.name] == expected

@@ -55,6 +55,8 @@ class CliOption:
             return None
         if d.option.parse is not None:
             parsed = d.option.parse(value)
+            if not isinstance(parsed, tuple):
+                return parsed
             return [list(item) if isinstance(item, tuple) else item for item in parsed]
         if d.element is not None:
             return list(value) if value else None

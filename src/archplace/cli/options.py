@@ -1,5 +1,5 @@
 """Command-line options shared by the commands whose options are not derived from the run specs
-(search, estimate, schedule, graph: their help is the declared field's), the option an error
+(estimate, schedule, graph: their help is the declared field's), the option an error
 names for a field, and the line every command prints for a file it wrote."""
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from archplace.specs.options import declared, flags
 
 def _help(spec: type, name: str, extra: str = "") -> str:
     """The help of the declared field ``name`` of ``spec`` (:mod:`archplace.specs.options`): the
-    commands whose options are not yet derived from the specs (search, estimate, schedule, graph)
+    commands whose options are not yet derived from the specs (estimate, schedule, graph)
     share its one text."""
     return declared(spec)[name].text + extra + "."
 
 
-# Options of the commands whose options are not derived from the run specs yet (search, estimate,
-# schedule, graph); their help is the declared field's.
+# Options of the commands whose options are not derived from the run specs yet (estimate, schedule,
+# graph); their help is the declared field's.
 AttentionOption = Annotated[str, typer.Option(
     "--attention", metavar="eager|sdpa|flash", help=_help(ModelSpec, "attention"))]
 KernelsOption = Annotated[str, typer.Option(
@@ -35,18 +35,6 @@ CapacityFactorOption = Annotated[float, typer.Option(
     "--capacity-factor", help=_help(ModelSpec, "capacity_factor"))]
 LoadImbalanceOption = Annotated[float, typer.Option(
     "--expert-load-imbalance", help=_help(ModelSpec, "expert_load_imbalance"))]
-ZeroStagesOption = Annotated[str | None, typer.Option(
-    "--zero-stage", help=_help(PlanSpace, "zero_stages", " [all]"))]
-GradDtypeOption = Annotated[str, typer.Option(
-    "--grad-reduce-dtype", metavar="fp32|bf16", help=_help(PlanSpace, "grad_reduce_dtype"))]
-PrecisionsOption = Annotated[list[str] | None, typer.Option(
-    "--precision", metavar="bf16|fp8", help=_help(PlanSpace, "precisions", " [bf16]"))]
-SearchCpsOption = Annotated[list[int] | None, typer.Option(
-    "--cp", help=_help(Plan, "cp", "; repeatable, the degrees to try [1]"))]
-SearchEpsOption = Annotated[list[int] | None, typer.Option(
-    "--ep", help=_help(Plan, "ep", "; repeatable, the degrees to try [1]"))]
-SearchEtpsOption = Annotated[list[int] | None, typer.Option(
-    "--etp", help=_help(Plan, "etp", "; repeatable, the degrees to try [1]"))]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 Fuse = Annotated[bool, typer.Option("--fuse", help=_help(ModelSpec, "fuse"))]
 

@@ -13,21 +13,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from archplace import api
-from archplace.cli.options import (
-    AttentionOption,
-    CapacityFactorOption,
-    GradDtypeOption,
-    KernelsOption,
-    LoadImbalanceOption,
-    PrecisionsOption,
-    SearchCpsOption,
-    SearchEpsOption,
-    SearchEtpsOption,
-    ZeroStagesOption,
-    plain_console,
-    say_wrote,
-    table_console,
-)
+from archplace.cli.derived import cli_options, fields_of, with_options
+from archplace.cli.options import plain_console, say_wrote, table_console
+from archplace.cli.runs import given
 from archplace.dse.objective import score
 from archplace.dse.request import SearchResult
 from archplace.dse.runner import Tick
@@ -46,96 +34,25 @@ from archplace.reporting.tables import (
 from archplace.schemas import stamp
 from archplace.specs.search import SearchSpec, read_fields
 
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _one(value: Any) -> tuple[Any, ...]:
-    return (value,)
-
-
-# search's options that are fields of a SearchSpec: option -> (field, the value as the field takes it)
-_SEARCH_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "model": ("models", tuple), "micro_batch": ("micro_batches", tuple), "recompute": ("recompute", _one),
-    "tp": ("tp", tuple), "zero_stage": ("zero_stages", _same), "store": ("store", str),
-    "precision": ("precisions", tuple), "cp": ("cps", tuple), "ep": ("eps", tuple),
-    "etp": ("etps", tuple),
-    **{name: (name, _same) for name in (
-        "devices", "global_batch", "space", "strategy", "trials", "seed", "seq_len", "cluster", "top",
-        "jobs", "executor", "scheduler", "objective", "area_budget", "power_budget", "baseline",
-        "exact_top", "per_model", "fuse", "attention", "kernels", "grad_reduce_dtype", "capacity_factor",
-        "expert_load_imbalance")},
-}
 _REQUIRED = {"models": "--model", "devices": "--devices", "global_batch": "--global-batch"}
 
 
-
+@with_options(SearchSpec)
 def search(
     ctx: typer.Context,
-    model: Annotated[list[str] | None, typer.Option(
-        help="Model preset or path of an HF config.json (repeatable: the objective is the geometric "
-             "mean over the models, or see --per-model). Required, here or in --config.")] = None,
-    devices: Annotated[int | None, typer.Option(
-        help="Accelerators in the cluster. Required, here or in --config.")] = None,
-    global_batch: Annotated[int | None, typer.Option(
-        "--global-batch", help="Samples per iteration. Required, here or in --config.")] = None,
     config: Annotated[Path | None, typer.Option(
         help="YAML file of the search's fields (see: archplace config --example search); the "
              "options given here override its fields.")] = None,
-    space: Annotated[str, typer.Option(
-        help="Search space: 'tiny', 'phaze', 'phaze-square' or a space YAML file.")] = "tiny",
-    strategy: Annotated[str, typer.Option(
-        help="exhaustive (provable pruning) | exhaustive-all | phaze | wham | optuna.")] = "exhaustive",
-    trials: Annotated[int | None, typer.Option(help="Most designs to evaluate.")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed (optuna).")] = 0,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
-    micro_batch: Annotated[list[int] | None, typer.Option(
-        "--micro-batch", help="Micro-batch size to try (repeatable) [1 2 4 8].")] = None,
-    recompute: Annotated[str, typer.Option(help="none | selective | full | both | all.")] = "both",
-    tp: Annotated[list[int] | None, typer.Option(
-        help="TP width to try (repeatable) [valid widths within a node].")] = None,
-    cp: SearchCpsOption = None,
-    ep: SearchEpsOption = None,
-    etp: SearchEtpsOption = None,
-    cluster: Annotated[str | None, typer.Option(
-        help="Hardware or cluster preset (phaze-paper) or YAML whose links form the cluster "
-             "[the space's base].")] = None,
-    top: Annotated[int, typer.Option(help="Rows of the table.")] = 5,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option(
         help="Draw samples/s against area and TDP of every evaluated design (PNG, SVG or PDF).")] = None,
     report: Annotated[Path | None, typer.Option(
         help="Write an interactive HTML report here (designs against area and TDP, the best designs, "
              "the best plan's figures; opens without network).")] = None,
-    jobs: Annotated[int | None, typer.Option(help="Worker processes [the usable CPUs].")] = None,
-    executor: Annotated[str, typer.Option(help="local (process pool) | dask.")] = "local",
-    scheduler: Annotated[str | None, typer.Option(
-        help="Dask scheduler address, e.g. tcp://host:8786 (implies --executor dask).")] = None,
-    store: Annotated[Path | None, typer.Option(
-        help="SQLite file: results written as they finish; re-running resumes.")] = None,
-    objective: Annotated[str, typer.Option(help="throughput | throughput-per-watt | pareto.")] = "throughput",
-    area_budget: Annotated[str | None, typer.Option(help="Largest die area, e.g. '280 mm2'.")] = None,
-    power_budget: Annotated[str | None, typer.Option(help="Largest TDP per chip, e.g. '300 W'.")] = None,
-    baseline: Annotated[str, typer.Option(help="Preset to compare with ('none' to skip).")] = "tpuv4",
-    exact_top: Annotated[int | None, typer.Option(
-        help="Re-evaluate the best K designs with exact CP-SAT layer schedules [--top: the designs "
-             "shown].")] = None,
-    per_model: Annotated[bool, typer.Option(
-        "--per-model", help="With several --model: search each model on its own.")] = False,
-    fuse: Annotated[bool, typer.Option(
-        "--fuse", help="Cost layers with element-wise ops fused into the matmul producing their input.")]
-    = False,
-    attention: AttentionOption = "flash",
-    kernels: KernelsOption = "fused",
-    capacity_factor: CapacityFactorOption = 1.0,
-    expert_load_imbalance: LoadImbalanceOption = 1.0,
-    zero_stage: ZeroStagesOption = None,
-    grad_reduce_dtype: GradDtypeOption = "fp32",
-    precision: PrecisionsOption = None,
+    **options: Any,
 ) -> None:
     """Find the accelerator design (and its parallel plan) that trains MODEL fastest."""
-    spec = _search_spec(ctx, config)
+    spec = _search_spec(ctx, config, options)
     outputs = {"--out": out, "--plot": plot, "--report": report}
     try:
         _check_not_the_store(Path(spec.store) if spec.store else None, outputs)
@@ -176,23 +93,18 @@ def search(
         raise ArchplaceError(f"no design of the space can train {failed.model}: {reason}")
 
 
-def _search_spec(ctx: typer.Context, config: Path | None) -> SearchSpec:
+def _search_spec(ctx: typer.Context, config: Path | None, options: dict[str, Any]) -> SearchSpec:
     """The search's spec: the fields of the ``--config`` file (if any), overridden by the options
     given on the command line (an option left at its default overrides nothing)."""
     values = read_fields(config) if config is not None else {}
-    for name, (field, convert) in _SEARCH_FIELDS.items():
-        if _given(ctx, name):
-            values[field] = convert(ctx.params[name])
+    fields = fields_of(cli_options(SearchSpec))
+    for name, value in options.items():
+        if given(ctx, name):
+            values.update(fields(name, value))
     for field, option in _REQUIRED.items():
         if field not in values:
             raise ArchplaceError(f"{option} is required (or {field}: in a --config file)")
     return SearchSpec(**values)
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether option ``name`` was given (on the command line), not left at its default."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name != "DEFAULT"
 
 
 def _interrupted_search(exc: api.SearchInterrupted) -> str:

@@ -26,14 +26,21 @@ from archplace.dse.strategies import STRATEGIES
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTORS
 from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule
-from archplace.specs.plan import degrees, parse_zero_stages
+from archplace.specs.options import declared, option
+from archplace.specs.plan import PlanSpace, degrees, parse_zero_stages
+from archplace.specs.run import ModelSpec
 from archplace.units import parse_area_mm2, parse_power_w
-from archplace.workload.options import parse_attention, parse_kernels
+from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 
 RECOMPUTES = ("none", "selective", "full", "both", "all")
 """Recompute choices: the policies, ``both`` (none and full) and ``all`` (the three)."""
 
 DEFAULT_SCHEDULES = ("1f1b", "interleaved", "gpipe")
+
+
+def _like(spec: type, name: str) -> str | None:
+    """The help of ``spec``'s field ``name`` (a search option that means what a run spec's does)."""
+    return declared(spec)[name].option.help
 
 
 @dataclass(frozen=True)
@@ -92,41 +99,58 @@ class SearchSpec:
             naming the field (never a CLI flag).
     """
 
-    models: tuple[str, ...]
-    devices: int
-    global_batch: int
-    space: str = "tiny"
-    cluster: str | None = None
-    strategy: str = "exhaustive"
-    objective: str = "throughput"
-    area_budget: str | float | None = None
-    power_budget: str | float | None = None
-    trials: int | None = None
-    seed: int = 0
-    seq_len: int | None = None
-    micro_batches: tuple[int, ...] = MICRO_BATCHES
-    recompute: tuple[str, ...] = ("both",)
-    tp: tuple[int, ...] | None = None
-    schedules: tuple[str, ...] = DEFAULT_SCHEDULES
-    zero_stages: tuple[int, ...] = ZERO_STAGES
-    grad_reduce_dtype: str = "fp32"
-    precisions: tuple[str, ...] = ("bf16",)
-    cps: tuple[int, ...] | None = None
-    eps: tuple[int, ...] | None = None
-    etps: tuple[int, ...] | None = None
-    attention: str = "flash"
-    kernels: str = "fused"
-    fuse: bool = False
-    capacity_factor: float = 1.0
-    expert_load_imbalance: float = 1.0
-    baseline: str | None = "tpuv4"
-    executor: str = "local"
-    scheduler: str | None = None
-    jobs: int | None = None
-    store: str | None = None
-    exact_top: int | None = None
-    per_model: bool = False
-    top: int = 5
+    models: tuple[str, ...] = option(flag="--model", help=(
+        "Model preset or path of an HF config.json; several: the objective is the geometric mean "
+        "over the models, or see --per-model. Required, here or in --config"))
+    devices: int = option(help="Accelerators in the cluster. Required, here or in --config")
+    global_batch: int = option(help="Samples per iteration. Required, here or in --config")
+    space: str = option("tiny", help="Search space: 'tiny', 'phaze', 'phaze-square' or a space YAML file")
+    cluster: str | None = option(None, default_shown="the space's base", help=(
+        "Hardware or cluster preset (phaze-paper) or YAML whose links form the cluster"))
+    strategy: str = option("exhaustive", metavar="|".join(STRATEGIES),
+                           help="How the space is explored (exhaustive: provable pruning)")
+    objective: str = option("throughput", metavar="|".join(o.value for o in Objective),
+                            help="What the best design maximises")
+    area_budget: str | float | None = option(None, parse=str, metavar="AREA",
+                                             help="Largest die area, e.g. '280 mm2'")
+    power_budget: str | float | None = option(None, parse=str, metavar="POWER",
+                                              help="Largest TDP per chip, e.g. '300 W'")
+    trials: int | None = option(None, default_shown="the strategy's rule", help="Most designs to evaluate")
+    seed: int = option(0, help="Random seed (optuna)")
+    seq_len: int | None = option(None, default_shown="model's context", help="Tokens per sample")
+    micro_batches: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch")
+    recompute: tuple[str, ...] = option(("both",), metavar="|".join(RECOMPUTES), help=(
+        "Activation recomputation to try: a policy, both (none and full) or all"))
+    tp: tuple[int, ...] | None = option(None, tries="tp", default_shown="valid widths within a node")
+    schedules: tuple[str, ...] = option(DEFAULT_SCHEDULES, tries="schedule",
+                                        metavar="|".join(p.value for p in PipelineSchedule))
+    zero_stages: tuple[int, ...] = option(ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages,
+                                          default_shown="all", help=_like(PlanSpace, "zero_stages"))
+    grad_reduce_dtype: str = option("fp32", metavar="|".join(d.value for d in GradReduceDtype),
+                                    help=_like(PlanSpace, "grad_reduce_dtype"))
+    precisions: tuple[str, ...] = option(("bf16",), tries="precision",
+                                         metavar="|".join(p.value for p in Precision))
+    cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="1")
+    eps: tuple[int, ...] | None = option(None, tries="ep", default_shown="1")
+    etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="1")
+    attention: str = option("flash", metavar="|".join(a.value for a in Attention),
+                            help=_like(ModelSpec, "attention"))
+    kernels: str = option("fused", metavar="|".join(k.value for k in Kernels),
+                          help=_like(ModelSpec, "kernels"))
+    fuse: bool = option(False, help=_like(ModelSpec, "fuse"))
+    capacity_factor: float = option(1.0, help=_like(ModelSpec, "capacity_factor"))
+    expert_load_imbalance: float = option(1.0, help=_like(ModelSpec, "expert_load_imbalance"))
+    baseline: str | None = option("tpuv4", help="Preset to compare with ('none' to skip)")
+    executor: str = option("local", metavar="|".join(EXECUTORS), help="Where the work runs: worker "
+                                                                       "processes or Dask")
+    scheduler: str | None = option(None, help="Dask scheduler address, e.g. tcp://host:8786 (implies "
+                                               "--executor dask)")
+    jobs: int | None = option(None, default_shown="the usable CPUs", help="Worker processes")
+    store: str | None = option(None, help="SQLite file: results written as they finish; re-running resumes")
+    exact_top: int | None = option(None, default_shown="--top: the designs shown", help=(
+        "Re-evaluate the best K designs with exact CP-SAT layer schedules"))
+    per_model: bool = option(False, help="With several --model: search each model on its own")
+    top: int = option(5, help="Designs reported (the rows of the table)")
 
     def __post_init__(self) -> None:
         for name, check in _CHECKS.items():
