@@ -104,3 +104,40 @@ def test_every_plan_field_reaches_the_engine_by_name() -> None:
     assert given["tp"] == 2 and given["chunks"] == 2 and given["zero_stage"] == 2 and given["cp"] == 2
     assert given["attention"] is Attention.SDPA and given["capacity_factor"] == 1.5
     assert set(given) == keywords
+
+
+def test_the_plan_schema_has_one_property_per_plan_field() -> None:
+    """The JSON Schema of a plan (``common.schema.json``, ``$defs/plan``: the ``plan`` object of
+    ``plan --json`` and ``evaluate --json``) names exactly the engine plan's fields (and the
+    derived ``stage_device``), and an enum field's choices are its enum's values."""
+    import enum
+    import typing
+
+    from archplace.placement.plan import Plan as EnginePlan
+    from archplace.schemas import load_schema
+
+    schema = load_schema("plan")["$defs"]["common"]["$defs"]["plan"]["properties"]
+    assert set(schema) == {f.name for f in dataclasses.fields(EnginePlan)} | {"stage_device"}
+    hints = typing.get_type_hints(EnginePlan)
+    for name, kind in hints.items():
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            assert schema[name]["enum"] == [member.value for member in kind], name
+
+
+def test_search_request_keywords_are_search_spec_fields_with_its_defaults() -> None:
+    """``api.spec_request`` passes each keyword of ``api.search_request`` from the search spec's
+    field of that name, so each keyword must be a field, and Python's default the spec's."""
+    import inspect
+
+    from archplace import api
+    from archplace.specs.search import SearchSpec
+
+    fields = {f.name: f for f in dataclasses.fields(SearchSpec)}
+    for name, parameter in inspect.signature(api.search_request).parameters.items():
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+            continue
+        assert name in fields, name
+        if parameter.default is not inspect.Parameter.empty:
+            default = parameter.default
+            default = tuple(default) if isinstance(default, list | tuple) else default
+            assert default == fields[name].default, name

@@ -74,9 +74,11 @@ def test_local_executor_with_one_job_runs_in_this_process() -> None:
 
 
 def _help(command: str, option: str) -> str:
-    """The help text of ``command``'s ``option``, as typer built it (not wrapped)."""
+    """The choices ``command``'s ``option`` shows: its metavar when it lists them (an option
+    derived from a spec field), else its help text, as typer built it (not wrapped)."""
     found = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
-    return next(str(p.help) for p in found.params if option in p.opts)
+    param = next(p for p in found.params if option in p.opts)
+    return str(param.metavar) if "|" in str(param.metavar or "") else str(param.help)
 
 
 @pytest.mark.parametrize(("command", "option", "registry"), [

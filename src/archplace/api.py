@@ -363,7 +363,7 @@ def search_request(
     fuse: bool = False,
     attention: Attention | str = Attention.FLASH,
     kernels: Kernels | str = Kernels.FUSED,
-    zero_stages: str | Iterable[int] | None = None,
+    zero_stages: str | Iterable[int] | None = ZERO_STAGES,
     grad_reduce_dtype: str = "fp32",
     precisions: Iterable[str] = ("bf16",),
     cps: Iterable[int] | None = None,
@@ -556,17 +556,11 @@ def _search_spec(spec: SearchSpec | str | Sequence[str], fields: dict[str, Any])
 
 
 def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> SearchRequest:
-    """:func:`search_request` of ``spec`` (for ``models``, default all of the spec's)."""
-    return search_request(list(models or spec.models), space=spec.space, devices=spec.devices,
-                          global_batch=spec.global_batch, seq_len=spec.seq_len,
-                          micro_batches=spec.micro_batches, recompute=spec.recompute, tp=spec.tp,
-                          schedules=spec.schedules, cluster=spec.cluster, objective=spec.objective,
-                          area_budget=spec.area_budget, power_budget=spec.power_budget,
-                          baseline=spec.baseline, fuse=spec.fuse, attention=spec.attention,
-                          kernels=spec.kernels, zero_stages=spec.zero_stages,
-                          grad_reduce_dtype=spec.grad_reduce_dtype, precisions=spec.precisions,
-                          cps=spec.cps, eps=spec.eps, capacity_factor=spec.capacity_factor,
-                          expert_load_imbalance=spec.expert_load_imbalance, etps=spec.etps)
+    """:func:`search_request` of ``spec`` (for ``models``, default all of the spec's): each keyword
+    of :func:`search_request` takes the spec's field of its name."""
+    names = [name for name, parameter in inspect.signature(search_request).parameters.items()
+             if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+    return search_request(list(models or spec.models), **{name: getattr(spec, name) for name in names})
 
 
 def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10,
