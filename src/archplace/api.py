@@ -25,18 +25,14 @@ from archplace.app import (
     schedule_layer,
 )
 from archplace.cost.estimate import estimate_matmul
-from archplace.cost.precision import PRECISIONS, Precision
-from archplace.dse.objective import Objective
+from archplace.cost.precision import PRECISIONS
 from archplace.dse.request import SearchRequest, SearchResult
 from archplace.dse.runner import Progress
 from archplace.errors import ConfigError
-from archplace.hw.area import area_mm2
-from archplace.hw.power import tdp_w
 from archplace.hw.presets import preset_summaries
 from archplace.hw.resolved import ResolvedHardware
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
-from archplace.placement import workflow
-from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule, Recompute
+from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult
 from archplace.scheduling.base import SolveOptions
 from archplace.scheduling.solve import get_scheduler, solve_problem
@@ -46,19 +42,15 @@ from archplace.specs.plan import (
     SEARCHED_CHUNKS,
     TOP_K,
     check_sp,
-    degrees,
-    enum_choices,
     fixed_zero_stage,
     parse_stages,
     parse_zero_stages,
 )
 from archplace.specs.search import SearchSpec
 from archplace.stored_results import plot_design_space, results
-from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.expert_parallel import shared_experts
 from archplace.workload.expert_tensor import check_etp
-from archplace.workload.extract import check_tp
-from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
+from archplace.workload.options import Attention, Kernels
 from archplace.workload.summary import chain_summary
 from archplace.workload.zoo import model_preset_summaries
 
@@ -323,27 +315,6 @@ def evaluate_run(run: EvaluateRun) -> PlanResult:
     return app.evaluate(run)
 
 
-def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
-    """``["none", "full"]`` -> Recompute members; ``"both"`` means none and full, ``"all"`` adds
-    selective.
-
-    Raises:
-        ConfigError: an unknown choice.
-    """
-    out: list[Recompute] = []
-    for choice in choices:
-        if choice in ("both", "all"):
-            out.extend((Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL) if choice == "all"
-                       else (Recompute.NONE, Recompute.FULL))
-            continue
-        try:
-            out.append(Recompute(choice))
-        except ValueError:
-            raise ConfigError(
-                f"unknown recompute {choice!r}; choose from: none, selective, full, both, all") from None
-    return tuple(dict.fromkeys(out))
-
-
 def search_request(
     model: str | Sequence[str],
     *,
@@ -372,7 +343,9 @@ def search_request(
     expert_load_imbalance: float = 1.0,
     etps: Iterable[int] | None = None,
 ) -> SearchRequest:
-    """Load and check everything a search needs, without running it.
+    """Load and check everything a search needs, without running it: the keywords make a
+    :class:`~archplace.specs.search.SearchSpec` (each keyword is its field of the same name, with
+    its default and range check), which :func:`archplace.app.search_request` resolves.
 
     Args:
         model: a model preset name or the path of an HF ``config.json``; or several (the
@@ -415,76 +388,16 @@ def search_request(
             tensor cores, a capacity factor or load imbalance below 1, or other than 1 when
             every model is dense.
     """
-    attention, kernels = parse_attention(attention), parse_kernels(kernels)
-    _check_cluster(devices, global_batch)
-    names = [model] if isinstance(model, str) else list(model)
-    if not names:
-        raise ConfigError("model: at least one model is needed", fields=("model",))
-    batches = limits.whole_each("micro_batches", micro_batches, 1, limits.MAX_MICRO_BATCH)
-    if tp is not None:
-        limits.whole_each("tp", tp, 1, limits.MAX_DEVICES)
-    # The search tries cp = ep = 1 unless told: every degree multiplies every design's layer costs.
-    cp_degrees = (1,) if cps is None else degrees(tuple(cps), "cps")
-    ep_degrees = (1,) if eps is None else degrees(tuple(eps), "eps")
-    etp_degrees = (1,) if etps is None else degrees(tuple(etps), "etps")
-    moe = ModelSpec(names[0], seq_len, capacity_factor=capacity_factor,
-                    expert_load_imbalance=expert_load_imbalance)
-    specs = tuple(app.load_model(ModelSpec(name, seq_len), batches) for name in names)
-    if not any(spec.experts for spec in specs):
-        app.load_model(moe)  # refuses the options for a dense model
-        if max(etp_degrees) > 1:
-            raise ConfigError(f"etps = {max(etp_degrees)}: every model is dense (no routed experts to "
-                              "split); use etp 1", fields=("etps",))
-    search_space = app.design_space(space)
-    links = app.cluster(HardwareSpec(cluster or search_space.base), devices)
-    try:
-        goal = Objective(objective)
-    except ValueError:
-        raise ConfigError(f"unknown objective {objective!r}; choose from: "
-                          f"{', '.join(o.value for o in Objective)}") from None
-    designs = search_space.designs()
-    if area_budget is not None:
-        limit_mm2 = _positive(parse_area_mm2(area_budget, "area_budget"), "area_budget", area_budget)
-        designs = tuple(d for d in designs if area_mm2(d) <= limit_mm2)
-    if power_budget is not None:
-        limit_w = _positive(parse_power_w(power_budget, "power_budget"), "power_budget", power_budget)
-        designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
-    if not designs:
-        raise ConfigError(f"no design of space {space!r} is within the area and power budgets")
-    chosen = tuple(dict.fromkeys(enum_choices(Precision, list(precisions), "precision")))
-    if not chosen:
-        raise ConfigError("at least one precision is needed", fields=("precisions",))
-    if Precision.BF16 not in chosen and all(d.fp8_speedup is None for d in designs):
-        raise ConfigError(f"no design of space {space!r} has FP8 tensor cores: add bf16 to the precisions, "
-                          f"or give the space an fp8_speedup", fields=("precisions",))
-    if tp is None:
-        node = min(links.devices_per_node, devices)
-        widths = set.intersection(*(set(workflow.valid_tp_widths(spec, devices, node)) for spec in specs))
-        tps = tuple(sorted(widths)) or (1,)
-    else:
-        tps = tuple(dict.fromkeys(tp))
-        for width in tps:
-            if width <= 0 or width > devices:
-                raise ConfigError(f"tp {width} must be between 1 and the {devices} devices", fields=("tp",))
-            for spec in specs:
-                check_tp(spec, width, sp=True)  # MoE models are searched with SP at tp > 1
-    plan_space = workflow.PlanGrid(tps=tps, micro_batches=batches,
-                                   recomputes=parse_recompute(recompute),
-                                   schedules=enum_choices(PipelineSchedule, schedules, "schedule"),
-                                   zero_stages=parse_zero_stages(zero_stages),
-                                   grad_reduce_dtype=enum_choices(GradReduceDtype, [grad_reduce_dtype],
-                                                                   "grad_reduce_dtype")[0],
-                                   fuse=bool(fuse), attention=attention, kernels=kernels, precisions=chosen,
-                                   cps=cp_degrees, eps=ep_degrees, capacity_factor=moe.capacity_factor,
-                                   expert_load_imbalance=moe.expert_load_imbalance, etps=etp_degrees)
-    reference = app.accelerator(HardwareSpec(baseline)) if baseline else None
-    return SearchRequest(specs, designs, links, global_batch, plan_space, goal, reference)
+    given: dict[str, Any] = {name: _listed(value) for name, value in locals().items() if name != "model"}
+    return app.search_request(SearchSpec(models=model, **given))  # type: ignore[arg-type]
 
 
-def _positive(value: float, name: str, given: object) -> float:
-    if not value > 0:
-        raise ConfigError(f"{name}: must be positive, got {given!r}")
-    return value
+def _listed(value: Any) -> Any:
+    """An iterable given to a list field (a generator, a set) as a tuple; a text, a number, a
+    list or a tuple as it is (the spec checks it)."""
+    if isinstance(value, str | bytes | list | tuple | dict) or not isinstance(value, Iterable):
+        return value
+    return tuple(value)
 
 
 def check_run_options(*, trials: int | None = None, seed: int = 0, exact_top: int = 0,

@@ -20,9 +20,14 @@ from archplace import limits
 from archplace.cost.attention_tables import kernel_key, model_tables
 from archplace.cost.estimate import ModelEstimate, PresetMatmul, estimate_layers, preset_matmul
 from archplace.cost.model import SystolicCostModel
+from archplace.cost.precision import Precision
+from archplace.dse.objective import Objective
+from archplace.dse.request import SearchRequest
 from archplace.errors import ConfigError, MissingSectionError
 from archplace.hw.accelerator import Accelerator
+from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster
+from archplace.hw.power import tdp_w
 from archplace.hw.presets import load_accelerator, load_cluster
 from archplace.hw.resolved import ResolvedHardware
 from archplace.hw.space import SearchSpace, load_space
@@ -30,7 +35,7 @@ from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
 from archplace.placement.grid import PlanGrid
 from archplace.placement.interference import Interference
-from archplace.placement.plan import GradReduceDtype, Optimizer, RankOrder, TrainingSetup
+from archplace.placement.plan import GradReduceDtype, Optimizer, PipelineSchedule, RankOrder, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.scheduling.base import ScheduleResult, SolveOptions
 from archplace.scheduling.problem import ScheduleProblem
@@ -38,9 +43,11 @@ from archplace.scheduling.solve import LAYERS, PHASES, solve_problem
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
 from archplace.specs._fields import member
 from archplace.specs.runs import EvaluateRun, PlanRun
+from archplace.specs.search import SearchSpec, parse_recompute
+from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
-from archplace.workload.extract import ExtractOptions, extract_chain
+from archplace.workload.extract import ExtractOptions, check_tp, extract_chain
 from archplace.workload.layers import LayerChain
 from archplace.workload.options import Attention, Kernels
 
@@ -382,3 +389,81 @@ __all__ = ["EvaluateRun", "PlanRun", "accelerator", "cluster", "cluster_or_none"
            "estimate_model", "estimate_preset_matmul", "evaluate", "layer_chain", "layer_problem",
            "load_model", "plan", "problem", "read_run_file", "read_schedule_problem",
            "schedule_layer", "training_setup"]
+
+
+def search_request(spec: SearchSpec) -> SearchRequest:
+    """Everything the search of ``spec`` needs, loaded and checked, without running it: its models
+    (loaded; traced when the search runs), the designs of its space within the budgets, the
+    cluster's links, the plan grid searched for every design, the objective and the baseline.
+    The spec's values are range-checked already (:class:`~archplace.specs.search.SearchSpec`);
+    what is checked here needs the loaded models, space or chips.
+
+    Raises:
+        ConfigError: unknown model / space / preset, a bad file, a cluster out of range, routing
+            options or expert-TP widths above 1 when every model is dense, no design within the
+            budgets, fp8 alone on a space none of whose designs has FP8 tensor cores, a TP width
+            above the devices or one a model cannot be split by.
+    """
+    ClusterSpec(spec.devices, spec.global_batch)
+    models = _search_models(spec)
+    space = design_space(spec.space)
+    links = cluster(HardwareSpec(spec.cluster or space.base), spec.devices)
+    designs = _within_budgets(spec, space)
+    precisions = tuple(Precision(p) for p in spec.precisions)
+    if Precision.BF16 not in precisions and all(d.fp8_speedup is None for d in designs):
+        raise ConfigError(f"no design of space {spec.space!r} has FP8 tensor cores: add bf16 to the "
+                          f"precisions, or give the space an fp8_speedup", fields=("precisions",))
+    grid = PlanGrid(tps=_search_tps(spec, models, links), micro_batches=spec.micro_batches,
+                    recomputes=parse_recompute(spec.recompute),
+                    schedules=tuple(PipelineSchedule(s) for s in spec.schedules),
+                    zero_stages=spec.zero_stages,
+                    grad_reduce_dtype=GradReduceDtype(spec.grad_reduce_dtype), fuse=spec.fuse,
+                    attention=Attention(spec.attention), kernels=Kernels(spec.kernels), precisions=precisions,
+                    # cp = ep = etp = 1 unless told: every degree multiplies every design's layer costs
+                    cps=spec.cps or (1,), eps=spec.eps or (1,), etps=spec.etps or (1,),
+                    capacity_factor=spec.capacity_factor, expert_load_imbalance=spec.expert_load_imbalance)
+    reference = accelerator(HardwareSpec(spec.baseline)) if spec.baseline else None
+    return SearchRequest(models, designs, links, spec.global_batch, grid, Objective(spec.objective),
+                         reference)
+
+
+def _search_models(spec: SearchSpec) -> tuple[zoo.LoadedModel, ...]:
+    """The spec's models, loaded; the MoE routing options and expert-TP widths refused when every
+    model is dense."""
+    models = tuple(load_model(ModelSpec(name, spec.seq_len), spec.micro_batches) for name in spec.models)
+    if not any(model.experts for model in models):
+        load_model(ModelSpec(spec.models[0], spec.seq_len, capacity_factor=spec.capacity_factor,
+                             expert_load_imbalance=spec.expert_load_imbalance))  # refuses them
+        if max(spec.etps or (1,)) > 1:
+            raise ConfigError(f"etps = {max(spec.etps or (1,))}: every model is dense (no routed experts "
+                              "to split); use etp 1", fields=("etps",))
+    return models
+
+
+def _within_budgets(spec: SearchSpec, space: SearchSpace) -> tuple[Accelerator, ...]:
+    designs = space.designs()
+    if spec.area_budget is not None:
+        limit_mm2 = parse_area_mm2(spec.area_budget, "area_budget")
+        designs = tuple(d for d in designs if area_mm2(d) <= limit_mm2)
+    if spec.power_budget is not None:
+        limit_w = parse_power_w(spec.power_budget, "power_budget")
+        designs = tuple(d for d in designs if tdp_w(d) <= limit_w)
+    if not designs:
+        raise ConfigError(f"no design of space {spec.space!r} is within the area and power budgets")
+    return designs
+
+
+def _search_tps(spec: SearchSpec, models: tuple[zoo.LoadedModel, ...], links: Cluster) -> tuple[int, ...]:
+    """The spec's TP widths (each at most the devices, each splitting every model; MoE models are
+    searched with SP at tp > 1), or every width within a node that splits every model."""
+    if spec.tp is None:
+        node = min(links.devices_per_node, spec.devices)
+        widths = set.intersection(*(set(workflow.valid_tp_widths(m, spec.devices, node)) for m in models))
+        return tuple(sorted(widths)) or (1,)
+    tps = tuple(dict.fromkeys(spec.tp))
+    for width in tps:
+        if width > spec.devices:
+            raise ConfigError(f"tp {width} must be between 1 and the {spec.devices} devices", fields=("tp",))
+        for model in models:
+            check_tp(model, width, sp=True)
+    return tps

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from archplace.dse.objective import Objective
 from archplace.dse.strategies import STRATEGIES
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTORS
-from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule
+from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule, Recompute
 from archplace.specs.options import declared, option
 from archplace.specs.plan import PlanSpace, degrees, parse_zero_stages
 from archplace.specs.run import ModelSpec
@@ -41,6 +41,27 @@ DEFAULT_SCHEDULES = ("1f1b", "interleaved", "gpipe")
 def _like(spec: type, name: str) -> str | None:
     """The help of ``spec``'s field ``name`` (a search option that means what a run spec's does)."""
     return declared(spec)[name].option.help
+
+
+def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
+    """``["none", "full"]`` -> Recompute members; ``"both"`` means none and full, ``"all"`` adds
+    selective.
+
+    Raises:
+        ConfigError: an unknown choice.
+    """
+    out: list[Recompute] = []
+    for choice in choices:
+        if choice in ("both", "all"):
+            out.extend((Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL) if choice == "all"
+                       else (Recompute.NONE, Recompute.FULL))
+            continue
+        try:
+            out.append(Recompute(choice))
+        except ValueError:
+            raise ConfigError(
+                f"unknown recompute {choice!r}; choose from: none, selective, full, both, all") from None
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
