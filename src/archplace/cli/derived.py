@@ -3,8 +3,10 @@
 ``plan`` takes the fields of :class:`~archplace.specs.ModelSpec`,
 :class:`~archplace.specs.HardwareSpec`, :class:`~archplace.specs.ClusterSpec` and
 :class:`~archplace.specs.PlanSpace`; ``evaluate`` those of the first three and of
-:class:`~archplace.specs.Plan`. :func:`with_options` adds one typer option per field to a
-command's signature (the command receives them as keyword arguments), and :func:`fields_of`
+:class:`~archplace.specs.Plan`; ``search`` those of :class:`~archplace.specs.search.SearchSpec`;
+``graph``, ``estimate`` and ``schedule`` those of the model spec (the last two without
+``fuse``). :func:`with_options` adds one typer option per field to a command's signature (the
+command receives them as keyword arguments), and :func:`fields_of` (or :func:`given_fields`)
 turns a given option back into the field it sets. The rules, by the field's type:
 
 * a whole number, a number or a text: one value (``--tp 8``); an enum: one of its values;
@@ -98,9 +100,10 @@ def cli_option(d: Declared) -> CliOption:
                                           annotation=annotation))
 
 
-def cli_options(*specs: type) -> dict[str, CliOption]:
+def cli_options(*specs: type, exclude: tuple[str, ...] = ()) -> dict[str, CliOption]:
     """The command-line options of every field of ``specs`` offered on the command line (an
-    :class:`~archplace.specs.options.Option` with ``cli`` true), by parameter name.
+    :class:`~archplace.specs.options.Option` with ``cli`` true) but the fields named in
+    ``exclude``, by parameter name.
 
     Raises:
         TypeError: two fields that would share an option.
@@ -108,7 +111,7 @@ def cli_options(*specs: type) -> dict[str, CliOption]:
     out: dict[str, CliOption] = {}
     for spec in specs:
         for d in declared(spec).values():
-            if not d.option.cli:
+            if not d.option.cli or d.name in exclude:
                 continue
             option = cli_option(d)
             if option.name in out:
@@ -118,7 +121,8 @@ def cli_options(*specs: type) -> dict[str, CliOption]:
     return out
 
 
-def with_options(*specs: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def with_options(*specs: type, exclude: tuple[str, ...] = ()
+                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command whose signature ends in ``**options``: its signature gains one keyword
     parameter per option of :func:`cli_options` (typer reads the signature), passed in
     ``options``."""
@@ -126,7 +130,7 @@ def with_options(*specs: type) -> Callable[[Callable[..., Any]], Callable[..., A
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         own = inspect.signature(command, eval_str=True)
         kept = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        added = [option.parameter for option in cli_options(*specs).values()]
+        added = [option.parameter for option in cli_options(*specs, exclude=exclude).values()]
         clash = {p.name for p in kept} & {p.name for p in added}
         if clash:
             raise TypeError(f"{command.__name__}: its own parameters {sorted(clash)} are derived options")
@@ -160,3 +164,15 @@ def fields_of(options: Mapping[str, CliOption], nested: Mapping[type, str] | Non
         return {key: {option.field.name: converted}} if key else {option.field.name: converted}
 
     return fields
+
+
+def given_fields(spec: type, options: Mapping[str, Any], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of ``spec`` that a command's derived ``options`` set (:func:`with_options` with
+    ``spec`` and ``exclude``), by field name; an option not given sets nothing, so the called
+    function's default applies."""
+    derived = cli_options(spec, exclude=exclude)
+    fields = fields_of(derived)
+    out: dict[str, Any] = {}
+    for name in derived:
+        out.update(fields(name, options[name]))
+    return out

@@ -17,19 +17,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from archplace.api import estimate_matmul, estimate_model, estimate_preset_matmul
-from archplace.cli.options import (
-    AttentionOption,
-    CapacityFactorOption,
-    KernelsOption,
-    LoadImbalanceOption,
-    table_console,
-)
+from archplace.cli.derived import given_fields, with_options
+from archplace.cli.options import table_console
 from archplace.cost.estimate import EFFICIENCY_NOTES
 from archplace.errors import ConfigError
 from archplace.hw._config import check_plausible
@@ -37,6 +32,7 @@ from archplace.limits import MAX_ARRAY_DIM
 from archplace.profiling.tables import TableGemm, table_gemm
 from archplace.reporting.estimate_tables import figures_table, model_table, ops_table
 from archplace.schemas import stamp
+from archplace.specs import ModelSpec
 from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
 
 estimate_app = typer.Typer(
@@ -51,30 +47,29 @@ def _console() -> Console:
     return table_console(160)
 
 
+_NOT_READ = ("fuse",)
+"""The model spec's fields ``estimate`` does not take (it costs the operators as traced)."""
+
+
 @estimate_app.callback()
+@with_options(ModelSpec, exclude=_NOT_READ)
 def estimate(
     ctx: typer.Context,
-    model: Annotated[str | None, typer.Option(help="Model preset or path of an HF config.json.")] = None,
     hardware: Annotated[str | None, typer.Option(help="Hardware preset or YAML file.")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per micro-batch.")] = 1,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
     ops: Annotated[bool, typer.Option("--ops", help="Also list every operator.")] = False,
-    attention: AttentionOption = "flash",
-    kernels: KernelsOption = "fused",
-    capacity_factor: CapacityFactorOption = 1.0,
-    expert_load_imbalance: LoadImbalanceOption = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    **options: Any,
 ) -> None:
     """Per-layer forward/backward time on one core and on all cores, bound, energy, achieved
     TFLOP/s and fraction of peak (per operator with --ops)."""
     if ctx.invoked_subcommand is not None:
         return
-    if model is None or hardware is None:
+    if options["model"] is None or hardware is None:
         raise ConfigError("estimate needs --model and --hardware (or: archplace estimate matmul ...)")
-    result = estimate_model(model, hardware, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
-                            attention=attention, kernels=kernels, capacity_factor=capacity_factor,
-                            expert_load_imbalance=expert_load_imbalance)
+    result = estimate_model(hardware=hardware, tp=tp, micro_batch=micro_batch,
+                            **given_fields(ModelSpec, options, exclude=_NOT_READ))
     if as_json:
         typer.echo(json.dumps(stamp("estimate", result.to_dict()), indent=2))
     else:

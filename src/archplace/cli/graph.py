@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from archplace import api
-from archplace.cli.options import (
-    AttentionOption,
-    CapacityFactorOption,
-    KernelsOption,
-    LoadImbalanceOption,
-    plain_console,
-)
+from archplace.cli.derived import given_fields, with_options
+from archplace.cli.options import plain_console
+from archplace.errors import ConfigError
 from archplace.reporting.graph_tables import graph_table
 from archplace.schemas import stamp
+from archplace.specs import ModelSpec
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``graph`` command to ``app``."""
 
     @app.command()
+    @with_options(ModelSpec)
     def graph(
-        model: Annotated[str, typer.Option(help="Model preset or path of an HF config.json.")],
-        seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
         micro_batch: Annotated[int, typer.Option(help="Samples per micro-batch.")] = 1,
         tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
         ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models): "
@@ -34,17 +30,14 @@ def register(app: typer.Typer) -> None:
                                                "models): every routed expert's weights split etp "
                                                "ways.")] = 1,
         sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism.")] = False,
-        fuse: Annotated[bool, typer.Option("--fuse", help="Fuse element-wise ops into matmuls.")] = False,
-        attention: AttentionOption = "flash",
-        kernels: KernelsOption = "fused",
-        capacity_factor: CapacityFactorOption = 1.0,
-        expert_load_imbalance: LoadImbalanceOption = 1.0,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+        **options: Any,
     ) -> None:
         """Per-layer FLOP, parameters, activation bytes and collectives of MODEL's graphs."""
-        summary = api.graph(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp, fuse=fuse,
-                            attention=attention, kernels=kernels, ep=ep, capacity_factor=capacity_factor,
-                            expert_load_imbalance=expert_load_imbalance, etp=etp)
+        if options["model"] is None:
+            raise ConfigError("graph needs --model")
+        summary = api.graph(micro_batch=micro_batch, tp=tp, sp=sp, ep=ep, etp=etp,
+                            **given_fields(ModelSpec, options))
         if as_json:
             typer.echo(json.dumps(stamp("graph", summary), indent=2))
         else:

@@ -1,6 +1,6 @@
-"""Command-line options shared by the commands whose options are not derived from the run specs
-(estimate, schedule, graph: their help is the declared field's), the option an error
-names for a field, and the line every command prints for a file it wrote."""
+"""The ``--json`` option, the option an error names for a field, consoles, and the line every
+command prints for a file it wrote. (The options that set a spec field are derived from it:
+:mod:`archplace.cli.derived`.)"""
 
 from __future__ import annotations
 
@@ -15,28 +15,9 @@ from rich.console import Console
 
 from archplace.errors import ArchplaceError, ConfigError
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
-from archplace.specs.options import declared, flags
+from archplace.specs.options import flags
 
-
-def _help(spec: type, name: str, extra: str = "") -> str:
-    """The help of the declared field ``name`` of ``spec`` (:mod:`archplace.specs.options`): the
-    commands whose options are not yet derived from the specs (estimate, schedule, graph)
-    share its one text."""
-    return declared(spec)[name].text + extra + "."
-
-
-# Options of the commands whose options are not derived from the run specs yet (estimate, schedule,
-# graph); their help is the declared field's.
-AttentionOption = Annotated[str, typer.Option(
-    "--attention", metavar="eager|sdpa|flash", help=_help(ModelSpec, "attention"))]
-KernelsOption = Annotated[str, typer.Option(
-    "--kernels", metavar="fused|unfused", help=_help(ModelSpec, "kernels"))]
-CapacityFactorOption = Annotated[float, typer.Option(
-    "--capacity-factor", help=_help(ModelSpec, "capacity_factor"))]
-LoadImbalanceOption = Annotated[float, typer.Option(
-    "--expert-load-imbalance", help=_help(ModelSpec, "expert_load_imbalance"))]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-Fuse = Annotated[bool, typer.Option("--fuse", help=_help(ModelSpec, "fuse"))]
 
 
 _SPEC_FLAGS = flags(Plan, PlanSpace, ModelSpec, HardwareSpec, ClusterSpec)

@@ -15,52 +15,48 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from archplace import api
-from archplace.cli.options import (
-    AttentionOption,
-    CapacityFactorOption,
-    KernelsOption,
-    LoadImbalanceOption,
-    table_console,
-)
+from archplace.cli.derived import given_fields, with_options
+from archplace.cli.options import table_console
 from archplace.errors import ConfigError
 from archplace.outputs import check_image_output, check_outputs, prepare_output, write_text_output
 from archplace.reporting.schedule_tables import schedule_table
 from archplace.schemas import stamp
+from archplace.specs import ModelSpec
+
+_NOT_READ = ("fuse",)
+"""The model spec's fields ``schedule`` does not take (it schedules the operators as traced)."""
 
 
+@with_options(ModelSpec, exclude=_NOT_READ)
 def schedule(
     problem_file: Annotated[Path | None, typer.Option(
         "--problem", help="Schedule the problem in this JSON file.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model preset or path of an HF config.json.")] = None,
     hardware: Annotated[str, typer.Option(help="Hardware preset or YAML file.")] = "tpuv4",
     layer: Annotated[str, typer.Option(help="embedding | block | head.")] = "block",
     phase: Annotated[str, typer.Option(help="fwd | bwd.")] = "fwd",
     tp: Annotated[int, typer.Option(help="Tensor-parallel width.")] = 1,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per micro-batch.")] = 1,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample [model's context].")] = None,
     backend: Annotated[str, typer.Option(help="list | cpsat | highs | gurobi.")] = "cpsat",
     time_limit: Annotated[float, typer.Option("--time-limit", help="Solver time limit, s.")] = 10.0,
     seed: Annotated[int, typer.Option(help="Solver random seed.")] = 0,
     workers: Annotated[int, typer.Option(help="Solver threads; 0 = automatic.")] = 0,
     dump_problem: Annotated[Path | None, typer.Option(
         "--dump-problem", help="Write the problem being solved here (the --problem format).")] = None,
-    attention: AttentionOption = "flash",
-    kernels: KernelsOption = "fused",
-    capacity_factor: CapacityFactorOption = 1.0,
-    expert_load_imbalance: LoadImbalanceOption = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
     gantt: Annotated[Path | None, typer.Option(
         help="Draw the schedule per core into this image (the suffix picks the format: .png, .svg, "
              ".pdf, ...; PNG without a suffix).")] = None,
+    **options: Any,
 ) -> None:
     """Schedule one layer's operators on the tensor and vector cores (minimum makespan)."""
     api.check_scheduler(backend)  # an unknown backend is refused before any work
-    options = api.SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
+    solve = api.SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers)
+    model = options["model"]
     if (problem_file is None) == (model is None):
         raise ConfigError("schedule needs either --problem FILE.json or --model (not both)")
     check_outputs({"--dump-problem": dump_problem, "--gantt": gantt})  # both, before any is written
@@ -70,15 +66,14 @@ def schedule(
         problem = api.read_schedule_problem(problem_file)
         source = str(problem_file)
     else:
-        assert model is not None
-        problem = api.layer_problem(model, hardware, layer, phase, tp=tp, micro_batch=micro_batch,
-                                seq_len=seq_len, attention=attention, kernels=kernels,
-                                capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
+        model_fields = given_fields(ModelSpec, options, exclude=_NOT_READ)
+        problem = api.layer_problem(hardware=hardware, layer=layer, phase=phase, tp=tp,
+                                    micro_batch=micro_batch, **model_fields)
         source = f"{model} {layer} {phase} (tp={tp}) on {hardware}"
     if dump_problem is not None:
         write_text_output(dump_problem, "--dump-problem",
                           json.dumps(stamp("schedule-problem", problem.to_dict()), indent=1) + "\n")
-    result = api.solve_problem(problem, backend, options)
+    result = api.solve_problem(problem, backend, solve)
     if gantt is not None and image_format is not None:
         from archplace.reporting.gantt import draw_gantt
 
