@@ -141,3 +141,16 @@ def test_search_request_keywords_are_search_spec_fields_with_its_defaults() -> N
             default = parameter.default
             default = tuple(default) if isinstance(default, list | tuple) else default
             assert default == fields[name].default, name
+
+
+
+def test_traced_as_takes_each_option_from_the_key_or_the_grid_by_name() -> None:
+    """What a search traces for a cost key (``SearchRequest.extract_options``) is the key's
+    micro-batch and degrees with the grid's tracing options; a new ``ExtractOptions`` field
+    named like a grid field reaches it without being listed."""
+    from archplace.workload.extract import ExtractOptions, traced_as
+
+    grid = dataclasses.replace(ODD, attention=Attention.SDPA)  # ring attention (cp 2) runs fused
+    assert traced_as(64, CostKey(2, 3, True, 2, 4, 2), grid) == ExtractOptions(
+        micro_batch=3, seq_len=64, tp=2, sp=True, fuse=True, attention=Attention.SDPA,
+        kernels=Kernels.UNFUSED, cp=2, ep=4, capacity_factor=1.25, expert_load_imbalance=1.5, etp=2)

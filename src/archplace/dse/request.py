@@ -22,7 +22,7 @@ from archplace.placement.costs import CostKey
 from archplace.placement.grid import PlanGrid, grid_identity
 from archplace.placement.plan import Recompute
 from archplace.workload.cache import Wanted, cached_chains
-from archplace.workload.extract import ExtractOptions
+from archplace.workload.extract import ExtractOptions, traced_as
 from archplace.workload.layers import LayerChain
 from archplace.workload.zoo import LoadedModel
 
@@ -125,12 +125,7 @@ class SearchRequest:
 
     def extract_options(self, model: LoadedModel) -> dict[CostKey, ExtractOptions]:
         """What to trace of ``model`` for each of its cost keys (:meth:`model_keys`)."""
-        space = self.plan_space
-        return {key: ExtractOptions(micro_batch=key.micro_batch, seq_len=model.seq_len, tp=key.tp, sp=key.sp,
-                                    fuse=space.fuse, attention=space.attention, kernels=space.kernels,
-                                    cp=key.cp, ep=key.ep, etp=key.etp, capacity_factor=space.capacity_factor,
-                                    expert_load_imbalance=space.expert_load_imbalance)
-                for key in self.model_keys(model)}
+        return {key: traced_as(model.seq_len, key, self.plan_space) for key in self.model_keys(model)}
 
     def chains(self, model: LoadedModel, jobs: int = 1) -> dict[CostKey, LayerChain]:
         """Layer chains of ``model`` for each of its cost keys (graph cache; extraction once per key, the

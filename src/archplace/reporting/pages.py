@@ -56,7 +56,7 @@ from archplace.scheduling.timeline import Schedule
 from archplace.specs import EvaluateRun, HardwareSpec, PlanRun
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
-from archplace.workload.extract import ExtractOptions
+from archplace.workload.extract import traced_as
 from archplace.workload.layers import LayerKind
 from archplace.workload.options import Attention, Kernels
 
@@ -94,11 +94,7 @@ def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, pla
         ConfigError, ExtractionError: the model cannot be traced under the plan.
     """
     model = setup.model
-    options = ExtractOptions(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp, sp=plan.sp,
-                             fuse=setup.fuse, attention=setup.attention, kernels=setup.kernels, cp=plan.cp,
-                             ep=plan.ep, etp=plan.etp, capacity_factor=setup.capacity_factor,
-                             expert_load_imbalance=setup.expert_load_imbalance)
-    chain = cached_chain(model, options)
+    chain = cached_chain(model, traced_as(model.seq_len, plan, setup))
     layer = next((item for item in chain.layers if item.kind is LayerKind.BLOCK), chain.layers[0])
     cost = SystolicCostModel(cluster) if cluster is not None else SystolicCostModel()
     chosen = Fp8CostModel(cost) if plan.precision is Precision.FP8 else cost

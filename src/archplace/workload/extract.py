@@ -147,6 +147,24 @@ class ExtractOptions:
         return 4 if self.dtype == "float32" else 2
 
 
+
+def traced_as(seq_len: int, key: object, tracing: object) -> ExtractOptions:
+    """The :class:`ExtractOptions` at ``seq_len`` whose every other field (but ``dtype`` and
+    ``training``, left at their defaults) is the same-named attribute of ``key`` (the micro-batch
+    and the parallel degrees: a cost key, a plan) or else of ``tracing`` (how the layers are
+    traced: a plan grid, a model spec), so that a new tracing option reaches every caller
+    without anyone listing it.
+
+    Raises:
+        AttributeError: a field neither object has.
+        ConfigError: as :class:`ExtractOptions`.
+    """
+    values: dict[str, Any] = {"seq_len": seq_len}
+    for field in dataclasses.fields(ExtractOptions):
+        if field.name not in ("seq_len", "dtype", "training"):
+            values[field.name] = getattr(key if hasattr(key, field.name) else tracing, field.name)
+    return ExtractOptions(**values)
+
 def check_tp(spec: LoadedModel, tp: int, sp: bool = False) -> None:
     """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec`` (and
     the shared experts' width of a mixture-of-experts model), and TP > 1 without sequence
