@@ -132,10 +132,6 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options}
 
 
-def _check_cluster(devices: int, global_batch: int) -> None:
-    ClusterSpec(devices, global_batch)
-
-
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
          tps: Iterable[int] | None = None, micro_batches: Iterable[int] | None = None,
          recomputes: Iterable[str] | None = None, schedules: Iterable[str] | None = None,
@@ -469,11 +465,9 @@ def _search_spec(spec: SearchSpec | str | Sequence[str], fields: dict[str, Any])
 
 
 def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> SearchRequest:
-    """:func:`search_request` of ``spec`` (for ``models``, default all of the spec's): each keyword
-    of :func:`search_request` takes the spec's field of its name."""
-    names = [name for name, parameter in inspect.signature(search_request).parameters.items()
-             if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
-    return search_request(list(models or spec.models), **{name: getattr(spec, name) for name in names})
+    """:func:`search_request` of ``spec`` (for ``models``, default all of the spec's): the spec,
+    already checked, resolved by :func:`archplace.app.search_request`."""
+    return app.search_request(spec.replace(models=tuple(models)) if models else spec)
 
 
 def report(store: str | Path, out: str | Path, *, search: str | None = None, top: int = 10,
