@@ -1,150 +1,36 @@
-"""Value objects of the placement stage: layer costs in, plans and their scores out."""
+"""Value objects of the placement stage: the cost key, the fixed side of a problem
+(:class:`TrainingSetup`) and a parallel plan (:class:`Plan`). The options' choices live in
+:mod:`archplace.placement.choices` and layer costs in :mod:`archplace.placement.layer_cost`;
+both are re-exported here."""
 
 from __future__ import annotations
 
-import enum
-import math
 import numbers
 import operator
-import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
+from archplace.placement.choices import (
+    MICRO_BATCHES,
+    RECOMPUTE_ORDER,
+    SCHEDULE_ORDER,
+    ZERO_STAGES,
+    GradReduceDtype,
+    Optimizer,
+    PipelineSchedule,
+    RankOrder,
+    Recompute,
+    check_zero_stage,
+)
 from archplace.placement.interference import NO_INTERFERENCE, Interference
+from archplace.placement.layer_cost import LayerCost
 
-
-class Recompute(enum.StrEnum):
-    """Activation recomputation policy (Korthikanti et al. 2022, sections 4.1 and 5).
-
-    NONE keeps every activation the backward pass needs; SELECTIVE drops the attention core
-    (scores, softmax, attention dropout) and recomputes it in the backward pass; FULL keeps only
-    each layer's input and reruns the layer's forward pass before its backward pass.
-    """
-
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-
-class PipelineSchedule(enum.StrEnum):
-    """Pipeline schedule (Narayanan et al., SC 2021, section 2.2).
-
-    GPIPE runs every forward pass before any backward pass (Huang et al. 2019); ONE_F_ONE_B is
-    PipeDream-Flush (one forward, one backward in the steady state); INTERLEAVED is 1F1B over v
-    model chunks per device.
-    """
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-
-
-class Optimizer(enum.StrEnum):
-    """Optimizer whose state the devices keep (see :mod:`archplace.placement.memory`)."""
-
-    ADAM = "adam"
-    SGD = "sgd"
-
-
-class GradReduceDtype(enum.StrEnum):
-    """Data type of the gradient buffer and of the DP gradient reduction.
-
-    FP32 is Megatron-LM's bf16 recipe: its argument parser forces
-    ``accumulate_allreduce_grads_in_fp32 = True`` when ``--bf16`` is given ("bfloat16 requires
-    gradient accumulation and all-reduce to be done in fp32", ``megatron/training/arguments.py``),
-    so the main-grads buffer and the all-reduce / reduce-scatter are fp32 (4 B per parameter).
-    BF16 is the opt-out (``--grad-reduce-in-bf16`` in recent Megatron-LM): a bf16 buffer and
-    reduction, 2 B per parameter.
-    """
-
-    FP32 = "fp32"
-    BF16 = "bf16"
-
-    @property
-    def bytes(self) -> int:
-        """Bytes per element: 4 (fp32) or 2 (bf16)."""
-        return 4 if self is GradReduceDtype.FP32 else 2
-
-
-class RankOrder(enum.StrEnum):
-    """Order in which the parallel dimensions are laid over the device ranks, fastest-varying
-    first (Megatron-Core's ``order`` argument of ``initialize_model_parallel``, built by its
-    ``RankGenerator`` in ``megatron/core/parallel_state.py``).
-
-    TP_CP_EP_PP_DP ("tp-cp-ep-pp-dp", archplace's default, its layout before context and expert
-    parallelism): pipeline neighbours are tp * cp ranks apart and the replicas outermost.
-    TP_CP_EP_DP_PP ("tp-cp-ep-dp-pp", Megatron-Core's default): the data-parallel replicas sit
-    inside a pipeline stage's block of tp * cp * dp consecutive ranks and pipeline neighbours are
-    tp * cp * dp ranks apart. TP, CP and EP groups are the same in both orders; the order decides
-    the links of the pipeline sends and of the DP x CP and expert-data-parallel reductions
-    (:mod:`archplace.placement.layout`).
-    """
-
-    TP_CP_EP_PP_DP = "tp-cp-ep-pp-dp"
-    TP_CP_EP_DP_PP = "tp-cp-ep-dp-pp"
-
-
-MICRO_BATCHES = (1, 2, 4, 8)
-"""Micro-batch sizes ``plan`` and ``search`` try unless told otherwise (the one definition)."""
-
-ZERO_STAGES = (0, 1, 2, 3)
-"""ZeRO stages (Rajbhandari et al., SC 2020, Fig. 1): 0 none, 1 optimizer state (P_os), 2 +
-gradients (P_os+g), 3 + parameters (P_os+g+p; PyTorch FSDP's FULL_SHARD, Zhao et al., VLDB
-2023)."""
-
-
-def check_zero_stage(value: object, owner: str = "plan") -> int:
-    """``value`` as a ZeRO stage 0..3.
-
-    Raises:
-        ConfigError: not an integer in 0..3 (bools are refused).
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) not in ZERO_STAGES:
-        raise ConfigError(f"{owner}: zero_stage must be 0, 1, 2 or 3, got {value!r}")
-    return int(value)
-
-
-RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-"""Tie-break order of recompute policies (less recomputation first)."""
-
-SCHEDULE_ORDER = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED, PipelineSchedule.GPIPE)
-"""Tie-break order of schedules (1F1B first: it needs no more memory than GPipe at the same time)."""
-
-
-def _finite_non_negative(owner: str, name: str, value: object) -> float:
-    number = (float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool)
-              else math.nan)
-    if not (math.isfinite(number) and number >= 0):
-        raise ConfigError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
-    return number
-
-
-_FLOAT_MAX = sys.float_info.max
-
-_COUNT_FIELDS = ("params", "fp8_params", "expert_params")
-"""LayerCost's integer counts."""
-
-_FIGURE_FIELDS = ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes", "working_bytes",
-                  "fwd_flop", "bwd_flop", "selective_recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s",
-                  "selective_recompute_flop", "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s",
-                  "ep_comm_bwd_s", "padding_fwd_flop", "padding_bwd_flop")
-"""LayerCost's finite non-negative figures (``selective_activation_bytes`` apart: it may be None)."""
-
-
-def _count(layer: str, name: str, value: object) -> int:
-    """``value`` as a Python int >= 0 (NumPy integers accepted, bools refused)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        count = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        count = -1
-    if count < 0:
-        raise ConfigError(f"layer {layer!r}: {name} must be an integer >= 0, got {value!r}")
-    return count
+__all__ = ["MICRO_BATCHES", "RECOMPUTE_ORDER", "SCHEDULE_ORDER", "ZERO_STAGES", "CostKey", "GradReduceDtype",
+           "LayerCost", "Optimizer", "PipelineSchedule", "Plan", "RankOrder", "Recompute", "TrainingSetup",
+           "check_zero_stage"]
 
 
 def _positive_int(owner: str, name: str, value: object) -> int:
@@ -197,133 +83,6 @@ class CostKey(NamedTuple):
             raise ConfigError(f"costs keys must be (tp, micro_batch, sp[, cp, ep[, etp]]), "
                               f"got {key!r}") from None
 
-
-@dataclass(frozen=True, slots=True)
-class LayerCost:
-    """Everything placement needs of one layer, for one design, micro-batch size, TP width and SP flag.
-
-    Times are per micro-batch, in seconds; bytes per micro-batch and per TP rank.
-
-    Attributes:
-        name: layer name (``embedding``, ``block.3``, ``head``).
-        fwd_s, bwd_s: makespan of the layer's forward / backward graph on one device, TP
-            collectives included.
-        params: parameters held by the layer (per TP rank).
-        activation_bytes: bytes saved for backward without recomputation.
-        input_bytes: bytes of the layer input (all that full recompute keeps).
-        boundary_bytes: bytes of the output tensor sent to the next layer.
-        working_bytes: transient working set of running the layer.
-        fwd_flop, bwd_flop: model FLOP of the layer on the tensor cores, i.e. of its matmuls
-            (for MFU, whose peak counts the arrays only; recompute and expert padding not
-            counted). Running them takes at least ``flop / peak``, so MFU is at most 1.
-        selective_activation_bytes: bytes saved for backward under selective recomputation
-            (Korthikanti et al. 2022, section 5: the attention core is dropped); None means the
-            same as ``activation_bytes`` (a layer without attention).
-        selective_recompute_s: time to recompute the dropped part in the backward pass.
-        selective_recompute_flop: tensor-core FLOP of that recomputation (for HFU).
-        tp_comm_fwd_s, tp_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in TP collectives
-            (already included in them; only used to attribute the ``tp_comm`` breakdown).
-        fp8_params: the weights (per TP rank) of the layer's GEMMs that run in FP8, whose FP8
-            copies FP8 training keeps (:mod:`archplace.cost.precision`); 0 in bf16.
-        expert_params: the part of ``params`` that are routed experts' weights held by this
-            rank (already divided by the EP degree and the expert-TP width); their gradients
-            are reduced, and their optimizer state sharded, over the expert-data-parallel group
-            (dp * cp * tp / (etp * ep) ranks) instead of the dense DP group. 0 for dense layers.
-        cp_comm_fwd_s, cp_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in exposed
-            context-parallel (ring attention) communication (already included; breakdown only).
-        ep_comm_fwd_s, ep_comm_bwd_s: the part of ``fwd_s`` / ``bwd_s`` spent in the expert
-            all-to-all dispatch and combine (already included; breakdown only).
-        padding_fwd_flop, padding_bwd_flop: tensor-core FLOP the pass runs beyond ``fwd_flop``
-            / ``bwd_flop`` on mixture-of-experts rows that balanced, unpadded routing would not
-            have (a capacity factor's padding, the busiest rank's excess under load imbalance;
-            :attr:`archplace.workload.layers.Layer.padding_fwd_flop`): hardware FLOP, counted
-            by HFU and not by MFU; included in ``fwd_s`` / ``bwd_s``. 0 for a dense layer.
-
-    Raises:
-        ConfigError: a negative or non-finite figure, non-integer ``params`` or
-            ``fp8_params`` or ``expert_params``, ``fp8_params`` or ``expert_params`` larger than
-            ``params``, or TP + CP + EP communication time larger than the pass that contains it.
-    """
-
-    name: str
-    fwd_s: float
-    bwd_s: float
-    params: int
-    activation_bytes: float
-    input_bytes: float
-    boundary_bytes: float
-    working_bytes: float
-    fwd_flop: float
-    bwd_flop: float
-    selective_activation_bytes: float | None = None
-    selective_recompute_s: float = 0.0
-    tp_comm_fwd_s: float = 0.0
-    tp_comm_bwd_s: float = 0.0
-    selective_recompute_flop: float = 0.0
-    fp8_params: int = 0
-    expert_params: int = 0
-    cp_comm_fwd_s: float = 0.0
-    cp_comm_bwd_s: float = 0.0
-    ep_comm_fwd_s: float = 0.0
-    ep_comm_bwd_s: float = 0.0
-    padding_fwd_flop: float = 0.0
-    padding_bwd_flop: float = 0.0
-
-    def __post_init__(self) -> None:
-        # NumPy scalars are accepted and stored as Python int / float. Values that already are
-        # a Python int >= 0 or a finite Python float >= 0 (what the cost code builds) pass a
-        # fast check and are stored as given; anything else takes the full conversion.
-        for name in _COUNT_FIELDS:
-            value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                object.__setattr__(self, name, _count(self.name, name, value))
-        for name in ("fp8_params", "expert_params"):
-            if getattr(self, name) > self.params:
-                raise ConfigError(f"layer {self.name!r}: {name} = {getattr(self, name)} exceeds "
-                                  f"params = {self.params}")
-        for name in _FIGURE_FIELDS:
-            value = getattr(self, name)
-            if type(value) is not float or not 0.0 <= value <= _FLOAT_MAX:  # NaN fails too
-                object.__setattr__(self, name, _finite_non_negative(f"layer {self.name!r}", name, value))
-        value = self.selective_activation_bytes
-        if value is not None and (type(value) is not float or not 0.0 <= value <= _FLOAT_MAX):
-            object.__setattr__(self, "selective_activation_bytes", _finite_non_negative(
-                f"layer {self.name!r}", "selective_activation_bytes", self.selective_activation_bytes))
-        for pass_, total, comm in (
-                ("fwd", self.fwd_s, self.tp_comm_fwd_s + self.cp_comm_fwd_s + self.ep_comm_fwd_s),
-                ("bwd", self.bwd_s, self.tp_comm_bwd_s + self.cp_comm_bwd_s + self.ep_comm_bwd_s)):
-            if comm > total * (1 + 1e-12):
-                raise ConfigError(f"layer {self.name!r}: TP + CP + EP communication {comm} s exceeds "
-                                  f"{pass_}_s = {total} s (collectives are part of the pass)")
-
-    def saved_bytes(self, recompute: Recompute) -> float:
-        """Bytes one micro-batch keeps for the backward pass under ``recompute``, in bytes:
-        ``activation_bytes`` (none), ``selective_activation_bytes`` (selective; defaults to
-        ``activation_bytes``) or ``input_bytes`` (full)."""
-        if recompute is Recompute.FULL:
-            return self.input_bytes
-        if recompute is Recompute.SELECTIVE and self.selective_activation_bytes is not None:
-            return self.selective_activation_bytes
-        return self.activation_bytes
-
-    def recompute_s(self, recompute: Recompute) -> float:
-        """Time the backward pass spends recomputing under ``recompute``, in seconds:
-        0 (none), ``selective_recompute_s`` (selective), ``fwd_s`` (full)."""
-        if recompute is Recompute.FULL:
-            return self.fwd_s
-        if recompute is Recompute.SELECTIVE:
-            return self.selective_recompute_s
-        return 0.0
-
-    def recompute_flop(self, recompute: Recompute) -> float:
-        """Tensor-core FLOP the backward pass recomputes under ``recompute``: 0 (none),
-        ``selective_recompute_flop`` (selective), the whole forward pass ``fwd_flop +
-        padding_fwd_flop`` (full)."""
-        if recompute is Recompute.FULL:
-            return self.fwd_flop + self.padding_fwd_flop
-        if recompute is Recompute.SELECTIVE:
-            return self.selective_recompute_flop
-        return 0.0
 
 
 @dataclass(frozen=True, slots=True)

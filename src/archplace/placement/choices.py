@@ -1,0 +1,108 @@
+"""The plan options' choices: recompute policies, pipeline schedules, optimizers, gradient
+dtypes, rank orders, the ZeRO stages and the default micro-batch sizes, with their tie-break
+orders."""
+
+from __future__ import annotations
+
+import enum
+import numbers
+
+from archplace.errors import ConfigError
+
+
+class Recompute(enum.StrEnum):
+    """Activation recomputation policy (Korthikanti et al. 2022, sections 4.1 and 5).
+
+    NONE keeps every activation the backward pass needs; SELECTIVE drops the attention core
+    (scores, softmax, attention dropout) and recomputes it in the backward pass; FULL keeps only
+    each layer's input and reruns the layer's forward pass before its backward pass.
+    """
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class PipelineSchedule(enum.StrEnum):
+    """Pipeline schedule (Narayanan et al., SC 2021, section 2.2).
+
+    GPIPE runs every forward pass before any backward pass (Huang et al. 2019); ONE_F_ONE_B is
+    PipeDream-Flush (one forward, one backward in the steady state); INTERLEAVED is 1F1B over v
+    model chunks per device.
+    """
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+
+class Optimizer(enum.StrEnum):
+    """Optimizer whose state the devices keep (see :mod:`archplace.placement.memory`)."""
+
+    ADAM = "adam"
+    SGD = "sgd"
+
+
+class GradReduceDtype(enum.StrEnum):
+    """Data type of the gradient buffer and of the DP gradient reduction.
+
+    FP32 is Megatron-LM's bf16 recipe: its argument parser forces
+    ``accumulate_allreduce_grads_in_fp32 = True`` when ``--bf16`` is given ("bfloat16 requires
+    gradient accumulation and all-reduce to be done in fp32", ``megatron/training/arguments.py``),
+    so the main-grads buffer and the all-reduce / reduce-scatter are fp32 (4 B per parameter).
+    BF16 is the opt-out (``--grad-reduce-in-bf16`` in recent Megatron-LM): a bf16 buffer and
+    reduction, 2 B per parameter.
+    """
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+    @property
+    def bytes(self) -> int:
+        """Bytes per element: 4 (fp32) or 2 (bf16)."""
+        return 4 if self is GradReduceDtype.FP32 else 2
+
+
+class RankOrder(enum.StrEnum):
+    """Order in which the parallel dimensions are laid over the device ranks, fastest-varying
+    first (Megatron-Core's ``order`` argument of ``initialize_model_parallel``, built by its
+    ``RankGenerator`` in ``megatron/core/parallel_state.py``).
+
+    TP_CP_EP_PP_DP ("tp-cp-ep-pp-dp", archplace's default, its layout before context and expert
+    parallelism): pipeline neighbours are tp * cp ranks apart and the replicas outermost.
+    TP_CP_EP_DP_PP ("tp-cp-ep-dp-pp", Megatron-Core's default): the data-parallel replicas sit
+    inside a pipeline stage's block of tp * cp * dp consecutive ranks and pipeline neighbours are
+    tp * cp * dp ranks apart. TP, CP and EP groups are the same in both orders; the order decides
+    the links of the pipeline sends and of the DP x CP and expert-data-parallel reductions
+    (:mod:`archplace.placement.layout`).
+    """
+
+    TP_CP_EP_PP_DP = "tp-cp-ep-pp-dp"
+    TP_CP_EP_DP_PP = "tp-cp-ep-dp-pp"
+
+
+MICRO_BATCHES = (1, 2, 4, 8)
+"""Micro-batch sizes ``plan`` and ``search`` try unless told otherwise (the one definition)."""
+
+ZERO_STAGES = (0, 1, 2, 3)
+"""ZeRO stages (Rajbhandari et al., SC 2020, Fig. 1): 0 none, 1 optimizer state (P_os), 2 +
+gradients (P_os+g), 3 + parameters (P_os+g+p; PyTorch FSDP's FULL_SHARD, Zhao et al., VLDB
+2023)."""
+
+
+def check_zero_stage(value: object, owner: str = "plan") -> int:
+    """``value`` as a ZeRO stage 0..3.
+
+    Raises:
+        ConfigError: not an integer in 0..3 (bools are refused).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) not in ZERO_STAGES:
+        raise ConfigError(f"{owner}: zero_stage must be 0, 1, 2 or 3, got {value!r}")
+    return int(value)
+
+
+RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+"""Tie-break order of recompute policies (less recomputation first)."""
+
+SCHEDULE_ORDER = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED, PipelineSchedule.GPIPE)
+"""Tie-break order of schedules (1F1B first: it needs no more memory than GPipe at the same time)."""
