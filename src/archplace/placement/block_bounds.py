@@ -142,15 +142,31 @@ class BlockBounds:
         return np.maximum(0.0, whole - variant.chunks * t_low)
 
     def costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
-        """All-reduce costs over the DP x CP and the expert-data-parallel groups of a candidate
-        (:mod:`archplace.placement.layout`)."""
+        """All-reduce costs over the dense and the expert shard groups of a candidate (the DP x CP
+        and expert-data-parallel groups without hybrid sharding; :mod:`archplace.placement.layout`)."""
         fam = state.family
         key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d)  # shared by the families
         costs = self._layout_costs.get(key)
         if costs is None:
-            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp)
-            costs = (layout.dense_dp_cost(self.setup.cluster),
-                     layout.expert_dp_cost(self.setup.cluster) if state.experts else (0.0, 0.0))
+            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp,
+                                self.setup.dp_replicate)
+            costs = layout.shard_costs(self.setup.cluster, state.experts)
+            self._layout_costs[key] = costs
+        return costs
+
+    def replica_costs(self, state: FamilyState, p: int,
+                      d: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """All-reduce costs over the dense and the expert replica groups of a candidate under
+        hybrid sharding (:meth:`RankLayout.replica_costs`; (0, 0) each without it)."""
+        if self.setup.dp_replicate == 1:
+            return (0.0, 0.0), (0.0, 0.0)
+        fam = state.family
+        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d, "replicas")
+        costs = self._layout_costs.get(key)
+        if costs is None:
+            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp,
+                                self.setup.dp_replicate)
+            costs = layout.replica_costs(self.setup.cluster, state.experts)
             self._layout_costs[key] = costs
         return costs
 
@@ -185,10 +201,10 @@ class BlockBounds:
         fam = state.family
         zs = variant.zero_stage
         coefficient = optimizer_step_time_s(1.0, setup.step_bandwidth_bytes_per_s, setup.optimizer)
-        dense_group = d * fam.cp
+        dense_group = d * fam.cp // setup.dp_replicate  # the shard groups (all of DP x CP without HSDP)
         if not state.experts:
             return self.group_bound(state, variant, p, d, params, dense_group, 0, coefficient)
-        expert_group = fam.expert_group(d)
+        expert_group = fam.expert_group(d) // setup.dp_replicate
         step = coefficient * params / (np.maximum(dense_group, expert_group) if zs >= 1 else np.ones_like(d))
         dense = self.group_bound(state, variant, p, d, np.maximum(state.dense_max, state.dense_sum / p),
                                   dense_group, 0, coefficient)

@@ -35,6 +35,18 @@ order only when edp = dp, i.e. etp * ep = tp * cp, or pp = 1 -- its assertion "W
 pp-last rank ordering, the data parallel size of the attention and moe layers must be the same";
 archplace extends the relabelling above to every etp * ep dividing tp * cp * dp, an assumption.)
 
+Hybrid sharding (HSDP, ``replicate`` r > 1; PyTorch FSDP's ``HYBRID_SHARD``, Zhao et al.,
+"PyTorch FSDP", VLDB 2023, section 3.2.2 "hybrid sharding"; TorchTitan's
+``data_parallel_replicate_degree`` x ``data_parallel_shard_degree``, whose device mesh is
+(dp_replicate, dp_shard, cp, tp) with the replicate dimension outermost,
+``torchtitan/distributed/parallel_dims.py``): r divides dp, and the DP x CP group's dp * cp
+ranks, listed CP fastest then DP, fall into r consecutive *shard groups* of dp * cp / r ranks,
+over which ZeRO shards and gathers; the *replica group* of a rank holds the r ranks at its
+position in every shard group (every (dp * cp / r)-th member), over which the sharded gradients
+are all-reduced. The expert-data-parallel group splits the same way (edp / r ranks per shard
+group; etp * ep must divide tp * cp * dp / r, so that every replica holds whole expert groups).
+With r = 1 the shard group is the whole group and there is no replica group.
+
 A collective over a group uses :func:`archplace.placement.timing.strided_allreduce_cost` when
 its ranks are evenly spaced, else :func:`group_allreduce_cost`.
 """
@@ -48,7 +60,7 @@ import numpy.typing as npt
 
 from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
-from archplace.placement.plan import Plan, RankOrder
+from archplace.placement.plan import Plan, RankOrder, check_replicate
 from archplace.placement.timing import group_span, strided_allreduce_cost
 
 Cost = tuple[float, float]
@@ -109,9 +121,12 @@ class RankLayout:
         tp, cp, ep, pp, dp: the plan's degrees.
         order: the rank order.
         etp: the expert-tensor-parallel width (etp * ep divides tp * cp * dp).
+        replicate: the hybrid-sharding replicas r (module docstring; 1: ZeRO shards over the
+            whole DP x CP group).
 
     Raises:
-        ConfigError: etp * ep does not divide tp * cp * dp.
+        ConfigError: etp * ep does not divide tp * cp * dp (tp * cp * dp / r with r > 1), or r
+            is not a positive divisor of dp.
     """
 
     tp: int
@@ -121,14 +136,22 @@ class RankLayout:
     dp: int
     order: RankOrder = RankOrder.TP_CP_EP_PP_DP
     etp: int = 1
+    replicate: int = 1
 
     def __post_init__(self) -> None:
         check_expert_degree(tp=self.tp, cp=self.cp, ep=self.ep, dp=self.dp, etp=self.etp)
+        if self.replicate == 1:
+            return
+        check_replicate(self.replicate, dp=self.dp)
+        if (self.tp * self.cp * self.dp // self.replicate) % (self.etp * self.ep):
+            raise ConfigError(f"plan: etp*ep = {self.etp}*{self.ep} must divide tp*cp*dp/dp_replicate = "
+                              f"{self.tp}*{self.cp}*{self.dp}/{self.replicate} (every hybrid-sharding "
+                              f"replica holds whole expert groups)")
 
     @classmethod
     def of(cls, plan: Plan, order: RankOrder) -> RankLayout:
         """The layout of ``plan`` in ``order``."""
-        return cls(plan.tp, plan.cp, plan.ep, plan.pp, plan.dp, order, plan.etp)
+        return cls(plan.tp, plan.cp, plan.ep, plan.pp, plan.dp, order, plan.etp, plan.dp_replicate)
 
     @property
     def dense_dp(self) -> int:
@@ -140,6 +163,16 @@ class RankLayout:
         """Ranks of the expert-data-parallel group: tp * cp * dp / (etp * ep) (the routed
         experts' ZeRO shards)."""
         return self.tp * self.cp * self.dp // (self.etp * self.ep)
+
+    @property
+    def dense_shards(self) -> int:
+        """Ranks the dense parameters' ZeRO state is sharded over: dp * cp / replicate."""
+        return self.dense_dp // self.replicate
+
+    @property
+    def expert_shards(self) -> int:
+        """Ranks the routed experts' ZeRO state is sharded over: edp / replicate."""
+        return self.expert_dp // self.replicate
 
     @property
     def pp_stride(self) -> int:
@@ -188,6 +221,32 @@ class RankLayout:
         if self.expert_dp == 1:
             return 0.0, 0.0
         return group_allreduce_cost(cluster, self.expert_dp_offsets())
+
+    def _members(self, step: int, count: int) -> npt.NDArray[np.int64]:
+        """Global ranks of pipeline device 0's stage indices 0, step, ..., (count - 1) step, ascending."""
+        return np.sort(self.stage_ranks(step * np.arange(count, dtype=np.int64)))
+
+    def shard_costs(self, cluster: Cluster, experts: bool) -> tuple[Cost, Cost]:
+        """All-reduce costs over the shard groups of rank 0 (module docstring): the dense one
+        (the whole DP x CP group when replicate = 1: :meth:`dense_dp_cost`) and, with
+        ``experts``, the expert one ((0, 0) without)."""
+        if self.replicate == 1:
+            return self.dense_dp_cost(cluster), self.expert_dp_cost(cluster) if experts else (0.0, 0.0)
+        dense = group_allreduce_cost(cluster, self._members(self.tp, self.dense_shards))
+        expert = (group_allreduce_cost(cluster, self._members(self.etp * self.ep, self.expert_shards))
+                  if experts else (0.0, 0.0))
+        return dense, expert
+
+    def replica_costs(self, cluster: Cluster, experts: bool) -> tuple[Cost, Cost]:
+        """All-reduce costs over the replica groups of rank 0, dense and (with ``experts``)
+        expert; (0, 0) each when replicate = 1."""
+        if self.replicate == 1:
+            return (0.0, 0.0), (0.0, 0.0)
+        dense = group_allreduce_cost(cluster, self._members(self.tp * self.dense_shards, self.replicate))
+        expert = (group_allreduce_cost(cluster, self._members(self.etp * self.ep * self.expert_shards,
+                                                              self.replicate))
+                  if experts else (0.0, 0.0))
+        return dense, expert
 
     def pp_span(self, wrap: bool = False) -> int:
         """Ranks spanned by two pipeline neighbours, or with ``wrap`` by the interleaved

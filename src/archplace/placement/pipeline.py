@@ -80,7 +80,9 @@ tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are 
 group (dp * cp ranks), the routed experts' (``LayerCost.expert_params``) over the
 expert-data-parallel group (tp * cp * dp / (etp * ep) ranks), each a collective of its own; the rank
 order (``TrainingSetup.rank_order``) decides the links of those groups and of the pipeline
-sends.
+sends. With hybrid sharding (``Plan.dp_replicate`` r > 1) ZeRO shards over each group's shard
+groups of 1/r of its ranks, and the tail adds the replicas' gradient all-reduce
+(:func:`archplace.placement.zero.dp_tail_comm_s`).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ import numpy as np
 from archplace.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
 from archplace.hw.cluster import Cluster
 from archplace.placement.interference import NO_INTERFERENCE, Interference
-from archplace.placement.layout import RankLayout, check_expert_degree
+from archplace.placement.layout import RankLayout
 from archplace.placement.memory import (
     in_flight_micro_batches,
     interleaved_device_memory,
@@ -154,7 +156,10 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
         raise ConfigError(f"plan: rank_order {plan.rank_order.value} but the setup lays the ranks "
                           f"out as {setup.rank_order.value}, which decides the links its "
                           "collectives and sends are priced on: give both the same order")
-    check_expert_degree(tp=plan.tp, cp=plan.cp, ep=plan.ep, dp=plan.dp, etp=plan.etp)
+    if plan.dp_replicate != setup.dp_replicate:
+        raise ConfigError(f"plan: dp_replicate {plan.dp_replicate} but the setup prices "
+                          f"{setup.dp_replicate} hybrid-sharding replicas: give both the same")
+    RankLayout.of(plan, setup.rank_order)  # etp * ep divides tp * cp * dp (per replica with HSDP)
     micro_batches(setup, plan)
 
 
@@ -173,9 +178,9 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
     layout = RankLayout.of(plan, rank_order)
     experts = any(layer.expert_params for layer in layers)
     # ZeRO-2/3 collectives in each layer
-    per_layer_zero = plan.zero_stage >= 2 and (layout.dense_dp > 1 or (experts and layout.expert_dp > 1))
-    cost = layout.dense_dp_cost(cluster) if per_layer_zero else (0.0, 0.0)
-    expert_cost = layout.expert_dp_cost(cluster) if per_layer_zero and experts else (0.0, 0.0)
+    per_layer_zero = plan.zero_stage >= 2 and (layout.dense_shards > 1
+                                               or (experts and layout.expert_shards > 1))
+    cost, expert_cost = layout.shard_costs(cluster, experts) if per_layer_zero else ((0.0, 0.0), (0.0, 0.0))
     stride = layout.pp_stride
     for c, (first, last) in enumerate(plan.stages):
         stage = layers[first:last + 1]
@@ -206,11 +211,11 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
             p2p = max(fwd + bwd + recompute, p2p) - (fwd + bwd + recompute)
         if per_layer_zero:
             zero = layer_zero_comm_s(
-                cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=layout.dense_dp,
+                cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=layout.dense_shards,
                 params=np.array([float(layer.params - layer.expert_params) for layer in stage]),
                 fwd_s=np.array([layer.fwd_s for layer in stage]),
                 backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]),
-                expert_cost=expert_cost, expert_dp=layout.expert_dp,
+                expert_cost=expert_cost, expert_dp=layout.expert_shards,
                 expert_params=np.array([float(layer.expert_params) for layer in stage]) if experts else None,
                 interference=interference)
             dp_comm, dp_total = sequential_sum(zero.exposed.tolist()), sequential_sum(zero.total.tolist())
@@ -229,8 +234,8 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
     """Memory of one device of every pipeline device (stage) of a (valid) plan."""
     m = micro_batches(setup, plan)
     layout = RankLayout.of(plan, setup.rank_order)
-    sharding = {"zero_stage": plan.zero_stage, "dp": layout.dense_dp, "grad_bytes": setup.grad_bytes,
-                "expert_dp": layout.expert_dp}
+    sharding = {"zero_stage": plan.zero_stage, "dp": layout.dense_shards, "grad_bytes": setup.grad_bytes,
+                "expert_dp": layout.expert_shards}
     if plan.schedule is not PipelineSchedule.INTERLEAVED:
         return tuple(
             stage_memory(layers[first:last + 1], stage=j,
@@ -248,7 +253,9 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
 def _plan_label(plan: Plan) -> str:
     label = (f"tp={plan.tp}" + (f" cp={plan.cp}" if plan.cp > 1 else "")
              + (f" ep={plan.ep}" if plan.ep > 1 else "") + (f" etp={plan.etp}" if plan.etp > 1 else "")
-             + f" pp={plan.pp} dp={plan.dp} micro_batch={plan.micro_batch} "
+             + f" pp={plan.pp} dp={plan.dp}"
+             + (f" dp_replicate={plan.dp_replicate}" if plan.dp_replicate > 1 else "")
+             + f" micro_batch={plan.micro_batch} "
              f"recompute={plan.recompute.value} schedule={plan.schedule.value}")
     if plan.chunks > 1:
         label += f" chunks={plan.chunks}"
@@ -269,7 +276,7 @@ def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
         return
     hints = []
     layout = RankLayout.of(plan, setup.rank_order)
-    if layout.dense_dp > 1 or (layout.expert_dp > 1 and any(layer.expert_params for layer in layers)):
+    if layout.dense_shards > 1 or (layout.expert_shards > 1 and any(layer.expert_params for layer in layers)):
         for stage in range(plan.zero_stage + 1, 4):
             other = plan_memory(layers, setup, replace(plan, zero_stage=stage))[worst].total
             hints.append(f"zero_stage={stage} would need {format_bytes(other)}")
@@ -287,11 +294,11 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     slowed) + step. See :func:`archplace.placement.zero.dp_tail_comm_s`."""
     layout = RankLayout.of(plan, setup.rank_order)
     sharded = plan.zero_stage >= 1
-    shards = layout.dense_dp if sharded else 1
-    expert_shards = layout.expert_dp if sharded else 1
-    cost = layout.dense_dp_cost(setup.cluster)
+    shards = layout.dense_shards if sharded else 1
+    expert_shards = layout.expert_shards if sharded else 1
     experts = any(layer.expert_params for layer in layers)
-    expert_cost = layout.expert_dp_cost(setup.cluster) if experts else (0.0, 0.0)
+    cost, expert_cost = layout.shard_costs(setup.cluster, experts)
+    replica_costs = layout.replica_costs(setup.cluster, experts)
     out = []
     for j in range(plan.pp):
         params = expert_params = 0
@@ -301,10 +308,10 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
                 expert_params += layer.expert_params
         backward = sequential_sum(time.backward_s for time in times[j::plan.pp])
         exposed, total, slowed = dp_tail_comm_s(
-            cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes, dp=layout.dense_dp,
+            cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes, dp=layout.dense_shards,
             params=float(params), backward_s=backward, overlap=plan.dp_overlap,
-            expert_cost=expert_cost, expert_dp=layout.expert_dp, expert_params=float(expert_params),
-            interference=setup.interference)
+            expert_cost=expert_cost, expert_dp=layout.expert_shards, expert_params=float(expert_params),
+            interference=setup.interference, replicas=layout.replicate, replica_costs=replica_costs)
         step = optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer, shards)
         if expert_params:
             step = step + optimizer_step_time_s(expert_params, setup.step_bandwidth_bytes_per_s,

@@ -30,13 +30,28 @@ from archplace.placement.layer_cost import LayerCost
 
 __all__ = ["MICRO_BATCHES", "RECOMPUTE_ORDER", "SCHEDULE_ORDER", "ZERO_STAGES", "CostKey", "GradReduceDtype",
            "LayerCost", "Optimizer", "PipelineSchedule", "Plan", "RankOrder", "Recompute", "TrainingSetup",
-           "check_zero_stage"]
+           "check_replicate", "check_zero_stage"]
 
 
 def _positive_int(owner: str, name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise ConfigError(f"{owner}: {name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def check_replicate(replicate: object, *, dp: int, owner: str = "plan") -> int:
+    """``replicate`` as an int, the hybrid-sharding replicas of a plan with ``dp`` data-parallel
+    ranks.
+
+    Raises:
+        ConfigError: not a positive integer dividing dp.
+    """
+    if isinstance(replicate, bool) or not isinstance(replicate, numbers.Integral) or int(replicate) < 1:
+        raise ConfigError(f"{owner}: dp_replicate must be a positive integer, got {replicate!r}")
+    if dp % int(replicate):
+        raise ConfigError(f"{owner}: dp_replicate = {replicate} must divide dp = {dp} (the data-parallel "
+                          f"ranks are split into dp_replicate replicas of dp/dp_replicate shards)")
+    return int(replicate)
 
 
 class CostKey(NamedTuple):
@@ -114,6 +129,9 @@ class TrainingSetup:
         pp_comm_overlap: the interleaved schedule's pipeline sends overlap the next chunk's
             computation (Megatron-Core's ``overlap_p2p_comm``; :mod:`archplace.placement.pipeline`);
             default False: they block. GPipe and 1F1B always block.
+        dp_replicate: the hybrid-sharding replicas of every plan searched or scored
+            (:attr:`Plan.dp_replicate`; like ``rank_order``, one value per search, the engine
+            setting it on every plan it returns); 1 by default.
 
     Raises:
         ConfigError: a non-positive field, an unknown optimizer or rank order, an
@@ -133,12 +151,14 @@ class TrainingSetup:
     interference: Interference = NO_INTERFERENCE
     hbm_fraction: float = 1.0
     pp_comm_overlap: bool = False
+    dp_replicate: int = 1
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
                      "peak_flop_per_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        object.__setattr__(self, "dp_replicate", _positive_int("setup", "dp_replicate", self.dp_replicate))
         if not 0.0 < self.hbm_fraction <= 1.0:
             raise ConfigError(f"hbm_fraction must be a fraction in (0, 1], got {self.hbm_fraction!r}")
         if not isinstance(self.interference, Interference):
@@ -217,6 +237,11 @@ class Plan:
             layer costs, which the caller builds for it, and the expert-data-parallel group the
             routed experts' gradients and ZeRO shards use (edp = tp * cp * dp / (etp * ep) ranks,
             :mod:`archplace.placement.layout`).
+        dp_replicate: hybrid sharding (HSDP): the dp ranks (with CP, the dp * cp ranks) are split
+            into dp_replicate replicas; ZeRO shards the model state over the dp * cp / dp_replicate
+            ranks of each replica and the replicas all-reduce their gradient shards once per
+            iteration (:mod:`archplace.placement.layout`, :mod:`archplace.placement.zero`); 1
+            (default): ZeRO over the whole DP x CP group. Needs zero_stage >= 1 and divides dp.
 
     Raises:
         ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
@@ -244,10 +269,12 @@ class Plan:
     ep: int = 1
     rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
     etp: int = 1
+    dp_replicate: int = 1
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep", "etp"):
             object.__setattr__(self, name, _positive_int("plan", name, getattr(self, name)))
+        object.__setattr__(self, "dp_replicate", check_replicate(self.dp_replicate, dp=self.dp))
         try:
             object.__setattr__(self, "rank_order", RankOrder(self.rank_order))
         except ValueError:
@@ -267,6 +294,9 @@ class Plan:
         except ValueError:
             raise ConfigError(f"plan: unknown pipeline schedule {self.schedule!r}") from None
         object.__setattr__(self, "zero_stage", check_zero_stage(self.zero_stage))
+        if self.dp_replicate > 1 and self.zero_stage == 0:
+            raise ConfigError(f"plan: dp_replicate = {self.dp_replicate} (hybrid sharding) needs zero_stage "
+                              f">= 1: it replicates ZeRO shards, and stage 0 shards nothing")
         for name in ("sp", "dp_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"plan: {name} must be a bool, got {getattr(self, name)!r}")
@@ -324,6 +354,7 @@ class Plan:
             "chunks": self.chunks, "sp": self.sp, "zero_stage": self.zero_stage,
             "dp_overlap": self.dp_overlap, "precision": self.precision.value,
             "rank_order": self.rank_order.value,
+            **({"dp_replicate": self.dp_replicate} if self.dp_replicate > 1 else {}),
             "stages": [list(s) for s in self.stages],
             "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
@@ -334,8 +365,8 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored; a missing
-        ``precision`` is bf16, a missing ``cp``, ``ep`` or ``etp`` 1, a missing ``rank_order``
-        tp-cp-ep-pp-dp).
+        ``precision`` is bf16, a missing ``cp``, ``ep``, ``etp`` or ``dp_replicate`` 1, a missing
+        ``rank_order`` tp-cp-ep-pp-dp).
 
         Raises:
             ConfigError: a missing or invalid field.
@@ -352,6 +383,6 @@ class Plan:
                        precision=Precision(data.get("precision", Precision.BF16.value)),
                        cp=int(data.get("cp", 1)), ep=int(data.get("ep", 1)),
                        rank_order=data.get("rank_order", RankOrder.TP_CP_EP_PP_DP.value),
-                       etp=int(data.get("etp", 1)))
+                       etp=int(data.get("etp", 1)), dp_replicate=int(data.get("dp_replicate", 1)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"invalid plan {data!r}: {exc}") from None

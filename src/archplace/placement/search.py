@@ -133,8 +133,10 @@ class Search:
     def grid(self, fam: CostFamily, n: int, variant: Variant) -> tuple[npt.NDArray[np.int64], ...]:
         """(p, d, m) of every valid candidate of a family and schedule (see
         ``timing.micro_batch_count`` for the micro-batch rule; interleaved, only depths with a
-        split of :func:`interleaved_splits`)."""
+        split of :func:`interleaved_splits`; with hybrid sharding's r = ``setup.dp_replicate``
+        replicas, only d that r divides, etp * ep dividing tp * cp * d / r)."""
         setup = self.setup
+        r = setup.dp_replicate
         devices = setup.cluster.devices
         v = variant.chunks
         interleaved = variant.schedule is PipelineSchedule.INTERLEAVED
@@ -156,8 +158,8 @@ class Search:
             valid = width * p * d <= devices
             if interleaved:
                 valid &= m % p == 0
-            if fam.ep * fam.etp > 1:  # the expert ranks are folded into the tp * cp * dp ranks
-                valid &= fam.expert_degree_fits(d)
+            if fam.ep * fam.etp > 1 or r > 1:  # the expert ranks are folded into each replica's ranks
+                valid &= (d % r == 0) & fam.expert_degree_fits(d // r)
             return p[valid], d[valid], m[valid]
         widths = devices // (width * depths)  # padded batches: every d up to the devices
         p = np.repeat(depths, widths).astype(np.int64)
@@ -165,8 +167,8 @@ class Search:
         m = -(-g // (fam.micro_batch * d))
         if interleaved:
             m = p * -(-m // p)
-        if fam.ep * fam.etp > 1:
-            keep = fam.expert_degree_fits(d)
+        if fam.ep * fam.etp > 1 or r > 1:
+            keep = (d % r == 0) & fam.expert_degree_fits(d // r)
             p, d, m = p[keep], d[keep], m[keep]
         return p, d, m
 
@@ -175,8 +177,9 @@ class Search:
         if zero_stage == 0:
             return 1
         fam = state.family
-        dense = d * fam.cp
-        return max(dense, fam.expert_group(d)) if state.experts else dense
+        r = self.setup.dp_replicate
+        dense = d * fam.cp // r
+        return max(dense, fam.expert_group(d) // r) if state.experts else dense
 
     def run(self) -> list[Found]:
         """Visit candidates best bound first; returns every found optimum within the cutoff.
@@ -403,12 +406,13 @@ class Search:
         fam = self.states[f].family
         layers = fam.layers
         self.meter.charge(4 * len(layers) * variant.chunks * p)
-        layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp)
+        layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp,
+                            self.setup.dp_replicate)
         return [interleaved_device_memory(
             [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=m,
             recompute=fam.recompute, optimizer=self.setup.optimizer,
-            zero_stage=variant.zero_stage, dp=layout.dense_dp, grad_bytes=self.setup.grad_bytes,
-            expert_dp=layout.expert_dp).total
+            zero_stage=variant.zero_stage, dp=layout.dense_shards, grad_bytes=self.setup.grad_bytes,
+            expert_dp=layout.expert_shards).total
             for j in range(p)]
 
     def _interleaved_points(self, f: int, variant: Variant, p: int, d: int, m: int
@@ -476,9 +480,11 @@ class Search:
         ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1, chains without experts)."""
         setup = self.setup
         cost = self.bounds.costs(state, p, d)[0]
-        dense = d * state.family.cp
+        dense = d * state.family.cp // setup.dp_replicate
         exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
-                                 dp=dense, params=float(params), backward_s=0.0, overlap=False)[0]
+                                 dp=dense, params=float(params), backward_s=0.0, overlap=False,
+                                 replicas=setup.dp_replicate,
+                                 replica_costs=self.bounds.replica_costs(state, p, d))[0]
         return float(exposed + optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s,
                                                      setup.optimizer, dense if variant.zero_stage else 1))
 
@@ -560,7 +566,7 @@ class Search:
                     recompute=fam.recompute, stages=stages, schedule=variant.schedule,
                     chunks=variant.chunks, sp=fam.sp, zero_stage=variant.zero_stage,
                     dp_overlap=variant.overlap, cp=fam.cp, ep=fam.ep, rank_order=self.setup.rank_order,
-                    etp=fam.etp)
+                    etp=fam.etp, dp_replicate=self.setup.dp_replicate)
 
 
 def _fits(capacity: npt.NDArray[np.int64], in_flight: Sequence[int]) -> bool:

@@ -27,7 +27,7 @@ a DAG (two-tower, multi-modal, a user's profiled layer graph) are planned exactl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                 chunks: Iterable[int] = (2, 4),
                 zero_stages: Iterable[int] = (0, 1),
                 dp_overlap: Iterable[bool] = (False, True),
-                top_k: int = 1) -> list[PlanResult]:
+                top_k: int = 1, dp_replicates: Iterable[int] | None = None) -> list[PlanResult]:
     """The ``top_k`` fastest distinct plan configurations, fastest first.
 
     Args:
@@ -93,6 +93,11 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         zero_stages: ZeRO stages (0..3) to consider.
         dp_overlap: DP-overlap settings to consider.
         top_k: how many configurations to return (each with its best stage split).
+        dp_replicates: hybrid-sharding replica counts r to consider (``Plan.dp_replicate``;
+            :mod:`archplace.placement.layout`): each r > 1 is searched on its own, with the ZeRO
+            stages >= 1 and the DP degrees it divides, ``setup.dp_replicate`` set to it, and the
+            plans of every r are ranked together (ties: the smaller r first). None (default):
+            ``setup.dp_replicate`` alone.
 
     Returns:
         ``evaluate_plan`` results; ties as in the module docstring.
@@ -117,6 +122,13 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     if not zero_list:
         raise ConfigError("at least one ZeRO stage is needed")
     overlap_list = _bools(dp_overlap, "dp_overlap")
+    replicas = dp_replicates if dp_replicates is not None else (setup.dp_replicate,)
+    replicate_list = tuple(dict.fromkeys(check_positive_int("dp_replicate", r) for r in replicas))
+    if not replicate_list:
+        raise ConfigError("at least one dp_replicate is needed")
+    if 0 in zero_list and len(zero_list) == 1 and min(replicate_list) > 1:
+        raise ConfigError(f"dp_replicate {min(replicate_list)} (hybrid sharding) needs a ZeRO stage >= 1, "
+                          f"but only zero_stage 0 is given")
     if not costs:
         raise ConfigError("plan_search needs the layer costs of at least one cost key "
                           "(tp, micro_batch, sp, cp, ep, etp)")
@@ -139,6 +151,27 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
                 for z in zero_list for o in overlap_list]
+    results: list[tuple[float, int, int, PlanResult]] = []
+    refusal: InfeasibleError | None = None
+    for order, r in enumerate(replicate_list):
+        kept = [variant for variant in variants if r == 1 or variant.zero_stage >= 1]
+        if not kept:
+            continue
+        try:
+            found = _search(families, kept, replace(setup, dp_replicate=r), top_k)
+        except InfeasibleError as exc:
+            refusal = refusal or exc
+            continue
+        results.extend((result.iteration_time_s, order, rank, result) for rank, result in enumerate(found))
+    if not results and refusal is not None:
+        raise refusal
+    results.sort(key=lambda row: row[:3])
+    return [row[3] for row in results[:top_k]]
+
+
+def _search(families: list[CostFamily], variants: list[Variant], setup: TrainingSetup,
+            top_k: int) -> list[PlanResult]:
+    """:func:`plan_search` at one ``setup.dp_replicate``."""
     search = Search(families, undominated(variants) if top_k == 1 else variants, setup, top_k)
     found = search.run()
     if not search.any_candidate:

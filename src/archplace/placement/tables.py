@@ -187,7 +187,7 @@ class SegmentTables:
         self._state: dict[tuple[int, Shards], FloatArray] = {}
         self._kmax: dict[tuple[int, Shards], IntArray] = {}
         self._zero: dict[tuple[object, ...], FloatArray] = {}
-        self._costs: dict[tuple[int, int], tuple[Cost, Cost]] = {}
+        self._costs: dict[tuple[int, int, bool], tuple[Cost, Cost]] = {}
         self._t_bound: FloatArray | None = None
         self._loose: tuple[int, FloatArray] | None = None
 
@@ -241,7 +241,8 @@ class SegmentTables:
 
     def layout(self, pp: int, dp: int) -> RankLayout:
         """The rank layout of this chain's plans with pp stages and dp replicas."""
-        return RankLayout(self.tp, self.cp, self.ep, pp, dp, self.setup.rank_order, self.etp)
+        return RankLayout(self.tp, self.cp, self.ep, pp, dp, self.setup.rank_order, self.etp,
+                          self.setup.dp_replicate)
 
     def expert_dp(self, dp: int) -> int:
         """Ranks of the expert-data-parallel group with dp replicas: tp * cp * dp / (etp * ep)
@@ -250,21 +251,25 @@ class SegmentTables:
 
     def shards(self, zero_stage: int, dp: int) -> Shards:
         """(dense, expert) ZeRO shard counts with dp replicas: the DP x CP and expert-data-parallel
-        group sizes with a ZeRO stage >= 1, else (1, 1)."""
+        group sizes (over ``setup.dp_replicate``, the hybrid-sharding replicas) with a ZeRO stage
+        >= 1, else (1, 1)."""
         if zero_stage == 0:
             return NO_SHARDS
-        return dp * self.cp, self.expert_dp(dp)
+        r = self.setup.dp_replicate
+        return dp * self.cp // r, self.expert_dp(dp) // r
 
-    def group_costs(self, pp: int, dp: int) -> tuple[Cost, Cost]:
-        """All-reduce costs (start-up s, s per byte) over the DP x CP group and over the
-        expert-data-parallel group ((0, 0) without experts)."""
-        key = (pp, dp)
+    def group_costs(self, pp: int, dp: int, replicas: bool = False) -> tuple[Cost, Cost]:
+        """All-reduce costs (start-up s, s per byte) over the dense and the expert shard groups
+        (the DP x CP and expert-data-parallel groups without hybrid sharding;
+        :meth:`RankLayout.shard_costs`), or with ``replicas`` over the replica groups
+        (:meth:`RankLayout.replica_costs`); (0, 0) for the experts of a chain without them."""
+        key = (pp, dp, replicas)
         costs = self._costs.get(key)
         if costs is None:
             layout = self.layout(pp, dp)
             cluster = self.setup.cluster
-            costs = (layout.dense_dp_cost(cluster),
-                     layout.expert_dp_cost(cluster) if self.has_experts else (0.0, 0.0))
+            costs = (layout.replica_costs(cluster, self.has_experts) if replicas
+                     else layout.shard_costs(cluster, self.has_experts))
             self._costs[key] = costs
         return costs
 
@@ -303,11 +308,11 @@ class SegmentTables:
         table = self._zero.get(key)
         if table is None:
             zero = layer_zero_comm_s(cost, zero_stage=zero_stage, grad_bytes=self.setup.grad_bytes,
-                                     dp=dp * self.cp,
+                                     dp=dp * self.cp // self.setup.dp_replicate,
                                      params=self.layer_dense if self.has_experts else self.layer_params,
                                      fwd_s=self.layer_fwd, backward_s=self.layer_backward,
                                      expert_cost=expert_cost,
-                                     expert_dp=self.expert_dp(dp),
+                                     expert_dp=self.expert_dp(dp) // self.setup.dp_replicate,
                                      expert_params=self.layer_experts if self.has_experts else None,
                                      interference=self.setup.interference)
             exposed = zero.exposed + zero.slowed  # as pipeline.stage_times charges them
@@ -451,12 +456,14 @@ class SegmentTables:
         setup = self.setup
         cost, expert_cost = self.group_costs(pp, dp)
         shards, expert_shards = self.shards(zero_stage, dp)
+        r = setup.dp_replicate
         charged_experts = experts if experts is not None else 0.0
         exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes,
-                                            dp=dp * self.cp, params=dense, backward_s=backward,
+                                            dp=dp * self.cp // r, params=dense, backward_s=backward,
                                             overlap=overlap, expert_cost=expert_cost,
-                                            expert_dp=self.expert_dp(dp), expert_params=charged_experts,
-                                            interference=setup.interference)
+                                            expert_dp=self.expert_dp(dp) // r, expert_params=charged_experts,
+                                            interference=setup.interference, replicas=r,
+                                            replica_costs=self.group_costs(pp, dp, replicas=True))
         exposed = exposed + slowed  # as pipeline.evaluate_plan's (exposed + slowed) + step
         step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * dense / shards
                 / setup.step_bandwidth_bytes_per_s)

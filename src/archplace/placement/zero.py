@@ -37,8 +37,19 @@ section 7.2.1):
   max(0, collective - compute) per layer is exposed (:func:`layer_zero_comm_s`; assumption:
   prefetching pairs a layer's collective with its own compute).
 
-The once-per-iteration gradient reduction of stages 0 and 1 runs, with ``dp_overlap``, bucket
-by bucket while the last micro-batch's backward pass produces the gradients
+Hybrid sharding (HSDP, r replicas; :mod:`archplace.placement.layout`): every collective above
+runs over the shard group of Nd / r ranks (``dp`` is then its size, the shard count), and the
+replicas all-reduce their G Psi / (Nd / r) bytes of gradient shards over the replica group of r
+ranks once per iteration, after gradient accumulation (Megatron-Core's FSDP hybrid mode, which
+all-reduces across the outer DP group at the optimizer step; FSDP2 with
+``set_requires_all_reduce(False)`` on all but the last micro-batch, as TorchTitan's
+gradient-accumulation loop leaves it to the last backward). At stage 1 it follows the
+reduce-scatter bucket by bucket (each bucket reduce-scattered in the shard group, then its shard
+all-reduced across replicas, FSDP's ``HYBRID_SHARD`` order); at stages 2 and 3 it is the tail's
+only reduction.
+
+The once-per-iteration gradient reduction of stages 0 and 1 (and HSDP's replica all-reduce)
+runs, with ``dp_overlap``, bucket by bucket while the last micro-batch's backward pass produces the gradients
 (:func:`bucketed_exposed_s`); the parameter all-gather of stages 1 and 2 is exposed (assumption:
 Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not modelled).
 
@@ -144,7 +155,9 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
                    params: ArrayLike, backward_s: ArrayLike, overlap: bool,
                    expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
                    expert_params: ArrayLike = 0.0,
-                   interference: Interference = NO_INTERFERENCE) -> CommTimes:
+                   interference: Interference = NO_INTERFERENCE, replicas: int = 1,
+                   replica_costs: tuple[tuple[float, float], tuple[float, float]] = ((0.0, 0.0), (0.0, 0.0)),
+                   ) -> CommTimes:
     """(exposed, total, slowed) seconds of the once-per-iteration DP traffic of ``params`` parameters
     (module docstring): stage 0 the all-reduce of the gradients, stage 1 their reduce-scatter
     and the parameter all-gather, stage 2 the parameter all-gather, stage 3 nothing. With
@@ -167,44 +180,63 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
             reduce-scatter or an all-gather costs half of each.
         params: the parameters reduced over it (the dense ones).
         interference: the compute capacity a hidden collective takes (default none).
+        replicas, replica_costs: hybrid sharding's r replicas (module docstring; ``dp`` and
+            ``expert_dp`` are then the shard groups' sizes) and the all-reduce costs over the
+            dense and the expert replica groups; 1 (default): no replica all-reduce.
     """
-    dense = _tail_one(cost, zero_stage, grad_bytes, dp, params, backward_s, overlap, interference)
-    if expert_dp == 1 or not np.any(np.asarray(expert_params) > 0):
+    dense = _tail_one(cost, zero_stage, grad_bytes, dp, params, backward_s, overlap, interference,
+                      (replicas, replica_costs[0]))
+    if (expert_dp == 1 and replicas == 1) or not np.any(np.asarray(expert_params) > 0):
         return dense
     expert = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params,
-                       backward_s, overlap, interference)
+                       backward_s, overlap, interference, (replicas, replica_costs[1]))
     return CommTimes(dense.exposed + expert.exposed, dense.total + expert.total,
                      dense.slowed + expert.slowed)
 
 
 def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: int,
               params: ArrayLike, backward_s: ArrayLike, overlap: bool,
-              interference: Interference) -> CommTimes:
-    """:func:`dp_tail_comm_s` of one group."""
+              interference: Interference,
+              replica: tuple[int, tuple[float, float]] = (1, (0.0, 0.0))) -> CommTimes:
+    """:func:`dp_tail_comm_s` of one group (``replica``: (replicas, all-reduce cost over them))."""
     count = np.asarray(params, dtype=np.float64)
     zeros = np.zeros_like(count)
-    if dp == 1 or zero_stage >= 3:
+    replicas, (replica_const, replica_byte) = replica
+    if replicas == 1 and (dp == 1 or zero_stage >= 3):
         return CommTimes(zeros, zeros, zeros)
     const_s, per_byte_s = cost
     if zero_stage == 0:
         reduce_const, reduce_byte = const_s, per_byte_s
-    else:
+    elif zero_stage == 1:
         reduce_const, reduce_byte = const_s / 2.0, per_byte_s / 2.0
-    if zero_stage <= 1:
-        grads = grad_bytes * count
+    else:
+        reduce_const = reduce_byte = 0.0
+    grads = grad_bytes * count
+    shard_byte = reduce_byte
+    shard_part = np.where(count > 0, reduce_const + reduce_byte * grads, 0.0)
+    if replicas > 1:  # each bucket's 1/dp shard all-reduced across the replicas after it
+        reduce_const, reduce_byte = reduce_const + replica_const, reduce_byte + replica_byte / dp
+    reduces = zero_stage <= 1 or replicas > 1
+    if reduces:
         reduce = np.where(count > 0, reduce_const + reduce_byte * grads, 0.0)
-        hidden = (bucketed_exposed_s(reduce_const, reduce_byte, grads, bucket_bytes(dp, grad_bytes),
-                                     backward_s) if overlap else reduce)
+        hidden = (bucketed_exposed_s(reduce_const, reduce_byte, grads,
+                                     bucket_bytes(dp * replicas, grad_bytes), backward_s)
+                  if overlap else reduce)
     else:
         reduce = hidden = zeros
-    if zero_stage >= 1:
+    if 1 <= zero_stage <= 2:
         gather = np.where(count > 0, const_s / 2.0 + per_byte_s / 2.0 * (WEIGHT_BYTES_PER_PARAM * count),
                           0.0)
     else:
         gather = zeros
-    if overlap and zero_stage <= 1 and not interference.free:
-        transfer = np.where(count > 0, reduce_byte * (grad_bytes * count), 0.0)
-        slowed = slowed_s(interference.lost_s(reduce, transfer, cost, dp), hidden)
+    if overlap and reduces and not interference.free:
+        transfer = np.where(count > 0, shard_byte * grads, 0.0)
+        lost = interference.lost_s(shard_part, transfer, cost, dp)
+        if replicas > 1:
+            part = np.where(count > 0, replica_const + replica_byte / dp * grads, 0.0)
+            lost = lost + interference.lost_s(part, part - np.where(count > 0, replica_const, 0.0),
+                                              (replica_const, replica_byte), replicas)
+        slowed = slowed_s(lost, hidden)
     else:
         slowed = zeros
     return CommTimes(hidden + gather, reduce + gather, slowed)
