@@ -28,7 +28,7 @@ from archplace.placement.interference import Interference
 from archplace.placement.plan import LayerCost, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
-from archplace.placement.workflow import PlanGrid
+from archplace.placement.workflow import PlanGrid, search_options
 from archplace.workload.layers import LayerChain
 
 TABLE_MIN_CORES = 8
@@ -206,9 +206,7 @@ def evaluate_designs(
                                   pp_comm_overlap=(acc.efficiency is not None
                                                    and acc.efficiency.pp_comm_overlap))
             try:
-                (best,) = plan_search(shared[key], setup, recomputes=space.recomputes,
-                                      schedules=space.schedules, chunks=space.chunks,
-                                      zero_stages=space.zero_stages, dp_overlap=space.dp_overlap, top_k=1)
+                (best,) = plan_search(shared[key], setup, top_k=1, **search_options(space))
             except InfeasibleError as exc:
                 refusal = refusal or str(exc)
                 continue

@@ -8,8 +8,10 @@ the placement engine (:mod:`archplace.placement.solver`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import PRECISION_ORDER, Fp8CostModel, Precision, check_precision
@@ -199,6 +201,15 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     return costs_by_key(chains, prob.acc, cost, fp8_cost=fp8_cost)
 
 
+def search_options(space: PlanGrid) -> dict[str, Any]:
+    """The options :func:`~archplace.placement.solver.plan_search` searches, from ``space``: each
+    keyword-only parameter of ``plan_search`` that names a :class:`PlanGrid` field, given that
+    field's value (so that a new searched option reaches the engine without anyone listing it)."""
+    grid = {field.name for field in fields(PlanGrid)}
+    return {name: getattr(space, name) for name, param in inspect.signature(plan_search).parameters.items()
+            if param.kind is inspect.Parameter.KEYWORD_ONLY and name in grid}
+
+
 def precision_setup(prob: Problem, precision: Precision) -> TrainingSetup:
     """``prob.setup`` for training at ``precision``: with fp8, MFU and HFU are counted against
     the FP8 peak (``fp8_speedup`` x the bf16 peak), the rate the linear layers' GEMMs run at.
@@ -275,9 +286,7 @@ def plan(prob: Problem, space: PlanGrid = DEFAULT_GRID, top_k: int = 1) -> list[
                                 expert_load_imbalance=space.expert_load_imbalance)
         setup = replace(precision_setup(prob, precision), grad_reduce_dtype=space.grad_reduce_dtype)
         try:
-            found = plan_search(costs, setup, recomputes=space.recomputes, schedules=space.schedules,
-                                chunks=space.chunks, zero_stages=space.zero_stages,
-                                dp_overlap=space.dp_overlap, top_k=top_k)
+            found = plan_search(costs, setup, top_k=top_k, **search_options(space))
         except InfeasibleError as exc:
             refusal = refusal or exc
             continue
