@@ -13,7 +13,7 @@ records, with no second list anywhere:
   :func:`archplace.cli.options.cli_message`);
 * which field of a plan a field of a plan space tries (``tps`` tries ``tp``: :func:`tried`).
 
-``docs/development.md`` ("How to add a plan option") shows the one declaration a new option needs.
+``docs/development.md`` ("How to add a plan dimension") shows the one declaration a new option needs.
 """
 
 from __future__ import annotations
