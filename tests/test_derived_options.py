@@ -164,6 +164,8 @@ def test_giving_an_option_sets_its_field(command: str, name: str, monkeypatch: p
         words += ["--chunks", "2"]  # more than one chunk needs the interleaved schedule
     if d.name == "stages":
         words += ["--pp", "2"]
+    if d.name == "dp_replicate":
+        words += ["--zero-stage", "1"]  # hybrid sharding replicates ZeRO shards
     data = _run_of(command, words, monkeypatch)
     holder = data["plan"] if command == "evaluate" and d.spec is Plan else data
     if expected is not None:

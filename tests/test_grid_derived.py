@@ -28,7 +28,7 @@ ODD = PlanGrid(tps=(2, 4), micro_batches=(3,), sps=(False,), recomputes=(Recompu
                schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), zero_stages=(1, 3), dp_overlap=(True,),
                fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
                grad_reduce_dtype=GradReduceDtype.BF16, precisions=(Precision.FP8,), cps=(2,), eps=(4,),
-               capacity_factor=1.25, expert_load_imbalance=1.5, etps=(2,))
+               capacity_factor=1.25, expert_load_imbalance=1.5, etps=(2,), dp_replicates=(1, 2))
 """Every field away from its default."""
 
 
@@ -47,7 +47,7 @@ def test_plan_grid_copies_every_field_by_name() -> None:
     space = PlanSpace(tps=(2, 4), micro_batches=(3,), recomputes=(Recompute.FULL,),
                       schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), sp=False, zero_stages=(1, 3),
                       dp_overlap=(True,), grad_reduce_dtype=GradReduceDtype.BF16,
-                      precisions=(Precision.FP8,), cps=(2,), eps=(4,), etps=(2,))
+                      precisions=(Precision.FP8,), cps=(2,), eps=(4,), etps=(2,), dp_replicates=(1, 2))
     model = ModelSpec("gpt2", fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
                       capacity_factor=1.25, expert_load_imbalance=1.5)
     assert plan_grid(space, model) == ODD

@@ -144,7 +144,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          expert_load_imbalance: float = 1.0, etps: Iterable[int] | None = None,
          attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
          pp_comm_overlap: bool | None = None, chunks: Iterable[int] | None = None,
-         dp_overlap: Iterable[bool] | None = None, cluster: str | None = None) -> list[PlanResult]:
+         dp_overlap: Iterable[bool] | None = None, cluster: str | None = None,
+         dp_replicates: Iterable[int] = (1,)) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -179,6 +180,9 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     None: the chip's own (off).
     ``chunks``: model chunks per device tried with the interleaved schedule (default 2 and 4);
     ``dp_overlap``: the DP overlap settings tried (default both, False and True);
+    ``dp_replicates``: hybrid-sharding (HSDP) replica counts tried (default 1 only: ZeRO over the
+    whole DP x CP group; r > 1: ZeRO within each of r replicas, which all-reduce their gradient
+    shards once per iteration, :mod:`archplace.placement.layout`);
     ``cluster``: the preset or YAML whose cluster section gives the links (default
     ``hardware``'s own). Each keyword is a field of :class:`~archplace.specs.PlanSpace`,
     :class:`~archplace.specs.ModelSpec` or :class:`~archplace.specs.HardwareSpec`, as ``plan``'s
@@ -202,7 +206,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
                       cps=None if cps is None else tuple(cps), eps=None if eps is None else tuple(eps),
                       rank_order=rank_order, etps=None if etps is None else tuple(etps),  # type: ignore[arg-type]
                       chunks=tuple(chunks) if chunks is not None else SEARCHED_CHUNKS,
-                      dp_overlap=tuple(dp_overlap) if dp_overlap is not None else (False, True))
+                      dp_overlap=tuple(dp_overlap) if dp_overlap is not None else (False, True),
+                      dp_replicates=_listed(dp_replicates))
     return plan_run(PlanRun(
         ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                   capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance),
@@ -246,12 +251,14 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              ep: int = 1, rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
              expert_load_imbalance: float = 1.0, etp: int = 1,
              attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
-             pp_comm_overlap: bool | None = None, cluster: str | None = None) -> PlanResult:
+             pp_comm_overlap: bool | None = None, cluster: str | None = None,
+             dp_replicate: int = 1) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
-    ``etp`` the context- and expert-parallel degrees and the expert-TP width, and
+    ``etp`` the context- and expert-parallel degrees and the expert-TP width, ``dp_replicate`` the
+    hybrid-sharding replicas (dividing ``dp``, with ``zero_stage`` >= 1), and
     ``attention_kernel``, ``tp_comm_overlap`` and ``pp_comm_overlap``, as in :func:`plan`;
     ``hardware`` a preset, a hardware YAML or a
     :class:`~archplace.hw.resolved.ResolvedHardware`; ``cluster`` the preset or YAML whose
@@ -279,7 +286,7 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
                  stages=parse_stages(stages) if stages else None, precision=precision, cp=cp, ep=ep,  # type: ignore[arg-type]
-                 rank_order=rank_order, etp=etp)  # type: ignore[arg-type]
+                 rank_order=rank_order, etp=etp, dp_replicate=dp_replicate)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
     chip = (HardwareSpec(hardware, cluster, attention_kernel=attention_kernel,

@@ -10,7 +10,7 @@ It shares nothing with the solver but ``evaluate_plan`` and the value objects.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
@@ -62,8 +62,10 @@ def block_uniform(n, parts):
 
 
 def rank_key(plan):
-    """The documented tie-break after the iteration time."""
-    return (plan.devices, plan.pp, plan.tp, plan.cp, plan.ep, plan.etp, plan.chunks, plan.micro_batch,
+    """The documented tie-break after the iteration time (hybrid-sharding replicas first: the
+    search ranks each replica count's plans after the smaller one's on equal times)."""
+    return (plan.dp_replicate, plan.devices, plan.pp, plan.tp, plan.cp, plan.ep, plan.etp, plan.chunks,
+            plan.micro_batch,
             RECOMPUTES.index(plan.recompute), SCHEDULE_RANK[plan.schedule], plan.sp, plan.zero_stage,
             plan.dp_overlap, plan.stages)
 
@@ -88,8 +90,25 @@ def better_split(time_s, stages, best_s, best_stages) -> bool:
 
 
 def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
-                overlaps=(False,)) -> Brute:
+                overlaps=(False,), replicates=None) -> Brute:
+    """Every configuration of ``costs`` scored and ranked (``replicates``: the hybrid-sharding
+    replica counts, each with a setup of its own; None: the setup's)."""
+    out = Brute([], [], False, None)
+    for r in (replicates if replicates is not None else (setup.dp_replicate,)):
+        one = _brute_force(costs, replace(setup, dp_replicate=r), recomputes=recomputes, schedules=schedules,
+                           chunks=chunks, zeros=[z for z in zeros if r == 1 or z >= 1], overlaps=overlaps)
+        out.ranked += one.ranked
+        out.times += one.times
+        out.any_valid = out.any_valid or one.any_valid
+        if one.min_peak is not None:
+            out.min_peak = one.min_peak if out.min_peak is None else min(out.min_peak, one.min_peak)
+    out.ranked.sort(key=lambda row: row[:2])
+    return out
+
+
+def _brute_force(costs, setup, *, recomputes, schedules, chunks, zeros, overlaps) -> Brute:
     devices = setup.cluster.devices
+    r = setup.dp_replicate
     best_per_config = []
     times = []
     any_valid = False
@@ -104,7 +123,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                         if tp * cp * p > devices:
                             break
                         for d in range(1, devices // (tp * cp * p) + 1):
-                            if (tp * cp * d) % (etp * ep):
+                            if d % r or (tp * cp * d // r) % (etp * ep):
                                 continue
                             for z in zeros:
                                 for o in overlaps:
@@ -115,7 +134,7 @@ def brute_force(costs, setup, *, recomputes, schedules, chunks=(2,), zeros=(0,),
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
                                                     sp=sp, zero_stage=z, dp_overlap=o, cp=cp, ep=ep,
-                                                    etp=etp, rank_order=setup.rank_order)
+                                                    etp=etp, rank_order=setup.rank_order, dp_replicate=r)
                                         try:
                                             micro_batches(setup, plan)
                                         except ConfigError:

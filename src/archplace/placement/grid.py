@@ -58,6 +58,9 @@ class PlanGrid:
     ``capacity_factor`` and ``expert_load_imbalance`` (not searched): how the MoE layers' routed
     tokens are padded or skewed (:class:`archplace.workload.extract.ExtractOptions`; 1.0 each:
     dropless and balanced).
+    ``dp_replicates``: hybrid-sharding replica counts to try (:attr:`Plan.dp_replicate`; 1: ZeRO
+    over the whole DP x CP group); each r > 1 with the ZeRO stages >= 1 and the DP degrees it
+    divides (:func:`~archplace.placement.solver.plan_search`).
     """
 
     tps: tuple[int, ...] | None = None
@@ -78,7 +81,7 @@ class PlanGrid:
     capacity_factor: float = 1.0
     expert_load_imbalance: float = 1.0
     etps: tuple[int, ...] | None = None
-
+    dp_replicates: tuple[int, ...] = (1,)
 
 
 DEFAULT_GRID = PlanGrid()

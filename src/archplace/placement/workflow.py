@@ -329,14 +329,15 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              dp_overlap: bool = False, stages: tuple[tuple[int, int], ...] | None = None, fuse: bool = False,
              attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
              precision: Precision = Precision.BF16, cp: int = 1, ep: int = 1,
-             capacity_factor: float = 1.0, expert_load_imbalance: float = 1.0, etp: int = 1) -> PlanResult:
+             capacity_factor: float = 1.0, expert_load_imbalance: float = 1.0, etp: int = 1,
+             dp_replicate: int = 1) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor`` and
     ``expert_load_imbalance`` as in :class:`PlanGrid`;
     ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp``, ``ep``
     and ``etp`` the context- and expert-parallel degrees and the expert-TP width (tp * cp * pp * dp
     devices; the rank order is ``prob.setup.rank_order``, recorded as the returned plan's
-    ``rank_order``).
+    ``rank_order``); ``dp_replicate`` the hybrid-sharding replicas (:attr:`Plan.dp_replicate`).
 
     Raises:
         ConfigError: an invalid plan (also: cp not splitting the sequence into 2 cp chunks, ep > 1
@@ -360,7 +361,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
                           f"into a stage's tensor-, context- and data-parallel ranks)",
                           fields=("plan.etp", "plan.ep"))
     key = CostKey(tp, micro_batch, sp and tp > 1, cp, ep, etp)
-    setup = precision_setup(prob, precision)
+    setup = replace(precision_setup(prob, precision), dp_replicate=dp_replicate)
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
                             precision=precision, capacity_factor=capacity_factor,
                             expert_load_imbalance=expert_load_imbalance)[key]
@@ -372,5 +373,6 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     ranges = stages if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap,
-                 precision=precision, cp=cp, ep=ep, rank_order=prob.setup.rank_order, etp=etp)
+                 precision=precision, cp=cp, ep=ep, rank_order=prob.setup.rank_order, etp=etp,
+                 dp_replicate=dp_replicate)
     return evaluate_plan(costs, setup, fixed)

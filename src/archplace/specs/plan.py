@@ -133,10 +133,14 @@ class PlanSpace:
         rank_order: how the parallel groups are laid over the ranks (one order, not searched):
             tp-cp-ep-pp-dp (default) or tp-cp-ep-dp-pp (Megatron-Core's;
             :class:`~archplace.placement.plan.RankOrder`).
+        dp_replicates: hybrid-sharding (HSDP) replica counts to try (each 1..2**20; default 1
+            only): ZeRO shards over dp * cp / r ranks of each of r replicas, which all-reduce
+            their gradient shards once per iteration; each r > 1 with the ZeRO stages >= 1 and
+            the DP degrees it divides.
 
     Raises:
         ConfigError: a value out of range or unknown, an empty list (the field named; for
-            ``cps``, ``eps`` and ``etps`` also in the error's ``fields``).
+            ``cps``, ``eps``, ``etps`` and ``dp_replicates`` also in the error's ``fields``).
     """
 
     tps: tuple[int, ...] | None = option(None, tries="tp", default_shown="all valid")
@@ -162,9 +166,11 @@ class PlanSpace:
     eps: tuple[int, ...] | None = option(None, tries="ep", default_shown="automatic")
     rank_order: RankOrder = option(RankOrder.TP_CP_EP_PP_DP, help=_RANK_ORDER_HELP)
     etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="automatic: 1 and the TP width")
+    dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
 
     def __post_init__(self) -> None:
         store(self, "rank_order", member(RankOrder, self.rank_order, "rank_order"))
+        store(self, "dp_replicates", degrees(self.dp_replicates, "dp_replicates"))
         if self.tps is not None:
             store(self, "tps", wholes(self.tps, "tps", "tp", 1, limits.MAX_DEVICES))
         store(self, "micro_batches", wholes(self.micro_batches, "micro_batches", "micro_batch", 1,
@@ -224,6 +230,11 @@ class Plan:
             over the ranks (:class:`~archplace.placement.plan.RankOrder`).
         etp: expert-tensor-parallel width (1..2**20): every routed expert's weights split over
             etp ranks (Megatron-Core's ``expert_tensor_parallel_size``).
+        dp_replicate: hybrid sharding (HSDP; PyTorch FSDP's HYBRID_SHARD, TorchTitan's
+            ``data_parallel_replicate_degree``): the dp ranks form dp_replicate replicas, ZeRO
+            shards over the dp * cp / dp_replicate ranks of each, and the replicas all-reduce their
+            gradient shards once per iteration (:mod:`archplace.placement.layout`). 1 (default):
+            ZeRO over the whole DP x CP group. Must divide dp and needs zero_stage >= 1.
 
     Raises:
         ConfigError: a field out of range or unknown (named ``plan.FIELD``), sp with tp = 1,
@@ -256,10 +267,13 @@ class Plan:
     rank_order: RankOrder = option(RankOrder.TP_CP_EP_PP_DP, help=_RANK_ORDER_HELP)
     etp: int = option(1, help="Expert-tensor-parallel width: each routed expert's weights split over ETP "
                               "ranks (Megatron-Core's expert_tensor_parallel_size; MoE models)")
+    dp_replicate: int = option(1, help=(
+        "Hybrid sharding (HSDP): DP replicas, each sharding the ZeRO state over dp*cp/dp_replicate "
+        "ranks; they all-reduce gradients once per iteration (divides dp; needs zero_stage >= 1)"))
 
     def __post_init__(self) -> None:
         store(self, "rank_order", member(RankOrder, self.rank_order, "plan.rank_order"))
-        for name in ("tp", "pp", "dp", "chunks", "cp", "ep", "etp"):
+        for name in ("tp", "pp", "dp", "chunks", "cp", "ep", "etp", "dp_replicate"):
             limits.whole(f"plan.{name}", getattr(self, name), 1, limits.MAX_DEVICES)
         limits.whole("plan.micro_batch", self.micro_batch, 1, limits.MAX_MICRO_BATCH)
         store(self, "recompute", member(Recompute, self.recompute, "plan.recompute"))
@@ -272,6 +286,13 @@ class Plan:
         store(self, "optimizer", member(Optimizer, self.optimizer, "plan.optimizer"))
         store(self, "precision", member(Precision, self.precision, "plan.precision"))
         check_sp(self.sp, self.tp, "plan.")
+        if self.dp % self.dp_replicate:
+            raise ConfigError(f"plan.dp_replicate = {self.dp_replicate} must divide plan.dp = {self.dp}",
+                              fields=("plan.dp_replicate",))
+        if self.dp_replicate > 1 and self.zero_stage == 0:
+            raise ConfigError(f"plan.dp_replicate = {self.dp_replicate} (hybrid sharding) needs "
+                              f"plan.zero_stage >= 1: it replicates ZeRO shards",
+                              fields=("plan.dp_replicate",))
         if self.schedule is PipelineSchedule.INTERLEAVED:
             if self.chunks < 2 or self.pp < 2:
                 raise ConfigError(f"plan.schedule interleaved needs plan.chunks >= 2 and plan.pp >= 2, "
