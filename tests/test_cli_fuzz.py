@@ -116,6 +116,7 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--cp": _ints([1, 2]),
         "--ep": _ints([1, 2]),
         "--etp": _ints([1, 2]),
+        "--dp-replicate": _ints([1, 2]),
         "--pp": _ints([1, 2]),
         "--dp": _ints([1, 2, 8]),
         "--chunks": _ints([1, 2]),
