@@ -47,6 +47,24 @@ def test_cpsat_on_larger_dags_is_valid_and_bounded(problem: ScheduleProblem) -> 
     assert not result.optimal or result.gap < 1e-3  # dyadic latencies: exact, up to ticks
 
 
+def test_a_model_presolve_wrongly_proves_infeasible_is_solved_without_presolve() -> None:
+    """Found by the hypothesis test above: OR-Tools 9.15's presolve declares this model
+    infeasible; by hand the optimum is 3.0 s: op 0, op 2, then ops 6, 7 and 4 in all mode
+    (0.5 + 0.5 + 1.0 + 0.5 + 0.5), every op on the one tensor or vector core in turn."""
+    tensor, vector = T, V
+    spec = [(tensor, 0.5, 0.5, ()), (tensor, 0.0, 0.0, ()), (tensor, 0.5, 0.5, (0,)), (tensor, 0.0, 0.0, ()),
+            (vector, 3.0, 0.5, (0,)), (tensor, 0.0, 0.0, ()), (tensor, 1.5, 1.0, (0,)),
+            (tensor, 1.0, 0.5, (0,)), (tensor, 0.0, 0.0, ()), (tensor, 0.0, 0.0, ()), (tensor, 0.0, 0.0, ()),
+            (tensor, 0.0, 0.0, (6,)), (tensor, 0.0, 0.0, (7,))]
+    ops = tuple(SchedOp(id=i, core_type=kind, single_s=single, all_s=every, preds=preds)
+                for i, (kind, single, every, preds) in enumerate(spec))
+    problem = ScheduleProblem(ops=ops, tensor_cores=1, vector_cores=1)
+    result = CpSatScheduler().solve(problem, SolveOptions(time_limit_s=5.0, workers=2))
+    validate(problem, result.schedule)
+    assert result.optimal
+    assert result.makespan_s == pytest.approx(3.0, abs=TOL)
+
+
 def test_rounded_latencies_keep_the_schedule_valid_and_the_bound_honest() -> None:
     # latencies that are not whole ticks: every op is rounded up, the bound accounts for it
     ops = tuple(SchedOp(i, (T, V, F)[i % 3], 1.0 / (3 + i), 0.7 / (3 + i),

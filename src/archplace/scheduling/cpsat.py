@@ -234,6 +234,16 @@ class CpSatScheduler:
         # instead, and an interrupt stops the search at once.
         solver.parameters.catch_sigint_signal = False
         status = call_interruptibly(lambda: solver.solve(built.model), solver.stop_search)
+        if status == cp_model.INFEASIBLE:
+            # The hint is a feasible schedule, so INFEASIBLE is a solver fault: OR-Tools 9.15's
+            # presolve proves some models with optional intervals under the end-of-schedule
+            # rule infeasible (a 13-op case is in tests/scheduling/test_cpsat.py); solve again
+            # without presolve, which finds their optimum.
+            solver.parameters.cp_model_presolve = False
+            if options.deterministic_time is None:
+                solver.parameters.max_time_in_seconds = max(
+                    1e-3, options.time_limit_s - (time.perf_counter() - started))
+            status = call_interruptibly(lambda: solver.solve(built.model), solver.stop_search)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             starts = [solver.value(s) for s in built.starts]
             modes: list[Mode] = [
