@@ -25,21 +25,19 @@ from archplace.app import (
     schedule_layer,
 )
 from archplace.cost.estimate import estimate_matmul
-from archplace.cost.precision import PRECISIONS
 from archplace.dse.request import SearchRequest, SearchResult
 from archplace.dse.runner import Progress
 from archplace.errors import ConfigError
 from archplace.hw.presets import preset_summaries
 from archplace.hw.resolved import ResolvedHardware
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
-from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, PipelineSchedule, Recompute
+from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES
 from archplace.placement.result import PlanResult
 from archplace.scheduling.base import SolveOptions
 from archplace.scheduling.solve import get_scheduler, solve_problem
 from archplace.searches import SearchInterrupted, run_searches
 from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
 from archplace.specs.plan import (
-    SEARCHED_CHUNKS,
     TOP_K,
     check_sp,
     fixed_zero_stage,
@@ -196,24 +194,19 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
             (:mod:`archplace.placement.budget`), fp8 on a chip without FP8 tensor cores.
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
-    space = PlanSpace(tps=tuple(tps) if tps else None,
-                      micro_batches=tuple(micro_batches) if micro_batches else MICRO_BATCHES,
-                      recomputes=tuple(recomputes) if recomputes else tuple(Recompute),  # type: ignore[arg-type]
-                      schedules=tuple(schedules) if schedules else tuple(PipelineSchedule),  # type: ignore[arg-type]
-                      sp=bool(sp), zero_stages=parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,)),
-                      grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer, top_k=top_k,  # type: ignore[arg-type]
-                      precisions=tuple(precisions) if precisions is not None else PRECISIONS,  # type: ignore[arg-type]
-                      cps=None if cps is None else tuple(cps), eps=None if eps is None else tuple(eps),
-                      rank_order=rank_order, etps=None if etps is None else tuple(etps),  # type: ignore[arg-type]
-                      chunks=tuple(chunks) if chunks is not None else SEARCHED_CHUNKS,
-                      dp_overlap=tuple(dp_overlap) if dp_overlap is not None else (False, True),
-                      dp_replicates=_listed(dp_replicates))
-    return plan_run(PlanRun(
-        ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
-                  capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance),
-        HardwareSpec(hardware, cluster, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
-                     pp_comm_overlap=pp_comm_overlap),
-        ClusterSpec(devices, global_batch), space))
+    given = {name: _listed(value) for name, value in locals().items() if value is not None}
+    given.update(sp=bool(sp), fuse=bool(fuse),
+                 zero_stages=parse_zero_stages(zero_stages, ZERO_STAGES if zero else (0,)))
+    return plan_run(PlanRun(ModelSpec(**_fields_of(ModelSpec, given)),
+                            HardwareSpec(**_fields_of(HardwareSpec, given)),
+                            ClusterSpec(**_fields_of(ClusterSpec, given)),
+                            PlanSpace(**_fields_of(PlanSpace, given))))
+
+
+def _fields_of(spec: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that name a field of the dataclass ``spec`` (each keyword of a
+    façade is the spec field of its name, with its default and range check)."""
+    return {field.name: values[field.name] for field in dataclasses.fields(spec) if field.name in values}
 
 
 def plan_report(*args: Any, **kwargs: Any) -> PlanReport:
