@@ -33,9 +33,9 @@ from archplace.hw.resolved import ResolvedHardware
 from archplace.hw.space import SearchSpace, load_space
 from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
-from archplace.placement.grid import PlanGrid
+from archplace.placement.grid import PlanGrid, grid_of
 from archplace.placement.interference import Interference
-from archplace.placement.plan import GradReduceDtype, Optimizer, PipelineSchedule, RankOrder, TrainingSetup
+from archplace.placement.plan import GradReduceDtype, Optimizer, RankOrder, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.scheduling.base import ScheduleResult, SolveOptions
 from archplace.scheduling.problem import ScheduleProblem
@@ -413,15 +413,12 @@ def search_request(spec: SearchSpec) -> SearchRequest:
     if Precision.BF16 not in precisions and all(d.fp8_speedup is None for d in designs):
         raise ConfigError(f"no design of space {spec.space!r} has FP8 tensor cores: add bf16 to the "
                           f"precisions, or give the space an fp8_speedup", fields=("precisions",))
-    grid = PlanGrid(tps=_search_tps(spec, models, links), micro_batches=spec.micro_batches,
-                    recomputes=parse_recompute(spec.recompute),
-                    schedules=tuple(PipelineSchedule(s) for s in spec.schedules),
-                    zero_stages=spec.zero_stages,
-                    grad_reduce_dtype=GradReduceDtype(spec.grad_reduce_dtype), fuse=spec.fuse,
-                    attention=Attention(spec.attention), kernels=Kernels(spec.kernels), precisions=precisions,
-                    # cp = ep = etp = 1 unless told: every degree multiplies every design's layer costs
-                    cps=spec.cps or (1,), eps=spec.eps or (1,), etps=spec.etps or (1,),
-                    capacity_factor=spec.capacity_factor, expert_load_imbalance=spec.expert_load_imbalance)
+    # each grid field from the search's field of its name; cp = ep = etp = 1 unless told: every
+    # degree multiplies every design's layer costs
+    grid = grid_of({**{field.name: getattr(spec, field.name) for field in dataclasses.fields(spec)},
+                    "tps": _search_tps(spec, models, links), "recomputes": parse_recompute(spec.recompute),
+                    "precisions": precisions,
+                    "cps": spec.cps or (1,), "eps": spec.eps or (1,), "etps": spec.etps or (1,)})
     reference = accelerator(HardwareSpec(spec.baseline)) if spec.baseline else None
     return SearchRequest(models, designs, links, spec.global_batch, grid, Objective(spec.objective),
                          reference)

@@ -126,6 +126,19 @@ def _readers() -> dict[str, Any]:
     return {field.name: TypeAdapter(hints[field.name]) for field in fields(PlanGrid)}
 
 
+def grid_of(values: dict[str, Any]) -> PlanGrid:
+    """The grid whose fields are the entries of ``values`` that name one (a field absent takes its
+    default), each read by its type hint (pydantic, lax: an enum from its value, a tuple from a
+    list), so that a caller hands its options over by name.
+
+    Raises:
+        ValueError: a value that does not read as its field's type.
+    """
+    readers = _readers()
+    return PlanGrid(**{field.name: readers[field.name].validate_python(values[field.name])
+                       for field in fields(PlanGrid) if field.name in values})
+
+
 def grid_from_identity(stored: dict[str, Any], keys: list[CostKey]) -> PlanGrid:
     """Inverse of :func:`grid_identity`: the grid of a stored request whose cost keys are
     ``keys`` (the :data:`KEYED` fields are the sorted distinct values of the keys); a field the
