@@ -338,6 +338,7 @@ def search_request(
     capacity_factor: float = 1.0,
     expert_load_imbalance: float = 1.0,
     etps: Iterable[int] | None = None,
+    dp_replicates: Iterable[int] = (1,),
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it: the keywords make a
     :class:`~archplace.specs.search.SearchSpec` (each keyword is its field of the same name, with
@@ -373,6 +374,8 @@ def search_request(
         eps: expert-parallel degrees to try (default: 1 only).
         etps: expert-tensor-parallel widths to try (default: 1 only); refused above 1 when every
             model is dense (a dense model among several is costed at etp 1 only).
+        dp_replicates: hybrid-sharding (HSDP) replica counts to try (default: 1 only), as in
+            :func:`plan`.
         capacity_factor, expert_load_imbalance: of the mixture-of-experts models' routed
             tokens, as in :func:`graph` (a dense model among several ignores them). The search
             lays the groups over the ranks in the default order, tp-cp-ep-pp-dp.

@@ -96,6 +96,8 @@ class SearchSpec:
         cps: context-parallel degrees tried (1..2**20 each); None: 1 only.
         eps: expert-parallel degrees tried (1..2**20 each); None: 1 only.
         etps: expert-tensor-parallel widths tried (1..2**20 each); None: 1 only.
+        dp_replicates: hybrid-sharding (HSDP) replica counts tried (1..2**20 each; default 1
+            only), as :class:`~archplace.specs.PlanSpace`'s.
         attention: ``flash``, ``sdpa`` or ``eager``.
         kernels: ``fused`` or ``unfused`` element-wise kernels.
         fuse: also fold element-wise operators into the matmul producing their input.
@@ -154,6 +156,7 @@ class SearchSpec:
     cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="1")
     eps: tuple[int, ...] | None = option(None, tries="ep", default_shown="1")
     etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="1")
+    dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
     attention: str = option("flash", metavar="|".join(a.value for a in Attention),
                             help=_like(ModelSpec, "attention"))
     kernels: str = option("fused", metavar="|".join(k.value for k in Kernels),
@@ -404,6 +407,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "cps": _optional(lambda v: degrees(_listed(v), "cps")),
     "eps": _optional(lambda v: degrees(_listed(v), "eps")),
     "etps": _optional(lambda v: degrees(_listed(v), "etps")),
+    "dp_replicates": lambda v: degrees(_listed(v), "dp_replicates"),
     "attention": lambda v: parse_attention(v).value,
     "kernels": lambda v: parse_kernels(v).value,
     "fuse": lambda v: _flag(v, "fuse"),
@@ -452,6 +456,7 @@ precisions: [bf16]           # bf16 and/or fp8 (designs without FP8 tensor cores
 cps: null                    # context-parallel degrees, e.g. [1, 2]; null: 1 only
 eps: null                    # expert-parallel degrees, e.g. [1, 8]; null: 1 only
 etps: null                   # expert-tensor-parallel widths, e.g. [1, 2]; null: 1 only
+dp_replicates: [1]           # hybrid-sharding (HSDP) replica counts, e.g. [1, 4] (ZeRO >= 1)
 attention: flash             # flash, sdpa or eager
 kernels: fused               # fused or unfused
 fuse: false                  # fold element-wise operators into their producing matmul
