@@ -304,10 +304,12 @@ def training_problems(draw, costs, keys):
 
 
 def check_against_brute_force(problem, note=event):
+    """plan_search of ``problem`` against the brute force (with ``options["dp_replicates"]``, over
+    those hybrid-sharding replica counts too)."""
     costs, s, options, top_k = problem
     brute = brute_force(costs, s, recomputes=options["recomputes"], schedules=options["schedules"],
                         chunks=options["chunks"], zeros=options["zero_stages"],
-                        overlaps=options["dp_overlap"])
+                        overlaps=options["dp_overlap"], replicates=options.get("dp_replicates"))
     note("no valid plan" if not brute.any_valid else "nothing fits" if not brute.ranked else "feasible")
     if not brute.ranked:
         with pytest.raises(InfeasibleError, match="^no (valid plan|plan fits)"):
@@ -319,8 +321,8 @@ def check_against_brute_force(problem, note=event):
         plan = result.plan
         note(f"cp={plan.cp} ep={plan.ep} etp={plan.etp}")
         layers = costs[CostKey(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)]
-        assert result == evaluate_plan(layers, s, plan)
-        assert (plan.tp * plan.cp * plan.dp) % (plan.etp * plan.ep) == 0
+        assert result == evaluate_plan(layers, dataclasses.replace(s, dp_replicate=plan.dp_replicate), plan)
+        assert (plan.tp * plan.cp * plan.dp // plan.dp_replicate) % (plan.etp * plan.ep) == 0
         check_breakdown_sums(result)
     assert len({rank_key(r.plan)[:-1] for r in results}) == len(results)
 

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from placement_helpers import brute_force, check_ranking, rank_key
-from test_cp_ep_engine import cp_ep_problems
+from placement_helpers import brute_force, check_ranking
+from test_cp_ep_engine import check_against_brute_force, cp_ep_problems
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.placement.interference import Interference
 from archplace.placement.layout import RankLayout
@@ -173,33 +173,14 @@ def hsdp_problems(draw):
     return costs, s, {**options, "zero_stages": stages, "dp_replicates": replicas}, top_k
 
 
-def check_hsdp(problem):
-    costs, s, options, top_k = problem
-    brute = brute_force(costs, s, recomputes=options["recomputes"], schedules=options["schedules"],
-                        chunks=options["chunks"], zeros=options["zero_stages"],
-                        overlaps=options["dp_overlap"], replicates=options["dp_replicates"])
-    if not brute.ranked:
-        with pytest.raises(InfeasibleError, match="^no (valid plan|plan fits)"):
-            plan_search(costs, s, top_k=top_k, **options)
-        return
-    results = plan_search(costs, s, top_k=top_k, **options)
-    check_ranking(results, brute, top_k)
-    for result in results:
-        plan = result.plan
-        layers = costs[(plan.tp, plan.micro_batch, plan.sp, plan.cp, plan.ep, plan.etp)]
-        assert result == evaluate_plan(layers, replace(s, dp_replicate=plan.dp_replicate), plan)
-        assert plan.dp % plan.dp_replicate == 0
-    assert len({rank_key(r.plan)[:-1] for r in results}) == len(results)
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hsdp_problems())
 def test_plan_search_with_hsdp_equals_brute_force(problem):
-    check_hsdp(problem)
+    check_against_brute_force(problem)
 
 
 @pytest.mark.slow  # ~25 s
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hsdp_problems())
 def test_plan_search_with_hsdp_equals_brute_force_many(problem):
-    check_hsdp(problem)
+    check_against_brute_force(problem)
