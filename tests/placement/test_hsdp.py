@@ -20,6 +20,7 @@ from archplace.placement.pipeline import evaluate_plan, plan_memory
 from archplace.placement.plan import LayerCost, Optimizer, Plan, RankOrder, Recompute, TrainingSetup
 from archplace.placement.solver import plan_search
 from archplace.placement.zero import dp_tail_comm_s
+from archplace.reporting.plan_tables import plan_label
 
 CLUSTER = Cluster(devices=32, devices_per_node=8, intra_node_bandwidth_bytes_per_s=1e11,
                   inter_node_bandwidth_bytes_per_s=1e10, intra_node_latency_s=1e-6,
@@ -133,6 +134,15 @@ def test_one_shard_per_replica_is_plain_data_parallelism(overlap, order):
     assert hybrid.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=1e-12)
     assert hybrid.breakdown_s["dp_comm"] == pytest.approx(plain.breakdown_s["dp_comm"], rel=1e-12)
     assert [m.total for m in hybrid.memory] == [m.total for m in plain.memory]
+
+
+def test_the_plan_label_names_the_replicas():
+    plan = Plan(tp=1, pp=1, dp=8, micro_batch=1, recompute=Recompute.NONE, stages=((0, 2),), zero_stage=3,
+                dp_replicate=2)
+    result = evaluate_plan(LAYERS, setup(2), plan)
+    assert plan_label(result) == "tp1 pp1 dp8 hsdp2 b=1 1f1b recompute=none zero3"
+    plain = evaluate_plan(LAYERS, setup(), replace(plan, dp_replicate=1))
+    assert plan_label(plain).startswith("tp1 pp1 dp8 b=1")
 
 
 def test_evaluate_refuses_a_plan_whose_replicas_differ_from_the_setup():

@@ -17,13 +17,14 @@ _GIB = 2.0**30
 
 def plan_label(result: PlanResult) -> str:
     """One line naming ``result``'s plan: ``tp2 cp2 ep4 pp4 dp8 b=2 1f1b recompute=selective``
-    (``cpN``, ``epN`` and ``etpN`` only when above 1, so a dense plan reads ``tp2 pp4 dp8 ...``) then
+    (``cpN``, ``epN`` and ``etpN`` only when above 1, so a dense plan reads ``tp2 pp4 dp8 ...``;
+    ``hsdpR`` after the DP degree for hybrid sharding over R replicas) then
     ``v=CHUNKS`` (interleaved) and the flags ``sp``, ``zeroN`` (the ZeRO stage, when above 0),
     ``overlap``, ``fp8`` (the precision, when not bf16) that are on."""
     p = result.plan
     optional = (("cp", p.cp), ("ep", p.ep), ("etp", p.etp))
     degrees = [f"tp{p.tp}", *(f"{name}{value}" for name, value in optional if value > 1),
-               f"pp{p.pp}", f"dp{p.dp}"]
+               f"pp{p.pp}", f"dp{p.dp}", *([f"hsdp{p.dp_replicate}"] if p.dp_replicate > 1 else [])]
     parts = [" ".join(degrees), f"b={p.micro_batch}", p.schedule.value]
     if p.chunks > 1:
         parts.append(f"v={p.chunks}")
