@@ -141,32 +141,19 @@ class BlockBounds:
         whole = np.where(params > 0, whole, 0.0)
         return np.maximum(0.0, whole - variant.chunks * t_low)
 
-    def costs(self, state: FamilyState, p: int, d: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    def costs(self, state: FamilyState, p: int, d: int,
+              replicas: bool = False) -> tuple[tuple[float, float], tuple[float, float]]:
         """All-reduce costs over the dense and the expert shard groups of a candidate (the DP x CP
-        and expert-data-parallel groups without hybrid sharding; :mod:`archplace.placement.layout`)."""
+        and expert-data-parallel groups without hybrid sharding), or with ``replicas`` over its
+        replica groups ((0, 0) each without hybrid sharding; :mod:`archplace.placement.layout`)."""
         fam = state.family
-        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d)  # shared by the families
+        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d, replicas)  # shared by the families
         costs = self._layout_costs.get(key)
         if costs is None:
             layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp,
                                 self.setup.dp_replicate)
-            costs = layout.shard_costs(self.setup.cluster, state.experts)
-            self._layout_costs[key] = costs
-        return costs
-
-    def replica_costs(self, state: FamilyState, p: int,
-                      d: int) -> tuple[tuple[float, float], tuple[float, float]]:
-        """All-reduce costs over the dense and the expert replica groups of a candidate under
-        hybrid sharding (:meth:`RankLayout.replica_costs`; (0, 0) each without it)."""
-        if self.setup.dp_replicate == 1:
-            return (0.0, 0.0), (0.0, 0.0)
-        fam = state.family
-        key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d, "replicas")
-        costs = self._layout_costs.get(key)
-        if costs is None:
-            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp,
-                                self.setup.dp_replicate)
-            costs = layout.replica_costs(self.setup.cluster, state.experts)
+            costs = (layout.replica_costs(self.setup.cluster, state.experts) if replicas
+                     else layout.shard_costs(self.setup.cluster, state.experts))
             self._layout_costs[key] = costs
         return costs
 

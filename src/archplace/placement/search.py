@@ -484,7 +484,7 @@ class Search:
         exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
                                  dp=dense, params=float(params), backward_s=0.0, overlap=False,
                                  replicas=setup.dp_replicate,
-                                 replica_costs=self.bounds.replica_costs(state, p, d))[0]
+                                 replica_costs=self.bounds.costs(state, p, d, replicas=True))[0]
         return float(exposed + optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s,
                                                      setup.optimizer, dense if variant.zero_stage else 1))
 

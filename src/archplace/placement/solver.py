@@ -126,7 +126,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     replicate_list = tuple(dict.fromkeys(check_positive_int("dp_replicate", r) for r in replicas))
     if not replicate_list:
         raise ConfigError("at least one dp_replicate is needed")
-    if 0 in zero_list and len(zero_list) == 1 and min(replicate_list) > 1:
+    if zero_list == (0,) and min(replicate_list) > 1:
         raise ConfigError(f"dp_replicate {min(replicate_list)} (hybrid sharding) needs a ZeRO stage >= 1, "
                           f"but only zero_stage 0 is given")
     if not costs:

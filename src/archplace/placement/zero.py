@@ -49,8 +49,8 @@ all-reduced across replicas, FSDP's ``HYBRID_SHARD`` order); at stages 2 and 3 i
 only reduction.
 
 The once-per-iteration gradient reduction of stages 0 and 1 (and HSDP's replica all-reduce)
-runs, with ``dp_overlap``, bucket by bucket while the last micro-batch's backward pass produces the gradients
-(:func:`bucketed_exposed_s`); the parameter all-gather of stages 1 and 2 is exposed (assumption:
+runs, with ``dp_overlap``, bucket by bucket while the last micro-batch's backward pass produces
+the gradients (:func:`bucketed_exposed_s`); the parameter all-gather of stages 1 and 2 is exposed (assumption:
 Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not modelled).
 
 Overlap costs (:mod:`archplace.placement.interference`): a collective hidden behind compute
@@ -234,8 +234,8 @@ def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: i
         lost = interference.lost_s(shard_part, transfer, cost, dp)
         if replicas > 1:
             part = np.where(count > 0, replica_const + replica_byte / dp * grads, 0.0)
-            lost = lost + interference.lost_s(part, part - np.where(count > 0, replica_const, 0.0),
-                                              (replica_const, replica_byte), replicas)
+            wire = np.where(count > 0, replica_byte / dp * grads, 0.0)
+            lost = lost + interference.lost_s(part, wire, (replica_const, replica_byte), replicas)
         slowed = slowed_s(lost, hidden)
     else:
         slowed = zeros
