@@ -50,8 +50,9 @@ only reduction.
 
 The once-per-iteration gradient reduction of stages 0 and 1 (and HSDP's replica all-reduce)
 runs, with ``dp_overlap``, bucket by bucket while the last micro-batch's backward pass produces
-the gradients (:func:`bucketed_exposed_s`); the parameter all-gather of stages 1 and 2 is exposed (assumption:
-Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not modelled).
+the gradients (:func:`bucketed_exposed_s`); the parameter all-gather of stages 1 and 2 is
+exposed (assumption: Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not
+modelled).
 
 Overlap costs (:mod:`archplace.placement.interference`): a collective hidden behind compute
 slows it by L compute-seconds (:meth:`Interference.lost_s`); :func:`dp_tail_comm_s` and
