@@ -115,6 +115,21 @@ def test_plan_returns_one_report(model: str) -> None:
         PlanReport(())
 
 
+def test_a_found_plan_is_the_public_plan_and_scores_the_same(model: str) -> None:
+    """One Plan class (issue #25): the plan ``plan`` returns is an ``archplace.Plan``, a plan
+    file's plan; scored again by ``evaluate`` (from its JSON form, as a plan file) it gives the
+    same iteration."""
+    report = archplace.plan(model, "tpuv4", devices=8, global_batch=16, micro_batches=(1, 2), top_k=1)
+    assert type(report.plan) is archplace.Plan
+    plan = archplace.Plan.from_dict(through_json(report.plan.to_dict()))
+    assert plan == report.plan
+    run = archplace.EvaluateRun(archplace.ModelSpec(model), archplace.HardwareSpec("tpuv4"),
+                                archplace.ClusterSpec(devices=8, global_batch=16), plan)
+    again = api.evaluate_run(run)
+    assert again.plan == report.plan
+    assert again.iteration_time_s == pytest.approx(report.iteration_time_s, rel=1e-12)
+
+
 def test_nothing_fits_is_out_of_memory(model: str) -> None:
     with pytest.raises(OutOfMemoryError, match="no plan fits in") as exc:
         api.plan("llama2-7b", "tpuv4", devices=1, global_batch=1, seq_len=128, micro_batches=(1,))

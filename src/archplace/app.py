@@ -24,6 +24,7 @@ from archplace.cost.precision import Precision
 from archplace.dse.objective import Objective
 from archplace.dse.request import SearchRequest
 from archplace.errors import ConfigError, MissingSectionError
+from archplace.fields import member
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster
@@ -41,7 +42,6 @@ from archplace.scheduling.base import ScheduleResult, SolveOptions
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.scheduling.solve import LAYERS, PHASES, solve_problem
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
-from archplace.specs._fields import member
 from archplace.specs.runs import EvaluateRun, PlanRun
 from archplace.specs.search import SearchSpec, parse_recompute
 from archplace.units import parse_area_mm2, parse_power_w
@@ -258,10 +258,16 @@ def evaluate(run: EvaluateRun) -> PlanResult:
     plan.
 
     Raises:
-        ConfigError: as :func:`problem`, an invalid plan.
+        ConfigError: as :func:`problem`, an invalid plan, a layer-graph plan (its
+            ``stage_layers`` set).
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
     """
     p, model = run.plan, run.model
+    if p.stage_layers:
+        raise ConfigError("plan.stage_layers: the stages of a layer-graph plan index its graph's layers in "
+                          "topological order, not the model's chain; evaluate scores chain plans "
+                          "(remove stage_layers and give the chain's layer ranges)",
+                          fields=("plan.stage_layers",))
     prob = problem(model, run.hardware, run.cluster, micro_batches=(p.micro_batch,), optimizer=p.optimizer,
                    grad_reduce_dtype=p.grad_reduce_dtype, rank_order=p.rank_order)
     return workflow.evaluate(prob, **evaluate_keywords(p, model))

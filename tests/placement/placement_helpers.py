@@ -36,6 +36,9 @@ RECOMPUTES = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]
 SCHEDULE_RANK = {PipelineSchedule.ONE_F_ONE_B: 0, PipelineSchedule.INTERLEAVED: 1,
                  PipelineSchedule.GPIPE: 2}
 LOOSE, TIGHT = 1e-9, 1e-13
+COST_KEYS = st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.booleans()).filter(
+    lambda key: key[0] > 1 or not key[2])
+"""(tp, micro_batch, sp) cost keys of TP widths 1 and 2 (sequence parallelism needs tp > 1)."""
 
 
 def compositions(n: int, parts: int):
@@ -134,7 +137,7 @@ def _brute_force(costs, setup, *, recomputes, schedules, chunks, zeros, overlaps
                                         plan = Plan(tp=tp, pp=p, dp=d, micro_batch=b, recompute=rc,
                                                     stages=stages, schedule=schedule, chunks=v,
                                                     sp=sp, zero_stage=z, dp_overlap=o, cp=cp, ep=ep,
-                                                    etp=etp, rank_order=setup.rank_order, dp_replicate=r)
+                                                    etp=etp, **setup.plan_options())
                                         try:
                                             micro_batches(setup, plan)
                                         except ConfigError:

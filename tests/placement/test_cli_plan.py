@@ -144,7 +144,7 @@ def test_evaluate_zero_stages_and_what_the_time_is_made_of(model: str,
 
 @pytest.mark.parametrize("argv, message", [
     (["evaluate", "--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--zero-stage", "4"],
-     "zero_stage must be 0, 1, 2 or 3, got 4"),
+     "--zero-stage must be 0, 1, 2 or 3, got 4"),
     (["evaluate", "--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--zero", "--zero-stage", "2"],
      "contradicts zero_stage=2"),
     (["evaluate", "--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--grad-reduce-dtype", "fp8"],

@@ -134,8 +134,8 @@ def test_a_plan_of_another_rank_order_than_the_setup_is_refused():
     was not priced on."""
     layers = [moe_layer(f"l{k}", experts=0) for k in range(4)]
     plan = Plan(tp=1, pp=2, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 1), (2, 3)))
-    with pytest.raises(ConfigError, match="plan: rank_order tp-cp-ep-pp-dp but the setup lays the "
-                                          "ranks out as tp-cp-ep-dp-pp"):
+    with pytest.raises(ConfigError, match="plan: rank_order tp-cp-ep-pp-dp but the setup prices "
+                                          "tp-cp-ep-dp-pp"):
         evaluate_plan(layers, setup(order=RankOrder.TP_CP_EP_DP_PP), plan)
 
 

@@ -53,10 +53,11 @@ def graph_of(n: int, edges: list[tuple[int, int]], **kw: float) -> LayerGraph:
 
 @st.composite
 def options(draw):
+    tp = draw(st.sampled_from([1, 1, 2]))
     return dict(micro_batch=draw(st.sampled_from([1, 1, 2])), recompute=draw(st.sampled_from(RECOMPUTES)),
-                tp=draw(st.sampled_from([1, 1, 2])), schedule=draw(st.sampled_from(SCHEDULES)),
+                tp=tp, schedule=draw(st.sampled_from(SCHEDULES)),
                 zero_stage=draw(st.sampled_from([0, 1])), dp_overlap=draw(st.booleans()),
-                sp=draw(st.booleans()))
+                sp=tp > 1 and draw(st.booleans()))  # sequence parallelism needs tp > 1
 
 
 # ------------------------------------------------------------------ (c) downsets, (d) cuts
@@ -225,7 +226,7 @@ def brute_dag(graph: LayerGraph, setup: TrainingSetup, opts: dict):
         for d in range(1, devices // (tp * p) + 1):
             plan = Plan(tp=tp, pp=p, dp=d, micro_batch=opts["micro_batch"], recompute=opts["recompute"],
                         stages=ranges, schedule=opts["schedule"], sp=opts["sp"],
-                        zero_stage=opts["zero_stage"], dp_overlap=opts["dp_overlap"])
+                        zero_stage=opts["zero_stage"], dp_overlap=opts["dp_overlap"], **setup.plan_options())
             try:
                 micro_batches(setup, plan)
             except ConfigError:

@@ -166,9 +166,10 @@ def test_invalid_plans_are_config_errors(kwargs, message):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(tp=0, pp=1, dp=1, micro_batch=1, stages=((0, 2),)), "tp must be a positive"),
-    (dict(tp=1, pp=1, dp=-1, micro_batch=1, stages=((0, 2),)), "dp must be a positive"),
-    (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 2),)), "pp=2 and chunks=1 need 2 stages"),
+    (dict(tp=0, pp=1, dp=1, micro_batch=1, stages=((0, 2),)), "plan.tp must be a whole number from 1"),
+    (dict(tp=1, pp=1, dp=-1, micro_batch=1, stages=((0, 2),)), "plan.dp must be a whole number from 1"),
+    (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 2),)),
+     "plan.stages must give pp \\* chunks = 2 layer ranges, got 1"),
     (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 0), (2, 2))), "contiguous"),
     (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((1, 1), (2, 2))), "contiguous"),
     (dict(tp=1, pp=2, dp=1, micro_batch=1, stages=((0, 1), (2, 1))), "empty"),
@@ -341,7 +342,7 @@ def test_zero_sgd_and_overlap():
                       inter_node_bandwidth_bytes_per_s=1e3, intra_node_latency_s=1e-6,
                       inter_node_latency_s=1e-5)
     setup = dataclasses.replace(SETUP, cluster=cluster, optimizer=Optimizer.SGD)
-    plan = Plan(tp=1, pp=1, dp=4, micro_batch=2, recompute=Recompute.NONE, stages=((0, 2),),
+    plan = Plan(tp=1, pp=1, dp=4, micro_batch=2, recompute=Recompute.NONE, stages=((0, 2),), optimizer="sgd",
                 zero_stage=1)
     r = evaluate_plan(LAYERS, setup, plan)
     # m = 1, one stage: T = 10.5, K = 1. DP group of 4 ranks, 2 in each of 2 nodes: hierarchical
@@ -381,9 +382,9 @@ def test_padded_batch_counts_useful_samples_only():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(schedule="interleaved", chunks=1), "needs chunks >= 2"),
-    (dict(schedule="1f1b", chunks=2), "needs the interleaved schedule"),
-    (dict(schedule="zigzag"), "unknown pipeline schedule"),
+    (dict(schedule="interleaved", chunks=1), "needs plan.chunks >= 2"),
+    (dict(schedule="1f1b", chunks=2), "needs plan.schedule interleaved"),
+    (dict(schedule="zigzag"), "plan.schedule: unknown schedule 'zigzag'"),
     (dict(zero_stage=True), "zero_stage must be 0, 1, 2 or 3"),
     (dict(zero_stage=4), "zero_stage must be 0, 1, 2 or 3"),
 ])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from placement_helpers import RECOMPUTES, brute_force, chains, check_ranking, setups
+from placement_helpers import COST_KEYS, RECOMPUTES, brute_force, chains, check_ranking, setups
 
 from archplace import api
 from archplace.cli import main
@@ -125,8 +125,7 @@ def _subset(values: list[object]) -> st.SearchStrategy[list[object]]:
 def fp8_problems(draw: st.DrawFn) -> tuple[dict[CostKey, list[LayerCost]], TrainingSetup, dict[str, object]]:
     """Chains whose layers keep FP8 weight caches (fp8_params up to their params)."""
     n = draw(st.integers(1, 6))
-    keys = draw(st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.booleans()),
-                         min_size=1, max_size=2, unique=True))
+    keys = draw(st.lists(COST_KEYS, min_size=1, max_size=2, unique=True))
     costs = {key: [replace(layer, fp8_params=draw(st.sampled_from([0, layer.params // 2, layer.params])))
                    for layer in draw(chains(layers=n))] for key in keys}
     setup = draw(setups(costs[keys[0]], 12))

@@ -56,14 +56,14 @@ def test_without_replicas_the_groups_are_the_whole_dp_group():
 
 
 def test_bad_replica_counts_are_refused():
-    with pytest.raises(ConfigError, match="dp_replicate = 3 must divide dp = 8"):
+    with pytest.raises(ConfigError, match="dp_replicate = 3 must divide plan.dp = 8"):
         RankLayout(1, 1, 1, 1, 8, replicate=3)
     with pytest.raises(ConfigError, match="must divide tp\\*cp\\*dp/dp_replicate"):
         RankLayout(1, 1, 4, 1, 8, replicate=4)  # ep 4 does not fit in a replica of 2 ranks
     stages = ((0, 2),)
-    with pytest.raises(ConfigError, match="needs zero_stage >= 1"):
+    with pytest.raises(ConfigError, match="needs plan.zero_stage >= 1"):
         Plan(tp=1, pp=1, dp=8, micro_batch=1, recompute=Recompute.NONE, stages=stages, dp_replicate=2)
-    with pytest.raises(ConfigError, match="must divide dp"):
+    with pytest.raises(ConfigError, match="must divide plan.dp"):
         Plan(tp=1, pp=1, dp=8, micro_batch=1, recompute=Recompute.NONE, stages=stages, zero_stage=3,
              dp_replicate=3)
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from placement_helpers import (
+    COST_KEYS,
     RECOMPUTES,
     brute_force,
     chains,
@@ -67,13 +68,13 @@ def optimal_problems(draw):
     layers = draw(chains(8))
     setup = draw(setups(layers, 16))
     schedule = draw(st.sampled_from(SCHEDULES))
+    tp = draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
     options = dict(micro_batch=draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4])),
-                   recompute=draw(st.sampled_from(RECOMPUTES)),
-                   tp=draw(st.sampled_from([1, 1, 1, 2, 3, 4])), schedule=schedule,
+                   recompute=draw(st.sampled_from(RECOMPUTES)), tp=tp, schedule=schedule,
                    chunks=draw(st.sampled_from([2, 2, 3])) if schedule is PipelineSchedule.INTERLEAVED
                    else 1,
                    zero_stage=draw(st.sampled_from(ZERO_STAGES)), dp_overlap=draw(st.booleans()),
-                   sp=draw(st.booleans()))
+                   sp=tp > 1 and draw(st.booleans()))  # sequence parallelism needs tp > 1
     return layers, setup, options
 
 
@@ -93,8 +94,7 @@ def subset(items):
 @st.composite
 def search_problems(draw):
     n = draw(st.integers(1, 8))
-    keys = draw(st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.booleans()),
-                         min_size=1, max_size=3, unique=True))
+    keys = draw(st.lists(COST_KEYS, min_size=1, max_size=3, unique=True))
     costs = {key: draw(chains(layers=n)) for key in keys}
     setup = draw(setups(costs[keys[0]], 16))
     options = dict(recomputes=draw(subset(RECOMPUTES)), schedules=draw(subset(SCHEDULES)),

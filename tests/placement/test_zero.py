@@ -140,7 +140,8 @@ def test_hfu_counts_recomputed_flop_and_bf16_gradients_halve_the_buffer():
                                           rel=REL)
     none = evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, recompute=Recompute.NONE))
     assert none.hfu == none.mfu
-    bf16 = evaluate_plan(LAYERS, dataclasses.replace(SETUP, grad_reduce_dtype=GradReduceDtype.BF16), plan)
+    bf16 = evaluate_plan(LAYERS, dataclasses.replace(SETUP, grad_reduce_dtype=GradReduceDtype.BF16),
+                         dataclasses.replace(plan, grad_reduce_dtype=GradReduceDtype.BF16))
     assert bf16.memory[0].gradients == 2 * 4000 and r.memory[0].gradients == 4 * 4000
     # all-reduce of 2 B instead of 4 B per parameter: 3 + 1.5e-3 * 8000 vs 3 + 1.5e-3 * 16000
     assert bf16.breakdown_s["dp_comm"] == pytest.approx(15.0, rel=REL)

@@ -1,4 +1,4 @@
-"""Command-line options derived from the run specs' declared fields (:mod:`archplace.specs.options`).
+"""Command-line options derived from the run specs' declared fields (:mod:`archplace.options`).
 
 ``plan`` takes the fields of :class:`~archplace.specs.ModelSpec`,
 :class:`~archplace.specs.HardwareSpec`, :class:`~archplace.specs.ClusterSpec` and
@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 import typer
 
-from archplace.specs.options import Declared, declared
+from archplace.options import Declared, declared
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def cli_option(d: Declared) -> CliOption:
 
 def cli_options(*specs: type, exclude: tuple[str, ...] = ()) -> dict[str, CliOption]:
     """The command-line options of every field of ``specs`` offered on the command line (an
-    :class:`~archplace.specs.options.Option` with ``cli`` true) but the fields named in
+    :class:`~archplace.options.Option` with ``cli`` true) but the fields named in
     ``exclude``, by parameter name.
 
     Raises:

@@ -73,6 +73,7 @@ from archplace.placement.plan import (
     RankOrder,
     Recompute,
     TrainingSetup,
+    check_sp,
     check_zero_stage,
 )
 from archplace.placement.result import PlanResult
@@ -448,6 +449,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
                           f"(its per-layer collectives are modelled for layer chains)")
     zero = zero_stage == 1
     dp_overlap, sp = bool(dp_overlap), bool(sp)
+    check_sp(sp, tp)
     check_tp_and_micro_batch(setup, tp, micro_batch)
     check_flop_rates(graph, setup.peak_flop_per_s)
     check_finite_times(graph.layers)
@@ -467,7 +469,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     structure = _structure(graph, max_downsets, max_stage_pairs)
     fig = _Figures(graph, setup, tp, micro_batch, policy, structure,
                    {"schedule": kind, "sp": sp, "zero_stage": zero_stage, "dp_overlap": dp_overlap,
-                    "rank_order": setup.rank_order},
+                    **setup.plan_options()},
                    kcap=max(max(c.profile) for c in candidates))
     fig.build()
 

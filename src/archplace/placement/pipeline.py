@@ -95,6 +95,7 @@ from dataclasses import fields, replace
 import numpy as np
 
 from archplace.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
+from archplace.fields import plain
 from archplace.hw.cluster import Cluster
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.layout import RankLayout
@@ -104,7 +105,15 @@ from archplace.placement.memory import (
     sequential_sum,
     stage_memory,
 )
-from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, RankOrder, Recompute, TrainingSetup
+from archplace.placement.plan import (
+    SETUP_FIELDS,
+    LayerCost,
+    PipelineSchedule,
+    Plan,
+    RankOrder,
+    Recompute,
+    TrainingSetup,
+)
 from archplace.placement.result import PlanResult, StageMemory, StageTime
 from archplace.placement.timing import (
     micro_batch_count,
@@ -142,7 +151,7 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
     """
     if n_layers < 1:
         raise ConfigError("placement needs at least one layer")
-    last = plan.stages[-1][1]
+    last = plan.ranges[-1][1]
     if last != n_layers - 1:
         raise ConfigError(f"plan: stages cover layers 0..{last} but the chain has {n_layers} "
                           f"layers (0..{n_layers - 1})")
@@ -152,13 +161,11 @@ def validate_plan(plan: Plan, n_layers: int, setup: TrainingSetup) -> None:
                               f"exceeds the cluster's {setup.cluster.devices} devices")
         raise ConfigError(f"plan: tp*cp*pp*dp = {plan.tp}*{plan.cp}*{plan.pp}*{plan.dp} = {plan.devices} "
                           f"exceeds the cluster's {setup.cluster.devices} devices")
-    if plan.rank_order is not setup.rank_order:
-        raise ConfigError(f"plan: rank_order {plan.rank_order.value} but the setup lays the ranks "
-                          f"out as {setup.rank_order.value}, which decides the links its "
-                          "collectives and sends are priced on: give both the same order")
-    if plan.dp_replicate != setup.dp_replicate:
-        raise ConfigError(f"plan: dp_replicate {plan.dp_replicate} but the setup prices "
-                          f"{setup.dp_replicate} hybrid-sharding replicas: give both the same")
+    for name in SETUP_FIELDS:  # the setup prices them: a plan must agree
+        mine, priced = getattr(plan, name), getattr(setup, name)
+        if mine != priced:
+            raise ConfigError(f"plan: {name} {plain(mine)} but the setup prices {plain(priced)}: "
+                              f"give both the same")
     RankLayout.of(plan, setup.rank_order)  # etp * ep divides tp * cp * dp (per replica with HSDP)
     micro_batches(setup, plan)
 
@@ -174,7 +181,7 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
     ``pp_overlap``: an interleaved plan's pipeline sends overlap the computation, only what
     sticks out of the segment's compute counts, ``TrainingSetup.pp_comm_overlap``)."""
     times = []
-    n_segments = len(plan.stages)
+    n_segments = len(plan.ranges)
     layout = RankLayout.of(plan, rank_order)
     experts = any(layer.expert_params for layer in layers)
     # ZeRO-2/3 collectives in each layer
@@ -182,7 +189,7 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
                                                or (experts and layout.expert_shards > 1))
     cost, expert_cost = layout.shard_costs(cluster, experts) if per_layer_zero else ((0.0, 0.0), (0.0, 0.0))
     stride = layout.pp_stride
-    for c, (first, last) in enumerate(plan.stages):
+    for c, (first, last) in enumerate(plan.ranges):
         stage = layers[first:last + 1]
         fwd = sequential_sum(layer.fwd_s for layer in stage)
         bwd = sequential_sum(layer.bwd_s for layer in stage)
@@ -241,10 +248,10 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
             stage_memory(layers[first:last + 1], stage=j,
                          in_flight=in_flight_micro_batches(j, plan.pp, m, plan.schedule),
                          recompute=plan.recompute, optimizer=setup.optimizer, **sharding)
-            for j, (first, last) in enumerate(plan.stages))
+            for j, (first, last) in enumerate(plan.ranges))
     return tuple(
         interleaved_device_memory(
-            [layers[first:last + 1] for first, last in plan.stages[j::plan.pp]], device=j,
+            [layers[first:last + 1] for first, last in plan.ranges[j::plan.pp]], device=j,
             pp=plan.pp, micro_batches=m, recompute=plan.recompute, optimizer=setup.optimizer,
             **sharding)
         for j in range(plan.pp))
@@ -302,7 +309,7 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     out = []
     for j in range(plan.pp):
         params = expert_params = 0
-        for first, last in plan.stages[j::plan.pp]:
+        for first, last in plan.ranges[j::plan.pp]:
             for layer in layers[first:last + 1]:
                 params += layer.params - layer.expert_params
                 expert_params += layer.expert_params

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import numbers
 import operator
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
+from archplace import limits
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
+from archplace.fields import check_keys, flag, member, plain, store
 from archplace.hw.cluster import Cluster
+from archplace.options import option
 from archplace.placement.choices import (
     MICRO_BATCHES,
     RECOMPUTE_ORDER,
@@ -30,7 +34,7 @@ from archplace.placement.layer_cost import LayerCost
 
 __all__ = ["MICRO_BATCHES", "RECOMPUTE_ORDER", "SCHEDULE_ORDER", "ZERO_STAGES", "CostKey", "GradReduceDtype",
            "LayerCost", "Optimizer", "PipelineSchedule", "Plan", "RankOrder", "Recompute", "TrainingSetup",
-           "check_replicate", "check_zero_stage"]
+           "check_replicate", "check_sp", "check_zero_stage", "parse_stages"]
 
 
 def _positive_int(owner: str, name: str, value: object) -> int:
@@ -41,16 +45,18 @@ def _positive_int(owner: str, name: str, value: object) -> int:
 
 def check_replicate(replicate: object, *, dp: int, owner: str = "plan") -> int:
     """``replicate`` as an int, the hybrid-sharding replicas of a plan with ``dp`` data-parallel
-    ranks.
+    ranks (errors name ``owner.dp_replicate``).
 
     Raises:
         ConfigError: not a positive integer dividing dp.
     """
     if isinstance(replicate, bool) or not isinstance(replicate, numbers.Integral) or int(replicate) < 1:
-        raise ConfigError(f"{owner}: dp_replicate must be a positive integer, got {replicate!r}")
+        raise ConfigError(f"{owner}.dp_replicate must be a positive integer, got {replicate!r}",
+                          fields=(f"{owner}.dp_replicate",))
     if dp % int(replicate):
-        raise ConfigError(f"{owner}: dp_replicate = {replicate} must divide dp = {dp} (the data-parallel "
-                          f"ranks are split into dp_replicate replicas of dp/dp_replicate shards)")
+        raise ConfigError(f"{owner}.dp_replicate = {replicate} must divide {owner}.dp = {dp} (the "
+                          f"data-parallel ranks are split into dp_replicate replicas of dp/dp_replicate "
+                          f"shards)", fields=(f"{owner}.dp_replicate",))
     return int(replicate)
 
 
@@ -98,6 +104,10 @@ class CostKey(NamedTuple):
             raise ConfigError(f"costs keys must be (tp, micro_batch, sp[, cp, ep[, etp]]), "
                               f"got {key!r}") from None
 
+
+
+SETUP_FIELDS = ("optimizer", "grad_reduce_dtype", "rank_order", "dp_replicate")
+"""Fields of a :class:`Plan` that are also the :class:`TrainingSetup`'s, which prices them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +190,12 @@ class TrainingSetup:
             raise ConfigError(f"unknown rank_order {self.rank_order!r}; choose from: "
                               f"{', '.join(o.value for o in RankOrder)}") from None
 
+    def plan_options(self) -> dict[str, Any]:
+        """The fields of a :class:`Plan` that the setup prices, by name: ``optimizer``,
+        ``grad_reduce_dtype``, ``rank_order`` and ``dp_replicate`` (the engine sets them on every
+        plan it returns, and refuses a plan that disagrees)."""
+        return {name: getattr(self, name) for name in SETUP_FIELDS}
+
     @property
     def grad_bytes(self) -> int:
         """Bytes per gradient element (buffer and reduction): 4 (fp32) or 2 (bf16)."""
@@ -191,162 +207,214 @@ class TrainingSetup:
         return self.hbm_bandwidth_bytes_per_s * self.hbm_fraction
 
 
+RANK_ORDER_HELP = ("How the parallel groups are laid over the device ranks, fastest-varying first: "
+                   "tp-cp-ep-pp-dp (pipeline neighbours close, replicas outermost) or tp-cp-ep-dp-pp "
+                   "(Megatron-Core's default: replicas close, pipeline outermost)")
+"""The help of :attr:`Plan.rank_order` and of a plan space's."""
+GRAD_HELP = "Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 recipe) | bf16"
+OPTIMIZER_HELP = "Optimizer: adam (18 B/param) | sgd"
+PRECISION_HELP = ("Precision of the linear layers' GEMMs: bf16, or fp8 (Transformer Engine's FP8 recipe: "
+                  "FP8 GEMM operands with delayed scaling, on chips with FP8 tensor cores)")
+"""The help of :attr:`Plan.precision` (a plan space's precisions add how they are ranked)."""
+
+
+def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
+    """``"0-12,13-25,26-49"`` -> ((0, 12), (13, 25), (26, 49)).
+
+    Raises:
+        ConfigError: unparsable text (the count, contiguity and the last layer are checked by
+            the plan).
+    """
+    out = []
+    for part in text.split(","):
+        try:
+            first, last = (int(x) for x in part.strip().split("-"))
+        except ValueError:
+            raise ConfigError(f"plan.stages: expected FIRST-LAST ranges separated by commas, got {part!r}",
+                              fields=("plan.stages",)) from None
+        out.append((first, last))
+    return tuple(out)
+
+
+def check_sp(sp: bool, tp: int, prefix: str = "") -> None:
+    """Sequence parallelism splits the activations over the TP group (Korthikanti et al. 2022,
+    section 4.2.2): with tp = 1 there is nothing to split, and Megatron-LM turns it off.
+
+    Raises:
+        ConfigError: ``sp`` with ``tp`` = 1 (``prefix`` + ``sp`` and ``tp`` named).
+    """
+    if sp and tp == 1:
+        raise ConfigError(f"{prefix}sp needs {prefix}tp > 1: sequence parallelism splits activations "
+                          "over the TP group", fields=(f"{prefix}sp", f"{prefix}tp"))
+
+
+def _whole(name: str, value: object, low: int, high: int) -> int:
+    """``value`` (any integral number but a bool, NumPy's included) as an int in low..high."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+    return limits.whole(f"plan.{name}", value, low, high)
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A parallel plan.
+    """A parallel plan: what ``evaluate`` scores, what ``plan`` returns, and what the engine
+    evaluates (one class from the command line and the plan files to the placement engine).
+
+    A plan given by a user may leave ``stages`` None (Megatron-LM's even split of the blocks,
+    resolved when the plan is evaluated); every plan the engine returns has them. ``optimizer``,
+    ``grad_reduce_dtype``, ``rank_order`` and ``dp_replicate`` are also the engine's
+    :class:`TrainingSetup` (which prices them): the engine sets them from the setup on every plan
+    it returns (:meth:`TrainingSetup.plan_options`) and refuses a plan that disagrees with it.
 
     Attributes:
-        tp, pp, dp: tensor-, pipeline- and data-parallel degrees (pp = devices per pipeline).
-        micro_batch: samples per micro-batch.
-        recompute: activation recomputation policy.
-        stages: ``(first_layer, last_layer)`` index pairs, inclusive, contiguous, covering the
-            chain in order. There are ``pp * chunks`` of them: with the interleaved schedule
-            they are the model chunks, and chunk c runs on pipeline device ``c % pp`` (device j
-            holds chunks j, j + pp, j + 2 pp, ...; Narayanan et al. 2021, section 2.2.2);
-            otherwise chunks = 1 and range j is stage j.
-        schedule: pipeline schedule.
-        chunks: model chunks per device (v); >= 2 with INTERLEAVED, else 1.
-        sp: sequence parallelism (Korthikanti et al. 2022, section 4.2.2); it changes the layer
-            costs, which the caller builds for it, and is recorded here.
+        tp, pp, dp: tensor-, pipeline- and data-parallel degrees (1..2**20 each; pp = devices
+            per pipeline).
+        micro_batch: samples per micro-batch (1..2**20).
+        recompute: activation recomputation policy: none | selective | full.
+        schedule: pipeline schedule: gpipe | 1f1b | interleaved.
+        chunks: model chunks per device (v): >= 2 with the interleaved schedule (which also needs
+            pp >= 2), else 1.
+        sp: sequence parallelism (Korthikanti et al. 2022, section 4.2.2; needs tp > 1); it
+            changes the layer costs, which the caller builds for it.
         zero_stage: ZeRO stage over the dp replicas (Rajbhandari et al. 2020; see
             :mod:`archplace.placement.zero`): 0 none, 1 optimizer state, 2 + gradients, 3 +
-            parameters (FSDP). ``from_dict`` reads the older ``"zero": true`` as stage 1.
+            parameters (FSDP).
         dp_overlap: the DP gradient reduction runs bucket by bucket during the last
             micro-batch's backward pass (PyTorch DDP buckets, Li et al., VLDB 2020;
             Megatron-LM's ``--overlap-grad-reduce``); only what is left after the backward pass
             is exposed (:func:`archplace.placement.zero.bucketed_exposed_s`).
-        stage_layers: optional layer names of every range of ``stages``, in chain order; set by
-            the layer-DAG planner (:func:`archplace.placement.downset_dp.dag_plan`), whose ``stages``
-            index a topological order of the DAG's layers, so that the plan names its layers.
-            Empty for chain plans.
+        grad_reduce_dtype: dtype of the gradient buffer and of the DP reduction (fp32 | bf16).
+        optimizer: optimizer whose state is kept (adam | sgd).
+        stages: ``(first_layer, last_layer)`` index pairs, inclusive, contiguous from layer 0
+            (embedding = layer 0, head = the last). There are ``pp * chunks`` of them: with the
+            interleaved schedule they are the model chunks, and chunk c runs on pipeline device
+            ``c % pp`` (device j holds chunks j, j + pp, j + 2 pp, ...; Narayanan et al. 2021,
+            section 2.2.2); otherwise range j is stage j. None: Megatron-LM's even split of the
+            blocks (:func:`archplace.placement.workflow.evaluate` resolves it).
         precision: bf16, or fp8: the linear layers' GEMMs in FP8 as Transformer Engine's
             recipe runs them (:mod:`archplace.cost.precision`); it changes the layer costs,
-            which the caller builds for it, and is recorded here.
-        cp: context-parallel degree: every sample's sequence is split over cp ranks, attention
-            by ring attention; a pipeline stage occupies tp * cp devices.
-        ep: expert-parallel degree: the routed experts of every MoE layer are sharded over ep
-            ranks folded, with the expert-TP width etp, into a stage's tp * cp * dp ranks (etp * ep
-            divides tp * cp * dp, as Megatron-Core requires); it does not change the device count.
-        rank_order: how the parallel groups are laid over the ranks (:class:`RankOrder`; a
-            member or its value); it decides the links, which the caller prices through
-            ``TrainingSetup.rank_order``, and is recorded here (the engine sets it to the
-            setup's order on every plan it returns).
-        etp: expert-tensor-parallel width: every routed expert's weights are split over etp
-            ranks (Megatron-Core's ``expert_tensor_parallel_size``; its expert groups fold
-            etp * ep * edp = tp * cp * dp ranks of a stage); 1 for dense models. It changes the
-            layer costs, which the caller builds for it, and the expert-data-parallel group the
-            routed experts' gradients and ZeRO shards use (edp = tp * cp * dp / (etp * ep) ranks,
-            :mod:`archplace.placement.layout`).
-        dp_replicate: hybrid sharding (HSDP): the dp ranks (with CP, the dp * cp ranks) are split
-            into dp_replicate replicas; ZeRO shards the model state over the dp * cp / dp_replicate
-            ranks of each replica and the replicas all-reduce their gradient shards once per
-            iteration (:mod:`archplace.placement.layout`, :mod:`archplace.placement.zero`); 1
-            (default): ZeRO over the whole DP x CP group. Needs zero_stage >= 1 and divides dp.
+            which the caller builds for it.
+        cp: context-parallel degree (1..2**20): every sample's sequence is split over cp ranks,
+            attention by ring attention; a pipeline stage occupies tp * cp devices.
+        ep: expert-parallel degree (1..2**20): the routed experts of every MoE layer are sharded
+            over ep ranks folded, with the expert-TP width etp, into a stage's tp * cp * dp ranks
+            (etp * ep divides tp * cp * dp, as Megatron-Core requires); it does not change the
+            device count.
+        rank_order: how the parallel groups are laid over the ranks (:class:`RankOrder`):
+            tp-cp-ep-pp-dp (default) | tp-cp-ep-dp-pp; it decides the links, which the engine
+            prices through ``TrainingSetup.rank_order``.
+        etp: expert-tensor-parallel width (1..2**20): every routed expert's weights are split
+            over etp ranks (Megatron-Core's ``expert_tensor_parallel_size``; its expert groups
+            fold etp * ep * edp = tp * cp * dp ranks of a stage); 1 for dense models. It changes
+            the layer costs and the expert-data-parallel group the routed experts' gradients and
+            ZeRO shards use (edp = tp * cp * dp / (etp * ep) ranks, :mod:`archplace.placement.layout`).
+        dp_replicate: hybrid sharding (HSDP; PyTorch FSDP's HYBRID_SHARD, TorchTitan's
+            ``data_parallel_replicate_degree``): the dp ranks (with CP, the dp * cp ranks) form
+            dp_replicate replicas; ZeRO shards the model state over the dp * cp / dp_replicate
+            ranks of each and the replicas all-reduce their gradient shards once per iteration
+            (:mod:`archplace.placement.layout`, :mod:`archplace.placement.zero`); 1 (default):
+            ZeRO over the whole DP x CP group. Divides dp and needs zero_stage >= 1.
+        stage_layers: the layer names of every range of ``stages``, in chain order; set by the
+            layer-DAG planner (:func:`archplace.placement.downset_dp.dag_plan`), whose ``stages``
+            index a topological order of the DAG's layers. Empty for chain plans.
 
     Raises:
-        ConfigError: a degree, micro-batch or chunk count that is not a positive integer, an
-            unknown recompute policy, schedule, precision or rank order, chunks inconsistent with the schedule
-            (interleaving also needs pp >= 2), ``len(stages) != pp * chunks``, or stages that do
-            not start at layer 0, are empty or are not contiguous, or ``stage_layers`` that do
-            not give one name per layer of every range. (Whether the stages cover a
-            given chain and the plan fits a cluster and batch is checked by ``evaluate_plan``.)
+        ConfigError: a field out of range or unknown (named ``plan.FIELD``, also in the error's
+            ``fields``), sp with tp = 1, dp_replicate not dividing dp or with zero_stage 0,
+            chunks inconsistent with the schedule, stages that are not ``pp * chunks`` non-empty
+            contiguous layer ranges from layer 0, or ``stage_layers`` that do not name every
+            layer of the stages. (Whether the stages cover a given chain and the plan fits a
+            cluster and batch is checked when it is evaluated.)
     """
 
-    tp: int
-    pp: int
-    dp: int
-    micro_batch: int
-    recompute: Recompute
-    stages: tuple[tuple[int, int], ...]
-    schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
-    chunks: int = 1
-    sp: bool = False
-    zero_stage: int = 0
-    dp_overlap: bool = False
-    stage_layers: tuple[tuple[str, ...], ...] = ()
-    precision: Precision = Precision.BF16
-    cp: int = 1
-    ep: int = 1
-    rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP
-    etp: int = 1
-    dp_replicate: int = 1
+    tp: int = option(help="Tensor-parallel width")
+    pp: int = option(help="Pipeline stages")
+    dp: int = option(help="Data-parallel degree")
+    micro_batch: int = option(help="Samples per micro-batch")
+    recompute: Recompute = option(Recompute.NONE, help="Activation recomputation")
+    schedule: PipelineSchedule = option(PipelineSchedule.ONE_F_ONE_B, help="Pipeline schedule")
+    chunks: int = option(1, help="Model chunks per device (interleaved)")
+    sp: bool = option(False, help="Sequence parallelism (needs tp > 1)")
+    zero_stage: int = option(0, help="ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)")
+    dp_overlap: bool = option(False, help=(
+        "Reduce gradients bucket by bucket during the last backward pass (only what is left after it "
+        "is exposed); without it the whole reduction is exposed"))
+    grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, help=GRAD_HELP)
+    optimizer: Optimizer = option(Optimizer.ADAM, help=OPTIMIZER_HELP)
+    stages: tuple[tuple[int, int], ...] | None = option(
+        None, parse=parse_stages, default_shown="even split of the blocks",
+        help="Layer ranges per stage, e.g. 0-12,13-25")
+    precision: Precision = option(Precision.BF16, help=PRECISION_HELP)
+    cp: int = option(1, help="Context-parallel degree: each sample's sequence split over CP ranks (ring "
+                             "attention)")
+    ep: int = option(1, help="Expert-parallel degree: each MoE layer's routed experts sharded over EP "
+                             "ranks of the DP group")
+    rank_order: RankOrder = option(RankOrder.TP_CP_EP_PP_DP, help=RANK_ORDER_HELP)
+    etp: int = option(1, help="Expert-tensor-parallel width: each routed expert's weights split over ETP "
+                              "ranks (Megatron-Core's expert_tensor_parallel_size; MoE models)")
+    dp_replicate: int = option(1, help=(
+        "Hybrid sharding (HSDP): DP replicas, each sharding the ZeRO state over dp*cp/dp_replicate "
+        "ranks; they all-reduce gradients once per iteration (divides dp; needs zero_stage >= 1)"))
+    stage_layers: tuple[tuple[str, ...], ...] = option((), engine=True, help=(
+        "Layer names of every stage of a layer-DAG plan (set by the planner, not given)"))
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep", "etp"):
-            object.__setattr__(self, name, _positive_int("plan", name, getattr(self, name)))
-        object.__setattr__(self, "dp_replicate", check_replicate(self.dp_replicate, dp=self.dp))
-        try:
-            object.__setattr__(self, "rank_order", RankOrder(self.rank_order))
-        except ValueError:
-            raise ConfigError(f"plan: unknown rank_order {self.rank_order!r}; choose from: "
-                              f"{', '.join(o.value for o in RankOrder)}") from None
-        try:
-            object.__setattr__(self, "precision", Precision(self.precision))
-        except ValueError:
-            raise ConfigError(f"plan: unknown precision {self.precision!r}; choose from: "
-                              f"{', '.join(p.value for p in Precision)}") from None
-        try:
-            object.__setattr__(self, "recompute", Recompute(self.recompute))
-        except ValueError:
-            raise ConfigError(f"plan: unknown recompute policy {self.recompute!r}") from None
-        try:
-            object.__setattr__(self, "schedule", PipelineSchedule(self.schedule))
-        except ValueError:
-            raise ConfigError(f"plan: unknown pipeline schedule {self.schedule!r}") from None
-        object.__setattr__(self, "zero_stage", check_zero_stage(self.zero_stage))
+        for name in ("tp", "pp", "dp", "chunks", "cp", "ep", "etp", "dp_replicate"):
+            store(self, name, _whole(name, getattr(self, name), 1, limits.MAX_DEVICES))
+        store(self, "micro_batch", _whole("micro_batch", self.micro_batch, 1, limits.MAX_MICRO_BATCH))
+        store(self, "recompute", member(Recompute, self.recompute, "plan.recompute"))
+        store(self, "schedule", member(PipelineSchedule, self.schedule, "plan.schedule"))
+        if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage, numbers.Integral) \
+                or int(self.zero_stage) not in ZERO_STAGES:
+            raise ConfigError(f"plan.zero_stage must be 0, 1, 2 or 3, got {limits.shown(self.zero_stage)}",
+                              fields=("plan.zero_stage",))
+        store(self, "zero_stage", int(self.zero_stage))
+        flag(self.sp, "plan.sp")
+        flag(self.dp_overlap, "plan.dp_overlap")
+        store(self, "grad_reduce_dtype", member(GradReduceDtype, self.grad_reduce_dtype,
+                                                "plan.grad_reduce_dtype"))
+        store(self, "optimizer", member(Optimizer, self.optimizer, "plan.optimizer"))
+        store(self, "precision", member(Precision, self.precision, "plan.precision"))
+        store(self, "rank_order", member(RankOrder, self.rank_order, "plan.rank_order"))
+        check_sp(self.sp, self.tp, "plan.")
+        check_replicate(self.dp_replicate, dp=self.dp)
         if self.dp_replicate > 1 and self.zero_stage == 0:
-            raise ConfigError(f"plan: dp_replicate = {self.dp_replicate} (hybrid sharding) needs zero_stage "
-                              f">= 1: it replicates ZeRO shards, and stage 0 shards nothing")
-        for name in ("sp", "dp_overlap"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"plan: {name} must be a bool, got {getattr(self, name)!r}")
+            raise ConfigError(f"plan.dp_replicate = {self.dp_replicate} (hybrid sharding) needs "
+                              f"plan.zero_stage >= 1: it replicates ZeRO shards, and stage 0 shards nothing",
+                              fields=("plan.dp_replicate",))
         if self.schedule is PipelineSchedule.INTERLEAVED:
             if self.chunks < 2 or self.pp < 2:
-                raise ConfigError(f"plan: the interleaved schedule needs chunks >= 2 and pp >= 2, "
+                raise ConfigError(f"plan.schedule interleaved needs plan.chunks >= 2 and plan.pp >= 2, "
                                   f"got chunks={self.chunks}, pp={self.pp}")
         elif self.chunks != 1:
-            raise ConfigError(f"plan: chunks={self.chunks} needs the interleaved schedule, "
+            raise ConfigError(f"plan.chunks={self.chunks} needs plan.schedule interleaved, "
                               f"not {self.schedule.value}")
-        try:
-            stages = tuple((int(first), int(last)) for first, last in self.stages)
-        except (TypeError, ValueError):
-            raise ConfigError(f"plan: stages must be (first_layer, last_layer) pairs, "
-                              f"got {self.stages!r}") from None
-        object.__setattr__(self, "stages", stages)
-        if len(stages) != self.pp * self.chunks:
-            raise ConfigError(f"plan: pp={self.pp} and chunks={self.chunks} need "
-                              f"{self.pp * self.chunks} stages but {len(stages)} stages are given")
-        expected = 0
-        for j, (first, last) in enumerate(stages):
-            if first != expected:
-                raise ConfigError(f"plan: stage {j} starts at layer {first}, expected {expected} "
-                                  f"(stages must be contiguous from layer 0)")
-            if last < first:
-                raise ConfigError(f"plan: stage {j} is empty (layers {first}..{last})")
-            expected = last + 1
-        if self.stage_layers:
-            try:
-                names = tuple(tuple(str(name) for name in stage) for stage in self.stage_layers)
-            except TypeError:
-                raise ConfigError(f"plan: stage_layers must be lists of layer names, "
-                                  f"got {self.stage_layers!r}") from None
-            object.__setattr__(self, "stage_layers", names)
-            sizes = [last - first + 1 for first, last in stages]
-            if [len(stage) for stage in names] != sizes:
-                raise ConfigError(f"plan: stage_layers must name the {sizes} layers of the stages, "
-                                  f"got {[len(stage) for stage in names]} names")
-        else:
-            object.__setattr__(self, "stage_layers", ())
+        if self.stages is not None:
+            store(self, "stages", _stage_ranges(self.stages, self.pp * self.chunks))
+        store(self, "stage_layers", _stage_names(self.stage_layers, self.stages))
 
     @property
     def devices(self) -> int:
         """Devices the plan occupies: tp * cp * pp * dp (ep and etp are folded into tp * cp * dp)."""
         return self.tp * self.cp * self.pp * self.dp
 
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """:attr:`stages` of a plan that has them (every plan the engine evaluates or returns).
+
+        Raises:
+            ConfigError: the stages are not set (None: the even split, not yet resolved).
+        """
+        if self.stages is None:
+            raise ConfigError("plan.stages are not set: the even split is resolved when the plan is "
+                              "evaluated (archplace.placement.workflow.evaluate)", fields=("plan.stages",))
+        return self.stages
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON form. ``stages`` lists pp * chunks layer ranges in chain order and
-        ``stage_device`` the pipeline device of each (range c runs on device c % pp); a DAG
-        plan adds ``stage_layers``, the layer names of every range."""
+        """JSON form. ``stages`` lists pp * chunks layer ranges in chain order (null: the even
+        split) and ``stage_device`` the pipeline device of each (range c runs on device c % pp);
+        ``grad_reduce_dtype``, ``optimizer`` and ``dp_replicate`` appear when not their defaults,
+        and a DAG plan adds ``stage_layers``, the layer names of every range."""
         out: dict[str, Any] = {
             "tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "pp": self.pp, "dp": self.dp,
             "micro_batch": self.micro_batch,
@@ -354,35 +422,75 @@ class Plan:
             "chunks": self.chunks, "sp": self.sp, "zero_stage": self.zero_stage,
             "dp_overlap": self.dp_overlap, "precision": self.precision.value,
             "rank_order": self.rank_order.value,
-            **({"dp_replicate": self.dp_replicate} if self.dp_replicate > 1 else {}),
-            "stages": [list(s) for s in self.stages],
-            "stage_device": [c % self.pp for c in range(len(self.stages))],
         }
+        for name in ("dp_replicate", "grad_reduce_dtype", "optimizer"):
+            value = getattr(self, name)
+            if value != _DEFAULTS[name]:
+                out[name] = plain(value)
+        if self.stages is None:
+            out["stages"] = None
+        else:
+            out["stages"] = [list(s) for s in self.stages]
+            out["stage_device"] = [c % self.pp for c in range(len(self.stages))]
         if self.stage_layers:
             out["stage_layers"] = [list(names) for names in self.stage_layers]
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        """Inverse of :meth:`to_dict` (``stage_device`` is derived, so ignored; a missing
-        ``precision`` is bf16, a missing ``cp``, ``ep``, ``etp`` or ``dp_replicate`` 1, a missing
-        ``rank_order`` tp-cp-ep-pp-dp).
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """Inverse of :meth:`to_dict`; a missing key takes its default (``stage_device`` is
+        derived, so ignored): it reads a plan file's ``plan`` object and the ``plan`` of
+        ``plan --json`` alike.
 
         Raises:
-            ConfigError: a missing or invalid field.
+            ConfigError: not a mapping, an unknown or missing key (named), or a bad value.
         """
-        stage = data.get("zero_stage", 1 if data.get("zero", False) is True else 0)
-        try:
-            return cls(tp=int(data["tp"]), pp=int(data["pp"]), dp=int(data["dp"]),
-                       micro_batch=int(data["micro_batch"]), recompute=Recompute(data["recompute"]),
-                       stages=tuple((int(a), int(b)) for a, b in data["stages"]),
-                       schedule=PipelineSchedule(data.get("schedule", "1f1b")),
-                       chunks=int(data.get("chunks", 1)), sp=bool(data.get("sp", False)),
-                       zero_stage=stage, dp_overlap=bool(data.get("dp_overlap", False)),
-                       stage_layers=tuple(tuple(names) for names in data.get("stage_layers", ())),
-                       precision=Precision(data.get("precision", Precision.BF16.value)),
-                       cp=int(data.get("cp", 1)), ep=int(data.get("ep", 1)),
-                       rank_order=data.get("rank_order", RankOrder.TP_CP_EP_PP_DP.value),
-                       etp=int(data.get("etp", 1)), dp_replicate=int(data.get("dp_replicate", 1)))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"invalid plan {data!r}: {exc}") from None
+        return cls(**check_keys(cls, data, "plan", ignored=("stage_device",)))
+
+
+_DEFAULTS = {f.name: f.default for f in fields(Plan)}
+
+
+def _stage_ranges(stages: object, count: int) -> tuple[tuple[int, int], ...]:
+    try:
+        pairs = [tuple(pair) for pair in stages]  # type: ignore[attr-defined]
+    except TypeError:
+        pairs = []
+    out = []
+    for pair in pairs:
+        if len(pair) != 2:
+            break
+        first, last = (_whole("stages: layer", x, 0, limits.MAX_DEVICES) for x in pair)
+        out.append((first, last))
+    if len(out) != len(pairs) or not out:
+        raise ConfigError(f"plan.stages must be [first_layer, last_layer] pairs, got {limits.shown(stages)}",
+                          fields=("plan.stages",))
+    if len(out) != count:
+        raise ConfigError(f"plan.stages must give pp * chunks = {count} layer ranges, got {len(out)}",
+                          fields=("plan.stages",))
+    expected = 0
+    for j, (first, last) in enumerate(out):
+        if first != expected:
+            raise ConfigError(f"plan.stages: stage {j} starts at layer {first}, expected {expected} "
+                              f"(stages must be contiguous from layer 0)", fields=("plan.stages",))
+        if last < first:
+            raise ConfigError(f"plan.stages: stage {j} is empty (layers {first}..{last})",
+                              fields=("plan.stages",))
+        expected = last + 1
+    return tuple(out)
+
+
+def _stage_names(stage_layers: object,
+                 stages: tuple[tuple[int, int], ...] | None) -> tuple[tuple[str, ...], ...]:
+    if not stage_layers:
+        return ()
+    try:
+        names = tuple(tuple(str(name) for name in stage) for stage in stage_layers)  # type: ignore[attr-defined]
+    except TypeError:
+        raise ConfigError(f"plan.stage_layers must be lists of layer names, got {limits.shown(stage_layers)}",
+                          fields=("plan.stage_layers",)) from None
+    sizes = [last - first + 1 for first, last in stages or ()]
+    if [len(stage) for stage in names] != sizes:
+        raise ConfigError(f"plan.stage_layers must name the {sizes} layers of the stages, "
+                          f"got {[len(stage) for stage in names]} names", fields=("plan.stage_layers",))
+    return names

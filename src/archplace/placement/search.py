@@ -565,8 +565,8 @@ class Search:
         return Plan(tp=fam.tp, pp=found.p, dp=found.d, micro_batch=fam.micro_batch,
                     recompute=fam.recompute, stages=stages, schedule=variant.schedule,
                     chunks=variant.chunks, sp=fam.sp, zero_stage=variant.zero_stage,
-                    dp_overlap=variant.overlap, cp=fam.cp, ep=fam.ep, rank_order=self.setup.rank_order,
-                    etp=fam.etp, dp_replicate=self.setup.dp_replicate)
+                    dp_overlap=variant.overlap, cp=fam.cp, ep=fam.ep, etp=fam.etp,
+                    **self.setup.plan_options())
 
 
 def _fits(capacity: npt.NDArray[np.int64], in_flight: Sequence[int]) -> bool:

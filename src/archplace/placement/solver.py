@@ -44,6 +44,7 @@ from archplace.placement.plan import (
     PipelineSchedule,
     Recompute,
     TrainingSetup,
+    check_sp,
     check_zero_stage,
 )
 from archplace.placement.result import PlanResult
@@ -142,6 +143,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         check_positive_int("etp", etp)
         if not isinstance(sp, bool):
             raise ConfigError(f"costs key {key!r}: sp must be a bool")
+        check_sp(sp, tp, "costs key: ")
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
         check_finite_times(layers)
@@ -255,6 +257,7 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
     check_positive_int("micro_batch", micro_batch)
     check_positive_int("tp", tp)
     check_positive_int("chunks", chunks)
+    check_sp(sp, tp)
     (policy,) = _enums(Recompute, (recompute,), "recompute policy")
     (kind,) = _enums(PipelineSchedule, (schedule,), "pipeline schedule")
     interleaved = kind is PipelineSchedule.INTERLEAVED

@@ -373,6 +373,5 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     ranges = stages if stages else even_stages(n, pieces)
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap,
-                 precision=precision, cp=cp, ep=ep, rank_order=prob.setup.rank_order, etp=etp,
-                 dp_replicate=dp_replicate)
+                 precision=precision, cp=cp, ep=ep, etp=etp, **setup.plan_options())
     return evaluate_plan(costs, setup, fixed)

@@ -69,7 +69,7 @@ def detail_tables(result: PlanResult) -> list[Table]:
     for column in ("stage", "layers", "weights", "gradients", "optimizer", "activations", "gathered",
                    "total"):
         memory.add_column(column, justify="right")
-    stages, pp = result.plan.stages, result.plan.pp
+    stages, pp = result.plan.ranges, result.plan.pp
     for m in result.memory:  # interleaved: device j holds chunks j, j + pp, j + 2 pp, ...
         layers = ", ".join(f"{first}–{last}" for first, last in stages[m.stage::pp])
         if result.plan.stage_layers:  # a layer-graph plan names its layers
@@ -113,7 +113,7 @@ def stage_time_table(result: PlanResult) -> Table:
         table.add_column(column, justify="right")
     plan = result.plan
     slowest = max((t.total_s for t in result.stage_times), default=0.0)
-    for i, (t, (first, last)) in enumerate(zip(result.stage_times, plan.stages, strict=True)):
+    for i, (t, (first, last)) in enumerate(zip(result.stage_times, plan.ranges, strict=True)):
         layers = ", ".join(plan.stage_layers[i]) if plan.stage_layers else f"{first}–{last}"
         mark = " *" if t.total_s == slowest else ""
         table.add_row(str(i), str(i % plan.pp), layers,

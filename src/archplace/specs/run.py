@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from archplace import limits
-from archplace.specs._fields import FlatSpec, flag, member, store, text
-from archplace.specs.options import option
+from archplace.fields import FlatSpec, flag, member, store, text
+from archplace.options import option
 from archplace.workload.options import Attention, Kernels
 
 

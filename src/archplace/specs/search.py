@@ -15,7 +15,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -25,8 +25,15 @@ from archplace.dse.objective import Objective
 from archplace.dse.strategies import STRATEGIES
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTORS
-from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES, GradReduceDtype, PipelineSchedule, Recompute
-from archplace.specs.options import declared, option
+from archplace.options import declared, option
+from archplace.placement.plan import (
+    MICRO_BATCHES,
+    ZERO_STAGES,
+    GradReduceDtype,
+    PipelineSchedule,
+    Plan,
+    Recompute,
+)
 from archplace.specs.plan import PlanSpace, degrees, parse_zero_stages
 from archplace.specs.run import ModelSpec
 from archplace.units import parse_area_mm2, parse_power_w
@@ -121,6 +128,9 @@ class SearchSpec:
         ConfigError: a value of the wrong type or out of range, an unknown choice, or no model,
             naming the field (never a CLI flag).
     """
+
+    TRIES: ClassVar[type] = Plan
+    """The class whose fields this spec's plan fields try (:attr:`archplace.options.Option.tries`)."""
 
     models: tuple[str, ...] = option(flag="--model", help=(
         "Model preset or path of an HF config.json; several: the objective is the geometric mean "

@@ -45,11 +45,15 @@ class Option:
             with dashes (a plan space's field: the name of the plan field it tries; a bool that
             defaults to true: ``--no-NAME``).
         metavar: the placeholder in ``--help``; None: an enum's values joined by ``|``.
-        tries: on a :class:`~archplace.specs.PlanSpace` field, the
-            :class:`~archplace.specs.Plan` field whose values it lists (``tps`` tries ``tp``).
+        tries: on a field of a space of plans (:class:`~archplace.specs.PlanSpace`,
+            :class:`~archplace.specs.SearchSpec`), the field of the space's ``TRIES`` class (the
+            :class:`~archplace.placement.plan.Plan`) whose values it lists (``tps`` tries ``tp``).
         parse: the command line gives one text that this function turns into the field's value
             (``--stages 0-12,13-25``, ``--zero-stage 0,1``); it raises ConfigError.
         cli: False for a field offered in files and Python only (its help says why).
+        engine: True for a field the engine sets on the values it returns and no user gives
+            (the layer names of a layer-DAG plan's stages): not a command-line option, keyword or
+            run-file key; :func:`declared` leaves it out.
     """
 
     help: str | None = None
@@ -59,15 +63,17 @@ class Option:
     tries: str | None = None
     parse: Callable[[str], Any] | None = None
     cli: bool = True
+    engine: bool = False
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str | None = None,  # noqa: A002
            default_shown: str | None = None, flag: str | None = None, metavar: str | None = None,
-           tries: str | None = None, parse: Callable[[str], Any] | None = None, cli: bool = True) -> Any:
+           tries: str | None = None, parse: Callable[[str], Any] | None = None, cli: bool = True,
+           engine: bool = False) -> Any:
     """A dataclass field with ``default`` (none: a required field) whose metadata holds an
     :class:`Option` of the other arguments."""
     info = Option(help=help, default_shown=default_shown, flag=flag, metavar=metavar, tries=tries,
-                  parse=parse, cli=cli)
+                  parse=parse, cli=cli, engine=engine)
     return dataclasses.field(default=default, metadata={METADATA_KEY: info})
 
 
@@ -124,7 +130,7 @@ class Declared:
         if text is None:
             if self.option.tries is None:
                 raise TypeError(f"{self.spec.__name__}.{self.name}: an option needs its help")
-            text = declared(_plan_class())[self.option.tries].option.help
+            text = declared(getattr(self.spec, "TRIES"))[self.option.tries].option.help  # noqa: B009
             text = f"{text}; the values to try"
         if self.element is not None and self.option.parse is None:
             text += " (repeatable)"
@@ -157,12 +163,6 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _plan_class() -> type:
-    from archplace.specs.plan import Plan
-
-    return Plan
-
-
 def _strip_none(kind: Any) -> tuple[Any, bool]:
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
         args = [arg for arg in typing.get_args(kind) if arg is not type(None)]
@@ -172,8 +172,8 @@ def _strip_none(kind: Any) -> tuple[Any, bool]:
 
 @functools.cache
 def declared(spec: type) -> Mapping[str, Declared]:
-    """Every field of the dataclass ``spec`` with its :class:`Option`, in field order (read once
-    per class: a read-only mapping).
+    """Every field of the dataclass ``spec`` with its :class:`Option`, in field order, but those
+    only the engine sets (:attr:`Option.engine`); read once per class: a read-only mapping.
 
     Raises:
         TypeError: a field declared without :func:`option` (every field of a run spec must be).
@@ -184,7 +184,9 @@ def declared(spec: type) -> Mapping[str, Declared]:
         info = field.metadata.get(METADATA_KEY)
         if not isinstance(info, Option):
             raise TypeError(f"{spec.__name__}.{field.name} is not declared with "
-                            "archplace.specs.options.option")
+                            "archplace.options.option")
+        if info.engine:
+            continue
         kind, optional = _strip_none(hints[field.name])
         out[field.name] = Declared(spec, field.name, kind, optional, field.default, info)
     return types.MappingProxyType(out)
