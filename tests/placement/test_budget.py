@@ -13,7 +13,7 @@ from placement_helpers import chains, setups
 
 from archplace.errors import ConfigError, InternalError, SolverError
 from archplace.hw.cluster import Cluster
-from archplace.placement import budget, plan_search, search, tables
+from archplace.placement import budget, plan_search, resident, tables
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup
 from archplace.placement.search import CostFamily, Search, Variant
@@ -150,7 +150,7 @@ def test_evicting_every_table_changes_no_plan(data: st.DataObject) -> None:
         return run(self)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(search, "TABLE_BYTES", 1)
+        patch.setattr(resident, "TABLE_BYTES", 1)
         patch.setattr(Search, "run", spy)
         try:
             got = plan_search(costs, setup, **options)
@@ -165,7 +165,7 @@ def test_evicting_tables_on_a_longer_chain_changes_no_plan(monkeypatch: pytest.M
     setup = setup_of(64, 256, hbm=4e8)  # the model state needs 4 or more stages
     costs = {(1, b, False): layers for b in (1, 2)}
     expected = plan_search(costs, setup, top_k=5)
-    monkeypatch.setattr(search, "TABLE_BYTES", 1)
+    monkeypatch.setattr(resident, "TABLE_BYTES", 1)
     assert plan_search(costs, setup, top_k=5) == expected
     assert len(expected) == 5
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -62,18 +62,40 @@ class Variant:
         return self.overlap or self.zero_stage >= 2
 
 
-@dataclass(slots=True)
-class Found:
-    """A candidate's exact optimum: its objective and the front points attaining it."""
+class Candidate(NamedTuple):
+    """One candidate of the search: everything but the stage split.
 
-    value: float
-    rank: tuple[object, ...]
+    Attributes:
+        family: index of its :class:`CostFamily` in the search's families.
+        variant: its schedule, chunks, ZeRO stage and DP overlap.
+        p: pipeline depth.
+        d: data-parallel degree.
+        m: micro-batches per pipeline per iteration.
+    """
+
     family: int
     variant: Variant
     p: int
     d: int
     m: int
+
+
+@dataclass(slots=True)
+class Found:
+    """A candidate's exact optimum: its objective, its rank among equal objectives and the
+    front points attaining it."""
+
+    value: float
+    rank: tuple[object, ...]
+    candidate: Candidate
     points: list[tuple[float, float]]
+
+
+def per_candidate(state: FamilyState, variant: Variant) -> bool:
+    """Whether the front of (max T, max Y) must be enumerated per (p, d): the variant's rule,
+    and always for chains with routed experts, whose tail is a function of two parameter counts
+    (dense and expert), not of their sum."""
+    return variant.per_candidate or state.experts
 
 
 @dataclass(slots=True)

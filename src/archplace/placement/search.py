@@ -52,37 +52,35 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from archplace.placement.block_bounds import BlockBounds
-from archplace.placement.budget import TABLE_BYTES, WorkMeter, check_chain_length, dp_cells
+from archplace.placement.budget import WorkMeter, check_chain_length
 from archplace.placement.candidates import (
     SLACK,
-    TIE_RTOL,
+    Candidate,
     CandidateBlock,
     CostFamily,
     FamilyState,
     Found,
     Variant,
-    in_flight_per_position,
     interleaved_splits,
 )
-from archplace.placement.kernels import first_split, fits_greedily, min_max
-from archplace.placement.layout import RankLayout
-from archplace.placement.memory import interleaved_device_memory, sequential_sum
 from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
     PipelineSchedule,
-    Plan,
     TrainingSetup,
 )
-from archplace.placement.tables import ALL_SHARDS, NO_SHARDS, FloatArray, SegmentTables, Shards
-from archplace.placement.timing import dp_degrees, optimizer_step_time_s, smallest_boundary_bytes
-from archplace.placement.zero import dp_tail_comm_s
+from archplace.placement.resident import ResidentTables
+from archplace.placement.scoring import CandidateScorer
+from archplace.placement.tables import SegmentTables
+from archplace.placement.timing import dp_degrees, smallest_boundary_bytes
+
+__all__ = ["CostFamily", "Search", "Variant"]
 
 
 class Search:
@@ -97,8 +95,7 @@ class Search:
         longest = max((len(fam.layers) for fam in families), default=0)
         check_chain_length(longest)
         self.meter = WorkMeter(layers=longest, devices=setup.cluster.devices)
-        self._resident: list[FamilyState] = []  # families holding tables, least recently used first
-        self._held = 0  # bytes of their tables
+        self.tables = ResidentTables(setup, self.meter)
         self.bounds = BlockBounds(setup)
         # the parameter figures of a chain, shared by its families (one per recompute policy)
         chain_figures: dict[tuple[int, ...], tuple[float, float, bool, float, float, float, float]] = {}
@@ -127,6 +124,7 @@ class Search:
         self.found: list[Found] = []
         self.cutoff = np.inf
         self.any_candidate = False
+        self.scorer = CandidateScorer(self.states, setup, self.tables, self.bounds, self.meter)
 
     # ------------------------------------------------------------------ candidates
 
@@ -171,15 +169,6 @@ class Search:
             keep = (d % r == 0) & fam.expert_degree_fits(d // r)
             p, d, m = p[keep], d[keep], m[keep]
         return p, d, m
-
-    def _max_shards(self, state: FamilyState, zero_stage: int, d: int) -> int:
-        """The larger ZeRO shard count of a candidate's dense and expert parameters (1 at stage 0)."""
-        if zero_stage == 0:
-            return 1
-        fam = state.family
-        r = self.setup.dp_replicate
-        dense = d * fam.cp // r
-        return max(dense, fam.expert_group(d) // r) if state.experts else dense
 
     def run(self) -> list[Found]:
         """Visit candidates best bound first; returns every found optimum within the cutoff.
@@ -240,8 +229,11 @@ class Search:
                 self._refine(block)
             else:
                 i = block.next
-                self._visit(block.family, block.variant, int(block.p[i]), int(block.d[i]),
-                            int(block.m[i]))
+                cand = Candidate(block.family, block.variant, int(block.p[i]), int(block.d[i]),
+                                 int(block.m[i]))
+                scored = self.scorer.score(cand, self.cutoff * (1 + SLACK))
+                if scored is not None:
+                    self._record(cand, *scored)
                 block.next = i + 1
             if block.next < len(block.p):
                 heapq.heappush(heap, (float(block.bound[block.next]), rank, next(counter), b))
@@ -254,7 +246,7 @@ class Search:
         memory and p2p over v, and the transfer floor of :meth:`BlockBounds.transfer_floor`) + the tail
         bound; sort by the new bound."""
         state = self.states[block.family]
-        tab = self._tables(state)
+        tab = self.tables.of(state)
         variant = block.variant
         v = variant.chunks
         s = block.p * v
@@ -276,189 +268,13 @@ class Search:
         return ((3 - variant.zero_stage) * 2 + (0 if variant.overlap else 1)) * 3 \
             + SCHEDULE_ORDER.index(variant.schedule)
 
-    # ------------------------------------------------------------------ one candidate
-
-    def tables_of(self, family: int) -> SegmentTables:
-        """The segment tables of family ``family`` (built on first use)."""
-        return self._tables(self.states[family])
-
-    def _tables(self, state: FamilyState) -> SegmentTables:
-        """The family's tables, built on first use; the tables of all families together are kept
-        within :data:`~archplace.placement.budget.TABLE_BYTES` by evicting the least recently
-        used (and, if one family's alone exceed it, its caches)."""
-        resident = self._resident
-        if resident:  # the family used last may have grown its caches since
-            self._account(resident[-1])
-        if state.tables is None:
-            fam = state.family
-            state.tables = SegmentTables(fam.layers, self.setup, fam.tp, fam.recompute, fam.sp, self.meter,
-                                         cp=fam.cp, ep=fam.ep, etp=fam.etp)
-        if not resident or resident[-1] is not state:
-            at = next((i for i, other in enumerate(resident) if other is state), None)
-            if at is not None:
-                del resident[at]
-            resident.append(state)
-        self._account(state)
-        while self._held > TABLE_BYTES and len(resident) > 1:
-            evicted = resident.pop(0)
-            self._held -= evicted.table_bytes
-            evicted.tables, evicted.table_bytes = None, 0
-        if self._held > TABLE_BYTES:
-            state.tables.drop_caches()
-            self._account(state)
-        return state.tables
-
-    def _account(self, state: FamilyState) -> None:
-        """Bring the count of table bytes held up to date for ``state``."""
-        now = state.tables.nbytes() if state.tables is not None else 0
-        self._held += now - state.table_bytes
-        state.table_bytes = now
-
-    def _visit(self, f: int, variant: Variant, p: int, d: int, m: int) -> None:
-        state = self.states[f]
-        group = (variant.schedule, variant.chunks, p, variant.zero_stage)
-        if state.infeasible_at.get(group, 0) >= d:
-            return
-        tab = self._tables(state)
-        v = variant.chunks
-        k_factor = v * m + p - 1
-        limit = self.cutoff * (1 + SLACK)
-        zs = variant.zero_stage
-        if v > 1:
-            found = self._interleaved(f, variant, p, d, m)
-            if found is None:
-                state.infeasible_at[group] = max(d, state.infeasible_at.get(group, 0))
-                return
-            best, points = found
-            if best <= limit:
-                self._record(f, variant, p, d, m, best, points)
-            return
-        in_flight = in_flight_per_position(variant.schedule, p, m, v)
-        shards = self._canonical_shards(state, tab, zs, tab.shards(zs, d), max(in_flight))
-        links = tuple(tab.position_links(p, v, d))
-        mem_key = (variant.schedule, v, p, tuple(in_flight), zs, shards, links)
-        front = state.fronts.get(mem_key)
-        if front is None:
-            if not _fits(tab.capacity(zs, shards), in_flight):
-                front = []
-            else:
-                front = self._front(tab, tab.position_times(p, v, dp=d), in_flight, zs, shards,
-                                    tab.params, None)
-            state.fronts[mem_key] = front
-        if not front:
-            state.infeasible_at[group] = max(d, state.infeasible_at.get(group, 0))
-            return
-        if not self._per_candidate(state, variant):
-            values = [k_factor * tau + self._tail_of(state, variant, p, d, v * pmax)
-                      for tau, pmax in front]
-            best = min(values)
-            points = [(tau, pmax) for (tau, pmax), value in zip(front, values, strict=True)
-                      if value <= best * (1 + TIE_RTOL)]
-        else:
-            # the front without the ZeRO-2/3 collectives bounds the objective from below
-            step = optimizer_step_time_s(1.0, self.setup.step_bandwidth_bytes_per_s,
-                                         self.setup.optimizer) / self._max_shards(state, zs, d)
-            if min(k_factor * tau + step * v * pmax for tau, pmax in front) > limit:
-                return
-            tail = tab.tail(pp=p, dp=d, zero_stage=zs, overlap=variant.overlap)
-            floor = float(tail[tab.upper].min())
-
-            def stop(tau: float) -> bool:
-                return k_factor * tau + floor > self.cutoff * (1 + SLACK)
-            exact = self._front(tab, tab.position_times(p, v, zs, d), in_flight, zs, shards, tail, stop)
-            if not exact:
-                return
-            values = [k_factor * tau + y for tau, y in exact]
-            best = min(values)
-            points = [pt for pt, value in zip(exact, values, strict=True)
-                      if value <= best * (1 + TIE_RTOL)]
-        if best > limit:
-            return
-        self._record(f, variant, p, d, m, best, points)
-
-    def _record(self, f: int, variant: Variant, p: int, d: int, m: int, best: float,
-                points: list[tuple[float, float]]) -> None:
-        fam = self.states[f].family
-        rank = (fam.tp * fam.cp * p * d, p, fam.tp, fam.cp, fam.ep, fam.etp, variant.chunks, fam.micro_batch,
-                RECOMPUTE_ORDER.index(fam.recompute), SCHEDULE_ORDER.index(variant.schedule), fam.sp,
-                variant.zero_stage, variant.overlap)
-        self.found.append(Found(best, rank, f, variant, p, d, m, points))
+    def _record(self, cand: Candidate, best: float, points: list[tuple[float, float]]) -> None:
+        fam, variant, p = self.states[cand.family].family, cand.variant, cand.p
+        rank = (fam.tp * fam.cp * p * cand.d, p, fam.tp, fam.cp, fam.ep, fam.etp, variant.chunks,
+                fam.micro_batch, RECOMPUTE_ORDER.index(fam.recompute), SCHEDULE_ORDER.index(variant.schedule),
+                fam.sp, variant.zero_stage, variant.overlap)
+        self.found.append(Found(best, rank, cand, points))
         self._update_cutoff()
-
-    def interleaved_fitting(self, f: int, variant: Variant, p: int, d: int, m: int
-                            ) -> list[tuple[tuple[int, int], ...]]:
-        """The splits of :func:`interleaved_splits` with which every device fits in HBM (exact
-        device memory, as ``evaluate_plan`` computes it), ascending."""
-        state = self.states[f]
-        fam = state.family
-        zs = variant.zero_stage
-        key = (p, variant.chunks, m, zs, d if zs else 1)  # cp, ep and etp are the family's
-        fitting = state.interleaved.get(key)
-        if fitting is None:
-            fitting = [stages for stages in interleaved_splits(len(fam.layers), p * variant.chunks)
-                       if max(self.interleaved_peaks(f, variant, p, d, m, stages)) <= self.setup.hbm_bytes]
-            state.interleaved[key] = fitting
-        return fitting
-
-    def interleaved_peaks(self, f: int, variant: Variant, p: int, d: int, m: int,
-                          stages: tuple[tuple[int, int], ...]) -> list[float]:
-        """``StageMemory.total`` of every device of an interleaved plan with ``stages``."""
-        fam = self.states[f].family
-        layers = fam.layers
-        self.meter.charge(4 * len(layers) * variant.chunks * p)
-        layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp,
-                            self.setup.dp_replicate)
-        return [interleaved_device_memory(
-            [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=m,
-            recompute=fam.recompute, optimizer=self.setup.optimizer,
-            zero_stage=variant.zero_stage, dp=layout.dense_shards, grad_bytes=self.setup.grad_bytes,
-            expert_dp=layout.expert_shards).total
-            for j in range(p)]
-
-    def _interleaved_points(self, f: int, variant: Variant, p: int, d: int, m: int
-                            ) -> list[tuple[tuple[float, float], tuple[tuple[int, int], ...]]]:
-        """(pace, second figure) of every fitting interleaved split: the pace max_j T_j, T_j the
-        mean time of device j's segments (``pipeline.device_paces``), and the largest device's
-        tail (per candidate) or parameter count, each device's segments summed (as
-        ``pipeline.device_tails``)."""
-        state = self.states[f]
-        tab = self._tables(state)
-        v, zs = variant.chunks, variant.zero_stage
-        times = tab.position_times(p, v, zs, d)
-        per_candidate = self._per_candidate(state, variant)
-        out = []
-        for stages in self.interleaved_fitting(f, variant, p, d, m):
-            devices = [stages[j::p] for j in range(p)]
-            tau = max(sequential_sum(float(times[j + k * p][a, e]) for k, (a, e) in enumerate(own)) / v
-                      for j, own in enumerate(devices))
-
-            def summed(table: FloatArray, devices: list[tuple[tuple[int, int], ...]] = devices) -> FloatArray:
-                return np.array([sequential_sum(float(table[a, e]) for a, e in own) for own in devices])
-            if per_candidate:
-                y = float(np.max(tab.device_tail(
-                    pp=p, dp=d, zero_stage=zs, overlap=variant.overlap, dense=summed(tab.dense_params),
-                    experts=None if tab.expert_params is None else summed(tab.expert_params),
-                    backward=summed(tab.backward))))
-            else:
-                y = float(np.max(summed(tab.params)))
-            out.append(((tau, y), stages))
-        return out
-
-    def _interleaved(self, f: int, variant: Variant, p: int, d: int, m: int
-                     ) -> tuple[float, list[tuple[float, float]]] | None:
-        """The best objective of an interleaved candidate and its tying points, or None when no
-        split fits."""
-        scored = self._interleaved_points(f, variant, p, d, m)
-        if not scored:
-            return None
-        state = self.states[f]
-        k_factor = variant.chunks * m + p - 1
-        per_candidate = self._per_candidate(state, variant)
-        values = [k_factor * tau + (y if per_candidate else self._tail_of(state, variant, p, d, y))
-                  for (tau, y), _ in scored]
-        best = min(values)
-        return best, [point for (point, _), value in zip(scored, values, strict=True)
-                      if value <= best * (1 + TIE_RTOL)]
 
     def _update_cutoff(self) -> None:
         if len(self.found) < self.top_k:
@@ -468,109 +284,6 @@ class Search:
         limit = self.cutoff * (1 + SLACK)
         self.found = [found for found in self.found if found.value <= limit]
 
-    @staticmethod
-    def _per_candidate(state: FamilyState, variant: Variant) -> bool:
-        """Whether the front of (max T, max Y) must be enumerated per (p, d): the variant's
-        rule, and always for chains with routed experts, whose tail is a function of two
-        parameter counts (dense and expert), not of their sum."""
-        return variant.per_candidate or state.experts
-
-    def _tail_of(self, state: FamilyState, variant: Variant, p: int, d: int, params: float) -> float:
-        """The tail of a device with ``params`` (charged) parameters without overlap, as
-        ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1, chains without experts)."""
-        setup = self.setup
-        cost = self.bounds.costs(state, p, d)[0]
-        dense = d * state.family.cp // setup.dp_replicate
-        exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
-                                 dp=dense, params=float(params), backward_s=0.0, overlap=False,
-                                 replicas=setup.dp_replicate,
-                                 replica_costs=self.bounds.costs(state, p, d, replicas=True))[0]
-        return float(exposed + optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s,
-                                                     setup.optimizer, dense if variant.zero_stage else 1))
-
-    def _canonical_shards(self, state: FamilyState, tab: SegmentTables, zero_stage: int,
-                          shards: Shards, k_top: int) -> Shards:
-        """``shards``, or (1, 1) when the stage's capacity table at ``shards`` replicas equals the
-        one at 1 replica for every in-flight count up to k_top (then they share fronts), decided
-        through the sandwich 1 replica <= shards <= infinitely many (memory never grows with
-        either shard count)."""
-        if shards == NO_SHARDS:
-            return NO_SHARDS
-        key = (k_top, zero_stage)
-        verdict = state.canonical.get(key)
-        if verdict is None:
-            low = np.minimum(tab.capacity(zero_stage, NO_SHARDS), k_top)
-            high = np.minimum(tab.capacity(zero_stage, ALL_SHARDS), k_top)
-            verdict = 1 if np.array_equal(low, high) else 0
-            state.canonical[key] = verdict
-        return NO_SHARDS if verdict == 1 else shards
-
-    def _front(self, tab: SegmentTables, times: Sequence[FloatArray], in_flight: Sequence[int],
-               zero_stage: int, shards: Shards, second: FloatArray,
-               stop: Callable[[float], bool] | None) -> list[tuple[float, float]]:
-        """The Pareto front of (max segment time, max ``second``) over fitting splits, as
-        (tau, y) points with increasing tau, ``times`` the time table of every position;
-        enumeration stops early when ``stop(tau)``."""
-        n, s = tab.n, len(times)
-        capacity = tab.capacity(zero_stage, shards)
-        points: list[tuple[float, float]] = []
-        y_cap = np.inf
-        while True:
-            def t_block(c: int, rows: slice, cols: slice, y_cap: float = y_cap) -> FloatArray:
-                ok = (capacity[rows, cols] >= in_flight[c]) & (second[rows, cols] < y_cap)
-                return np.where(ok, times[c][rows, cols], np.inf)
-            self.meter.charge(dp_cells(n, s))
-            tau = min_max(t_block, n, s)
-            if not np.isfinite(tau) or (stop is not None and stop(tau)):
-                break
-
-            def y_block(c: int, rows: slice, cols: slice, tau: float = tau) -> FloatArray:
-                ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= tau)
-                return np.where(ok, second[rows, cols], np.inf)
-            self.meter.charge(dp_cells(n, s))
-            y = min_max(y_block, n, s)
-            points.append((tau, y))
-            y_cap = y
-        return points
-
-    def split(self, found: Found, point: tuple[float, float]) -> tuple[tuple[int, int], ...]:
-        """The lexicographically smallest split attaining ``point`` of a found candidate, up to
-        rounding: within :data:`~archplace.placement.candidates.TIE_RTOL` of it in both figures
-        (two splits whose segment sums differ by an ulp, the tables' cumulative sums taken in
-        another order, are one tie, as the iteration times they evaluate to are)."""
-        tab = self._tables(self.states[found.family])
-        variant = found.variant
-        v = variant.chunks
-        cap_tau, cap_y = (x * (1.0 + TIE_RTOL) for x in point)
-        if v > 1:
-            return min(stages for (tau, y), stages in self._interleaved_points(
-                found.family, variant, found.p, found.d, found.m) if tau <= cap_tau and y <= cap_y)
-        in_flight = in_flight_per_position(variant.schedule, found.p, found.m, v)
-        zs = variant.zero_stage
-        capacity = tab.capacity(zs, tab.shards(zs, found.d))
-        second = (tab.tail(pp=found.p, dp=found.d, zero_stage=zs, overlap=variant.overlap)
-                  if self._per_candidate(self.states[found.family], variant) else tab.params)
-        times = tab.position_times(found.p, v, zs, found.d)
-
-        def block(c: int, rows: slice, cols: slice) -> FloatArray:
-            ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= cap_tau)
-            return np.where(ok, second[rows, cols], np.inf)
-        self.meter.charge(dp_cells(tab.n, found.p * v) + found.p * v * tab.n)
-        return first_split(block, tab.n, found.p * v, cap_y)
-
-    def plan(self, found: Found, stages: tuple[tuple[int, int], ...]) -> Plan:
-        """The Plan of a found candidate with the given stages."""
-        fam = self.states[found.family].family
-        variant = found.variant
-        return Plan(tp=fam.tp, pp=found.p, dp=found.d, micro_batch=fam.micro_batch,
-                    recompute=fam.recompute, stages=stages, schedule=variant.schedule,
-                    chunks=variant.chunks, sp=fam.sp, zero_stage=variant.zero_stage,
-                    dp_overlap=variant.overlap, cp=fam.cp, ep=fam.ep, etp=fam.etp,
-                    **self.setup.plan_options())
-
-
-def _fits(capacity: npt.NDArray[np.int64], in_flight: Sequence[int]) -> bool:
-    """Whether some split fits (1F1B and GPipe only: see ``kernels.fits_greedily``)."""
-    def column(c: int, lo: int, x: int) -> FloatArray:
-        return (in_flight[c] - capacity[lo:x, x - 1]).astype(np.float64)
-    return fits_greedily(column, capacity.shape[0], len(in_flight), 0.0)
+    def tables_of(self, family: int) -> SegmentTables:
+        """The segment tables of family ``family`` (built on first use)."""
+        return self.tables.of(self.states[family])

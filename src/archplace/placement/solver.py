@@ -34,6 +34,13 @@ import numpy as np
 
 from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.placement.budget import TableCache, dp_cells
+from archplace.placement.candidates import (
+    Candidate,
+    CostFamily,
+    Variant,
+    in_flight_per_position,
+    interleaved_splits,
+)
 from archplace.placement.kernels import Block, first_split, fits_greedily, min_max
 from archplace.placement.pipeline import check_finite_times, evaluate_plan
 from archplace.placement.plan import (
@@ -48,7 +55,7 @@ from archplace.placement.plan import (
     check_zero_stage,
 )
 from archplace.placement.result import PlanResult
-from archplace.placement.search import CostFamily, Search, Variant, in_flight_per_position, interleaved_splits
+from archplace.placement.search import Search
 from archplace.placement.tables import NO_SHARDS, FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int
 from archplace.units import format_bytes
@@ -191,9 +198,9 @@ def _search(families: list[CostFamily], variants: list[Variant], setup: Training
         _raise_closest(search, families, variants, setup)
     results = []
     for item in found:
-        stages = min(search.split(item, point) for point in item.points)
-        plan = search.plan(item, stages)
-        result = evaluate_plan(families[item.family].layers, setup, plan)
+        stages = min(search.scorer.split(item, point) for point in item.points)
+        plan = search.scorer.plan(item, stages)
+        result = evaluate_plan(families[item.candidate.family].layers, setup, plan)
         results.append((result.iteration_time_s, item.rank, stages, result))
     results.sort(key=lambda row: row[:3])
     return [row[3] for row in results[:top_k]]
@@ -299,8 +306,9 @@ def _raise_closest(search: Search, families: Sequence[CostFamily], variants: Seq
     m = best.micro_batch_count
     fam = families[f]
     if variant.chunks > 1:
-        _, stages = _interleaved_peak(search, f, variant, p, d, m)
-        needs = search.interleaved_peaks(f, variant, p, d, m, stages)
+        cand = Candidate(f, variant, p, d, m)
+        _, stages = _interleaved_peak(search, cand)
+        needs = search.scorer.interleaved_peaks(cand, stages)
         where = f"on device {needs.index(max(needs))}"
     else:
         tab = search.tables_of(f)
@@ -375,13 +383,13 @@ class Closest:
             raise ConfigError(f"invalid closest candidate: {exc}") from None
 
 
-def _interleaved_peak(search: Search, f: int, variant: Variant, p: int, d: int, m: int
-                      ) -> tuple[float, tuple[tuple[int, int], ...]]:
-    """The least largest device memory over the interleaved splits (``search.interleaved_splits``)
+def _interleaved_peak(search: Search, cand: Candidate) -> tuple[float, tuple[tuple[int, int], ...]]:
+    """The least largest device memory over the interleaved splits (:func:`interleaved_splits`)
     and the smallest split reaching it; (inf, ()) when the chain has no such split."""
     best: tuple[float, tuple[tuple[int, int], ...]] = (np.inf, ())
-    for stages in interleaved_splits(len(search.states[f].family.layers), p * variant.chunks):
-        peak = max(search.interleaved_peaks(f, variant, p, d, m, stages))
+    layers = search.states[cand.family].family.layers
+    for stages in interleaved_splits(len(layers), cand.p * cand.variant.chunks):
+        peak = max(search.scorer.interleaved_peaks(cand, stages))
         best = min(best, (peak, stages))
     return best
 
@@ -420,7 +428,7 @@ def _closest(search: Search, families: Sequence[CostFamily],
         variant = options[index][1]
         tab = search.tables_of(f)
         if variant.chunks > 1:
-            peak = _interleaved_peak(search, f, variant, p, d, m)[0]
+            peak = _interleaved_peak(search, Candidate(f, variant, p, d, m))[0]
             if peak < least:
                 least, ties = peak, []
             if peak == least and np.isfinite(peak):
@@ -449,7 +457,8 @@ def _closest(search: Search, families: Sequence[CostFamily],
         for row in np.flatnonzero(p_all == p).tolist():
             d_row, m_row = int(d_all[row]), int(m_all[row])
             if variant.chunks > 1:
-                fits = d_row == d or _interleaved_peak(search, f, variant, p, d_row, m_row)[0] <= least
+                row_cand = Candidate(f, variant, p, d_row, m_row)
+                fits = d_row == d or _interleaved_peak(search, row_cand)[0] <= least
             else:
                 block = _memory_blocks(tab, variant, p, d_row, m_row, (cache, f))
                 meter.charge(dp_cells(tab.n, p) + p * tab.n)
