@@ -5,8 +5,10 @@ never with a traceback (an exception escaping ``main``), and on status 2 it writ
 line on stderr, ``archplace: error: ...``.  Arguments are drawn per option from valid values,
 values of the wrong kind or range, and files of every bad kind (binary, empty, not UTF-8,
 deeply nested, over the size cap, YAML alias bombs, HF configs with bad fields); the option
-names come from the CLI itself, so a new option without a generator here fails
-:func:`test_every_option_has_a_generator`.
+names come from the CLI itself. An option derived from a declared spec field (a plan, search
+or model option) gets its generator from the field (:func:`declared_generators`: its enum's
+values, whole numbers, decimals), so a new plan dimension is fuzzed with nothing written here;
+any other option without a generator here fails :func:`test_every_option_has_a_generator`.
 
 The default run draws ``FUZZ_EXAMPLES`` cases (300) on small inputs; the ``slow`` run draws
 ``SLOW_EXAMPLES`` (1,500) and adds model presets, process pools and the HiGHS backend.
@@ -27,6 +29,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archplace.cli import app
+from archplace.cli.derived import cli_options
+from archplace.cli.runs import EVALUATE_SPECS, PLAN_SPECS
+from archplace.options import Declared
+from archplace.specs import ModelSpec
+from archplace.specs.search import SearchSpec
 from fuzz_files import Files, check_case, make_files
 from hostile import hostile_stores, markup_hardware, moe_configs, special_outputs
 
@@ -86,10 +93,41 @@ def _output(files: Files, suffixes: list[str]) -> st.SearchStrategy[str]:
     return _mix(st.sampled_from(names).map(lambda name: "OUT:" + name), special_outputs())
 
 
+def _declared(d: Declared) -> st.SearchStrategy[str] | None:
+    """The generator of a declared field's option, from the field: its enum's values, small
+    whole numbers (1, 2 and the default), decimals (1, 1.5 and the default); None for a type
+    with no rule here (its option needs an entry in :func:`generators`)."""
+    kinds = d.enum
+    if kinds is not None:
+        return _words([str(member.value) for member in kinds])
+    kind = d.element if d.element is not None else d.type
+    default = d.default if isinstance(d.default, int | float) and not isinstance(d.default, bool) else None
+    if kind is int:
+        return _ints(sorted({1, 2} | ({default} if isinstance(default, int) else set())))
+    if kind is float:
+        return _floats(sorted({"1", "1.5"} | ({str(default)} if default is not None else set())))
+    return None
+
+
+def declared_generators() -> dict[str, st.SearchStrategy[str]]:
+    """Generators of the options derived from declared fields (``plan``, ``evaluate``,
+    ``search`` and the model options), by option name; fields whose option takes one text
+    (a ``parse`` function) are left to :func:`generators`."""
+    out: dict[str, st.SearchStrategy[str]] = {}
+    for specs in (PLAN_SPECS, EVALUATE_SPECS, (SearchSpec,), (ModelSpec,)):
+        for option in cli_options(*specs).values():
+            d = option.field
+            made = None if d.option.parse is not None or d.type is bool else _declared(d)
+            if made is not None:
+                out.setdefault(d.flag, made)
+    return out
+
+
 def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
-    """Value generator of each option name."""
+    """Value generator of each option name: those of :func:`declared_generators`, then (taking
+    precedence) the options with chosen values or of other kinds."""
     models = ["gpt2-xl", "bert-large", "opt-350m"] if slow else []
-    return {
+    return declared_generators() | {
         "--model": st.one_of(_input_file(files, ["config"], models), moe_configs()),
         "--hardware": st.one_of(_input_file(files, ["hardware"], ["tpuv4", "a100-80gb", "h100-80gb",
                                                                   "phaze-ref"]),
@@ -113,13 +151,8 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--seq-len": _ints([64, 128, 256]),
         "--micro-batch": _ints([1, 2, 4]),
         "--tp": _ints([1, 2, 4]),
-        "--cp": _ints([1, 2]),
-        "--ep": _ints([1, 2]),
-        "--etp": _ints([1, 2]),
-        "--dp-replicate": _ints([1, 2]),
         "--pp": _ints([1, 2]),
         "--dp": _ints([1, 2, 8]),
-        "--chunks": _ints([1, 2]),
         "--top": _ints([1, 3]),
         "--trials": _ints([1, 3]),
         "--exact-top": _ints([0, 1]),
@@ -149,16 +182,11 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--backend": _words(["list", "cpsat"] + (["highs"] if slow else [])),
         "--dataflow": _words(["ws", "os"]),
         "--array-timing": _words(["overlapped", "scalesim", "fast"]),
-        "--attention": _words(["eager", "sdpa", "flash"]),
         "--attention-kernel": _words(["flash2", "flash3", "cudnn", "triton-flash1", "nope"]),
-        "--kernels": _words(["fused", "unfused"]),
         "--capacity-factor": _floats(["1", "1.0", "1.25", "2"]),
         "--expert-load-imbalance": _floats(["1", "1.5"]),
-        "--rank-order": _words(["tp-cp-ep-pp-dp", "tp-cp-ep-dp-pp"]),
-        "--optimizer": _words(["adam", "sgd"]),
         "--zero-stage": _words(["0", "1", "2", "3", "0,3", "all", "4", "x"]),
         "--grad-reduce-dtype": _words(["fp32", "bf16", "fp8"]),
-        "--precision": _words(["bf16", "fp8"]),
         "--stages": _words(["0-1,2-3", "0-3", "0-0,1-3", "3-0", "0-1,1-3", "a-b", "0-99"]),
         "--out": _output(files, [".json"]),
         "--csv": _output(files, [".csv"]),
