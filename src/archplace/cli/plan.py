@@ -93,24 +93,20 @@ def register(app: typer.Typer) -> None:
         if layer_graph is not None:
             results = _layer_graph_plans(ctx, layer_graph, no_zero, options)
             write_plan_report(report, results, None)
-            if as_json:
-                typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
-                                                     **results[0].to_dict()}),
-                                      indent=2))
-                return
+            fields: dict[str, Any] = {}
             title = (f"best plans for {layer_graph} on {options['devices']} × {options['hardware']}, "
                      f"global batch {options['global_batch']}")
         else:
             run = cli_runs.plan_run(ctx, config, options, no_zero)
             results = api.plan_run(run)
             write_plan_report(report, results, run)
-            if as_json:
-                typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
-                                                     **results[0].to_dict(), **cli_runs.run_fields(run)}),
-                                      indent=2))
-                return
+            fields = cli_runs.run_fields(run)
             title = (f"best plans for {run.model.model} on {run.cluster.devices} × {run.hardware.hardware}, "
                      f"global batch {run.cluster.global_batch}")
+        if as_json:
+            typer.echo(json.dumps(stamp("plan", {"plans": [r.to_dict() for r in results],
+                                                 **results[0].to_dict(), **fields}), indent=2))
+            return
         console = plain_console(160)
         console.print(summary_table(results, title))
         for table in detail_tables(results[0]):
