@@ -5,6 +5,7 @@ without being written anywhere else."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -123,6 +124,28 @@ def test_the_plan_schema_has_one_property_per_plan_field() -> None:
     for name, kind in hints.items():
         if isinstance(kind, type) and issubclass(kind, enum.Enum):
             assert schema[name]["enum"] == [member.value for member in kind], name
+
+
+def test_the_plan_schema_is_generated_from_the_plan() -> None:
+    """``common.schema.json`` is what :mod:`archplace.schemas.generate` makes of it (``make
+    schemas`` rewrites it): the plan object's properties are generated from the plan's fields,
+    and a plan's JSON form validates against them, required keys included."""
+    import jsonschema
+
+    from archplace.placement.plan import Plan as EnginePlan
+    from archplace.schemas import generate
+
+    assert generate.common_path().read_text(encoding="utf-8") == generate.common_text()
+    properties, required = generate.plan_properties()
+    assert list(properties) == [f.name for f in dataclasses.fields(EnginePlan)]
+    schema = {**generate.common_schema(json.loads(generate.common_path().read_text()))}
+    plan_schema = {"$defs": schema["$defs"], **schema["$defs"]["plan"]}
+    plan = EnginePlan(tp=2, pp=2, dp=4, micro_batch=1, schedule=PipelineSchedule.INTERLEAVED, chunks=2,
+                      sp=True, zero_stage=3, dp_replicate=2, stages=((0, 1), (2, 3), (4, 5), (6, 7)))
+    jsonschema.validate(plan.to_dict(), plan_schema)
+    assert set(required) <= set(plan.to_dict())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**plan.to_dict(), "zero_stage": 4}, plan_schema)
 
 
 def test_search_request_keywords_are_search_spec_fields_with_its_defaults() -> None:

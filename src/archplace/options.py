@@ -54,6 +54,9 @@ class Option:
         engine: True for a field the engine sets on the values it returns and no user gives
             (the layer names of a layer-DAG plan's stages): not a command-line option, keyword or
             run-file key; :func:`declared` leaves it out.
+        low, high: the inclusive range of a number field (of each element of a tuple field);
+            None: unbounded on that side. The class's ``__post_init__`` checks them (through
+            :func:`bounds`) and the JSON Schema states them (:mod:`archplace.schemas.generate`).
     """
 
     help: str | None = None
@@ -64,16 +67,18 @@ class Option:
     parse: Callable[[str], Any] | None = None
     cli: bool = True
     engine: bool = False
+    low: float | None = None
+    high: float | None = None
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str | None = None,  # noqa: A002
            default_shown: str | None = None, flag: str | None = None, metavar: str | None = None,
            tries: str | None = None, parse: Callable[[str], Any] | None = None, cli: bool = True,
-           engine: bool = False) -> Any:
+           engine: bool = False, low: float | None = None, high: float | None = None) -> Any:
     """A dataclass field with ``default`` (none: a required field) whose metadata holds an
     :class:`Option` of the other arguments."""
     info = Option(help=help, default_shown=default_shown, flag=flag, metavar=metavar, tries=tries,
-                  parse=parse, cli=cli, engine=engine)
+                  parse=parse, cli=cli, engine=engine, low=low, high=high)
     return dataclasses.field(default=default, metadata={METADATA_KEY: info})
 
 
@@ -190,6 +195,20 @@ def declared(spec: type) -> Mapping[str, Declared]:
         kind, optional = _strip_none(hints[field.name])
         out[field.name] = Declared(spec, field.name, kind, optional, field.default, info)
     return types.MappingProxyType(out)
+
+
+@functools.cache
+def bounds(spec: type, name: str) -> tuple[int, int]:
+    """The declared inclusive range (:attr:`Option.low`, :attr:`Option.high`) of the whole-number
+    field ``name`` of ``spec``.
+
+    Raises:
+        TypeError: the field does not declare both bounds.
+    """
+    info = next(f for f in dataclasses.fields(spec) if f.name == name).metadata[METADATA_KEY]
+    if info.low is None or info.high is None:
+        raise TypeError(f"{spec.__name__}.{name} declares no range")
+    return int(info.low), int(info.high)
 
 
 def tried(space: type) -> dict[str, str]:

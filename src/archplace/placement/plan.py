@@ -9,14 +9,14 @@ import numbers
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from archplace import limits
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
 from archplace.fields import check_keys, flag, member, plain, store
 from archplace.hw.cluster import Cluster
-from archplace.options import option
+from archplace.options import bounds, option
 from archplace.placement.choices import (
     MICRO_BATCHES,
     RECOMPUTE_ORDER,
@@ -327,41 +327,50 @@ class Plan:
             cluster and batch is checked when it is evaluated.)
     """
 
-    tp: int = option(help="Tensor-parallel width")
-    pp: int = option(help="Pipeline stages")
-    dp: int = option(help="Data-parallel degree")
-    micro_batch: int = option(help="Samples per micro-batch")
-    recompute: Recompute = option(Recompute.NONE, help="Activation recomputation")
-    schedule: PipelineSchedule = option(PipelineSchedule.ONE_F_ONE_B, help="Pipeline schedule")
-    chunks: int = option(1, help="Model chunks per device (interleaved)")
+    SPARSE: ClassVar[tuple[str, ...]] = ("dp_replicate", "grad_reduce_dtype", "optimizer")
+    """Fields :meth:`to_dict` writes only when not at their defaults (so that a plan's JSON form
+    is unchanged by options added later)."""
+
+    tp: int = option(help="Tensor-parallel width", low=1, high=limits.MAX_DEVICES)
+    pp: int = option(help="Pipeline stages (devices per pipeline)", low=1, high=limits.MAX_DEVICES)
+    dp: int = option(help="Data-parallel degree (pipeline replicas)", low=1, high=limits.MAX_DEVICES)
+    micro_batch: int = option(help="Samples per micro-batch", low=1, high=limits.MAX_MICRO_BATCH)
+    recompute: Recompute = option(Recompute.NONE, help=(
+        "Activation recomputation: none, selective (the attention core) or full (the whole layer)"))
+    schedule: PipelineSchedule = option(PipelineSchedule.ONE_F_ONE_B, help=(
+        "Pipeline schedule: gpipe, 1f1b or interleaved (1F1B over several model chunks per device)"))
+    chunks: int = option(1, help="Model chunks per device (interleaved)", low=1, high=limits.MAX_DEVICES)
     sp: bool = option(False, help="Sequence parallelism (needs tp > 1)")
-    zero_stage: int = option(0, help="ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)")
+    zero_stage: int = option(0, help="ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)",
+                             low=min(ZERO_STAGES), high=max(ZERO_STAGES))
     dp_overlap: bool = option(False, help=(
         "Reduce gradients bucket by bucket during the last backward pass (only what is left after it "
         "is exposed); without it the whole reduction is exposed"))
     grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, help=GRAD_HELP)
     optimizer: Optimizer = option(Optimizer.ADAM, help=OPTIMIZER_HELP)
     stages: tuple[tuple[int, int], ...] | None = option(
-        None, parse=parse_stages, default_shown="even split of the blocks",
-        help="Layer ranges per stage, e.g. 0-12,13-25")
+        None, parse=parse_stages, default_shown="even split of the blocks", low=0, high=limits.MAX_DEVICES,
+        help=("Layer ranges [first, last] of the stages, in chain order (on the command line: "
+              "0-12,13-25)"))
     precision: Precision = option(Precision.BF16, help=PRECISION_HELP)
     cp: int = option(1, help="Context-parallel degree: each sample's sequence split over CP ranks (ring "
-                             "attention)")
+                             "attention)", low=1, high=limits.MAX_DEVICES)
     ep: int = option(1, help="Expert-parallel degree: each MoE layer's routed experts sharded over EP "
-                             "ranks of the DP group")
+                             "ranks of the DP group", low=1, high=limits.MAX_DEVICES)
     rank_order: RankOrder = option(RankOrder.TP_CP_EP_PP_DP, help=RANK_ORDER_HELP)
     etp: int = option(1, help="Expert-tensor-parallel width: each routed expert's weights split over ETP "
-                              "ranks (Megatron-Core's expert_tensor_parallel_size; MoE models)")
+                              "ranks (Megatron-Core's expert_tensor_parallel_size; MoE models)",
+                      low=1, high=limits.MAX_DEVICES)
     dp_replicate: int = option(1, help=(
         "Hybrid sharding (HSDP): DP replicas, each sharding the ZeRO state over dp*cp/dp_replicate "
-        "ranks; they all-reduce gradients once per iteration (divides dp; needs zero_stage >= 1)"))
+        "ranks; they all-reduce gradients once per iteration (divides dp; needs zero_stage >= 1)"),
+        low=1, high=limits.MAX_DEVICES)
     stage_layers: tuple[tuple[str, ...], ...] = option((), engine=True, help=(
         "Layer names of every stage of a layer-DAG plan (set by the planner, not given)"))
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "chunks", "cp", "ep", "etp", "dp_replicate"):
-            store(self, name, _whole(name, getattr(self, name), 1, limits.MAX_DEVICES))
-        store(self, "micro_batch", _whole("micro_batch", self.micro_batch, 1, limits.MAX_MICRO_BATCH))
+        for name in _WHOLES:  # the declared ranges (option low, high)
+            store(self, name, _whole(name, getattr(self, name), *bounds(Plan, name)))
         store(self, "recompute", member(Recompute, self.recompute, "plan.recompute"))
         store(self, "schedule", member(PipelineSchedule, self.schedule, "plan.schedule"))
         if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage, numbers.Integral) \
@@ -423,7 +432,7 @@ class Plan:
             "dp_overlap": self.dp_overlap, "precision": self.precision.value,
             "rank_order": self.rank_order.value,
         }
-        for name in ("dp_replicate", "grad_reduce_dtype", "optimizer"):
+        for name in self.SPARSE:
             value = getattr(self, name)
             if value != _DEFAULTS[name]:
                 out[name] = plain(value)
@@ -449,6 +458,9 @@ class Plan:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(Plan)}
+_WHOLES = ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep", "etp", "dp_replicate")
+"""The whole-number fields of a plan checked against their declared ranges (zero_stage, also
+declared, is checked with its own message)."""
 
 
 def _stage_ranges(stages: object, count: int) -> tuple[tuple[int, int], ...]:
@@ -460,7 +472,7 @@ def _stage_ranges(stages: object, count: int) -> tuple[tuple[int, int], ...]:
     for pair in pairs:
         if len(pair) != 2:
             break
-        first, last = (_whole("stages: layer", x, 0, limits.MAX_DEVICES) for x in pair)
+        first, last = (_whole("stages: layer", x, *bounds(Plan, "stages")) for x in pair)
         out.append((first, last))
     if len(out) != len(pairs) or not out:
         raise ConfigError(f"plan.stages must be [first_layer, last_layer] pairs, got {limits.shown(stages)}",
