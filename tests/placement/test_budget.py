@@ -15,7 +15,7 @@ from archplace.errors import ConfigError, InternalError, SolverError
 from archplace.hw.cluster import Cluster
 from archplace.placement import budget, plan_search, resident, tables
 from archplace.placement.pipeline import evaluate_plan
-from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup
+from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup
 from archplace.placement.search import CostFamily, Search, Variant
 from archplace.placement.timing import divisors
 
@@ -65,11 +65,29 @@ def test_grid_is_the_dense_enumeration(devices: int, global_batch: int, b: int, 
     kind, v = schedule
     setup = setup_of(devices, global_batch)
     layers = [layer(f"l{i}") for i in range(n)]
-    probe = Search([CostFamily(tp, b, False, Recompute.NONE, layers)], [Variant(kind, v, False, False)],
-                   setup, 1)
+    family = CostFamily(CostKey(tp, b, False), Recompute.NONE, layers)
+    probe = Search([family], [Variant(kind, v, False, False)], setup, 1)
     p, d, m = probe.grid(probe.states[0].family, n, probe.variants[0])
     got = sorted(zip(p.tolist(), d.tolist(), m.tolist(), strict=True))
     assert got == sorted(dense_grid(setup, tp, b, n, v, kind is PipelineSchedule.INTERLEAVED))
+
+
+def test_the_micro_batch_reaches_the_dp_in_its_cost_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #25's micro-batch path: the plan search's families hold the cost key they were
+    given (its micro-batch and degrees are read through it, not copied), and the plans it returns
+    carry that micro-batch."""
+    key = CostKey(2, 4, True)
+    seen: list[Search] = []
+    init = Search.__init__
+
+    def spy(self: Search, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        seen.append(self)
+
+    monkeypatch.setattr(Search, "__init__", spy)
+    results = plan_search({key: [layer(f"l{i}") for i in range(4)]}, setup_of(8, 32), top_k=2)
+    assert all(state.family.key is key for state in seen[0].states)
+    assert {result.plan.micro_batch for result in results} == {4}
 
 
 @given(st.integers(1, 10**6))

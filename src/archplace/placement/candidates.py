@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from archplace.placement.memory import interleaved_in_flight_chunks
-from archplace.placement.plan import LayerCost, PipelineSchedule, Recompute
+from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule, Recompute
 from archplace.placement.tables import FloatArray, SegmentTables
 
 SLACK = 1e-9
@@ -26,16 +26,49 @@ TIE_RTOL = 1e-12
 
 @dataclass(frozen=True, slots=True)
 class CostFamily:
-    """One table of layer costs: (tp, micro_batch, sp, cp, ep, etp) and a recompute policy."""
+    """One table of layer costs: the layers of a cost key (tp, micro_batch, sp, cp, ep, etp)
+    under a recompute policy. The key is held as given (its degrees are read through it), so
+    the micro-batch and the degrees travel from the plan grid to the DP in one shape.
 
-    tp: int
-    micro_batch: int
-    sp: bool
+    Attributes:
+        key: the cost key of the layers (:class:`~archplace.placement.plan.CostKey`).
+        recompute: the recompute policy.
+        layers: the layer costs at that key, in chain order.
+    """
+
+    key: CostKey
     recompute: Recompute
     layers: Sequence[LayerCost]
-    cp: int = 1
-    ep: int = 1
-    etp: int = 1
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel width."""
+        return self.key.tp
+
+    @property
+    def micro_batch(self) -> int:
+        """Samples per micro-batch."""
+        return self.key.micro_batch
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism."""
+        return self.key.sp
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel degree."""
+        return self.key.cp
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel degree."""
+        return self.key.ep
+
+    @property
+    def etp(self) -> int:
+        """Expert-tensor-parallel width."""
+        return self.key.etp
 
     def expert_group(self, d: IntOrArray) -> IntOrArray:
         """Ranks of the expert-data-parallel group with d replicas: tp * cp * d / (etp * ep)

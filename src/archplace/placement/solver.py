@@ -142,20 +142,16 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                           "(tp, micro_batch, sp, cp, ep, etp)")
     families: list[CostFamily] = []
     for key, layers in costs.items():
-        tp, micro_batch, sp, cp, ep, etp = CostKey.of(key)
-        check_positive_int("tp", tp)
-        check_positive_int("micro_batch", micro_batch)
-        check_positive_int("cp", cp)
-        check_positive_int("ep", ep)
-        check_positive_int("etp", etp)
-        if not isinstance(sp, bool):
+        cost_key = CostKey.of(key)
+        for name in ("tp", "micro_batch", "cp", "ep", "etp"):
+            check_positive_int(name, getattr(cost_key, name))
+        if not isinstance(cost_key.sp, bool):
             raise ConfigError(f"costs key {key!r}: sp must be a bool")
-        check_sp(sp, tp, "costs key: ")
+        check_sp(cost_key.sp, cost_key.tp, "costs key: ")
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
         check_finite_times(layers)
-        families.extend(CostFamily(tp, micro_batch, sp, rc, tuple(layers), cp, ep, etp)
-                        for rc in recompute_list)
+        families.extend(CostFamily(cost_key, rc, tuple(layers)) for rc in recompute_list)
     variants = [Variant(schedule, v, z, o)
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
