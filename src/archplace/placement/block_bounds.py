@@ -150,8 +150,7 @@ class BlockBounds:
         key = (fam.tp, fam.cp, fam.ep, fam.etp, state.experts, p, d, replicas)  # shared by the families
         costs = self._layout_costs.get(key)
         if costs is None:
-            layout = RankLayout(fam.tp, fam.cp, fam.ep, p, d, self.setup.rank_order, fam.etp,
-                                self.setup.dp_replicate)
+            layout = RankLayout.for_setup(fam, p, d, self.setup)
             costs = (layout.replica_costs(self.setup.cluster, state.experts) if replicas
                      else layout.shard_costs(self.setup.cluster, state.experts))
             self._layout_costs[key] = costs

@@ -54,13 +54,14 @@ its ranks are evenly spaced, else :func:`group_allreduce_cost`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
-from archplace.placement.plan import Plan, RankOrder, check_replicate
+from archplace.placement.plan import Plan, RankOrder, TrainingSetup, check_replicate
 from archplace.placement.timing import group_span, strided_allreduce_cost
 
 Cost = tuple[float, float]
@@ -113,6 +114,19 @@ def check_expert_degree(*, tp: int = 1, cp: int, ep: int, dp: int, etp: int = 1)
                       f"stage's tensor-, context- and data-parallel ranks)")
 
 
+class StageDegrees(Protocol):
+    """The degrees of a pipeline stage's ranks: a cost key, a cost family, segment tables."""
+
+    @property
+    def tp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def etp(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RankLayout:
     """The rank layout of one plan (module docstring).
@@ -152,6 +166,14 @@ class RankLayout:
     def of(cls, plan: Plan, order: RankOrder) -> RankLayout:
         """The layout of ``plan`` in ``order``."""
         return cls(plan.tp, plan.cp, plan.ep, plan.pp, plan.dp, order, plan.etp, plan.dp_replicate)
+
+    @classmethod
+    def for_setup(cls, degrees: StageDegrees, pp: int, dp: int, setup: TrainingSetup) -> RankLayout:
+        """The layout of a stage's ``degrees`` (tp, cp, ep, etp: of a cost key, a cost family or
+        segment tables) with ``pp`` stages and ``dp`` replicas, in the setup's rank order and
+        with its hybrid-sharding replicas (``setup.rank_order``, ``setup.dp_replicate``)."""
+        return cls(degrees.tp, degrees.cp, degrees.ep, pp, dp, setup.rank_order, degrees.etp,
+                   setup.dp_replicate)
 
     @property
     def dense_dp(self) -> int:

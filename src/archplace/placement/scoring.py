@@ -207,8 +207,7 @@ class CandidateScorer:
         fam = self.states[cand.family].family
         p, layers = cand.p, fam.layers
         self.meter.charge(4 * len(layers) * cand.variant.chunks * p)
-        layout = RankLayout(fam.tp, fam.cp, fam.ep, p, cand.d, self.setup.rank_order, fam.etp,
-                            self.setup.dp_replicate)
+        layout = RankLayout.for_setup(fam, p, cand.d, self.setup)
         return [interleaved_device_memory(
             [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=cand.m,
             recompute=fam.recompute, optimizer=self.setup.optimizer,

@@ -147,7 +147,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
             check_positive_int(name, getattr(cost_key, name))
         if not isinstance(cost_key.sp, bool):
             raise ConfigError(f"costs key {key!r}: sp must be a bool")
-        check_sp(cost_key.sp, cost_key.tp, "costs key: ")
+        if cost_key.sp and cost_key.tp == 1:
+            raise ConfigError(f"costs key {key!r}: sp needs tp > 1 (sequence parallelism splits "
+                              f"activations over the TP group)")
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
         check_finite_times(layers)

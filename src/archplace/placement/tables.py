@@ -241,8 +241,7 @@ class SegmentTables:
 
     def layout(self, pp: int, dp: int) -> RankLayout:
         """The rank layout of this chain's plans with pp stages and dp replicas."""
-        return RankLayout(self.tp, self.cp, self.ep, pp, dp, self.setup.rank_order, self.etp,
-                          self.setup.dp_replicate)
+        return RankLayout.for_setup(self, pp, dp, self.setup)
 
     def expert_dp(self, dp: int) -> int:
         """Ranks of the expert-data-parallel group with dp replicas: tp * cp * dp / (etp * ep)
