@@ -21,6 +21,7 @@ from archplace.placement.plan import LayerCost, Optimizer, Plan, RankOrder, Reco
 from archplace.placement.solver import plan_search
 from archplace.placement.zero import dp_tail_comm_s
 from archplace.reporting.plan_tables import plan_label
+from archplace.reporting.tables import _degrees
 
 CLUSTER = Cluster(devices=32, devices_per_node=8, intra_node_bandwidth_bytes_per_s=1e11,
                   inter_node_bandwidth_bytes_per_s=1e10, intra_node_latency_s=1e-6,
@@ -143,6 +144,9 @@ def test_the_plan_label_names_the_replicas():
     assert plan_label(result) == "tp1 pp1 dp8 hsdp2 b=1 1f1b recompute=none zero3"
     plain = evaluate_plan(LAYERS, setup(), replace(plan, dp_replicate=1))
     assert plan_label(plain).startswith("tp1 pp1 dp8 b=1")
+    # the degrees of a design's plan in the search and results tables, as the label
+    assert _degrees([plan, plain.plan], wide=False) == "1/1/8 hsdp2 | 1/1/8"
+    assert _degrees([plan], wide=True, expert_tp=True) == "1/1/1/1/1/8 hsdp2"
 
 
 def test_evaluate_refuses_a_plan_whose_replicas_differ_from_the_setup():

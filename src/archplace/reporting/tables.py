@@ -20,11 +20,16 @@ _GIB = 2.0**30
 
 def _degrees(plans: list[Plan], wide: bool, expert_tp: bool = False) -> str:
     """The parallel degrees of each plan (one per model): ``tp/pp/dp``, or ``tp/cp/ep/pp/dp``
-    when ``wide``, ``tp/cp/ep/etp/pp/dp`` when ``expert_tp`` too."""
-    if expert_tp:
-        return " | ".join(f"{p.tp}/{p.cp}/{p.ep}/{p.etp}/{p.pp}/{p.dp}" for p in plans)
-    return " | ".join(f"{p.tp}/{p.cp}/{p.ep}/{p.pp}/{p.dp}" if wide else f"{p.tp}/{p.pp}/{p.dp}"
-                      for p in plans)
+    when ``wide``, ``tp/cp/ep/etp/pp/dp`` when ``expert_tp`` too; a plan with hybrid sharding
+    over R replicas adds `` hsdpR`` after its DP degree (as
+    :func:`~archplace.reporting.plan_tables.plan_label`)."""
+    def one(p: Plan) -> str:
+        if expert_tp:
+            text = f"{p.tp}/{p.cp}/{p.ep}/{p.etp}/{p.pp}/{p.dp}"
+        else:
+            text = f"{p.tp}/{p.cp}/{p.ep}/{p.pp}/{p.dp}" if wide else f"{p.tp}/{p.pp}/{p.dp}"
+        return text + (f" hsdp{p.dp_replicate}" if p.dp_replicate > 1 else "")
+    return " | ".join(one(p) for p in plans)
 
 
 def _plans(r: DesignResult) -> list[Plan]:
@@ -179,7 +184,9 @@ def _flat(row: StoredResult, rank: int) -> dict[str, Any]:
             "vector_cores": acc.vector_cores, "vector_lanes": acc.vector_lanes,
             "buffer_bytes": acc.buffer_bytes, "hbm_bytes": acc.hbm_bytes,
             "tp": _per_model([p.tp for p in plans]), "pp": _per_model([p.pp for p in plans]),
-            "dp": _per_model([p.dp for p in plans]), "cp": _per_model([p.cp for p in plans]),
+            "dp": _per_model([p.dp for p in plans]),
+            "dp_replicate": _per_model([p.dp_replicate for p in plans]),
+            "cp": _per_model([p.cp for p in plans]),
             "ep": _per_model([p.ep for p in plans]), "etp": _per_model([p.etp for p in plans]),
             "micro_batch": _per_model([p.micro_batch for p in plans]),
             "recompute": _per_model([p.recompute.value for p in plans]),
