@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,8 +21,15 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_graph_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Keep the on-disk graph cache of the tests out of the user's ~/.cache."""
-    directory = tmp_path_factory.mktemp("graph-cache")
+    """Keep the on-disk graph cache of the tests out of the user's ~/.cache: one cache for the
+    whole run, shared by pytest-xdist's workers (the cache writes each file to a temporary name
+    and renames it, so concurrent writers are safe), so that a model traced by one worker is
+    not traced again by the other. Its parent holds nothing else."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' base directories share a parent
+        root = root.parent
+    directory = root / "shared-graph-cache" / "cache"
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("ARCHPLACE_CACHE_DIR", str(directory))
     yield directory

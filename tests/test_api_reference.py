@@ -82,6 +82,7 @@ def test_display_follows_sphinx() -> None:
     assert ROLES.display("archplace.api.plan") == "archplace.api.plan"
 
 
+@pytest.mark.slow
 def test_built_site_has_no_raw_roles_and_links_the_api(tmp_path: Path) -> None:
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}

@@ -83,6 +83,7 @@ def test_every_strategy_from_the_cli(strategy: str, model_and_space: tuple[Path,
     assert data["best"]["accelerator"]["tensor_cores"] == 8  # 4x the MACs, same chip otherwise
 
 
+@pytest.mark.slow
 def test_pareto_and_several_models(model_and_space: tuple[Path, Path], tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     model, space = model_and_space
@@ -119,6 +120,7 @@ def test_pareto_and_several_models(model_and_space: tuple[Path, Path], tmp_path:
     assert parts == pytest.approx(alone)  # the same chip wins for both models here
 
 
+@pytest.mark.slow
 def test_search_with_fused_layers(model_and_space: tuple[Path, Path], tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     model, space = model_and_space

@@ -73,18 +73,18 @@ def fixed_plan() -> list[str]:
 def test_evaluate_sizes(option: str, name: str, cap: str, value: str, model: str,
                         capsys: pytest.CaptureFixture[str]) -> None:
     line = refused(with_options(["evaluate", *cluster(model), *fixed_plan()], [option, value]), capsys)
-    assert f"{name} must be a whole number from 1 to {cap}, got {value}" in line
+    assert f"{option} must be a whole number from 1 to {cap}, got {value}" in line  # the option given
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--devices", BIG], "devices must be a whole number from 1 to 1,048,576, got 1000"),
-    (["--devices", str(2**20 + 1)], "devices must be a whole number from 1 to 1,048,576, got 1048577"),
-    (["--global-batch", str(2**30 + 1)], "global_batch must be a whole number from 1 to 1,073,741,824"),
-    (["--micro-batch", BIG], "micro_batch must be a whole number from 1 to 1,048,576"),
-    (["--tp", BIG], "tp must be a whole number from 1 to 1,048,576"),
-    (["--top", BIG], "top_k must be a whole number from 1 to 1,000"),
-    (["--top", "1001"], "top_k must be a whole number from 1 to 1,000, got 1001"),
-    (["--seq-len", BIG], "seq_len must be a whole number from 1 to 1,048,576"),
+    (["--devices", BIG], "--devices must be a whole number from 1 to 1,048,576, got 1000"),
+    (["--devices", str(2**20 + 1)], "--devices must be a whole number from 1 to 1,048,576, got 1048577"),
+    (["--global-batch", str(2**30 + 1)], "--global-batch must be a whole number from 1 to 1,073,741,824"),
+    (["--micro-batch", BIG], "--micro-batch must be a whole number from 1 to 1,048,576"),
+    (["--tp", BIG], "--tp must be a whole number from 1 to 1,048,576"),
+    (["--top", BIG], "--top must be a whole number from 1 to 1,000"),
+    (["--top", "1001"], "--top must be a whole number from 1 to 1,000, got 1001"),
+    (["--seq-len", BIG], "--seq-len must be a whole number from 1 to 1,048,576"),
 ])
 def test_plan_sizes(extra: list[str], message: str, model: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["plan", "--model", model, "--hardware", "tpuv4", "--devices", "8", "--global-batch", "8"]
@@ -92,17 +92,17 @@ def test_plan_sizes(extra: list[str], message: str, model: str, capsys: pytest.C
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--devices", BIG], "devices must be a whole number from 1 to 1,048,576"),
-    (["--global-batch", BIG], "global_batch must be a whole number from 1 to 1,073,741,824"),
-    (["--micro-batch", BIG], "micro_batches must be a whole number from 1 to 1,048,576"),
-    (["--tp", BIG], "tp must be a whole number from 1 to 1,048,576"),
-    (["--seq-len", BIG], "seq_len must be a whole number from 1 to 1,048,576"),
-    (["--top", BIG], "top must be a whole number from 1 to 1,000"),
-    (["--exact-top", "1001"], "exact_top must be a whole number from 0 to 1,000, got 1001"),
-    (["--trials", BIG], "trials must be a whole number from 1 to 1,000,000"),
-    (["--seed", BIG], "seed must be a whole number from 0 to 4,294,967,295"),
-    (["--seed", str(2**32)], "seed must be a whole number from 0 to 4,294,967,295, got 4294967296"),
-    (["--seed", "-1"], "seed must be a whole number from 0 to 4,294,967,295, got -1"),
+    (["--devices", BIG], "--devices must be a whole number from 1 to 1,048,576"),
+    (["--global-batch", BIG], "--global-batch must be a whole number from 1 to 1,073,741,824"),
+    (["--micro-batch", BIG], "--micro-batch must be a whole number from 1 to 1,048,576"),
+    (["--tp", BIG], "--tp must be a whole number from 1 to 1,048,576"),
+    (["--seq-len", BIG], "--seq-len must be a whole number from 1 to 1,048,576"),
+    (["--top", BIG], "--top must be a whole number from 1 to 1,000"),
+    (["--exact-top", "1001"], "--exact-top must be a whole number from 0 to 1,000, got 1001"),
+    (["--trials", BIG], "--trials must be a whole number from 1 to 1,000,000"),
+    (["--seed", BIG], "--seed must be a whole number from 0 to 4,294,967,295"),
+    (["--seed", str(2**32)], "--seed must be a whole number from 0 to 4,294,967,295, got 4294967296"),
+    (["--seed", "-1"], "--seed must be a whole number from 0 to 4,294,967,295, got -1"),
     (["--jobs", BIG], "jobs must be a whole number from 1 to "),
     (["--jobs", "0"], "jobs must be a whole number from 1 to "),
     (["--area-budget", "1e400 mm2"], "area_budget: must be finite, got '1e400 mm2'"),
@@ -125,9 +125,9 @@ def test_jobs_cap_follows_the_cpus(capsys: pytest.CaptureFixture[str], model: st
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--micro-batch", BIG], "micro_batch must be a whole number from 1 to 1,048,576"),
-    (["--tp", BIG], "tp must be a whole number from 1 to 1,048,576"),
-    (["--seq-len", BIG], "seq_len must be a whole number from 1 to 1,048,576"),
+    (["--micro-batch", BIG], "--micro-batch must be a whole number from 1 to 1,048,576"),
+    (["--tp", BIG], "--tp must be a whole number from 1 to 1,048,576"),
+    (["--seq-len", BIG], "--seq-len must be a whole number from 1 to 1,048,576"),
     (["--micro-batch", str(2**20)], "a micro-batch of 1,048,576 samples x 128 tokens is 134,217,728 tokens"),
     (["--tp", "1", "--sp"], "--sp needs --tp > 1"),
 ])
@@ -136,9 +136,9 @@ def test_graph_sizes(extra: list[str], message: str, model: str, capsys: pytest.
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--micro-batch", BIG], "micro_batch must be a whole number from 1 to 1,048,576"),
-    (["--tp", BIG], "tp must be a whole number from 1 to 1,048,576"),
-    (["--seq-len", BIG], "seq_len must be a whole number from 1 to 1,048,576"),
+    (["--micro-batch", BIG], "--micro-batch must be a whole number from 1 to 1,048,576"),
+    (["--tp", BIG], "--tp must be a whole number from 1 to 1,048,576"),
+    (["--seq-len", BIG], "--seq-len must be a whole number from 1 to 1,048,576"),
 ])
 def test_estimate_model_sizes(extra: list[str], message: str, model: str,
                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,7 +196,7 @@ def test_schedule_solver_options(extra: list[str], message: str, backend: str, p
 
 def test_schedule_layer_sizes(model: str, capsys: pytest.CaptureFixture[str]) -> None:
     line = refused(["schedule", "--model", model, "--micro-batch", BIG, "--backend", "list"], capsys)
-    assert "micro_batch must be a whole number from 1 to 1,048,576" in line
+    assert "--micro-batch must be a whole number from 1 to 1,048,576" in line
 
 
 # ------------------------------------------------------------------------ the limits module

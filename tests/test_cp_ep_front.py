@@ -51,15 +51,15 @@ def test_plan_space_degrees_are_checked_and_normalised() -> None:
     space = PlanSpace(cps=[2, 1, 2], eps=(8,))  # type: ignore[arg-type]
     assert space.cps == (2, 1) and space.eps == (8,)
     assert PlanSpace.from_dict(json.loads(json.dumps(space.to_dict()))) == space
-    for bad, message in (((0,), "cps: cp must be a whole number from 1 to 1,048,576, got 0"),
+    for bad, message in (((0,), "cps must be a whole number from 1 to 1,048,576, got 0"),
                          ((), "cps needs at least one value"), (2, "cps must be a list, got 2"),
-                         ((True,), "cps: cp must be a whole number")):
+                         ((True,), "cps must be a whole number")):
         with pytest.raises(ConfigError) as info:
             PlanSpace(cps=bad)  # type: ignore[arg-type]
         assert message in str(info.value) and info.value.fields == ("cps",)
     with pytest.raises(ConfigError) as info:
         PlanSpace(eps=(1, 2**21))
-    assert cli_message(info.value) == "--ep: ep must be a whole number from 1 to 1,048,576, got 2097152"
+    assert cli_message(info.value) == "--ep must be a whole number from 1 to 1,048,576, got 2097152"
 
 
 def test_plan_degrees_round_trip_through_plan_json() -> None:
@@ -89,11 +89,11 @@ def test_search_spec_reads_the_degrees(tmp_path: Path) -> None:
     changed = spec.replace(cps=4, eps=[1, 8, 1])
     assert changed.cps == (4,) and changed.eps == (1, 8)  # a single value is a list of one
     assert SearchSpec.from_yaml(_written(tmp_path, changed.to_yaml())) == changed
-    with pytest.raises(ConfigError, match=r"run.yaml: eps: ep must be a whole number from 1 .* got -1"):
+    with pytest.raises(ConfigError, match=r"run.yaml: eps must be a whole number from 1 .* got -1"):
         SearchSpec.from_yaml(_written(tmp_path, "models: [m]\ndevices: 8\nglobal_batch: 8\neps: [-1]\n"))
     with pytest.raises(ConfigError) as info:
         spec.replace(cps=[0])
-    assert cli_message(info.value).startswith("--cp: cp must be")
+    assert cli_message(info.value).startswith("--cp must be")
 
 
 def _written(tmp_path: Path, text: str) -> Path:
@@ -105,8 +105,8 @@ def _written(tmp_path: Path, text: str) -> Path:
 # --------------------------------------------------------------------------------------- CLI
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--cp", "0"], "--cp: cp must be a whole number from 1 to 1,048,576, got 0"),
-    (["--ep", "1", "--ep", str(2**21)], "--ep: ep must be a whole number from 1 to 1,048,576, got 2097152"),
+    (["--cp", "0"], "--cp must be a whole number from 1 to 1,048,576, got 0"),
+    (["--ep", "1", "--ep", str(2**21)], "--ep must be a whole number from 1 to 1,048,576, got 2097152"),
     (["--cp", "1", "--ep", "1", "--ep", "4"], "is a dense model (no routed experts to shard); use ep 1"),
 ])
 def test_plan_options(options: list[str], message: str, model: str,
@@ -147,7 +147,7 @@ def test_evaluate_options_and_plan_files(model: str, tmp_path: Path,
     base = ["evaluate", "--model", model, *CLUSTER, *FIXED]
     assert "tp*cp*pp*dp = 1*2*1*8 = 16 exceeds the cluster's 8 devices" in refused(
         [*base, "--cp", "2"], capsys)
-    assert "plan.ep must be a whole number from 1" in refused([*base, "--ep", "0"], capsys)  # as plan.tp
+    assert "--ep must be a whole number from 1" in refused([*base, "--ep", "0"], capsys)  # as --tp
     code, out, _ = run([*base, "--cp", "1", "--ep", "1", "--json"], capsys)
     assert code == 0
     document = json.loads(out)
@@ -177,7 +177,7 @@ def test_plan_json_to_evaluate_plan(model: str, tmp_path: Path, capsys: pytest.C
 def test_search_options(model: str, space: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["search", "--model", model, "--space", space, "--devices", "8", "--global-batch", "8",
             "--jobs", "1", "--baseline", "none"]
-    assert refused([*argv, "--ep", "0"], capsys).startswith("--ep: ep must be a whole number")
+    assert refused([*argv, "--ep", "0"], capsys).startswith("--ep must be a whole number")
     assert "is a dense model" in refused([*argv, "--ep", "2"], capsys)
     code, out, err = run([*argv, "--micro-batch", "1", "--cp", "1", "--ep", "1"], capsys)
     assert code == 0, err
@@ -190,7 +190,7 @@ def test_api_takes_the_degrees(model: str) -> None:
     cluster = {"devices": 8, "global_batch": 8}
     halved = archplace.evaluate(model, "a100-80gb", tp=1, pp=1, dp=4, micro_batch=1, cp=2, **cluster)
     assert (halved.plan.cp, halved.plan.devices) == (2, 8)
-    with pytest.raises(ConfigError, match="eps: ep must be a whole number"):
+    with pytest.raises(ConfigError, match="eps must be a whole number"):
         archplace.plan(model, "a100-80gb", eps=[0], **cluster)
     fixed = archplace.evaluate(model, "a100-80gb", tp=1, pp=1, dp=8, micro_batch=1, cp=1, ep=1, **cluster)
     assert (fixed.plan.cp, fixed.plan.ep) == (1, 1)
@@ -213,8 +213,8 @@ def test_search_cost_keys_and_identity_carry_the_degrees(model: str, space: str)
     identity = request_identity(wider)
     assert identity != request_identity(request)
     assert [1, 1, False, 2, 4, 1] in identity["cost_keys"]
-    with pytest.raises(ConfigError, match="cps must be a whole number from 1"):
-        dataclasses.replace(request, plan_space=PlanGrid(**{**fields, "cps": (0,)}))
+    with pytest.raises(ConfigError, match="cps must be a whole number from 1"):  # at the front door
+        api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], cps=[0])
 
 
 # ------------------------------------------------------------------------------------- tables

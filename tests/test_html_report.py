@@ -252,6 +252,7 @@ def _open(browser: str, page: Path, profile: Path, *extra: str) -> subprocess.Co
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.slow
 def test_chromium_draws_every_figure_without_console_messages(pages: dict[str, Path], tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:

@@ -341,11 +341,7 @@ def test_every_file_option_refuses_every_bad_file_class(option: str, bad: str, t
     assert message in err and str(path) in err, err
 
 
-@pytest.mark.parametrize("option", list(FILE_OPTIONS))
-@given(content=st.binary(max_size=200))
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_arbitrary_bytes_in_every_file_option(option: str, content: bytes, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def _arbitrary_bytes(option: str, content: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv, syntax = FILE_OPTIONS[option]
     path = tmp_path / f"input.{syntax}"
     path.write_bytes(content)
@@ -353,3 +349,14 @@ def test_arbitrary_bytes_in_every_file_option(option: str, content: bytes, tmp_p
     assert code in (0, 2) and "Traceback" not in err
     if code == 2:
         assert err.count("\n") == 1 and err.startswith("archplace: error: "), err
+
+
+def _arbitrary_bytes_test(examples: int) -> Any:
+    test = given(content=st.binary(max_size=200))(_arbitrary_bytes)
+    test = settings(max_examples=examples, suppress_health_check=[HealthCheck.function_scoped_fixture])(test)
+    return pytest.mark.parametrize("option", list(FILE_OPTIONS))(test)
+
+
+# 8 files of arbitrary bytes per option in the default run, 25 in the slow one (CI runs both)
+test_arbitrary_bytes_in_every_file_option = _arbitrary_bytes_test(8)
+test_arbitrary_bytes_in_every_file_option_more = pytest.mark.slow(_arbitrary_bytes_test(25))

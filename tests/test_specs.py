@@ -37,16 +37,16 @@ from archplace.workload.options import Attention, Kernels
     (lambda: Plan(tp=1, pp=1, dp=1, micro_batch=1, grad_reduce_dtype="fp8"),  # type: ignore[arg-type]
      "plan.grad_reduce_dtype: unknown grad_reduce_dtype 'fp8'"),
     (lambda: PlanSpace(micro_batches=(1, 0)),
-     "micro_batches: micro_batch must be a whole number from 1 to 1,048,576, got 0"),
+     "micro_batches must be a whole number from 1 to 1,048,576, got 0"),
     (lambda: PlanSpace(micro_batches=()), "micro_batches needs at least one value"),
     (lambda: PlanSpace(micro_batches=4), "micro_batches must be a list, got 4"),  # type: ignore[arg-type]
-    (lambda: PlanSpace(tps=(2, -1)), "tps: tp must be a whole number from 1"),
+    (lambda: PlanSpace(tps=(2, -1)), "tps must be a whole number from 1"),
     (lambda: PlanSpace(recomputes=("some",)),  # type: ignore[arg-type]
      "recomputes: unknown recompute 'some'; choose from: none, selective, full"),
-    (lambda: PlanSpace(zero_stages=(0, 5)), "zero_stages: zero_stage must be 0, 1, 2 or 3, got 5"),
-    (lambda: PlanSpace(chunks=(1,)), "chunks: chunks must be a whole number from 2"),
+    (lambda: PlanSpace(zero_stages=(0, 5)), "zero_stages must be 0, 1, 2 or 3, got 5"),
+    (lambda: PlanSpace(chunks=(1,)), "chunks must be a whole number from 2"),
     (lambda: PlanSpace(top_k=0), "top_k must be a whole number from 1 to 1,000, got 0"),
-    (lambda: PlanSpace(cps=(4, 0)), "cps: cp must be a whole number from 1 to 1,048,576, got 0"),
+    (lambda: PlanSpace(cps=(4, 0)), "cps must be a whole number from 1 to 1,048,576, got 0"),
     (lambda: PlanSpace(eps=()), "eps needs at least one value"),
     (lambda: Plan(tp=1, pp=1, dp=1, micro_batch=1, cp=0), "plan.cp must be a whole number from 1"),
     (lambda: PlanSpace(optimizer="lamb"), "optimizer: unknown optimizer 'lamb'"),  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from archplace.cost.estimate import estimate_matmul
 from archplace.dse.request import SearchRequest, SearchResult
 from archplace.dse.runner import Progress
 from archplace.errors import ConfigError
+from archplace.fields import check_as
 from archplace.hw.presets import preset_summaries
 from archplace.hw.resolved import ResolvedHardware
 from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
@@ -119,10 +120,10 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     """
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse,  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
-    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
-    limits.whole("ep", ep, 1, limits.MAX_DEVICES)
-    limits.whole("etp", etp, 1, limits.MAX_DEVICES)
+    check_as(Plan, "micro_batch", micro_batch)
+    check_as(Plan, "tp", tp)
+    check_as(Plan, "ep", ep)
+    check_as(Plan, "etp", etp)
     check_sp(sp, tp)
     check_etp(app.load_model(spec), etp)
     chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep, etp=etp)

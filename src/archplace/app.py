@@ -24,7 +24,7 @@ from archplace.cost.precision import Precision
 from archplace.dse.objective import Objective
 from archplace.dse.request import SearchRequest
 from archplace.errors import ConfigError, MissingSectionError
-from archplace.fields import member
+from archplace.fields import check_as, member
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster
@@ -292,8 +292,8 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
     """
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels,  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
-    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
-    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    check_as(Plan, "tp", tp)
+    check_as(Plan, "micro_batch", micro_batch)
     chip = HardwareSpec(hardware)
     chain = layer_chain(spec, micro_batch=micro_batch, tp=tp)
     return estimate_layers(chain, accelerator(chip), SystolicCostModel(cluster_or_none(chip, tp)))
@@ -343,8 +343,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
     if phase not in PHASES:
         raise ConfigError(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
-    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
-    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
+    check_as(Plan, "tp", tp)
+    check_as(Plan, "micro_batch", micro_batch)
     loaded = load_model(spec, (micro_batch,))
     chip = HardwareSpec(hardware)
     acc = accelerator(chip)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
 from archplace import limits
 from archplace.errors import ConfigError
+from archplace.options import Declared, declared, span
 
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -62,6 +64,14 @@ def flags(values: object, field: str) -> tuple[bool, ...]:
     return tuple(dict.fromkeys(flag(value, field) for value in sequence(values, field)))
 
 
+def integral(value: object) -> object:
+    """``value`` as an int when it is an integral number other than a bool (NumPy's included);
+    anything else as it is (for the range check to refuse)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
 def wholes(values: object, field: str, element: str, low: int, high: int) -> tuple[int, ...]:
     """A non-empty list of whole numbers in ``low..high``, once each, in order.
 
@@ -70,7 +80,73 @@ def wholes(values: object, field: str, element: str, low: int, high: int) -> tup
             number from LOW to HIGH, got VALUE".
     """
     items = sequence(values, field)
-    return tuple(dict.fromkeys(limits.whole(f"{field}: {element}", value, low, high) for value in items))
+    return tuple(dict.fromkeys(limits.whole(f"{field}: {element}", integral(value), low, high)
+                               for value in items))
+
+
+NOT_DERIVED = object()
+"""What :func:`checked` returns for a field whose check its declaration does not give (a text,
+a nested list): the spec checks it itself."""
+
+
+def checked(field: Declared, value: object, where: str) -> Any:
+    """``value`` of the declared ``field`` checked and normalised from its declaration alone:
+    None for an optional field; an enum member (or a tuple of them, once each) from a member or
+    its value; a bool (tuple of bools); a whole number (tuple of them, once each) or a finite
+    float in the declared range (:func:`archplace.options.span`). ``where`` names the field in
+    errors (``plan.tp``: "plan.tp must be a whole number from 1 to ...") and is their
+    ``fields`` (the CLI shows the option that sets it).
+
+    Returns:
+        the normalised value, or :data:`NOT_DERIVED` for a type the declaration does not check.
+
+    Raises:
+        ConfigError: a value of the wrong type, unknown or out of range.
+        TypeError: a number field that declares no range.
+    """
+    if value is None and field.optional:
+        return None
+    try:
+        return _checked(field, value, where)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), fields=(where,)) from None
+
+
+def _checked(field: Declared, value: object, where: str) -> Any:
+    kind, element = field.type, field.element
+    if field.enum is not None:
+        return member(field.enum, value, where) if element is None else members(field.enum, value, where)
+    if kind is bool:
+        return flag(value, where)
+    if element is bool:
+        return flags(value, where)
+    if kind not in (int, float) and element is not int:
+        return NOT_DERIVED
+    low, high = span(field.spec, field.name)
+    if low is None or high is None:
+        raise TypeError(f"{field.spec.__name__}.{field.name} declares no range")
+    if kind is float:
+        return limits.finite(where, value, low, high)
+    if kind is int:
+        return limits.whole(where, integral(value), int(low), int(high))
+    return tuple(dict.fromkeys(limits.whole(where, integral(item), int(low), int(high))
+                               for item in sequence(value, where)))
+
+
+def check_declared(obj: Any, prefix: str = "", spec: type | None = None) -> None:
+    """Check and normalise, in place, every declared field of the frozen dataclass ``obj`` whose
+    check its declaration gives (:func:`checked`; errors name ``prefix`` + the field), in field
+    order: the fields of ``spec`` (default: ``obj``'s class; a spec whose subclasses add fields
+    of their own names itself). Called from the spec's ``__post_init__``, before the checks
+    that relate fields.
+
+    Raises:
+        ConfigError: as :func:`checked`.
+    """
+    for name, field in declared(type(obj) if spec is None else spec).items():
+        value = checked(field, getattr(obj, name), prefix + name)
+        if value is not NOT_DERIVED:
+            object.__setattr__(obj, name, value)
 
 
 def text(value: object, field: str, what: str) -> str:
@@ -157,3 +233,14 @@ class FlatSpec:
             ConfigError: not a mapping, an unknown or missing key (named), or a bad value.
         """
         return cls(**check_keys(cls, data, cls.OWNER))
+
+
+def check_as(spec: type, name: str, value: object, where: str | None = None) -> Any:
+    """``value`` checked as field ``name`` of ``spec`` (:func:`checked`; errors name ``where``,
+    by default ``name``): a front-door keyword that means a spec's field (``api.graph``'s
+    ``micro_batch`` is a plan's) takes its declared type and range from there.
+
+    Raises:
+        ConfigError: as :func:`checked`.
+    """
+    return checked(declared(spec)[name], value, name if where is None else where)

@@ -14,12 +14,13 @@ from typing import Any
 
 from archplace import app, limits
 from archplace.errors import InfeasibleError, OutOfMemoryError
+from archplace.fields import check_as
 from archplace.layer_graph_file import load_layer_graph_file
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult
-from archplace.specs import ClusterSpec, HardwareSpec
+from archplace.specs import ClusterSpec, HardwareSpec, Plan
 from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage
 
 DEFAULT_SCHEDULES = ("1f1b", "gpipe")
@@ -57,8 +58,8 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
     """
     ClusterSpec(devices, global_batch)
-    limits.whole("micro_batch", micro_batch, 1, limits.MAX_MICRO_BATCH)
-    limits.whole("tp", tp, 1, limits.MAX_DEVICES)
+    check_as(Plan, "micro_batch", micro_batch)
+    check_as(Plan, "tp", tp)
     if isinstance(graph, LayerGraph):
         layers, file_seq_len = graph, None
     else:

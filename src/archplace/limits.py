@@ -73,9 +73,14 @@ def whole(name: str, value: object, low: int, high: int) -> int:
     """``value`` when it is an int (not a bool) with ``low <= value <= high``.
 
     Raises:
-        ConfigError: "``name`` must be a whole number from LOW to HIGH, got VALUE".
+        ConfigError: "``name`` must be a whole number from LOW to HIGH, got VALUE" (a range of
+            at most four values names them: "must be 0, 1, 2 or 3").
     """
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if high - low < 4:  # a few values: named ("0, 1, 2 or 3")
+            *head, last = range(low, high + 1)
+            allowed = f"{', '.join(map(str, head))} or {last}" if head else str(last)
+            raise ConfigError(f"{name} must be {allowed}, got {shown(value)}")
         raise ConfigError(f"{name} must be a whole number {_range_text(low, high)}, got {shown(value)}")
     return value
 

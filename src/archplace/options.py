@@ -55,8 +55,12 @@ class Option:
             (the layer names of a layer-DAG plan's stages): not a command-line option, keyword or
             run-file key; :func:`declared` leaves it out.
         low, high: the inclusive range of a number field (of each element of a tuple field);
-            None: unbounded on that side. The class's ``__post_init__`` checks them (through
-            :func:`bounds`) and the JSON Schema states them (:mod:`archplace.schemas.generate`).
+            None: taken from the field it ``tries`` or is ``like`` (:func:`span`), else
+            unbounded. The class's ``__post_init__`` checks them
+            (:func:`archplace.fields.check_declared`) and the JSON Schema states them
+            (:mod:`archplace.schemas.generate`).
+        like: ``(spec, name)``: the field of another spec that this one means (a search's
+            ``seq_len`` is a model spec's): its help, when this one gives none, and its range.
     """
 
     help: str | None = None
@@ -69,16 +73,18 @@ class Option:
     engine: bool = False
     low: float | None = None
     high: float | None = None
+    like: tuple[type, str] | None = None
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str | None = None,  # noqa: A002
            default_shown: str | None = None, flag: str | None = None, metavar: str | None = None,
            tries: str | None = None, parse: Callable[[str], Any] | None = None, cli: bool = True,
-           engine: bool = False, low: float | None = None, high: float | None = None) -> Any:
+           engine: bool = False, low: float | None = None, high: float | None = None,
+           like: tuple[type, str] | None = None) -> Any:
     """A dataclass field with ``default`` (none: a required field) whose metadata holds an
     :class:`Option` of the other arguments."""
     info = Option(help=help, default_shown=default_shown, flag=flag, metavar=metavar, tries=tries,
-                  parse=parse, cli=cli, engine=engine, low=low, high=high)
+                  parse=parse, cli=cli, engine=engine, low=low, high=high, like=like)
     return dataclasses.field(default=default, metadata={METADATA_KEY: info})
 
 
@@ -132,6 +138,8 @@ class Declared:
     def text(self) -> str:
         """The help without the default: the help (:attr:`Option.help`), "(repeatable)" for a list."""
         text = self.option.help
+        if text is None and self.option.like is not None:
+            text = declared(self.option.like[0])[self.option.like[1]].option.help
         if text is None:
             if self.option.tries is None:
                 raise TypeError(f"{self.spec.__name__}.{self.name}: an option needs its help")
@@ -198,17 +206,32 @@ def declared(spec: type) -> Mapping[str, Declared]:
 
 
 @functools.cache
-def bounds(spec: type, name: str) -> tuple[int, int]:
-    """The declared inclusive range (:attr:`Option.low`, :attr:`Option.high`) of the whole-number
-    field ``name`` of ``spec``.
-
-    Raises:
-        TypeError: the field does not declare both bounds.
+def span(spec: type, name: str) -> tuple[float | None, float | None]:
+    """The declared inclusive range of field ``name`` of ``spec`` (of each element of a tuple
+    field): its own :attr:`Option.low` / :attr:`Option.high`, each side that it leaves None taken
+    from the field it :attr:`Option.tries` (``micro_batches`` tries ``micro_batch``: the plan's
+    range) or is :attr:`Option.like`; (None, None) when none declares one.
     """
     info = next(f for f in dataclasses.fields(spec) if f.name == name).metadata[METADATA_KEY]
-    if info.low is None or info.high is None:
+    low, high = info.low, info.high
+    source = (getattr(spec, "TRIES"), info.tries) if info.tries is not None else info.like  # noqa: B009
+    if source is not None and (low is None or high is None):
+        other_low, other_high = span(*source)
+        low = other_low if low is None else low
+        high = other_high if high is None else high
+    return low, high
+
+
+def bounds(spec: type, name: str) -> tuple[int, int]:
+    """The declared inclusive range (:func:`span`) of the whole-number field ``name`` of ``spec``.
+
+    Raises:
+        TypeError: the field declares no range on one side.
+    """
+    low, high = span(spec, name)
+    if low is None or high is None:
         raise TypeError(f"{spec.__name__}.{name} declares no range")
-    return int(info.low), int(info.high)
+    return int(low), int(high)
 
 
 def tried(space: type) -> dict[str, str]:

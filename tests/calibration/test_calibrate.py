@@ -89,6 +89,7 @@ def test_cross_validation_of_exact_runs_predicts_each_held_out_run(synthetic_run
     assert result.summary("uncalibrated")[0] > 0.02
 
 
+@pytest.mark.slow
 def test_a_parameter_no_run_depends_on_is_left_at_its_start(tmp_path: Path) -> None:
     # one eager-attention run: the FlashAttention figure enters no prediction
     runs = read_runs(_runs_file(tmp_path))

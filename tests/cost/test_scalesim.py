@@ -119,6 +119,7 @@ def test_scalesim_matches_fast(tmp_path: Path, case: tuple[int, int, int, int, i
     check(tmp_path, case)
 
 
+@pytest.mark.slow
 def test_scalesim_matches_40_generated_cases(tmp_path: Path) -> None:
     cases = generated_cases(40, seed=20200823)
     assert {c[5] for c in cases} == {"ws", "os"}

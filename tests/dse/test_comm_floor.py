@@ -139,6 +139,7 @@ SLOW = dict(space="tiny", devices=64, global_batch=128, seq_len=256, micro_batch
 """PHAZE's cluster (4 GiB/s for every transfer) on 64 devices, the 43 designs of ``tiny``."""
 
 
+@pytest.mark.slow
 def test_on_slow_links_the_floor_is_above_every_design_and_below_the_compute_bound(
         models: dict[str, str]) -> None:
     every = api.search(models["gpt"], strategy="exhaustive-all", **SLOW)

@@ -175,8 +175,8 @@ def test_infeasible_reasons_name_etp():
     with pytest.raises(InfeasibleError, match=r"no plan fits .*\(tp=2, etp=2, micro_batch=1"):
         plan_search({CostKey(2, 1, True, 1, 1, 2): chain(2)}, setup(2, 2, global_batch=8, hbm_bytes=1e5),
                     recomputes=[Recompute.NONE])
-    with pytest.raises(ConfigError, match="etp must be a positive integer"):
-        plan_search({CostKey(1, 1, False, 1, 1, 0): chain(1)}, setup(2, 2))
+    with pytest.raises(ConfigError, match="etp must be a positive integer"):  # a plain tuple is checked
+        plan_search({(1, 1, False, 1, 1, 0): chain(1)}, setup(2, 2))
 
 
 @st.composite

@@ -191,7 +191,7 @@ def test_a_bad_config_file_names_the_field(model: str, tmp_path: Path,
     config.write_text(f"model: {model}\nhardware: a100-80gb\ndevices: 16\nglobal_batch: 32\n"
                       "micro_batches: [1, 0]\n")
     code, _, err = run(["plan", "--config", str(config)], capsys)
-    assert code == 2 and "micro_batches: micro_batch must be a whole number from 1 to 1,048,576, got 0" in err
+    assert code == 2 and "micro_batches must be a whole number from 1 to 1,048,576, got 0" in err
     config.write_text(f"model: {model}\nhardware: a100-80gb\ndevices: 16\nglobal_batch: 32\nmicro_batch: 2\n")
     code, _, err = run(["plan", "--config", str(config)], capsys)
     assert code == 2 and "unknown field 'micro_batch'" in err and len(err.strip().splitlines()) == 1

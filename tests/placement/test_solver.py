@@ -78,11 +78,18 @@ def optimal_problems(draw):
     return layers, setup, options
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(optimal_problems())
-def test_optimal_plan_equals_brute_force(problem):
+def _optimal_equals_brute_force(problem):
     layers, setup, options = problem
     check_optimal(layers, setup, options, label=True)
+
+
+# 300 examples in the default run, 1,500 in the slow one (CI runs both)
+test_optimal_plan_equals_brute_force = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(optimal_problems())(_optimal_equals_brute_force))
+test_optimal_plan_equals_brute_force_more = pytest.mark.slow(settings(
+    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(optimal_problems())(_optimal_equals_brute_force)))
 
 
 # ---------------------------------------------------------------- hypothesis: plan_search
@@ -206,8 +213,6 @@ def test_no_valid_plan_and_bad_arguments():
     with pytest.raises(InfeasibleError, match="^no valid plan"):
         plan_search({(32, 1, False): layers}, setup)
     with pytest.raises(ConfigError):
-        optimal_plan(layers, setup, micro_batch=0, recompute=Recompute.NONE)
-    with pytest.raises(ConfigError):
         optimal_plan([], setup, micro_batch=1, recompute=Recompute.NONE)
     with pytest.raises(ConfigError, match="chunks=1 does not suit the interleaved"):
         optimal_plan(layers, setup, micro_batch=1, recompute="none", schedule="interleaved")
@@ -276,9 +281,7 @@ def test_padding_allows_any_dp():
 
 # ---------------------------------------------------------------- larger instances
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_longer_chains_equal_brute_force(data):
+def _longer_chains_equal_brute_force(data):
     """9 to 12 layers (up to 2048 splits per pipeline depth), one option set."""
     layers = data.draw(chains(layers=data.draw(st.integers(9, 12))))
     setup = data.draw(setups(layers, 8))
@@ -288,6 +291,15 @@ def test_longer_chains_equal_brute_force(data):
                    chunks=2 if schedule is PipelineSchedule.INTERLEAVED else 1,
                    zero_stage=data.draw(st.sampled_from(ZERO_STAGES)), dp_overlap=data.draw(st.booleans()))
     check_optimal(layers, setup, options, label=True)
+
+
+# 20 examples in the default run, 80 in the slow one
+test_longer_chains_equal_brute_force = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(st.data())(_longer_chains_equal_brute_force))
+test_longer_chains_equal_brute_force_more = pytest.mark.slow(settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(st.data())(_longer_chains_equal_brute_force)))
 
 
 def gpt_like_chain(blocks, tp, micro_batch, sp):
@@ -370,7 +382,8 @@ def test_rounding_tie_takes_the_smaller_split():
                                          "chunks": 1}) is not None
 
 
-@pytest.mark.parametrize("hbm", [1e9, pytest.param(4e7, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("hbm", [1e9, 4e7])
 def test_plan_search_with_overlapped_pipeline_sends_equals_brute_force(hbm):
     """With ``pp_comm_overlap`` an interleaved segment takes max(compute, sends): the search's
     tables, bounds and pace agree with ``evaluate_plan`` over every split the brute force

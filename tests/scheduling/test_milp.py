@@ -21,13 +21,18 @@ from archplace.scheduling.problem import SchedOp, ScheduleProblem
 OPTIONS = SolveOptions(time_limit_s=20.0, workers=1)
 
 
-@settings(max_examples=40, deadline=None)
-@given(problems(max_ops=8, max_cores=3))
-def test_highs_equals_brute_force(problem: ScheduleProblem) -> None:
+def _highs_equals_brute_force(problem: ScheduleProblem) -> None:
     result = HighsScheduler().solve(problem, OPTIONS)
     validate(problem, result.schedule)
     assert result.optimal
     assert result.makespan_s == pytest.approx(optimum_s(problem), abs=TOL)
+
+
+# 10 examples in the default run, 40 in the slow one (CI runs both)
+test_highs_equals_brute_force = settings(max_examples=10, deadline=None)(
+    given(problems(max_ops=8, max_cores=3))(_highs_equals_brute_force))
+test_highs_equals_brute_force_more = pytest.mark.slow(settings(max_examples=40, deadline=None)(
+    given(problems(max_ops=8, max_cores=3))(_highs_equals_brute_force)))
 
 
 def test_core_constraints_are_added_when_the_relaxation_overloads_the_cores() -> None:

@@ -145,8 +145,6 @@ def test_unknown_model_lists_choices():
 
 
 def test_bad_options():
-    with pytest.raises(ConfigError, match="micro-batch"):
-        ExtractOptions(0, 128)
     with pytest.raises(ConfigError, match="sequence length"):
         load_model("gpt2-xl").with_seq_len(4096)
 

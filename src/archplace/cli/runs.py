@@ -6,7 +6,8 @@ and the options given on the command line (``click``'s parameter source tells th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,8 @@ def plan_run(ctx: typer.Context, config: Path | None, options: dict[str, Any], n
     values = _layers(ctx, options, fields_of(cli_options(*PLAN_SPECS)), loaded)
     if no_zero:
         values["zero_stages"] = [0]
-    return PlanRun.from_dict(values)
+    with _named_in(config, _given_fields(ctx, PLAN_SPECS)):
+        return PlanRun.from_dict(values)
 
 
 def evaluate_run(ctx: typer.Context, plan_file: Path | None, options: dict[str, Any],
@@ -94,7 +96,30 @@ def evaluate_run(ctx: typer.Context, plan_file: Path | None, options: dict[str, 
     if not isinstance(values.get("plan"), Mapping):
         missing = ("tp", "pp", "dp", "micro_batch")
         raise ConfigError(f"plan: missing fields {', '.join(missing)}", fields=missing)
-    return EvaluateRun.from_dict(values)
+    with _named_in(plan_file, _given_fields(ctx, EVALUATE_SPECS, {Plan: "plan."})):
+        return EvaluateRun.from_dict(values)
+
+
+def _given_fields(ctx: typer.Context, specs: tuple[type, ...], prefixes: Mapping[type, str] | None = None,
+                  ) -> set[str]:
+    """The fields set by options given on the command line, as errors name them (a plan's
+    ``plan.tp`` with ``prefixes={Plan: "plan."}``)."""
+    prefix = dict(prefixes or {})
+    return {prefix.get(option.field.spec, "") + option.field.name
+            for name, option in cli_options(*specs).items() if given(ctx, name)}
+
+
+@contextlib.contextmanager
+def _named_in(path: Path | None, flagged: set[str]) -> Iterator[None]:
+    """Re-raise a ConfigError about fields that no option given on the command line set (so the
+    file ``path`` did) as one that names the file and its key, not the option
+    (:func:`archplace.cli.options.cli_message` shows a field in ``fields`` as its option)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if path is None or not exc.fields or flagged.intersection(exc.fields):
+            raise
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def run_fields(run: PlanRun | EvaluateRun) -> dict[str, Any]:

@@ -77,18 +77,14 @@ class SearchRequest:
             raise ConfigError("the search space has no design")
         limits.whole("devices", self.cluster.devices, 1, limits.MAX_DEVICES)
         limits.whole("global_batch", self.global_batch, 1, limits.MAX_GLOBAL_BATCH)
-        space = self.plan_space
-        batches = limits.whole_each("micro_batches", space.micro_batches, 1, limits.MAX_MICRO_BATCH)
+        space = self.plan_space  # its values were range-checked at the front door (SearchSpec)
         if space.tps is None:
             raise ConfigError("the plan space's TP widths must be given")
-        limits.whole_each("tp", space.tps, 1, limits.MAX_DEVICES)
-        for name in ("cps", "eps", "etps"):
-            limits.whole_each(name, _degrees(space, name), 1, limits.MAX_DEVICES)
         for spec in self.models:
             check_chain_length(spec.num_layers + 2)
-            for b in batches:
+            for b in space.micro_batches:
                 limits.micro_batch_tokens(b, spec.seq_len)
-        for name in ("recomputes", "schedules", "sps", "zero_stages", "dp_overlap"):
+        for name in ("micro_batches", "tps", "recomputes", "schedules", "sps", "zero_stages", "dp_overlap"):
             if not getattr(space, name):
                 raise ConfigError(f"the plan space needs at least one value of {name}")
 

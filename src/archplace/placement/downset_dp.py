@@ -80,7 +80,6 @@ from archplace.placement.result import PlanResult
 from archplace.placement.solver import check_tp_and_micro_batch
 from archplace.placement.timing import (
     OPTIMIZER_STEP_BYTES_PER_PARAM,
-    check_positive_int,
     dp_allreduce_cost,
     dp_degrees,
     micro_batch_count,
@@ -414,7 +413,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         module docstring; on a chain the plan equals ``optimal_plan``'s.
 
     Raises:
-        ConfigError: a non-positive micro_batch or tp, cp or ep > 1, layers with routed-expert
+        ConfigError: cp or ep > 1, layers with routed-expert
             parameters, an unknown policy, the interleaved
             schedule, a layer whose FLOP would run faster than the chip's peak (MFU above 1),
             or a graph with more downsets or candidate stages than the limits.
@@ -423,8 +422,6 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
             then the message names the candidate with the smallest peak memory per device and
             its need against HBM.
     """
-    check_positive_int("micro_batch", micro_batch)
-    check_positive_int("tp", tp)
     if cp != 1 or ep != 1:
         raise ConfigError(f"layer-graph plans support cp = ep = 1 only, got cp={cp}, ep={ep} "
                           f"(context and expert parallelism are planned for layer chains)",

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 from archplace import limits
 from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
-from archplace.fields import check_keys, flag, member, plain, store
+from archplace.fields import check_declared, check_keys, integral, plain, store
 from archplace.hw.cluster import Cluster
 from archplace.options import bounds, option
 from archplace.placement.choices import (
@@ -89,8 +89,11 @@ class CostKey(NamedTuple):
         """``key`` as a CostKey: a ``(tp, micro_batch, sp)``, ``(tp, micro_batch, sp, cp, ep)`` or
         ``(tp, micro_batch, sp, cp, ep, etp)`` tuple of integers.
 
+        A CostKey is returned as it is: the front door builds keys from a checked plan space
+        (:class:`archplace.specs.PlanSpace`), so only a plain tuple is checked here.
+
         Raises:
-            ConfigError: another length or a non-integer degree.
+            ConfigError: another length, or a non-integer or non-positive size or degree.
         """
         if isinstance(key, cls):
             return key
@@ -98,11 +101,16 @@ class CostKey(NamedTuple):
             if len(key) not in (3, 5, 6):
                 raise ValueError
             tp, micro_batch, sp, *rest = key
-            return cls(operator.index(tp), operator.index(micro_batch), bool(sp),
-                       *(operator.index(x) for x in rest))
+            out = cls(operator.index(tp), operator.index(micro_batch), bool(sp),
+                      *(operator.index(x) for x in rest))
         except (TypeError, ValueError):
             raise ConfigError(f"costs keys must be (tp, micro_batch, sp[, cp, ep[, etp]]), "
                               f"got {key!r}") from None
+        for name in ("tp", "micro_batch", "cp", "ep", "etp"):
+            if getattr(out, name) < 1:
+                raise ConfigError(f"costs key {key!r}: {name} must be a positive integer, "
+                                  f"got {getattr(out, name)}")
+        return out
 
 
 
@@ -248,13 +256,6 @@ def check_sp(sp: bool, tp: int, prefix: str = "") -> None:
                           "over the TP group", fields=(f"{prefix}sp", f"{prefix}tp"))
 
 
-def _whole(name: str, value: object, low: int, high: int) -> int:
-    """``value`` (any integral number but a bool, NumPy's included) as an int in low..high."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = int(value)
-    return limits.whole(f"plan.{name}", value, low, high)
-
-
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A parallel plan: what ``evaluate`` scores, what ``plan`` returns, and what the engine
@@ -369,22 +370,7 @@ class Plan:
         "Layer names of every stage of a layer-DAG plan (set by the planner, not given)"))
 
     def __post_init__(self) -> None:
-        for name in _WHOLES:  # the declared ranges (option low, high)
-            store(self, name, _whole(name, getattr(self, name), *bounds(Plan, name)))
-        store(self, "recompute", member(Recompute, self.recompute, "plan.recompute"))
-        store(self, "schedule", member(PipelineSchedule, self.schedule, "plan.schedule"))
-        if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage, numbers.Integral) \
-                or int(self.zero_stage) not in ZERO_STAGES:
-            raise ConfigError(f"plan.zero_stage must be 0, 1, 2 or 3, got {limits.shown(self.zero_stage)}",
-                              fields=("plan.zero_stage",))
-        store(self, "zero_stage", int(self.zero_stage))
-        flag(self.sp, "plan.sp")
-        flag(self.dp_overlap, "plan.dp_overlap")
-        store(self, "grad_reduce_dtype", member(GradReduceDtype, self.grad_reduce_dtype,
-                                                "plan.grad_reduce_dtype"))
-        store(self, "optimizer", member(Optimizer, self.optimizer, "plan.optimizer"))
-        store(self, "precision", member(Precision, self.precision, "plan.precision"))
-        store(self, "rank_order", member(RankOrder, self.rank_order, "plan.rank_order"))
+        check_declared(self, "plan.")  # each field from its declaration: type, range, choices
         check_sp(self.sp, self.tp, "plan.")
         check_replicate(self.dp_replicate, dp=self.dp)
         if self.dp_replicate > 1 and self.zero_stage == 0:
@@ -458,9 +444,6 @@ class Plan:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(Plan)}
-_WHOLES = ("tp", "pp", "dp", "micro_batch", "chunks", "cp", "ep", "etp", "dp_replicate")
-"""The whole-number fields of a plan checked against their declared ranges (zero_stage, also
-declared, is checked with its own message)."""
 
 
 def _stage_ranges(stages: object, count: int) -> tuple[tuple[int, int], ...]:
@@ -472,7 +455,7 @@ def _stage_ranges(stages: object, count: int) -> tuple[tuple[int, int], ...]:
     for pair in pairs:
         if len(pair) != 2:
             break
-        first, last = (_whole("stages: layer", x, *bounds(Plan, "stages")) for x in pair)
+        first, last = (limits.whole("plan.stages: layer", integral(x), *bounds(Plan, "stages")) for x in pair)
         out.append((first, last))
     if len(out) != len(pairs) or not out:
         raise ConfigError(f"plan.stages must be [first_layer, last_layer] pairs, got {limits.shown(stages)}",

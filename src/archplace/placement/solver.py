@@ -143,10 +143,6 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     families: list[CostFamily] = []
     for key, layers in costs.items():
         cost_key = CostKey.of(key)
-        for name in ("tp", "micro_batch", "cp", "ep", "etp"):
-            check_positive_int(name, getattr(cost_key, name))
-        if not isinstance(cost_key.sp, bool):
-            raise ConfigError(f"costs key {key!r}: sp must be a bool")
         if cost_key.sp and cost_key.tp == 1:
             raise ConfigError(f"costs key {key!r}: sp needs tp > 1 (sequence parallelism splits "
                               f"activations over the TP group)")
@@ -251,7 +247,7 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
         ``evaluate_plan`` of the chosen plan.
 
     Raises:
-        ConfigError: no layers, a non-positive micro_batch or tp, an unknown policy, or chunks
+        ConfigError: no layers, an unknown policy, or chunks
             that do not suit the schedule.
         InfeasibleError: no valid (p, d) exists ("no valid plan: ..."), or no plan fits in HBM;
             the message gives the candidate that came closest (smallest peak memory per device)
@@ -259,8 +255,6 @@ def optimal_plan(layers: Sequence[LayerCost], setup: TrainingSetup, *, micro_bat
     """
     if not layers:
         raise ConfigError("placement needs at least one layer")
-    check_positive_int("micro_batch", micro_batch)
-    check_positive_int("tp", tp)
     check_positive_int("chunks", chunks)
     check_sp(sp, tp)
     (policy,) = _enums(Recompute, (recompute,), "recompute policy")

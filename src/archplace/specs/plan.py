@@ -8,7 +8,6 @@ as it is spelled in a plan file (``micro_batches``, ``plan.tp``).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -16,7 +15,7 @@ from typing import Any, ClassVar
 from archplace import limits
 from archplace.cost.precision import PRECISIONS, Precision
 from archplace.errors import ConfigError
-from archplace.fields import as_dict, check_keys, flag, flags, member, members, sequence, store, wholes
+from archplace.fields import as_dict, check_declared, check_keys, wholes
 from archplace.options import option
 from archplace.placement.plan import (
     GRAD_HELP,
@@ -45,12 +44,6 @@ SEARCHED_CHUNKS = (2, 4)
 TOP_K = 5
 """Plans a plan search returns unless told: the same in Python (``top_k``), in plan files and on
 the command line (``--top``)."""
-
-
-def _zero_stage(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) not in ZERO_STAGES:
-        raise ConfigError(f"{field} must be 0, 1, 2 or 3, got {limits.shown(value)}")
-    return int(value)
 
 
 def parse_zero_stages(value: str | int | Iterable[int | str] | None,
@@ -134,7 +127,7 @@ class PlanSpace:
     micro_batches: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch")
     recomputes: tuple[Recompute, ...] = option(tuple(Recompute), tries="recompute")
     schedules: tuple[PipelineSchedule, ...] = option(tuple(PipelineSchedule), tries="schedule")
-    chunks: tuple[int, ...] = option(SEARCHED_CHUNKS, tries="chunks")
+    chunks: tuple[int, ...] = option(SEARCHED_CHUNKS, tries="chunks", low=2)
     sp: bool = option(True, help="Never use sequence parallelism (tried with every TP width > 1 "
                                  "unless given)")
     zero_stages: tuple[int, ...] = option(
@@ -146,7 +139,7 @@ class PlanSpace:
              "(true): both are tried unless a plan file says otherwise")
     grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, help=GRAD_HELP)
     optimizer: Optimizer = option(Optimizer.ADAM, help=OPTIMIZER_HELP)
-    top_k: int = option(TOP_K, flag="--top", help="Plans to show")
+    top_k: int = option(TOP_K, flag="--top", help="Plans to show", low=1, high=limits.MAX_TOP)
     precisions: tuple[Precision, ...] = option(
         PRECISIONS, tries="precision", help=PRECISION_HELP + "; the plans of each are ranked together")
     cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="automatic")
@@ -156,26 +149,7 @@ class PlanSpace:
     dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
 
     def __post_init__(self) -> None:
-        store(self, "rank_order", member(RankOrder, self.rank_order, "rank_order"))
-        store(self, "dp_replicates", degrees(self.dp_replicates, "dp_replicates"))
-        if self.tps is not None:
-            store(self, "tps", wholes(self.tps, "tps", "tp", 1, limits.MAX_DEVICES))
-        store(self, "micro_batches", wholes(self.micro_batches, "micro_batches", "micro_batch", 1,
-                                            limits.MAX_MICRO_BATCH))
-        store(self, "recomputes", members(Recompute, self.recomputes, "recomputes"))
-        store(self, "schedules", members(PipelineSchedule, self.schedules, "schedules"))
-        store(self, "chunks", wholes(self.chunks, "chunks", "chunks", 2, limits.MAX_DEVICES))
-        flag(self.sp, "sp")
-        store(self, "zero_stages", tuple(dict.fromkeys(
-            _zero_stage(s, "zero_stages: zero_stage") for s in sequence(self.zero_stages, "zero_stages"))))
-        store(self, "dp_overlap", flags(self.dp_overlap, "dp_overlap"))
-        store(self, "grad_reduce_dtype", member(GradReduceDtype, self.grad_reduce_dtype, "grad_reduce_dtype"))
-        store(self, "optimizer", member(Optimizer, self.optimizer, "optimizer"))
-        limits.whole("top_k", self.top_k, 1, limits.MAX_TOP)
-        store(self, "precisions", members(Precision, self.precisions, "precisions"))
-        for name in ("cps", "eps", "etps"):
-            if getattr(self, name) is not None:
-                store(self, name, degrees(getattr(self, name), name))
+        check_declared(self)  # each field from its declaration (ranges: the plan field it tries)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: every field, enums as their names, tuples as lists."""

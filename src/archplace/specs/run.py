@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from archplace import limits
-from archplace.fields import FlatSpec, flag, member, store, text
+from archplace.fields import FlatSpec, check_declared, text
 from archplace.options import option
 from archplace.workload.options import Attention, Kernels
 
@@ -43,7 +43,8 @@ class ModelSpec(FlatSpec):
 
     OWNER: ClassVar[str] = "model spec"
     model: str = option(help="Model preset or path of an HF config.json")
-    seq_len: int | None = option(None, help="Tokens per sample", default_shown="model's context")
+    seq_len: int | None = option(None, help="Tokens per sample", default_shown="model's context",
+                                  low=1, high=limits.MAX_SEQ_LEN)
     attention: Attention = option(Attention.FLASH, help=(
         "Attention as it is run: flash (FlashAttention-2), sdpa (fused, every score block computed, "
         "as with an explicit mask) or eager (HF's explicit scores and softmax)"))
@@ -55,19 +56,14 @@ class ModelSpec(FlatSpec):
     capacity_factor: float = option(1.0, help=(
         "Mixture-of-experts models: expert capacity over the balanced share of routed tokens; 1.0 "
         "dropless, no padding (Megatron-Core's default), above 1 every expert padded to it (GShard, "
-        "Switch Transformer)"))
+        "Switch Transformer)"), low=1.0, high=limits.MAX_MOE_FACTOR)
     expert_load_imbalance: float = option(1.0, help=(
         "Mixture-of-experts models: tokens the busiest expert-parallel rank receives over the mean, "
-        "dropless routing; 1.0 balanced"))
+        "dropless routing; 1.0 balanced"), low=1.0, high=limits.MAX_MOE_FACTOR)
 
     def __post_init__(self) -> None:
         text(self.model, "model", "a model preset name or the path of an HF config.json")
-        limits.optional_whole("seq_len", self.seq_len, 1, limits.MAX_SEQ_LEN)
-        store(self, "attention", member(Attention, self.attention, "attention"))
-        store(self, "kernels", member(Kernels, self.kernels, "kernels"))
-        flag(self.fuse, "fuse")
-        for name in ("capacity_factor", "expert_load_imbalance"):
-            store(self, name, limits.finite(name, getattr(self, name), 1.0, limits.MAX_MOE_FACTOR))
+        check_declared(self, spec=ModelSpec)
 
     @property
     def moe_options(self) -> dict[str, float]:
@@ -118,9 +114,7 @@ class HardwareSpec(FlatSpec):
 
     def __post_init__(self) -> None:
         text(self.hardware, "hardware", "a hardware preset name or the path of a hardware YAML file")
-        for name in ("tp_comm_overlap", "pp_comm_overlap"):
-            if getattr(self, name) is not None:
-                flag(getattr(self, name), name)
+        check_declared(self, spec=HardwareSpec)
         if self.attention_kernel is not None:
             text(self.attention_kernel, "attention_kernel", "an attention kernel family such as flash2")
         if self.cluster is not None:
@@ -146,10 +140,9 @@ class ClusterSpec(FlatSpec):
     """
 
     OWNER: ClassVar[str] = "cluster spec"
-    devices: int = option(help="Accelerators in the cluster")
-    global_batch: int = option(help="Samples per iteration")
+    devices: int = option(help="Accelerators in the cluster", low=1, high=limits.MAX_DEVICES)
+    global_batch: int = option(help="Samples per iteration", low=1, high=limits.MAX_GLOBAL_BATCH)
 
     def __post_init__(self) -> None:
-        limits.whole("devices", self.devices, 1, limits.MAX_DEVICES)
-        limits.whole("global_batch", self.global_batch, 1, limits.MAX_GLOBAL_BATCH)
+        check_declared(self, spec=ClusterSpec)
 

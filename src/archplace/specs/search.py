@@ -25,6 +25,7 @@ from archplace.dse.objective import Objective
 from archplace.dse.strategies import STRATEGIES
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTORS
+from archplace.fields import checked
 from archplace.options import declared, option
 from archplace.placement.plan import (
     MICRO_BATCHES,
@@ -34,8 +35,8 @@ from archplace.placement.plan import (
     Plan,
     Recompute,
 )
-from archplace.specs.plan import PlanSpace, degrees, parse_zero_stages
-from archplace.specs.run import ModelSpec
+from archplace.specs.plan import PlanSpace, parse_zero_stages
+from archplace.specs.run import ClusterSpec, ModelSpec
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 
@@ -43,11 +44,6 @@ RECOMPUTES = ("none", "selective", "full", "both", "all")
 """Recompute choices: the policies, ``both`` (none and full) and ``all`` (the three)."""
 
 DEFAULT_SCHEDULES = ("1f1b", "interleaved", "gpipe")
-
-
-def _like(spec: type, name: str) -> str | None:
-    """The help of ``spec``'s field ``name`` (a search option that means what a run spec's does)."""
-    return declared(spec)[name].option.help
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
@@ -135,8 +131,10 @@ class SearchSpec:
     models: tuple[str, ...] = option(flag="--model", help=(
         "Model preset or path of an HF config.json; several: the objective is the geometric mean "
         "over the models, or see --per-model. Required, here or in --config"))
-    devices: int = option(help="Accelerators in the cluster. Required, here or in --config")
-    global_batch: int = option(help="Samples per iteration. Required, here or in --config")
+    devices: int = option(help="Accelerators in the cluster. Required, here or in --config",
+                          like=(ClusterSpec, "devices"))
+    global_batch: int = option(help="Samples per iteration. Required, here or in --config",
+                               like=(ClusterSpec, "global_batch"))
     space: str = option("tiny", help="Search space: 'tiny', 'phaze', 'phaze-square' or a space YAML file")
     cluster: str | None = option(None, default_shown="the space's base", help=(
         "Hardware or cluster preset (phaze-paper) or YAML whose links form the cluster"))
@@ -148,9 +146,10 @@ class SearchSpec:
                                              help="Largest die area, e.g. '280 mm2'")
     power_budget: str | float | None = option(None, parse=str, metavar="POWER",
                                               help="Largest TDP per chip, e.g. '300 W'")
-    trials: int | None = option(None, default_shown="the strategy's rule", help="Most designs to evaluate")
-    seed: int = option(0, help="Random seed (optuna)")
-    seq_len: int | None = option(None, default_shown="model's context", help="Tokens per sample")
+    trials: int | None = option(None, default_shown="the strategy's rule", help="Most designs to evaluate",
+                                low=1, high=limits.MAX_TRIALS)
+    seed: int = option(0, help="Random seed (optuna)", low=0, high=limits.MAX_SEED)
+    seq_len: int | None = option(None, default_shown="model's context", like=(ModelSpec, "seq_len"))
     micro_batches: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch")
     recompute: tuple[str, ...] = option(("both",), metavar="|".join(RECOMPUTES), help=(
         "Activation recomputation to try: a policy, both (none and full) or all"))
@@ -158,9 +157,9 @@ class SearchSpec:
     schedules: tuple[str, ...] = option(DEFAULT_SCHEDULES, tries="schedule",
                                         metavar="|".join(p.value for p in PipelineSchedule))
     zero_stages: tuple[int, ...] = option(ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages,
-                                          default_shown="all", help=_like(PlanSpace, "zero_stages"))
+                                          default_shown="all", like=(PlanSpace, "zero_stages"))
     grad_reduce_dtype: str = option("fp32", metavar="|".join(d.value for d in GradReduceDtype),
-                                    help=_like(PlanSpace, "grad_reduce_dtype"))
+                                    like=(PlanSpace, "grad_reduce_dtype"))
     precisions: tuple[str, ...] = option(("bf16",), tries="precision",
                                          metavar="|".join(p.value for p in Precision))
     cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="1")
@@ -168,12 +167,12 @@ class SearchSpec:
     etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="1")
     dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
     attention: str = option("flash", metavar="|".join(a.value for a in Attention),
-                            help=_like(ModelSpec, "attention"))
+                            like=(ModelSpec, "attention"))
     kernels: str = option("fused", metavar="|".join(k.value for k in Kernels),
-                          help=_like(ModelSpec, "kernels"))
-    fuse: bool = option(False, help=_like(ModelSpec, "fuse"))
-    capacity_factor: float = option(1.0, help=_like(ModelSpec, "capacity_factor"))
-    expert_load_imbalance: float = option(1.0, help=_like(ModelSpec, "expert_load_imbalance"))
+                          like=(ModelSpec, "kernels"))
+    fuse: bool = option(False, like=(ModelSpec, "fuse"))
+    capacity_factor: float = option(1.0, like=(ModelSpec, "capacity_factor"))
+    expert_load_imbalance: float = option(1.0, like=(ModelSpec, "expert_load_imbalance"))
     baseline: str | None = option("tpuv4", help="Preset to compare with ('none' to skip)")
     executor: str = option("local", metavar="|".join(EXECUTORS), help="Where the work runs: worker "
                                                                        "processes or Dask")
@@ -182,13 +181,13 @@ class SearchSpec:
     jobs: int | None = option(None, default_shown="the usable CPUs", help="Worker processes")
     store: str | None = option(None, help="SQLite file: results written as they finish; re-running resumes")
     exact_top: int | None = option(None, default_shown="--top: the designs shown", help=(
-        "Re-evaluate the best K designs with exact CP-SAT layer schedules"))
+        "Re-evaluate the best K designs with exact CP-SAT layer schedules"), low=0, high=limits.MAX_TOP)
     per_model: bool = option(False, help="With several --model: search each model on its own")
-    top: int = option(5, help="Designs reported (the rows of the table)")
+    top: int = option(5, help="Designs reported (the rows of the table)", low=1, high=limits.MAX_TOP)
 
     def __post_init__(self) -> None:
-        for name, check in _CHECKS.items():
-            object.__setattr__(self, name, check(getattr(self, name)))
+        for name in FIELDS:
+            object.__setattr__(self, name, _checked(name, getattr(self, name)))
 
     @property
     def exact(self) -> int:
@@ -268,7 +267,7 @@ def check_fields(data: object, where: str) -> dict[str, Any]:
     out = {}
     for name, value in data.items():
         try:
-            out[name] = _CHECKS[name](value)
+            out[name] = _checked(name, value)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     return out
@@ -318,12 +317,6 @@ def _text(value: object, field: str, what: str) -> str:
 
 def _optional_text(value: object, field: str, what: str) -> str | None:
     return None if value is None else _text(value, field, what)
-
-
-def _flag(value: object, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{field} must be true or false, got {limits.shown(value)}")
-    return value
 
 
 def _choice(value: object, field: str, choices: tuple[str, ...]) -> str:
@@ -395,8 +388,6 @@ def _schedules(value: object) -> tuple[str, ...]:
 
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "models": lambda v: _names(v, "models"),
-    "devices": lambda v: limits.whole("devices", v, 1, limits.MAX_DEVICES),
-    "global_batch": lambda v: limits.whole("global_batch", v, 1, limits.MAX_GLOBAL_BATCH),
     "space": lambda v: _text(os.fspath(v) if isinstance(v, os.PathLike) else v, "space",
                              "a space name or a file path"),
     "cluster": _path_text("cluster", "a hardware preset or a file path"),
@@ -404,35 +395,31 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "objective": lambda v: _choice(v, "objective", tuple(o.value for o in Objective)),
     "area_budget": _optional(_area_budget),
     "power_budget": _optional(_power_budget),
-    "trials": lambda v: limits.optional_whole("trials", v, 1, limits.MAX_TRIALS),
-    "seed": lambda v: limits.whole("seed", v, 0, limits.MAX_SEED),
-    "seq_len": lambda v: limits.optional_whole("seq_len", v, 1, limits.MAX_SEQ_LEN),
-    "micro_batches": lambda v: limits.whole_each("micro_batches", _listed(v), 1, limits.MAX_MICRO_BATCH),
     "recompute": _recompute,
-    "tp": _optional(lambda v: limits.whole_each("tp", _listed(v), 1, limits.MAX_DEVICES)),
     "schedules": _schedules,
     "zero_stages": _zero_stages,
     "grad_reduce_dtype": lambda v: _choice(v, "grad_reduce_dtype", tuple(d.value for d in GradReduceDtype)),
     "precisions": lambda v: _precisions(v),
-    "cps": _optional(lambda v: degrees(_listed(v), "cps")),
-    "eps": _optional(lambda v: degrees(_listed(v), "eps")),
-    "etps": _optional(lambda v: degrees(_listed(v), "etps")),
-    "dp_replicates": lambda v: degrees(_listed(v), "dp_replicates"),
     "attention": lambda v: parse_attention(v).value,
     "kernels": lambda v: parse_kernels(v).value,
-    "fuse": lambda v: _flag(v, "fuse"),
-    "capacity_factor": lambda v: limits.finite("capacity_factor", v, 1.0, limits.MAX_MOE_FACTOR),
-    "expert_load_imbalance": lambda v: limits.finite("expert_load_imbalance", v, 1.0, limits.MAX_MOE_FACTOR),
     "baseline": _baseline,
     "executor": lambda v: _choice(v, "executor", EXECUTORS),
     "scheduler": lambda v: _optional_text(v, "scheduler", "a Dask scheduler address"),
     "jobs": _optional(limits.jobs),
     "store": _path_text("store", "a file path"),
-    "exact_top": lambda v: limits.optional_whole("exact_top", v, 0, limits.MAX_TOP),
-    "per_model": lambda v: _flag(v, "per_model"),
-    "top": lambda v: limits.whole("top", v, 1, limits.MAX_TOP),
 }
-"""How each field is checked and normalised, in the order of the fields."""
+"""How the fields whose check their declaration does not give (texts, choices given as text,
+quantities with units) are checked and normalised; every other field is checked from its
+declaration (:func:`archplace.fields.checked`)."""
+
+
+def _checked(name: str, value: object) -> Any:
+    """Field ``name``'s ``value`` checked and normalised: by :data:`_CHECKS`, else from its
+    declaration, a single value taken as a list of one for a list field."""
+    if name in _CHECKS:
+        return _CHECKS[name](value)
+    field = declared(SearchSpec)[name]
+    return checked(field, value if field.element is None else _listed(value), name)
 
 
 EXAMPLE = """\

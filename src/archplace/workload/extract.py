@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 class ExtractOptions:
     """What to trace.
 
+    The sizes and degrees are taken as given: the front door checked them (the micro-batch and
+    the degrees as :class:`archplace.Plan`'s fields, the sequence length as
+    :class:`archplace.specs.ModelSpec`'s).
+
     Attributes:
         micro_batch: samples per micro-batch.
         seq_len: tokens per sample.
@@ -89,7 +93,7 @@ class ExtractOptions:
             routed to their experts; 1 (the default) for dense models and whole experts.
 
     Raises:
-        ConfigError: a non-positive size, an unknown dtype, attention or kernels value, a
+        ConfigError: an unknown dtype, attention or kernels value, a
             capacity factor or load imbalance below 1 or not finite; cp > 1 with a sequence
             length not divisible by 2 x cp or with eager attention.
     """
@@ -112,15 +116,6 @@ class ExtractOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention", parse_attention(self.attention))
         object.__setattr__(self, "kernels", parse_kernels(self.kernels))
-        if self.micro_batch <= 0:
-            raise ConfigError(f"micro-batch must be positive, got {self.micro_batch}")
-        if self.seq_len <= 0:
-            raise ConfigError(f"sequence length must be positive, got {self.seq_len}")
-        if self.tp <= 0:
-            raise ConfigError(f"TP width must be positive, got {self.tp}")
-        if self.cp <= 0 or self.ep <= 0 or self.etp <= 0:
-            raise ConfigError(f"CP, EP and expert-TP degrees must be positive, got cp={self.cp}, "
-                              f"ep={self.ep}, etp={self.etp}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
         if self.cp > 1 and self.seq_len % (2 * self.cp):

@@ -1,0 +1,160 @@
+"""Range and type checks derived from the field declarations (archplace.fields.checked): every
+number field of a run spec states its range once, on its declaration or on the field it tries or
+is like, and the specs check each field from it at construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from archplace import limits
+from archplace.errors import ConfigError
+from archplace.fields import NOT_DERIVED, check_as, checked
+from archplace.options import declared, span
+from archplace.placement.plan import Plan
+from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanSpace
+from archplace.specs.search import _CHECKS as search_checks
+from archplace.specs.search import SearchSpec
+
+SPECS = (Plan, PlanSpace, ModelSpec, HardwareSpec, ClusterSpec, SearchSpec)
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "archplace"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.__name__)
+def test_every_number_field_has_a_range(spec: type) -> None:
+    own = search_checks if spec is SearchSpec else {}  # checked by the spec itself (jobs: per CPU)
+    for name, field in declared(spec).items():
+        if (field.type in (int, float) or field.element is int) and name not in own:
+            low, high = span(spec, name)
+            assert low is not None and high is not None and low <= high, f"{spec.__name__}.{name}"
+
+
+def test_a_tried_or_like_field_takes_the_range_of_its_source() -> None:
+    assert span(PlanSpace, "micro_batches") == span(Plan, "micro_batch") == (1, limits.MAX_MICRO_BATCH)
+    assert span(SearchSpec, "micro_batches") == span(Plan, "micro_batch")
+    assert span(SearchSpec, "tp") == span(Plan, "tp")
+    assert span(SearchSpec, "seq_len") == span(ModelSpec, "seq_len")
+    assert span(SearchSpec, "devices") == span(ClusterSpec, "devices")
+    # its own bound wins: interleaving tries at least 2 chunks, a plan may have 1
+    assert span(PlanSpace, "chunks") == (2, span(Plan, "chunks")[1])
+    # the help of a like field is its source's
+    assert declared(SearchSpec)["fuse"].text == declared(ModelSpec)["fuse"].text
+
+
+def _number_fields() -> list[tuple[type, str]]:
+    return [(spec, name) for spec in SPECS for name, field in declared(spec).items()
+            if (field.type is int or field.element is int)
+            and not (spec is SearchSpec and name in search_checks)]
+
+
+@pytest.mark.parametrize(("spec", "name"), _number_fields(), ids=lambda x: getattr(x, "__name__", x))
+def test_the_bounds_are_accepted_and_one_past_them_refused(spec: type, name: str) -> None:
+    field = declared(spec)[name]
+    low, high = (int(x) for x in span(spec, name))  # type: ignore[arg-type]
+    listed = field.element is not None
+    for good in (low, high):
+        assert checked(field, (good,) if listed else good, name) == ((good,) if listed else good)
+    for bad in (low - 1, high + 1, True, 2.0, "3"):
+        with pytest.raises(ConfigError, match=re.escape(name)):
+            checked(field, (bad,) if listed else bad, name)
+
+
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=6))
+def test_a_list_field_keeps_each_value_once_in_order(values: list[int]) -> None:
+    out = checked(declared(PlanSpace)["micro_batches"], values, "micro_batches")
+    assert out == tuple(dict.fromkeys(values))
+
+
+def test_enum_bool_and_other_fields() -> None:
+    fields = declared(Plan)
+    assert checked(fields["recompute"], "FULL", "plan.recompute").value == "full"
+    with pytest.raises(ConfigError, match="plan.sp must be true or false, got 1"):
+        checked(fields["sp"], 1, "plan.sp")
+    assert checked(fields["stages"], ((0, 1),), "plan.stages") is NOT_DERIVED  # the plan's own check
+    assert checked(declared(SearchSpec)["tp"], None, "tp") is None  # optional
+
+
+def test_a_front_door_keyword_is_checked_as_the_field_it_means() -> None:
+    assert check_as(Plan, "micro_batch", 4) == 4
+    with pytest.raises(ConfigError, match=r"^micro_batch must be a whole number from 1 to 1,048,576, got 0$"):
+        check_as(Plan, "micro_batch", 0)
+
+
+def test_the_errors_name_the_field_as_the_spec_spells_it() -> None:
+    with pytest.raises(ConfigError, match=r"^plan\.zero_stage must be 0, 1, 2 or 3, got 4$"):
+        Plan(tp=1, pp=1, dp=1, micro_batch=1, zero_stage=4)
+    with pytest.raises(ConfigError, match=r"^micro_batches must be a whole number") as info:
+        PlanSpace(micro_batches=(2, 0))
+    assert info.value.fields == ("micro_batches",)
+    with pytest.raises(ConfigError, match=r"^tp must be a whole number"):
+        SearchSpec(models=("gpt2",), devices=8, global_batch=8, tp=(0,))
+    assert SearchSpec(models=("gpt2",), devices=8, global_batch=8, micro_batches=4).micro_batches == (4,)
+
+
+def test_the_micro_batch_range_is_stated_once_in_the_source() -> None:
+    """The measure of "range-checked once": the micro-batch's bounds are written in one
+    declaration (Plan.micro_batch); the plan spaces, the search spec and the front-door keywords
+    derive them, and no layer below re-checks a value the front door checked."""
+    stated = sorted(str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+                    if re.search(r"MAX_MICRO_BATCH\b", path.read_text()))
+    assert stated == ["limits.py", "placement/plan.py"]
+    hand_check = re.compile(r"micro_batch\b *(<= *0|< *1)\b|(whole|positive_int)\(\"micro_batch\"")
+    hand_checks = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+                   if hand_check.search(path.read_text())]
+    assert hand_checks == []
+
+
+def test_every_field_of_the_specs_round_trips_through_its_check() -> None:
+    for spec in (Plan, PlanSpace, ModelSpec, ClusterSpec):
+        for name, field in declared(spec).items():
+            if field.default is dataclasses.MISSING or field.default is None:
+                continue
+            value = checked(field, field.default, name)
+            assert value is NOT_DERIVED or value == field.default, f"{spec.__name__}.{name}"
+
+
+def _properties(node: object, pointer: str = "") -> list[tuple[str, str, dict]]:
+    """Every (pointer, name, schema) of a property in a JSON Schema document."""
+    out: list[tuple[str, str, dict]] = []
+    if isinstance(node, dict):
+        for name, sub in (node.get("properties") or {}).items():
+            if isinstance(sub, dict):
+                out.append((f"{pointer}/properties/{name}", name, sub))
+        for key, sub in node.items():
+            out.extend(_properties(sub, f"{pointer}/{key}"))
+    elif isinstance(node, list):
+        for i, sub in enumerate(node):
+            out.extend(_properties(sub, f"{pointer}/{i}"))
+    return out
+
+
+def test_every_schema_property_named_as_an_option_is_derived_from_it() -> None:
+    """A property of an output schema that echoes an option takes its type from the option's
+    field (archplace.schemas.generate.DERIVED, or the generated plan object, or a $ref to one);
+    one named like an option that means something else is listed with its reason (UNRELATED)."""
+    import json
+
+    from archplace.schemas import generate
+
+    options = {name for spec in SPECS for name in declared(spec)}
+    loose = []
+    for path in sorted((SRC / "schemas").glob("*.schema.json")):
+        derived = generate.DERIVED.get(path.name, {})
+        for pointer, name, schema in _properties(json.loads(path.read_text())):
+            if (name in options and "$ref" not in schema and pointer not in derived
+                    and not pointer.startswith("/$defs/plan/") and name not in generate.UNRELATED):
+                loose.append(f"{path.name}{pointer}")
+    assert loose == []
+    for file, pointers in generate.DERIVED.items():  # and each derived property has its field's type
+        schema = json.loads(generate.schema_path(file).read_text())
+        for pointer, (spec, name) in pointers.items():
+            node = schema
+            for part in pointer.strip("/").split("/"):
+                node = node[part]
+            assert {k: v for k, v in node.items() if k != "description"} == generate.field_schema(
+                getattr(__import__("archplace.specs", fromlist=[spec]), spec), name), f"{file}{pointer}"
