@@ -17,12 +17,14 @@ demo: $(STAMP)
 	$(BIN)/archplace search --model gpt2-xl --space tiny --devices 1024 --global-batch 4096 --out results/demo.json
 
 # The suite without the tests marked slow, on two workers (under 8 minutes on 2 cores); CI also
-# runs test-slow, on one worker (its interrupt tests time how fast processes end).
+# runs test-slow: on two workers, then the tests marked serial (the interrupt tests time how fast
+# processes end) alone.
 test: $(STAMP)
 	$(BIN)/pytest -m "not slow" -n 2
 
 test-slow: $(STAMP)
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m "slow and not serial" -n 2
+	$(BIN)/pytest -m "slow and serial"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools

@@ -142,7 +142,7 @@ def test_search_with_fused_layers(model_and_space: tuple[Path, Path], tmp_path: 
     (["search", "--model", "gpt2-xl", "--devices", "0", "--global-batch", "8"],
      "devices must be a whole number from 1 to 1,048,576, got 0"),
     (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "-4"],
-     "global_batch must be a whole number from 1 to 1,073,741,824, got -4"),
+     "--global-batch must be a whole number from 1 to 1,073,741,824, got -4"),
     (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--space", "huge"],
      "tiny"),
     (["search", "--model", "gpt2-xl", "--devices", "8", "--global-batch", "8", "--recompute", "some"],

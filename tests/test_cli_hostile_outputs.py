@@ -315,6 +315,7 @@ def test_plan_prints_a_hardware_path_as_text(tmp_path: Path, capsys: pytest.Capt
     assert code == 0 and f"× {chip}," in out.replace("\n", ""), err
 
 
+@pytest.mark.slow
 def test_search_with_a_hostile_baseline_writes_its_outputs(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "tiny" / "config.json"

@@ -86,7 +86,7 @@ def test_good_paths_are_created(tmp_path: Path, problem_file: Path,
 
 def test_negative_exact_top(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run([*SEARCH, "--exact-top", "-1"], capsys)
-    assert code == 2 and "exact_top must be a whole number from 0 to 1,000, got -1" in one_line(err)
+    assert code == 2 and "--exact-top must be a whole number from 0 to 1,000, got -1" in one_line(err)
 
 
 @pytest.mark.parametrize("option", ["--out", "--plot"])

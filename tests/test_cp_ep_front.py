@@ -174,6 +174,7 @@ def test_plan_json_to_evaluate_plan(model: str, tmp_path: Path, capsys: pytest.C
     assert json.loads(scored)["plan"] == json.loads(out)["plan"]
 
 
+@pytest.mark.slow
 def test_search_options(model: str, space: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["search", "--model", model, "--space", space, "--devices", "8", "--global-batch", "8",
             "--jobs", "1", "--baseline", "none"]

@@ -62,11 +62,11 @@ def _bad_variants(values: tuple[object, ...], *marks: pytest.MarkDecorator) -> l
             for field in sorted(set(base) & MOE_FIELDS) for value in values]
 
 
-# Removed, zero and negative in make test; far too large, fractional, null, boolean and text in
-# the slow run (most of those are traced, 1-2.5 s each).
+# Removed and zero in make test; negative, far too large, fractional, null, boolean and text in
+# the slow run (most of those are traced, 1-5 s each).
 @pytest.mark.parametrize(("family", "field", "value"),
-                         _bad_variants(("MISSING", 0, -1))
-                         + _bad_variants((10**6, 1.5, None, True, "8"), pytest.mark.slow))
+                         _bad_variants(("MISSING", 0))
+                         + _bad_variants((-1, 10**6, 1.5, None, True, "8"), pytest.mark.slow))
 def test_moe_config_field(files: Files, family: str, field: str, value: object, capfd: Capture) -> None:
     config = dict(next(base for base in MOE_BASES if base["model_type"] == family))
     if value == "MISSING":
@@ -77,7 +77,12 @@ def test_moe_config_field(files: Files, family: str, field: str, value: object, 
                files, capfd)
 
 
-@pytest.mark.parametrize("name", MARKUP_NAMES)
+FAST_MARKUP = ("[bold]x[/bold]", "a\x1b[31mred", "<script>alert(1)</script>")
+"""The markup names make test tries (markup, an escape sequence, HTML); make test-slow (CI) all."""
+
+
+@pytest.mark.parametrize("name", [name if name in FAST_MARKUP else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in MARKUP_NAMES])
 def test_markup_hardware_name_is_text(files: Files, name: str, capfd: Capture) -> None:
     hardware = "HWNAME:" + name.encode().hex()
     code, err, _ = check_case(["estimate", "--model", str(files.good["config"]), "--hardware", hardware],

@@ -357,6 +357,6 @@ def _arbitrary_bytes_test(examples: int) -> Any:
     return pytest.mark.parametrize("option", list(FILE_OPTIONS))(test)
 
 
-# 8 files of arbitrary bytes per option in the default run, 25 in the slow one (CI runs both)
-test_arbitrary_bytes_in_every_file_option = _arbitrary_bytes_test(8)
+# 4 files of arbitrary bytes per option in the default run, 25 in the slow one (CI runs both)
+test_arbitrary_bytes_in_every_file_option = _arbitrary_bytes_test(4)
 test_arbitrary_bytes_in_every_file_option_more = pytest.mark.slow(_arbitrary_bytes_test(25))

@@ -33,6 +33,8 @@ from archplace.cli import main
 from archplace.executor import make_executor
 from archplace.lifetime import Interrupted, call_interruptibly, raising_interrupts, stop_processes
 
+pytestmark = pytest.mark.serial  # timed: make test-slow runs these without other workers
+
 MODEL = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256,
          "vocab_size": 2048, "bos_token_id": 0, "eos_token_id": 0}
 SLOW_MODEL = {**MODEL, "n_layer": 12, "n_embd": 512, "n_head": 8, "n_positions": 512, "vocab_size": 4096}

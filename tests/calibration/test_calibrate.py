@@ -123,6 +123,7 @@ def test_a_written_link_efficiency_reaches_the_cluster_of_any_size() -> None:
     assert hardware.links_of(4).devices_per_node == 4
 
 
+@pytest.mark.slow
 def test_the_yaml_of_a_calibration_loads(tmp_path: Path) -> None:
     runs = read_runs(_runs_file(tmp_path))
     result = calibrate(runs, "a100-80gb", fit_parameters=["attention_bwd"], date=DAY,

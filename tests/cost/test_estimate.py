@@ -155,7 +155,7 @@ def test_matmul_on_a_preset(capsys: pytest.CaptureFixture[str]) -> None:
      "phaze-ref, tpuv4, tpuv5p"),
     (["--model", "gpt2-xl", "--hardware", "tpuv4", "--tp", "0"], "tp must be a whole number from 1"),
     (["--model", "gpt2-xl", "--hardware", "tpuv4", "--micro-batch", "-1"],
-     "micro_batch must be a whole number from 1 to 1,048,576, got -1"),
+     "--micro-batch must be a whole number from 1 to 1,048,576, got -1"),
 ])
 def test_model_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["estimate", *argv], capsys)

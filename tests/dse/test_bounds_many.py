@@ -64,7 +64,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "gpt-fused-eager" else c
                                   for c in sorted(CASES)])  # 5 s: make test-slow (CI) runs it
-@pytest.mark.parametrize("precisions", [("bf16",), ("bf16", "fp8"), ("fp8",)])
+@pytest.mark.parametrize("precisions", [("bf16",), ("bf16", "fp8"),
+                                        pytest.param(("fp8",), marks=pytest.mark.slow)])  # in ("bf16", "fp8")
 @pytest.mark.parametrize("links", [None, 4 * 2.0**30])
 def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[str, ...], links: float | None,
                                                  models: dict[str, str], sample: list[Accelerator]) -> None:

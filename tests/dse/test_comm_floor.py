@@ -24,9 +24,7 @@ from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule
 SCHEDULES = tuple(PipelineSchedule)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_no_plan_beats_the_floor(data: st.DataObject) -> None:
+def _no_plan_beats_the_floor(data: st.DataObject) -> None:
     """Every plan of every ZeRO stage, overlap, recompute, schedule, depth and DP degree: its
     samples/s and samples/s per device are at most the floor's, with F the layers' own times
     (the tightest floor a design can have)."""
@@ -47,6 +45,15 @@ def test_no_plan_beats_the_floor(data: st.DataObject) -> None:
         plan = result.plan
         used = plan.tp * plan.cp * plan.pp * plan.dp
         assert g / (result.iteration_time_s * used) <= per_device[0] * (1 + 1e-9)
+
+
+# 25 examples in the default run, 100 in the slow one (CI runs both)
+test_no_plan_beats_the_floor = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(data=st.data())(_no_plan_beats_the_floor))
+test_no_plan_beats_the_floor_more = pytest.mark.slow(settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(data=st.data())(_no_plan_beats_the_floor)))
 
 
 def _cluster(bandwidth: float, devices: int = 4) -> Cluster:

@@ -47,6 +47,7 @@ def runs(model: str, fp8_space: str) -> dict[tuple[str, ...], SearchResult]:
     return {p: _search(model, fp8_space, p) for p in (("bf16",), ("fp8",), ("bf16", "fp8"))}
 
 
+@pytest.mark.slow
 def test_each_design_takes_the_better_precision(runs: dict[tuple[str, ...], SearchResult]) -> None:
     def by_name(result: SearchResult) -> dict[str, float]:
         return {r.accelerator.name: r.throughput_samples_per_s for r in result.evaluated}
@@ -62,6 +63,7 @@ def test_each_design_takes_the_better_precision(runs: dict[tuple[str, ...], Sear
 Runs = dict[tuple[str, ...], SearchResult]
 
 
+@pytest.mark.slow
 def test_the_bounds_hold_at_fp8(model: str, fp8_space: str, runs: Runs) -> None:
     request = api.search_request(model, space=fp8_space, devices=16, global_batch=64, micro_batches=(1, 2),
                                  baseline=None, precisions=("bf16", "fp8"))

@@ -36,6 +36,7 @@ def document(request: SearchRequest, strategy: Strategy, executor: Any = None,
     return json.dumps(result.to_dict(), sort_keys=True)
 
 
+@pytest.mark.slow
 def test_phaze_reports_the_same_designs_whatever_it_evaluated_ahead(request_: SearchRequest) -> None:
     """With one-bucket hysteresis PHAZE stops after the largest design; a batch of 3 evaluates two
     more ahead. They are set aside: the document (list, count, note) is batch 1's."""

@@ -85,6 +85,7 @@ def test_bound_combinations() -> None:
     assert math.isclose(bound.per_watt(acc) * tdp_w(acc), 2.0)
 
 
+@pytest.mark.slow
 def test_two_models_rank_by_geometric_mean() -> None:
     # TP 1 for both: together they share the TP widths valid for both (gpt2-xl's 25 heads: 1
     # only), alone opt-350m would try 2, 4, 8 as well and may pick one of them

@@ -154,6 +154,7 @@ def test_cli_config_errors(model: str, tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 0 and out == EXAMPLE
 
 
+@pytest.mark.slow
 def test_the_older_call_and_the_spec_agree(model: str) -> None:
     options = {"devices": 8, "global_batch": 16, "micro_batches": (1,), "recompute": ("none",),
                "zero_stages": (0,), "baseline": None, "space": "tiny", "trials": 2}

@@ -90,7 +90,7 @@ def test_resume_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert {"tdp_w", "throughput_per_watt"} <= set(header)
 
 
-@pytest.mark.parametrize("strategy", ["exhaustive-all", "exhaustive"])
+@pytest.mark.parametrize("strategy", [pytest.param("exhaustive-all", marks=pytest.mark.slow), "exhaustive"])
 def test_local_and_dask_give_identical_stores(tmp_path: Path, strategy: str) -> None:
     """The same results (and, pruned, the same bounds) from a 2-worker local pool and a 2-worker
     local Dask cluster."""

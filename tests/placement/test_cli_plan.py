@@ -24,7 +24,7 @@ def common(model: str) -> list[str]:
     return ["--model", model, "--hardware", "a100-80gb", "--devices", "16", "--global-batch", "32"]
 
 
-@pytest.mark.parametrize("fuse", [[], ["--fuse"]])
+@pytest.mark.parametrize("fuse", [[], pytest.param(["--fuse"], marks=pytest.mark.slow)])
 def test_plan_json_and_evaluate_of_its_plan_agree(model: str, fuse: list[str],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["plan", *common(model), "--tp", "1", "--tp", "2", "--micro-batch", "1",

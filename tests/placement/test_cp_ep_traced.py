@@ -50,9 +50,11 @@ def _costs(tmp_path: Path, config: dict[str, object], seq_len: int, keys: list[C
     return prob, workflow.layer_costs_for(prob, keys)
 
 
-SLOW = pytest.mark.slow  # 3 s each: make test keeps one case per model, make test-slow (CI) all
+SLOW = pytest.mark.slow  # 3-10 s each: the traced brute-force tests run in make test-slow (CI), the
+# engine's brute-force tests of CP, EP and expert-TP on synthetic chains in make test
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("hbm_fraction", "order", "degrees"), [
     (1.45e-4, RankOrder.TP_CP_EP_PP_DP, (2, 4)),  # 11.9 MiB: only cp 2 with ep 4 fits
     pytest.param(1e-4, RankOrder.TP_CP_EP_PP_DP, None, marks=SLOW),  # nothing fits
@@ -75,6 +77,7 @@ def test_moe_with_expert_parallelism_equals_brute_force(tmp_path: Path, hbm_frac
         assert (best.cp, best.ep) == degrees
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("hbm_fraction", "cp"), [
     (2e-4, 4),  # 16.4 MiB: the sequence must be split 4 ways
     pytest.param(1.0, 1, marks=SLOW),
@@ -91,6 +94,7 @@ def test_long_context_with_context_parallelism_equals_brute_force(tmp_path: Path
     assert plan_search(costs, setup, top_k=1, **OPTIONS)[0].plan.cp == cp
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("hbm_fraction", "order", "degrees"), [
     (1.4e-4, RankOrder.TP_CP_EP_PP_DP, (2, 2, 2)),  # 11.5 MiB: only tp 2 with ep 2 and etp 2 fits
     pytest.param(2e-4, RankOrder.TP_CP_EP_PP_DP, (1, 2, 1), marks=SLOW),

@@ -147,9 +147,7 @@ def test_hand_computed_two_tower_plan() -> None:
 
 # ------------------------------------------------------------------ (a) chains = optimal_plan
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_chain_equals_optimal_plan(data: st.DataObject) -> None:
+def _chain_equals_optimal_plan(data: st.DataObject) -> None:
     layers = data.draw(chains(8))
     setup = data.draw(setups(layers, 16))
     opts = data.draw(options())
@@ -168,6 +166,15 @@ def test_chain_equals_optimal_plan(data: st.DataObject) -> None:
                                                            expected.plan.stages)
     assert got.plan.stage_layers == tuple(tuple(x.name for x in layers[a:b + 1]) for a, b in got.plan.stages)
     assert got == evaluate_plan(layers, setup, got.plan)
+
+
+# 150 examples in the default run, 400 in the slow one (CI runs both)
+test_chain_equals_optimal_plan = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(st.data())(_chain_equals_optimal_plan))
+test_chain_equals_optimal_plan_more = pytest.mark.slow(settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(st.data())(_chain_equals_optimal_plan)))
 
 
 # ------------------------------------------------------------------ (b) DAGs = brute force

@@ -134,9 +134,7 @@ def fp8_problems(draw: st.DrawFn) -> tuple[dict[CostKey, list[LayerCost]], Train
     return costs, setup, options
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fp8_problems())
-def test_plan_search_with_fp8_weight_caches_equals_brute_force(problem) -> None:  # type: ignore[no-untyped-def]
+def _plan_search_with_fp8_weight_caches_equals_brute_force(problem) -> None:  # type: ignore[no-untyped-def]
     costs, setup, options = problem
     brute = brute_force(costs, setup, recomputes=options["recomputes"], schedules=options["schedules"],
                         chunks=options["chunks"], zeros=options["zero_stages"],
@@ -150,3 +148,12 @@ def test_plan_search_with_fp8_weight_caches_equals_brute_force(problem) -> None:
     for result in results:
         layers = costs[(result.plan.tp, result.plan.micro_batch, result.plan.sp)]
         assert result == evaluate_plan(layers, setup, result.plan)
+# 30 examples in the default run, 150 in the slow one (CI runs both)
+test_plan_search_with_fp8_weight_caches_equals_brute_force = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(fp8_problems())(_plan_search_with_fp8_weight_caches_equals_brute_force))
+test_plan_search_with_fp8_weight_caches_equals_brute_force_more = pytest.mark.slow(settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    given(fp8_problems())(_plan_search_with_fp8_weight_caches_equals_brute_force)))
+
+

@@ -187,7 +187,7 @@ def hsdp_problems(draw):
     return costs, s, {**options, "zero_stages": stages, "dp_replicates": replicas}, top_k
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 600: the slow one
 @given(hsdp_problems())
 def test_plan_search_with_hsdp_equals_brute_force(problem):
     check_against_brute_force(problem)

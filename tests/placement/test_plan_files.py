@@ -163,6 +163,7 @@ def test_evaluate_options_override_the_plan_file(model: str, tmp_path: Path,
         assert json.loads(by_file) == json.loads(by_flags)
 
 
+@pytest.mark.slow
 def test_a_plan_config_file_equals_the_same_options(model: str, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "plan.yaml"

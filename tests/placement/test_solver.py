@@ -293,9 +293,9 @@ def _longer_chains_equal_brute_force(data):
     check_optimal(layers, setup, options, label=True)
 
 
-# 20 examples in the default run, 80 in the slow one
+# 8 examples in the default run, 80 in the slow one
 test_longer_chains_equal_brute_force = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
     given(st.data())(_longer_chains_equal_brute_force))
 test_longer_chains_equal_brute_force_more = pytest.mark.slow(settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])(

@@ -82,7 +82,7 @@ def test_graph_command_table_and_errors(capsys: pytest.CaptureFixture[str]):
     assert code == 2 and err.strip() == "archplace: error: TP width 2 does not divide the 25 " \
         "attention heads of gpt2-xl"
     code, _, err = run(["graph", "--model", "gpt2-xl", "--seq-len", "0"], capsys)
-    assert code == 2 and "seq_len must be a whole number from 1 to 1,048,576, got 0" in err
+    assert code == 2 and "--seq-len must be a whole number from 1 to 1,048,576, got 0" in err
 
 
 def test_graph_command_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

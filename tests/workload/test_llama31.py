@@ -9,6 +9,7 @@ import pytest
 from cli_helpers import run
 
 
+@pytest.mark.slow
 def test_llama31_8b_graph_estimate_plan_at_8192(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["graph", "--model", "llama3.1-8b", "--seq-len", "8192", "--json"], capsys)
     assert code == 0, err

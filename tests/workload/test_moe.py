@@ -93,6 +93,7 @@ def test_graph_shows_experts_and_tokens_per_expert():
     assert summary["total"]["active_params"] == chain.active_params < chain.model_params
 
 
+@pytest.mark.slow
 def test_small_moe_graph_estimate_plan_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SMALL))
