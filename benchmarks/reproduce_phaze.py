@@ -226,7 +226,7 @@ def reproduce(models: Sequence[str], *, space: str = "phaze", links: dict[str, s
         store: SQLite result store (a re-run resumes from it); None: none.
         devices, global_batch: the cluster size and samples per iteration.
         options: further :class:`archplace.SearchSpec` fields for every search (e.g.
-            ``micro_batches``); default none (archplace's default plan search).
+            ``micro_batch_sizes``); default none (archplace's default plan search).
         progress: called with the search's name and every tick.
 
     Returns:

@@ -129,7 +129,7 @@ def test_plan_config_and_options_layer(model: str, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "plan.yaml"
     config.write_text(yaml.safe_dump({"model": model, "hardware": "a100-80gb", "devices": 8,
-                                      "global_batch": 8, "cps": [2], "tps": [1], "micro_batches": [1]}))
+                                      "global_batch": 8, "cps": [2], "tps": [1], "micro_batch_sizes": [1]}))
     code, out, err = run(["plan", "--config", str(config), "--json"], capsys)  # the file's cps
     assert code == 0 and json.loads(out)["plans"][0]["plan"]["cp"] == 2, err
     code, out, err = run(["plan", "--config", str(config), "--cp", "1", "--json"], capsys)  # the option wins
@@ -195,18 +195,18 @@ def test_api_takes_the_degrees(model: str) -> None:
         archplace.plan(model, "a100-80gb", eps=[0], **cluster)
     fixed = archplace.evaluate(model, "a100-80gb", tp=1, pp=1, dp=8, micro_batch=1, cp=1, ep=1, **cluster)
     assert (fixed.plan.cp, fixed.plan.ep) == (1, 1)
-    report = archplace.plan(model, "a100-80gb", tps=[1], micro_batches=[1], cps=[1], eps=[1], **cluster)
-    assert report.plan == archplace.plan(model, "a100-80gb", tps=[1], micro_batches=[1], **cluster).plan
+    report = archplace.plan(model, "a100-80gb", tps=[1], micro_batch_sizes=[1], cps=[1], eps=[1], **cluster)
+    assert report.plan == archplace.plan(model, "a100-80gb", tps=[1], micro_batch_sizes=[1], **cluster).plan
 
 
 # ------------------------------------------------------------------------------------- search
 
 def test_search_cost_keys_and_identity_carry_the_degrees(model: str, space: str) -> None:
-    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1, 2],
-                                 cps=[1], eps=[1])
+    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1],
+                                 tp=[1, 2], cps=[1], eps=[1])
     assert request.cost_keys == (CostKey(1, 1, False), CostKey(2, 1, False), CostKey(2, 1, True))
     assert request_identity(request) == request_identity(
-        api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1, 2]))
+        api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1], tp=[1, 2]))
     fields = {f.name: getattr(request.plan_space, f.name) for f in dataclasses.fields(PlanGrid)}
     wider = dataclasses.replace(request, plan_space=PlanGrid(**{**fields, "cps": (1, 2), "eps": (4,)}))
     assert wider.cost_keys[:2] == (CostKey(1, 1, False, 1, 4), CostKey(1, 1, False, 2, 4))
@@ -215,7 +215,7 @@ def test_search_cost_keys_and_identity_carry_the_degrees(model: str, space: str)
     assert identity != request_identity(request)
     assert [1, 1, False, 2, 4, 1] in identity["cost_keys"]
     with pytest.raises(ConfigError, match="cps must be a whole number from 1"):  # at the front door
-        api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], cps=[0])
+        api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1], cps=[0])
 
 
 # ------------------------------------------------------------------------------------- tables

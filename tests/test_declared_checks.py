@@ -35,8 +35,8 @@ def test_every_number_field_has_a_range(spec: type) -> None:
 
 
 def test_a_tried_or_like_field_takes_the_range_of_its_source() -> None:
-    assert span(PlanSpace, "micro_batches") == span(Plan, "micro_batch") == (1, limits.MAX_MICRO_BATCH)
-    assert span(SearchSpec, "micro_batches") == span(Plan, "micro_batch")
+    assert span(PlanSpace, "micro_batch_sizes") == span(Plan, "micro_batch") == (1, limits.MAX_MICRO_BATCH)
+    assert span(SearchSpec, "micro_batch_sizes") == span(Plan, "micro_batch")
     assert span(SearchSpec, "tp") == span(Plan, "tp")
     assert span(SearchSpec, "seq_len") == span(ModelSpec, "seq_len")
     assert span(SearchSpec, "devices") == span(ClusterSpec, "devices")
@@ -66,7 +66,7 @@ def test_the_bounds_are_accepted_and_one_past_them_refused(spec: type, name: str
 
 @given(st.lists(st.integers(1, 64), min_size=1, max_size=6))
 def test_a_list_field_keeps_each_value_once_in_order(values: list[int]) -> None:
-    out = checked(declared(PlanSpace)["micro_batches"], values, "micro_batches")
+    out = checked(declared(PlanSpace)["micro_batch_sizes"], values, "micro_batch_sizes")
     assert out == tuple(dict.fromkeys(values))
 
 
@@ -88,12 +88,13 @@ def test_a_front_door_keyword_is_checked_as_the_field_it_means() -> None:
 def test_the_errors_name_the_field_as_the_spec_spells_it() -> None:
     with pytest.raises(ConfigError, match=r"^plan\.zero_stage must be 0, 1, 2 or 3, got 4$"):
         Plan(tp=1, pp=1, dp=1, micro_batch=1, zero_stage=4)
-    with pytest.raises(ConfigError, match=r"^micro_batches must be a whole number") as info:
-        PlanSpace(micro_batches=(2, 0))
-    assert info.value.fields == ("micro_batches",)
+    with pytest.raises(ConfigError, match=r"^micro_batch_sizes must be a whole number") as info:
+        PlanSpace(micro_batch_sizes=(2, 0))
+    assert info.value.fields == ("micro_batch_sizes",)
     with pytest.raises(ConfigError, match=r"^tp must be a whole number"):
         SearchSpec(models=("gpt2",), devices=8, global_batch=8, tp=(0,))
-    assert SearchSpec(models=("gpt2",), devices=8, global_batch=8, micro_batches=4).micro_batches == (4,)
+    spec = SearchSpec(models=("gpt2",), devices=8, global_batch=8, micro_batch_sizes=4)
+    assert spec.micro_batch_sizes == (4,)
 
 
 def test_the_micro_batch_range_is_stated_once_in_the_source() -> None:
@@ -158,3 +159,23 @@ def test_every_schema_property_named_as_an_option_is_derived_from_it() -> None:
                 node = node[part]
             assert {k: v for k, v in node.items() if k != "description"} == generate.field_schema(
                 getattr(__import__("archplace.specs", fromlist=[spec]), spec), name), f"{file}{pointer}"
+
+
+def test_a_renamed_field_is_still_read_under_its_earlier_name() -> None:
+    """``micro_batch_sizes`` was ``micro_batches`` (Option.formerly): a plan space, a plan run
+    and a search spec read either name, and refuse a mapping that gives both."""
+    from archplace.specs import PlanRun
+
+    assert PlanSpace.from_dict({"micro_batches": [2, 4]}).micro_batch_sizes == (2, 4)
+    run = {"model": "gpt2", "hardware": "tpuv4", "devices": 8, "global_batch": 8}
+    assert PlanRun.from_dict({**run, "micro_batches": [2]}).space.micro_batch_sizes == (2,)
+    assert PlanRun.from_dict({**run, "micro_batch_sizes": [2]}).space.micro_batch_sizes == (2,)
+    search = {"models": "gpt2", "devices": 8, "global_batch": 8}
+    assert SearchSpec.from_dict({**search, "micro_batches": 2}).micro_batch_sizes == (2,)
+    both = {"micro_batches": [2], "micro_batch_sizes": [2]}
+    for read in (PlanSpace.from_dict, lambda data: PlanRun.from_dict({**run, **data}),
+                 lambda data: SearchSpec.from_dict({**search, **data})):
+        with pytest.raises(ConfigError, match="'micro_batches' is the earlier name of 'micro_batch_sizes': "
+                                              "give one of them"):
+            read(both)
+    assert "micro_batches" not in PlanSpace().to_dict()  # written under its name only

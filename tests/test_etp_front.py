@@ -129,7 +129,7 @@ def _moe_problem(setup: TrainingSetup) -> workflow.Problem:
 def test_plan_keys_carry_etp_and_moe_with_tp_takes_sp(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[CostKey] = []
     prob = _problem(monkeypatch, asked)
-    grid = PlanGrid(tps=(1, 2), micro_batches=(1,), sps=(False, True), cps=(1,), eps=(1,),
+    grid = PlanGrid(tps=(1, 2), micro_batch_sizes=(1,), sps=(False, True), cps=(1,), eps=(1,),
                     recomputes=(Recompute.NONE,), zero_stages=(0,), precisions=(workflow.Precision.BF16,))
     (best,) = workflow.plan(prob, grid)
     # automatic: etp 1 at tp 1; 1 and 2 at tp 2, with SP only (Megatron-Core: MoE with TP needs SP)
@@ -235,7 +235,7 @@ def test_api_takes_etp(model: str) -> None:
 
 
 def test_search_cost_keys_carry_etp(model: str, space: str) -> None:
-    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1])
+    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1], tp=[1])
     assert request.plan_space.etps == (1,) and request.cost_keys == (CostKey(1, 1, False),)
     fields = {f.name: getattr(request.plan_space, f.name) for f in dataclasses.fields(PlanGrid)}
     wider = dataclasses.replace(request, plan_space=PlanGrid(**{**fields, "tps": (1, 2), "etps": (1, 2)}))
@@ -247,7 +247,7 @@ def test_search_cost_keys_carry_etp(model: str, space: str) -> None:
     assert all(key.sp or key.tp == 1 for key in wider.model_keys(moe))  # MoE with TP: SP only
     assert CostKey(2, 1, True, 1, 1, 2) in wider.model_keys(moe)
     with pytest.raises(ConfigError, match="etps must be a whole number from 1"):  # at the front door
-        api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], etps=[0])
+        api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1], etps=[0])
 
 
 # ------------------------------------------------------------------------------------- tables
@@ -297,8 +297,8 @@ def test_the_search_finds_the_chains_of_an_etp_plan(result: PlanResult) -> None:
 
 def test_a_stored_request_reads_its_degrees_back(model: str, space: str) -> None:
     from archplace.reporting.pages import stored_request
-    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batches=[1], tp=[1, 2],
-                                 cps=[1, 2], eps=[1])
+    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1],
+                                 tp=[1, 2], cps=[1, 2], eps=[1])
     request = dataclasses.replace(request, plan_space=dataclasses.replace(request.plan_space, etps=(1, 2)))
     stored = stored_request(request_identity(request), [m.name for m in request.models])
     assert (stored.grid.cps, stored.grid.eps, stored.grid.etps) == ((1, 2), (1,), (1, 2))

@@ -25,7 +25,7 @@ NOT_IN_GRID = {"sp", "top_k", "optimizer", "rank_order"}
 """Plan-space fields the grid does not hold: ``sp`` becomes ``sps``; ``top_k`` goes to the
 engine's call, ``optimizer`` and ``rank_order`` to the training setup (``app.problem``)."""
 
-ODD = PlanGrid(tps=(2, 4), micro_batches=(3,), sps=(False,), recomputes=(Recompute.FULL,),
+ODD = PlanGrid(tps=(2, 4), micro_batch_sizes=(3,), sps=(False,), recomputes=(Recompute.FULL,),
                schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), zero_stages=(1, 3), dp_overlap=(True,),
                fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
                grad_reduce_dtype=GradReduceDtype.BF16, precisions=(Precision.FP8,), cps=(2,), eps=(4,),
@@ -45,7 +45,7 @@ def test_odd_grid_has_every_field_off_its_default() -> None:
 
 
 def test_plan_grid_copies_every_field_by_name() -> None:
-    space = PlanSpace(tps=(2, 4), micro_batches=(3,), recomputes=(Recompute.FULL,),
+    space = PlanSpace(tps=(2, 4), micro_batch_sizes=(3,), recomputes=(Recompute.FULL,),
                       schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), sp=False, zero_stages=(1, 3),
                       dp_overlap=(True,), grad_reduce_dtype=GradReduceDtype.BF16,
                       precisions=(Precision.FP8,), cps=(2,), eps=(4,), etps=(2,), dp_replicates=(1, 2))

@@ -137,13 +137,13 @@ def test_plan_records_the_order_and_evaluate_scores_it_again(
         assert again["iteration_time_s"] == doc["iteration_time_s"]
         assert again["breakdown_s"] == doc["breakdown_s"]
     results = archplace.plan(gpt, "a100-80gb", devices=16, global_batch=16, seq_len=64, tps=[1],
-                             micro_batches=[1], rank_order="tp-cp-ep-dp-pp")
+                             micro_batch_sizes=[1], rank_order="tp-cp-ep-dp-pp")
     assert results.plan.rank_order is RankOrder.TP_CP_EP_DP_PP
 
 
 def test_rank_order_flag_equals_yaml(gpt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = {"model": gpt, "seq_len": 64, "hardware": "a100-80gb", "devices": 16, "global_batch": 16,
-            "tps": [1], "micro_batches": [1], "schedules": ["1f1b"], "recomputes": ["none"],
+            "tps": [1], "micro_batch_sizes": [1], "schedules": ["1f1b"], "recomputes": ["none"],
             "zero_stages": [0], "top_k": 1}
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump({**base, "rank_order": "tp-cp-ep-dp-pp"}))
@@ -229,7 +229,7 @@ def test_moe_flags_equal_yaml(moe: str, tmp_path: Path, capsys: pytest.CaptureFi
     assert again["breakdown_s"] == from_flags["breakdown_s"]
     # plan --config reads them too
     space = {key: value for key, value in run_file.items() if key != "plan"}
-    path.write_text(yaml.safe_dump({**space, "tps": [1], "micro_batches": [2], "eps": [4], "cps": [1],
+    path.write_text(yaml.safe_dump({**space, "tps": [1], "micro_batch_sizes": [2], "eps": [4], "cps": [1],
                                     "schedules": ["1f1b"], "recomputes": ["none"], "zero_stages": [0]}))
     planned = _json(["plan", "--config", str(path), "--json"], capsys)
     flagged = _json(["plan", "--model", moe, "--hardware", "a100-80gb", "--devices", "8", "--global-batch",
@@ -270,7 +270,7 @@ def test_a_dense_model_refuses_them(gpt: str, capsys: pytest.CaptureFixture[str]
 
 
 def test_search_records_and_keys_them(moe: str, tmp_path: Path) -> None:
-    request = api.search_request(moe, devices=8, global_batch=16, seq_len=64, micro_batches=[2], tp=[1],
+    request = api.search_request(moe, devices=8, global_batch=16, seq_len=64, micro_batch_sizes=[2], tp=[1],
                                  eps=[1, 2], capacity_factor=1.25, baseline=None)
     assert (request.plan_space.capacity_factor, request.plan_space.expert_load_imbalance) == (1.25, 1.0)
     chains = request.chains(request.models[0])
@@ -279,12 +279,12 @@ def test_search_records_and_keys_them(moe: str, tmp_path: Path) -> None:
     identity = request_identity(request)
     assert identity["capacity_factor"] == 1.25 and "expert_load_imbalance" not in identity
     default = request_identity(api.search_request(moe, devices=8, global_batch=16, seq_len=64,
-                                                  micro_batches=[2], tp=[1], eps=[1, 2], baseline=None))
+                                                  micro_batch_sizes=[2], tp=[1], eps=[1, 2], baseline=None))
     assert "capacity_factor" not in default  # earlier stores still resume
     result = SearchResult(evaluated=(), capacity_factor=1.25, expert_load_imbalance=1.5)
     assert SearchResult.from_dict(result.to_dict()) == result
     spec = SearchSpec.from_dict({"models": [moe], "devices": 8, "global_batch": 16, "capacity_factor": 1.25})
-    assert api.spec_request(spec.replace(seq_len=64, tp=(1,), micro_batches=(2,), baseline=None)
+    assert api.spec_request(spec.replace(seq_len=64, tp=(1,), micro_batch_sizes=(2,), baseline=None)
                             ).plan_space.capacity_factor == 1.25
 
 

@@ -27,7 +27,7 @@ def space(small_space_file: Path) -> Path:
 @pytest.fixture(scope="module")
 def searched(space: Path) -> SearchResult:
     return api.search("gpt2-xl", space=str(space), strategy="exhaustive-all", devices=256, global_batch=512,
-                      seq_len=512, micro_batches=(1,))
+                      seq_len=512, micro_batch_sizes=(1,))
 
 
 def points(figure, label: str) -> list[set[tuple[float, float]]]:

@@ -102,7 +102,7 @@ def test_help_shows_the_plan_options() -> None:
 
 
 def test_plan_returns_one_report(model: str) -> None:
-    options: dict[str, Any] = dict(devices=8, global_batch=16, micro_batches=(1, 2), top_k=3)
+    options: dict[str, Any] = dict(devices=8, global_batch=16, micro_batch_sizes=(1, 2), top_k=3)
     report = archplace.plan(model, "tpuv4", **options)
     ranked = api.plan(model, "tpuv4", **options)
     assert isinstance(report, PlanReport) and list(report) == ranked and len(report) == 3
@@ -119,7 +119,7 @@ def test_a_found_plan_is_the_public_plan_and_scores_the_same(model: str) -> None
     """One Plan class (issue #25): the plan ``plan`` returns is an ``archplace.Plan``, a plan
     file's plan; scored again by ``evaluate`` (from its JSON form, as a plan file) it gives the
     same iteration."""
-    report = archplace.plan(model, "tpuv4", devices=8, global_batch=16, micro_batches=(1, 2), top_k=1)
+    report = archplace.plan(model, "tpuv4", devices=8, global_batch=16, micro_batch_sizes=(1, 2), top_k=1)
     assert type(report.plan) is archplace.Plan
     plan = archplace.Plan.from_dict(through_json(report.plan.to_dict()))
     assert plan == report.plan
@@ -132,7 +132,7 @@ def test_a_found_plan_is_the_public_plan_and_scores_the_same(model: str) -> None
 
 def test_nothing_fits_is_out_of_memory(model: str) -> None:
     with pytest.raises(OutOfMemoryError, match="no plan fits in") as exc:
-        api.plan("llama2-7b", "tpuv4", devices=1, global_batch=1, seq_len=128, micro_batches=(1,))
+        api.plan("llama2-7b", "tpuv4", devices=1, global_batch=1, seq_len=128, micro_batch_sizes=(1,))
     assert isinstance(exc.value, InfeasibleError)
 
 
@@ -200,7 +200,7 @@ def test_search_and_stored_results_round_trip(model: str, tmp_path: Path) -> Non
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     store = tmp_path / "run.db"
-    spec = SearchSpec(models=(model,), devices=8, global_batch=16, space=str(space), micro_batches=(1,),
+    spec = SearchSpec(models=(model,), devices=8, global_batch=16, space=str(space), micro_batch_sizes=(1,),
                       objective="pareto", jobs=1, store=str(store), exact_top=1, top=2)
     result = api.search(spec)
     assert result.best is not None and result.exact and result.baseline is not None
@@ -216,7 +216,7 @@ def test_search_and_stored_results_round_trip(model: str, tmp_path: Path) -> Non
 def test_results_rank_by_the_searchs_own_objective(model: str, tmp_path: Path) -> None:
     """A per-watt search's stored designs come back in per-watt order, not by throughput."""
     store = tmp_path / "run.db"
-    spec = SearchSpec(models=(model,), devices=8, global_batch=16, micro_batches=(1,), recompute="none",
+    spec = SearchSpec(models=(model,), devices=8, global_batch=16, micro_batch_sizes=(1,), recompute="none",
                       zero_stages=(0,), objective="throughput-per-watt", strategy="exhaustive-all",
                       baseline=None, jobs=1, exact_top=0, store=str(store))
     result = api.search(spec)

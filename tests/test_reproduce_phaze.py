@@ -37,7 +37,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list, Path]:
     store = where / "runs.db"
     rows, runs = repro.reproduce(["bert-large", "opt-350m"], space=str(where / "space.yaml"), jobs=1,
                                  store=str(store), devices=64, global_batch=256,
-                                 options={"micro_batches": (1,)})
+                                 options={"micro_batch_sizes": (1,)})
     return rows, runs, store
 
 
@@ -81,7 +81,7 @@ def test_a_second_run_reads_the_store_back(run: tuple[list, list, Path]) -> None
     rows, _, store = run
     again, _ = repro.reproduce(["bert-large", "opt-350m"], space=str(store.parent / "space.yaml"),
                                jobs=1, store=str(store), devices=64, global_batch=256,
-                               options={"micro_batches": (1,)})
+                               options={"micro_batch_sizes": (1,)})
     assert again == rows
 
 

@@ -36,10 +36,10 @@ from archplace.workload.options import Attention, Kernels
      "plan.stages must give pp * chunks = 2 layer ranges, got 1"),
     (lambda: Plan(tp=1, pp=1, dp=1, micro_batch=1, grad_reduce_dtype="fp8"),  # type: ignore[arg-type]
      "plan.grad_reduce_dtype: unknown grad_reduce_dtype 'fp8'"),
-    (lambda: PlanSpace(micro_batches=(1, 0)),
-     "micro_batches must be a whole number from 1 to 1,048,576, got 0"),
-    (lambda: PlanSpace(micro_batches=()), "micro_batches needs at least one value"),
-    (lambda: PlanSpace(micro_batches=4), "micro_batches must be a list, got 4"),  # type: ignore[arg-type]
+    (lambda: PlanSpace(micro_batch_sizes=(1, 0)),
+     "micro_batch_sizes must be a whole number from 1 to 1,048,576, got 0"),
+    (lambda: PlanSpace(micro_batch_sizes=()), "micro_batch_sizes needs at least one value"),
+    (lambda: PlanSpace(micro_batch_sizes=4), "micro_batch_sizes must be a list, got 4"),  # type: ignore[arg-type]
     (lambda: PlanSpace(tps=(2, -1)), "tps must be a whole number from 1"),
     (lambda: PlanSpace(recomputes=("some",)),  # type: ignore[arg-type]
      "recomputes: unknown recompute 'some'; choose from: none, selective, full"),
@@ -84,7 +84,7 @@ def test_the_cli_shows_the_option_of_a_named_field() -> None:
     with pytest.raises(ConfigError) as info:
         PlanRun.from_dict({"model": "m", "devices": 8})
     assert cli_message(info.value) == "plan run: missing fields --hardware, --global-batch"
-    fields = ("tps", "micro_batches", "plan.micro_batch", "top_k", "zero_stages", "seq_len", "cps", "eps",
+    fields = ("tps", "micro_batch_sizes", "plan.micro_batch", "top_k", "zero_stages", "seq_len", "cps", "eps",
               "plan.cp", "plan.ep")
     assert [flag_of(f) for f in fields] == ["--tp", "--micro-batch", "--micro-batch", "--top", "--zero-stage",
                                             "--seq-len", "--cp", "--ep", "--cp", "--ep"]
@@ -92,7 +92,7 @@ def test_the_cli_shows_the_option_of_a_named_field() -> None:
 
 
 def test_the_micro_batch_default_is_defined_once() -> None:
-    assert PlanSpace().micro_batches == MICRO_BATCHES == (1, 2, 4, 8)
+    assert PlanSpace().micro_batch_sizes == MICRO_BATCHES == (1, 2, 4, 8)
 
 
 def test_values_are_normalised() -> None:
@@ -100,8 +100,8 @@ def test_values_are_normalised() -> None:
                 chunks=2, stages=[[0, 1], [2, 2], [3, 3], [4, 5]])  # type: ignore[arg-type]
     assert plan.recompute is Recompute.FULL and plan.schedule is PipelineSchedule.INTERLEAVED
     assert plan.stages == ((0, 1), (2, 2), (3, 3), (4, 5))
-    space = PlanSpace(micro_batches=[2, 1, 2], dp_overlap=[True])  # type: ignore[arg-type]
-    assert space.micro_batches == (2, 1) and space.dp_overlap == (True,)
+    space = PlanSpace(micro_batch_sizes=[2, 1, 2], dp_overlap=[True])  # type: ignore[arg-type]
+    assert space.micro_batch_sizes == (2, 1) and space.dp_overlap == (True,)
 
 
 def test_plan_reads_the_plan_object_plan_json_writes() -> None:
@@ -149,7 +149,7 @@ def _plans(draw: st.DrawFn) -> Plan:
 _spaces = st.builds(
     PlanSpace,
     tps=st.none() | st.lists(_small, min_size=1, max_size=4).map(tuple),
-    micro_batches=st.lists(_small, min_size=1, max_size=4).map(tuple),
+    micro_batch_sizes=st.lists(_small, min_size=1, max_size=4).map(tuple),
     recomputes=st.lists(st.sampled_from(list(Recompute)), min_size=1).map(tuple),
     schedules=st.lists(st.sampled_from(list(PipelineSchedule)), min_size=1).map(tuple),
     chunks=st.lists(st.integers(2, 8), min_size=1, max_size=3).map(tuple),

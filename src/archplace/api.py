@@ -132,7 +132,7 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
 
 
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
-         tps: Iterable[int] | None = None, micro_batches: Iterable[int] | None = None,
+         tps: Iterable[int] | None = None, micro_batch_sizes: Iterable[int] | None = None,
          recomputes: Iterable[str] | None = None, schedules: Iterable[str] | None = None,
          sp: bool = True, zero: bool = True, optimizer: str = "adam", top_k: int = TOP_K,
          fuse: bool = False, zero_stages: str | Iterable[int] | None = None,
@@ -319,7 +319,7 @@ def search_request(
     devices: int,
     global_batch: int,
     seq_len: int | None = None,
-    micro_batches: Iterable[int] = MICRO_BATCHES,
+    micro_batch_sizes: Iterable[int] = MICRO_BATCHES,
     recompute: Iterable[str] = ("both",),
     tp: Iterable[int] | None = None,
     schedules: Iterable[str] = ("1f1b", "interleaved", "gpipe"),
@@ -352,7 +352,7 @@ def search_request(
         devices: accelerators in the cluster.
         global_batch: samples per iteration.
         seq_len: tokens per sample (default: each model's context length).
-        micro_batches: micro-batch sizes to try.
+        micro_batch_sizes: micro-batch sizes to try.
         recompute: ``none``, ``selective``, ``full``, ``both`` (none and full) or ``all``.
         tp: TP widths to try (default: every power of two up to the devices of one node that
             divides every model's heads and FFN size).

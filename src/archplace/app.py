@@ -62,7 +62,7 @@ def read_run_file(path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
     return read_mapping(path, kind, syntax=syntax_of(path))
 
 
-def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.LoadedModel:
+def load_model(model: ModelSpec, micro_batch_sizes: Iterable[int] = ()) -> zoo.LoadedModel:
     """The model of ``model`` at its sequence length (the spec's, else the model's context),
     with the sequence and every micro-batch's token count within :mod:`archplace.limits`.
 
@@ -79,7 +79,7 @@ def load_model(model: ModelSpec, micro_batches: Iterable[int] = ()) -> zoo.Loade
     if model.seq_len is not None:
         loaded = loaded.with_seq_len(model.seq_len)
     limits.whole(f"sequence length of {loaded.name!r}", loaded.seq_len, 1, limits.MAX_SEQ_LEN)
-    for b in micro_batches:
+    for b in micro_batch_sizes:
         limits.micro_batch_tokens(b, loaded.seq_len)
     return loaded
 
@@ -196,7 +196,7 @@ def training_setup(hardware: HardwareSpec, *, devices: int, global_batch: int, s
 
 
 def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec, *,
-            micro_batches: Iterable[int] = (), optimizer: Optimizer = Optimizer.ADAM,
+            micro_batch_sizes: Iterable[int] = (), optimizer: Optimizer = Optimizer.ADAM,
             grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32,
             rank_order: RankOrder = RankOrder.TP_CP_EP_PP_DP) -> workflow.Problem:
     """The model on the cluster, everything but the plan (``rank_order``: how the plan's
@@ -205,7 +205,7 @@ def problem(model: ModelSpec, hardware: HardwareSpec, cluster_spec: ClusterSpec,
     Raises:
         ConfigError: as :func:`load_model` and :func:`training_setup`.
     """
-    loaded = load_model(model, micro_batches)
+    loaded = load_model(model, micro_batch_sizes)
     acc, setup = training_setup(hardware, devices=cluster_spec.devices,
                                 global_batch=cluster_spec.global_batch, seq_len=loaded.seq_len,
                                 optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype,
@@ -237,7 +237,7 @@ def plan(run: PlanRun) -> list[PlanResult]:
         InfeasibleError: nothing fits, with the closest candidate's numbers.
     """
     space, model = run.space, run.model
-    prob = problem(model, run.hardware, run.cluster, micro_batches=space.micro_batches,
+    prob = problem(model, run.hardware, run.cluster, micro_batch_sizes=space.micro_batch_sizes,
                    optimizer=space.optimizer, grad_reduce_dtype=space.grad_reduce_dtype,
                    rank_order=space.rank_order)
     return workflow.plan(prob, plan_grid(space, model), space.top_k)
@@ -268,8 +268,8 @@ def evaluate(run: EvaluateRun) -> PlanResult:
                           "topological order, not the model's chain; evaluate scores chain plans "
                           "(remove stage_layers and give the chain's layer ranges)",
                           fields=("plan.stage_layers",))
-    prob = problem(model, run.hardware, run.cluster, micro_batches=(p.micro_batch,), optimizer=p.optimizer,
-                   grad_reduce_dtype=p.grad_reduce_dtype, rank_order=p.rank_order)
+    prob = problem(model, run.hardware, run.cluster, micro_batch_sizes=(p.micro_batch,),
+                   optimizer=p.optimizer, grad_reduce_dtype=p.grad_reduce_dtype, rank_order=p.rank_order)
     return workflow.evaluate(prob, **evaluate_keywords(p, model))
 
 
@@ -433,7 +433,7 @@ def search_request(spec: SearchSpec) -> SearchRequest:
 def _search_models(spec: SearchSpec) -> tuple[zoo.LoadedModel, ...]:
     """The spec's models, loaded; the MoE routing options and expert-TP widths refused when every
     model is dense."""
-    models = tuple(load_model(ModelSpec(name, spec.seq_len), spec.micro_batches) for name in spec.models)
+    models = tuple(load_model(ModelSpec(name, spec.seq_len), spec.micro_batch_sizes) for name in spec.models)
     if not any(model.experts for model in models):
         load_model(ModelSpec(spec.models[0], spec.seq_len, capacity_factor=spec.capacity_factor,
                              expert_load_imbalance=spec.expert_load_imbalance))  # refuses them

@@ -42,7 +42,7 @@ global_batch: 512         # samples per iteration
 
 # --- the plans to search
 tps: null                 # TP widths; null: every power of two up to 64 that splits the model
-micro_batches: [1, 2, 4, 8]
+micro_batch_sizes: [1, 2, 4, 8]
 recomputes: [none, selective, full]
 schedules: [gpipe, 1f1b, interleaved]
 chunks: [2, 4]            # model chunks per device tried with the interleaved schedule

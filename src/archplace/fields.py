@@ -174,8 +174,29 @@ def sequence(values: object, field: str) -> tuple[Any, ...]:
     return items
 
 
+def current_names(data: Mapping[Any, Any], specs: tuple[type, ...], owner: str) -> dict[Any, Any]:
+    """``data`` with each key that is an earlier name of a field of ``specs``
+    (:attr:`archplace.options.Option.formerly`) renamed to the field's name, in order.
+
+    Raises:
+        ConfigError: a mapping that gives a field under both names ("``owner``: 'micro_batches'
+            is the earlier name of 'micro_batch_sizes': give one of them").
+    """
+    earlier = {old: d.name for spec in specs for d in declared(spec).values() for old in d.option.formerly}
+    out: dict[Any, Any] = {}
+    for key, value in data.items():
+        name = earlier.get(key, key) if isinstance(key, str) else key
+        if name in out or (name != key and name in data):
+            raise ConfigError(f"{owner}: {key!r} is the earlier name of {name!r}: give one of them",
+                              fields=(name,))
+        out[name] = value
+    return out
+
+
 def check_keys(cls: type[Any], data: object, owner: str, *, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
     """``data``'s items that are fields of the dataclass ``cls`` (``ignored`` keys dropped).
+
+    A key that is a field's earlier name is read as the field (:func:`current_names`).
 
     Raises:
         ConfigError: ``data`` is not a mapping, has keys that are not fields (named), or lacks a
@@ -183,6 +204,7 @@ def check_keys(cls: type[Any], data: object, owner: str, *, ignored: tuple[str, 
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{owner} must be a mapping, got {limits.shown(data)}")
+    data = current_names(data, (cls,), owner)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [str(key) for key in data if key not in fields and key not in ignored]
     if unknown:

@@ -61,6 +61,8 @@ class Option:
             (:mod:`archplace.schemas.generate`).
         like: ``(spec, name)``: the field of another spec that this one means (a search's
             ``seq_len`` is a model spec's): its help, when this one gives none, and its range.
+        formerly: earlier names of the field, still read as its key in files and mappings
+            (:func:`archplace.fields.current_names`), so that a rename breaks no one's file.
     """
 
     help: str | None = None
@@ -74,17 +76,18 @@ class Option:
     low: float | None = None
     high: float | None = None
     like: tuple[type, str] | None = None
+    formerly: tuple[str, ...] = ()
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str | None = None,  # noqa: A002
            default_shown: str | None = None, flag: str | None = None, metavar: str | None = None,
            tries: str | None = None, parse: Callable[[str], Any] | None = None, cli: bool = True,
            engine: bool = False, low: float | None = None, high: float | None = None,
-           like: tuple[type, str] | None = None) -> Any:
+           like: tuple[type, str] | None = None, formerly: tuple[str, ...] = ()) -> Any:
     """A dataclass field with ``default`` (none: a required field) whose metadata holds an
     :class:`Option` of the other arguments."""
     info = Option(help=help, default_shown=default_shown, flag=flag, metavar=metavar, tries=tries,
-                  parse=parse, cli=cli, engine=engine, low=low, high=high, like=like)
+                  parse=parse, cli=cli, engine=engine, low=low, high=high, like=like, formerly=formerly)
     return dataclasses.field(default=default, metadata={METADATA_KEY: info})
 
 
@@ -209,7 +212,7 @@ def declared(spec: type) -> Mapping[str, Declared]:
 def span(spec: type, name: str) -> tuple[float | None, float | None]:
     """The declared inclusive range of field ``name`` of ``spec`` (of each element of a tuple
     field): its own :attr:`Option.low` / :attr:`Option.high`, each side that it leaves None taken
-    from the field it :attr:`Option.tries` (``micro_batches`` tries ``micro_batch``: the plan's
+    from the field it :attr:`Option.tries` (``micro_batch_sizes`` tries ``micro_batch``: the plan's
     range) or is :attr:`Option.like`; (None, None) when none declares one.
     """
     info = next(f for f in dataclasses.fields(spec) if f.name == name).metadata[METADATA_KEY]

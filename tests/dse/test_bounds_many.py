@@ -51,7 +51,7 @@ def sample() -> list[Accelerator]:
 
 def _chains(model: str, **options: Any) -> tuple[dict[CostKey, LayerChain], Any]:
     request = api.search_request(model, space="tiny", devices=64, global_batch=128, seq_len=256,
-                                 micro_batches=(1, 4), baseline=None, **options)
+                                 micro_batch_sizes=(1, 4), baseline=None, **options)
     return next(iter(model_chains(request).values())), request.cluster
 
 
@@ -100,7 +100,7 @@ def test_a_chunk_gives_what_the_whole_gives(models: dict[str, str], sample: list
     assert parts == whole
 
 
-OPTIONS = dict(space="tiny", devices=256, global_batch=512, seq_len=512, micro_batches=(1, 2, 4),
+OPTIONS = dict(space="tiny", devices=256, global_batch=512, seq_len=512, micro_batch_sizes=(1, 2, 4),
                baseline=None)
 
 
@@ -160,7 +160,7 @@ def test_pruning_is_lossless_on_a_phaze_subspace(models: dict[str, str], tmp_pat
     space = tmp_path / "sub.yaml"
     space.write_text("base: tpuv4\ntensor_cores: [2, 16]\narray_rows: [8, 64, 256]\narray_cols: [16, 128]\n"
                      "vector_cores: [1, 4]\nbuffer: [8 MiB, 32 MiB]\nhbm: [32 GiB]\narea_min_fraction: 0.0\n")
-    options = dict(space=str(space), devices=64, global_batch=128, seq_len=256, micro_batches=(1, 4),
+    options = dict(space=str(space), devices=64, global_batch=128, seq_len=256, micro_batch_sizes=(1, 4),
                    baseline=None, precisions=("bf16", "fp8"))
     space.write_text(space.read_text() + "fp8_speedup: 2\n")
     plain = api.search(models["gpt"], strategy="exhaustive-all", **options)

@@ -141,7 +141,7 @@ def test_interleaving_trades_the_bubble_for_boundaries() -> None:
     assert floors[1e8, ()] == floors[1e8, (2, 4)] == pytest.approx(4 / 2.9, rel=1e-12)
 
 
-SLOW = dict(space="tiny", devices=64, global_batch=128, seq_len=256, micro_batches=(1, 4), baseline=None,
+SLOW = dict(space="tiny", devices=64, global_batch=128, seq_len=256, micro_batch_sizes=(1, 4), baseline=None,
             cluster="phaze-paper")
 """PHAZE's cluster (4 GiB/s for every transfer) on 64 devices, the 43 designs of ``tiny``."""
 
@@ -168,7 +168,7 @@ def test_on_slow_links_the_floor_is_above_every_design_and_below_the_compute_bou
     assert tighter > len(every.evaluated) // 2  # 4 GiB/s links: the transfers dominate
 
 
-PHAZE = dict(space="tiny", devices=1024, global_batch=4096, seq_len=1024, micro_batches=(1, 2, 4, 8),
+PHAZE = dict(space="tiny", devices=1024, global_batch=4096, seq_len=1024, micro_batch_sizes=(1, 2, 4, 8),
              baseline=None, cluster="phaze-paper")
 """PHAZE's experiment (1024 devices, global batch 4096, 4 GiB/s links) on the 43 designs of ``tiny``."""
 

@@ -25,7 +25,7 @@ from archplace.placement.plan import Plan, Recompute
 from archplace.placement.result import PlanResult
 
 BASE = load_accelerator("tpuv4")
-TINY = dict(space="tiny", devices=256, global_batch=512, seq_len=512, micro_batches=(1, 2), baseline=None)
+TINY = dict(space="tiny", devices=256, global_batch=512, seq_len=512, micro_batch_sizes=(1, 2), baseline=None)
 
 
 def chip(i: int) -> Accelerator:

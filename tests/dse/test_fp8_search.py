@@ -38,8 +38,8 @@ def fp8_space(small_space_file: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 def _search(model: str, space: str, precisions: tuple[str, ...], strategy: str = "exhaustive-all"
             ) -> SearchResult:
-    return api.search(model, space=space, devices=16, global_batch=64, micro_batches=(1, 2), baseline=None,
-                      strategy=strategy, precisions=precisions)
+    return api.search(model, space=space, devices=16, global_batch=64, micro_batch_sizes=(1, 2),
+                      baseline=None, strategy=strategy, precisions=precisions)
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +65,8 @@ Runs = dict[tuple[str, ...], SearchResult]
 
 @pytest.mark.slow
 def test_the_bounds_hold_at_fp8(model: str, fp8_space: str, runs: Runs) -> None:
-    request = api.search_request(model, space=fp8_space, devices=16, global_batch=64, micro_batches=(1, 2),
-                                 baseline=None, precisions=("bf16", "fp8"))
+    request = api.search_request(model, space=fp8_space, devices=16, global_batch=64,
+                                 micro_batch_sizes=(1, 2), baseline=None, precisions=("bf16", "fp8"))
     chains = next(iter(model_chains(request).values()))
     cost = SystolicCostModel(request.cluster)
     for precisions, bf16 in ((("fp8",), False), (("bf16", "fp8"), True)):

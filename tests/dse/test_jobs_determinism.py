@@ -25,7 +25,7 @@ from archplace.executor import make_executor
 def request_(models: dict[str, str], small_space_file: Path) -> SearchRequest:
     """The 2-layer GPT on 8 devices over the 12-design small space (no baseline)."""
     return api.search_request(models["gpt"], space=str(small_space_file), devices=8, global_batch=16,
-                              micro_batches=(1, 2), baseline=None)
+                              micro_batch_sizes=(1, 2), baseline=None)
 
 
 def document(request: SearchRequest, strategy: Strategy, executor: Any = None,

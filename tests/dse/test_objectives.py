@@ -12,7 +12,7 @@ from archplace.errors import ConfigError
 from archplace.hw.area import area_mm2
 from archplace.hw.power import tdp_w
 
-OPTIONS = dict(devices=64, global_batch=128, seq_len=256, micro_batches=(1, 2))
+OPTIONS = dict(devices=64, global_batch=128, seq_len=256, micro_batch_sizes=(1, 2))
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from archplace.dse.runner import model_chains
 from archplace.hw.power import tdp_w
 from archplace.hw.presets import load_accelerator
 
-OPTIONS = dict(space="tiny", devices=256, global_batch=512, seq_len=512, micro_batches=(1, 2, 4),
+OPTIONS = dict(space="tiny", devices=256, global_batch=512, seq_len=512, micro_batch_sizes=(1, 2, 4),
                baseline=None)
 GIB = 2.0**30
 
@@ -68,7 +68,7 @@ def test_pruned_pareto_front_is_the_plain_front() -> None:
 def test_memory_floor_proves_infeasibility() -> None:
     """18 B/param of llama2-7b over 8 devices is 15.1 GB: an 8 GiB chip cannot train it."""
     request = api.search_request("llama2-7b", space="tiny", devices=8, global_batch=8, seq_len=128,
-                                 micro_batches=(1,), tp=[1], baseline=None)
+                                 micro_batch_sizes=(1,), tp=[1], baseline=None)
     chains = model_chains(request)["llama2-7b"]
     acc = load_accelerator("tpuv4")
     bound = design_bound(acc, chains, 8, SystolicCostModel(request.cluster))
@@ -127,7 +127,7 @@ def test_designs_below_the_memory_floor_are_never_evaluated(tmp_path: Path) -> N
     space = tmp_path / "space.yaml"
     space.write_text("base: tpuv4\ntensor_cores: [2, 4]\narray_dim: [64, 128]\nvector_cores: [1]\n"
                      "buffer: [32 MiB]\nhbm: [8 GiB, 32 GiB]\narea_min_fraction: 0.0\n")
-    options = dict(space=str(space), devices=8, global_batch=8, seq_len=128, micro_batches=(1,), tp=[1],
+    options = dict(space=str(space), devices=8, global_batch=8, seq_len=128, micro_batch_sizes=(1,), tp=[1],
                    recompute=["full"], baseline=None)
     result = api.search("llama2-7b", **options)
     assert result.best is not None and result.best.accelerator.hbm_bytes == 32 * GIB

@@ -38,7 +38,7 @@ def test_the_example_loads_into_the_defaults(tmp_path: Path) -> None:
 def test_dict_and_yaml_round_trips(tmp_path: Path) -> None:
     spec = SearchSpec(models=["a", "b"], devices=64, global_batch=128, space="phaze", strategy="optuna",
                       objective="pareto", area_budget="280 mm2", power_budget=300, trials=7, seed=3,
-                      seq_len=512, micro_batches=[2, 4], recompute="all", tp=[1, 2], schedules=["gpipe"],
+                      seq_len=512, micro_batch_sizes=[2, 4], recompute="all", tp=[1, 2], schedules=["gpipe"],
                       zero_stages="0,3", grad_reduce_dtype="bf16", attention="sdpa", kernels="unfused",
                       fuse=True, baseline="none", executor="dask", scheduler="tcp://h:8786", jobs=1,
                       store=tmp_path / "r.db", exact_top=2, per_model=True, top=3)
@@ -66,8 +66,8 @@ def test_dict_and_yaml_round_trips(tmp_path: Path) -> None:
     ({"area_budget": [1]}, "area_budget must be a quantity"),
     ({"trials": 0}, "trials must be a whole number from 1 to 1,000,000, got 0"),
     ({"seed": -1}, "seed must be a whole number from 0 to 4,294,967,295, got -1"),
-    ({"micro_batches": []}, "micro_batches needs at least one value"),
-    ({"micro_batches": [0]}, "micro_batches must be a whole number from 1"),
+    ({"micro_batch_sizes": []}, "micro_batch_sizes needs at least one value"),
+    ({"micro_batch_sizes": [0]}, "micro_batch_sizes must be a whole number from 1"),
     ({"recompute": "some"}, "unknown recompute 'some'"),
     ({"tp": "2"}, "tp must be a whole number"),
     ({"schedules": ["zigzag"]}, "unknown schedule 'zigzag'"),
@@ -156,7 +156,7 @@ def test_cli_config_errors(model: str, tmp_path: Path, capsys: pytest.CaptureFix
 
 @pytest.mark.slow
 def test_the_older_call_and_the_spec_agree(model: str) -> None:
-    options = {"devices": 8, "global_batch": 16, "micro_batches": (1,), "recompute": ("none",),
+    options = {"devices": 8, "global_batch": 16, "micro_batch_sizes": (1,), "recompute": ("none",),
                "zero_stages": (0,), "baseline": None, "space": "tiny", "trials": 2}
     older = api.search(model, **options)
     spec = SearchSpec(models=(model,), jobs=1, exact_top=0, top=1, **options)  # type: ignore[arg-type]

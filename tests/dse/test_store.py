@@ -96,7 +96,7 @@ def test_local_and_dask_give_identical_stores(tmp_path: Path, strategy: str) -> 
     local Dask cluster."""
     space = tmp_path / "space.yaml"
     space.write_text(SPACE.replace("[1, 2, 4, 8, 16]", "[2, 8]").replace("[32, 64, 128]", "[64, 128]"))
-    options = dict(space=str(space), devices=64, global_batch=128, seq_len=256, micro_batches=(1, 2),
+    options = dict(space=str(space), devices=64, global_batch=128, seq_len=256, micro_batch_sizes=(1, 2),
                    strategy=strategy)
     local = tmp_path / "local.db"
     dask = tmp_path / "dask.db"

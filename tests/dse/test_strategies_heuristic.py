@@ -357,7 +357,7 @@ class PaceProbe:
 
 def test_runner_pace_is_the_slowest_stage_of_the_plan_on_that_design() -> None:
     request = api.search_request("gpt2-xl", space="tiny", devices=256, global_batch=512, seq_len=512,
-                                 micro_batches=(1, 2), baseline=None)
+                                 micro_batch_sizes=(1, 2), baseline=None)
     # two chips that differ only in their tensor cores
     small = next(acc for acc in request.designs if acc.tensor_cores == 2)
     large = next(acc for acc in request.designs if acc.tensor_cores == 8 and

@@ -76,14 +76,14 @@ def test_unknown_cluster_lists_both_kinds() -> None:
 
 def test_with_any_chip_and_space(model: str) -> None:
     tiny = api.search_request(model, space="tiny", devices=64, global_batch=512, cluster="phaze-paper",
-                              micro_batches=(1,), tp=(1,))
+                              micro_batch_sizes=(1,), tp=(1,))
     assert tiny.cluster == load_cluster("phaze-paper", 64)
 
 
 def test_plan_on_phaze_paper_links_is_slower(model: str) -> None:
     def best(links: str | None) -> PlanResult:
         run = PlanRun(ModelSpec(model), HardwareSpec("tpuv4", links), ClusterSpec(8, 64),
-                      PlanSpace(tps=(1,), micro_batches=(2,), top_k=1))
+                      PlanSpace(tps=(1,), micro_batch_sizes=(2,), top_k=1))
         (result,) = api.plan_run(run)
         return result
     own, paper = best(None), best("phaze-paper")

@@ -380,7 +380,7 @@ def test_plan_enumerates_cost_keys_over_cp_and_ep(monkeypatch):
     monkeypatch.setattr(workflow, "layer_costs_for", fake_costs)
     monkeypatch.setattr(workflow, "check_precision", lambda acc, precision: None)
     prob = workflow.Problem(spec, None, setup(4, 4, global_batch=8, hbm_bytes=4 * 18 * 400_000.0))  # type: ignore[arg-type]
-    grid = workflow.PlanGrid(tps=(1,), micro_batches=(1,), sps=(False,), cps=(1, 2), eps=None,
+    grid = workflow.PlanGrid(tps=(1,), micro_batch_sizes=(1,), sps=(False,), cps=(1, 2), eps=None,
                              zero_stages=(0,), precisions=(workflow.Precision.BF16,))
     (best,) = workflow.plan(prob, grid)
     assert sorted(asked) == sorted(CostKey(1, 1, False, cp, ep) for cp in (1, 2) for ep in (1, 2, 4))

@@ -69,14 +69,14 @@ def test_fp8_is_faster_than_bf16_on_h100(model: str) -> None:
         assert fp8.iteration_time_s < bf16.iteration_time_s
         assert fp8.breakdown_s["compute"] < bf16.breakdown_s["compute"]
         assert 0 < fp8.mfu <= 1  # counted against the FP8 peak
-    best_bf16 = api.plan(model, **H100, tps=[1, 2], micro_batches=[1, 2])[0]  # type: ignore[arg-type]
-    best_fp8 = api.plan(model, **H100, tps=[1, 2], micro_batches=[1, 2], precisions=["fp8"])[0]  # type: ignore[arg-type]
+    best_bf16 = api.plan(model, **H100, tps=[1, 2], micro_batch_sizes=[1, 2])[0]  # type: ignore[arg-type]
+    best_fp8 = api.plan(model, **H100, tps=[1, 2], micro_batch_sizes=[1, 2], precisions=["fp8"])[0]  # type: ignore[arg-type]
     assert best_fp8.iteration_time_s < best_bf16.iteration_time_s
 
 
 def test_plan_over_both_precisions_is_the_best_of_the_two_runs(model: str) -> None:
     def run(precisions: tuple[str, ...]) -> list[api.PlanResult]:
-        space = PlanSpace(tps=(1, 2), micro_batches=(1, 2), top_k=40, precisions=precisions)  # type: ignore[arg-type]
+        space = PlanSpace(tps=(1, 2), micro_batch_sizes=(1, 2), top_k=40, precisions=precisions)  # type: ignore[arg-type]
         return api.plan_run(PlanRun(ModelSpec(model), HardwareSpec("h100-80gb"), ClusterSpec(16, 32), space))
 
     both, bf16, fp8 = run(("fp8", "bf16")), run(("bf16",)), run(("fp8",))

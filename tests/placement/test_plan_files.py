@@ -48,7 +48,7 @@ FEATURES: dict[str, Callable[[PlanResult], bool]] = {
 @pytest.fixture(scope="module")
 def plan_run(model: str) -> PlanRun:
     return PlanRun(ModelSpec(model), HardwareSpec("a100-80gb"), ClusterSpec(16, 32),
-                   PlanSpace(tps=(1, 2), micro_batches=(1, 2), top_k=1000))
+                   PlanSpace(tps=(1, 2), micro_batch_sizes=(1, 2), top_k=1000))
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +168,7 @@ def test_a_plan_config_file_equals_the_same_options(model: str, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "plan.yaml"
     config.write_text(yaml.safe_dump({"model": model, "hardware": "a100-80gb", "devices": 16,
-                                      "global_batch": 32, "tps": [1, 2], "micro_batches": [1, 2],
+                                      "global_batch": 32, "tps": [1, 2], "micro_batch_sizes": [1, 2],
                                       "recomputes": ["none", "full"], "attention": "eager",
                                       "zero_stages": [0, 1], "sp": False, "top_k": 3}))
     flags = ["--model", model, *CLUSTER, "--tp", "1", "--tp", "2", "--micro-batch", "1", "--micro-batch", "2",
@@ -190,9 +190,9 @@ def test_a_bad_config_file_names_the_field(model: str, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "plan.yaml"
     config.write_text(f"model: {model}\nhardware: a100-80gb\ndevices: 16\nglobal_batch: 32\n"
-                      "micro_batches: [1, 0]\n")
+                      "micro_batches: [1, 0]\n")  # the earlier name, still read
     code, _, err = run(["plan", "--config", str(config)], capsys)
-    assert code == 2 and "micro_batches must be a whole number from 1 to 1,048,576, got 0" in err
+    assert code == 2 and "micro_batch_sizes must be a whole number from 1 to 1,048,576, got 0" in err
     config.write_text(f"model: {model}\nhardware: a100-80gb\ndevices: 16\nglobal_batch: 32\nmicro_batch: 2\n")
     code, _, err = run(["plan", "--config", str(config)], capsys)
     assert code == 2 and "unknown field 'micro_batch'" in err and len(err.strip().splitlines()) == 1

@@ -82,9 +82,10 @@ class SearchRequest:
             raise ConfigError("the plan space's TP widths must be given")
         for spec in self.models:
             check_chain_length(spec.num_layers + 2)
-            for b in space.micro_batches:
+            for b in space.micro_batch_sizes:
                 limits.micro_batch_tokens(b, spec.seq_len)
-        for name in ("micro_batches", "tps", "recomputes", "schedules", "sps", "zero_stages", "dp_overlap"):
+        for name in ("micro_batch_sizes", "tps", "recomputes", "schedules", "sps", "zero_stages",
+                     "dp_overlap"):
             if not getattr(space, name):
                 raise ConfigError(f"the plan space needs at least one value of {name}")
 
@@ -107,7 +108,7 @@ class SearchRequest:
         space = self.plan_space
         assert space.tps is not None  # checked in __post_init__
         return tuple(CostKey(t, b, sp, cp, ep, etp) for t in space.tps
-                     for b in sorted(set(space.micro_batches)) for sp in space.sps if t > 1 or not sp
+                     for b in sorted(set(space.micro_batch_sizes)) for sp in space.sps if t > 1 or not sp
                      for cp in _degrees(space, "cps") for ep in _degrees(space, "eps")
                      for etp in _degrees(space, "etps"))
 

@@ -64,7 +64,7 @@ class PlanGrid:
     """
 
     tps: tuple[int, ...] | None = None
-    micro_batches: tuple[int, ...] = MICRO_BATCHES
+    micro_batch_sizes: tuple[int, ...] = MICRO_BATCHES
     sps: tuple[bool, ...] = (False, True)
     recomputes: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
@@ -87,7 +87,8 @@ class PlanGrid:
 DEFAULT_GRID = PlanGrid()
 """Every option at its default."""
 
-KEYED = {"tps": "tp", "micro_batches": "micro_batch", "sps": "sp", "cps": "cp", "eps": "ep", "etps": "etp"}
+KEYED = {"tps": "tp", "micro_batch_sizes": "micro_batch", "sps": "sp", "cps": "cp", "eps": "ep",
+         "etps": "etp"}
 """Grid fields carried by the cost keys of a stored request (grid field -> :class:`CostKey`
 field): they are read back from the keys, not stored twice."""
 

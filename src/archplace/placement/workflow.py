@@ -265,7 +265,7 @@ def plan(prob: Problem, space: PlanGrid = DEFAULT_GRID, top_k: int = 1) -> list[
 
     def etps(t: int) -> tuple[int, ...]:
         return tuple(dict.fromkeys(space.etps)) if space.etps is not None else valid_etp_degrees(prob.spec, t)
-    every = [CostKey(t, b, sp, cp, ep, etp) for t in tps for b in space.micro_batches for sp in space.sps
+    every = [CostKey(t, b, sp, cp, ep, etp) for t in tps for b in space.micro_batch_sizes for sp in space.sps
              for cp in dict.fromkeys(cps) for ep in dict.fromkeys(eps) for etp in etps(t)
              if (t > 1 or not sp) and (sp or t == 1 or not moe)]  # MoE with TP: SP only
     keys = [key for key in every if key.tp * key.cp <= devices and key.etp * key.ep <= devices]

@@ -3,7 +3,7 @@
 :class:`archplace.placement.plan.Plan`, re-exported).
 
 :mod:`archplace.app` turns a plan space into the placement engine's grid. Errors name the field
-as it is spelled in a plan file (``micro_batches``, ``plan.tp``).
+as it is spelled in a plan file (``micro_batch_sizes``, ``plan.tp``).
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ class PlanSpace:
     Attributes:
         tps: TP widths; None for every power of two up to the devices (at most 64) that
             divides the model's heads, KV heads and FFN size.
-        micro_batches: samples per micro-batch (default :data:`MICRO_BATCHES`, 1, 2, 4, 8).
+        micro_batch_sizes: the micro-batch sizes to try, samples (default :data:`MICRO_BATCHES`,
+            1, 2, 4, 8; files written before the rename say ``micro_batches``, still read).
         recomputes: activation recomputation policies (none, selective, full).
         schedules: pipeline schedules (gpipe, 1f1b, interleaved).
         chunks: model chunks per device tried with the interleaved schedule (each >= 2).
@@ -124,7 +125,8 @@ class PlanSpace:
     """The class whose fields this space's fields try (:attr:`archplace.options.Option.tries`)."""
 
     tps: tuple[int, ...] | None = option(None, tries="tp", default_shown="all valid")
-    micro_batches: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch")
+    micro_batch_sizes: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch",
+                                                formerly=("micro_batches",))
     recomputes: tuple[Recompute, ...] = option(tuple(Recompute), tries="recompute")
     schedules: tuple[PipelineSchedule, ...] = option(tuple(PipelineSchedule), tries="schedule")
     chunks: tuple[int, ...] = option(SEARCHED_CHUNKS, tries="chunks", low=2)

@@ -16,6 +16,7 @@ from typing import Any
 
 from archplace import limits
 from archplace.errors import ConfigError
+from archplace.fields import current_names
 from archplace.schemas import SCHEMA_VERSIONS, STAMP_KEYS
 from archplace.specs.plan import Plan, PlanSpace
 from archplace.specs.run import ClusterSpec, HardwareSpec, ModelSpec
@@ -62,6 +63,7 @@ def _split(data: object, owner: str, extra: tuple[str, ...]) -> tuple[list[Any],
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{owner} must be a mapping, got {limits.shown(data)}")
+    data = current_names(data, (*_PARTS, PlanSpace), owner)
     unknown = [str(key) for key in data if key not in RUN_KEYS and key not in extra]
     if unknown:
         raise ConfigError(f"{owner}: unknown field{'s' if len(unknown) > 1 else ''} "

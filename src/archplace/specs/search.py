@@ -25,7 +25,7 @@ from archplace.dse.objective import Objective
 from archplace.dse.strategies import STRATEGIES
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTORS
-from archplace.fields import checked
+from archplace.fields import checked, current_names
 from archplace.options import declared, option
 from archplace.placement.plan import (
     MICRO_BATCHES,
@@ -87,7 +87,8 @@ class SearchSpec:
         trials: most designs to evaluate (1..10**6); None: the strategy's own rule.
         seed: random seed of stochastic strategies (0..2**32 - 1).
         seq_len: tokens per sample; None: each model's context length.
-        micro_batches: micro-batch sizes tried (samples).
+        micro_batch_sizes: micro-batch sizes tried (samples; ``micro_batches``, its earlier name,
+            is still read).
         recompute: recompute choices tried: ``none``, ``selective``, ``full``, ``both`` (none
             and full), ``all``.
         tp: TP widths tried; None: every power of two within a node that divides each model.
@@ -150,7 +151,8 @@ class SearchSpec:
                                 low=1, high=limits.MAX_TRIALS)
     seed: int = option(0, help="Random seed (optuna)", low=0, high=limits.MAX_SEED)
     seq_len: int | None = option(None, default_shown="model's context", like=(ModelSpec, "seq_len"))
-    micro_batches: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch")
+    micro_batch_sizes: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch",
+                                                formerly=("micro_batches",))
     recompute: tuple[str, ...] = option(("both",), metavar="|".join(RECOMPUTES), help=(
         "Activation recomputation to try: a policy, both (none and full) or all"))
     tp: tuple[int, ...] | None = option(None, tries="tp", default_shown="valid widths within a node")
@@ -261,6 +263,7 @@ def check_fields(data: object, where: str) -> dict[str, Any]:
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
+    data = current_names(data, (SearchSpec,), where)
     unknown = [str(name) for name in data if name not in FIELDS]
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r}; the fields are: {', '.join(FIELDS)}")
@@ -285,7 +288,7 @@ def read_fields(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _listed(value: object) -> object:
-    """A single value as a list of one (YAML ``micro_batches: 4``); lists and tuples as they are."""
+    """A single value as a list of one (YAML ``micro_batch_sizes: 4``); lists and tuples as they are."""
     if isinstance(value, list | tuple):
         return tuple(value)
     if isinstance(value, int | str) and not isinstance(value, bool):
@@ -443,7 +446,7 @@ power_budget: null           # largest TDP per chip, e.g. "300 W"
 baseline: tpuv4              # preset evaluated the same way for comparison; none: no baseline
 
 # The parallel plans tried for every design
-micro_batches: [1, 2, 4, 8]
+micro_batch_sizes: [1, 2, 4, 8]
 recompute: [both]            # none, selective, full, both (none and full), all
 tp: null                     # TP widths, e.g. [1, 2, 4]; null: every valid width within a node
 schedules: [1f1b, interleaved, gpipe]
