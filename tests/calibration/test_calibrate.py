@@ -199,6 +199,7 @@ def test_outputs_are_checked_before_the_fit(tmp_path: Path, capsys: pytest.Captu
     assert status == 2 and "is the runs file, which calibrate only reads" in err
 
 
+@pytest.mark.slow
 def test_too_few_runs_for_the_parameters_are_refused(tmp_path: Path) -> None:
     runs = read_runs(_runs_file(tmp_path))
     with pytest.raises(ConfigError, match="fitting 2 parameters needs at least as many runs, got 1"):

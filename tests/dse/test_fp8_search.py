@@ -76,6 +76,7 @@ def test_the_bounds_hold_at_fp8(model: str, fp8_space: str, runs: Runs) -> None:
             assert bound.throughput(result.accelerator) >= result.throughput_samples_per_s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precisions", [("fp8",), ("bf16", "fp8")])
 def test_pruning_keeps_the_answer_at_fp8(precisions: tuple[str, ...], model: str, fp8_space: str,
                                           runs: Runs) -> None:

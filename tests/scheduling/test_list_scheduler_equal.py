@@ -36,10 +36,11 @@ def _check(problem: ScheduleProblem) -> None:
             problem, max_targets=targets)
 
 
-@settings(max_examples=400, deadline=None)
-@given(problems(max_ops=30))
-def test_equal_to_the_reference_on_random_dags(problem: ScheduleProblem) -> None:
-    _check(problem)
+# 120 examples in the default run, 400 in the slow one (CI runs both)
+test_equal_to_the_reference_on_random_dags = settings(max_examples=120, deadline=None)(
+    given(problems(max_ops=30))(_check))
+test_equal_to_the_reference_on_random_dags_more = pytest.mark.slow(settings(max_examples=400, deadline=None)(
+    given(problems(max_ops=30))(_check)))
 
 
 @settings(max_examples=100, deadline=None)
