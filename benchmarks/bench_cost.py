@@ -34,7 +34,7 @@ SCALAR_SAMPLE = 200
 
 def main() -> None:
     start = time.perf_counter()
-    chain = extract_chain(load_model("llama2-7b"), ExtractOptions(1, 4096))
+    chain = extract_chain(load_model("llama2-7b"), ExtractOptions.of(1, 4096))
     block = chain.layers[1]
     ops = list(block.fwd.ops) + list(block.bwd.ops)
     designs = load_space("phaze").designs()

@@ -35,7 +35,7 @@ def _block(spec: LoadedModel) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = GraphCache(Path(tmp))
         for tp, sp in ((1, False), (8, True)):
-            options = ExtractOptions(micro_batch=1, seq_len=4096, tp=tp, sp=sp)
+            options = ExtractOptions.of(micro_batch=1, seq_len=4096, tp=tp, sp=sp)
             start = time.perf_counter()
             chain = cache.chain(spec, options)
             cold_s = time.perf_counter() - start
@@ -65,7 +65,7 @@ def _timed(label: str, run: Callable[[], list[LayerChain]]) -> list[LayerChain]:
 def _plan(spec: LoadedModel, devices: int, jobs: int) -> None:
     tps = valid_tp_widths(spec, devices)
     cps = valid_cp_degrees(spec, devices)
-    options = [ExtractOptions(b, spec.seq_len, tp=t, sp=sp, cp=cp) for t in tps for sp in (False, True)
+    options = [ExtractOptions.of(b, spec.seq_len, tp=t, sp=sp, cp=cp) for t in tps for sp in (False, True)
                for cp in cps for b in MICRO_BATCHES if (t > 1 or not sp) and t * cp <= devices]
     print(f"{spec.name} on {devices} devices: {len(options)} chains (TP {tps}, CP {cps}, SP off/on, "
           f"micro-batches {MICRO_BATCHES})", flush=True)

@@ -177,6 +177,6 @@ def test_traced_as_takes_each_option_from_the_key_or_the_grid_by_name() -> None:
     from archplace.workload.extract import ExtractOptions, traced_as
 
     grid = dataclasses.replace(ODD, attention=Attention.SDPA)  # ring attention (cp 2) runs fused
-    assert traced_as(64, CostKey(2, 3, True, 2, 4, 2), grid) == ExtractOptions(
+    assert traced_as(64, CostKey(2, 3, True, 2, 4, 2), grid) == ExtractOptions.of(
         micro_batch=3, seq_len=64, tp=2, sp=True, fuse=True, attention=Attention.SDPA,
         kernels=Kernels.UNFUSED, cp=2, ep=4, capacity_factor=1.25, expert_load_imbalance=1.5, etp=2)

@@ -47,7 +47,8 @@ from archplace.specs.search import SearchSpec, parse_recompute
 from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
-from archplace.workload.extract import ExtractOptions, check_tp, extract_chain
+from archplace.workload.extract import check_tp, extract_chain, traced_as
+from archplace.workload.key import CostKey
 from archplace.workload.layers import LayerChain
 from archplace.workload.options import Attention, Kernels
 
@@ -163,11 +164,7 @@ def layer_chain(model: ModelSpec, *, micro_batch: int = 1, tp: int = 1, sp: bool
         ExtractionError: the model cannot be traced.
     """
     loaded = load_model(model, (micro_batch,))
-    return cached_chain(loaded, ExtractOptions(micro_batch=micro_batch, seq_len=loaded.seq_len, tp=tp,
-                                               sp=sp, fuse=model.fuse, attention=model.attention,
-                                               kernels=model.kernels, ep=ep, etp=etp,
-                                               capacity_factor=model.capacity_factor,
-                                               expert_load_imbalance=model.expert_load_imbalance))
+    return cached_chain(loaded, traced_as(loaded.seq_len, CostKey(tp, micro_batch, sp, 1, ep, etp), model))
 
 
 def training_setup(hardware: HardwareSpec, *, devices: int, global_batch: int, seq_len: int,
@@ -349,10 +346,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
     chip = HardwareSpec(hardware)
     acc = accelerator(chip)
     cost = SystolicCostModel(cluster=cluster(chip, tp)) if tp > 1 else SystolicCostModel()
-    chain = extract_chain(loaded, ExtractOptions(micro_batch, loaded.seq_len, tp=tp,
-                                                 attention=spec.attention, kernels=spec.kernels,
-                                                 capacity_factor=spec.capacity_factor,
-                                                 expert_load_imbalance=spec.expert_load_imbalance))
+    options = traced_as(loaded.seq_len, CostKey(tp, micro_batch, False), spec)
+    chain = extract_chain(loaded, dataclasses.replace(options, fuse=False))  # unfused: one operator each
     chosen = next(item for item in chain.layers if item.kind.value == layer)
     return ScheduleProblem.from_graph(chosen.fwd if phase == "fwd" else chosen.bwd, acc, cost)
 

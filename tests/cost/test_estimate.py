@@ -164,7 +164,7 @@ def test_model_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFi
 
 
 def test_estimate_layers_with_either_model(tiny_model: Path) -> None:
-    chain = extract_chain(load_model(str(tiny_model)), ExtractOptions(2, 64))
+    chain = extract_chain(load_model(str(tiny_model)), ExtractOptions.of(2, 64))
     acc = load_accelerator("tpuv4")
     systolic = estimate_layers(chain, acc, SystolicCostModel())
     roofline = estimate_layers(chain, acc, RooflineCostModel())

@@ -44,7 +44,7 @@ def chains(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, LayerChain]:
     path.write_text(json.dumps(TINY_GPT))
     spec = load_model(str(path))
     # HF's eager attention and unfused element-wise ops: the matmuls and epilogues under test
-    return {fuse: extract_chain(spec, ExtractOptions(micro_batch=2, seq_len=64, fuse=fuse,
+    return {fuse: extract_chain(spec, ExtractOptions.of(micro_batch=2, seq_len=64, fuse=fuse,
                                                      attention="eager", kernels="unfused"))
             for fuse in (False, True)}
 

@@ -20,7 +20,7 @@ GIB = 2.0**30
 
 def test_hbm_variants_share_layer_costs(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = load_model("gpt2-xl").with_seq_len(256)
-    chains = {(1, b, False): extract_chain(spec, ExtractOptions(b, 256)) for b in (1, 2)}
+    chains = {(1, b, False): extract_chain(spec, ExtractOptions.of(b, 256)) for b in (1, 2)}
     base = load_accelerator("tpuv4")
     small, large = (dataclasses.replace(base, name=f"hbm{g}", hbm_bytes=g * GIB) for g in (16, 80))
     assert core_key(small) == core_key(large) != core_key(dataclasses.replace(base, tensor_cores=4))

@@ -40,7 +40,7 @@ def chains():  # type: ignore[no-untyped-def]
     out = {}
     for model, tp in (("gpt2-xl", 1), ("llama2-7b", 2)):
         spec = load_model(model).with_seq_len(256)
-        out[model] = {(tp, b, False): extract_chain(spec, ExtractOptions(b, 256, tp=tp)) for b in (1, 2)}
+        out[model] = {(tp, b, False): extract_chain(spec, ExtractOptions.of(b, 256, tp=tp)) for b in (1, 2)}
     return out
 
 

@@ -73,7 +73,7 @@ def test_hfu_counts_exactly_the_padded_rows_and_full_recompute_runs_them_again()
     spec = LoadedModel("small-moe", json.dumps(MOE, sort_keys=True), 64)
     acc = load_accelerator("a100-80gb")
     def costs(capacity: float) -> list[LayerCost]:
-        chain = extract_chain(spec, ExtractOptions(micro_batch=2, seq_len=64, capacity_factor=capacity))
+        chain = extract_chain(spec, ExtractOptions.of(micro_batch=2, seq_len=64, capacity_factor=capacity))
         return layer_costs(chain, acc, RooflineCostModel())
 
     even, padded = costs(1.0), costs(2.0)
@@ -94,7 +94,7 @@ def test_a_dense_model_is_unchanged(tmp_path: Path) -> None:
     """A dense model has no padding: its layer FLOP are its matmuls' and HFU equals MFU without
     recomputation."""
     spec = LoadedModel("gpt", json.dumps(GPT, sort_keys=True), 64)
-    chain = extract_chain(spec, ExtractOptions(micro_batch=2, seq_len=64))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=2, seq_len=64))
     for layer, cost in zip(chain.layers, layer_costs(chain, load_accelerator("a100-80gb"),
                                                      RooflineCostModel()), strict=True):
         assert (layer.padding_fwd_flop, layer.padding_bwd_flop) == (0.0, 0.0)

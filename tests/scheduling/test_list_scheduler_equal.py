@@ -74,7 +74,7 @@ def test_equal_on_traced_layer_graphs(model: str) -> None:
              dataclasses.replace(tpu, tensor_cores=64, vector_cores=1024, array_rows=32, array_cols=32),
              dataclasses.replace(tpu, tensor_cores=1, vector_cores=1)]
     for micro_batch in (1, 4):
-        chain = extract_chain(spec, ExtractOptions(micro_batch, 512))
+        chain = extract_chain(spec, ExtractOptions.of(micro_batch, 512))
         graphs = {id(g): g for layer in chain.layers for g in (layer.fwd, layer.bwd) if g.ops}
         for graph in graphs.values():
             for chip in chips:

@@ -133,7 +133,7 @@ def test_megatron_count_is_six_times_active_linear_params_plus_causal_attention(
     from archplace.workload.extract import ExtractOptions, extract_chain
     from archplace.workload.zoo import load_model
 
-    chain = extract_chain(load_model("qwen3-235b-a22b"), ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(load_model("qwen3-235b-a22b"), ExtractOptions.of(micro_batch=1, seq_len=64))
     embedding = VOCAB * HIDDEN
     router_and_norms = LAYERS * (HIDDEN * 128 + 2 * HIDDEN + 2 * HEAD_DIM) + HIDDEN
     linear = chain.active_params - embedding - router_and_norms

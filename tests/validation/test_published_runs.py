@@ -161,7 +161,7 @@ def test_paper_flop_formula_matches_traced_graphs(tmp_path: Path) -> None:
     run = BY_CASE["narayanan-1.7b"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(run.gpt().hf_config()))
-    options = ExtractOptions(1, run.gpt().seq_len, attention=Attention.EAGER)
+    options = ExtractOptions.of(1, run.gpt().seq_len, attention=Attention.EAGER)
     chain = extract_chain(load_model(str(path)), options)
     fwd_matmul = sum(layer.fwd.matmul_flop() for layer in chain.layers)
     assert narayanan_eq3(run) == pytest.approx(4 * fwd_matmul * run.plan.global_batch, rel=0.02)

@@ -16,7 +16,7 @@ from archplace.workload.zoo import load_model
 
 def test_second_extraction_reads_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     spec = load_model("bert-large")
-    options = ExtractOptions(1, 64)
+    options = ExtractOptions.of(1, 64)
     cache = GraphCache(tmp_path)
     first = cache.chain(spec, options)
     assert cache.path(spec, options).is_file()
@@ -32,21 +32,21 @@ def test_second_extraction_reads_the_cache(tmp_path: Path, monkeypatch: pytest.M
 
 def test_key_covers_every_option():
     spec = load_model("gpt2-xl")
-    base = ExtractOptions(1, 128)
-    variants = [ExtractOptions(2, 128), ExtractOptions(1, 256), ExtractOptions(1, 128, tp=5),
-                ExtractOptions(1, 128, tp=5, sp=True), ExtractOptions(1, 128, fuse=True),
-                ExtractOptions(1, 128, dtype="float32"), ExtractOptions(1, 128, training=False),
-                ExtractOptions(1, 128, attention="sdpa"), ExtractOptions(1, 128, attention="eager"),
-                ExtractOptions(1, 128, kernels="unfused")]
+    base = ExtractOptions.of(1, 128)
+    variants = [ExtractOptions.of(2, 128), ExtractOptions.of(1, 256), ExtractOptions.of(1, 128, tp=5),
+                ExtractOptions.of(1, 128, tp=5, sp=True), ExtractOptions.of(1, 128, fuse=True),
+                ExtractOptions.of(1, 128, dtype="float32"), ExtractOptions.of(1, 128, training=False),
+                ExtractOptions.of(1, 128, attention="sdpa"), ExtractOptions.of(1, 128, attention="eager"),
+                ExtractOptions.of(1, 128, kernels="unfused")]
     keys = {cache_key(spec, o) for o in [base, *variants]}
     assert len(keys) == len(variants) + 1
-    assert cache_key(spec, base) == cache_key(load_model("gpt2-xl"), ExtractOptions(1, 128))
+    assert cache_key(spec, base) == cache_key(load_model("gpt2-xl"), ExtractOptions.of(1, 128))
     assert cache_key(spec, base) != cache_key(load_model("opt-350m"), base)
 
 
 def test_unreadable_file_is_replaced(tmp_path: Path):
     spec = load_model("opt-350m")
-    options = ExtractOptions(1, 64)
+    options = ExtractOptions.of(1, 64)
     cache = GraphCache(tmp_path)
     path = cache.path(spec, options)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,7 @@ SMALL_MOE = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 256
              "num_key_value_heads": 2, "intermediate_size": 512, "num_local_experts": 4,
              "num_experts_per_tok": 2, "vocab_size": 1000, "max_position_embeddings": 1024,
              "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False}
-OPTIONS = ExtractOptions(1, 32)
+OPTIONS = ExtractOptions.of(1, 32)
 KEY_FILE = re.compile(r"[0-9a-f]{64}\.chain")
 
 
@@ -371,14 +371,14 @@ def test_round_trip_dense_keeps_shared_graphs(traced: LayerChain):
 
 def test_round_trip_moe_rebatched_and_expert_parallel():
     spec = tiny("small-moe", SMALL_MOE)
-    two, three = (extract_chain(spec, ExtractOptions(b, 32)) for b in (2, 3))
+    two, three = (extract_chain(spec, ExtractOptions.of(b, 32)) for b in (2, 3))
     for chain in (two, three):
         back = round_trip(chain)
         assert back.layers[1].experts == 4 and back.layers[1].fwd is back.layers[2].fwd
     derived = rebatch_chain(two, three, 5)
     assert derived is not None
     round_trip(derived)
-    round_trip(derive_experts(two, ExtractOptions(2, 32, ep=2)))
+    round_trip(derive_experts(two, ExtractOptions.of(2, 32, ep=2)))
 
 
 def test_schemas_cover_every_field():

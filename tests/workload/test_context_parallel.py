@@ -37,7 +37,7 @@ MLA = {"model_type": "deepseek_v3", "num_hidden_layers": 1, "first_k_dense_repla
 
 def gpt2(**options: object) -> LayerChain:
     spec = LoadedModel("gpt2-tiny", json.dumps(GPT2, sort_keys=True), SEQ)
-    return extract_chain(spec, ExtractOptions(BATCH, SEQ, **options))  # type: ignore[arg-type]
+    return extract_chain(spec, ExtractOptions.of(BATCH, SEQ, **options))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +118,10 @@ def test_sequence_parallelism_composes_with_cp(chains):
 
 def test_sequence_length_must_split_into_2cp_chunks():
     with pytest.raises(ConfigError, match=r"sequence length 1000 must be a multiple of 2 x cp = 16"):
-        ExtractOptions(1, 1000, cp=8)
+        ExtractOptions.of(1, 1000, cp=8)
     with pytest.raises(ConfigError, match="needs a fused attention"):
-        ExtractOptions(1, 1024, cp=2, attention="eager")
-    assert ExtractOptions(1, 1000, cp=1).cp == 1  # no chunks without CP
+        ExtractOptions.of(1, 1024, cp=2, attention="eager")
+    assert ExtractOptions.of(1, 1000, cp=1).cp == 1  # no chunks without CP
 
 
 def test_mla_value_head_in_the_attention_flop():
@@ -130,14 +130,14 @@ def test_mla_value_head_in_the_attention_flop():
     ring passes K (48) and V (32) of the rank's 64 tokens."""
     b, s, heads = 2, 128, 4
     spec = LoadedModel("tiny-mla", json.dumps(MLA, sort_keys=True), s)
-    block = extract_chain(spec, ExtractOptions(b, s)).layers[1]
+    block = extract_chain(spec, ExtractOptions.of(b, s)).layers[1]
     fwd, bwd = attention(block), attention(block, backward=True)
     assert (fwd.k, fwd.v_dim, bwd.k, bwd.v_dim) == (48, 32, 48, 32)
     area = computed_area(s, s, True, True)[0]
     assert area == s * s
     assert fwd.flop == 2 * b * heads * area * (48 + 32)
     assert bwd.flop == 2 * b * heads * area * (3 * 48 + 2 * 32)
-    ring = attention(extract_chain(spec, ExtractOptions(b, s, cp=2)).layers[1])
+    ring = attention(extract_chain(spec, ExtractOptions.of(b, s, cp=2)).layers[1])
     assert (ring.m, ring.n, ring.v_dim) == (s // 2, s, 32)
     assert ring.ring_bytes == b * (s // 2) * heads * (48 + 32) * 2
 

@@ -45,7 +45,7 @@ def small() -> LoadedModel:
 
 @pytest.fixture(scope="module")
 def traced() -> LayerChain:
-    return extract_chain(small(), ExtractOptions(micro_batch=B, seq_len=S))
+    return extract_chain(small(), ExtractOptions.of(micro_batch=B, seq_len=S))
 
 
 def grouped(graph: OpGraph) -> list[Any]:
@@ -149,18 +149,18 @@ def test_bad_degrees_and_options_are_refused(traced: LayerChain) -> None:
     with pytest.raises(ConfigError, match="EP degree 2: .* is a dense model"):
         check_ep(load_model("opt-350m"), 2)
     with pytest.raises(ConfigError, match="EP degree 3 does not divide"):
-        extract_chain(small(), ExtractOptions(micro_batch=1, seq_len=64, ep=3))
+        extract_chain(small(), ExtractOptions.of(micro_batch=1, seq_len=64, ep=3))
     for field, value in (("capacity_factor", 0.5), ("expert_load_imbalance", float("nan")),
                          ("capacity_factor", float("inf")), ("expert_load_imbalance", True)):
         with pytest.raises(ConfigError, match="must be a finite number >= 1"):
-            ExtractOptions(micro_batch=1, seq_len=64, **{field: value})
+            ExtractOptions.of(micro_batch=1, seq_len=64, **{field: value})
     with pytest.raises(ConfigError, match="already sharded"):
         shard_experts(shard_experts(traced, 2), 2)
 
 
 def test_extract_and_cache_derive_the_ep_chain_from_the_traced_one(tmp_path: Path) -> None:
-    options = ExtractOptions(micro_batch=1, seq_len=64)
-    sharded = dataclasses.replace(options, ep=2, capacity_factor=1.5)
+    options = ExtractOptions.of(micro_batch=1, seq_len=64)
+    sharded = dataclasses.replace(options.with_key(ep=2), capacity_factor=1.5)
     cache = GraphCache(tmp_path)
     base = cache.chain(small(), options)
     derived = cache.chain(small(), sharded)
@@ -191,7 +191,7 @@ def test_shared_experts_are_counted_and_not_sharded() -> None:
               "v_head_dim": 32, "vocab_size": 1000, "max_position_embeddings": 1024, "hidden_act": "silu",
               "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
     spec = LoadedModel("small-deepseek", json.dumps(config, sort_keys=True), 256)
-    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=64))
     sharded = shard_experts(chain, 8)
     dense, moe = sharded.layers[1], sharded.layers[2]
     assert dense == chain.layers[1] and not all_to_alls(dense.fwd)
@@ -242,7 +242,7 @@ def test_graph_cli_shows_ep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_fused_epilogues_keep_their_flop() -> None:
     """With ``--fuse`` the gating activation (and the combine's sum) run in the grouped GEMMs'
     epilogues; their element-wise FLOP survive the transform."""
-    chain = extract_chain(small(), ExtractOptions(micro_batch=1, seq_len=64, fuse=True))
+    chain = extract_chain(small(), ExtractOptions.of(micro_batch=1, seq_len=64, fuse=True))
     base, block = chain.layers[1], shard_experts(chain, 2).layers[1]
     assert any(op.fused_elements for op in grouped(block.fwd))
     assert (block.fwd.flop, block.bwd.flop) == (base.fwd.flop, base.bwd.flop)
@@ -253,8 +253,8 @@ def test_fused_epilogues_keep_their_flop() -> None:
 def test_deepseek_v3_at_ep64() -> None:
     """DeepSeek-V3's published layout (EP64, technical report sec. 3.2): 4 of the 256 routed experts
     per rank, the same FLOP per rank, 4,096 tokens x top-8 copies of 7,168 bf16 values per all-to-all."""
-    chain = extract_chain(load_model("deepseek-v3"), ExtractOptions(micro_batch=1, seq_len=4096, ep=64))
-    traced = extract_chain(load_model("deepseek-v3"), ExtractOptions(micro_batch=1, seq_len=4096))
+    chain = extract_chain(load_model("deepseek-v3"), ExtractOptions.of(micro_batch=1, seq_len=4096, ep=64))
+    traced = extract_chain(load_model("deepseek-v3"), ExtractOptions.of(micro_batch=1, seq_len=4096))
     moe, base = chain.layers[4], traced.layers[4]
     expert = 3 * 7168 * 2048
     assert moe.expert_params == 4 * expert and moe.params == base.params - 252 * expert

@@ -58,7 +58,7 @@ def deepseek() -> LoadedModel:
 
 
 def options(tp: int, **more: Any) -> ExtractOptions:
-    return ExtractOptions(micro_batch=B, seq_len=S, tp=tp, sp=tp > 1, **more)
+    return ExtractOptions.of(micro_batch=B, seq_len=S, tp=tp, sp=tp > 1, **more)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_extract_chain_applies_etp(traced: dict[int, LayerChain]) -> None:
 
 def test_refusals() -> None:
     with pytest.raises(ConfigError, match="needs sp with tp > 1"):
-        extract_chain(mixtral(), ExtractOptions(micro_batch=B, seq_len=S, tp=2, sp=False))
+        extract_chain(mixtral(), ExtractOptions.of(micro_batch=B, seq_len=S, tp=2, sp=False))
     with pytest.raises(ConfigError, match="does not divide the 4 attention heads"):
         extract_chain(mixtral(), options(8))
     with pytest.raises(ConfigError, match="width 3 does not divide the routed experts' FFN size 512"):
@@ -201,9 +201,9 @@ def test_refusals() -> None:
 def test_fused_epilogues_keep_their_flop() -> None:
     """With ``--fuse`` the gating activation runs in the gate/up GEMM's epilogue; its element-wise
     FLOP are those of the rank's rows whatever etp (etp x the rows, 1/etp of the width)."""
-    chain = extract_chain(mixtral(), ExtractOptions(micro_batch=1, seq_len=64, tp=2, sp=True, fuse=True))
+    chain = extract_chain(mixtral(), ExtractOptions.of(micro_batch=1, seq_len=64, tp=2, sp=True, fuse=True))
     base = chain.layers[1]
-    block = derive_experts(chain, ExtractOptions(micro_batch=1, seq_len=64, tp=2, sp=True, fuse=True,
+    block = derive_experts(chain, ExtractOptions.of(micro_batch=1, seq_len=64, tp=2, sp=True, fuse=True,
                                                  ep=2, etp=2)).layers[1]
     assert any(op.fused_elements for op in block.fwd.ops if "grouped_mm" in op.target)
     assert (block.fwd.flop, block.bwd.flop) == (base.fwd.flop, base.bwd.flop)
@@ -245,7 +245,7 @@ def test_qwen2_moe_gated_shared_expert_at_tp() -> None:
               "num_experts_per_tok": 2, "vocab_size": 500, "max_position_embeddings": 512,
               "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
     spec = LoadedModel("small-qwen2-moe", json.dumps(config, sort_keys=True), 64)
-    one, two = (extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64, tp=tp, sp=tp > 1)).layers[1]
+    one, two = (extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=64, tp=tp, sp=tp > 1)).layers[1]
                 for tp in (1, 2))
     assert two.fwd.flop == pytest.approx(one.fwd.flop / 2, rel=1e-12)
     h = 128

@@ -21,7 +21,7 @@ AS_TRACED = {"attention": "eager", "kernels": "unfused"}
 @pytest.fixture(scope="module")
 def gpt2xl():
     spec = load_model("gpt2-xl")
-    return spec, extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=256, **AS_TRACED))
+    return spec, extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=256, **AS_TRACED))
 
 
 def test_presets_are_the_four_of_the_skeleton():
@@ -95,15 +95,15 @@ def test_block_forward_matmuls_form_one_dependency_chain(gpt2xl):
 
 def test_micro_batch_scales_flop():
     spec = load_model("bert-large")
-    one = extract_chain(spec, ExtractOptions(1, 128, **AS_TRACED)).layers[1]
-    two = extract_chain(spec, ExtractOptions(2, 128, **AS_TRACED)).layers[1]
+    one = extract_chain(spec, ExtractOptions.of(1, 128, **AS_TRACED)).layers[1]
+    two = extract_chain(spec, ExtractOptions.of(2, 128, **AS_TRACED)).layers[1]
     assert two.fwd.matmul_flop() == 2 * one.fwd.matmul_flop()
     assert two.activation_bytes == pytest.approx(2 * one.activation_bytes, rel=0.01)
 
 
 def test_llama_block_params():
     spec = load_model("llama2-7b")
-    chain = extract_chain(spec, ExtractOptions(1, 128, **AS_TRACED))
+    chain = extract_chain(spec, ExtractOptions.of(1, 128, **AS_TRACED))
     h, f = 4096, 11008
     assert chain.layers[1].params == 4 * h * h + 3 * h * f + 2 * h
     assert len(chain.layers) == 34
@@ -119,7 +119,7 @@ def test_config_json_path(tmp_path: Path):
     path.write_text(json.dumps(cfg))
     spec = load_model(str(path))
     assert spec.name == "tiny-gpt" and spec.seq_len == 64 and spec.num_layers == 2
-    chain = extract_chain(spec, ExtractOptions(1, 64, **AS_TRACED))
+    chain = extract_chain(spec, ExtractOptions.of(1, 64, **AS_TRACED))
     assert len(chain.layers) == 4
     assert chain.layers[1].params == 12 * 128 * 128 + 13 * 128
 
@@ -157,11 +157,11 @@ def test_other_architecture_through_the_same_path(tmp_path: Path):
     path = tmp_path / "qwen" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(cfg))
-    chain = extract_chain(load_model(str(path)), ExtractOptions(1, 64, tp=2, **AS_TRACED))
+    chain = extract_chain(load_model(str(path)), ExtractOptions.of(1, 64, tp=2, **AS_TRACED))
     assert len(chain.layers) == 5
     assert chain.layers[1].fwd.collectives() == {"all_reduce": 2}
     with pytest.raises(ConfigError, match="key/value heads"):
-        extract_chain(load_model(str(path)), ExtractOptions(1, 64, tp=4, **AS_TRACED))
+        extract_chain(load_model(str(path)), ExtractOptions.of(1, 64, tp=4, **AS_TRACED))
 
 
 def test_typo_in_config_field(tmp_path: Path):

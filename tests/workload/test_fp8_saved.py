@@ -50,7 +50,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
 
 
 def _saving(spec: LoadedModel, **options: object) -> float:
-    chain = extract_chain(spec, ExtractOptions(micro_batch=B, seq_len=S, **options))  # type: ignore[arg-type]
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=B, seq_len=S, **options))  # type: ignore[arg-type]
     (block,) = [layer for layer in chain.layers if layer.kind is LayerKind.BLOCK]
     return block.fp8_activation_saving_bytes
 
@@ -72,7 +72,7 @@ def test_llama_block_saving_by_hand(llama: LoadedModel, kernels: str) -> None:
 
 
 def test_saving_is_within_the_saved_bytes(gpt: LoadedModel) -> None:
-    chain = extract_chain(gpt, ExtractOptions(micro_batch=B, seq_len=S))
+    chain = extract_chain(gpt, ExtractOptions.of(micro_batch=B, seq_len=S))
     for layer in chain.layers:
         assert 0 <= layer.fp8_activation_saving_bytes < layer.selective_activation_bytes or \
             layer.fp8_activation_saving_bytes == 0

@@ -37,7 +37,7 @@ def gpt(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
 
 def block(spec: LoadedModel, **options: object):
     opts = {"micro_batch": B, "seq_len": S, **options}
-    return extract_chain(spec, ExtractOptions(**opts)).layers[1]  # type: ignore[arg-type]
+    return extract_chain(spec, ExtractOptions.of(**opts)).layers[1]  # type: ignore[arg-type]
 
 
 def test_fused_eager_equals_korthikanti_without_parallelism(gpt: LoadedModel):
@@ -133,7 +133,7 @@ def test_llama_block_against_the_formula():
     spec = load_model("llama2-7b")
     b, s = 1, 96
     h, a, f, d = spec.hidden_size, spec.heads, spec.ffn_size, spec.hidden_size // spec.heads
-    layer = extract_chain(spec, ExtractOptions(b, s)).layers[1]
+    layer = extract_chain(spec, ExtractOptions.of(b, s)).layers[1]
     sbh = s * b * h
     expected = (2 * 2 * sbh + 2 * 4 * s * b      # two RMSNorms: input + fp32 rstd
                 + 2 * sbh                          # QKV input
@@ -150,12 +150,12 @@ def test_llama_block_against_the_formula():
 
 
 def test_options_take_names_and_refuse_unknown_values():
-    options = ExtractOptions(1, 8, attention="SDPA", kernels="unfused")
+    options = ExtractOptions.of(1, 8, attention="SDPA", kernels="unfused")
     assert options.attention is Attention.SDPA and options.kernels is Kernels.UNFUSED
     with pytest.raises(ConfigError, match="attention must be one of eager, sdpa, flash"):
-        ExtractOptions(1, 8, attention="xformers")
+        ExtractOptions.of(1, 8, attention="xformers")
     with pytest.raises(ConfigError, match="kernels must be one of fused, unfused"):
-        ExtractOptions(1, 8, kernels=3)  # type: ignore[arg-type]
+        ExtractOptions.of(1, 8, kernels=3)  # type: ignore[arg-type]
 
 
 def test_sequence_parallel_backward_regathers_the_saved_input(gpt: LoadedModel):
@@ -186,7 +186,7 @@ def test_hidden_size_equal_to_the_sequence_is_not_an_attention_score(gpt: Loaded
     dims; selective recompute must still drop only the attention core (eager: 5as²b, flash:
     nothing)."""
     s = H  # 64 tokens = the hidden size, micro-batch 1
-    flash = extract_chain(gpt, ExtractOptions(1, s, attention="flash", kernels="fused")).layers[1]
+    flash = extract_chain(gpt, ExtractOptions.of(1, s, attention="flash", kernels="fused")).layers[1]
     assert flash.selective_ops == () and flash.selective_activation_bytes == flash.activation_bytes
-    eager = extract_chain(gpt, ExtractOptions(1, s, attention="eager", kernels="fused")).layers[1]
+    eager = extract_chain(gpt, ExtractOptions.of(1, s, attention="eager", kernels="fused")).layers[1]
     assert eager.activation_bytes - eager.selective_activation_bytes == 5 * A * s * s

@@ -38,14 +38,14 @@ def valid(kind: str, document: object) -> bool:
 def test_mixtral_total_and_active_parameters_are_the_published_ones():
     """Mixtral of Experts (Jiang et al. 2024, sec. 2; model card): 46.7 B parameters, 12.9 B
     active per token."""
-    chain = extract_chain(load_model("mixtral-8x7b"), ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(load_model("mixtral-8x7b"), ExtractOptions.of(micro_batch=1, seq_len=64))
     assert chain.model_params == pytest.approx(46.7e9, rel=5e-3)
     assert chain.active_params == pytest.approx(12.9e9, rel=5e-3)
 
 
 def test_small_moe_block_exact_counts_and_flop():
     h, inner, experts, top_k, b, s = 256, 512, 4, 2, 2, 128
-    chain = extract_chain(small(), ExtractOptions(micro_batch=b, seq_len=s))
+    chain = extract_chain(small(), ExtractOptions.of(micro_batch=b, seq_len=s))
     block = chain.layers[1]
     attention = 2 * h * h + 2 * h * (h // 2)  # q, o: h x h; k, v: h x (kv heads x head dim)
     expert = 3 * h * inner
@@ -70,7 +70,7 @@ def test_small_moe_block_exact_counts_and_flop():
 
 def test_mixtral_block_formula():
     b, s = 1, 512
-    block = extract_chain(load_model("mixtral-8x7b"), ExtractOptions(micro_batch=b, seq_len=s)).layers[1]
+    block = extract_chain(load_model("mixtral-8x7b"), ExtractOptions.of(micro_batch=b, seq_len=s)).layers[1]
     h, inner = 4096, 14336
     assert block.active_params == 4 * h * h - 2 * h * (h - 1024) + 2 * 3 * h * inner + 8 * h + 2 * h
     fused = sum(op.flop for op in block.fwd.ops if op.kind is OpKind.ATTENTION)
@@ -85,7 +85,7 @@ def test_tensor_parallel_moe_needs_sequence_parallelism():
 
 
 def test_graph_shows_experts_and_tokens_per_expert():
-    chain = extract_chain(small(), ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(small(), ExtractOptions.of(micro_batch=1, seq_len=64))
     summary = chain_summary(chain)
     block = summary["layers"][1]
     assert (block["experts"], block["experts_per_token"], block["tokens_per_expert"]) == (4, 2, 32)
@@ -126,7 +126,7 @@ def test_small_moe_graph_estimate_plan_end_to_end(tmp_path: Path, capsys: pytest
 
 def test_qwen3_moe_total_parameters():
     """Qwen3-30B-A3B model card: 30.5 B parameters; 128 experts, 8 per token."""
-    chain = extract_chain(load_model("qwen3-30b-a3b"), ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(load_model("qwen3-30b-a3b"), ExtractOptions.of(micro_batch=1, seq_len=64))
     assert chain.model_params == pytest.approx(30.5e9, rel=5e-3)
     block = chain.layers[1]
     assert (block.experts, block.experts_per_token, block.tokens_per_expert) == (128, 8, 4)
@@ -137,7 +137,7 @@ def test_deepseek_v3_total_and_active_parameters():
     token. The total is the architecture's to 0.01 %; the activated figure is rounded to whole
     billions: the architecture gives 36.63 B without the input embedding table (a lookup, no
     GEMM), 37.55 B with it -- so 37 B is met within its rounding (1.1 %), not within 0.5 %."""
-    chain = extract_chain(load_model("deepseek-v3"), ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(load_model("deepseek-v3"), ExtractOptions.of(micro_batch=1, seq_len=64))
     assert chain.model_params == pytest.approx(671e9, rel=5e-3)
     embedding = chain.layers[0].params
     assert embedding == 129_280 * 7168
@@ -170,7 +170,7 @@ def test_chain_mixes_dense_and_moe_blocks():
     b, s = 2, 128
     spec = LoadedModel("small-deepseek", json.dumps(SMALL_DEEPSEEK, sort_keys=True), 256)
     assert spec.block_runs == (1, 2)
-    chain = extract_chain(spec, ExtractOptions(micro_batch=b, seq_len=s))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=b, seq_len=s))
     dense, moe = chain.layers[1], chain.layers[2]
     assert [layer.name for layer in chain.layers] == ["embedding", "block.0", "block.1", "block.2", "head"]
     assert chain.layers[3] == dataclasses.replace(moe, name="block.2")
@@ -196,7 +196,7 @@ def test_qwen2_moe_shared_expert_is_dense_and_always_active():
               "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
     b, s, h = 1, 64, 128
     chain = extract_chain(LoadedModel("small-qwen2-moe", json.dumps(config, sort_keys=True), 64),
-                          ExtractOptions(micro_batch=b, seq_len=s))
+                          ExtractOptions.of(micro_batch=b, seq_len=s))
     block = chain.layers[1]
     attention = 4 * h * h + 3 * h  # q, k, v with biases, o
     shared = 3 * h * 128 + h  # and its 1-output gate

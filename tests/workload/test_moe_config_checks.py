@@ -145,7 +145,7 @@ def test_deepseek_v3_without_moe_intermediate_size_gets_transformers_default(tmp
     assert moe_value(spec.config, "moe_intermediate_size") == 2048
     assert expert_width(spec) == 2048 and shared_expert_width(spec) == 2048
     h = 128
-    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=64))
     moe = chain.layers[2]
     assert moe.expert_params == 8 * 3 * h * 2048  # the traced model's experts have the default width
 
@@ -172,7 +172,7 @@ def test_zero_shared_experts_are_accepted(model_type: str, field: str) -> None:
     """0 shared experts is meaningful: transformers builds a zero-width shared MLP, no work."""
     spec = LoadedModel("s", json.dumps(config(model_type, **{field: 0})), 64)
     assert (shared_experts(spec), shared_expert_width(spec)) == (0, 0)
-    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=64))
     assert chain.layers[-2].experts == spec.experts
 
 

@@ -18,9 +18,9 @@ SEQ = 128
 
 def chains(name: str, tp: int):
     spec = load_model(name)
-    base = extract_chain(spec, ExtractOptions(2, SEQ, **AS_TRACED))
-    return spec, base, extract_chain(spec, ExtractOptions(2, SEQ, tp=tp, **AS_TRACED)), \
-        extract_chain(spec, ExtractOptions(2, SEQ, tp=tp, sp=True, **AS_TRACED))
+    base = extract_chain(spec, ExtractOptions.of(2, SEQ, **AS_TRACED))
+    return spec, base, extract_chain(spec, ExtractOptions.of(2, SEQ, tp=tp, **AS_TRACED)), \
+        extract_chain(spec, ExtractOptions.of(2, SEQ, tp=tp, sp=True, **AS_TRACED))
 
 
 @pytest.fixture(scope="module", params=["gpt3-175b", "llama2-70b", "bert-large"])
@@ -88,13 +88,13 @@ def test_activation_memory_korthikanti(sharded):
 ])
 def test_invalid_widths_are_refused(name: str, tp: int, what: str):
     with pytest.raises(ConfigError, match=f"TP width {tp} does not divide the {what}"):
-        extract_chain(load_model(name), ExtractOptions(1, SEQ, tp=tp, **AS_TRACED))
+        extract_chain(load_model(name), ExtractOptions.of(1, SEQ, tp=tp, **AS_TRACED))
 
 
 def test_fusion_preserves_flop_and_removes_intermediates():
     spec = load_model("gpt2-xl")
-    plain = extract_chain(spec, ExtractOptions(1, SEQ, **AS_TRACED)).layers[1]
-    fused = extract_chain(spec, ExtractOptions(1, SEQ, fuse=True, **AS_TRACED)).layers[1]
+    plain = extract_chain(spec, ExtractOptions.of(1, SEQ, **AS_TRACED)).layers[1]
+    fused = extract_chain(spec, ExtractOptions.of(1, SEQ, fuse=True, **AS_TRACED)).layers[1]
     for a, b in ((plain.fwd, fused.fwd), (plain.bwd, fused.bwd)):
         assert b.flop == pytest.approx(a.flop, rel=1e-12)
         assert len(b) < len(a)
@@ -113,11 +113,11 @@ def test_selective_recompute_drops_the_attention_core(name: str, tp: int, sp: bo
     rank): softmax output and attention-dropout output in bf16, the dropout mask in one byte."""
     spec = load_model(name)
     b, s = 2, 256
-    block = extract_chain(spec, ExtractOptions(b, s, tp=tp, sp=sp, **AS_TRACED)).layers[1]
+    block = extract_chain(spec, ExtractOptions.of(b, s, tp=tp, sp=sp, **AS_TRACED)).layers[1]
     dropped = block.activation_bytes - block.selective_activation_bytes
     assert dropped == pytest.approx(5 * spec.heads * s * s * b / tp, rel=1e-9)
     assert "_softmax" in block.selective_ops
-    embedding = extract_chain(spec, ExtractOptions(b, s, tp=tp, sp=sp, **AS_TRACED)).layers[0]
+    embedding = extract_chain(spec, ExtractOptions.of(b, s, tp=tp, sp=sp, **AS_TRACED)).layers[0]
     assert embedding.selective_activation_bytes == embedding.activation_bytes and not embedding.selective_ops
 
 
@@ -127,6 +127,6 @@ def test_activations_follow_korthikanti_terms():
     spec = load_model("gpt3-175b")
     b, s, t = 1, 2048, 8
     h, a = spec.hidden_size, spec.heads
-    block = extract_chain(spec, ExtractOptions(b, s, tp=t, sp=True, **AS_TRACED)).layers[1]
+    block = extract_chain(spec, ExtractOptions.of(b, s, tp=t, sp=True, **AS_TRACED)).layers[1]
     expected = s * b * h / t * (34 + 24 + 5 * a * s / h)
     assert block.activation_bytes == pytest.approx(expected, rel=0.02)

@@ -48,7 +48,7 @@ def test_every_preset_has_a_published_count():
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_parameter_count_matches_published(name: str):
     spec = load_model(name)
-    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=64))
     assert len(chain.layers) == spec.num_layers + 2
     assert chain.model_params == pytest.approx(PUBLISHED[name], rel=1e-3)
 
@@ -65,7 +65,7 @@ def test_block_flop_matches_analytical_count(name: str):
     active parameters); bwd = 2x fwd within 3 %."""
     spec = load_model(name)
     b, s = 2, 256
-    block = extract_chain(spec, ExtractOptions(micro_batch=b, seq_len=s)).layers[1]
+    block = extract_chain(spec, ExtractOptions.of(micro_batch=b, seq_len=s)).layers[1]
     cfg = spec.config
     width = cfg.get("hidden_size", cfg.get("n_embd"))
     analytical = 2 * block.active_params * b * s + 4 * b * s * s * width
@@ -79,7 +79,7 @@ def test_llama31_matches_the_rounded_published_sizes(name: str, billions: float)
     """Llama 3.1 model cards: 8.03 B, 70.6 B, 405.9 B parameters (within 0.5 %); GQA with 8 KV heads,
     vocabulary 128,256, context 131,072 by the llama3 RoPE scaling."""
     spec = load_model(name)
-    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=64))
     assert chain.model_params == pytest.approx(billions * 1e9, rel=5e-3)
     cfg = spec.config
     assert (spec.kv_heads, spec.vocab_size, cfg["max_position_embeddings"]) == (8, 128_256, 131_072)
@@ -93,7 +93,7 @@ def test_qwen3_235b_matches_the_published_sizes():
     (+0.9 % from the card's "22B", which is rounded to the billion: asserted within that
     rounding, and exactly against the per-layer formula)."""
     spec = load_model("qwen3-235b-a22b")
-    chain = extract_chain(spec, ExtractOptions(micro_batch=1, seq_len=64))
+    chain = extract_chain(spec, ExtractOptions.of(micro_batch=1, seq_len=64))
     h, layers, vocab, head_dim = 4096, 94, 151_936, 128
     embeddings = 2 * vocab * h  # input embedding and untied output head
     assert chain.model_params == pytest.approx(235e9, rel=5e-3)

@@ -58,9 +58,9 @@ def first_difference(a: Any, b: Any, path: str = "chain") -> str | None:
 
 
 def check_derived(model: LoadedModel, batches: tuple[int, ...], **options: Any) -> None:
-    low, high = (extract_chain(model, ExtractOptions(b, SEQ, **options)) for b in REFERENCE_BATCHES)
+    low, high = (extract_chain(model, ExtractOptions.of(b, SEQ, **options)) for b in REFERENCE_BATCHES)
     for b in batches:
-        traced = extract_chain(model, ExtractOptions(b, SEQ, **options))
+        traced = extract_chain(model, ExtractOptions.of(b, SEQ, **options))
         derived = rebatch_chain(low, high, b)
         assert derived is not None, f"micro-batch {b} not derived"
         assert first_difference(derived, traced) is None
@@ -72,7 +72,7 @@ def check_derived(model: LoadedModel, batches: tuple[int, ...], **options: Any) 
 @pytest.fixture(scope="module")
 def llama_traced() -> dict[int, LayerChain]:
     """The small Llama traced at micro-batches 2, 3 and 4, TP 2 with SP."""
-    return {b: extract_chain(spec("llama"), ExtractOptions(b, SEQ, **TP_SP)) for b in (2, 3, 4)}
+    return {b: extract_chain(spec("llama"), ExtractOptions.of(b, SEQ, **TP_SP)) for b in (2, 3, 4)}
 
 
 def test_llama_with_tp_and_sp_derived_exactly(llama_traced: dict[int, LayerChain]) -> None:
@@ -96,7 +96,7 @@ def test_derived_chains_equal_the_traced_ones(name: str, options: dict[str, Any]
 def test_micro_batch_one_is_no_reference() -> None:
     """GPT-2 traced at micro-batch 1 has other operators than at 2 and more: 1 is special."""
     model = spec("gpt2")
-    one, two = (extract_chain(model, ExtractOptions(b, SEQ, attention="eager", kernels="unfused"))
+    one, two = (extract_chain(model, ExtractOptions.of(b, SEQ, attention="eager", kernels="unfused"))
                 for b in (1, 2))
     sizes = [(len(c.layers[1].fwd), len(c.layers[1].bwd)) for c in (one, two)]
     assert sizes[0] != sizes[1]
@@ -167,23 +167,23 @@ def test_cache_traces_the_references_and_derives_the_rest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_traced: dict[int, LayerChain]) -> None:
     traced = counting(monkeypatch)
     model = spec("llama")
-    wanted = [(model, ExtractOptions(b, SEQ, **TP_SP)) for b in (1, 2, 4, 8)]
+    wanted = [(model, ExtractOptions.of(b, SEQ, **TP_SP)) for b in (1, 2, 4, 8)]
     chains = cached_chains(wanted, GraphCache(tmp_path))
     assert sorted(traced) == [1, 2, 3]  # 4 and 8 derived from 2 and 3
     assert [c.micro_batch for c in chains] == [1, 2, 4, 8]
     assert chains[1:3] == [llama_traced[2], llama_traced[4]]
     # all in the cache now (the derived ones too); another micro-batch derived from the references
     traced.clear()
-    again = cached_chains([*wanted, (model, ExtractOptions(6, SEQ, **TP_SP))], GraphCache(tmp_path))
+    again = cached_chains([*wanted, (model, ExtractOptions.of(6, SEQ, **TP_SP))], GraphCache(tmp_path))
     assert traced == [] and again[:4] == chains
     assert again[4] == rebatch_chain(llama_traced[2], llama_traced[3], 6)
-    assert GraphCache(tmp_path).chain(model, ExtractOptions(16, SEQ, **TP_SP)).micro_batch == 16
+    assert GraphCache(tmp_path).chain(model, ExtractOptions.of(16, SEQ, **TP_SP)).micro_batch == 16
     assert traced == []
 
 
 @pytest.mark.slow  # starts a pool of two processes (torch imported in each)
 def test_pool_gives_the_same_chains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    wanted = [(spec(name), ExtractOptions(b, SEQ)) for name in ("llama", "gpt2") for b in (1, 2, 4)]
+    wanted = [(spec(name), ExtractOptions.of(b, SEQ)) for name in ("llama", "gpt2") for b in (1, 2, 4)]
     here = cached_chains(wanted, GraphCache(tmp_path / "here"))
     pooled = cached_chains(wanted, GraphCache(tmp_path / "pool"), jobs=2)
     assert pooled == here
@@ -194,6 +194,6 @@ def test_pool_gives_the_same_chains(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert names("pool") == names("here")
     # a single wanted micro-batch without its references in the cache is traced, not derived
     traced = counting(monkeypatch)
-    one = cached_chains([(spec("llama"), ExtractOptions(4, SEQ))], GraphCache(tmp_path / "one"))
+    one = cached_chains([(spec("llama"), ExtractOptions.of(4, SEQ))], GraphCache(tmp_path / "one"))
     assert one == [here[2]]
     assert traced == [4]

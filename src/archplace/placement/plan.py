@@ -6,10 +6,9 @@ both are re-exported here."""
 from __future__ import annotations
 
 import numbers
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 from archplace import limits
 from archplace.cost.precision import Precision
@@ -31,6 +30,7 @@ from archplace.placement.choices import (
 )
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.layer_cost import LayerCost
+from archplace.workload.key import CostKey
 
 __all__ = ["MICRO_BATCHES", "RECOMPUTE_ORDER", "SCHEDULE_ORDER", "ZERO_STAGES", "CostKey", "GradReduceDtype",
            "LayerCost", "Optimizer", "PipelineSchedule", "Plan", "RankOrder", "Recompute", "TrainingSetup",
@@ -58,60 +58,6 @@ def check_replicate(replicate: object, *, dp: int, owner: str = "plan") -> int:
                           f"data-parallel ranks are split into dp_replicate replicas of dp/dp_replicate "
                           f"shards)", fields=(f"{owner}.dp_replicate",))
     return int(replicate)
-
-
-class CostKey(NamedTuple):
-    """The layer costs of one TP width, micro-batch size, SP flag, CP degree, EP degree and
-    expert-TP width.
-
-    A plain ``(tp, micro_batch, sp)`` tuple equals ``CostKey(tp, micro_batch, sp)`` only when
-    built through this class (the defaults fill cp = ep = etp = 1); build keys with it.
-
-    Attributes:
-        tp: tensor-parallel width.
-        micro_batch: samples per micro-batch.
-        sp: sequence parallelism (Korthikanti et al. 2022, section 4.2.2).
-        cp: context-parallel degree: the sequence split over cp ranks (ring attention).
-        ep: expert-parallel degree: the experts of every MoE layer sharded over ep ranks.
-        etp: expert-tensor-parallel width: every routed expert's weights split over etp ranks
-            (Megatron-Core's ``expert_tensor_parallel_size``); 1 for dense models.
-    """
-
-    tp: int
-    micro_batch: int
-    sp: bool
-    cp: int = 1
-    ep: int = 1
-    etp: int = 1
-
-    @classmethod
-    def of(cls, key: tuple[Any, ...]) -> CostKey:
-        """``key`` as a CostKey: a ``(tp, micro_batch, sp)``, ``(tp, micro_batch, sp, cp, ep)`` or
-        ``(tp, micro_batch, sp, cp, ep, etp)`` tuple of integers.
-
-        A CostKey is returned as it is: the front door builds keys from a checked plan space
-        (:class:`archplace.specs.PlanSpace`), so only a plain tuple is checked here.
-
-        Raises:
-            ConfigError: another length, or a non-integer or non-positive size or degree.
-        """
-        if isinstance(key, cls):
-            return key
-        try:
-            if len(key) not in (3, 5, 6):
-                raise ValueError
-            tp, micro_batch, sp, *rest = key
-            out = cls(operator.index(tp), operator.index(micro_batch), bool(sp),
-                      *(operator.index(x) for x in rest))
-        except (TypeError, ValueError):
-            raise ConfigError(f"costs keys must be (tp, micro_batch, sp[, cp, ep[, etp]]), "
-                              f"got {key!r}") from None
-        for name in ("tp", "micro_batch", "cp", "ep", "etp"):
-            if getattr(out, name) < 1:
-                raise ConfigError(f"costs key {key!r}: {name} must be a positive integer, "
-                                  f"got {getattr(out, name)}")
-        return out
-
 
 
 SETUP_FIELDS = ("optimizer", "grad_reduce_dtype", "rank_order", "dp_replicate")

@@ -192,8 +192,7 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     check_precision(prob.acc, precision)
     seq_len = prob.spec.seq_len
     chains = dict(zip(keys, cached_chains([(prob.spec, ExtractOptions(
-        micro_batch=key.micro_batch, seq_len=seq_len, tp=key.tp, sp=key.sp and key.tp > 1, cp=key.cp,
-        ep=key.ep, etp=key.etp, fuse=fuse, attention=attention, kernels=kernels,
+        key._replace(sp=key.sp and key.tp > 1), seq_len, fuse=fuse, attention=attention, kernels=kernels,
         capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)) for key in keys]),
         strict=True))
     cost = SystolicCostModel(prob.setup.cluster)

@@ -44,7 +44,7 @@ import stat
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
@@ -85,7 +85,7 @@ def cache_key(spec: LoadedModel, options: ExtractOptions) -> str:
     """Hex digest (64 digits, sha256) identifying the chain of ``spec`` under ``options`` with
     these library versions; the model's name is part of it (it is the chain's ``model``)."""
     payload = {
-        "model": spec.name, "config": json.loads(spec.config_json), "options": asdict(options),
+        "model": spec.name, "config": json.loads(spec.config_json), "options": options.identity(),
         "versions": {name: version(name) for name in ("torch", "transformers", "archplace")},
         "format": FORMAT,
     }
@@ -237,7 +237,7 @@ def _trace(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
 
 def _setting(options: ExtractOptions) -> ExtractOptions:
     """The options with the first reference micro-batch: what chains derived from each other share."""
-    return replace(options, micro_batch=REFERENCE_BATCHES[0])
+    return options.with_key(micro_batch=REFERENCE_BATCHES[0])
 
 
 POOL_MIN_TRACES = 16
@@ -326,7 +326,7 @@ def cached_chains(wanted: Sequence[Wanted], cache: GraphCache | None = None, *,
     direct: list[Wanted] = []
     derive: list[Wanted] = []
     for (spec, setting), missing in groups.items():
-        refs = [(spec, replace(setting, micro_batch=b)) for b in REFERENCE_BATCHES]
+        refs = [(spec, setting.with_key(micro_batch=b)) for b in REFERENCE_BATCHES]
         for ref in refs:
             if ref not in missing and (loaded := cache.load(*ref)) is not None:
                 chains[ref] = loaded
@@ -341,7 +341,7 @@ def cached_chains(wanted: Sequence[Wanted], cache: GraphCache | None = None, *,
     chains.update(_extract_all(direct, cache, executor, jobs))
     again = []
     for spec, options in derive:
-        one, two = (chains[spec, replace(options, micro_batch=b)] for b in REFERENCE_BATCHES)
+        one, two = (chains[spec, options.with_key(micro_batch=b)] for b in REFERENCE_BATCHES)
         chain = rebatch_chain(one, two, options.micro_batch)
         if chain is None:
             again.append((spec, options))

@@ -29,6 +29,7 @@ from archplace.workload.fp8_saved import fp8_saving_bytes
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved
+from archplace.workload.key import CostKey
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.parallel import Sharding, TensorParallel, check_width, propagate
@@ -59,6 +60,8 @@ class ExtractOptions:
     :class:`archplace.specs.ModelSpec`'s).
 
     Attributes:
+        key: the micro-batch and the parallel degrees (:class:`~archplace.workload.key.CostKey`;
+            its fields are also read as properties of the same names):
         micro_batch: samples per micro-batch.
         seq_len: tokens per sample.
         dtype: training dtype name (``bfloat16`` | ``float16`` | ``float32``).
@@ -98,20 +101,65 @@ class ExtractOptions:
             length not divisible by 2 x cp or with eager attention.
     """
 
-    micro_batch: int
+    key: CostKey
     seq_len: int
     dtype: str = "bfloat16"
     training: bool = True
-    tp: int = 1
-    sp: bool = False
     fuse: bool = False
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
-    cp: int = 1
-    ep: int = 1
     capacity_factor: float = 1.0
     expert_load_imbalance: float = 1.0
-    etp: int = 1
+
+    @classmethod
+    def of(cls, micro_batch: int, seq_len: int, *, tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1,
+           etp: int = 1, **tracing: Any) -> ExtractOptions:
+        """The options of the key ``CostKey(tp, micro_batch, sp, cp, ep, etp)`` at ``seq_len``,
+        ``tracing`` the other fields by name.
+
+        Raises:
+            ConfigError: as the class.
+        """
+        return cls(CostKey(tp, micro_batch, sp, cp, ep, etp), seq_len, **tracing)
+
+    @property
+    def micro_batch(self) -> int:
+        """Samples per micro-batch (:attr:`key`'s)."""
+        return self.key.micro_batch
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel width (:attr:`key`'s)."""
+        return self.key.tp
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism (:attr:`key`'s)."""
+        return self.key.sp
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel degree (:attr:`key`'s)."""
+        return self.key.cp
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel degree (:attr:`key`'s)."""
+        return self.key.ep
+
+    @property
+    def etp(self) -> int:
+        """Expert-tensor-parallel width (:attr:`key`'s)."""
+        return self.key.etp
+
+    def with_key(self, **changes: Any) -> ExtractOptions:
+        """A copy whose key has ``changes`` (CostKey field names) applied."""
+        return dataclasses.replace(self, key=self.key._replace(**changes))
+
+    def identity(self) -> dict[str, Any]:
+        """Every option by name, the key's fields among them (the graph cache's key of a chain)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "key"}
+        return {**self.key._asdict(), **out}
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention", parse_attention(self.attention))
@@ -144,21 +192,23 @@ class ExtractOptions:
 
 
 def traced_as(seq_len: int, key: object, tracing: object) -> ExtractOptions:
-    """The :class:`ExtractOptions` at ``seq_len`` whose every other field (but ``dtype`` and
-    ``training``, left at their defaults) is the same-named attribute of ``key`` (the micro-batch
-    and the parallel degrees: a cost key, a plan) or else of ``tracing`` (how the layers are
-    traced: a plan grid, a model spec), so that a new tracing option reaches every caller
-    without anyone listing it.
+    """The :class:`ExtractOptions` at ``seq_len`` whose key is the :class:`CostKey` of ``key``'s
+    same-named attributes (the micro-batch and the parallel degrees: a cost key, a plan) and
+    whose every other field (but ``dtype`` and ``training``, left at their defaults) is the
+    same-named attribute of ``tracing`` (how the layers are traced: a plan grid, a model spec),
+    so that a new tracing option or degree reaches every caller without anyone listing it.
 
     Raises:
         AttributeError: a field neither object has.
         ConfigError: as :class:`ExtractOptions`.
     """
-    values: dict[str, Any] = {"seq_len": seq_len}
+    values: dict[str, Any] = {"seq_len": seq_len,
+                              "key": CostKey(*(getattr(key, name) for name in CostKey._fields))}
     for field in dataclasses.fields(ExtractOptions):
-        if field.name not in ("seq_len", "dtype", "training"):
-            values[field.name] = getattr(key if hasattr(key, field.name) else tracing, field.name)
+        if field.name not in values and field.name not in ("dtype", "training"):
+            values[field.name] = getattr(tracing, field.name)
     return ExtractOptions(**values)
+
 
 def check_tp(spec: LoadedModel, tp: int, sp: bool = False) -> None:
     """Refuse a TP width that does not divide the heads, KV heads and FFN size of ``spec`` (and
@@ -189,7 +239,8 @@ def check_tp(spec: LoadedModel, tp: int, sp: bool = False) -> None:
 def traced_options(options: ExtractOptions) -> ExtractOptions:
     """The options of the chain that is traced for ``options``: ep = etp = 1, balanced and
     unpadded (:func:`extract_chain` derives the expert-parallel chain from it)."""
-    return dataclasses.replace(options, ep=1, etp=1, capacity_factor=1.0, expert_load_imbalance=1.0)
+    return dataclasses.replace(options, key=options.key._replace(ep=1, etp=1), capacity_factor=1.0,
+                               expert_load_imbalance=1.0)
 
 
 def extract_chain(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
