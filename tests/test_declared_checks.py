@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from archplace import limits
+from archplace.cost.precision import Precision
 from archplace.errors import ConfigError
 from archplace.fields import NOT_DERIVED, check_as, checked
 from archplace.options import declared, span
-from archplace.placement.plan import Plan
+from archplace.placement.plan import PipelineSchedule, Plan, Recompute
 from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanSpace
 from archplace.specs.search import _CHECKS as search_checks
 from archplace.specs.search import SearchSpec
@@ -179,3 +180,26 @@ def test_a_renamed_field_is_still_read_under_its_earlier_name() -> None:
                                               "give one of them"):
             read(both)
     assert "micro_batches" not in PlanSpace().to_dict()  # written under its name only
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**21), st.floats(allow_nan=True),
+                   st.sampled_from(["none", "full", "1f1b", "bf16", "fp8", "x"]),
+                   st.lists(st.integers(-1, 9), max_size=4).map(tuple),
+                   st.lists(st.booleans(), max_size=3).map(tuple),
+                   st.sampled_from([*Recompute, *PipelineSchedule, *Precision]),
+                   st.lists(st.sampled_from([*Recompute, *PipelineSchedule]), max_size=3).map(tuple))
+
+
+@given(st.sampled_from([(spec, name) for spec in (Plan, PlanSpace, ModelSpec, ClusterSpec, HardwareSpec)
+                        for name in declared(spec)]), VALUES)
+def test_the_quick_test_of_a_normal_value_agrees_with_the_check(field: tuple[type, str],
+                                                                value: object) -> None:
+    """check_declared skips the check of a value its quick test calls normal (the engine builds
+    many plans): such a value passes the check unchanged."""
+    from archplace.fields import _normal_tests
+
+    spec, name = field
+    normal = dict((n, test) for n, _, test in _normal_tests(spec))[name]
+    if normal(value):
+        out = checked(declared(spec)[name], value, name)
+        assert out is NOT_DERIVED or (out == value and type(out) is type(value))

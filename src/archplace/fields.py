@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
 from archplace import limits
@@ -143,10 +144,63 @@ def check_declared(obj: Any, prefix: str = "", spec: type | None = None) -> None
     Raises:
         ConfigError: as :func:`checked`.
     """
-    for name, field in declared(type(obj) if spec is None else spec).items():
-        value = checked(field, getattr(obj, name), prefix + name)
+    for name, field, normal in _normal_tests(type(obj) if spec is None else spec):
+        value = getattr(obj, name)
+        if normal(value):  # already what the check would return (the engine builds many plans)
+            continue
+        value = checked(field, value, prefix + name)
         if value is not NOT_DERIVED:
             object.__setattr__(obj, name, value)
+
+
+@functools.cache
+def _normal_tests(spec: type) -> tuple[tuple[str, Declared, Callable[[object], bool]], ...]:
+    """Per declared field of ``spec``, a quick test that a value is already normal: the value
+    :func:`checked` would return unchanged (a member, a bool, a whole number in range, a tuple of
+    distinct ones), or a field it does not check."""
+    out: list[tuple[str, Declared, Callable[[object], bool]]] = []
+    for name, field in declared(spec).items():
+        kind = field.element if field.element is not None else field.type
+        one: Callable[[object], bool] | None = None
+        if field.enum is not None:
+            one = _is_type(field.enum)
+        elif kind is bool:
+            one = _is_bool
+        elif kind is int or (kind is float and field.element is None):
+            low, high = span(spec, name)
+            if low is None or high is None:
+                raise TypeError(f"{spec.__name__}.{name} declares no range")
+            one = _in_range(kind, low, high)
+        out.append((name, field, _always if one is None else
+                    _normal(one, listed=field.element is not None, optional=field.optional)))
+    return tuple(out)
+
+
+def _always(value: object) -> bool:
+    return True
+
+
+def _is_bool(value: object) -> bool:
+    return value is True or value is False
+
+
+def _is_type(kind: type) -> Callable[[object], bool]:
+    return lambda value: type(value) is kind
+
+
+def _in_range(kind: type, low: float, high: float) -> Callable[[object], bool]:
+    return lambda value: type(value) is kind and low <= value <= high  # type: ignore[operator]
+
+
+def _normal(one: Callable[[object], bool], *, listed: bool, optional: bool) -> Callable[[object], bool]:
+    def test(value: object) -> bool:
+        if value is None:
+            return optional
+        if not listed:
+            return one(value)
+        return (type(value) is tuple and len(value) > 0 and all(one(v) for v in value)
+                and len(set(value)) == len(value))
+    return test
 
 
 def text(value: object, field: str, what: str) -> str:
