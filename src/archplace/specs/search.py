@@ -25,7 +25,7 @@ from archplace.dse.objective import Objective
 from archplace.dse.strategies import STRATEGIES
 from archplace.errors import ConfigError
 from archplace.executor import EXECUTORS
-from archplace.fields import checked, current_names
+from archplace.fields import as_dict, checked, current_names
 from archplace.options import declared, option
 from archplace.placement.plan import (
     MICRO_BATCHES,
@@ -38,12 +38,12 @@ from archplace.placement.plan import (
 from archplace.specs.plan import PlanSpace, parse_zero_stages
 from archplace.specs.run import ClusterSpec, ModelSpec
 from archplace.units import parse_area_mm2, parse_power_w
-from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
+from archplace.workload.options import Attention, Kernels
 
 RECOMPUTES = ("none", "selective", "full", "both", "all")
 """Recompute choices: the policies, ``both`` (none and full) and ``all`` (the three)."""
 
-DEFAULT_SCHEDULES = ("1f1b", "interleaved", "gpipe")
+DEFAULT_SCHEDULES = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED, PipelineSchedule.GPIPE)
 
 
 def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
@@ -156,22 +156,17 @@ class SearchSpec:
     recompute: tuple[str, ...] = option(("both",), metavar="|".join(RECOMPUTES), help=(
         "Activation recomputation to try: a policy, both (none and full) or all"))
     tp: tuple[int, ...] | None = option(None, tries="tp", default_shown="valid widths within a node")
-    schedules: tuple[str, ...] = option(DEFAULT_SCHEDULES, tries="schedule",
-                                        metavar="|".join(p.value for p in PipelineSchedule))
+    schedules: tuple[PipelineSchedule, ...] = option(DEFAULT_SCHEDULES, tries="schedule")
     zero_stages: tuple[int, ...] = option(ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages,
                                           default_shown="all", like=(PlanSpace, "zero_stages"))
-    grad_reduce_dtype: str = option("fp32", metavar="|".join(d.value for d in GradReduceDtype),
-                                    like=(PlanSpace, "grad_reduce_dtype"))
-    precisions: tuple[str, ...] = option(("bf16",), tries="precision",
-                                         metavar="|".join(p.value for p in Precision))
+    grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, like=(PlanSpace, "grad_reduce_dtype"))
+    precisions: tuple[Precision, ...] = option((Precision.BF16,), tries="precision")
     cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="1")
     eps: tuple[int, ...] | None = option(None, tries="ep", default_shown="1")
     etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="1")
     dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
-    attention: str = option("flash", metavar="|".join(a.value for a in Attention),
-                            like=(ModelSpec, "attention"))
-    kernels: str = option("fused", metavar="|".join(k.value for k in Kernels),
-                          like=(ModelSpec, "kernels"))
+    attention: Attention = option(Attention.FLASH, like=(ModelSpec, "attention"))
+    kernels: Kernels = option(Kernels.FUSED, like=(ModelSpec, "kernels"))
     fuse: bool = option(False, like=(ModelSpec, "fuse"))
     capacity_factor: float = option(1.0, like=(ModelSpec, "capacity_factor"))
     expert_load_imbalance: float = option(1.0, like=(ModelSpec, "expert_load_imbalance"))
@@ -216,11 +211,7 @@ class SearchSpec:
     def to_dict(self) -> dict[str, Any]:
         """Every field, as plain data (lists for tuples, None for unset): what :meth:`from_dict`
         and a ``--config`` YAML file read."""
-        out: dict[str, Any] = {}
-        for item in dataclasses.fields(self):
-            value = getattr(self, item.name)
-            out[item.name] = list(value) if isinstance(value, tuple) else value
-        return out
+        return as_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "search spec") -> SearchSpec:
@@ -378,17 +369,6 @@ def _recompute(value: object) -> tuple[str, ...]:
     return tuple(_choice(r, "recompute", RECOMPUTES) for r in _nonempty(_listed(value), "recompute"))
 
 
-def _precisions(value: object) -> tuple[str, ...]:
-    choices = tuple(p.value for p in Precision)
-    listed = _nonempty(_listed(value), "precisions")
-    return tuple(dict.fromkeys(_choice(p, "precision", choices) for p in listed))
-
-
-def _schedules(value: object) -> tuple[str, ...]:
-    choices = tuple(p.value for p in PipelineSchedule)
-    return tuple(_choice(s, "schedule", choices) for s in _nonempty(_listed(value), "schedules"))
-
-
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "models": lambda v: _names(v, "models"),
     "space": lambda v: _text(os.fspath(v) if isinstance(v, os.PathLike) else v, "space",
@@ -399,12 +379,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "area_budget": _optional(_area_budget),
     "power_budget": _optional(_power_budget),
     "recompute": _recompute,
-    "schedules": _schedules,
     "zero_stages": _zero_stages,
-    "grad_reduce_dtype": lambda v: _choice(v, "grad_reduce_dtype", tuple(d.value for d in GradReduceDtype)),
-    "precisions": lambda v: _precisions(v),
-    "attention": lambda v: parse_attention(v).value,
-    "kernels": lambda v: parse_kernels(v).value,
     "baseline": _baseline,
     "executor": lambda v: _choice(v, "executor", EXECUTORS),
     "scheduler": lambda v: _optional_text(v, "scheduler", "a Dask scheduler address"),
