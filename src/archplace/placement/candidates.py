@@ -14,6 +14,7 @@ import numpy.typing as npt
 from archplace.placement.memory import interleaved_in_flight_chunks
 from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule, Recompute
 from archplace.placement.tables import FloatArray, SegmentTables
+from archplace.workload.key import Keyed
 
 SLACK = 1e-9
 """Relative slack of every prune: bounds and objectives are floating-point sums."""
@@ -25,7 +26,7 @@ TIE_RTOL = 1e-12
 
 
 @dataclass(frozen=True, slots=True)
-class CostFamily:
+class CostFamily(Keyed):
     """One table of layer costs: the layers of a cost key (tp, micro_batch, sp, cp, ep, etp)
     under a recompute policy. The key is held as given (its degrees are read through it), so
     the micro-batch and the degrees travel from the plan grid to the DP in one shape.
@@ -39,36 +40,6 @@ class CostFamily:
     key: CostKey
     recompute: Recompute
     layers: Sequence[LayerCost]
-
-    @property
-    def tp(self) -> int:
-        """Tensor-parallel width."""
-        return self.key.tp
-
-    @property
-    def micro_batch(self) -> int:
-        """Samples per micro-batch."""
-        return self.key.micro_batch
-
-    @property
-    def sp(self) -> bool:
-        """Sequence parallelism."""
-        return self.key.sp
-
-    @property
-    def cp(self) -> int:
-        """Context-parallel degree."""
-        return self.key.cp
-
-    @property
-    def ep(self) -> int:
-        """Expert-parallel degree."""
-        return self.key.ep
-
-    @property
-    def etp(self) -> int:
-        """Expert-tensor-parallel width."""
-        return self.key.etp
 
     def expert_group(self, d: IntOrArray) -> IntOrArray:
         """Ranks of the expert-data-parallel group with d replicas: tp * cp * d / (etp * ep)

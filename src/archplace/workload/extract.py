@@ -29,7 +29,7 @@ from archplace.workload.fp8_saved import fp8_saving_bytes
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved
-from archplace.workload.key import CostKey
+from archplace.workload.key import CostKey, Keyed
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
 from archplace.workload.parallel import Sharding, TensorParallel, check_width, propagate
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ExtractOptions:
+class ExtractOptions(Keyed):
     """What to trace.
 
     The sizes and degrees are taken as given: the front door checked them (the micro-batch and
@@ -121,36 +121,6 @@ class ExtractOptions:
             ConfigError: as the class.
         """
         return cls(CostKey(tp, micro_batch, sp, cp, ep, etp), seq_len, **tracing)
-
-    @property
-    def micro_batch(self) -> int:
-        """Samples per micro-batch (:attr:`key`'s)."""
-        return self.key.micro_batch
-
-    @property
-    def tp(self) -> int:
-        """Tensor-parallel width (:attr:`key`'s)."""
-        return self.key.tp
-
-    @property
-    def sp(self) -> bool:
-        """Sequence parallelism (:attr:`key`'s)."""
-        return self.key.sp
-
-    @property
-    def cp(self) -> int:
-        """Context-parallel degree (:attr:`key`'s)."""
-        return self.key.cp
-
-    @property
-    def ep(self) -> int:
-        """Expert-parallel degree (:attr:`key`'s)."""
-        return self.key.ep
-
-    @property
-    def etp(self) -> int:
-        """Expert-tensor-parallel width (:attr:`key`'s)."""
-        return self.key.etp
 
     def with_key(self, **changes: Any) -> ExtractOptions:
         """A copy whose key has ``changes`` (CostKey field names) applied."""

@@ -65,3 +65,42 @@ class CostKey(NamedTuple):
                 raise ConfigError(f"costs key {key!r}: {name} must be a positive integer, "
                                   f"got {getattr(out, name)}")
         return out
+
+
+class Keyed:
+    """Mixin of a record that holds a :class:`CostKey` as ``key``: its fields read as properties
+    of the same names (``record.micro_batch`` is ``record.key.micro_batch``), so the micro-batch
+    and the degrees stay one value in one shape."""
+
+    __slots__ = ()
+    key: CostKey
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel width (the key's)."""
+        return self.key.tp
+
+    @property
+    def micro_batch(self) -> int:
+        """Samples per micro-batch (the key's)."""
+        return self.key.micro_batch
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism (the key's)."""
+        return self.key.sp
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel degree (the key's)."""
+        return self.key.cp
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel degree (the key's)."""
+        return self.key.ep
+
+    @property
+    def etp(self) -> int:
+        """Expert-tensor-parallel width (the key's)."""
+        return self.key.etp
