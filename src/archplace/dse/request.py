@@ -49,10 +49,11 @@ class SearchRequest:
 
     Raises:
         ConfigError: no model or design, a model name that is not a plain name
-            (:func:`~archplace.dse.store_file.check_plain_name`), sizes out of range
-            (:mod:`archplace.limits`: devices, TP, CP and EP degrees and expert-TP widths
-            1..2**20, global batch 1..2**30, micro-batches 1..2**20, at most 2**26 tokens per
-            micro-batch), a chain longer than the plan search takes, empty option lists.
+            (:func:`~archplace.dse.store_file.check_plain_name`), a cluster size out of range
+            (:mod:`archplace.limits`: devices 1..2**20, global batch 1..2**30), more than 2**26
+            tokens per micro-batch, no TP widths, a chain longer than the plan search takes,
+            empty option lists. The plan grid's sizes and degrees are taken as the front door
+            checked them (:class:`~archplace.specs.search.SearchSpec`'s declared ranges).
     """
 
     models: tuple[LoadedModel, ...]
