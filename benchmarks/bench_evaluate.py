@@ -43,7 +43,7 @@ from archplace.workload.graph import OpGraph
 from archplace.workload.layers import LayerChain
 
 OPTIONS: dict[str, Any] = dict(devices=1024, global_batch=4096, micro_batch_sizes=(1, 2, 4, 8),
-                               recompute=["both"])
+                               recomputes=["both"])
 
 
 def _graphs(chains: Mapping[CostKey, LayerChain]) -> list[OpGraph]:

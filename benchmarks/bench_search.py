@@ -54,7 +54,7 @@ from archplace.dse.strategies import make_strategy
 from archplace.executor import make_executor
 
 TARGET_S = 15 * 60
-OPTIONS = dict(devices=1024, global_batch=4096, micro_batch_sizes=(1, 2, 4, 8), recompute=["both"])
+OPTIONS = dict(devices=1024, global_batch=4096, micro_batch_sizes=(1, 2, 4, 8), recomputes=["both"])
 PHAZE_MODELS = ("bert-large", "gpt2-xl", "opt-350m", "llama2-7b")
 """The models PHAZE searches jointly (its multi-model objective), with Megatron GPT-3 left out."""
 SCALAR_SAMPLE = 40

@@ -250,7 +250,7 @@ def reproduce(models: Sequence[str], *, space: str = "phaze", links: dict[str, s
         jobs_of += [("per model", (name,), PHAZE_MODELS[name][1]) for name in models]
         for search, names, tps in jobs_of:
             name = f"{label} / {search} / {', '.join(names)}"
-            spec = base.replace(models=names, tp=tps)
+            spec = base.replace(models=names, tps=tps)
             start = time.perf_counter()
             result = api.search(spec, progress=(lambda tick, name=name: progress(name, tick))
                                 if progress else None)

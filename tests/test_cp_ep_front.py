@@ -203,10 +203,10 @@ def test_api_takes_the_degrees(model: str) -> None:
 
 def test_search_cost_keys_and_identity_carry_the_degrees(model: str, space: str) -> None:
     request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1],
-                                 tp=[1, 2], cps=[1], eps=[1])
+                                 tps=[1, 2], cps=[1], eps=[1])
     assert request.cost_keys == (CostKey(1, 1, False), CostKey(2, 1, False), CostKey(2, 1, True))
     assert request_identity(request) == request_identity(
-        api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1], tp=[1, 2]))
+        api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1], tps=[1, 2]))
     fields = {f.name: getattr(request.plan_space, f.name) for f in dataclasses.fields(PlanGrid)}
     wider = dataclasses.replace(request, plan_space=PlanGrid(**{**fields, "cps": (1, 2), "eps": (4,)}))
     assert wider.cost_keys[:2] == (CostKey(1, 1, False, 1, 4), CostKey(1, 1, False, 2, 4))

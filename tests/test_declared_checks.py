@@ -93,7 +93,7 @@ def test_the_errors_name_the_field_as_the_spec_spells_it() -> None:
         PlanSpace(micro_batch_sizes=(2, 0))
     assert info.value.fields == ("micro_batch_sizes",)
     with pytest.raises(ConfigError, match=r"^tp must be a whole number"):
-        SearchSpec(models=("gpt2",), devices=8, global_batch=8, tp=(0,))
+        SearchSpec(models=("gpt2",), devices=8, global_batch=8, tps=(0,))
     spec = SearchSpec(models=("gpt2",), devices=8, global_batch=8, micro_batch_sizes=4)
     assert spec.micro_batch_sizes == (4,)
 

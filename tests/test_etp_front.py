@@ -235,7 +235,8 @@ def test_api_takes_etp(model: str) -> None:
 
 
 def test_search_cost_keys_carry_etp(model: str, space: str) -> None:
-    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1], tp=[1])
+    request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1],
+                                 tps=[1])
     assert request.plan_space.etps == (1,) and request.cost_keys == (CostKey(1, 1, False),)
     fields = {f.name: getattr(request.plan_space, f.name) for f in dataclasses.fields(PlanGrid)}
     wider = dataclasses.replace(request, plan_space=PlanGrid(**{**fields, "tps": (1, 2), "etps": (1, 2)}))
@@ -298,7 +299,7 @@ def test_the_search_finds_the_chains_of_an_etp_plan(result: PlanResult) -> None:
 def test_a_stored_request_reads_its_degrees_back(model: str, space: str) -> None:
     from archplace.reporting.pages import stored_request
     request = api.search_request(model, space=space, devices=8, global_batch=8, micro_batch_sizes=[1],
-                                 tp=[1, 2], cps=[1, 2], eps=[1])
+                                 tps=[1, 2], cps=[1, 2], eps=[1])
     request = dataclasses.replace(request, plan_space=dataclasses.replace(request.plan_space, etps=(1, 2)))
     stored = stored_request(request_identity(request), [m.name for m in request.models])
     assert (stored.grid.cps, stored.grid.eps, stored.grid.etps) == ((1, 2), (1,), (1, 2))

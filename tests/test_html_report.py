@@ -145,7 +145,7 @@ def space(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def searched(space: Path) -> SearchResult:
     return api.search("gpt2-xl", space=str(space), strategy="exhaustive-all", devices=64, global_batch=256,
-                      seq_len=512, micro_batch_sizes=(1,), tp=(1,), zero_stages=(0,))
+                      seq_len=512, micro_batch_sizes=(1,), tps=(1,), zero_stages=(0,))
 
 
 @pytest.fixture(scope="module")

@@ -270,7 +270,7 @@ def test_a_dense_model_refuses_them(gpt: str, capsys: pytest.CaptureFixture[str]
 
 
 def test_search_records_and_keys_them(moe: str, tmp_path: Path) -> None:
-    request = api.search_request(moe, devices=8, global_batch=16, seq_len=64, micro_batch_sizes=[2], tp=[1],
+    request = api.search_request(moe, devices=8, global_batch=16, seq_len=64, micro_batch_sizes=[2], tps=[1],
                                  eps=[1, 2], capacity_factor=1.25, baseline=None)
     assert (request.plan_space.capacity_factor, request.plan_space.expert_load_imbalance) == (1.25, 1.0)
     chains = request.chains(request.models[0])
@@ -279,12 +279,12 @@ def test_search_records_and_keys_them(moe: str, tmp_path: Path) -> None:
     identity = request_identity(request)
     assert identity["capacity_factor"] == 1.25 and "expert_load_imbalance" not in identity
     default = request_identity(api.search_request(moe, devices=8, global_batch=16, seq_len=64,
-                                                  micro_batch_sizes=[2], tp=[1], eps=[1, 2], baseline=None))
+                                                  micro_batch_sizes=[2], tps=[1], eps=[1, 2], baseline=None))
     assert "capacity_factor" not in default  # earlier stores still resume
     result = SearchResult(evaluated=(), capacity_factor=1.25, expert_load_imbalance=1.5)
     assert SearchResult.from_dict(result.to_dict()) == result
     spec = SearchSpec.from_dict({"models": [moe], "devices": 8, "global_batch": 16, "capacity_factor": 1.25})
-    assert api.spec_request(spec.replace(seq_len=64, tp=(1,), micro_batch_sizes=(2,), baseline=None)
+    assert api.spec_request(spec.replace(seq_len=64, tps=(1,), micro_batch_sizes=(2,), baseline=None)
                             ).plan_space.capacity_factor == 1.25
 
 

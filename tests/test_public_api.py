@@ -216,7 +216,7 @@ def test_search_and_stored_results_round_trip(model: str, tmp_path: Path) -> Non
 def test_results_rank_by_the_searchs_own_objective(model: str, tmp_path: Path) -> None:
     """A per-watt search's stored designs come back in per-watt order, not by throughput."""
     store = tmp_path / "run.db"
-    spec = SearchSpec(models=(model,), devices=8, global_batch=16, micro_batch_sizes=(1,), recompute="none",
+    spec = SearchSpec(models=(model,), devices=8, global_batch=16, micro_batch_sizes=(1,), recomputes="none",
                       zero_stages=(0,), objective="throughput-per-watt", strategy="exhaustive-all",
                       baseline=None, jobs=1, exact_top=0, store=str(store))
     result = api.search(spec)

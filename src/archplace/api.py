@@ -320,8 +320,8 @@ def search_request(
     global_batch: int,
     seq_len: int | None = None,
     micro_batch_sizes: Iterable[int] = MICRO_BATCHES,
-    recompute: Iterable[str] = ("both",),
-    tp: Iterable[int] | None = None,
+    recomputes: Iterable[str] = ("both",),
+    tps: Iterable[int] | None = None,
     schedules: Iterable[str] = ("1f1b", "interleaved", "gpipe"),
     cluster: str | None = None,
     objective: str = "throughput",
@@ -353,8 +353,8 @@ def search_request(
         global_batch: samples per iteration.
         seq_len: tokens per sample (default: each model's context length).
         micro_batch_sizes: micro-batch sizes to try.
-        recompute: ``none``, ``selective``, ``full``, ``both`` (none and full) or ``all``.
-        tp: TP widths to try (default: every power of two up to the devices of one node that
+        recomputes: ``none``, ``selective``, ``full``, ``both`` (none and full) or ``all``.
+        tps: TP widths to try (default: every power of two up to the devices of one node that
             divides every model's heads and FFN size).
         schedules: pipeline schedules to try (``1f1b``, ``interleaved``, ``gpipe``).
         cluster: hardware preset (or YAML) whose links the cluster uses (default: the space's base).

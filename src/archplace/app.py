@@ -417,7 +417,7 @@ def search_request(spec: SearchSpec) -> SearchRequest:
     # each grid field from the search's field of its name; cp = ep = etp = 1 unless told: every
     # degree multiplies every design's layer costs
     grid = grid_of({**{field.name: getattr(spec, field.name) for field in dataclasses.fields(spec)},
-                    "tps": _search_tps(spec, models, links), "recomputes": parse_recompute(spec.recompute),
+                    "tps": _search_tps(spec, models, links), "recomputes": parse_recompute(spec.recomputes),
                     "precisions": precisions,
                     "cps": spec.cps or (1,), "eps": spec.eps or (1,), "etps": spec.etps or (1,)})
     reference = accelerator(HardwareSpec(spec.baseline)) if spec.baseline else None
@@ -454,14 +454,14 @@ def _within_budgets(spec: SearchSpec, space: SearchSpace) -> tuple[Accelerator, 
 def _search_tps(spec: SearchSpec, models: tuple[zoo.LoadedModel, ...], links: Cluster) -> tuple[int, ...]:
     """The spec's TP widths (each at most the devices, each splitting every model; MoE models are
     searched with SP at tp > 1), or every width within a node that splits every model."""
-    if spec.tp is None:
+    if spec.tps is None:
         node = min(links.devices_per_node, spec.devices)
         widths = set.intersection(*(set(workflow.valid_tp_widths(m, spec.devices, node)) for m in models))
         return tuple(sorted(widths)) or (1,)
-    tps = tuple(dict.fromkeys(spec.tp))
+    tps = tuple(dict.fromkeys(spec.tps))
     for width in tps:
         if width > spec.devices:
-            raise ConfigError(f"tp {width} must be between 1 and the {spec.devices} devices", fields=("tp",))
+            raise ConfigError(f"tp {width} must be between 1 and the {spec.devices} devices", fields=("tps",))
         for model in models:
             check_tp(model, width, sp=True)
     return tps

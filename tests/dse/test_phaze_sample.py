@@ -51,7 +51,7 @@ def check_pruning_is_lossless(request: SearchRequest) -> None:
     assert [r.to_dict() for r in pruned.evaluated[:KEEP]] == [r.to_dict() for r in plain.evaluated[:KEEP]]
 
 
-PLAN: dict[str, Any] = dict(micro_batch_sizes=(1, 2), recompute=("none",), tp=(1,), schedules=("1f1b",),
+PLAN: dict[str, Any] = dict(micro_batch_sizes=(1, 2), recomputes=("none",), tps=(1,), schedules=("1f1b",),
                             zero_stages="1", baseline=None)
 """A small plan space: the searches evaluate every design for every model (a 1,000-design
 exhaustive-all run takes about 4 minutes on 2 loaded cores with the small models)."""

@@ -68,7 +68,7 @@ def test_pruned_pareto_front_is_the_plain_front() -> None:
 def test_memory_floor_proves_infeasibility() -> None:
     """18 B/param of llama2-7b over 8 devices is 15.1 GB: an 8 GiB chip cannot train it."""
     request = api.search_request("llama2-7b", space="tiny", devices=8, global_batch=8, seq_len=128,
-                                 micro_batch_sizes=(1,), tp=[1], baseline=None)
+                                 micro_batch_sizes=(1,), tps=[1], baseline=None)
     chains = model_chains(request)["llama2-7b"]
     acc = load_accelerator("tpuv4")
     bound = design_bound(acc, chains, 8, SystolicCostModel(request.cluster))
@@ -89,8 +89,8 @@ def test_bound_combinations() -> None:
 def test_two_models_rank_by_geometric_mean() -> None:
     # TP 1 for both: together they share the TP widths valid for both (gpt2-xl's 25 heads: 1
     # only), alone opt-350m would try 2, 4, 8 as well and may pick one of them
-    both = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive-all", tp=(1,), **OPTIONS)
-    alone = {name: {r.accelerator.name: r for r in api.search(name, strategy="exhaustive-all", tp=(1,),
+    both = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive-all", tps=(1,), **OPTIONS)
+    alone = {name: {r.accelerator.name: r for r in api.search(name, strategy="exhaustive-all", tps=(1,),
                                                                **OPTIONS).evaluated}
              for name in ("gpt2-xl", "opt-350m")}
     assert both.model == "gpt2-xl, opt-350m"
@@ -101,7 +101,7 @@ def test_two_models_rank_by_geometric_mean() -> None:
     data = both.best.to_dict() if both.best else {}
     assert [m["model"] for m in data["models"]] == ["gpt2-xl", "opt-350m"]
     assert DesignResult.from_dict(data).to_dict() == data
-    pruned = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive", tp=(1,), **OPTIONS)
+    pruned = api.search(["gpt2-xl", "opt-350m"], strategy="exhaustive", tps=(1,), **OPTIONS)
     assert pruned.best is not None and pruned.best.to_dict() == data
 
 
@@ -127,8 +127,8 @@ def test_designs_below_the_memory_floor_are_never_evaluated(tmp_path: Path) -> N
     space = tmp_path / "space.yaml"
     space.write_text("base: tpuv4\ntensor_cores: [2, 4]\narray_dim: [64, 128]\nvector_cores: [1]\n"
                      "buffer: [32 MiB]\nhbm: [8 GiB, 32 GiB]\narea_min_fraction: 0.0\n")
-    options = dict(space=str(space), devices=8, global_batch=8, seq_len=128, micro_batch_sizes=(1,), tp=[1],
-                   recompute=["full"], baseline=None)
+    options = dict(space=str(space), devices=8, global_batch=8, seq_len=128, micro_batch_sizes=(1,), tps=[1],
+                   recomputes=["full"], baseline=None)
     result = api.search("llama2-7b", **options)
     assert result.best is not None and result.best.accelerator.hbm_bytes == 32 * GIB
     assert result.considered == 8 and result.pruned >= 4

@@ -38,12 +38,13 @@ def test_the_example_loads_into_the_defaults(tmp_path: Path) -> None:
 def test_dict_and_yaml_round_trips(tmp_path: Path) -> None:
     spec = SearchSpec(models=["a", "b"], devices=64, global_batch=128, space="phaze", strategy="optuna",
                       objective="pareto", area_budget="280 mm2", power_budget=300, trials=7, seed=3,
-                      seq_len=512, micro_batch_sizes=[2, 4], recompute="all", tp=[1, 2], schedules=["gpipe"],
+                      seq_len=512, micro_batch_sizes=[2, 4], recomputes="all", tps=[1, 2],
+                      schedules=["gpipe"],
                       zero_stages="0,3", grad_reduce_dtype="bf16", attention="sdpa", kernels="unfused",
                       fuse=True, baseline="none", executor="dask", scheduler="tcp://h:8786", jobs=1,
                       store=tmp_path / "r.db", exact_top=2, per_model=True, top=3)
-    assert spec.models == ("a", "b") and spec.recompute == ("all",) and spec.zero_stages == (0, 3)
-    assert spec.baseline is None and spec.store == str(tmp_path / "r.db") and spec.tp == (1, 2)
+    assert spec.models == ("a", "b") and spec.recomputes == ("all",) and spec.zero_stages == (0, 3)
+    assert spec.baseline is None and spec.store == str(tmp_path / "r.db") and spec.tps == (1, 2)
     assert SearchSpec.from_dict(spec.to_dict()) == spec
     assert SearchSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
     path = tmp_path / "spec.yaml"
@@ -69,7 +70,7 @@ def test_dict_and_yaml_round_trips(tmp_path: Path) -> None:
     ({"micro_batch_sizes": []}, "micro_batch_sizes needs at least one value"),
     ({"micro_batch_sizes": [0]}, "micro_batch_sizes must be a whole number from 1"),
     ({"recompute": "some"}, "unknown recompute 'some'"),
-    ({"tp": "2"}, "tp must be a whole number"),
+    ({"tp": "2"}, "tps must be a whole number"),  # the earlier name of tps
     ({"schedules": ["zigzag"]}, "unknown schedule 'zigzag'"),
     ({"zero_stages": "5"}, "zero_stage"),
     ({"grad_reduce_dtype": "fp8"}, "unknown grad_reduce_dtype 'fp8'"),
@@ -156,7 +157,7 @@ def test_cli_config_errors(model: str, tmp_path: Path, capsys: pytest.CaptureFix
 
 @pytest.mark.slow
 def test_the_older_call_and_the_spec_agree(model: str) -> None:
-    options = {"devices": 8, "global_batch": 16, "micro_batch_sizes": (1,), "recompute": ("none",),
+    options = {"devices": 8, "global_batch": 16, "micro_batch_sizes": (1,), "recomputes": ("none",),
                "zero_stages": (0,), "baseline": None, "space": "tiny", "trials": 2}
     older = api.search(model, **options)
     spec = SearchSpec(models=(model,), jobs=1, exact_top=0, top=1, **options)  # type: ignore[arg-type]

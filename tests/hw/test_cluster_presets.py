@@ -76,7 +76,7 @@ def test_unknown_cluster_lists_both_kinds() -> None:
 
 def test_with_any_chip_and_space(model: str) -> None:
     tiny = api.search_request(model, space="tiny", devices=64, global_batch=512, cluster="phaze-paper",
-                              micro_batch_sizes=(1,), tp=(1,))
+                              micro_batch_sizes=(1,), tps=(1,))
     assert tiny.cluster == load_cluster("phaze-paper", 64)
 
 

@@ -89,9 +89,11 @@ class SearchSpec:
         seq_len: tokens per sample; None: each model's context length.
         micro_batch_sizes: micro-batch sizes tried (samples; ``micro_batches``, its earlier name,
             is still read).
-        recompute: recompute choices tried: ``none``, ``selective``, ``full``, ``both`` (none
+        recomputes: recompute choices tried: ``none``, ``selective``, ``full``, ``both`` (none
             and full), ``all``.
-        tp: TP widths tried; None: every power of two within a node that divides each model.
+        tps: TP widths tried; None: every power of two within a node that divides each model.
+            (``recomputes`` and ``tps`` were ``recompute`` and ``tp``, still read, as a plan
+            file spells them.)
         schedules: pipeline schedules tried (``1f1b``, ``interleaved``, ``gpipe``).
         zero_stages: ZeRO stages tried (0..3; ``"all"`` or ``"0,1,3"`` are read too).
         grad_reduce_dtype: ``fp32`` (Megatron-LM's bf16 recipe) or ``bf16`` gradients.
@@ -153,9 +155,11 @@ class SearchSpec:
     seq_len: int | None = option(None, default_shown="model's context", like=(ModelSpec, "seq_len"))
     micro_batch_sizes: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch",
                                                 formerly=("micro_batches",))
-    recompute: tuple[str, ...] = option(("both",), metavar="|".join(RECOMPUTES), help=(
+    recomputes: tuple[str, ...] = option(("both",), flag="--recompute", formerly=("recompute",),
+                                         metavar="|".join(RECOMPUTES), help=(
         "Activation recomputation to try: a policy, both (none and full) or all"))
-    tp: tuple[int, ...] | None = option(None, tries="tp", default_shown="valid widths within a node")
+    tps: tuple[int, ...] | None = option(None, tries="tp", default_shown="valid widths within a node",
+                                         formerly=("tp",))
     schedules: tuple[PipelineSchedule, ...] = option(DEFAULT_SCHEDULES, tries="schedule")
     zero_stages: tuple[int, ...] = option(ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages,
                                           default_shown="all", like=(PlanSpace, "zero_stages"))
@@ -366,7 +370,7 @@ def _path_text(field: str, what: str) -> Callable[[Any], str | None]:
 
 
 def _recompute(value: object) -> tuple[str, ...]:
-    return tuple(_choice(r, "recompute", RECOMPUTES) for r in _nonempty(_listed(value), "recompute"))
+    return tuple(_choice(r, "recompute", RECOMPUTES) for r in _nonempty(_listed(value), "recomputes"))
 
 
 _CHECKS: dict[str, Callable[[Any], Any]] = {
@@ -378,7 +382,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "objective": lambda v: _choice(v, "objective", tuple(o.value for o in Objective)),
     "area_budget": _optional(_area_budget),
     "power_budget": _optional(_power_budget),
-    "recompute": _recompute,
+    "recomputes": _recompute,
     "zero_stages": _zero_stages,
     "baseline": _baseline,
     "executor": lambda v: _choice(v, "executor", EXECUTORS),
@@ -422,8 +426,8 @@ baseline: tpuv4              # preset evaluated the same way for comparison; non
 
 # The parallel plans tried for every design
 micro_batch_sizes: [1, 2, 4, 8]
-recompute: [both]            # none, selective, full, both (none and full), all
-tp: null                     # TP widths, e.g. [1, 2, 4]; null: every valid width within a node
+recomputes: [both]           # none, selective, full, both (none and full), all
+tps: null                    # TP widths, e.g. [1, 2, 4]; null: every valid width within a node
 schedules: [1f1b, interleaved, gpipe]
 zero_stages: [0, 1, 2, 3]    # or "all", or "0,1"
 grad_reduce_dtype: fp32      # fp32 or bf16
