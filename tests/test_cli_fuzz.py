@@ -10,7 +10,7 @@ or model option) gets its generator from the field (:func:`declared_generators`:
 values, whole numbers, decimals), so a new plan dimension is fuzzed with nothing written here;
 any other option without a generator here fails :func:`test_every_option_has_a_generator`.
 
-The default run draws ``FUZZ_EXAMPLES`` cases (60) on small inputs; the ``slow`` run draws
+The default run draws ``FUZZ_EXAMPLES`` cases (40) on small inputs; the ``slow`` run draws
 ``SLOW_EXAMPLES`` (1,500) and adds model presets, process pools and the HiGHS backend.
 Both are derandomized (the same cases on every run, so CI never turns red by chance); the
 environment variables ``ARCHPLACE_FUZZ_EXAMPLES`` and ``ARCHPLACE_FUZZ_SLOW_EXAMPLES`` change
@@ -37,7 +37,7 @@ from archplace.specs.search import SearchSpec
 from fuzz_files import Files, check_case, make_files
 from hostile import hostile_stores, markup_hardware, moe_configs, special_outputs
 
-FUZZ_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_EXAMPLES", "60"))
+FUZZ_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_EXAMPLES", "40"))
 SLOW_EXAMPLES = int(os.environ.get("ARCHPLACE_FUZZ_SLOW_EXAMPLES", "1500"))
 # Options always given (drawn like the others): a search runs on the 2-design space (in this
 # process in the default run), and a schedule has a time limit of at most 2 s when valid, so that

@@ -38,7 +38,7 @@ def test_every_number_field_has_a_range(spec: type) -> None:
 def test_a_tried_or_like_field_takes_the_range_of_its_source() -> None:
     assert span(PlanSpace, "micro_batch_sizes") == span(Plan, "micro_batch") == (1, limits.MAX_MICRO_BATCH)
     assert span(SearchSpec, "micro_batch_sizes") == span(Plan, "micro_batch")
-    assert span(SearchSpec, "tp") == span(Plan, "tp")
+    assert span(SearchSpec, "tps") == span(Plan, "tp")
     assert span(SearchSpec, "seq_len") == span(ModelSpec, "seq_len")
     assert span(SearchSpec, "devices") == span(ClusterSpec, "devices")
     # its own bound wins: interleaving tries at least 2 chunks, a plan may have 1
@@ -77,7 +77,7 @@ def test_enum_bool_and_other_fields() -> None:
     with pytest.raises(ConfigError, match="plan.sp must be true or false, got 1"):
         checked(fields["sp"], 1, "plan.sp")
     assert checked(fields["stages"], ((0, 1),), "plan.stages") is NOT_DERIVED  # the plan's own check
-    assert checked(declared(SearchSpec)["tp"], None, "tp") is None  # optional
+    assert checked(declared(SearchSpec)["tps"], None, "tps") is None  # optional
 
 
 def test_a_front_door_keyword_is_checked_as_the_field_it_means() -> None:
@@ -92,7 +92,7 @@ def test_the_errors_name_the_field_as_the_spec_spells_it() -> None:
     with pytest.raises(ConfigError, match=r"^micro_batch_sizes must be a whole number") as info:
         PlanSpace(micro_batch_sizes=(2, 0))
     assert info.value.fields == ("micro_batch_sizes",)
-    with pytest.raises(ConfigError, match=r"^tp must be a whole number"):
+    with pytest.raises(ConfigError, match=r"^tps must be a whole number"):
         SearchSpec(models=("gpt2",), devices=8, global_batch=8, tps=(0,))
     spec = SearchSpec(models=("gpt2",), devices=8, global_batch=8, micro_batch_sizes=4)
     assert spec.micro_batch_sizes == (4,)
@@ -180,6 +180,10 @@ def test_a_renamed_field_is_still_read_under_its_earlier_name() -> None:
                                               "give one of them"):
             read(both)
     assert "micro_batches" not in PlanSpace().to_dict()  # written under its name only
+    # a search file spells the TP widths and recompute choices as a plan file does
+    older = SearchSpec.from_dict({**search, "tp": [1, 2], "recompute": "full"})
+    assert (older.tps, older.recomputes) == ((1, 2), ("full",))
+    assert older == SearchSpec.from_dict({**search, "tps": [1, 2], "recomputes": ["full"]})
 
 
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**21), st.floats(allow_nan=True),

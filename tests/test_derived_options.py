@@ -215,7 +215,7 @@ SEARCH_SAMPLES: dict[str, tuple[list[str], Any]] = {
     "space": (["phaze"], "phaze"), "cluster": (["a100-80gb"], "a100-80gb"),
     "strategy": (["phaze"], "phaze"), "objective": (["pareto"], "pareto"),
     "area_budget": (["280 mm2"], "280 mm2"), "power_budget": (["300 W"], "300 W"),
-    "recompute": (["full", "none"], ["full", "none"]), "schedules": (["gpipe", "1f1b"], ["gpipe", "1f1b"]),
+    "recomputes": (["full", "none"], ["full", "none"]), "schedules": (["gpipe", "1f1b"], ["gpipe", "1f1b"]),
     "grad_reduce_dtype": (["bf16"], "bf16"), "precisions": (["fp8", "bf16"], ["fp8", "bf16"]),
     "attention": (["sdpa"], "sdpa"), "kernels": (["unfused"], "unfused"),
     "baseline": (["a100-80gb"], "a100-80gb"), "executor": (["dask"], "dask"),

@@ -64,8 +64,9 @@ CASES = {
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "gpt-fused-eager" else c
                                   for c in sorted(CASES)])  # 5 s: make test-slow (CI) runs it
-@pytest.mark.parametrize("precisions", [("bf16",), ("bf16", "fp8"),
-                                        pytest.param(("fp8",), marks=pytest.mark.slow)])  # in ("bf16", "fp8")
+# make test: bf16 alone; make test-slow (CI): with fp8 and fp8 alone too
+@pytest.mark.parametrize("precisions", [("bf16",), *(pytest.param(p, marks=pytest.mark.slow)
+                                                     for p in (("bf16", "fp8"), ("fp8",)))])
 @pytest.mark.parametrize("links", [None, 4 * 2.0**30])
 def test_vectorised_bounds_equal_the_scalar_ones(case: str, precisions: tuple[str, ...], links: float | None,
                                                  models: dict[str, str], sample: list[Accelerator]) -> None:

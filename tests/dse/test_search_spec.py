@@ -69,8 +69,8 @@ def test_dict_and_yaml_round_trips(tmp_path: Path) -> None:
     ({"seed": -1}, "seed must be a whole number from 0 to 4,294,967,295, got -1"),
     ({"micro_batch_sizes": []}, "micro_batch_sizes needs at least one value"),
     ({"micro_batch_sizes": [0]}, "micro_batch_sizes must be a whole number from 1"),
-    ({"recompute": "some"}, "unknown recompute 'some'"),
-    ({"tp": "2"}, "tps must be a whole number"),  # the earlier name of tps
+    ({"recomputes": "some"}, "unknown recompute 'some'"),
+    ({"tps": "2"}, "tps must be a whole number"),
     ({"schedules": ["zigzag"]}, "unknown schedule 'zigzag'"),
     ({"zero_stages": "5"}, "zero_stage"),
     ({"grad_reduce_dtype": "fp8"}, "unknown grad_reduce_dtype 'fp8'"),
