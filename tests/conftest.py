@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,14 @@ def small_space_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.write_text("base: tpuv4\ntensor_cores: [2, 4, 8]\narray_dim: [64, 128]\nvector_cores: [1, 2]\n"
                     "buffer: [32 MiB]\nhbm: [32 GiB]\narea_min_fraction: 0.0\n")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _sigint_disposition_kept() -> Iterator[None]:
+    """Each test leaves SIGINT's handler as it found it: code run in this process may make it
+    ignore SIGINT (a pool worker's guard, run in-process with one job), and a process a later
+    test starts would inherit an ignored SIGINT and never see its Ctrl-C."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before and before is not None:
+        signal.signal(signal.SIGINT, before)

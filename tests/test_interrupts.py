@@ -103,7 +103,8 @@ def launch() -> Iterator[Launch]:
 
     def start(argv: list[str], **env: str) -> subprocess.Popen[bytes]:
         process = subprocess.Popen([sys.executable, "-m", "archplace.cli", *argv], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, **env})
+                                   stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, **env},
+                                   preexec_fn=_sigint_default)
         started.append(process)
         return process
 
@@ -114,6 +115,12 @@ def launch() -> Iterator[Launch]:
         process.wait()
         if process.stderr is not None:
             process.stderr.close()
+
+
+def _sigint_default() -> None:
+    """In the child before it runs Python: SIGINT at its default, as a shell starts a command
+    (an ignored SIGINT is inherited, and Python would then leave it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(process: subprocess.Popen[bytes], ready: Callable[[], bool], timeout_s: float = 180) -> None:
