@@ -50,10 +50,13 @@ def small_space_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _sigint_disposition_kept() -> Iterator[None]:
-    """Each test leaves SIGINT's handler as it found it: code run in this process may make it
-    ignore SIGINT (a pool worker's guard, run in-process with one job), and a process a later
-    test starts would inherit an ignored SIGINT and never see its Ctrl-C."""
+    """Each test leaves SIGINT's handler and this thread's signal mask as it found them: code
+    run in this process may make it ignore or block SIGINT, and a process that a later test
+    starts would inherit that and never see its Ctrl-C."""
     before = signal.getsignal(signal.SIGINT)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # a blocked SIGINT is inherited too
     yield
     if signal.getsignal(signal.SIGINT) is not before and before is not None:
         signal.signal(signal.SIGINT, before)
+    if signal.pthread_sigmask(signal.SIG_BLOCK, ()) != mask:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -118,9 +118,10 @@ def launch() -> Iterator[Launch]:
 
 
 def _sigint_default() -> None:
-    """In the child before it runs Python: SIGINT at its default, as a shell starts a command
-    (an ignored SIGINT is inherited, and Python would then leave it ignored)."""
+    """In the child before it runs Python: SIGINT at its default and not blocked, as a shell
+    starts a command (an ignored or blocked SIGINT is inherited, and Python would leave it so)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _wait_for(process: subprocess.Popen[bytes], ready: Callable[[], bool], timeout_s: float = 180) -> None:
