@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from archplace import limits
 from archplace.errors import ConfigError
-from archplace.options import Declared, declared, span
+from archplace.options import Declared, declared, declared_range
 
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -73,18 +73,6 @@ def integral(value: object) -> object:
     return value
 
 
-def wholes(values: object, field: str, element: str, low: int, high: int) -> tuple[int, ...]:
-    """A non-empty list of whole numbers in ``low..high``, once each, in order.
-
-    Raises:
-        ConfigError: "``field`` must be a list ..." or "``field``: ``element`` must be a whole
-            number from LOW to HIGH, got VALUE".
-    """
-    items = sequence(values, field)
-    return tuple(dict.fromkeys(limits.whole(f"{field}: {element}", integral(value), low, high)
-                               for value in items))
-
-
 NOT_DERIVED = object()
 """What :func:`checked` returns for a field whose check its declaration does not give (a text,
 a nested list): the spec checks it itself."""
@@ -123,9 +111,7 @@ def _checked(field: Declared, value: object, where: str) -> Any:
         return flags(value, where)
     if kind not in (int, float) and element is not int:
         return NOT_DERIVED
-    low, high = span(field.spec, field.name)
-    if low is None or high is None:
-        raise TypeError(f"{field.spec.__name__}.{field.name} declares no range")
+    low, high = declared_range(field.spec, field.name)
     if kind is float:
         return limits.finite(where, value, low, high)
     if kind is int:
@@ -167,10 +153,7 @@ def _normal_tests(spec: type) -> tuple[tuple[str, Declared, Callable[[object], b
         elif kind is bool:
             one = _is_bool
         elif kind is int or (kind is float and field.element is None):
-            low, high = span(spec, name)
-            if low is None or high is None:
-                raise TypeError(f"{spec.__name__}.{name} declares no range")
-            one = _in_range(kind, low, high)
+            one = _in_range(kind, *declared_range(spec, name))
         out.append((name, field, _always if one is None else
                     _normal(one, listed=field.element is not None, optional=field.optional)))
     return tuple(out)

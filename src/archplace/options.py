@@ -225,8 +225,8 @@ def span(spec: type, name: str) -> tuple[float | None, float | None]:
     return low, high
 
 
-def bounds(spec: type, name: str) -> tuple[int, int]:
-    """The declared inclusive range (:func:`span`) of the whole-number field ``name`` of ``spec``.
+def declared_range(spec: type, name: str) -> tuple[float, float]:
+    """The declared inclusive range (:func:`span`) of the number field ``name`` of ``spec``.
 
     Raises:
         TypeError: the field declares no range on one side.
@@ -234,6 +234,16 @@ def bounds(spec: type, name: str) -> tuple[int, int]:
     low, high = span(spec, name)
     if low is None or high is None:
         raise TypeError(f"{spec.__name__}.{name} declares no range")
+    return low, high
+
+
+def bounds(spec: type, name: str) -> tuple[int, int]:
+    """:func:`declared_range` of the whole-number field ``name`` of ``spec``, as ints.
+
+    Raises:
+        TypeError: the field declares no range on one side.
+    """
+    low, high = declared_range(spec, name)
     return int(low), int(high)
 
 

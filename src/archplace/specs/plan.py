@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from archplace import limits
 from archplace.cost.precision import PRECISIONS, Precision
 from archplace.errors import ConfigError
-from archplace.fields import as_dict, check_declared, check_keys, wholes
+from archplace.fields import as_dict, check_declared, check_keys
 from archplace.options import option
 from archplace.placement.plan import (
     GRAD_HELP,
@@ -35,7 +35,7 @@ from archplace.placement.plan import (
     parse_stages,
 )
 
-__all__ = ["SEARCHED_CHUNKS", "TOP_K", "Plan", "PlanSpace", "check_sp", "degrees", "enum_choices",
+__all__ = ["SEARCHED_CHUNKS", "TOP_K", "Plan", "PlanSpace", "check_sp", "enum_choices",
            "fixed_zero_stage", "parse_stages", "parse_zero_stages"]
 
 SEARCHED_CHUNKS = (2, 4)
@@ -165,21 +165,6 @@ class PlanSpace:
             ConfigError: an unknown key (named), or a bad value.
         """
         return cls(**check_keys(cls, data, "plan space"))
-
-
-def degrees(values: object, field: str) -> tuple[int, ...]:
-    """A non-empty list of parallel degrees (whole numbers 1..2**20), once each, in order: the
-    CP or EP degrees or expert-TP widths of ``field`` (``cps``, ``eps``, ``etps``; the element
-    named without the ``s``).
-
-    Raises:
-        ConfigError: "``field``: cp must be a whole number from 1 to 1,048,576, got VALUE" (or
-            not a list, or empty), with ``field`` in its ``fields``.
-    """
-    try:
-        return wholes(values, field, field.rstrip("s"), 1, limits.MAX_DEVICES)
-    except ConfigError as exc:
-        raise ConfigError(str(exc), fields=(field,)) from None
 
 
 def enum_choices(enum_type: Any, values: Iterable[str], option: str) -> tuple[Any, ...]:
