@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from archplace.base.errors import ConfigError
 from archplace.cost.attention_tables import (
     AttentionTable,
     attention_table_names,
@@ -28,7 +29,6 @@ from archplace.cost.attention_tables import (
     load_attention_table,
     model_tables,
 )
-from archplace.errors import ConfigError
 from archplace.hw.presets import load_accelerator
 
 

@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from archplace import api
 from archplace.cost.model import CostModel, SystolicCostModel
 from archplace.cost.tabulated import TabulatedCostModel
 from archplace.dse.evaluate import DesignResult, core_key, evaluate_designs
 from archplace.dse.runner import model_chains
+from archplace.front import api
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster
 from archplace.placement.costs import CostKey

@@ -2,7 +2,7 @@
 
 For each table of ``archplace/cost/measured/`` (:mod:`archplace.cost.measured_tables`) and
 each of its rows, the cost model's latency of the same kernel on the table's hardware preset
-(``a100-80gb``, ``h100-80gb``): GEMMs through :func:`archplace.app.estimate_preset_matmul`
+(``a100-80gb``, ``h100-80gb``): GEMMs through :func:`archplace.front.app.estimate_preset_matmul`
 (per call), softmax, layer norm and gelu as one vector operator of the cost model
 (``SystolicCostModel().estimate``, the path a traced graph's operator takes; fp16/bf16, 2 bytes
 per element read and written).
@@ -36,7 +36,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from archplace.app import accelerator
 from archplace.cost.efficiency import ChipColumns
 from archplace.cost.estimate import preset_matmul
 from archplace.cost.kernel_tables import (
@@ -50,8 +49,9 @@ from archplace.cost.measured_gemm import clamped, gemm_model_s
 from archplace.cost.measured_tables import MeasuredTable, load_table, shipped_tables
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import cast_bytes, fp8_gemm_estimate
+from archplace.front.app import accelerator
+from archplace.front.specs import HardwareSpec
 from archplace.hw.accelerator import Accelerator
-from archplace.specs import HardwareSpec
 from archplace.workload.graph import Operator, OpKind, Phase
 
 # The vector operator each kernel class is traced as (kind, aten target).

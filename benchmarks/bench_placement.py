@@ -29,7 +29,7 @@ import dataclasses
 import statistics
 import time
 
-from archplace.errors import InfeasibleError
+from archplace.base.errors import InfeasibleError
 from archplace.hw.cluster import Cluster
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph

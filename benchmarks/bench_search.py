@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from archplace import api
+from archplace.base.executor import make_executor
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel, Precision
 from archplace.dse.bounds import design_bound
@@ -51,7 +51,7 @@ from archplace.dse.request import SearchRequest
 from archplace.dse.runner import BOUND_CHUNK, Tick, model_chains, plan_limits, run_search
 from archplace.dse.store import ResultStore
 from archplace.dse.strategies import make_strategy
-from archplace.executor import make_executor
+from archplace.front import api
 
 TARGET_S = 15 * 60
 OPTIONS = dict(devices=1024, global_batch=4096, micro_batch_sizes=(1, 2, 4, 8), recomputes=["both"])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from archplace.calibration import CrossValidation, cross_validate
 from archplace.calibration.parameters import default_fit
-from archplace.hw.resolved import ResolvedHardware
+from archplace.front.specs.resolved import ResolvedHardware
 from archplace.validation.runs import Run, included, load_runs
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "tests" / "validation" / "published_runs.yaml"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from archplace import api
+from archplace.front import api
 from archplace.validation.runs import Run, load_runs
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "tests" / "validation" / "published_runs.yaml"

@@ -91,8 +91,8 @@ from archplace import (
     SearchResult,
     SearchSpec,
     Tick,
-    api,
 )
+from archplace.front import api
 
 DEVICES = 1024
 """PHAZE's ``num_accelerators`` (Estimator/architecture.py)."""
@@ -320,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = where / "phaze-quick-space.yaml"
         path.write_text(QUICK_SPACE)
         space = str(path)
-    from archplace.lifetime import Interrupted, raising_interrupts  # Ctrl-C as the CLI handles it
+    from archplace.base.lifetime import Interrupted, raising_interrupts  # Ctrl-C as the CLI handles it
 
     start = time.perf_counter()
     try:

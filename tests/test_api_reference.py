@@ -77,9 +77,9 @@ def test_text_without_roles_is_unchanged(package: griffe.Module) -> None:
 
 
 def test_display_follows_sphinx() -> None:
-    assert ROLES.display("~archplace.api.plan") == "plan"
+    assert ROLES.display("~archplace.front.api.plan") == "plan"
     assert ROLES.display(".BREAKDOWN_KEYS") == "BREAKDOWN_KEYS"
-    assert ROLES.display("archplace.api.plan") == "archplace.api.plan"
+    assert ROLES.display("archplace.front.api.plan") == "archplace.front.api.plan"
 
 
 @pytest.mark.slow

@@ -28,12 +28,12 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from archplace.base.options import Declared
 from archplace.cli import app
 from archplace.cli.derived import cli_options
 from archplace.cli.runs import EVALUATE_SPECS, PLAN_SPECS
-from archplace.options import Declared
-from archplace.specs import ModelSpec
-from archplace.specs.search import SearchSpec
+from archplace.front.specs import ModelSpec
+from archplace.front.specs.search import SearchSpec
 from fuzz_files import Files, check_case, make_files
 from hostile import hostile_stores, markup_hardware, moe_configs, special_outputs
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from archplace.base.errors import ConfigError
+from archplace.base.outputs import check_output, check_outputs
 from archplace.cli.options import MAX_ERROR_CHARS, one_line
 from archplace.dse.objective import Objective
 from archplace.dse.store import APPLICATION_ID, ResultStore, SearchLabel
-from archplace.errors import ConfigError
-from archplace.outputs import check_output, check_outputs
 from archplace.scheduling.problem import SchedOp, ScheduleProblem
 from archplace.workload.graph import CoreType
 from cli_helpers import run

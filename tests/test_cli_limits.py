@@ -1,4 +1,4 @@
-"""Numeric boundaries at the front door (archplace.limits): sizes beyond what NumPy, torch and the
+"""Numeric boundaries at the front door (archplace.base.limits): sizes beyond what NumPy, torch and the
 solvers hold, quantities that are not finite, sizes that make the work explode, and answers that
 would be silently wrong (an infinite makespan, MFU above 1, a Gantt chart written elsewhere)."""
 
@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archplace import api, limits
-from archplace.errors import ConfigError, SolverError
+from archplace.base import limits
+from archplace.base.errors import ConfigError, SolverError
+from archplace.front import api
 from archplace.scheduling.list_scheduler import list_schedule
 from archplace.scheduling.problem import ScheduleProblem
 from cli_helpers import run

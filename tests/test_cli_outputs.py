@@ -109,8 +109,8 @@ def test_an_unknown_strategy_is_refused_before_a_scheduler_is_reached(
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
 def test_an_output_interrupted_while_written_is_left_as_it_was(tmp_path: Path, failure: type) -> None:
-    from archplace.errors import ConfigError
-    from archplace.outputs import write_output
+    from archplace.base.errors import ConfigError
+    from archplace.base.outputs import write_output
 
     path = tmp_path / "out.json"
     path.write_text("the previous results\n")
@@ -126,7 +126,7 @@ def test_an_output_interrupted_while_written_is_left_as_it_was(tmp_path: Path, f
 
 
 def test_an_output_is_replaced_whole(tmp_path: Path) -> None:
-    from archplace.outputs import write_text_output
+    from archplace.base.outputs import write_text_output
 
     path = tmp_path / "out.csv"
     path.write_text("old, longer than the new text\n")

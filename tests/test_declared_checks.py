@@ -1,4 +1,4 @@
-"""Range and type checks derived from the field declarations (archplace.fields.checked): every
+"""Range and type checks derived from the field declarations (archplace.base.fields.checked): every
 number field of a run spec states its range once, on its declaration or on the field it tries or
 is like, and the specs check each field from it at construction."""
 
@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.fields import NOT_DERIVED, check_as, checked
+from archplace.base.options import declared, span
 from archplace.cost.precision import Precision
-from archplace.errors import ConfigError
-from archplace.fields import NOT_DERIVED, check_as, checked
-from archplace.options import declared, span
+from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanSpace
+from archplace.front.specs.search import _CHECKS as search_checks
+from archplace.front.specs.search import SearchSpec
 from archplace.placement.plan import PipelineSchedule, Plan, Recompute
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanSpace
-from archplace.specs.search import _CHECKS as search_checks
-from archplace.specs.search import SearchSpec
 
 SPECS = (Plan, PlanSpace, ModelSpec, HardwareSpec, ClusterSpec, SearchSpec)
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "archplace"
@@ -159,13 +159,13 @@ def test_every_schema_property_named_as_an_option_is_derived_from_it() -> None:
             for part in pointer.strip("/").split("/"):
                 node = node[part]
             assert {k: v for k, v in node.items() if k != "description"} == generate.field_schema(
-                getattr(__import__("archplace.specs", fromlist=[spec]), spec), name), f"{file}{pointer}"
+                getattr(__import__("archplace.front.specs", fromlist=[spec]), spec), name), f"{file}{pointer}"
 
 
 def test_a_renamed_field_is_still_read_under_its_earlier_name() -> None:
     """``micro_batch_sizes`` was ``micro_batches`` (Option.formerly): a plan space, a plan run
     and a search spec read either name, and refuse a mapping that gives both."""
-    from archplace.specs import PlanRun
+    from archplace.front.specs import PlanRun
 
     assert PlanSpace.from_dict({"micro_batches": [2, 4]}).micro_batch_sizes == (2, 4)
     run = {"model": "gpt2", "hardware": "tpuv4", "devices": 8, "global_batch": 8}
@@ -200,7 +200,7 @@ def test_the_quick_test_of_a_normal_value_agrees_with_the_check(field: tuple[typ
                                                                 value: object) -> None:
     """check_declared skips the check of a value its quick test calls normal (the engine builds
     many plans): such a value passes the check unchanged."""
-    from archplace.fields import _normal_tests
+    from archplace.base.fields import _normal_tests
 
     spec, name = field
     normal = dict((n, test) for n, _, test in _normal_tests(spec))[name]

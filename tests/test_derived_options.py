@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import typer.main
 
-from archplace import api
+from archplace.base.options import METADATA_KEY, declared, tried
 from archplace.cli import app
 from archplace.cli.derived import CliOption, cli_options
 from archplace.cli.runs import EVALUATE_SPECS, PLAN_SPECS
-from archplace.options import METADATA_KEY, declared, tried
-from archplace.specs import EvaluateRun, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.search import SearchSpec
+from archplace.front import api
+from archplace.front.specs import EvaluateRun, ModelSpec, Plan, PlanRun, PlanSpace
+from archplace.front.specs.search import SearchSpec
 
 # Options a command has of its own: not fields of a run (files to read or write, output form,
 # deprecated aliases of a field's option).

@@ -18,12 +18,13 @@ import yaml
 from rich.console import Console
 
 import archplace
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cli.options import cli_message
-from archplace.config_examples import EXAMPLES
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.request import SearchResult, request_identity
-from archplace.errors import ConfigError
+from archplace.front import api
+from archplace.front.config_examples import EXAMPLES
+from archplace.front.specs import Plan, PlanRun, PlanSpace, SearchSpec
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator
 from archplace.placement import workflow
@@ -32,7 +33,6 @@ from archplace.placement.result import PlanResult
 from archplace.placement.workflow import PlanGrid
 from archplace.reporting.plan_tables import plan_label
 from archplace.reporting.tables import search_table
-from archplace.specs import Plan, PlanRun, PlanSpace, SearchSpec
 from archplace.workload.zoo import load_model
 from cli_helpers import run
 from front_door import CLUSTER, FIXED, gpt_config_file, one_design_space_file, refused

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from archplace.executor import _silenced
-from archplace.lifetime import Interrupted
+from archplace.base.executor import _silenced
+from archplace.base.lifetime import Interrupted
 
 SILENT = logging.CRITICAL + 1
 

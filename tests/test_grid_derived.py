@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from archplace.app import plan_grid
 from archplace.cost.precision import Precision
+from archplace.front.app import plan_grid
+from archplace.front.specs import ModelSpec, PlanSpace
 from archplace.placement.costs import CostKey
 from archplace.placement.grid import ALWAYS_STORED, KEYED, PlanGrid, grid_from_identity, grid_identity
 from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Recompute
-from archplace.specs import ModelSpec, PlanSpace
 from archplace.workload.options import Attention, Kernels
 
 GRID_FIELDS = {f.name for f in dataclasses.fields(PlanGrid)}
@@ -88,10 +88,10 @@ def test_every_plan_field_reaches_the_engine_by_name() -> None:
     the model spec's field of that name; the plan's other fields go to the training setup."""
     import inspect
 
-    from archplace.app import evaluate_keywords
-    from archplace.options import declared
+    from archplace.base.options import declared
+    from archplace.front.app import evaluate_keywords
+    from archplace.front.specs import Plan
     from archplace.placement import workflow
-    from archplace.specs import Plan
 
     keywords = {name for name, parameter in inspect.signature(workflow.evaluate).parameters.items()
                 if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
@@ -155,8 +155,8 @@ def test_search_request_keywords_are_search_spec_fields_with_its_defaults() -> N
     field of that name, so each keyword must be a field, and Python's default the spec's."""
     import inspect
 
-    from archplace import api
-    from archplace.specs.search import SearchSpec
+    from archplace.front import api
+    from archplace.front.specs.search import SearchSpec
 
     fields = {f.name: f for f in dataclasses.fields(SearchSpec)}
     for name, parameter in inspect.signature(api.search_request).parameters.items():

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cli import main
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.request import SearchResult
-from archplace.errors import ConfigError
+from archplace.front import api
 from archplace.placement.pipeline_timeline import (
     plan_micro_batches,
     plan_timeline,

@@ -1,4 +1,4 @@
-"""The guarded reader of input files (archplace.inputs), alone and behind every file option of
+"""The guarded reader of input files (archplace.base.inputs), alone and behind every file option of
 the CLI: each class of bad file gives one line on stderr and exit status 2."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
+from archplace.base.inputs import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, Limits, read_mapping, syntax_of
 from archplace.cli import main
-from archplace.errors import ConfigError
-from archplace.inputs import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, Limits, read_mapping, syntax_of
 
 
 def read(path: Path, syntax: str | None = None, **limits: int) -> dict[str, Any]:

@@ -29,9 +29,9 @@ from typing import IO
 import psutil
 import pytest
 
+from archplace.base.executor import make_executor
+from archplace.base.lifetime import Interrupted, call_interruptibly, raising_interrupts, stop_processes
 from archplace.cli import main
-from archplace.executor import make_executor
-from archplace.lifetime import Interrupted, call_interruptibly, raising_interrupts, stop_processes
 
 pytestmark = pytest.mark.serial  # timed: make test-slow runs these without other workers
 
@@ -338,7 +338,7 @@ designs again (that took 3 s idle, 8.5 s loaded)."""
 def test_ctrl_c_of_a_phaze_search_with_a_store_is_fast(launch: Launch, tmp_path: Path) -> None:
     """The graph cache is filled first: a run that traces imports torch, and the interpreter's
     exit then takes ~2 s more (the CLI's exit, not the search's)."""
-    from archplace import api
+    from archplace.front import api
     api.search_request("gpt2-xl", space="phaze", devices=1024, global_batch=4096, baseline=None).all_chains(2)
     db = tmp_path / "phaze.db"
     process = launch(["search", "--model", "gpt2-xl", "--space", "phaze", "--devices", "1024",
@@ -445,9 +445,9 @@ child = subprocess.Popen([sys.executable, "-c", {child!r}])
 print(child.pid, flush=True)
 time.sleep(60)
 """
-_GUARDED = ("import os, time; from archplace.lifetime import guard_child; guard_child(os.getppid()); "
+_GUARDED = ("import os, time; from archplace.base.lifetime import guard_child; guard_child(os.getppid()); "
             "print('ready', flush=True); time.sleep(60)")
-_WATCHED = ("import os, threading, time; from archplace import lifetime; "
+_WATCHED = ("import os, threading, time; from archplace.base import lifetime; "
             "threading.Thread(target=lifetime._watch_parent, args=(os.getppid(),)).start(); "
             "print('ready', flush=True); time.sleep(60)")
 

@@ -63,7 +63,7 @@ def test_lower_layers_load_nothing(path: Path) -> None:
     assert {name for name in found if (module, name) not in ALLOWED_LOADERS} == set(), module
 
 
-FRONT = (SRC / "api.py", SRC / "app.py", *sorted((SRC / "specs").rglob("*.py")))
+FRONT = tuple(sorted((SRC / "front").rglob("*.py")))
 """The library's front door: its errors name fields too (the CLI maps them to options)."""
 
 
@@ -90,6 +90,75 @@ def test_allowed_loaders_are_still_needed() -> None:
     for module, name in ALLOWED_LOADERS:
         tree = ast.parse((SRC / module).read_text())
         assert name in _imported_names(tree), (module, name)
+
+
+# Rooms (issue #25): the CLI imports the front door, the front door the engine, everything the base
+# utilities; never the other way.
+ENGINE = ("workload", "hw", "cost", "scheduling", "placement", "dse")
+"""The engine's rooms: they take resolved objects and never import the front door or the CLI."""
+
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("base/outputs.py", "archplace.dse.store"):
+        "naming a result store in an error about an output path (a lazy import)",
+    ("base/outputs.py", "archplace.dse.store_file"):
+        "telling an SQLite file from a result store in that error (a lazy import)",
+}
+"""(module, imported module) pairs that go against the rooms' order, each with its reason; the
+list only shrinks."""
+
+
+def _imports(path: Path) -> set[str]:
+    """The archplace modules ``path`` imports, anywhere in it (``from archplace import x`` counts as
+    ``archplace.x``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "archplace":
+                found |= {f"archplace.{alias.name}" for alias in node.names}
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if name.split(".")[0] == "archplace"}
+
+
+def _room_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _upward(path: Path, allowed_rooms: set[str]) -> set[str]:
+    module = str(path.relative_to(SRC))
+    return {name for name in _imports(path)
+            if _room_of(name) not in allowed_rooms and (module, name) not in ALLOWED_UPWARD}
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "base").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_base_imports_only_base(path: Path) -> None:
+    assert _upward(path, {"base", "_version"}) == set()
+
+
+@pytest.mark.parametrize("path", sorted(p for room in ENGINE for p in (SRC / room).rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_the_engine_imports_neither_the_front_door_nor_the_cli(path: Path) -> None:
+    assert {name for name in _imports(path) if _room_of(name) in {"front", "cli"}} == set()
+
+
+@pytest.mark.parametrize("path", FRONT, ids=lambda p: str(p.relative_to(SRC)))
+def test_the_front_door_does_not_import_the_cli(path: Path) -> None:
+    assert {name for name in _imports(path) if _room_of(name) == "cli"} == set()
+
+
+def test_the_rooms_checks_see_what_they_look_for(tmp_path: Path) -> None:
+    """The import scanner finds each spelling, and every allow-list entry is still needed."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from archplace import api\nimport archplace.cli.entry\n"
+                     "def f():\n    from archplace.front.app import x\n")
+    assert _imports(probe) == {"archplace.api", "archplace.cli.entry", "archplace.front.app"}
+    for module, name in ALLOWED_UPWARD:
+        assert name in _imports(SRC / module), (module, name)
+    assert not [path.name for path in SRC.glob("*.py") if path.name not in {"__init__.py", "_version.py"}]
 
 
 BELOW_SEARCH = ("cost", "scheduling", "placement", "workload", "hw")

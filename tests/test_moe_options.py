@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 import archplace
-from archplace import api
-from archplace.config_examples import EXAMPLES
+from archplace.base.errors import ConfigError
 from archplace.dse.request import SearchResult
-from archplace.errors import ConfigError
+from archplace.front import api
+from archplace.front.config_examples import EXAMPLES
+from archplace.front.specs import ModelSpec, Plan, PlanRun, PlanSpace, SearchSpec
 from archplace.placement.plan import Plan as EnginePlan
 from archplace.placement.plan import RankOrder, Recompute
-from archplace.specs import ModelSpec, Plan, PlanRun, PlanSpace, SearchSpec
 from cli_helpers import run
 
 # A small Mixtral-architecture model (tests/workload/test_expert_parallel.py's): 2 layers,

@@ -18,8 +18,8 @@ from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
 import archplace._version
+from archplace.base.errors import ConfigError, InternalError
 from archplace.cli import app
-from archplace.errors import ConfigError, InternalError
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.schemas import SCHEMA_VERSIONS, STAMP_KEYS, load_schema, stamp
 

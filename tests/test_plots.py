@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from archplace import api
 from archplace.cli import main
 from archplace.dse.objective import pareto_front
 from archplace.dse.request import SearchResult
+from archplace.front import api
 from archplace.reporting.plain import figure_text
 from archplace.reporting.plotly_space import design_hover
 from archplace.reporting.plots import FRONT_LABEL, design_space_figure

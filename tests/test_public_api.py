@@ -20,11 +20,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import archplace
-from archplace import api
+from archplace.base.errors import ConfigError, InfeasibleError, MissingSectionError, OutOfMemoryError
 from archplace.cost.estimate import ModelEstimate
 from archplace.dse.request import SearchResult
 from archplace.dse.store import StoredResult
-from archplace.errors import ConfigError, InfeasibleError, MissingSectionError, OutOfMemoryError
+from archplace.front import api
+from archplace.front.specs.search import SearchSpec
 from archplace.hw.presets import load_cluster
 from archplace.placement.plan import PipelineSchedule
 from archplace.placement.ranked import PlanReport
@@ -34,13 +35,12 @@ from archplace.placement.solver import Closest
 from archplace.scheduling.base import ScheduleResult
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.scheduling.solve import solve_problem
-from archplace.specs.search import SearchSpec
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
             "vocab_size": 1024}
 SPACE = ("base: tpuv4\ntensor_cores: [2, 8]\narray_dim: [128]\nvector_cores: [2]\nbuffer: [32 MiB]\n"
          "hbm: [32 GiB]\narea_min_fraction: 0.0\n")
-SPEC_CLASSES = {"ModelSpec", "HardwareSpec", "ClusterSpec", "PlanSpace", "Plan"}  # archplace.specs
+SPEC_CLASSES = {"ModelSpec", "HardwareSpec", "ClusterSpec", "PlanSpace", "Plan"}  # archplace.front.specs
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,8 @@ def through_json(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_import_is_cheap() -> None:
-    code = ("import sys, archplace; heavy = [m for m in ('torch', 'numpy', 'archplace.api', 'transformers') "
+    code = ("import sys, archplace; heavy = [m for m in "
+            "('torch', 'numpy', 'archplace.front.api', 'transformers') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -236,8 +237,8 @@ def test_python_and_cli_agree_on_how_many_plans() -> None:
     from archplace.cli import app
     from archplace.cli.derived import cli_options
     from archplace.cli.runs import PLAN_SPECS
-    from archplace.specs import PlanSpace
-    from archplace.specs.plan import TOP_K
+    from archplace.front.specs import PlanSpace
+    from archplace.front.specs.plan import TOP_K
 
     command = typer.main.get_command(app).commands["plan"]  # type: ignore[attr-defined]
     top = next(p for p in command.params if p.name == "top")

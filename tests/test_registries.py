@@ -10,14 +10,14 @@ from collections.abc import Mapping
 import pytest
 import typer
 
+from archplace.base.errors import ConfigError
+from archplace.base.executor import EXECUTOR_FACTORIES, EXECUTORS, make_executor
 from archplace.cli import app
 from archplace.dse.strategies import STRATEGIES, STRATEGY_FACTORIES, make_strategy
 from archplace.dse.strategies.exhaustive import ExhaustiveStrategy
 from archplace.dse.strategies.optuna_search import OptunaStrategy
 from archplace.dse.strategies.phaze import PhazeStrategy
 from archplace.dse.strategies.wham import WhamStrategy
-from archplace.errors import ConfigError
-from archplace.executor import EXECUTOR_FACTORIES, EXECUTORS, make_executor
 from archplace.scheduling.cpsat import CpSatScheduler
 from archplace.scheduling.milp import GurobiScheduler, HighsScheduler
 from archplace.scheduling.solve import BACKENDS, SCHEDULER_FACTORIES, ListScheduler, get_scheduler

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cli.options import cli_message, flag_of
-from archplace.errors import ConfigError
+from archplace.front.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
+from archplace.front.specs.runs import evaluate_fields
 from archplace.placement.plan import MICRO_BATCHES, GradReduceDtype, Optimizer, PipelineSchedule, Recompute
-from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.runs import evaluate_fields
 from archplace.workload.options import Attention, Kernels
 
 

@@ -1,4 +1,4 @@
-"""Parsing of human-written quantities (archplace.units)."""
+"""Parsing of human-written quantities (archplace.base.units)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archplace.errors import ConfigError
-from archplace.units import (
+from archplace.base.errors import ConfigError
+from archplace.base.units import (
     format_bytes,
     parse_area_mm2,
     parse_bandwidth,

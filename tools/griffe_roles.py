@@ -4,7 +4,7 @@ package's docstrings cross-reference with Sphinx roles (``:func:`plan```,
 Google-style renderer prints raw. This extension rewrites every role, once the package is loaded,
 into an mkdocs-autorefs cross-reference::
 
-    <autoref identifier="archplace.api.plan" optional><code>plan</code></autoref>
+    <autoref identifier="archplace.front.api.plan" optional><code>plan</code></autoref>
 
 The identifier is the role's target resolved as Python resolves the name in the docstring's scope
 (Griffe's ``Object.resolve``: the object's members, its module's names and imports), or the

@@ -37,7 +37,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from archplace._version import __version__
-from archplace.errors import (
+from archplace.base.errors import (
     ArchplaceError,
     ConfigError,
     ExtractionError,
@@ -49,19 +49,15 @@ from archplace.errors import (
 )
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentation
-    from archplace.api import calibrate, evaluate, graph, hardware, models, report, results, search
-    from archplace.api import plan_report as plan
-    from archplace.api import schedule_layer as schedule
     from archplace.cost.estimate import ModelEstimate
     from archplace.dse.evaluate import DesignResult
     from archplace.dse.request import SearchResult
     from archplace.dse.runner import Tick
     from archplace.dse.store import StoredResult
-    from archplace.placement.ranked import PlanReport
-    from archplace.placement.result import PlanResult
-    from archplace.profiling import ProfileResult, profile
-    from archplace.scheduling.base import ScheduleResult
-    from archplace.specs import (
+    from archplace.front.api import calibrate, evaluate, graph, hardware, models, report, results, search
+    from archplace.front.api import plan_report as plan
+    from archplace.front.api import schedule_layer as schedule
+    from archplace.front.specs import (
         ClusterSpec,
         EvaluateRun,
         HardwareSpec,
@@ -71,6 +67,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentatio
         PlanSpace,
         SearchSpec,
     )
+    from archplace.placement.ranked import PlanReport
+    from archplace.placement.result import PlanResult
+    from archplace.profiling import ProfileResult, profile
+    from archplace.scheduling.base import ScheduleResult
 
 __all__ = [
     "ArchplaceError", "ClusterSpec", "ConfigError", "DesignResult", "EvaluateRun", "ExtractionError",
@@ -83,27 +83,27 @@ __all__ = [
 
 # name -> (module, attribute): loaded on first access (PEP 562)
 _LAZY: dict[str, tuple[str, str]] = {
-    "plan": ("archplace.api", "plan_report"),
-    "evaluate": ("archplace.api", "evaluate"),
-    "calibrate": ("archplace.api", "calibrate"),
-    "search": ("archplace.api", "search"),
-    "schedule": ("archplace.api", "schedule_layer"),
-    "estimate": ("archplace.api", "estimate_model"),
-    "graph": ("archplace.api", "graph"),
-    "models": ("archplace.api", "models"),
-    "hardware": ("archplace.api", "hardware"),
-    "results": ("archplace.api", "results"),
-    "report": ("archplace.api", "report"),
+    "plan": ("archplace.front.api", "plan_report"),
+    "evaluate": ("archplace.front.api", "evaluate"),
+    "calibrate": ("archplace.front.api", "calibrate"),
+    "search": ("archplace.front.api", "search"),
+    "schedule": ("archplace.front.api", "schedule_layer"),
+    "estimate": ("archplace.front.api", "estimate_model"),
+    "graph": ("archplace.front.api", "graph"),
+    "models": ("archplace.front.api", "models"),
+    "hardware": ("archplace.front.api", "hardware"),
+    "results": ("archplace.front.api", "results"),
+    "report": ("archplace.front.api", "report"),
     "profile": ("archplace.profiling", "profile"),
     "ProfileResult": ("archplace.profiling", "ProfileResult"),
-    "ModelSpec": ("archplace.specs", "ModelSpec"),
-    "HardwareSpec": ("archplace.specs", "HardwareSpec"),
-    "ClusterSpec": ("archplace.specs", "ClusterSpec"),
-    "PlanSpace": ("archplace.specs", "PlanSpace"),
-    "Plan": ("archplace.specs", "Plan"),
-    "PlanRun": ("archplace.specs", "PlanRun"),
-    "EvaluateRun": ("archplace.specs", "EvaluateRun"),
-    "SearchSpec": ("archplace.specs", "SearchSpec"),
+    "ModelSpec": ("archplace.front.specs", "ModelSpec"),
+    "HardwareSpec": ("archplace.front.specs", "HardwareSpec"),
+    "ClusterSpec": ("archplace.front.specs", "ClusterSpec"),
+    "PlanSpace": ("archplace.front.specs", "PlanSpace"),
+    "Plan": ("archplace.front.specs", "Plan"),
+    "PlanRun": ("archplace.front.specs", "PlanRun"),
+    "EvaluateRun": ("archplace.front.specs", "EvaluateRun"),
+    "SearchSpec": ("archplace.front.specs", "SearchSpec"),
     "PlanReport": ("archplace.placement.ranked", "PlanReport"),
     "PlanResult": ("archplace.placement.result", "PlanResult"),
     "SearchResult": ("archplace.dse.request", "SearchResult"),

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.calibration import PARAMETERS, calibrate, calibrated_yaml, cross_validate, read_runs
 from archplace.calibration.crossval import source_group
-from archplace.errors import ConfigError
+from archplace.front import api
+from archplace.front.specs.resolved import ResolvedHardware
 from archplace.hw.presets import accelerator_preset_names, load_accelerator
-from archplace.hw.resolved import ResolvedHardware
 from archplace.validation.runs import evaluate_kwargs, load_runs, write_model_config
 from calibration_runs import RUNS, TRUTH, write_runs
 from cli_helpers import run as run_cli

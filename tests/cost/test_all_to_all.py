@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from archplace.base.errors import ConfigError
 from archplace.cost.collective import (
     cluster_all_to_all_time_s,
     cluster_collective_time_s,
@@ -12,7 +13,6 @@ from archplace.cost.collective import (
     same_node_peers,
 )
 from archplace.cost.model import RooflineCostModel
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from archplace import app
+from archplace.base.errors import ConfigError
 from archplace.cost import attention_tables as at
 from archplace.cost.efficiency import ChipColumns, op_times
-from archplace.errors import ConfigError
+from archplace.front import app
+from archplace.front.specs import HardwareSpec
 from archplace.hw.presets import load_accelerator
-from archplace.specs import HardwareSpec
 from archplace.workload.graph import Operator, OpKind, Phase
 from cli_helpers import run
 

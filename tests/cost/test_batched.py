@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cost import batched, gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow
 from archplace.hw.space import load_space
 from archplace.workload.graph import Operator, OpKind, Phase

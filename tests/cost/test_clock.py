@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cost import clock
 from archplace.cost.attention import attention_flop
 from archplace.cost.measured_tables import REQUIRED_KEYS, load_table, read_table
 from archplace.cost.model import SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator, KernelEfficiency
 from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from archplace.base.errors import ConfigError
 from archplace.cost.collective import (
     cluster_collective_time_s,
     collective_kind,
@@ -11,7 +12,6 @@ from archplace.cost.collective import (
     group_span,
     torus_factors,
 )
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster, Topology
 
 A, B = 5e-6, 100e9  # alpha 5 us, beta 100 GB/s

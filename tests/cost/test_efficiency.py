@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cost import efficiency
 from archplace.cost.attention import attention_flop, computed_area
 from archplace.cost.collective import cluster_collective_time_s
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.systolic import matmul_estimate
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Dataflow, KernelEfficiency
 from archplace.hw.presets import efficiency_sources, load_accelerator, load_cluster
 from archplace.hw.space import load_space

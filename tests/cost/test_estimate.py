@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from archplace.base.errors import ConfigError
 from archplace.cost import gemm
 from archplace.cost.estimate import estimate_layers, estimate_matmul
 from archplace.cost.model import RooflineCostModel, SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw.presets import load_accelerator
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.zoo import load_model

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cost import efficiency
 from archplace.cost.kernel_tables import (
     BandwidthCurve,
@@ -22,7 +23,6 @@ from archplace.cost.kernel_tables import (
 from archplace.cost.measured_gemm import K_SLICE, gemm_model_s
 from archplace.cost.measured_tables import load_table, read_table
 from archplace.cost.model import SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator, KernelEfficiency
 from archplace.hw.presets import load_accelerator
 from archplace.workload.graph import Operator, OpKind, Phase

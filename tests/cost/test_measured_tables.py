@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from archplace.base.errors import ConfigError
 from archplace.cost import measured_tables as mt
-from archplace.errors import ConfigError
 
 NAMES = mt.shipped_tables()
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cost.collective import cluster_collective_time_s
 from archplace.cost.model import (
     Bound,
@@ -20,7 +21,6 @@ from archplace.cost.model import (
     RooflineCostModel,
     SystolicCostModel,
 )
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator, Dataflow
 from archplace.hw.power import HBM_PATH_ENERGY_J_PER_BYTE, LOCAL_SRAM_ENERGY_J_PER_BYTE, MAC_ENERGY_J
 from archplace.hw.presets import load_accelerator, load_cluster

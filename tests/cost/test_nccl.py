@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cost import nccl, nccl_pipeline
 from archplace.cost.collective import (
     cluster_all_to_all_time_s,
@@ -17,7 +18,6 @@ from archplace.cost.collective import (
 )
 from archplace.cost.nccl_constants import GENERATIONS
 from archplace.cost.nccl_logs import compare, read_log
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster, Topology
 from archplace.hw.presets import load_cluster
 

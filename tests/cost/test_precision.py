@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from archplace.base.errors import ConfigError
 from archplace.cost import efficiency
 from archplace.cost.precision import (
     CAST_BYTES_PER_ELEMENT,
@@ -21,7 +22,6 @@ from archplace.cost.precision import (
     is_fp8_gemm,
 )
 from archplace.cost.systolic import SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw import presets
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.presets import load_accelerator

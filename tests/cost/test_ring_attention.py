@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from archplace.base.errors import ConfigError
 from archplace.cost.attention import (
     BLOCK,
     attention_flop,
@@ -20,7 +21,6 @@ from archplace.cost.attention import (
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.model import RooflineCostModel, SystolicCostModel
 from archplace.cost.types import Bound, OpEstimate
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator
 from archplace.workload.attention_blocks import op_area, ring_steps

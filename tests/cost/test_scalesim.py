@@ -24,11 +24,11 @@ import pytest
 import yaml
 from scalesim.scale_sim import scalesim
 
+from archplace.base.errors import ConfigError
 from archplace.cli import main
 from archplace.cost import gemm
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.systolic import SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw import presets
 from archplace.hw.accelerator import Accelerator, ArrayTiming
 from archplace.hw.presets import load_accelerator

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archplace.base.errors import InternalError
 from archplace.cost import gemm
 from archplace.cost.estimate import estimate_layers, estimate_matmul, utilisation
 from archplace.cost.model import RooflineCostModel, SystolicCostModel, array_flop
-from archplace.errors import InternalError
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster
 from archplace.placement.costs import layer_costs

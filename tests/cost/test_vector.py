@@ -154,7 +154,7 @@ def test_all_cores_never_slower(elements: int, cores: int, lanes: int, bytes_mov
 
 
 def test_op_latency_rejects_negative() -> None:
-    from archplace.errors import ConfigError
+    from archplace.base.errors import ConfigError
 
     with pytest.raises(ConfigError):
         OpLatency(-1.0, 0.0)

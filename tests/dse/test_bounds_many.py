@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel, Precision
 from archplace.dse.bounds import design_bound
@@ -19,7 +19,7 @@ from archplace.dse.bounds_many import design_bounds
 from archplace.dse.comm_floor import PlanLimits
 from archplace.dse.evaluate import core_key
 from archplace.dse.runner import Tick, model_chains, plan_limits
-from archplace.errors import ConfigError
+from archplace.front import api
 from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow
 from archplace.hw.presets import load_accelerator
 from archplace.hw.space import load_space

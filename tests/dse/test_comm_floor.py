@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from tests.placement.placement_helpers import RECOMPUTES, brute_force, chains, setups
 
-from archplace import api
 from archplace.cost.model import SystolicCostModel
 from archplace.dse.bounds import design_bound
 from archplace.dse.comm_floor import ChainShape, PlanLimits, plan_bounds
 from archplace.dse.objective import Objective, score
 from archplace.dse.runner import model_chains, plan_limits
+from archplace.front import api
 from archplace.hw.cluster import Cluster
 from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule
 

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archplace import api
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.objective import Objective, pareto_front, rank, score
 from archplace.dse.request import SearchResult
@@ -19,6 +18,7 @@ from archplace.dse.runner import run_search
 from archplace.dse.store import ResultStore
 from archplace.dse.strategies.exhaustive import ExhaustiveStrategy
 from archplace.dse.strategy import StrategyContext, StrategyOutcome
+from archplace.front import api
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.presets import load_accelerator

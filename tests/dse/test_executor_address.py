@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from archplace.errors import ConfigError
-from archplace.executor import make_executor
+from archplace.base.errors import ConfigError
+from archplace.base.executor import make_executor
 
 
 @pytest.mark.parametrize(("address", "reason"), [

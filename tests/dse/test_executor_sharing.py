@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from archplace.executor import DaskExecutor, make_executor, shared
+from archplace.base.executor import DaskExecutor, make_executor, shared
 
 
 class Unhashable:

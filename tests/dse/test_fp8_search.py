@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel
 from archplace.dse.bounds import design_bound
 from archplace.dse.request import SearchResult
 from archplace.dse.runner import model_chains
-from archplace.errors import ConfigError
-from archplace.specs.search import EXAMPLE, SearchSpec
+from archplace.front import api
+from archplace.front.specs.search import EXAMPLE, SearchSpec
 
 GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 1024, "n_head": 16, "n_positions": 512,
        "vocab_size": 4096}

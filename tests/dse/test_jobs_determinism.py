@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from archplace import api
+from archplace.base.executor import make_executor
 from archplace.dse.request import SearchRequest
 from archplace.dse.runner import Tick, run_search
 from archplace.dse.strategies.exhaustive import ExhaustiveStrategy
@@ -18,7 +18,7 @@ from archplace.dse.strategies.optuna_search import OptunaStrategy
 from archplace.dse.strategies.phaze import PhazeStrategy
 from archplace.dse.strategies.wham import WhamStrategy
 from archplace.dse.strategy import Strategy
-from archplace.executor import make_executor
+from archplace.front import api
 
 
 @pytest.fixture(scope="module")

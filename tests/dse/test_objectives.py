@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.dse.objective import Objective, score
-from archplace.errors import ConfigError
+from archplace.front import api
 from archplace.hw.area import area_mm2
 from archplace.hw.power import tdp_w
 

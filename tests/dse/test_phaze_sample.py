@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from archplace import api
 from archplace.dse.request import SearchRequest
 from archplace.dse.runner import run_search
 from archplace.dse.strategies import make_strategy
+from archplace.front import api
 
 SAMPLE = 1000
 KEEP = 5

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from archplace import api
 from archplace.cost.model import SystolicCostModel
 from archplace.dse.bounds import DesignBound, design_bound
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.objective import Objective, score
 from archplace.dse.request import SearchResult
 from archplace.dse.runner import model_chains
+from archplace.front import api
 from archplace.hw.power import tdp_w
 from archplace.hw.presets import load_accelerator
 

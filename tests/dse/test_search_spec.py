@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from archplace import api
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
+from archplace.front import api
+from archplace.front.specs.search import EXAMPLE, FIELDS, SearchSpec, read_fields
 from archplace.schemas import stamp
-from archplace.specs.search import EXAMPLE, FIELDS, SearchSpec, read_fields
 from cli_helpers import run
 
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from archplace import api
 from archplace.cli import main
+from archplace.front import api
 
 SPACE = """\
 base: tpuv4

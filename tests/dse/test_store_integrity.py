@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cli import main
 from archplace.dse.objective import Objective
 from archplace.dse.request import SearchRequest
 from archplace.dse.store import ResultStore, SearchLabel, request_key
 from archplace.dse.store_file import check_plain_name, row_checksum
-from archplace.errors import ConfigError
+from archplace.front import api
 from archplace.workload.zoo import LoadedModel
 
 

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cli import main
 from archplace.dse.objective import Objective
 from archplace.dse.store import APPLICATION_ID, SCHEMA_VERSION, ResultStore, SearchLabel
-from archplace.errors import ConfigError
+from archplace.front import api
 
 
 def argv_search(space: Path, store: Path, *extra: str) -> list[str]:

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from archplace import api
 from archplace.cost.model import SystolicCostModel
 from archplace.dse.evaluate import DesignResult, evaluate_designs
 from archplace.dse.objective import Objective, score
@@ -16,6 +15,7 @@ from archplace.dse.runner import run_search
 from archplace.dse.strategies.phaze import PhazeStrategy, area_buckets, converged
 from archplace.dse.strategies.wham import WhamStrategy
 from archplace.dse.strategy import StrategyContext, StrategyOutcome
+from archplace.front import api
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.presets import load_accelerator, load_cluster

@@ -11,13 +11,13 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from archplace.base.errors import ConfigError
 from archplace.cost.model import SystolicCostModel
 from archplace.dse.evaluate import DesignResult, evaluate_designs
 from archplace.dse.objective import Objective, dominates, pareto_front, pareto_key, score
 from archplace.dse.request import SearchRequest
 from archplace.dse.strategies.optuna_search import DesignGrid, OptunaStrategy
 from archplace.dse.strategy import StrategyContext
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.presets import load_accelerator, load_cluster

@@ -13,7 +13,7 @@ import yaml
 
 from archplace.calibration.fit import RunSet, with_values
 from archplace.calibration.parameters import PARAMETERS
-from archplace.hw.resolved import ResolvedHardware
+from archplace.front.specs.resolved import ResolvedHardware
 from archplace.validation.runs import load_runs
 
 HARDWARE = "a100-80gb"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cost.collective import cluster_collective_time_s
-from archplace.errors import ConfigError
+from archplace.front import api
+from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 from archplace.hw.cluster import Topology
 from archplace.hw.presets import (
     accelerator_preset_names,
@@ -18,7 +19,6 @@ from archplace.hw.presets import (
     load_cluster,
 )
 from archplace.placement.result import PlanResult
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 
 GIB = 2**30
 TINY_GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw._config import PLAUSIBLE, Plausible, shown
 from archplace.hw.presets import (
     accelerator_preset_names,

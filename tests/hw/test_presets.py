@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.accelerator import Dataflow
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Topology

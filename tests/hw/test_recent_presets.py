@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from archplace import api
 from archplace.cli import main
 from archplace.cost.collective import cluster_collective_time_s
+from archplace.front import api
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster, Topology
 from archplace.hw.power import tdp_w

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.area import area_mm2, area_of_mm2
 from archplace.hw.presets import load_accelerator
 from archplace.hw.space import SearchSpace, design_name, load_space, space_names

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.base.errors import ConfigError, InfeasibleError
 from archplace.hw.cluster import Cluster
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory

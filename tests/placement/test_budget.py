@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from placement_helpers import chains, setups
 
-from archplace.errors import ConfigError, InternalError, SolverError
+from archplace.base.errors import ConfigError, InternalError, SolverError
 from archplace.hw.cluster import Cluster
 from archplace.placement import budget, plan_search, resident, tables
 from archplace.placement.pipeline import evaluate_plan

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from archplace import api
+from archplace.front import api
 from cli_helpers import run
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
@@ -196,7 +196,7 @@ def test_opt_175b_as_trained_with_fsdp_fits(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_zero_stages_of_the_wrong_type_are_refused_in_one_line() -> None:
-    from archplace.errors import ConfigError
+    from archplace.base.errors import ConfigError
 
     for bad in (2.0, object()):
         with pytest.raises(ConfigError, match="zero_stages must be 0, 1, 2, 3, all or a list"):

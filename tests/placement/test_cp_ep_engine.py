@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from placement_helpers import RECOMPUTES, brute_force, check_ranking, rank_key
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.base.errors import ConfigError, InfeasibleError
 from archplace.hw.cluster import Cluster
 from archplace.placement import workflow
 from archplace.placement.downset_dp import dag_plan

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from test_cp_ep_engine import check_against_brute_force
 
-from archplace import app
+from archplace.front import app
+from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec
 from archplace.placement import workflow
 from archplace.placement.plan import CostKey, PipelineSchedule, RankOrder, Recompute
 from archplace.placement.solver import plan_search
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec
 
 MOE = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
        "num_key_value_heads": 2, "intermediate_size": 512, "num_local_experts": 4, "num_experts_per_tok": 2,

@@ -23,18 +23,18 @@ from placement_helpers import (
     unambiguous,
 )
 
-from archplace import api
+from archplace.base.errors import ConfigError, InfeasibleError
+from archplace.base.units import format_bytes
 from archplace.cli import main
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.front import api
+from archplace.front.layer_graph_file import load_layer_graph_file
 from archplace.hw.cluster import Cluster
-from archplace.layer_graph_file import load_layer_graph_file
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph, cut_bytes, downsets, linearize
 from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memory
 from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, TrainingSetup
 from archplace.placement.result import PlanResult
 from archplace.placement.solver import optimal_plan
-from archplace.units import format_bytes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "layer_graph.yaml"
 SCHEDULES = [PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.GPIPE]

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from placement_helpers import chains, setups
 
-from archplace.errors import InfeasibleError
+from archplace.base.errors import InfeasibleError
 from archplace.placement import solver
 from archplace.placement.candidates import Variant
 from archplace.placement.plan import CostKey, PipelineSchedule

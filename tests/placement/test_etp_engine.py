@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cp_ep_engine import check_against_brute_force, training_problems
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.base.errors import ConfigError, InfeasibleError
 from archplace.hw.cluster import Cluster
 from archplace.placement.layout import RankLayout, group_allreduce_cost
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan, plan_memory

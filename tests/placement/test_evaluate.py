@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.base.errors import ConfigError, InfeasibleError
 from archplace.hw.cluster import Cluster
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Plan, Recompute, TrainingSetup

@@ -12,15 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from placement_helpers import COST_KEYS, RECOMPUTES, brute_force, chains, check_ranking, setups
 
-from archplace import api
+from archplace.base.errors import InfeasibleError
 from archplace.cli import main
-from archplace.errors import InfeasibleError
+from archplace.front import api
+from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 from archplace.placement.costs import CostKey
 from archplace.placement.memory import model_state_bytes
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import ZERO_STAGES, LayerCost, Optimizer, PipelineSchedule, TrainingSetup
 from archplace.placement.solver import plan_search
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanRun, PlanSpace
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
        "vocab_size": 4096}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from placement_helpers import brute_force, check_ranking
 from test_cp_ep_engine import check_against_brute_force, cp_ep_problems
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.placement.interference import Interference
 from archplace.placement.layout import RankLayout

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator
 from archplace.placement.interference import HBM_BYTES_PER_WIRE_BYTE, NO_INTERFERENCE, Interference, slowed_s

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.placement.plan import LayerCost
 
 FIELDS: dict[str, object] = dict(name="block.0", fwd_s=1.5e-3, bwd_s=3.0e-3, params=1000,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from archplace import api
-from archplace.errors import InfeasibleError
+from archplace.base.errors import InfeasibleError
+from archplace.front import api
 
 pytestmark = pytest.mark.slow
 

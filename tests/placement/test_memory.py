@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.placement.memory import (
     MODEL_STATE_BYTES_PER_PARAM,

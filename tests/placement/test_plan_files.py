@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from archplace import api
 from archplace.cli.runs import run_fields
-from archplace.config_examples import EXAMPLES
+from archplace.front import api
+from archplace.front.config_examples import EXAMPLES
+from archplace.front.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, PlanRun, PlanSpace
+from archplace.front.specs.runs import evaluate_fields
 from archplace.placement.plan import PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult
-from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, PlanRun, PlanSpace
-from archplace.specs.runs import evaluate_fields
 from cli_helpers import run
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,

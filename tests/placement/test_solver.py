@@ -19,12 +19,12 @@ from placement_helpers import (
     setups,
 )
 
-from archplace.errors import ConfigError, InfeasibleError
+from archplace.base.errors import ConfigError, InfeasibleError
+from archplace.base.units import format_bytes
 from archplace.hw.cluster import Cluster
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import ZERO_STAGES, LayerCost, PipelineSchedule, Recompute, TrainingSetup
 from archplace.placement.solver import optimal_plan, plan_search
-from archplace.units import format_bytes
 
 SCHEDULES = list(PipelineSchedule)
 

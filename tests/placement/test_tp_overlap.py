@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cli import main
-from archplace.errors import ConfigError
+from archplace.front import api
 from archplace.hw.presets import load_accelerator
 from archplace.placement.tp_overlap import UB_PIPELINE_SPLITS, overlapped_tp
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase

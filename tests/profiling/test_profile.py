@@ -15,8 +15,8 @@ import yaml
 from jsonschema import Draft202012Validator
 
 import archplace
+from archplace.base.errors import ConfigError
 from archplace.cost.measured_tables import REQUIRED_KEYS, SIZE_COLUMNS, read_table
-from archplace.errors import ConfigError
 from archplace.profiling import ProfileResult, profile
 from archplace.profiling.grid import KERNELS, grid
 from archplace.profiling.tables import ATTENTION_COLUMNS, table_gemm

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.profiling import kernels as K
 from archplace.profiling import run as R
 from archplace.profiling.grid import FA2_HIDDEN, FA2_TOKENS, AttentionPoint, GemmPoint, grid

@@ -129,8 +129,8 @@ def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, problem_
 
 
 def test_python_api(tiny_model: Path) -> None:
-    from archplace.app import layer_problem, schedule_layer
-    from archplace.errors import ConfigError
+    from archplace.base.errors import ConfigError
+    from archplace.front.app import layer_problem, schedule_layer
     from archplace.scheduling.solve import get_scheduler, solve_problem
 
     listed = solve_problem(PROBLEM, "list")

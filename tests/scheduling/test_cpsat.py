@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from schedule_helpers import TOL, F, T, V, optimum_s, problems, validate
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.scheduling.base import ScheduleResult, SolveOptions, TickScale
 from archplace.scheduling.bounds import heads_tails_s, lower_bound_s
 from archplace.scheduling.cpsat import CpSatScheduler, auto_workers, chains

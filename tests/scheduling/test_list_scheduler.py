@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedule_helpers import TOL, F, T, V, optimum_s, problems, synthetic_layer, validate
 
+from archplace.base.errors import ConfigError
 from archplace.cost.model import SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw.presets import load_accelerator
 from archplace.scheduling.list_scheduler import (
     Schedule,

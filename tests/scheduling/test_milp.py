@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from schedule_helpers import TOL, F, T, V, optimum_s, problems, validate
 
-from archplace.errors import ConfigError, SolverError
+from archplace.base.errors import ConfigError, SolverError
 from archplace.scheduling.base import SolveOptions, TickScale
 from archplace.scheduling.list_scheduler import list_schedule
 from archplace.scheduling.milp import GurobiScheduler, HighsScheduler, _Formulation, describe

@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 import yaml
 
-from archplace import api
-from archplace.errors import InfeasibleError
+from archplace.base.errors import InfeasibleError
+from archplace.front import api
 from archplace.placement.result import PlanResult
 
 GPUS = 256

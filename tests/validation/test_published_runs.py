@@ -128,7 +128,7 @@ def test_evaluate_kwargs(variant: str) -> None:
 
 def test_evaluate_kwargs_match_the_current_api() -> None:
     """Read from the real signature, every keyword built is one ``api.evaluate`` takes."""
-    from archplace import api
+    from archplace.front import api
 
     accepted = set(inspect.signature(api.evaluate).parameters)
     for run in RUNS:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from archplace.base.errors import ConfigError
 from archplace.cli import main
-from archplace.errors import ConfigError
 from archplace.workload.config_checks import (
     KNOWN_ACTIVATIONS,
     MAX_LAYERS,

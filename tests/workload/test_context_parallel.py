@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from archplace.base.errors import ConfigError
 from archplace.cost.attention import BLOCK
 from archplace.cost.model import SystolicCostModel
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator
 from archplace.placement.costs import layer_costs

@@ -12,9 +12,9 @@ import networkx as nx
 import pytest
 from jsonschema import Draft202012Validator
 
+from archplace.base.errors import ConfigError
 from archplace.cost.collective import cluster_all_to_all_time_s
 from archplace.cost.model import RooflineCostModel
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator
 from archplace.placement.costs import layer_costs

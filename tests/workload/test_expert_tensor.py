@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from archplace.base.errors import ConfigError
 from archplace.cost.collective import cluster_collective_time_s
 from archplace.cost.model import RooflineCostModel
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator
 from archplace.schemas import load_schema

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.graph import OpKind, Phase
 from archplace.workload.layers import LayerKind

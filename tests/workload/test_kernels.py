@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.graph import OpKind
 from archplace.workload.options import Attention, Kernels

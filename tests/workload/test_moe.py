@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.schemas import load_schema
 from archplace.workload.extract import ExtractOptions, check_tp, extract_chain
 from archplace.workload.graph import OpKind

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload import config_checks
 from archplace.workload.config_checks import MOE_ALIASES, MOE_DEFAULTS, moe_value
 from archplace.workload.expert_parallel import shared_expert_width, shared_experts

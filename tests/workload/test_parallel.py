@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.graph import OpKind
 from archplace.workload.zoo import load_model

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from archplace.base.errors import ConfigError
+from archplace.base.inputs import read_mapping
 from archplace.calibration.fit import (
     FittedParameter,
     RunResidual,
@@ -28,9 +30,7 @@ from archplace.calibration.fit import (
     with_values,
 )
 from archplace.calibration.parameters import Parameter, default_fit, parse_fit
-from archplace.errors import ConfigError
-from archplace.hw.resolved import ResolvedHardware
-from archplace.inputs import read_mapping
+from archplace.front.specs.resolved import ResolvedHardware
 from archplace.validation.runs import DEFAULT_VARIANT, VARIANTS, Run, load_runs
 
 
@@ -91,7 +91,7 @@ class Calibration:
 def read_runs(path: str | os.PathLike[str]) -> tuple[Run, ...]:
     """The runs of a runs file (the format of ``tests/validation/published_runs.yaml``).
 
-    The file is first read as every input file is (:func:`archplace.inputs.read_mapping`: size
+    The file is first read as every input file is (:func:`archplace.base.inputs.read_mapping`: size
     and depth caps, UTF-8, no YAML alias bombs), then by
     :func:`archplace.validation.runs.load_runs` (which checks every field, sizes included).
 
@@ -201,10 +201,10 @@ def calibrate_file(runs: str | os.PathLike[str], hardware: str | os.PathLike[str
 
     Raises:
         ConfigError: as :func:`read_runs` and :func:`calibrate`; ``out`` refused
-            (:func:`archplace.outputs.check_output`, the message names ``option``).
+            (:func:`archplace.base.outputs.check_output`, the message names ``option``).
     """
+    from archplace.base.outputs import check_output, write_text_output
     from archplace.calibration.output import calibrated_yaml
-    from archplace.outputs import check_output, write_text_output
 
     target = None if out is None else Path(out)
     if target is not None:

@@ -20,11 +20,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from archplace.base.errors import ConfigError
 from archplace.calibration.calibrate import runs_on
 from archplace.calibration.fit import RunSet, evaluable, fit, mean_max_abs, with_values
 from archplace.calibration.parameters import Parameter, default_fit, parse_fit
-from archplace.errors import ConfigError
-from archplace.hw.resolved import ResolvedHardware
+from archplace.front.specs.resolved import ResolvedHardware
 from archplace.validation.runs import DEFAULT_VARIANT, Run
 
 

@@ -3,8 +3,8 @@
 The fit minimises ``sum_i (log t_i(x) - log m_i)^2`` over the chosen parameters ``x`` within the
 registry's bounds (:mod:`archplace.calibration.parameters`), where ``m_i`` is run ``i``'s measured
 iteration time (``Run.published_iteration_time_s``) and ``t_i(x)`` archplace's prediction of it
-(:func:`archplace.api.evaluate` on the hardware with ``x`` written in, a
-:class:`~archplace.hw.resolved.ResolvedHardware`). Log time makes every run weigh the same
+(:func:`archplace.front.api.evaluate` on the hardware with ``x`` written in, a
+:class:`~archplace.front.specs.resolved.ResolvedHardware`). Log time makes every run weigh the same
 whatever its length, and a residual of ``r`` is a time ratio of ``exp(r)``.
 
 The optimizer is SciPy's bounded trust-region reflective least squares
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from archplace import api
+from archplace.base.errors import ArchplaceError, ConfigError
 from archplace.calibration.parameters import Parameter
-from archplace.errors import ArchplaceError, ConfigError
-from archplace.hw.resolved import ResolvedHardware
+from archplace.front import api
+from archplace.front.specs.resolved import ResolvedHardware
 from archplace.validation.runs import Run, evaluate_kwargs, model_argument
 
 _TOLERANCE = 1e-10
@@ -58,7 +58,7 @@ def start_values(hardware: ResolvedHardware, parameters: Sequence[Parameter]) ->
 
 class RunSet:
     """Runs ready to be predicted on any candidate hardware: each run's
-    :func:`archplace.api.evaluate` arguments (its model written as a ``config.json`` under
+    :func:`archplace.front.api.evaluate` arguments (its model written as a ``config.json`` under
     ``directory``, which must outlive the set) and its measured iteration time.
 
     Attributes:
@@ -79,7 +79,7 @@ class RunSet:
         """Predicted iteration time of run ``index`` on ``hardware``, seconds.
 
         Raises:
-            ArchplaceError: the run cannot be evaluated (as :func:`archplace.api.evaluate`).
+            ArchplaceError: the run cannot be evaluated (as :func:`archplace.front.api.evaluate`).
         """
         self.evaluations += 1
         return float(api.evaluate(**{**self._kwargs[index], "hardware": hardware}).iteration_time_s)

@@ -3,7 +3,7 @@
 
 Each is a physically meaningful figure of a known chip's ``efficiency`` section (a fraction of a
 datasheet rate that real kernels or collectives sustain), with bounds that keep it physical and a
-way to read it from and write it into a :class:`~archplace.hw.resolved.ResolvedHardware`
+way to read it from and write it into a :class:`~archplace.front.specs.resolved.ResolvedHardware`
 (``dataclasses.replace`` of the chip's :class:`~archplace.hw.accelerator.KernelEfficiency`
 or of the cluster links). Adding a calibratable parameter is one entry of :data:`PARAMETERS`:
 :func:`kernel_field` (any figure of the chip's efficiency, e.g. a per-kernel floor in seconds),
@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
+from archplace.front.specs.resolved import ResolvedHardware
 from archplace.hw.accelerator import KernelEfficiency
 from archplace.hw.cluster import Cluster
-from archplace.hw.resolved import ResolvedHardware
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from archplace import api
+from archplace.base.outputs import check_output
 from archplace.calibration.parameters import DEFAULT_FIT, PARAMETERS, TABLE_FIT
 from archplace.cli.options import say_wrote, table_console
-from archplace.outputs import check_output
+from archplace.front import api
 
 _FIT_HELP = (f"Parameters to fit, comma-separated: {' | '.join(PARAMETERS)} "
              f"(docs/commands/calibrate.md) [{','.join(TABLE_FIT)} on a chip with measured kernel "

@@ -10,14 +10,14 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
+from archplace.base.errors import ArchplaceError
+from archplace.base.lifetime import Interrupted, raising_interrupts
 from archplace.cli.options import (
     MAX_ERROR_CHARS,
     cli_message,
     error_line,
     one_line,
 )
-from archplace.errors import ArchplaceError
-from archplace.lifetime import Interrupted, raising_interrupts
 
 # rich_markup_mode=None: help texts show defaults in [brackets], which rich markup would eat.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from archplace.config_examples import EXAMPLES, example
+from archplace.front.config_examples import EXAMPLES, example
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,9 @@
-"""Command-line options derived from the run specs' declared fields (:mod:`archplace.options`).
+"""Command-line options derived from the run specs' declared fields (:mod:`archplace.base.options`).
 
-``plan`` takes the fields of :class:`~archplace.specs.ModelSpec`,
-:class:`~archplace.specs.HardwareSpec`, :class:`~archplace.specs.ClusterSpec` and
-:class:`~archplace.specs.PlanSpace`; ``evaluate`` those of the first three and of
-:class:`~archplace.specs.Plan`; ``search`` those of :class:`~archplace.specs.search.SearchSpec`;
+``plan`` takes the fields of :class:`~archplace.front.specs.ModelSpec`,
+:class:`~archplace.front.specs.HardwareSpec`, :class:`~archplace.front.specs.ClusterSpec` and
+:class:`~archplace.front.specs.PlanSpace`; ``evaluate`` those of the first three and of
+:class:`~archplace.front.specs.Plan`; ``search`` those of :class:`~archplace.front.specs.search.SearchSpec`;
 ``graph``, ``estimate`` and ``schedule`` those of the model spec (the last two without
 ``fuse``). :func:`with_options` adds one typer option per field to a command's signature (the
 command receives them as keyword arguments), and :func:`fields_of` (or :func:`given_fields`)
@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 import typer
 
-from archplace.options import Declared, declared
+from archplace.base.options import Declared, declared
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def cli_option(d: Declared) -> CliOption:
 
 def cli_options(*specs: type, exclude: tuple[str, ...] = ()) -> dict[str, CliOption]:
     """The command-line options of every field of ``specs`` offered on the command line (an
-    :class:`~archplace.options.Option` with ``cli`` true) but the fields named in
+    :class:`~archplace.base.options.Option` with ``cli`` true) but the fields named in
     ``exclude``, by parameter name.
 
     Raises:

@@ -11,7 +11,7 @@ leaked semaphores after the one-line message -- and Dask's), stdout and stderr a
 once torch and transformers are loaded (measured on 2 cores: ``import torch, transformers``
 then a normal exit, 2.3-4.2 s; with the exit handlers then ``os._exit``, 1.7-1.9 s).  Nothing is
 lost by skipping the rest: worker processes were stopped on the way out of the command and end
-with this process anyway (:mod:`archplace.lifetime`), a result store commits each row as it is
+with this process anyway (:mod:`archplace.base.lifetime`), a result store commits each row as it is
 written, and output files are renamed into place whole or not at all.
 """
 

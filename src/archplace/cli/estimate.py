@@ -22,18 +22,18 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from archplace.api import estimate_matmul, estimate_model, estimate_preset_matmul
+from archplace.base.errors import ConfigError
+from archplace.base.limits import MAX_ARRAY_DIM
+from archplace.base.units import parse_bandwidth, parse_bytes, parse_frequency
 from archplace.cli.derived import given_fields, with_options
 from archplace.cli.options import table_console
 from archplace.cost.estimate import EFFICIENCY_NOTES
-from archplace.errors import ConfigError
+from archplace.front.api import estimate_matmul, estimate_model, estimate_preset_matmul
+from archplace.front.specs import ModelSpec
 from archplace.hw._config import check_plausible
-from archplace.limits import MAX_ARRAY_DIM
 from archplace.profiling.tables import TableGemm, table_gemm
 from archplace.reporting.estimate_tables import figures_table, model_table, ops_table
 from archplace.schemas import stamp
-from archplace.specs import ModelSpec
-from archplace.units import parse_bandwidth, parse_bytes, parse_frequency
 
 estimate_app = typer.Typer(
     invoke_without_command=True, add_completion=False, pretty_exceptions_enable=False,

@@ -8,13 +8,13 @@ from typing import Annotated, Any
 
 import typer
 
-from archplace import api
+from archplace.base.outputs import check_output
 from archplace.cli import runs as cli_runs
 from archplace.cli.derived import with_options
 from archplace.cli.options import AsJson, plain_console
 from archplace.cli.report import ReportFile, write_plan_report
 from archplace.cli.runs import EVALUATE_SPECS
-from archplace.outputs import check_output
+from archplace.front import api
 from archplace.reporting.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
 

@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from archplace import api
+from archplace.base.errors import ConfigError
 from archplace.cli.derived import given_fields, with_options
 from archplace.cli.options import plain_console
-from archplace.errors import ConfigError
+from archplace.front import api
+from archplace.front.specs import ModelSpec
 from archplace.reporting.graph_tables import graph_table
 from archplace.schemas import stamp
-from archplace.specs import ModelSpec
 
 
 def register(app: typer.Typer) -> None:

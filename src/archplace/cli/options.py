@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from archplace.errors import ArchplaceError, ConfigError
-from archplace.options import flags
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
+from archplace.base.errors import ArchplaceError, ConfigError
+from archplace.base.options import flags
+from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
@@ -25,7 +25,7 @@ _SPEC_FLAGS = flags(Plan, PlanSpace, ModelSpec, HardwareSpec, ClusterSpec)
 
 def flag_of(field: str) -> str:
     """The command-line option of an input field: ``plan.micro_batch`` -> ``--micro-batch``,
-    ``top_k`` -> ``--top`` (the run specs' declared flags, :func:`archplace.options.flags`;
+    ``top_k`` -> ``--top`` (the run specs' declared flags, :func:`archplace.base.options.flags`;
     a plan's field before a plan space's: ``sp`` -> ``--sp``)."""
     name = field.rsplit(".", 1)[-1]
     return _SPEC_FLAGS.get(name, "--" + name.replace("_", "-"))

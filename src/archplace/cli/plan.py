@@ -9,18 +9,18 @@ from typing import Annotated, Any
 
 import typer
 
-from archplace import api
+from archplace.base.errors import ConfigError
+from archplace.base.outputs import check_output
 from archplace.cli import runs as cli_runs
 from archplace.cli.derived import cli_options, with_options
 from archplace.cli.options import AsJson, plain_console
 from archplace.cli.report import ReportFile, write_plan_report
 from archplace.cli.runs import PLAN_SPECS
-from archplace.errors import ConfigError
-from archplace.outputs import check_output
+from archplace.front import api
+from archplace.front.specs.plan import TOP_K
 from archplace.placement.plan import RankOrder
 from archplace.reporting.plan_tables import detail_tables, summary_table
 from archplace.schemas import stamp
-from archplace.specs.plan import TOP_K
 
 
 def _single(values: list[int] | None, option: str) -> int:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from archplace import api
 from archplace.cli.options import (
     table_console,
 )
+from archplace.front import api
 from archplace.reporting.tables import (
     hardware_table,
     models_table,

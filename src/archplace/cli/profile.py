@@ -19,9 +19,9 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from archplace.base.errors import ConfigError
+from archplace.base.outputs import check_output
 from archplace.cli.options import plain_console, say_wrote, table_console
-from archplace.errors import ConfigError
-from archplace.outputs import check_output
 from archplace.profiling.grid import KERNELS
 from archplace.profiling.run import ProfileResult, check_kernels, check_options, output_paths, profile
 from archplace.reporting.plain import PlainTable

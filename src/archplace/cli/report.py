@@ -8,13 +8,13 @@ from typing import Annotated
 
 import typer
 
-from archplace import api
-from archplace.app import accelerator
+from archplace.base.errors import ArchplaceError
+from archplace.base.outputs import check_output
 from archplace.cli.options import say_wrote
-from archplace.errors import ArchplaceError
-from archplace.outputs import check_output
+from archplace.front import api
+from archplace.front.app import accelerator
+from archplace.front.specs import EvaluateRun, HardwareSpec, PlanRun
 from archplace.placement.result import PlanResult
-from archplace.specs import EvaluateRun, HardwareSpec, PlanRun
 
 ReportFile = Annotated[Path | None, typer.Option(
     "--report", help="Also write an interactive HTML report of the best plan here (pipeline timeline, "
@@ -24,7 +24,7 @@ ReportFile = Annotated[Path | None, typer.Option(
 def write_plan_report(path: Path | None, results: list[PlanResult],
                       run: PlanRun | EvaluateRun | None) -> None:
     """Write ``plan --report`` / ``evaluate --report`` when asked for (the caller checked the path
-    with :func:`~archplace.outputs.check_output` before the work; it is checked again now, and
+    with :func:`~archplace.base.outputs.check_output` before the work; it is checked again now, and
     its directories are made once the page is ready).
 
     Raises:

@@ -7,18 +7,18 @@ from typing import Annotated
 
 import typer
 
-from archplace import api
+from archplace.base.errors import ArchplaceError
+from archplace.base.outputs import (
+    check_image_output,
+    check_outputs,
+    write_output,
+)
 from archplace.cli.options import (
     say_wrote,
     table_console,
 )
 from archplace.cli.search import draw_design_space
-from archplace.errors import ArchplaceError
-from archplace.outputs import (
-    check_image_output,
-    check_outputs,
-    write_output,
-)
+from archplace.front import api
 from archplace.reporting.tables import (
     results_table,
     write_results_csv,

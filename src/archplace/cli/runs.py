@@ -13,12 +13,12 @@ from typing import Any
 
 import typer
 
-from archplace import api
-from archplace.app import read_run_file
+from archplace.base.errors import ConfigError
 from archplace.cli.derived import cli_options, fields_of
-from archplace.errors import ConfigError
-from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.runs import PLAN_SETUP_KEYS, evaluate_fields
+from archplace.front import api
+from archplace.front.app import read_run_file
+from archplace.front.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
+from archplace.front.specs.runs import PLAN_SETUP_KEYS, evaluate_fields
 
 PLAN_SPECS = (ModelSpec, HardwareSpec, ClusterSpec, PlanSpace)
 """The specs whose declared fields are ``plan``'s options (:mod:`archplace.cli.derived`)."""

@@ -19,14 +19,14 @@ from typing import Annotated, Any
 
 import typer
 
-from archplace import api
+from archplace.base.errors import ConfigError
+from archplace.base.outputs import check_image_output, check_outputs, prepare_output, write_text_output
 from archplace.cli.derived import given_fields, with_options
 from archplace.cli.options import table_console
-from archplace.errors import ConfigError
-from archplace.outputs import check_image_output, check_outputs, prepare_output, write_text_output
+from archplace.front import api
+from archplace.front.specs import ModelSpec
 from archplace.reporting.schedule_tables import schedule_table
 from archplace.schemas import stamp
-from archplace.specs import ModelSpec
 
 _NOT_READ = ("fuse",)
 """The model spec's fields ``schedule`` does not take (it schedules the operators as traced)."""

@@ -12,27 +12,27 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from archplace import api
-from archplace.cli.derived import cli_options, fields_of, with_options
-from archplace.cli.options import plain_console, say_wrote, table_console
-from archplace.cli.runs import given
-from archplace.dse.objective import score
-from archplace.dse.request import SearchResult
-from archplace.dse.runner import Tick
-from archplace.errors import ArchplaceError
-from archplace.lifetime import Interrupted
-from archplace.outputs import (
+from archplace.base.errors import ArchplaceError
+from archplace.base.lifetime import Interrupted
+from archplace.base.outputs import (
     check_image_output,
     check_output,
     check_outputs,
     prepare_output,
     write_text_output,
 )
+from archplace.cli.derived import cli_options, fields_of, with_options
+from archplace.cli.options import plain_console, say_wrote, table_console
+from archplace.cli.runs import given
+from archplace.dse.objective import score
+from archplace.dse.request import SearchResult
+from archplace.dse.runner import Tick
+from archplace.front import api
+from archplace.front.specs.search import SearchSpec, read_fields
 from archplace.reporting.tables import (
     search_table,
 )
 from archplace.schemas import stamp
-from archplace.specs.search import SearchSpec, read_fields
 
 _REQUIRED = {"models": "--model", "devices": "--devices", "global_batch": "--global-batch"}
 
@@ -140,7 +140,7 @@ def _plot_paths(plot: Path, models: list[str]) -> list[Path]:
 
 def draw_design_space(source: SearchResult | Path, path: Path, search: str | None = None) -> None:
     """:func:`api.plot_design_space` onto ``path`` (checked again and its directories made first:
-    :func:`~archplace.outputs.prepare_output`), with a one-line error when it cannot be written."""
+    :func:`~archplace.base.outputs.prepare_output`), with a one-line error when it cannot be written."""
     prepare_output(path, "--plot")
     try:
         api.plot_design_space(source if isinstance(source, SearchResult) else str(source), path,

@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from archplace.base.errors import ConfigError
 from archplace.cost import batched
 from archplace.cost.collective import collective_time_s
 from archplace.cost.types import Bound, ManyEstimates, OpEstimate
@@ -91,7 +92,6 @@ from archplace.cost.vector import (
     SIMPLE_CYCLES_PER_ELEMENT,
     TRANSCENDENTAL_CYCLES_PER_ELEMENT,
 )
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.hw.power import (
     HBM_PATH_ENERGY_J_PER_BYTE,

@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from archplace.base.errors import ConfigError
 from archplace.cost.measured_tables import MEASURED_DIR, REQUIRED_KEYS, _split
-from archplace.errors import ConfigError
 from archplace.workload.attention_blocks import is_backward
 from archplace.workload.graph import Operator
 

@@ -51,11 +51,11 @@ import functools
 import numpy as np
 from numpy.typing import NDArray
 
+from archplace.base.errors import ConfigError
+from archplace.base.units import parse_frequency
 from archplace.cost.kernel_tables import dtype_class, resolve_table
 from archplace.cost.measured_tables import MeasuredTable
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import KernelEfficiency
-from archplace.units import parse_frequency
 
 FloatArray = NDArray[np.float64]
 

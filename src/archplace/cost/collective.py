@@ -57,8 +57,8 @@ from __future__ import annotations
 import functools
 import math
 
+from archplace.base.errors import ConfigError
 from archplace.cost import nccl
-from archplace.errors import ConfigError
 from archplace.hw.cluster import Cluster, Topology
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow, KernelEfficiency
 
 IntArray = NDArray[np.int64]

@@ -14,7 +14,7 @@ Layer figures (for one micro-batch, per device of the TP group):
 * ``mfu``: the FLOP of the layer's matmuls / (``all_cores_s`` x peak FLOP/s): the peak counts
   the systolic arrays only, so the vector cores' work is left out of the numerator
   (:func:`archplace.cost.model.array_flop`); it is at most 1, since no matmul runs faster than
-  all the arrays' MACs (checked: :class:`~archplace.errors.InternalError` otherwise);
+  all the arrays' MACs (checked: :class:`~archplace.base.errors.InternalError` otherwise);
 * ``achieved_flop_per_s``: all the FLOP of the pass / ``all_cores_s``, and ``fraction_of_peak``
   that over the chip's peak; the same two figures per operator (``ops``).
 
@@ -31,12 +31,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError, InternalError
 from archplace.cost import gemm
 from archplace.cost.model import EstimatingCostModel, array_flop
 from archplace.cost.systolic import SystolicCostModel, matmul_estimate
 from archplace.cost.types import Bound
-from archplace.errors import ConfigError, InternalError
 from archplace.hw.accelerator import Accelerator, ArrayTiming, Dataflow, enum_member
 from archplace.hw.cluster import Cluster
 from archplace.hw.power import static_power_w

@@ -57,7 +57,7 @@ linearly in ``(log bytes, log time)``; beyond the largest row at that row's achi
 bandwidth (``bytes x time_max / bytes_max``), below the smallest row the chip's streaming
 model clamped at the smallest row's time.
 
-Errors: :class:`~archplace.errors.ConfigError` for a table that cannot be used (unknown name,
+Errors: :class:`~archplace.base.errors.ConfigError` for a table that cannot be used (unknown name,
 a header value that is not a number, two GEMM tables of one dtype class with nothing in common
 is fine -- their rows are merged).
 """
@@ -73,8 +73,8 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
+from archplace.base.errors import ConfigError
 from archplace.cost.measured_tables import MeasuredTable, load_table, read_table, shipped_tables
-from archplace.errors import ConfigError
 
 FloatArray = NDArray[np.float64]
 

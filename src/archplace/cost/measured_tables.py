@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 #: Folder of the shipped tables.
 MEASURED_DIR = Path(__file__).resolve().parent / "measured"

@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from archplace.base.errors import ConfigError
 from archplace.cost import nccl_pipeline
 from archplace.cost.nccl_constants import (
     BASE_LATENCY_US,
@@ -81,7 +82,6 @@ from archplace.cost.nccl_constants import (
     TREE_CORRECTION,
     NcclGeneration,
 )
-from archplace.errors import ConfigError
 
 GB = 1e9  # NCCL's GB/s are 1e9 bytes per second
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from archplace.base.errors import ConfigError
 from archplace.cost import nccl
-from archplace.errors import ConfigError
 
 _KEYS = ("ranks", "nodes", "gpus_per_node", "nics_per_node", "nic_gbps", "generation", "nvlink_links")
 COLUMNS = ("size_bytes", "op", "algbw_gbps", "busbw_gbps")

@@ -48,11 +48,11 @@ import enum
 from collections.abc import Iterable
 from typing import Any
 
+from archplace.base.errors import ConfigError
 from archplace.cost import efficiency
 from archplace.cost.model import EstimatingCostModel
 from archplace.cost.systolic import matmul_estimate, op_key
 from archplace.cost.types import OpEstimate, OpLatency
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator, Dataflow
 from archplace.hw.power import HBM_PATH_ENERGY_J_PER_BYTE
 from archplace.workload.graph import Operator, OpKind

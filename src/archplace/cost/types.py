@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 FloatArray = NDArray[np.float64]
 
@@ -125,8 +125,8 @@ def collective_estimate(op: Any, cluster: Any, energy_j: float, model: str) -> O
     Raises:
         ConfigError: a group of more than one device and no cluster.
     """
+    from archplace.base.errors import ConfigError
     from archplace.cost.collective import cluster_collective_time_s, collective_kind
-    from archplace.errors import ConfigError
 
     group = int(op.group or 1)
     buffer = float(max(op.bytes_read, op.bytes_written))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from archplace.base.errors import ConfigError
 from archplace.cost import batched
 from archplace.cost.configs import CoreConfigArray
 from archplace.cost.precision import FP8_OPERAND_BYTES, cast_bytes, fp8_gemm_estimate, is_fp8_gemm
@@ -35,7 +36,6 @@ from archplace.cost.systolic import SystolicCostModel, op_key
 from archplace.cost.vector import SIMPLE_CYCLES_PER_ELEMENT
 from archplace.dse.bounds import DesignBound, memory_floor_bytes
 from archplace.dse.comm_floor import ChainShape, PlanLimits, plan_bounds
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator
 from archplace.placement.costs import CostKey
 from archplace.placement.memory import GRADIENT_BYTES_PER_PARAM

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from archplace.base.errors import InfeasibleError
 from archplace.cost.model import EstimatingCostModel
 from archplace.cost.precision import PRECISION_ORDER, Fp8CostModel, Precision
 from archplace.cost.systolic import SystolicCostModel
 from archplace.cost.tabulated import TabulatedCostModel
-from archplace.errors import InfeasibleError
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster

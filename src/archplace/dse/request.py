@@ -9,12 +9,12 @@ from functools import cached_property
 from importlib.metadata import version
 from typing import Any
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.objective import Objective, pareto_front, score
 from archplace.dse.store import request_key
 from archplace.dse.store_file import check_plain_name
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster
 from archplace.placement.budget import check_chain_length
@@ -50,10 +50,10 @@ class SearchRequest:
     Raises:
         ConfigError: no model or design, a model name that is not a plain name
             (:func:`~archplace.dse.store_file.check_plain_name`), a cluster size out of range
-            (:mod:`archplace.limits`: devices 1..2**20, global batch 1..2**30), more than 2**26
+            (:mod:`archplace.base.limits`: devices 1..2**20, global batch 1..2**30), more than 2**26
             tokens per micro-batch, no TP widths, a chain longer than the plan search takes,
             empty option lists. The plan grid's sizes and degrees are taken as the front door
-            checked them (:class:`~archplace.specs.search.SearchSpec`'s declared ranges).
+            checked them (:class:`~archplace.front.specs.search.SearchSpec`'s declared ranges).
     """
 
     models: tuple[LoadedModel, ...]

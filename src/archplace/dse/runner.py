@@ -21,6 +21,8 @@ from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
+from archplace.base.errors import ConfigError
+from archplace.base.executor import shared
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import PRECISIONS, Fp8CostModel, Precision
 from archplace.dse.bounds import DesignBound, memory_floor_bytes
@@ -31,8 +33,6 @@ from archplace.dse.objective import Objective, rank, score
 from archplace.dse.request import SearchRequest, SearchResult
 from archplace.dse.store import ResultStore, SearchLabel
 from archplace.dse.strategy import Strategy, StrategyContext
-from archplace.errors import ConfigError
-from archplace.executor import shared
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster
 from archplace.placement.costs import CostKey, costs_by_key, list_makespan_s
@@ -77,7 +77,7 @@ class Tick:
         objective: what "best" means.
         bounded: core configurations bounded so far (:mod:`archplace.dse.bounds`).
         search: index of the search in a run of several (one per model,
-            :func:`archplace.api.search_each`), from 0.
+            :func:`archplace.front.api.search_each`), from 0.
         bounds_computed: core configurations whose bounds were computed so far (the others were
             read back from the store).
     """

@@ -21,7 +21,7 @@ missing or empty (0 bytes; an empty store is then put there in one step, before 
 written: :func:`~archplace.dse.store_file.create_store`) or that is a store of
 this schema version passing SQLite's ``quick_check``; anything else -- text, another
 application's database, another schema version, a truncated or corrupt database -- is refused
-with a :class:`~archplace.errors.ConfigError` before a byte is written.  Readers
+with a :class:`~archplace.base.errors.ConfigError` before a byte is written.  Readers
 (``read_only=True``, ``archplace results``) open the file read-only and never create it.  Every
 row read is checked: every row's ``checksum`` column must match its other columns
 (:func:`~archplace.dse.store_file.row_checksum`), a search's request must match its key, and
@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from archplace.base.errors import ArchplaceError, ConfigError
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.objective import Objective
 from archplace.dse.store_file import check_plain_name, create_store, row_checksum, sqlite_ids
-from archplace.errors import ArchplaceError, ConfigError
 
 APPLICATION_ID = 0x41504C43
 """SQLite ``application_id`` of a result store ("APLC")."""

@@ -21,7 +21,7 @@ import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file (sqlite.org, Database File Format, 1.3)."""

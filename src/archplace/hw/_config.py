@@ -25,8 +25,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from archplace import inputs
-from archplace.errors import ConfigError, MissingSectionError
+from archplace.base import inputs
+from archplace.base.errors import ConfigError, MissingSectionError
 
 _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
              (1e-9, "n"))
@@ -230,7 +230,7 @@ def resolve(name_or_path: str | os.PathLike[str], folder: str, kind: str) -> Con
 
 
 def read_mapping(config: ConfigFile) -> dict[str, Any]:
-    """Parse the YAML file into a mapping with string keys (:func:`archplace.inputs.read_mapping`).
+    """Parse the YAML file into a mapping with string keys (:func:`archplace.base.inputs.read_mapping`).
 
     Raises:
         ConfigError: a missing, unreadable, oversized, binary or malformed file, or a top
@@ -321,11 +321,11 @@ def quantity(
     raw: Any, parser: Callable[[str | int | float, str], float], where: str, allow_zero: bool = False,
     plausible: Plausible | None = None,
 ) -> float:
-    """A finite quantity parsed with one of the :mod:`archplace.units` parsers.
+    """A finite quantity parsed with one of the :mod:`archplace.base.units` parsers.
 
     Args:
         raw: ``"32 GiB"``, a bare number, or ``{value: ..., source: ...}``.
-        parser: e.g. :func:`archplace.units.parse_bytes`.
+        parser: e.g. :func:`archplace.base.units.parse_bytes`.
         where: ``file: section.field`` for messages.
         allow_zero: accept 0 (latencies); otherwise the value must be > 0.
         plausible: the field's plausibility range (:data:`PLAUSIBLE`), or None.

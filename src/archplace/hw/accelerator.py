@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, TypeVar
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 E = TypeVar("E", bound=enum.StrEnum)
 

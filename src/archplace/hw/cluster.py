@@ -6,8 +6,8 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from archplace.base.errors import ConfigError
 from archplace.cost.nccl_constants import GENERATIONS
-from archplace.errors import ConfigError
 
 
 class Topology(enum.StrEnum):

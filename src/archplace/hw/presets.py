@@ -68,10 +68,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.units import format_bytes, parse_bandwidth, parse_bytes, parse_frequency, parse_time
 from archplace.cost.attention_tables import table_for
 from archplace.cost.nccl_constants import GENERATIONS
-from archplace.errors import ConfigError
 from archplace.hw import _config
 from archplace.hw._config import PLAUSIBLE
 from archplace.hw.accelerator import (
@@ -84,7 +85,6 @@ from archplace.hw.accelerator import (
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster, Topology
 from archplace.hw.power import tdp_w
-from archplace.units import format_bytes, parse_bandwidth, parse_bytes, parse_frequency, parse_time
 
 _FOLDER = "presets"
 _KIND = "hardware preset"

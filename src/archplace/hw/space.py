@@ -51,13 +51,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
+from archplace.base.units import parse_bytes
 from archplace.hw import _config
 from archplace.hw._config import PLAUSIBLE
 from archplace.hw.accelerator import Accelerator, ArrayTiming
 from archplace.hw.area import area_mm2, area_of_mm2
 from archplace.hw.presets import load_accelerator, parse_array_timing, parse_fp8_speedup
-from archplace.units import parse_bytes
 
 _FOLDER = "spaces"
 _KIND = "search space"

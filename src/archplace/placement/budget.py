@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 MAX_CHAIN_LAYERS = 2_048
 """Most layers of a chain the plan search takes (real models have at most ~200)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import numbers
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 
 class Recompute(enum.StrEnum):

@@ -55,7 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
+from archplace.base.errors import ConfigError, InfeasibleError, OutOfMemoryError
+from archplace.base.units import format_bytes
 from archplace.placement.layer_graph import (
     MAX_DOWNSETS,
     LayerGraph,
@@ -86,7 +87,6 @@ from archplace.placement.timing import (
     optimizer_step_time_s,
 )
 from archplace.placement.zero import dp_tail_comm_s
-from archplace.units import format_bytes
 
 logger = logging.getLogger(__name__)
 

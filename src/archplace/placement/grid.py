@@ -29,7 +29,7 @@ from archplace.workload.options import Attention, Kernels
 @dataclass(frozen=True)
 class PlanGrid:
     """The resolved options the placement engine searches (each a tuple of the values to try),
-    built by :mod:`archplace.app` from a :class:`archplace.specs.PlanSpace` and the model's
+    built by :mod:`archplace.front.app` from a :class:`archplace.front.specs.PlanSpace` and the model's
     tracing options (and by the search from its request).
 
     ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.accelerator import Accelerator
 
 FloatArray = npt.NDArray[np.float64]

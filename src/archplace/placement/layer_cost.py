@@ -9,7 +9,7 @@ import operator
 import sys
 from dataclasses import dataclass
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.placement.choices import Recompute
 
 

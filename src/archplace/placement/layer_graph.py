@@ -11,7 +11,7 @@ layers stage by stage, inside a stage in the graph's lexicographically smallest 
 order, the last layer of every stage but the last carrying its downset's cut bytes as
 ``boundary_bytes``. The dynamic program that chooses the downsets is
 :func:`archplace.placement.downset_dp.dag_plan`; the file format is read by
-:mod:`archplace.layer_graph_file`.
+:mod:`archplace.front.layer_graph_file`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.placement.memory import sequential_sum
 from archplace.placement.plan import LayerCost
 

@@ -59,7 +59,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.placement.plan import Plan, RankOrder, TrainingSetup, check_replicate
 from archplace.placement.timing import group_span, strided_allreduce_cost

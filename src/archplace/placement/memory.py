@@ -52,8 +52,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
+from archplace.base.errors import ConfigError
 from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
-from archplace.errors import ConfigError
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute
 from archplace.placement.result import StageMemory
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, gathered_bytes, shard_divisors

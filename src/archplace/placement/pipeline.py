@@ -94,8 +94,9 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from archplace.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
-from archplace.fields import plain
+from archplace.base.errors import ConfigError, InternalError, OutOfMemoryError, SolverError
+from archplace.base.fields import plain
+from archplace.base.units import format_bytes
 from archplace.hw.cluster import Cluster
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.layout import RankLayout
@@ -121,7 +122,6 @@ from archplace.placement.timing import (
     pipeline_p2p_time_s,
 )
 from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s
-from archplace.units import format_bytes
 
 BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "overlap_slowdown", "optimizer")

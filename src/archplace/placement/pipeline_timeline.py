@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from archplace.errors import ConfigError, InternalError
+from archplace.base.errors import ConfigError, InternalError
 from archplace.placement.plan import PipelineSchedule
 from archplace.placement.result import PlanResult, StageTime
 

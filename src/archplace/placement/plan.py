@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.fields import check_declared, check_keys, integral, plain, store
+from archplace.base.options import bounds, option
 from archplace.cost.precision import Precision
-from archplace.errors import ConfigError
-from archplace.fields import check_declared, check_keys, integral, plain, store
 from archplace.hw.cluster import Cluster
-from archplace.options import bounds, option
 from archplace.placement.choices import (
     MICRO_BATCHES,
     RECOMPUTE_ORDER,

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.placement.plan import Plan
 from archplace.placement.result import PlanResult, StageMemory
 

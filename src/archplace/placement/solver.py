@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from archplace.errors import ConfigError, InfeasibleError, OutOfMemoryError
+from archplace.base.errors import ConfigError, InfeasibleError, OutOfMemoryError
+from archplace.base.units import format_bytes
 from archplace.placement.budget import TableCache, dp_cells
 from archplace.placement.candidates import (
     Candidate,
@@ -58,7 +59,6 @@ from archplace.placement.result import PlanResult
 from archplace.placement.search import Search
 from archplace.placement.tables import NO_SHARDS, FloatArray, SegmentTables
 from archplace.placement.timing import check_positive_int
-from archplace.units import format_bytes
 
 
 def _enums(kind: type, values: Iterable[object], name: str) -> tuple[Any, ...]:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.hw.cluster import Cluster
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, TrainingSetup
 

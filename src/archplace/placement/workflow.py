@@ -1,6 +1,6 @@
 """``plan`` and ``evaluate``: a model on a cluster of known chips, end to end.
 
-A resolved :class:`Problem` (model, chip, training setup; built by :mod:`archplace.app`) ->
+A resolved :class:`Problem` (model, chip, training setup; built by :mod:`archplace.front.app`) ->
 layer chains for every (TP width, micro-batch, SP) asked for (graph cache) -> layer costs on
 the chip (cost model with the cluster's links for TP collectives, list-scheduled layers) ->
 the placement engine (:mod:`archplace.placement.solver`).
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from archplace.base.errors import ConfigError, InfeasibleError
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import PRECISION_ORDER, Fp8CostModel, Precision, check_precision
-from archplace.errors import ConfigError, InfeasibleError
 from archplace.hw.accelerator import Accelerator
 from archplace.placement.budget import check_chain_length
 from archplace.placement.costs import costs_by_key

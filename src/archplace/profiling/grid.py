@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 #: The kernel classes the profiler times, in the order it times them.
 KERNELS = ("gemm", "attention", "softmax", "layernorm", "gelu", "copy")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.profiling.grid import AttentionPoint, GemmPoint, RowwisePoint
 
 #: The dtypes ``archplace profile`` times, as the tables name them.

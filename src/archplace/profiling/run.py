@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from archplace.errors import ConfigError
-from archplace.outputs import check_output, write_text_output
+from archplace.base.errors import ConfigError
+from archplace.base.outputs import check_output, write_text_output
 from archplace.profiling import kernels as K
 from archplace.profiling.grid import GRIDS, KERNELS, AttentionPoint, GemmPoint, Grid, RowwisePoint
 from archplace.profiling.grid import grid as make_grid
@@ -305,7 +305,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
 
     Raises:
         ConfigError: a bad option (named as its field), CUDA asked for and absent, or an
-            output that cannot be written (:func:`archplace.outputs.check_output`), all checked
+            output that cannot be written (:func:`archplace.base.outputs.check_output`), all checked
             before any kernel runs.
     """
     check_options(grid=grid, device=device, dtype=dtype, max_seconds=max_seconds)

@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.inputs import MAX_FILE_BYTES
 from archplace.cost.measured_tables import (
     MeasuredTable,
     columns,
@@ -27,8 +29,6 @@ from archplace.cost.measured_tables import (
     read_table,
     shipped_tables,
 )
-from archplace.errors import ConfigError
-from archplace.inputs import MAX_FILE_BYTES
 
 #: Columns of an attention table, as :mod:`archplace.cost.attention_tables` reads them:
 #: ``causal`` 0 or 1, ``direction`` ``fwd`` or ``bwd``, ``tflop_per_s`` the rate in 1e12 FLOP/s

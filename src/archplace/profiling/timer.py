@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 #: The smallest latency a table records (1 ns, time.perf_counter's resolution on Linux).
 MIN_LATENCY_S = 1e-9

@@ -16,7 +16,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from archplace.outputs import replace_atomically
+from archplace.base.outputs import replace_atomically
 from archplace.reporting.plain import figure_text
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.scheduling.timeline import Schedule
@@ -82,7 +82,7 @@ def draw_gantt(problem: ScheduleProblem, schedule: Schedule, path: str | Path,
                title: str = "", image_format: str = "png") -> None:
     """Write the Gantt chart of ``schedule`` (a schedule of ``problem``) to exactly ``path``, in
     ``image_format`` (any format matplotlib writes: ``png``, ``svg``, ``pdf``, ...; check a
-    user's path with :func:`archplace.outputs.check_image_output` first).
+    user's path with :func:`archplace.base.outputs.check_image_output` first).
 
     Raises:
         OSError: the file cannot be written.

@@ -11,7 +11,7 @@ from archplace.reporting.plain import PlainTable
 
 
 def graph_table(summary: dict[str, Any]) -> Table:
-    """Per-layer figures of a graph summary (the dict of :func:`archplace.api.graph`): parameters,
+    """Per-layer figures of a graph summary (the dict of :func:`archplace.front.api.graph`): parameters,
     forward and backward GFLOP, activation and boundary MiB, collectives and operator counts (and for
     a mixture-of-experts model the experts of each block: routed experts, top-k, shared experts,
     the experts per EP rank, rows per expert and the bytes of each all-to-all and expert-TP

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archplace import app, limits
+from archplace.base import limits
+from archplace.base.errors import ArchplaceError, ConfigError
+from archplace.base.outputs import write_text_output
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Fp8CostModel, Precision
 from archplace.dse.evaluate import DesignResult, evaluate_designs
@@ -32,10 +34,10 @@ from archplace.dse.objective import Objective, rank
 from archplace.dse.request import SearchRequest, SearchResult
 from archplace.dse.store import ResultStore, StoredSearch
 from archplace.dse.store_file import check_plain_name
-from archplace.errors import ArchplaceError, ConfigError
+from archplace.front import app
+from archplace.front.specs import EvaluateRun, HardwareSpec, PlanRun
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster, Topology
-from archplace.outputs import write_text_output
 from archplace.placement.costs import CostKey
 from archplace.placement.grid import PlanGrid, grid_from_identity
 from archplace.placement.plan import Plan
@@ -53,7 +55,6 @@ from archplace.reporting.plotly_space import design_space_figures
 from archplace.scheduling.list_scheduler import list_schedule
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.scheduling.timeline import Schedule
-from archplace.specs import EvaluateRun, HardwareSpec, PlanRun
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import traced_as

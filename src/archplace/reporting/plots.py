@@ -11,9 +11,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from archplace.base.outputs import replace_atomically
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.objective import pareto_front
-from archplace.outputs import replace_atomically
 from archplace.reporting.plain import figure_text
 
 FRONT_LABEL = "Pareto front (throughput, area, TDP)"
@@ -75,7 +75,7 @@ def design_space_figure(results: Sequence[DesignResult], *, title: str = "",
 def draw_design_space(results: Sequence[DesignResult], path: str | Path, *, title: str = "",
                       best: DesignResult | None = None, baseline: DesignResult | None = None) -> None:
     """Write :func:`design_space_figure` to exactly ``path`` (format from its suffix, e.g. PNG, SVG,
-    PDF; PNG without one), replacing it whole (:func:`archplace.outputs.replace_atomically`: a
+    PDF; PNG without one), replacing it whole (:func:`archplace.base.outputs.replace_atomically`: a
     failure leaves it as it was).
 
     Raises:

@@ -204,7 +204,7 @@ def _ranked(rows: list[StoredResult]) -> list[tuple[int, StoredResult]]:
 
 
 def results_table(rows: list[StoredResult], title: str, top: int | None = None) -> Table:
-    """Stored results in the order of :func:`archplace.api.results` (search by search, each best
+    """Stored results in the order of :func:`archplace.front.api.results` (search by search, each best
     first), at most ``top`` per search: rank, search (id and models), design, area, TDP, plan,
     samples/s, samples/s/W, MFU; the caption describes each search. The degrees read
     ``tp/pp/dp``, or ``tp/cp/ep/pp/dp`` when a stored plan uses cp or ep > 1 (``tp/cp/ep/etp/pp/dp``
@@ -249,7 +249,7 @@ def results_table(rows: list[StoredResult], title: str, top: int | None = None) 
 
 def write_results_csv(rows: list[StoredResult], handle: IO[str]) -> None:
     """Every stored result as one CSV row (search, rank in it, chip fields, plan, figures), in the
-    order of :func:`archplace.api.results`, to a text file opened with ``newline=""``."""
+    order of :func:`archplace.front.api.results`, to a text file opened with ``newline=""``."""
     flat = [_flat(row, rank) for rank, row in _ranked(rows)]
     writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["search", "rank", "design"])
     writer.writeheader()

@@ -19,7 +19,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from archplace.lifetime import guard_child
+from archplace.base.lifetime import guard_child
 from archplace.scheduling.milp import PARENT_ENV, phaze_solve
 
 

@@ -21,8 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from archplace import limits
-from archplace.errors import ConfigError
+from archplace.base import limits
+from archplace.base.errors import ConfigError
 from archplace.scheduling.list_scheduler import Schedule, list_schedule, lower_bound_s
 from archplace.scheduling.problem import ScheduleProblem
 
@@ -54,7 +54,7 @@ class SolveOptions:
         ConfigError: a time limit that is not a finite number in (0, 86,400] s, a non-positive
             or non-finite deterministic time, workers outside 0..256, a seed outside
             0..2**31 - 1 (CP-SAT's and HiGHS's seeds are int32), a resolution below 16
-            (ranges: :mod:`archplace.limits`).
+            (ranges: :mod:`archplace.base.limits`).
     """
 
     time_limit_s: float = 10.0

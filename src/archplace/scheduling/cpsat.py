@@ -69,8 +69,8 @@ import time
 
 from ortools.sat.python import cp_model
 
-from archplace.errors import SolverError
-from archplace.lifetime import call_interruptibly
+from archplace.base.errors import SolverError
+from archplace.base.lifetime import call_interruptibly
 from archplace.scheduling.base import ScheduleResult, SolveOptions, TickScale
 from archplace.scheduling.bounds import heads_tails_s
 from archplace.scheduling.list_scheduler import list_schedule, lower_bound_s
@@ -204,7 +204,7 @@ class CpSatScheduler:
     def solve(self, problem: ScheduleProblem, options: SolveOptions) -> ScheduleResult:
         """Schedule ``problem`` optimally, or as well as ``options.time_limit_s`` (or
         ``options.deterministic_time``, a reproducible work limit) allows.  An interrupt
-        while CP-SAT runs stops it at once (:func:`archplace.lifetime.call_interruptibly`).
+        while CP-SAT runs stops it at once (:func:`archplace.base.lifetime.call_interruptibly`).
 
         Raises:
             SolverError: CP-SAT reports the model invalid or infeasible (a bug: the hint

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from archplace.errors import ConfigError, SolverError
+from archplace.base.errors import ConfigError, SolverError
 from archplace.scheduling.base import ScheduleResult, SolveOptions, TickScale
 from archplace.scheduling.list_scheduler import list_schedule, lower_bound_s
 from archplace.scheduling.problem import ScheduleProblem
@@ -390,7 +390,7 @@ class HighsScheduler:
         solve in the worker, not the worker's start (~0.2 s).  A worker that overruns the
         limit by :attr:`GRACE_S` is killed and the list schedule is returned, not proven.  The
         worker is killed on an interrupt too, and ends by itself if this process dies
-        (:func:`archplace.lifetime.guard_child`).
+        (:func:`archplace.base.lifetime.guard_child`).
 
         Raises:
             SolverError: the worker process failed or wrote no result; the message ends

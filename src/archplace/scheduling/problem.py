@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from archplace.base.errors import ConfigError
+from archplace.base.inputs import show_value
 from archplace.cost.model import CostModel
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator
-from archplace.inputs import show_value
 from archplace.schemas import STAMP_KEYS, check_stamp
 from archplace.workload.graph import CoreType, OpGraph
 

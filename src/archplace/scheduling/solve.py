@@ -1,5 +1,5 @@
 """Entry points of per-layer scheduling: the backends by name, and the Python API
-(``solve_problem``) behind ``archplace schedule`` (``archplace.app.layer_problem`` builds a
+(``solve_problem``) behind ``archplace schedule`` (``archplace.front.app.layer_problem`` builds a
 layer's problem).
 
 Backends (all behind :class:`~archplace.scheduling.base.Scheduler`, chosen by name from the
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from archplace.registry import lookup
+from archplace.base.registry import lookup
 from archplace.scheduling.base import Scheduler, ScheduleResult, SolveOptions
 from archplace.scheduling.list_scheduler import list_schedule, lower_bound_s
 from archplace.scheduling.problem import ScheduleProblem

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from archplace.errors import ConfigError, SolverError
+from archplace.base.errors import ConfigError, SolverError
 from archplace.scheduling.problem import SchedOp, ScheduleProblem
 from archplace.workload.graph import CoreType
 

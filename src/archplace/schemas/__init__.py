@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from archplace._version import __version__
-from archplace.errors import ConfigError, InternalError
+from archplace.base.errors import ConfigError, InternalError
 
 SCHEMA_VERSIONS: Mapping[str, int] = MappingProxyType({
     "graph": 1,  # graph --json

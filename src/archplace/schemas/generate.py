@@ -2,7 +2,7 @@
 
 * The plan object (``common.schema.json``, ``$defs/plan``: the ``plan`` of ``plan --json`` and
   ``evaluate --json``) is generated from :class:`archplace.placement.plan.Plan`: one property per
-  field, its description the field's help (:func:`archplace.options.option`), its JSON type from
+  field, its description the field's help (:func:`archplace.base.options.option`), its JSON type from
   the field's type (an enum's values, a whole number's declared range, a list's items, null for
   an optional field), and ``required`` every field :meth:`Plan.to_dict` always writes. The
   derived ``stage_device`` is the one hand-written property.
@@ -26,7 +26,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from archplace.options import METADATA_KEY, Option, span
+from archplace.base.options import METADATA_KEY, Option, span
 
 WIDTH = 110
 """Longest line the writer puts a JSON value on before it spreads it over several lines."""
@@ -64,7 +64,7 @@ DERIVED: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 """Per schema file, the JSON pointer of each property that echoes an option, and the spec field
-(class name in :mod:`archplace.specs`, field name) whose type and range it takes."""
+(class name in :mod:`archplace.front.specs`, field name) whose type and range it takes."""
 
 UNRELATED: dict[str, str] = {
     "model": "a model's name as the output reports it (a preset or the config's name), not the input path",
@@ -82,7 +82,7 @@ def field_schema(spec: type, name: str) -> dict[str, Any]:
     """The JSON Schema of the resolved value of field ``name`` of ``spec`` as an output echoes
     it: its type without None (an output reports the value used: a model's own sequence length
     for a None ``seq_len``), numbers bounded by the declared range
-    (:func:`archplace.options.span`)."""
+    (:func:`archplace.base.options.span`)."""
     kind = typing.get_type_hints(spec)[name]
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
         (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
@@ -159,7 +159,7 @@ def common_schema(current: dict[str, Any]) -> dict[str, Any]:
 
 
 def _spec(name: str) -> type:
-    from archplace import specs
+    from archplace.front import specs
 
     return getattr(specs, name)
 

@@ -10,7 +10,7 @@ error of the predicted throughput (positive: archplace predicts too fast).
 A run with an ``excluded_reason`` (e.g. a kernel archplace has no published or measured speed
 for) is evaluated and reported but kept outside the suite's thresholds (:func:`included`).
 
-:func:`evaluate_kwargs` builds the keyword arguments of :func:`archplace.api.evaluate` for a run
+:func:`evaluate_kwargs` builds the keyword arguments of :func:`archplace.front.api.evaluate` for a run
 and a *variant* in one place. Used by ``tests/validation``, ``benchmarks/validate.py`` and
 ``archplace calibrate`` (a user's own runs in the same format).
 """
@@ -369,7 +369,7 @@ def included(runs: tuple[Run, ...] | list[Run]) -> tuple[Run, ...]:
 
 
 def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
-    """Keyword arguments of :func:`archplace.api.evaluate` for ``run`` as trained, under
+    """Keyword arguments of :func:`archplace.front.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
     ``grad_reduce_dtype``, ``rank_order``, ``stages``, ``attention_kernel`` (with fused
     attention only), ``tp_comm_overlap`` and ``pp_comm_overlap`` are passed only where the run
@@ -442,10 +442,10 @@ class Outcome:
 
 
 def predict(run: Run, directory: Path, variant: str = DEFAULT_VARIANT) -> Outcome:
-    """Evaluate ``run`` with ``archplace.api.evaluate``; an ``ArchplaceError`` (e.g. the plan
+    """Evaluate ``run`` with ``archplace.front.api.evaluate``; an ``ArchplaceError`` (e.g. the plan
     does not fit in memory) becomes the outcome's ``failure`` instead of an exception."""
-    from archplace import api
-    from archplace.errors import ArchplaceError
+    from archplace.base.errors import ArchplaceError
+    from archplace.front import api
 
     kwargs = evaluate_kwargs(run, model_argument(run, directory), variant)
     try:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from archplace.executor import default_jobs, make_executor
+from archplace.base.executor import default_jobs, make_executor
 from archplace.workload.chain_codec import ChainCodecError, pack, unpack
 from archplace.workload.expert_parallel import check_ep
 from archplace.workload.expert_tensor import check_etp

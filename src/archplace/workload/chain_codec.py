@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 

@@ -45,8 +45,8 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from archplace.errors import ConfigError
-from archplace.inputs import show_value as show
+from archplace.base.errors import ConfigError
+from archplace.base.inputs import show_value as show
 
 if TYPE_CHECKING:
     from archplace.workload.zoo import Family

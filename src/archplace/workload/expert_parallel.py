@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload import experts_op
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain

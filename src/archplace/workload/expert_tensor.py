@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload import experts_op
 from archplace.workload.expert_parallel import _grouped, _region, map_shared_layers, with_region, wrap_region
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase

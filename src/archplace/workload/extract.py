@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from archplace.errors import ConfigError, ExtractionError
+from archplace.base.errors import ConfigError, ExtractionError
 from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
 from archplace.workload.expert_parallel import check_ep, load_factor, shard_experts, shared_expert_width
@@ -57,7 +57,7 @@ class ExtractOptions(Keyed):
 
     The sizes and degrees are taken as given: the front door checked them (the micro-batch and
     the degrees as :class:`archplace.Plan`'s fields, the sequence length as
-    :class:`archplace.specs.ModelSpec`'s).
+    :class:`archplace.front.specs.ModelSpec`'s).
 
     Attributes:
         key: the micro-batch and the parallel degrees (:class:`~archplace.workload.key.CostKey`;

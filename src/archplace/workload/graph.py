@@ -12,7 +12,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 
 class Phase(enum.StrEnum):

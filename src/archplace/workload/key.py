@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 from typing import Any, NamedTuple
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 
 class CostKey(NamedTuple):
@@ -44,7 +44,7 @@ class CostKey(NamedTuple):
         ``(tp, micro_batch, sp, cp, ep, etp)`` tuple of integers.
 
         A CostKey is returned as it is: the front door builds keys from a checked plan space
-        (:class:`archplace.specs.PlanSpace`), so only a plain tuple is checked here.
+        (:class:`archplace.front.specs.PlanSpace`), so only a plain tuple is checked here.
 
         Raises:
             ConfigError: another length, or a non-integer or non-positive size or degree.

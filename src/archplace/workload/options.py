@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import TypeVar
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 
 class Attention(enum.StrEnum):

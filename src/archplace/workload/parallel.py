@@ -56,7 +56,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 from archplace.workload.graph import OpKind
 
 BLOCK_LAYER = 1  # layer index of the block in the traced (embedding, block, head) graph

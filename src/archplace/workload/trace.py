@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from archplace.errors import ConfigError, ExtractionError
-from archplace.quiet import silenced
+from archplace.base.errors import ConfigError, ExtractionError
+from archplace.base.quiet import silenced
 from archplace.workload import attention_op, experts_op
 from archplace.workload.graph import OpKind, Phase
 from archplace.workload.options import Attention
@@ -223,7 +223,7 @@ def latent_down_nodes(calls: Sequence[Any]) -> frozenset[Any]:
 
 def quiet_torch_logging() -> AbstractContextManager[None]:
     """Silence torch's loggers while the body runs (building and tracing a model), then restore
-    their levels (:func:`archplace.quiet.silenced`).
+    their levels (:func:`archplace.base.quiet.silenced`).
 
     When an operator fails on fake tensors, torch logs the whole traceback at ERROR through its
     own stderr handlers (``torch._subclasses.fake_tensor`` logs "failed while attempting to run

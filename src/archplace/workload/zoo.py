@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from archplace.errors import ConfigError
-from archplace.inputs import read_mapping
+from archplace.base.errors import ConfigError
+from archplace.base.inputs import read_mapping
 from archplace.workload.config_checks import (
     check_model_config,
     check_with_transformers,
@@ -340,7 +340,7 @@ def load_model(name_or_path: str) -> LoadedModel:
 
     Raises:
         ConfigError: unknown preset (lists the valid ones), a file
-            :func:`archplace.inputs.read_mapping` refuses, or a config :func:`validate_config`
+            :func:`archplace.base.inputs.read_mapping` refuses, or a config :func:`validate_config`
             refuses.
     """
     presets = _presets()

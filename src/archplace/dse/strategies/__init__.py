@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from archplace.base.registry import lookup
 from archplace.dse.strategy import Strategy
-from archplace.registry import lookup
 
 
 def _exhaustive() -> Strategy:

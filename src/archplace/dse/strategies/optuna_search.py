@@ -63,10 +63,10 @@ import optuna
 from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.trial import Trial, TrialState
 
+from archplace.base.errors import ConfigError
 from archplace.dse.evaluate import DesignResult
 from archplace.dse.objective import Objective, pareto_key
 from archplace.dse.strategy import StrategyContext, StrategyOutcome
-from archplace.errors import ConfigError
 from archplace.hw.accelerator import Accelerator
 
 log = logging.getLogger(__name__)

@@ -16,23 +16,27 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError, MissingSectionError
+from archplace.base.fields import check_as, member
+from archplace.base.inputs import read_mapping, syntax_of
+from archplace.base.units import parse_area_mm2, parse_power_w
 from archplace.cost.attention_tables import kernel_key, model_tables
 from archplace.cost.estimate import ModelEstimate, PresetMatmul, estimate_layers, preset_matmul
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import Precision
 from archplace.dse.objective import Objective
 from archplace.dse.request import SearchRequest
-from archplace.errors import ConfigError, MissingSectionError
-from archplace.fields import check_as, member
+from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
+from archplace.front.specs.resolved import ResolvedHardware
+from archplace.front.specs.runs import EvaluateRun, PlanRun
+from archplace.front.specs.search import SearchSpec, parse_recompute
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster
 from archplace.hw.power import tdp_w
 from archplace.hw.presets import load_accelerator, load_cluster
-from archplace.hw.resolved import ResolvedHardware
 from archplace.hw.space import SearchSpace, load_space
-from archplace.inputs import read_mapping, syntax_of
 from archplace.placement import workflow
 from archplace.placement.grid import PlanGrid, grid_of
 from archplace.placement.interference import Interference
@@ -41,10 +45,6 @@ from archplace.placement.result import PlanResult
 from archplace.scheduling.base import ScheduleResult, SolveOptions
 from archplace.scheduling.problem import ScheduleProblem
 from archplace.scheduling.solve import LAYERS, PHASES, solve_problem
-from archplace.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
-from archplace.specs.runs import EvaluateRun, PlanRun
-from archplace.specs.search import SearchSpec, parse_recompute
-from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import check_tp, extract_chain, traced_as
@@ -55,7 +55,7 @@ from archplace.workload.options import Attention, Kernels
 
 def read_run_file(path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
     """The top-level mapping of a run file (YAML, or JSON for ``*.json``;
-    :func:`archplace.inputs.read_mapping`'s limits).
+    :func:`archplace.base.inputs.read_mapping`'s limits).
 
     Raises:
         ConfigError: one line naming the file and the problem.
@@ -65,7 +65,7 @@ def read_run_file(path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
 
 def load_model(model: ModelSpec, micro_batch_sizes: Iterable[int] = ()) -> zoo.LoadedModel:
     """The model of ``model`` at its sequence length (the spec's, else the model's context),
-    with the sequence and every micro-batch's token count within :mod:`archplace.limits`.
+    with the sequence and every micro-batch's token count within :mod:`archplace.base.limits`.
 
     Raises:
         ConfigError: an unknown model or a bad config file, a size out of range, a capacity
@@ -275,13 +275,13 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
                    kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
                    expert_load_imbalance: float = 1.0) -> ModelEstimate:
     """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``
-    (``capacity_factor`` and ``expert_load_imbalance`` as in :class:`~archplace.specs.ModelSpec`;
+    (``capacity_factor`` and ``expert_load_imbalance`` as in :class:`~archplace.front.specs.ModelSpec`;
     one chip holds every expert, so only a capacity factor above 1 changes the figures).
 
     The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
 
     Raises:
-        ConfigError: unknown model or preset, a size out of range (:mod:`archplace.limits`: tp
+        ConfigError: unknown model or preset, a size out of range (:mod:`archplace.base.limits`: tp
             1..2**20, micro_batch 1..2**20, seq_len 1..2**20, at most 2**26 tokens per
             micro-batch), a TP width the model cannot be split by, an unknown attention or
             kernels value.
@@ -326,11 +326,11 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         attention, kernels: eager | sdpa | flash and fused | unfused
             (:class:`archplace.workload.extract.ExtractOptions`).
         capacity_factor, expert_load_imbalance: of a mixture-of-experts model's routed tokens
-            (:class:`~archplace.specs.ModelSpec`; 1.0 each).
+            (:class:`~archplace.front.specs.ModelSpec`; 1.0 each).
 
     Raises:
         ConfigError: an unknown layer or phase, a bad model or hardware, a size out of range
-            (:mod:`archplace.limits`), a TP width the model does not allow, or tp > 1 on
+            (:mod:`archplace.base.limits`), a TP width the model does not allow, or tp > 1 on
             hardware without a cluster section.
         ExtractionError: the model cannot be traced.
     """
@@ -376,7 +376,7 @@ def read_schedule_problem(path: str | os.PathLike[str]) -> ScheduleProblem:
     writes it, stamped or not).
 
     Raises:
-        ConfigError: a file :func:`archplace.inputs.read_mapping` refuses (missing, oversized,
+        ConfigError: a file :func:`archplace.base.inputs.read_mapping` refuses (missing, oversized,
             binary, not JSON, too deep), or not a valid problem (the message starts with the path).
     """
     data = read_mapping(path, "schedule problem", syntax="json")
@@ -396,7 +396,7 @@ def search_request(spec: SearchSpec) -> SearchRequest:
     """Everything the search of ``spec`` needs, loaded and checked, without running it: its models
     (loaded; traced when the search runs), the designs of its space within the budgets, the
     cluster's links, the plan grid searched for every design, the objective and the baseline.
-    The spec's values are range-checked already (:class:`~archplace.specs.search.SearchSpec`);
+    The spec's values are range-checked already (:class:`~archplace.front.specs.search.SearchSpec`);
     what is checked here needs the loaded models, space or chips.
 
     Raises:

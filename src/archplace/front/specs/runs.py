@@ -1,10 +1,10 @@
 """Whole runs as a file holds them: :class:`PlanRun` (``plan --config``) and
 :class:`EvaluateRun` (``evaluate --plan``).
 
-A run file is one flat mapping: the fields of :class:`~archplace.specs.ModelSpec`,
-:class:`~archplace.specs.HardwareSpec` and :class:`~archplace.specs.ClusterSpec`, then either
-the fields of :class:`~archplace.specs.PlanSpace` (a plan run) or a ``plan`` object, the
-fields of :class:`~archplace.specs.Plan` (an evaluate run).
+A run file is one flat mapping: the fields of :class:`~archplace.front.specs.ModelSpec`,
+:class:`~archplace.front.specs.HardwareSpec` and :class:`~archplace.front.specs.ClusterSpec`, then either
+the fields of :class:`~archplace.front.specs.PlanSpace` (a plan run) or a ``plan`` object, the
+fields of :class:`~archplace.front.specs.Plan` (an evaluate run).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from archplace import limits
-from archplace.errors import ConfigError
-from archplace.fields import current_names
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.fields import current_names
+from archplace.front.specs.plan import Plan, PlanSpace
+from archplace.front.specs.run import ClusterSpec, HardwareSpec, ModelSpec
 from archplace.schemas import SCHEMA_VERSIONS, STAMP_KEYS
-from archplace.specs.plan import Plan, PlanSpace
-from archplace.specs.run import ClusterSpec, HardwareSpec, ModelSpec
 
 _PARTS: tuple[type[Any], ...] = (ModelSpec, HardwareSpec, ClusterSpec)
 

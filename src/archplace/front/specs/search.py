@@ -3,8 +3,8 @@
 A spec holds everything a search needs -- the models, the cluster, the design space, the plan
 options searched for every design, how the space is explored and where the work runs -- as
 plain values (names, paths, numbers), checked when the spec is made: a bad value is one
-:class:`~archplace.errors.ConfigError` naming the field.  Names and files (models, the space,
-presets) are loaded when the search runs (:func:`archplace.api.search`), not here.
+:class:`~archplace.base.errors.ConfigError` naming the field.  Names and files (models, the space,
+presets) are loaded when the search runs (:func:`archplace.front.api.search`), not here.
 
 :data:`EXAMPLE` is a commented starting file (``archplace config --example search``).
 """
@@ -19,14 +19,17 @@ from typing import Any, ClassVar
 
 import yaml
 
-from archplace import inputs, limits
+from archplace.base import inputs, limits
+from archplace.base.errors import ConfigError
+from archplace.base.executor import EXECUTORS
+from archplace.base.fields import as_dict, checked, current_names
+from archplace.base.options import declared, option
+from archplace.base.units import parse_area_mm2, parse_power_w
 from archplace.cost.precision import Precision
 from archplace.dse.objective import Objective
 from archplace.dse.strategies import STRATEGIES
-from archplace.errors import ConfigError
-from archplace.executor import EXECUTORS
-from archplace.fields import as_dict, checked, current_names
-from archplace.options import declared, option
+from archplace.front.specs.plan import PlanSpace, parse_zero_stages
+from archplace.front.specs.run import ClusterSpec, ModelSpec
 from archplace.placement.plan import (
     MICRO_BATCHES,
     ZERO_STAGES,
@@ -35,9 +38,6 @@ from archplace.placement.plan import (
     Plan,
     Recompute,
 )
-from archplace.specs.plan import PlanSpace, parse_zero_stages
-from archplace.specs.run import ClusterSpec, ModelSpec
-from archplace.units import parse_area_mm2, parse_power_w
 from archplace.workload.options import Attention, Kernels
 
 RECOMPUTES = ("none", "selective", "full", "both", "all")
@@ -103,14 +103,14 @@ class SearchSpec:
         eps: expert-parallel degrees tried (1..2**20 each); None: 1 only.
         etps: expert-tensor-parallel widths tried (1..2**20 each); None: 1 only.
         dp_replicates: hybrid-sharding (HSDP) replica counts tried (1..2**20 each; default 1
-            only), as :class:`~archplace.specs.PlanSpace`'s.
+            only), as :class:`~archplace.front.specs.PlanSpace`'s.
         attention: ``flash``, ``sdpa`` or ``eager``.
         kernels: ``fused`` or ``unfused`` element-wise kernels.
         fuse: also fold element-wise operators into the matmul producing their input.
         capacity_factor: expert capacity of the MoE models' routed tokens over the balanced
-            share (1..1024; 1.0: dropless), as :class:`~archplace.specs.ModelSpec`'s.
+            share (1..1024; 1.0: dropless), as :class:`~archplace.front.specs.ModelSpec`'s.
         expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
-            (1..1024; 1.0: balanced), as :class:`~archplace.specs.ModelSpec`'s.
+            (1..1024; 1.0: balanced), as :class:`~archplace.front.specs.ModelSpec`'s.
         baseline: hardware preset evaluated the same way for comparison; None (or ``"none"``):
             no baseline.
         executor: ``local`` (worker processes) or ``dask``.
@@ -129,7 +129,7 @@ class SearchSpec:
     """
 
     TRIES: ClassVar[type] = Plan
-    """The class whose fields this spec's plan fields try (:attr:`archplace.options.Option.tries`)."""
+    """The class whose fields this spec's plan fields try (:attr:`archplace.base.options.Option.tries`)."""
 
     models: tuple[str, ...] = option(flag="--model", help=(
         "Model preset or path of an HF config.json; several: the objective is the geometric mean "
@@ -392,7 +392,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 """How the fields whose check their declaration does not give (texts, choices given as text,
 quantities with units) are checked and normalised; every other field is checked from its
-declaration (:func:`archplace.fields.checked`)."""
+declaration (:func:`archplace.base.fields.checked`)."""
 
 
 def _checked(name: str, value: object) -> Any:

@@ -3,7 +3,7 @@ layer graphs, schedule problems).
 
 :func:`read_mapping` returns the file's top-level mapping as plain data (dicts with text keys,
 lists, text, whole numbers, finite floats, booleans and None) or raises one
-:class:`~archplace.errors.ConfigError` line that names the file and the problem:
+:class:`~archplace.base.errors.ConfigError` line that names the file and the problem:
 
 * a missing path, a directory, or anything but a regular file (a FIFO or device could block
   or never end);
@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import yaml
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 MAX_FILE_BYTES = 64 * 2**20
 """Largest input file read, bytes (64 MiB)."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from archplace.errors import ConfigError
-from archplace.specs.search import EXAMPLE as SEARCH
+from archplace.base.errors import ConfigError
+from archplace.front.specs.search import EXAMPLE as SEARCH
 
 PLAN = """\
 # A plan run: archplace plan --config plan.yaml

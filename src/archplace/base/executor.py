@@ -6,7 +6,7 @@ The pool and Dask are :class:`concurrent.futures.Executor` objects, so the searc
 same either way; evaluations are pure functions of their arguments, so the results are
 identical.  Dask comes with the optional extra ``pip install 'archplace[cluster]'``.
 
-The local pool's workers never outlive the search (:mod:`archplace.lifetime`): they ignore
+The local pool's workers never outlive the search (:mod:`archplace.base.lifetime`): they ignore
 SIGINT from their start (a Ctrl-C reaches the whole process group), end when their parent
 ends (``kill -9`` included), and when the search stops early -- an interrupt, an error --
 the work not yet started is cancelled and the workers are terminated at once instead of
@@ -34,10 +34,10 @@ from multiprocessing.process import BaseProcess
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from archplace.errors import ConfigError
-from archplace.lifetime import Interrupted, guard_child, sigint_blocked, stop_processes
-from archplace.quiet import silenced
-from archplace.registry import lookup
+from archplace.base.errors import ConfigError
+from archplace.base.lifetime import Interrupted, guard_child, sigint_blocked, stop_processes
+from archplace.base.quiet import silenced
+from archplace.base.registry import lookup
 
 
 def default_jobs() -> int:
@@ -46,8 +46,8 @@ def default_jobs() -> int:
 
 
 class _WorkerProcess(SpawnProcess):
-    """A spawned worker that starts with SIGINT blocked (:func:`archplace.lifetime.sigint_blocked`)
-    until its initializer, :func:`archplace.lifetime.guard_child`, ignores it.  Daemonic: a
+    """A spawned worker that starts with SIGINT blocked (:func:`archplace.base.lifetime.sigint_blocked`)
+    until its initializer, :func:`archplace.base.lifetime.guard_child`, ignores it.  Daemonic: a
     worker the pool never recorded (an interrupt taken the instant after its start, when the
     signal is unblocked) is terminated when this process exits instead of waited for."""
 
@@ -179,7 +179,8 @@ interrupt (:func:`_dask`)."""
 
 def _silenced(names: tuple[str, ...]) -> AbstractContextManager[None]:
     """The loggers ``names`` and their descendants silent while a local cluster runs, and for good
-    after an interrupt: the cluster's close may finish in an exit hook (:func:`archplace.quiet.silenced`)."""
+    after an interrupt: the cluster's close may finish in an exit hook
+    (:func:`archplace.base.quiet.silenced`)."""
     return silenced(names, kept_after=(Interrupted, KeyboardInterrupt))
 
 

@@ -24,7 +24,7 @@ multiply the work. Every bound here says why it is where it is:
 * Matmul dimensions of ``estimate matmul`` at most :data:`MAX_GEMM_DIM` = 2**31 - 1 and arrays
   at most :data:`MAX_ARRAY_DIM` = 2**16 rows or columns.
 
-All checks raise :class:`~archplace.errors.ConfigError` with one line naming the parameter, the
+All checks raise :class:`~archplace.base.errors.ConfigError` with one line naming the parameter, the
 allowed range and the value given.
 """
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 MAX_DEVICES = 2**20
 MAX_GLOBAL_BATCH = 2**30

@@ -2,7 +2,7 @@
 :class:`Plan` (one fixed plan, as ``evaluate`` scores it: the placement engine's own
 :class:`archplace.placement.plan.Plan`, re-exported).
 
-:mod:`archplace.app` turns a plan space into the placement engine's grid. Errors name the field
+:mod:`archplace.front.app` turns a plan space into the placement engine's grid. Errors name the field
 as it is spelled in a plan file (``micro_batch_sizes``, ``plan.tp``).
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from archplace import limits
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.fields import as_dict, check_declared, check_keys
+from archplace.base.options import option
 from archplace.cost.precision import PRECISIONS, Precision
-from archplace.errors import ConfigError
-from archplace.fields import as_dict, check_declared, check_keys
-from archplace.options import option
 from archplace.placement.plan import (
     GRAD_HELP,
     MICRO_BATCHES,
@@ -122,7 +122,7 @@ class PlanSpace:
     """
 
     TRIES: ClassVar[type] = Plan
-    """The class whose fields this space's fields try (:attr:`archplace.options.Option.tries`)."""
+    """The class whose fields this space's fields try (:attr:`archplace.base.options.Option.tries`)."""
 
     tps: tuple[int, ...] | None = option(None, tries="tp", default_shown="all valid")
     micro_batch_sizes: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch",

@@ -10,8 +10,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from archplace.errors import ConfigError
-from archplace.inputs import read_mapping, syntax_of
+from archplace.base.errors import ConfigError
+from archplace.base.inputs import read_mapping, syntax_of
 from archplace.placement.layer_graph import LayerGraph
 from archplace.placement.plan import LayerCost
 
@@ -122,7 +122,7 @@ def load_layer_graph_file(path: str | Path) -> tuple[LayerGraph, int | None]:
           - [text.embed, text.block0]
 
     Raises:
-        ConfigError: a file :func:`archplace.inputs.read_mapping` refuses (missing, oversized,
+        ConfigError: a file :func:`archplace.base.inputs.read_mapping` refuses (missing, oversized,
             binary, malformed, too deep), a missing or unknown field, a negative
             value, an unknown layer name in an edge, or a cycle (one line, naming the file).
     """

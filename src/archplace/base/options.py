@@ -1,9 +1,10 @@
 """Every option of a run, declared once: on the spec field it sets.
 
-A field of a run spec (:class:`~archplace.specs.ModelSpec`, :class:`~archplace.specs.HardwareSpec`,
-:class:`~archplace.specs.ClusterSpec`, :class:`~archplace.specs.PlanSpace`,
-:class:`~archplace.specs.Plan`) is declared with :func:`option`, which keeps an :class:`Option`
-in the field's metadata: its one-line help and how the command line spells it. The field itself
+A field of a run spec (:class:`~archplace.front.specs.ModelSpec`,
+:class:`~archplace.front.specs.HardwareSpec`, :class:`~archplace.front.specs.ClusterSpec`,
+:class:`~archplace.front.specs.PlanSpace`, :class:`~archplace.front.specs.Plan`) is declared
+with :func:`option`, which keeps an :class:`Option` in the field's metadata: its one-line help
+and how the command line spells it. The field itself
 gives the type, the default and (in the spec's ``__post_init__``) the range. Derived from these
 records, with no second list anywhere:
 
@@ -45,8 +46,8 @@ class Option:
             with dashes (a plan space's field: the name of the plan field it tries; a bool that
             defaults to true: ``--no-NAME``).
         metavar: the placeholder in ``--help``; None: an enum's values joined by ``|``.
-        tries: on a field of a space of plans (:class:`~archplace.specs.PlanSpace`,
-            :class:`~archplace.specs.SearchSpec`), the field of the space's ``TRIES`` class (the
+        tries: on a field of a space of plans (:class:`~archplace.front.specs.PlanSpace`,
+            :class:`~archplace.front.specs.SearchSpec`), the field of the space's ``TRIES`` class (the
             :class:`~archplace.placement.plan.Plan`) whose values it lists (``tps`` tries ``tp``).
         parse: the command line gives one text that this function turns into the field's value
             (``--stages 0-12,13-25``, ``--zero-stage 0,1``); it raises ConfigError.
@@ -57,12 +58,12 @@ class Option:
         low, high: the inclusive range of a number field (of each element of a tuple field);
             None: taken from the field it ``tries`` or is ``like`` (:func:`span`), else
             unbounded. The class's ``__post_init__`` checks them
-            (:func:`archplace.fields.check_declared`) and the JSON Schema states them
+            (:func:`archplace.base.fields.check_declared`) and the JSON Schema states them
             (:mod:`archplace.schemas.generate`).
         like: ``(spec, name)``: the field of another spec that this one means (a search's
             ``seq_len`` is a model spec's): its help, when this one gives none, and its range.
         formerly: earlier names of the field, still read as its key in files and mappings
-            (:func:`archplace.fields.current_names`), so that a rename breaks no one's file.
+            (:func:`archplace.base.fields.current_names`), so that a rename breaks no one's file.
     """
 
     help: str | None = None
@@ -200,7 +201,7 @@ def declared(spec: type) -> Mapping[str, Declared]:
         info = field.metadata.get(METADATA_KEY)
         if not isinstance(info, Option):
             raise TypeError(f"{spec.__name__}.{field.name} is not declared with "
-                            "archplace.options.option")
+                            "archplace.base.options.option")
         if info.engine:
             continue
         kind, optional = _strip_none(hints[field.name])

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import re
 
-from archplace.errors import ConfigError
-from archplace.limits import shown
+from archplace.base.errors import ConfigError
+from archplace.base.limits import shown
 
 _NUMBER_UNIT = re.compile(
     r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*((?:[A-Za-z/µ][A-Za-z0-9/µ]*)?)\s*$")

@@ -2,7 +2,7 @@
 
 Example::
 
-    from archplace import api
+    from archplace.front import api
     result = api.search("gpt2-xl", space="tiny", devices=1024, global_batch=4096)
     print(result.best.accelerator.name, result.best.throughput_samples_per_s)
 """
@@ -16,37 +16,38 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archplace import app, limits
-from archplace.app import (
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.fields import check_as
+from archplace.cost.estimate import estimate_matmul
+from archplace.dse.request import SearchRequest, SearchResult
+from archplace.dse.runner import Progress
+from archplace.front import app
+from archplace.front.app import (
     estimate_model,
     estimate_preset_matmul,
     layer_problem,
     read_schedule_problem,
     schedule_layer,
 )
-from archplace.cost.estimate import estimate_matmul
-from archplace.dse.request import SearchRequest, SearchResult
-from archplace.dse.runner import Progress
-from archplace.errors import ConfigError
-from archplace.fields import check_as
-from archplace.hw.presets import preset_summaries
-from archplace.hw.resolved import ResolvedHardware
-from archplace.layer_graphs import plan_layer_graph, plan_layer_graph_options
-from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES
-from archplace.placement.result import PlanResult
-from archplace.scheduling.base import SolveOptions
-from archplace.scheduling.solve import get_scheduler, solve_problem
-from archplace.searches import SearchInterrupted, run_searches
-from archplace.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
-from archplace.specs.plan import (
+from archplace.front.layer_graphs import plan_layer_graph, plan_layer_graph_options
+from archplace.front.searches import SearchInterrupted, run_searches
+from archplace.front.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
+from archplace.front.specs.plan import (
     TOP_K,
     check_sp,
     fixed_zero_stage,
     parse_stages,
     parse_zero_stages,
 )
-from archplace.specs.search import SearchSpec
-from archplace.stored_results import plot_design_space, results
+from archplace.front.specs.resolved import ResolvedHardware
+from archplace.front.specs.search import SearchSpec
+from archplace.front.stored_results import plot_design_space, results
+from archplace.hw.presets import preset_summaries
+from archplace.placement.plan import MICRO_BATCHES, ZERO_STAGES
+from archplace.placement.result import PlanResult
+from archplace.scheduling.base import SolveOptions
+from archplace.scheduling.solve import get_scheduler, solve_problem
 from archplace.workload.expert_parallel import shared_experts
 from archplace.workload.expert_tensor import check_etp
 from archplace.workload.options import Attention, Kernels
@@ -97,7 +98,7 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     ``attention`` (eager | sdpa | flash) and ``kernels`` (fused | unfused), members or names,
     as in :class:`~archplace.workload.extract.ExtractOptions`; every function here that traces
     a model takes them. ``capacity_factor`` and ``expert_load_imbalance`` (each >= 1; 1.0:
-    dropless and balanced) as in :class:`archplace.specs.ModelSpec`, for a mixture-of-experts
+    dropless and balanced) as in :class:`archplace.front.specs.ModelSpec`, for a mixture-of-experts
     model only; :func:`plan`, :func:`evaluate` and :func:`search` take them too.
 
     Returns:
@@ -110,7 +111,7 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
         ``expert_tp_bytes``.
 
     Raises:
-        ConfigError: unknown model, sizes out of range (:mod:`archplace.limits`), a TP width that
+        ConfigError: unknown model, sizes out of range (:mod:`archplace.base.limits`), a TP width that
             does not divide the heads, KV heads or FFN size, ``sp`` with ``tp`` = 1, an unknown
             attention or kernels value, an ``ep`` that does not divide the routed experts (or
             above 1 for a dense model), an ``etp`` that does not divide the experts' FFN size (or
@@ -153,7 +154,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     default all four, or 0 only when ``zero`` is False, the older switch), DP overlap (off and
     on: the gradient reduction bucketed over the last backward pass), every pipeline depth,
     stage split and DP degree. ``fuse``: layers costed with element-wise operators fused into
-    their producing matmul (:class:`archplace.specs.PlanSpace`).
+    their producing matmul (:class:`archplace.front.specs.PlanSpace`).
     ``grad_reduce_dtype``: fp32 (Megatron-LM's bf16 recipe, the default) or bf16 gradient
     buffer and reduction.
     ``attention`` and ``kernels`` as in :func:`graph`.
@@ -183,13 +184,13 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     whole DP x CP group; r > 1: ZeRO within each of r replicas, which all-reduce their gradient
     shards once per iteration, :mod:`archplace.placement.layout`);
     ``cluster``: the preset or YAML whose cluster section gives the links (default
-    ``hardware``'s own). Each keyword is a field of :class:`~archplace.specs.PlanSpace`,
-    :class:`~archplace.specs.ModelSpec` or :class:`~archplace.specs.HardwareSpec`, as ``plan``'s
+    ``hardware``'s own). Each keyword is a field of :class:`~archplace.front.specs.PlanSpace`,
+    :class:`~archplace.front.specs.ModelSpec` or :class:`~archplace.front.specs.HardwareSpec`, as ``plan``'s
     options are.
 
     Raises:
         ConfigError: unknown model / preset / option, an attention kernel with no table for the
-            chip (the families it has named), sizes out of range (:mod:`archplace.limits`:
+            chip (the families it has named), sizes out of range (:mod:`archplace.base.limits`:
             devices, TP, CP and EP degrees and expert-TP widths 1..2**20, global batch 1..2**30,
             micro-batches 1..2**20, top_k 1..1,000, ...), a chain too long or a plan space too large to search
             (:mod:`archplace.placement.budget`), fp8 on a chip without FP8 tensor cores.
@@ -215,7 +216,7 @@ def plan_report(*args: Any, **kwargs: Any) -> PlanReport:
     ``plan``, ``mfu``, ``iteration_time_s``, ... are the best plan's, ``ranked`` every plan
     (``top_k`` of them), best first. ``archplace.plan`` is this function; it takes the
     arguments of :func:`plan` (its signature, which ``help()`` shows) and raises what it raises
-    (:class:`ConfigError`, :class:`~archplace.errors.InfeasibleError` when nothing fits)."""
+    (:class:`ConfigError`, :class:`~archplace.base.errors.InfeasibleError` when nothing fits)."""
     from archplace.placement.ranked import PlanReport
 
     return PlanReport.of(plan(*args, **kwargs))
@@ -227,7 +228,7 @@ plan_report.__signature__ = inspect.signature(plan).replace(  # type: ignore[att
 
 def plan_run(run: PlanRun) -> list[PlanResult]:
     """:func:`plan` of a run given as specs (as a plan file gives it;
-    :class:`~archplace.app.PlanRun`), best first.
+    :class:`~archplace.front.app.PlanRun`), best first.
 
     Raises:
         ConfigError, InfeasibleError: as :func:`plan`.
@@ -255,7 +256,7 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
     hybrid-sharding replicas (dividing ``dp``, with ``zero_stage`` >= 1), and
     ``attention_kernel``, ``tp_comm_overlap`` and ``pp_comm_overlap``, as in :func:`plan`;
     ``hardware`` a preset, a hardware YAML or a
-    :class:`~archplace.hw.resolved.ResolvedHardware`; ``cluster`` the preset or YAML whose
+    :class:`~archplace.front.specs.resolved.ResolvedHardware`; ``cluster`` the preset or YAML whose
     cluster section gives the links, default ``hardware``'s own).
 
     ``zero_stage`` 0..3 (ZeRO; 3 is FSDP); ``zero=True`` is the older spelling of stage 1 (an
@@ -267,7 +268,7 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
     ranges (``"0-12,13-25,..."``; embedding = 0, head = last).
 
     Raises:
-        ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.limits`:
+        ConfigError: unknown model / preset / option, sizes out of range (:mod:`archplace.base.limits`:
             devices, tp, cp, ep, etp, pp, dp and chunks 1..2**20, global batch 1..2**30, micro-batch 1..2**20,
             ...), an invalid plan, fp8 on a chip without FP8 tensor cores.
         InfeasibleError: the plan does not fit in memory (stage and bytes named).
@@ -304,7 +305,7 @@ def calibrate(runs: str | Path, hardware: str, *, fit: str | Sequence[str] | Non
 
 def evaluate_run(run: EvaluateRun) -> PlanResult:
     """:func:`evaluate` of a run given as specs (as ``evaluate --plan`` reads it;
-    :class:`~archplace.app.EvaluateRun`).
+    :class:`~archplace.front.app.EvaluateRun`).
 
     Raises:
         ConfigError, InfeasibleError: as :func:`evaluate`.
@@ -342,8 +343,8 @@ def search_request(
     dp_replicates: Iterable[int] = (1,),
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it: the keywords make a
-    :class:`~archplace.specs.search.SearchSpec` (each keyword is its field of the same name, with
-    its default and range check), which :func:`archplace.app.search_request` resolves.
+    :class:`~archplace.front.specs.search.SearchSpec` (each keyword is its field of the same name, with
+    its default and range check), which :func:`archplace.front.app.search_request` resolves.
 
     Args:
         model: a model preset name or the path of an HF ``config.json``; or several (the
@@ -383,7 +384,7 @@ def search_request(
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
-            (:mod:`archplace.limits`), a budget that is not a positive finite quantity, a TP width
+            (:mod:`archplace.base.limits`), a budget that is not a positive finite quantity, a TP width
             a model cannot be split by, fp8 alone on a space none of whose designs has FP8
             tensor cores, a capacity factor or load imbalance below 1, or other than 1 when
             every model is dense.
@@ -402,7 +403,7 @@ def _listed(value: Any) -> Any:
 
 def check_run_options(*, trials: int | None = None, seed: int = 0, exact_top: int = 0,
                       jobs: int | None = None, top: int = 1) -> None:
-    """Check how a search is run, before any work (:mod:`archplace.limits`): ``trials``
+    """Check how a search is run, before any work (:mod:`archplace.base.limits`): ``trials``
     1..10**6 (or None), ``seed`` 0..2**32 - 1 (NumPy's and Optuna's range), ``exact_top`` and
     ``top`` up to 1,000 (``top`` >= 1), ``jobs`` 1..4 per usable CPU (or None).
 
@@ -422,7 +423,7 @@ def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None 
     """Search a space of accelerators for the one that trains the spec's models best.
 
     Args:
-        spec: a :class:`~archplace.specs.search.SearchSpec` (``fields`` then override its
+        spec: a :class:`~archplace.front.specs.search.SearchSpec` (``fields`` then override its
             fields), or -- the older call -- a model name or several, with the spec's fields as
             keywords (``devices``, ``global_batch``, ``space``, ``strategy``, ``trials``, ``jobs``,
             ``store``, ...); that call runs in this process (``jobs=1``) and re-evaluates
@@ -438,7 +439,7 @@ def search(spec: SearchSpec | str | Sequence[str], *, progress: Progress | None 
         The evaluated designs, best first (``result.best`` is None when nothing fits).
 
     Raises:
-        ConfigError: bad input (:class:`~archplace.specs.search.SearchSpec`,
+        ConfigError: bad input (:class:`~archplace.front.specs.search.SearchSpec`,
             :func:`search_request`), an unreachable scheduler; ``per_model`` with several models
             (use :func:`search_each`).
         ExtractionError: the model code cannot be traced.
@@ -470,7 +471,7 @@ def _search_spec(spec: SearchSpec | str | Sequence[str], fields: dict[str, Any])
 
 def spec_request(spec: SearchSpec, models: Sequence[str] | None = None) -> SearchRequest:
     """:func:`search_request` of ``spec`` (for ``models``, default all of the spec's): the spec,
-    already checked, resolved by :func:`archplace.app.search_request`."""
+    already checked, resolved by :func:`archplace.front.app.search_request`."""
     return app.search_request(spec.replace(models=tuple(models)) if models else spec)
 
 

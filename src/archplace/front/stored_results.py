@@ -1,15 +1,15 @@
 """Reading a result store back: its designs ranked search by search (:func:`results`) and the
 design-space figure of a search or a store (:func:`plot_design_space`); re-exported by
-:mod:`archplace.api`."""
+:mod:`archplace.front.api`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from archplace.base.errors import ConfigError
 from archplace.dse.objective import rank
 from archplace.dse.request import SearchResult
 from archplace.dse.store import ResultStore, StoredResult
-from archplace.errors import ConfigError
 
 __all__ = ["plot_design_space", "results"]
 

@@ -12,16 +12,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from archplace import app, limits
-from archplace.errors import InfeasibleError, OutOfMemoryError
-from archplace.fields import check_as
-from archplace.layer_graph_file import load_layer_graph_file
+from archplace.base import limits
+from archplace.base.errors import InfeasibleError, OutOfMemoryError
+from archplace.base.fields import check_as
+from archplace.front import app
+from archplace.front.layer_graph_file import load_layer_graph_file
+from archplace.front.specs import ClusterSpec, HardwareSpec, Plan
+from archplace.front.specs.plan import check_sp, enum_choices, fixed_zero_stage
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph
 from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult
-from archplace.specs import ClusterSpec, HardwareSpec, Plan
-from archplace.specs.plan import check_sp, enum_choices, fixed_zero_stage
 
 DEFAULT_SCHEDULES = ("1f1b", "gpipe")
 """Schedules tried by default (the downset DP has no interleaved schedule)."""
@@ -38,14 +39,14 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
 
     Args:
         graph: a :class:`~archplace.placement.layer_graph.LayerGraph`, or the path of a YAML/JSON layer
-            graph file (:func:`~archplace.layer_graph_file.load_layer_graph_file`); its costs are per
+            graph file (:func:`~archplace.front.layer_graph_file.load_layer_graph_file`); its costs are per
             micro-batch of ``micro_batch`` samples and per TP rank of a ``tp``-wide group, SI units.
         hardware: hardware preset or YAML file (chip and cluster links).
         devices, global_batch: cluster size and samples per iteration.
         micro_batch, recompute, schedule, tp, zero_stage, dp_overlap, sp: the fixed plan
             options: schedule ``1f1b`` or ``gpipe``; zero_stage 0 or 1 (``zero=True`` is the
             older spelling of 1); sp only recorded (the costs already reflect it).
-        grad_reduce_dtype: fp32 or bf16 gradients (:func:`archplace.api.plan`).
+        grad_reduce_dtype: fp32 or bf16 gradients (:func:`archplace.front.api.plan`).
         seq_len: tokens per sample for tokens/s [the file's ``seq_len``, else 1].
         optimizer: ``adam`` or ``sgd``.
 
@@ -53,7 +54,7 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         The plan; ``plan.stage_layers`` names the layers of every stage.
 
     Raises:
-        ConfigError: a bad file or option, a size out of range (:mod:`archplace.limits`), an
+        ConfigError: a bad file or option, a size out of range (:mod:`archplace.base.limits`), an
             unknown preset, the interleaved schedule, FLOP faster than the chip's peak.
         InfeasibleError: nothing fits (closest candidate and its memory against HBM named).
     """
@@ -97,7 +98,7 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
     Raises:
         ConfigError: a bad file or option (as :func:`plan_layer_graph`), top_k out of range.
         InfeasibleError: no option has a plan; the error of the most memory-frugal option
-            (:class:`~archplace.errors.OutOfMemoryError` first, then more recompute, GPipe, higher
+            (:class:`~archplace.base.errors.OutOfMemoryError` first, then more recompute, GPipe, higher
             ZeRO stage, overlap) is raised, with its numbers.
     """
     limits.whole("top_k", top_k, 1, limits.MAX_TOP)

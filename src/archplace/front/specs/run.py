@@ -1,9 +1,9 @@
 """What is trained, on which chip, on how many: :class:`ModelSpec`, :class:`HardwareSpec`,
 :class:`ClusterSpec`.
 
-Specs hold names and numbers only; :mod:`archplace.app` resolves them to the loaded model,
+Specs hold names and numbers only; :mod:`archplace.front.app` resolves them to the loaded model,
 the accelerator and the cluster links. Each checks its fields when built and refuses a bad
-one with a :class:`~archplace.errors.ConfigError` that names the field.
+one with a :class:`~archplace.base.errors.ConfigError` that names the field.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from archplace import limits
-from archplace.fields import FlatSpec, check_declared, text
-from archplace.options import option
+from archplace.base import limits
+from archplace.base.fields import FlatSpec, check_declared, text
+from archplace.base.options import option
 from archplace.workload.options import Attention, Kernels
 
 
@@ -33,7 +33,7 @@ class ModelSpec(FlatSpec):
         expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
             (1..1024) with dropless routing; 1.0: balanced. Both as in
             :class:`archplace.workload.extract.ExtractOptions`; a dense model takes only 1.0
-            (:func:`archplace.app.load_model` refuses another value).
+            (:func:`archplace.front.app.load_model` refuses another value).
 
     Raises:
         ConfigError: an empty model, ``seq_len`` outside 1..2**20, an unknown attention or
@@ -136,7 +136,7 @@ class ClusterSpec(FlatSpec):
         global_batch: samples per iteration, 1..2**30.
 
     Raises:
-        ConfigError: a size out of range (:mod:`archplace.limits`).
+        ConfigError: a size out of range (:mod:`archplace.base.limits`).
     """
 
     OWNER: ClassVar[str] = "cluster spec"

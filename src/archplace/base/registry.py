@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar
 
-from archplace.errors import ConfigError
+from archplace.base.errors import ConfigError
 
 T = TypeVar("T")
 

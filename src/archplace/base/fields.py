@@ -9,9 +9,9 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
-from archplace import limits
-from archplace.errors import ConfigError
-from archplace.options import Declared, declared, declared_range
+from archplace.base import limits
+from archplace.base.errors import ConfigError
+from archplace.base.options import Declared, declared, declared_range
 
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -82,7 +82,7 @@ def checked(field: Declared, value: object, where: str) -> Any:
     """``value`` of the declared ``field`` checked and normalised from its declaration alone:
     None for an optional field; an enum member (or a tuple of them, once each) from a member or
     its value; a bool (tuple of bools); a whole number (tuple of them, once each) or a finite
-    float in the declared range (:func:`archplace.options.span`). ``where`` names the field in
+    float in the declared range (:func:`archplace.base.options.span`). ``where`` names the field in
     errors (``plan.tp``: "plan.tp must be a whole number from 1 to ...") and is their
     ``fields`` (the CLI shows the option that sets it).
 
@@ -213,7 +213,7 @@ def sequence(values: object, field: str) -> tuple[Any, ...]:
 
 def current_names(data: Mapping[Any, Any], specs: tuple[type, ...], owner: str) -> dict[Any, Any]:
     """``data`` with each key that is an earlier name of a field of ``specs``
-    (:attr:`archplace.options.Option.formerly`) renamed to the field's name, in order.
+    (:attr:`archplace.base.options.Option.formerly`) renamed to the field's name, in order.
 
     Raises:
         ConfigError: a mapping that gives a field under both names ("``owner``: 'micro_batches'

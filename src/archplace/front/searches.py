@@ -1,6 +1,6 @@
-"""Running the searches of a :class:`~archplace.specs.search.SearchSpec`: each checked before
+"""Running the searches of a :class:`~archplace.front.specs.search.SearchSpec`: each checked before
 any starts, then one after another on one executor, with progress and a clear word on what an
-interrupt kept (:func:`archplace.api.search` and :func:`~archplace.api.search_each` are the
+interrupt kept (:func:`archplace.front.api.search` and :func:`~archplace.front.api.search_each` are the
 front door)."""
 
 from __future__ import annotations
@@ -9,22 +9,22 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from archplace.base.errors import ArchplaceError
+from archplace.base.executor import make_executor
+from archplace.base.lifetime import Interrupted
 from archplace.dse.request import SearchRequest, SearchResult
 from archplace.dse.runner import Progress, Tick, run_search, stored_designs
 from archplace.dse.store import ResultStore
 from archplace.dse.strategies import make_strategy
-from archplace.errors import ArchplaceError
-from archplace.executor import make_executor
-from archplace.lifetime import Interrupted
-from archplace.specs.search import SearchSpec
+from archplace.front.specs.search import SearchSpec
 
 RequestOf = Callable[[SearchSpec, Sequence[str]], SearchRequest]
 """Builds (and checks) the request of a spec for some of its models."""
 
 
 class SearchInterrupted(Interrupted):
-    """A search (:func:`archplace.api.search`, :func:`~archplace.api.search_each`) stopped by
-    an interrupt (SIGINT while :func:`archplace.lifetime.raising_interrupts` is in force, as in
+    """A search (:func:`archplace.front.api.search`, :func:`~archplace.front.api.search_each`) stopped by
+    an interrupt (SIGINT while :func:`archplace.base.lifetime.raising_interrupts` is in force, as in
     the CLI); its workers are stopped by then.
 
     Attributes:
@@ -50,7 +50,7 @@ def _designs(count: int) -> str:
 
 
 def run_searches(spec: SearchSpec, progress: Progress | None, request_of: RequestOf) -> list[SearchResult]:
-    """Every search of ``spec`` (:attr:`~archplace.specs.search.SearchSpec.groups`): all checked
+    """Every search of ``spec`` (:attr:`~archplace.front.specs.search.SearchSpec.groups`): all checked
     first, then run one after another on one executor."""
     make_strategy(spec.strategy)  # an unknown name is refused before any work
     requests: list[SearchRequest] = []

@@ -13,17 +13,17 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from archplace import limits
-from archplace.errors import ConfigError, MissingSectionError
+from archplace.base import limits
+from archplace.base.errors import ConfigError, MissingSectionError
+from archplace.front.specs.run import HardwareSpec
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.cluster import Cluster
 from archplace.hw.presets import load_accelerator, load_cluster
-from archplace.specs.run import HardwareSpec
 
 
 @dataclass(frozen=True)
 class ResolvedHardware(HardwareSpec):
-    """A :class:`~archplace.specs.HardwareSpec` carrying its loaded chip and links.
+    """A :class:`~archplace.front.specs.HardwareSpec` carrying its loaded chip and links.
 
     Attributes:
         hardware: the preset name or file it was loaded from (for messages and tables).
