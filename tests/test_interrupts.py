@@ -165,7 +165,7 @@ def _ctrl_c(process: subprocess.Popen[bytes], children: list[psutil.Process]) ->
 
 
 def _one_line(err: str, pattern: str) -> re.Match[str]:
-    assert "Traceback" not in err
+    assert "Traceback" not in err, f"the whole stderr:\n{err}"  # shown whole: a rare, timing-bound fault
     lines = err.splitlines()
     assert len(lines) == 1, err
     match = re.fullmatch(pattern, lines[0])
