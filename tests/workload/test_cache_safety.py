@@ -29,6 +29,7 @@ from archplace.workload import cache as cache_module
 from archplace.workload.cache import GraphCache, cache_key
 from archplace.workload.chain_codec import (
     CHAIN_FIELDS,
+    KEY_FIELDS,
     LAYER_FIELDS,
     MAGIC,
     OPERATOR_FIELDS,
@@ -40,6 +41,7 @@ from archplace.workload.chain_codec import (
 )
 from archplace.workload.extract import ExtractOptions, derive_experts, extract_chain
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
+from archplace.workload.key import CostKey
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.rebatch import rebatch_chain
 from archplace.workload.zoo import LoadedModel
@@ -386,6 +388,7 @@ def test_schemas_cover_every_field():
         assert [name for name, _ in schema] == [f.name for f in dataclasses.fields(cls)]
     assert [name for name, _ in CHAIN_FIELDS] == [f.name for f in dataclasses.fields(LayerChain)
                                                   if f.name != "layers"]
+    assert [name for name, _ in KEY_FIELDS] == list(CostKey._fields)
     assert [f.name for f in dataclasses.fields(OpGraph)] == ["ops", "_check"]
 
 
@@ -393,7 +396,7 @@ def small_chain() -> LayerChain:
     op = Operator(0, "mm", "aten.mm.default", OpKind.MATMUL, Phase.FWD, 1, 2, 3, 4, 8, 48.0, 10.0, 8.0)
     graph = OpGraph((op, replace(op, id=1, name="add", preds=(0,))))
     layer = Layer("block.0", LayerKind.BLOCK, 7, graph, graph, 1.0, 2.0, 3.0, 4.0)
-    return LayerChain("m", 1, 8, 1, (layer, replace(layer, name="block.1")))
+    return LayerChain("m", CostKey(1, 1, False), 8, (layer, replace(layer, name="block.1")))
 
 
 def edited(change: Any) -> bytes:
@@ -481,8 +484,8 @@ def chains(draw: st.DrawFn) -> LayerChain:
                             tuple(draw(st.lists(names, max_size=2))), *draw(st.tuples(ints, ints, ints, ints,
                                                                                         ints, ints)),
                             draw(floats), draw(ints), draw(floats)))
-    return LayerChain(draw(names), *draw(st.tuples(ints, ints, ints)), tuple(layers),
-                      *draw(st.tuples(ints, ints, ints, ints)))
+    key = CostKey(draw(ints), draw(ints), draw(st.booleans()), draw(ints), draw(ints), draw(ints))
+    return LayerChain(draw(names), key, draw(ints), tuple(layers), draw(ints))
 
 
 @given(chains())

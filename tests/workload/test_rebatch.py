@@ -15,6 +15,7 @@ from archplace.workload.cache import GraphCache, cached_chains
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.fusion import FUSED_KERNEL_TARGET
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
+from archplace.workload.key import CostKey
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.rebatch import REFERENCE_BATCHES, derivable, rebatch_chain
 from archplace.workload.zoo import LoadedModel
@@ -112,7 +113,7 @@ def chain(tp: int = 1, cp: int = 1, seq_len: int = SEQ, experts: int = 0, top_k:
                   activation_bytes=8.0 * micro_batch, input_bytes=2.0 * micro_batch,
                   boundary_bytes=2.0 * micro_batch, working_bytes=working,
                   experts=experts, experts_per_token=top_k)
-    return LayerChain("toy", micro_batch, seq_len, tp, (layer,), cp=cp)
+    return LayerChain("toy", CostKey(tp, micro_batch, False, cp), seq_len, (layer,))
 
 
 def vector_op(bytes_read: float, micro_batch: int, target: str = "aten.add.Tensor") -> Operator:

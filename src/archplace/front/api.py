@@ -128,7 +128,7 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     check_sp(sp, tp)
     check_etp(app.load_model(spec), etp)
     chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep, etp=etp)
-    summary = chain_summary(chain, sp=sp, shared_experts=shared_experts(app.load_model(spec)))
+    summary = chain_summary(chain, shared_experts=shared_experts(app.load_model(spec)))
     return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options}
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from archplace.base.errors import ConfigError
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
+from archplace.workload.key import CostKey
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 
 MAGIC = b"archplace-chain 1\n"
@@ -147,11 +148,22 @@ LAYER_FIELDS: Schema = (
 )
 """The fields of :class:`Layer` (a layer is written as a JSON object)."""
 
-CHAIN_FIELDS: Schema = (
-    ("model", _str), ("micro_batch", _int), ("seq_len", _int), ("tp", _int),
-    ("shared_params", _int), ("ep", _int), ("cp", _int), ("etp", _int),
+KEY_FIELDS: Schema = (
+    ("tp", _int), ("micro_batch", _int), ("sp", _bool), ("cp", _int), ("ep", _int), ("etp", _int),
 )
-"""The fields of :class:`LayerChain` but ``layers`` (written as a JSON object)."""
+"""The fields of a chain's :class:`~archplace.workload.key.CostKey` (written as a JSON object)."""
+
+
+def _key(value: Any, where: str, name: str) -> CostKey:
+    """A chain's ``key`` field: a JSON object of :data:`KEY_FIELDS`."""
+    return CostKey(**_record(value, KEY_FIELDS, f"{where}.{name}"))
+
+
+CHAIN_FIELDS: Schema = (
+    ("model", _str), ("key", _key), ("seq_len", _int), ("shared_params", _int),
+)
+"""The fields of :class:`LayerChain` but ``layers`` (written as a JSON object; the key as an
+object of its fields)."""
 
 
 def encode_chain(chain: LayerChain) -> bytes:
@@ -173,7 +185,8 @@ def encode_chain(chain: LayerChain) -> bytes:
             item[name] = index[id(graph)]
         layers.append(item)
     document = {  # enums are strings and tuples lists in JSON
-        "chain": {name: getattr(chain, name) for name, _ in CHAIN_FIELDS},
+        "chain": {**{name: getattr(chain, name) for name, _ in CHAIN_FIELDS},
+                  "key": chain.key._asdict()},
         "layers": layers,
         "graphs": [[[getattr(op, name) for name, _ in OPERATOR_FIELDS] for op in graph.ops]
                    for graph in graphs],

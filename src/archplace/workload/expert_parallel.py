@@ -37,6 +37,7 @@ from typing import Any
 from archplace.base.errors import ConfigError
 from archplace.workload import experts_op
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
+from archplace.workload.key import CostKey
 from archplace.workload.layers import Layer, LayerChain
 from archplace.workload.zoo import LoadedModel
 
@@ -304,21 +305,22 @@ def shard_experts(chain: LayerChain, ep: int, capacity_factor: float = 1.0, load
     if (ep, capacity_factor, load_imbalance) == (1, 1.0, 1.0):
         return chain
     return map_shared_layers(chain, lambda layer: shard_layer(layer, ep, capacity_factor, load_imbalance,
-                                                              dtype_bytes), ep=ep)
+                                                              dtype_bytes),
+                             chain.key._replace(ep=ep))
 
 
-def map_shared_layers(chain: LayerChain, rewrite: Callable[[Layer], Layer], **fields: Any) -> LayerChain:
+def map_shared_layers(chain: LayerChain, rewrite: Callable[[Layer], Layer], key: CostKey) -> LayerChain:
     """``chain`` with ``rewrite`` applied to each layer, once per distinct graph (the blocks of a
     run share their traced graphs, so they share the rewritten ones too; each keeps its name),
-    and ``fields`` set on the chain."""
+    and the cost key ``key`` (the chain's, with the degrees the rewrite applies)."""
     done: dict[int, Layer] = {}
     layers = []
     for layer in chain.layers:
-        key = id(layer.fwd)
-        if key not in done:
-            done[key] = rewrite(layer)
-        layers.append(dataclasses.replace(done[key], name=layer.name))
-    return dataclasses.replace(chain, layers=tuple(layers), **fields)
+        graph_id = id(layer.fwd)
+        if graph_id not in done:
+            done[graph_id] = rewrite(layer)
+        layers.append(dataclasses.replace(done[graph_id], name=layer.name))
+    return dataclasses.replace(chain, layers=tuple(layers), key=key)
 
 
 __all__ = ["ALL_TO_ALL", "check_ep", "load_factor", "shard_experts", "shard_layer", "shared_expert_width",

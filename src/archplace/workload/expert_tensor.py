@@ -166,7 +166,8 @@ def split_experts(chain: LayerChain, etp: int, dtype_bytes: int = 2) -> LayerCha
     """
     if etp == 1:
         return chain
-    return map_shared_layers(chain, lambda layer: split_layer(layer, etp, dtype_bytes), etp=etp)
+    return map_shared_layers(chain, lambda layer: split_layer(layer, etp, dtype_bytes),
+                             chain.key._replace(etp=etp))
 
 
 __all__ = ["ETP_ALL_GATHER", "ETP_REDUCE_SCATTER", "ETP_TARGETS", "check_etp", "expert_width",

@@ -280,8 +280,8 @@ def extract_chain(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
     block = traced_blocks[-1]
     log.info("extracted %s (tp=%d, cp=%d): %d fwd + %d bwd operators per block", spec.name,
              options.tp, options.cp, len(block.fwd), len(block.bwd))
-    return LayerChain(spec.name, options.micro_batch, options.seq_len, options.tp,
-                      (embedding, *blocks, head), shared_params=shared, cp=options.cp)
+    return LayerChain(spec.name, options.key._replace(ep=1, etp=1), options.seq_len,
+                      (embedding, *blocks, head), shared_params=shared)
 
 
 def derive_experts(chain: LayerChain, options: ExtractOptions) -> LayerChain:

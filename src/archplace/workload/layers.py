@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from archplace.workload.graph import OpGraph
+from archplace.workload.key import CostKey, Keyed
 
 
 class LayerKind(enum.StrEnum):
@@ -127,34 +128,30 @@ class Layer:
 
 
 @dataclass(frozen=True)
-class LayerChain:
-    """A model as a chain of layers for one (micro-batch, sequence length, TP width).
+class LayerChain(Keyed):
+    """A model as a chain of layers for one cost key: the micro-batch and the TP / SP / CP / EP /
+    expert-TP setting it was traced and sharded at.
 
     Attributes:
         model: model name.
-        micro_batch: samples per micro-batch the graphs were traced for.
+        key: what the graphs are for (:class:`~archplace.workload.key.CostKey`):
+            ``micro_batch`` samples per micro-batch; sharded for a ``tp``-wide tensor-parallel
+            group (with sequence parallelism when ``sp``); one rank's share of a ``cp``-way
+            context-parallel group (each rank holds ``seq_len / cp`` tokens of every sample); the
+            routed experts sharded over ``ep`` ranks (:mod:`archplace.workload.expert_parallel`)
+            and split over ``etp`` ranks (:mod:`archplace.workload.expert_tensor`); parameters
+            are per rank of each. Read as ``chain.micro_batch``, ``chain.tp``, ... (:class:`Keyed`).
         seq_len: tokens per sample.
-        tp: tensor-parallel width the graphs are sharded for.
         layers: embedding, blocks, head, in order.
         shared_params: parameters held by two layers (tied input and output
             embeddings: the head keeps its own copy, as in Megatron-LM), per TP rank.
-        ep: expert-parallel degree the routed experts are sharded over
-            (:mod:`archplace.workload.expert_parallel`); parameters are per EP rank too.
-        cp: context-parallel degree the graphs are one rank's share of: each rank holds
-            ``seq_len / cp`` tokens of every sample (``seq_len`` stays the whole sample).
-        etp: expert-tensor-parallel width the routed experts are split over
-            (:mod:`archplace.workload.expert_tensor`); parameters are per expert-TP rank too.
     """
 
     model: str
-    micro_batch: int
+    key: CostKey
     seq_len: int
-    tp: int
     layers: tuple[Layer, ...]
     shared_params: int = 0
-    ep: int = 1
-    cp: int = 1
-    etp: int = 1
 
     @property
     def params(self) -> int:

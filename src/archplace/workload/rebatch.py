@@ -63,7 +63,7 @@ _SHAPE_FIELDS = {
     Layer: frozenset({"tokens_per_expert", "routed_tokens"}),
 }
 _SKIPPED = {Layer: frozenset({"fwd", "bwd", "working_bytes"}),
-            LayerChain: frozenset({"layers", "micro_batch"})}
+            LayerChain: frozenset({"layers", "key"})}
 
 
 class _NotDerivable(Exception):
@@ -209,7 +209,8 @@ def rebatch_chain(low: LayerChain, high: LayerChain, micro_batch: int) -> LayerC
     if lo < 2 or high.micro_batch != lo + 1 or micro_batch <= high.micro_batch:
         raise ValueError(f"references must be at consecutive micro-batches from 2, the micro-batch above "
                          f"them; got {low.micro_batch}, {high.micro_batch} and {micro_batch}")
-    if not derivable(low) or len(low.layers) != len(high.layers):
+    same_setting = low.key._replace(micro_batch=lo) == high.key._replace(micro_batch=lo)
+    if not same_setting or not derivable(low) or len(low.layers) != len(high.layers):
         return None
     graphs: dict[tuple[int, int], OpGraph] = {}
     grain = GRAIN_PER_TP * low.tp
@@ -217,7 +218,7 @@ def rebatch_chain(low: LayerChain, high: LayerChain, micro_batch: int) -> LayerC
         pairs = zip(low.layers, high.layers, strict=True)
         layers = tuple(_layer(a, b, lo, micro_batch, grain, graphs) for a, b in pairs)
         fields = _derive(low, high, lo, micro_batch, grain)
-        return LayerChain(layers=layers, micro_batch=micro_batch, **fields)
+        return LayerChain(layers=layers, key=low.key._replace(micro_batch=micro_batch), **fields)
     except (_NotDerivable, TypeError, ValueError):
         return None
 

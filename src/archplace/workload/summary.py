@@ -35,17 +35,18 @@ def layer_summary(layer: Layer, shared_experts: int = 0) -> dict[str, Any]:
     return out
 
 
-def chain_summary(chain: LayerChain, *, sp: bool = False, shared_experts: int = 0) -> dict[str, Any]:
+def chain_summary(chain: LayerChain, *, shared_experts: int = 0) -> dict[str, Any]:
     """``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "etp", "layers": [...], "total": {...}}``.
 
-    ``total.params`` counts tied weights once (the model's parameters per TP and EP rank); a
-    mixture-of-experts model's total also has ``active_params``, the parameters one token uses.
+    The micro-batch and the degrees are the chain's key's. ``total.params`` counts tied weights
+    once (the model's parameters per TP and EP rank); a mixture-of-experts model's total also
+    has ``active_params``, the parameters one token uses.
     ``shared_experts``: the shared experts of each MoE block (:func:`layer_summary`).
     """
     layers = [layer_summary(layer, shared_experts) for layer in chain.layers]
     out: dict[str, Any] = {
         "model": chain.model, "micro_batch": chain.micro_batch, "seq_len": chain.seq_len,
-        "tp": chain.tp, "sp": sp, "ep": chain.ep, "etp": chain.etp, "layers": layers,
+        "tp": chain.tp, "sp": chain.sp, "ep": chain.ep, "etp": chain.etp, "layers": layers,
         "total": {"params": chain.model_params,
                   "fwd_flop": sum(layer["fwd_flop"] for layer in layers),
                   "bwd_flop": sum(layer["bwd_flop"] for layer in layers)},
