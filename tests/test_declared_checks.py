@@ -4,6 +4,7 @@ is like, and the specs check each field from it at construction."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import pathlib
 import re
@@ -109,6 +110,42 @@ def test_the_micro_batch_range_is_stated_once_in_the_source() -> None:
     hand_checks = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
                    if hand_check.search(path.read_text())]
     assert hand_checks == []
+
+
+MICRO_BATCH_FIELDS = {
+    ("placement/grid.py", "PlanChoices", "micro_batch_sizes"):
+        "the sizes a plan search tries (PlanSpace and PlanGrid: this one declaration)",
+    ("front/specs/search.py", "SearchSpec", "micro_batch_sizes"):
+        "the sizes a design-space search tries (its own defaults; copied by name into PlanGrid)",
+    ("workload/key.py", "CostKey", "micro_batch"):
+        "one set of layer costs: held whole by the tracing options, the chain and the DP's families",
+    ("placement/plan.py", "Plan", "micro_batch"): "the plan's answer",
+    ("placement/downset_dp.py", "_Figures", "micro_batch"):
+        "plan --layer-graph: the one micro-batch a layer-graph file's costs are for",
+    ("placement/pipeline_timeline.py", "PipelineBlock", "micro_batch"):
+        "another meaning: which micro-batch a timeline block runs (an index)",
+    ("placement/pipeline_timeline.py", "PipelineTimeline", "micro_batches"):
+        "another meaning: the count of micro-batches per iteration",
+    ("placement/solver.py", "Closest", "micro_batch_count"):
+        "another meaning: the micro-batches per iteration of the closest infeasible candidate",
+    ("cost/estimate.py", "ModelEstimate", "micro_batch"): "estimate's output echoes its input",
+    ("validation/runs.py", "PublishedPlan", "micro_batch"): "a published run's plan, read from data",
+}
+"""Every class field named for the micro-batch, with what it holds. From ``--micro-batch`` to the
+DP a value takes three shapes: the sizes to try (``PlanChoices.micro_batch_sizes``), one cost
+key (``CostKey``, which the tracing options, the layer chain and the DP's cost families hold
+whole, not copied), and the plan's ``Plan.micro_batch``."""
+
+
+def test_the_micro_batch_takes_three_shapes_from_the_option_to_the_plan() -> None:
+    found = set()
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                found |= {(str(path.relative_to(SRC)), node.name, item.target.id) for item in node.body
+                          if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                          and "micro_batch" in item.target.id}
+    assert found == set(MICRO_BATCH_FIELDS)
 
 
 def test_every_field_of_the_specs_round_trips_through_its_check() -> None:

@@ -13,7 +13,14 @@ from archplace.cost.precision import Precision
 from archplace.front.app import plan_grid
 from archplace.front.specs import ModelSpec, PlanSpace
 from archplace.placement.costs import CostKey
-from archplace.placement.grid import ALWAYS_STORED, KEYED, PlanGrid, grid_from_identity, grid_identity
+from archplace.placement.grid import (
+    ALWAYS_STORED,
+    KEYED,
+    PlanChoices,
+    PlanGrid,
+    grid_from_identity,
+    grid_identity,
+)
 from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Recompute
 from archplace.workload.options import Attention, Kernels
 
@@ -37,6 +44,17 @@ def test_every_grid_field_has_one_source_in_the_specs() -> None:
     for name in GRID_FIELDS - {"sps"}:
         assert (name in SPACE_FIELDS) != (name in MODEL_FIELDS), name
     assert SPACE_FIELDS - GRID_FIELDS == NOT_IN_GRID
+
+
+def test_the_choices_are_declared_once_for_the_space_and_the_grid() -> None:
+    """Every field the plan space and the grid share is one declaration: the same dataclass field
+    object, inherited from :class:`PlanChoices` (type, default, range and help written once)."""
+    shared = SPACE_FIELDS & GRID_FIELDS
+    assert shared == {f.name for f in dataclasses.fields(PlanChoices)}
+    for name in shared:
+        declared = PlanChoices.__dataclass_fields__[name]
+        assert PlanSpace.__dataclass_fields__[name] is declared, name
+        assert PlanGrid.__dataclass_fields__[name] is declared, name
 
 
 def test_odd_grid_has_every_field_off_its_default() -> None:

@@ -9,79 +9,164 @@ read back without anyone writing it twice.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import Enum
 from functools import cache
-from typing import Any, get_type_hints
+from typing import Any, ClassVar, get_type_hints
 
+from archplace.base.errors import ConfigError
+from archplace.base.options import option
 from archplace.cost.precision import PRECISIONS, Precision
 from archplace.placement.plan import (
+    GRAD_HELP,
     MICRO_BATCHES,
+    PRECISION_HELP,
     ZERO_STAGES,
     CostKey,
     GradReduceDtype,
     PipelineSchedule,
+    Plan,
     Recompute,
+    check_zero_stage,
 )
 from archplace.workload.options import Attention, Kernels
 
+SEARCHED_CHUNKS = (2, 4)
+"""Model chunks per device tried with the interleaved schedule."""
+
+
+def parse_zero_stages(value: str | int | Iterable[int | str] | None,
+                      default: tuple[int, ...] = ZERO_STAGES) -> tuple[int, ...]:
+    """ZeRO stages to search: None -> ``default``; ``"all"`` -> 0, 1, 2, 3; ``"0,1,3"``, an int
+    or an iterable of ints / digit strings -> those stages, in the order given, once each.
+
+    Raises:
+        ConfigError: a stage outside 0..3 or an unparsable value.
+    """
+    if value is None:
+        return default
+    if isinstance(value, str):
+        if value.strip() == "all":
+            return ZERO_STAGES
+        items: list[int | str] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, int):
+        items = [value]
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            raise ConfigError(f"zero_stages must be 0, 1, 2, 3, all or a list of them, "
+                              f"got {value!r}") from None
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip().isdigit():
+                raise ConfigError(f"zero_stage must be 0, 1, 2, 3 or all, got {item!r}")
+            item = int(item)
+        out.append(check_zero_stage(item, "zero_stages"))
+    if not out:
+        raise ConfigError("at least one ZeRO stage is needed")
+    return tuple(dict.fromkeys(out))
+
 
 @dataclass(frozen=True)
-class PlanGrid:
-    """The resolved options the placement engine searches (each a tuple of the values to try),
-    built by :mod:`archplace.front.app` from a :class:`archplace.front.specs.PlanSpace` and the model's
-    tracing options (and by the search from its request).
+class PlanChoices:
+    """The plan options a plan search tries, each a tuple of the values to try: declared once,
+    here, for the plan space of ``plan`` (:class:`archplace.front.specs.PlanSpace`) and the
+    engine's grid (:class:`PlanGrid`), which both are these choices and more. Each field
+    ``tries`` the :class:`~archplace.placement.plan.Plan` field of its name in the singular: its
+    type, range and help are that field's (:mod:`archplace.base.options`).
 
-    ``tps`` None means every valid power-of-two width up to the cluster size (at most 64).
-    ``zero_stages``: ZeRO stages 0..3 to try (:mod:`archplace.placement.zero`). ``dp_overlap``:
-    False exposes the whole DP gradient reduction, True runs it bucket by bucket during the last
-    micro-batch's backward pass. ``grad_reduce_dtype`` is not searched: the gradient buffer
-    and reduction dtype (fp32 as Megatron-LM's bf16 recipe, or bf16); :func:`plan` scores
-    with it.
-    ``fuse`` is not searched: True also folds every layer's element-wise operators into the
-    matmul producing their input (a matmul epilogue, as a compiler would), False does not.
-    ``attention`` and ``kernels`` (not searched either):
-    how attention and the element-wise kernels run (:class:`~archplace.workload.options.Attention`,
-    :class:`~archplace.workload.options.Kernels`).
-    ``precisions``: bf16 and/or fp8 (:mod:`archplace.cost.precision`), each a separate set of
-    layer costs; the plans of all of them are ranked together (ties: bf16 first).
-    ``cps``: context-parallel degrees to try; None means :func:`valid_cp_degrees` (1 and the
-    powers of two dividing the sequence into 2 cp chunks of at least
-    :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank). ``eps``: expert-parallel degrees; None
-    means :func:`valid_ep_degrees` (powers of two dividing the routed experts of an MoE model,
-    1 for a dense one). ``etps``: expert-tensor-parallel widths; None means
-    :func:`valid_etp_degrees` of every TP width (1 and tp for an MoE model whose experts' FFN
-    width tp divides, 1 for a dense one).
-    Each (tp, micro-batch, sp, cp, ep, etp) is a set of layer costs; the engine takes
-    tp * cp * pp * dp devices with etp * ep dividing tp * cp * dp. A mixture-of-experts model at
-    tp > 1 is costed with sequence parallelism only (:func:`check_moe_sp`).
-    ``capacity_factor`` and ``expert_load_imbalance`` (not searched): how the MoE layers' routed
-    tokens are padded or skewed (:class:`archplace.workload.extract.ExtractOptions`; 1.0 each:
-    dropless and balanced).
-    ``dp_replicates``: hybrid-sharding replica counts to try (:attr:`Plan.dp_replicate`; 1: ZeRO
-    over the whole DP x CP group); each r > 1 with the ZeRO stages >= 1 and the DP degrees it
-    divides (:func:`~archplace.placement.solver.plan_search`).
+    Attributes:
+        tps: TP widths; None for every power of two up to the devices (at most 64) that
+            divides the model's heads, KV heads and FFN size.
+        micro_batch_sizes: the micro-batch sizes to try, samples (default :data:`MICRO_BATCHES`,
+            1, 2, 4, 8; files written before the rename say ``micro_batches``, still read).
+        recomputes: activation recomputation policies (none, selective, full).
+        schedules: pipeline schedules (gpipe, 1f1b, interleaved).
+        chunks: model chunks per device tried with the interleaved schedule (each >= 2;
+            default :data:`SEARCHED_CHUNKS`).
+        zero_stages: ZeRO stages 0..3 (3 is FSDP; :mod:`archplace.placement.zero`).
+        dp_overlap: DP gradient reduction exposed (False) and/or bucketed over the last
+            micro-batch's backward pass (True).
+        grad_reduce_dtype: gradient buffer and reduction dtype (fp32, as Megatron-LM's bf16
+            recipe, or bf16), not searched: every plan is scored with it.
+        precisions: precisions of the linear layers' GEMMs to try: bf16 and/or fp8
+            (Transformer Engine's FP8 recipe, :mod:`archplace.cost.precision`), each a separate
+            set of layer costs; the plans of all of them are ranked together (ties: bf16 first).
+        cps: context-parallel degrees to try (each 1..2**20: the sequence split over cp ranks,
+            ring attention); None: :func:`~archplace.placement.workflow.valid_cp_degrees` (1 and
+            the powers of two dividing the sequence into 2 cp chunks of at least
+            ``MIN_TOKENS_PER_CP_RANK`` tokens per rank).
+        eps: expert-parallel degrees to try (each 1..2**20: the routed experts sharded over ep
+            ranks of the data-parallel group); None: the powers of two dividing the routed
+            experts of an MoE model, 1 for a dense one.
+        etps: expert-tensor-parallel widths to try (each 1..2**20: every routed expert's weights
+            split over etp ranks, Megatron-Core's ``expert_tensor_parallel_size``); None: 1 and
+            each TP width for an MoE model whose experts' FFN width it divides, 1 for a dense one.
+        dp_replicates: hybrid-sharding (HSDP) replica counts to try (each 1..2**20; default 1
+            only): ZeRO shards over dp * cp / r ranks of each of r replicas, which all-reduce
+            their gradient shards once per iteration; each r > 1 with the ZeRO stages >= 1 and
+            the DP degrees it divides (:func:`~archplace.placement.solver.plan_search`).
+
+    Each (tp, micro-batch, sp, cp, ep, etp) is one set of layer costs (a
+    :class:`~archplace.workload.key.CostKey`); the engine takes tp * cp * pp * dp devices with
+    etp * ep dividing tp * cp * dp.
     """
 
-    tps: tuple[int, ...] | None = None
-    micro_batch_sizes: tuple[int, ...] = MICRO_BATCHES
+    TRIES: ClassVar[type] = Plan
+    """The class whose fields these fields try (:attr:`archplace.base.options.Option.tries`)."""
+
+    tps: tuple[int, ...] | None = option(None, tries="tp", default_shown="all valid")
+    micro_batch_sizes: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch",
+                                                formerly=("micro_batches",))
+    recomputes: tuple[Recompute, ...] = option(tuple(Recompute), tries="recompute")
+    schedules: tuple[PipelineSchedule, ...] = option(tuple(PipelineSchedule), tries="schedule")
+    chunks: tuple[int, ...] = option(SEARCHED_CHUNKS, tries="chunks", low=2)
+    zero_stages: tuple[int, ...] = option(
+        ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages, default_shown="all",
+        help="ZeRO stages to try: a comma list of 0-3 or 'all' (3 = FSDP)")
+    dp_overlap: tuple[bool, ...] = option(
+        (False, True), tries="dp_overlap", cli=False,
+        help="DP gradient reduction exposed (false) and/or bucketed over the last backward pass "
+             "(true): both are tried unless a plan file says otherwise")
+    grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, help=GRAD_HELP)
+    precisions: tuple[Precision, ...] = option(
+        PRECISIONS, tries="precision", help=PRECISION_HELP + "; the plans of each are ranked together")
+    cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="automatic")
+    eps: tuple[int, ...] | None = option(None, tries="ep", default_shown="automatic")
+    etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="automatic: 1 and the TP width")
+    dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
+
+@dataclass(frozen=True)
+class PlanGrid(PlanChoices):
+    """The resolved options the placement engine searches: the plan choices
+    (:class:`PlanChoices`, taken from a :class:`archplace.front.specs.PlanSpace` by
+    :mod:`archplace.front.app`, or from a search's request) and how the model's layers are
+    traced and costed (from its :class:`archplace.front.specs.ModelSpec`).
+
+    Attributes:
+        sps: the sequence-parallel settings tried (True only with TP widths > 1).
+        fuse: not searched: True also folds every layer's element-wise operators into the
+            matmul producing their input (a matmul epilogue, as a compiler would), False does not.
+        attention, kernels: not searched: how attention and the element-wise kernels run
+            (:class:`~archplace.workload.options.Attention`,
+            :class:`~archplace.workload.options.Kernels`).
+        capacity_factor, expert_load_imbalance: not searched: how the MoE layers' routed tokens
+            are padded or skewed (:class:`archplace.workload.extract.ExtractOptions`; 1.0 each:
+            dropless and balanced).
+
+    A mixture-of-experts model at tp > 1 is costed with sequence parallelism only
+    (:func:`check_moe_sp`).
+    """
+
     sps: tuple[bool, ...] = (False, True)
-    recomputes: tuple[Recompute, ...] = tuple(Recompute)
-    schedules: tuple[PipelineSchedule, ...] = tuple(PipelineSchedule)
-    chunks: tuple[int, ...] = (2, 4)
-    zero_stages: tuple[int, ...] = ZERO_STAGES
-    dp_overlap: tuple[bool, ...] = (False, True)
     fuse: bool = False
     attention: Attention = Attention.FLASH
     kernels: Kernels = Kernels.FUSED
-    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.FP32
-    precisions: tuple[Precision, ...] = PRECISIONS
-    cps: tuple[int, ...] | None = None
-    eps: tuple[int, ...] | None = None
     capacity_factor: float = 1.0
     expert_load_imbalance: float = 1.0
-    etps: tuple[int, ...] | None = None
-    dp_replicates: tuple[int, ...] = (1,)
 
 
 DEFAULT_GRID = PlanGrid()
