@@ -33,7 +33,8 @@ def _single(values: list[int] | None, option: str) -> int:
 
 
 LAYER_GRAPH_READS = ("hardware", "devices", "global_batch", "seq_len", "tp", "micro_batch", "recompute",
-                     "schedule", "zero_stage", "optimizer", "top", "grad_reduce_dtype", "rank_order")
+                     "schedule", "zero_stage", "optimizer", "top", "grad_reduce_dtype", "rank_order",
+                     "dp_replicate")
 """The options ``plan --layer-graph`` reads (the rank order only as its default); it refuses
 any other option given (a layer graph file
 carries its own costs, so the model's and the chip's options do not apply)."""
@@ -59,7 +60,8 @@ def _layer_graph_plans(ctx: typer.Context, layer_graph: Path, no_zero: bool,
         seq_len=options["seq_len"], tp=_single(options["tp"], "--tp"),
         micro_batch=_single(options["micro_batch"], "--micro-batch"), recomputes=options["recompute"],
         schedules=options["schedule"], zero_stages=stages, optimizer=options["optimizer"] or "adam",
-        top_k=options["top"] or TOP_K, grad_reduce_dtype=options["grad_reduce_dtype"] or "fp32")
+        top_k=options["top"] or TOP_K, grad_reduce_dtype=options["grad_reduce_dtype"] or "fp32",
+        dp_replicates=options["dp_replicate"] or (1,))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,6 +1,6 @@
 """Plans of a layer DAG read from a file (``archplace plan --layer-graph``): the fixed-options
-plan (:func:`plan_layer_graph`) and the best plans over the recompute, schedule, ZeRO-stage and
-DP-overlap options (:func:`plan_layer_graph_options`).
+plan (:func:`plan_layer_graph`) and the best plans over the recompute, schedule, ZeRO-stage,
+DP-overlap and hybrid-sharding options (:func:`plan_layer_graph_options`).
 
 The front door of :mod:`archplace.placement.downset_dp` (Piper's downset DP, Tarnawski et al.,
 NeurIPS 2021): names and files are resolved here, the DP receives resolved objects.
@@ -8,12 +8,14 @@ NeurIPS 2021): names and files are resolved here, the DP receives resolved objec
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from archplace.base import limits
-from archplace.base.errors import InfeasibleError, OutOfMemoryError
+from archplace.base.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.base.fields import check_as
 from archplace.front import app
 from archplace.front.layer_graph_file import load_layer_graph_file
@@ -32,7 +34,8 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
                      micro_batch: int = 1, recompute: str = "none", schedule: str = "1f1b", tp: int = 1,
                      zero: bool = False, dp_overlap: bool = False, sp: bool = False,
                      seq_len: int | None = None, optimizer: str = "adam",
-                     zero_stage: int | None = None, grad_reduce_dtype: str = "fp32") -> PlanResult:
+                     zero_stage: int | None = None, grad_reduce_dtype: str = "fp32",
+                     dp_replicate: int = 1) -> PlanResult:
     """The fastest plan of a layer DAG (a two-tower or multi-modal model, or a profiled layer graph)
     on ``devices`` chips of ``hardware``: exact over pipeline depth, DP degree and stages (Piper's
     downset DP, Tarnawski et al., NeurIPS 2021; :func:`archplace.placement.downset_dp.dag_plan`).
@@ -47,6 +50,8 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
             options: schedule ``1f1b`` or ``gpipe``; zero_stage 0 or 1 (``zero=True`` is the
             older spelling of 1); sp only recorded (the costs already reflect it).
         grad_reduce_dtype: fp32 or bf16 gradients (:func:`archplace.front.api.plan`).
+        dp_replicate: hybrid sharding's replicas r (:attr:`Plan.dp_replicate`; r > 1 needs
+            zero_stage 1: the optimizer state sharded over dp / r ranks of each replica).
         seq_len: tokens per sample for tokens/s [the file's ``seq_len``, else 1].
         optimizer: ``adam`` or ``sgd``.
 
@@ -61,6 +66,7 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
     ClusterSpec(devices, global_batch)
     check_as(Plan, "micro_batch", micro_batch)
     check_as(Plan, "tp", tp)
+    check_as(Plan, "dp_replicate", dp_replicate)
     if isinstance(graph, LayerGraph):
         layers, file_seq_len = graph, None
     else:
@@ -71,7 +77,7 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
     stage = fixed_zero_stage(zero_stage, zero)
     _, setup = app.training_setup(HardwareSpec(hardware), devices=devices, global_batch=global_batch,
                                   seq_len=tokens, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
-    return dag_plan(layers, setup, micro_batch=micro_batch,
+    return dag_plan(layers, replace(setup, dp_replicate=dp_replicate), micro_batch=micro_batch,
                     recompute=enum_choices(Recompute, [recompute], "recompute")[0],
                     schedule=enum_choices(PipelineSchedule, [schedule], "schedule")[0], tp=tp,
                     zero_stage=stage, dp_overlap=dp_overlap, sp=sp)
@@ -82,7 +88,8 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
                              seq_len: int | None = None, recomputes: Iterable[str] | None = None,
                              schedules: Iterable[str] | None = None,
                              zero_stages: Iterable[int] = (0, 1), optimizer: str = "adam",
-                             grad_reduce_dtype: str = "fp32", top_k: int = 5) -> list[PlanResult]:
+                             grad_reduce_dtype: str = "fp32", top_k: int = 5,
+                             dp_replicates: Iterable[int] = (1,)) -> list[PlanResult]:
     """The ``top_k`` best plans of a layer DAG over the recompute policies (default: all),
     schedules (default 1F1B and GPipe), ``zero_stages`` and DP overlap off and on, each exact
     (:func:`plan_layer_graph`), fastest first; ties go to fewer devices, fewer stages, less
@@ -93,6 +100,8 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
             ``micro_batch``, ``seq_len``, ``optimizer`` and ``grad_reduce_dtype`` as in
             :func:`plan_layer_graph` (one TP width and micro-batch: those of the graph's costs).
         recomputes, schedules, zero_stages: the options searched, by name / number.
+        dp_replicates: hybrid sharding's replica counts tried (each r > 1 with ZeRO stage 1 only,
+            as :func:`plan_layer_graph` allows).
         top_k: plans returned (1..1,000; 5 by default, as ``--top``).
 
     Raises:
@@ -105,31 +114,37 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
     if not isinstance(graph, LayerGraph):
         graph, file_seq_len = load_layer_graph_file(graph)
         seq_len = seq_len if seq_len is not None else file_seq_len
+    replicas = tuple(dict.fromkeys(check_as(Plan, "dp_replicate", r) for r in dp_replicates))
+    if not replicas or (min(replicas) > 1 and 1 not in zero_stages):
+        raise ConfigError("hybrid sharding (dp_replicate > 1) needs ZeRO stage 1 in a layer-graph plan; "
+                          f"got dp_replicates {list(replicas)} with zero stages {list(zero_stages)}",
+                          fields=("dp_replicate",))
     policies = list(dict.fromkeys(recomputes or [r.value for r in RECOMPUTE_ORDER]))
     kinds = list(dict.fromkeys(schedules or DEFAULT_SCHEDULES))
     found: list[tuple[tuple[Any, ...], PlanResult]] = []
     closest: tuple[tuple[Any, ...], InfeasibleError] | None = None
     for rc in policies:
         for kind in kinds:
-            for z in zero_stages:
-                for overlap in (False, True):
-                    try:
-                        result = plan_layer_graph(
-                            graph, hardware, devices=devices, global_batch=global_batch,
-                            micro_batch=micro_batch, recompute=rc, schedule=kind, tp=tp, zero_stage=z,
-                            dp_overlap=overlap, seq_len=seq_len, optimizer=optimizer,
-                            grad_reduce_dtype=grad_reduce_dtype)
-                    except InfeasibleError as exc:
-                        frugal = (isinstance(exc, OutOfMemoryError),
-                                  RECOMPUTE_ORDER.index(Recompute(rc)), kind == "1f1b", z, not overlap)
-                        if closest is None or frugal > closest[0]:
-                            closest = (frugal, exc)
-                        continue
-                    plan = result.plan
-                    rank = (result.iteration_time_s, plan.devices, plan.pp,
-                            RECOMPUTE_ORDER.index(plan.recompute), SCHEDULE_ORDER.index(plan.schedule),
-                            plan.zero_stage, plan.dp_overlap)
-                    found.append((rank, result))
+            for z, r, overlap in itertools.product(zero_stages, replicas, (False, True)):
+                if r > 1 and z != 1:
+                    continue  # hybrid sharding needs ZeRO; a layer graph has stages 0 and 1
+                try:
+                    result = plan_layer_graph(
+                        graph, hardware, devices=devices, global_batch=global_batch,
+                        micro_batch=micro_batch, recompute=rc, schedule=kind, tp=tp, zero_stage=z,
+                        dp_overlap=overlap, seq_len=seq_len, optimizer=optimizer,
+                        grad_reduce_dtype=grad_reduce_dtype, dp_replicate=r)
+                except InfeasibleError as exc:
+                    frugal = (isinstance(exc, OutOfMemoryError),
+                              RECOMPUTE_ORDER.index(Recompute(rc)), kind == "1f1b", z, not overlap, -r)
+                    if closest is None or frugal > closest[0]:
+                        closest = (frugal, exc)
+                    continue
+                plan = result.plan
+                rank = (result.iteration_time_s, plan.devices, plan.pp,
+                        RECOMPUTE_ORDER.index(plan.recompute), SCHEDULE_ORDER.index(plan.schedule),
+                        plan.zero_stage, plan.dp_overlap, plan.dp_replicate)
+                found.append((rank, result))
     if not found:
         assert closest is not None  # at least one option was tried
         raise closest[1]

@@ -57,6 +57,7 @@ import numpy as np
 
 from archplace.base.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.base.units import format_bytes
+from archplace.placement.dag_tails import Groups, dp_groups, overlapped_tails, stage_tail
 from archplace.placement.layer_graph import (
     MAX_DOWNSETS,
     LayerGraph,
@@ -80,13 +81,9 @@ from archplace.placement.plan import (
 from archplace.placement.result import PlanResult
 from archplace.placement.solver import check_tp_and_micro_batch
 from archplace.placement.timing import (
-    OPTIMIZER_STEP_BYTES_PER_PARAM,
-    dp_allreduce_cost,
     dp_degrees,
     micro_batch_count,
-    optimizer_step_time_s,
 )
-from archplace.placement.zero import dp_tail_comm_s
 
 logger = logging.getLogger(__name__)
 
@@ -205,8 +202,9 @@ class _Figures:
                     ranges = ([(0, 0)] if first else []) + [(int(first), int(first) + size - 1)]
                     if not last:
                         ranges.append((int(first) + size, int(first) + size))
-                    plan = Plan(tp=self.tp, pp=len(ranges), dp=1, micro_batch=self.micro_batch,
-                                recompute=self.recompute, stages=tuple(ranges), **self.options)
+                    plan = Plan(tp=self.tp, pp=len(ranges), dp=1, micro_batch=self.micro_batch,  # times only:
+                                recompute=self.recompute, stages=tuple(ranges),  # one replica
+                                **{**self.options, "dp_replicate": 1})
                     plans[(size, first, last)] = plan
                 chain = list(layers)
                 if cut_out is not None:
@@ -359,33 +357,6 @@ def _first_stages(fig: _Figures, fronts: list[list[Front]], profile: Sequence[in
     return chosen
 
 
-def _tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, backward_s: float,
-          overlap: bool, zero_stage: int) -> float:
-    """Exposed DP traffic + optimizer step of a stage, as ``pipeline.device_tails`` (one chunk)."""
-    cost = dp_allreduce_cost(setup.cluster, tp=tp, pp=p, dp=d)
-    exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
-                                        params=float(params), backward_s=backward_s, overlap=overlap,
-                                        interference=setup.interference)
-    step = optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer,
-                                 d if zero_stage else 1)
-    return float((exposed + slowed) + step)
-
-
-def _overlapped_tails(setup: TrainingSetup, cost: tuple[float, float], d: int, params: Sequence[int],
-                      backward_s: Sequence[float], zero_stage: int) -> list[float]:
-    """``_tail`` with overlap of many stages at once, for an all-reduce of (constant s, s per
-    byte) ``cost`` over ``d`` replicas. Same operations in the same order as
-    :func:`archplace.placement.pipeline.device_tails`, so the figures are equal bit for bit."""
-    count = np.asarray(params, dtype=np.float64)
-    exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=d,
-                                        params=count, backward_s=np.asarray(backward_s, dtype=np.float64),
-                                        overlap=True, interference=setup.interference)
-    exposed = exposed + slowed
-    shards = d if zero_stage else 1
-    step = OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * count / shards / setup.step_bandwidth_bytes_per_s
-    return (exposed + step).tolist()
-
-
 def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recompute: Recompute | str,
              tp: int = 1, schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
              zero_stage: int = 0, dp_overlap: bool = False, sp: bool = False,
@@ -399,7 +370,9 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     Args:
         graph: the layers (costs per micro-batch of ``micro_batch`` samples and per TP rank of a
             ``tp``-wide group, SI units) and their data-flow edges.
-        setup: cluster, batch, HBM, optimizer and batch-divisibility rule.
+        setup: cluster, batch, HBM, optimizer and batch-divisibility rule; its ``dp_replicate``
+            r > 1 plans hybrid sharding (ZeRO-1 within each of r replicas, DP degrees that r
+            divides; :mod:`archplace.placement.dag_tails`).
         micro_batch, recompute, tp, zero_stage, dp_overlap, sp: the fixed options (sp is
             recorded; ZeRO stages 0 and 1 only).
         schedule: ``gpipe`` or ``1f1b``.
@@ -413,7 +386,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         module docstring; on a chain the plan equals ``optimal_plan``'s.
 
     Raises:
-        ConfigError: cp or ep > 1, layers with routed-expert
+        ConfigError: cp or ep > 1, ``setup.dp_replicate`` > 1 without ZeRO stage 1, layers with routed-expert
             parameters, an unknown policy, the interleaved
             schedule, a layer whose FLOP would run faster than the chip's peak (MFU above 1),
             or a graph with more downsets or candidate stages than the limits.
@@ -444,6 +417,10 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     if zero_stage >= 2:
         raise ConfigError(f"layer-graph plans support ZeRO stages 0 and 1, not zero_stage={zero_stage} "
                           f"(its per-layer collectives are modelled for layer chains)")
+    r = setup.dp_replicate
+    if r > 1 and zero_stage == 0:
+        raise ConfigError(f"dp_replicate {r} (hybrid sharding) needs ZeRO stage 1 in a layer-graph plan, "
+                          "got 0", fields=("dp_replicate",))
     zero = zero_stage == 1
     dp_overlap, sp = bool(dp_overlap), bool(sp)
     check_sp(sp, tp)
@@ -454,6 +431,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     candidates: list[_Candidate] = []
     for p in range(1, min(graph.n, devices // tp) + 1):
         for d in dp_degrees(setup, micro_batch, devices // (tp * p)):
+            if d % r:  # hybrid sharding: r replicas of d / r ranks each
+                continue
             try:
                 m = micro_batch_count(setup, micro_batch=micro_batch, dp=d, pp=p, schedule=kind)
             except ConfigError:
@@ -462,7 +441,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
             candidates.append(_Candidate(p, d, m, profile))
     if not candidates:
         raise InfeasibleError(f"no valid plan: no (pp, dp) suits {devices} devices, tp={tp}, "
-                              f"micro-batch {micro_batch} and the global batch {setup.global_batch}")
+                              f"micro-batch {micro_batch} and the global batch {setup.global_batch}"
+                              + (f" with dp a multiple of dp_replicate {r}" if r > 1 else ""))
     structure = _structure(graph, max_downsets, max_stage_pairs)
     fig = _Figures(graph, setup, tp, micro_batch, policy, structure,
                    {"schedule": kind, "sp": sp, "zero_stage": zero_stage, "dp_overlap": dp_overlap,
@@ -473,12 +453,12 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     # Groups of candidates sharing one DP: same shards and second figure, nested profiles. With
     # overlap the second figure depends on (p, d) only through the all-reduce's (constant, per
     # byte) cost, which many (p, d) share (every DP group spanning the same kind of link).
-    groups: list[tuple[int, tuple[float, float, int] | None, tuple[int, ...], list[_Candidate]]] = []
+    groups: list[tuple[int, Groups | None, tuple[int, ...], list[_Candidate]]] = []
     for cand in sorted(candidates, key=lambda c: -c.p):
-        shards = cand.d if zero else 1
+        shards = _shards(fig, cand, zero)
         key = None
-        if dp_overlap:  # the tail depends on d through the cost and the bucket size
-            key = (*dp_allreduce_cost(setup.cluster, tp=tp, pp=cand.p, dp=cand.d), cand.d)
+        if dp_overlap:  # the tail depends on d through the costs and the bucket size
+            key = dp_groups(setup, tp, cand.p, cand.d)
         for g_shards, g_key, g_profile, members in groups:
             if g_shards == shards and g_key == key and g_profile[:cand.p] == cand.profile:
                 members.append(cand)
@@ -491,7 +471,7 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         if key is None:
             second: Sequence[float] = [float(x) for x in fig.params]
         else:
-            second = _overlapped_tails(setup, key[:2], key[2], fig.params, fig.backward, zero_stage)
+            second = overlapped_tails(setup, key, fig.params, fig.backward, zero_stage)
         fronts = _fronts(fig, profile, shards, second)
         for cand in members:
             front = fronts[cand.p][0]
@@ -499,8 +479,9 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
                 continue
             k_factor = cand.m + cand.p - 1
             if key is None:
-                values = [k_factor * tau + _tail(setup, tp=tp, p=cand.p, d=cand.d, params=y, backward_s=0.0,
-                                                 overlap=False, zero_stage=zero_stage) for tau, y in front]
+                values = [k_factor * tau + stage_tail(setup, tp=tp, p=cand.p, d=cand.d, params=y,
+                                                      backward_s=0.0, overlap=False, zero_stage=zero_stage)
+                          for tau, y in front]
             else:
                 values = [k_factor * tau + y for tau, y in front]
             best = min(values)
@@ -524,13 +505,18 @@ def _evaluate(graph: LayerGraph, setup: TrainingSetup, fig: _Figures, cand: _Can
     return evaluate_plan(chain, setup, plan)
 
 
+def _shards(fig: _Figures, cand: _Candidate, zero: bool) -> int:
+    """Ranks a stage's ZeRO-1 optimizer state is sharded over: d / dp_replicate, or 1 without ZeRO."""
+    return cand.d // fig.setup.dp_replicate if zero else 1
+
+
 def _least_peak(fig: _Figures, cand: _Candidate, zero: bool) -> tuple[float, list[int]]:
     """The smallest peak per-device memory over the splits of the graph into ``cand.p`` stages
     (min-max DP over downsets) and a split attaining it; inf and [] when there is no split."""
     st = fig.structure
     count = len(st.masks)
     full = count - 1
-    p, shards = cand.p, (cand.d if zero else 1)
+    p, shards = cand.p, _shards(fig, cand, zero)
     # least[r][i]: smallest peak over splits of the complement of downset i into r stages
     least: list[list[float]] = [[np.inf] * count for _ in range(p + 1)]
     choice: list[list[int]] = [[-1] * count for _ in range(p + 1)]
@@ -579,11 +565,13 @@ def _raise_closest(fig: _Figures, candidates: Sequence[_Candidate], kind: Pipeli
     assert best is not None
     _, p, cand, split = best
     st = fig.structure
-    needs = [fig.memory(pid, cand.profile[p - 1 - j], cand.d if zero else 1) for j, pid in enumerate(split)]
+    shards = _shards(fig, cand, zero)
+    needs = [fig.memory(pid, cand.profile[p - 1 - j], shards) for j, pid in enumerate(split)]
     worst = needs.index(max(needs))
     names = ", ".join(layer.name for layer in fig.members(st.pair_stage[split[worst]]))
     raise OutOfMemoryError(
         f"no plan fits in {hbm} HBM: best candidate pp={p} dp={cand.d} needs {format_bytes(least)} on "
         f"stage {worst} (layers {names}; tp={fig.tp}, micro_batch={fig.micro_batch}, "
         f"recompute={fig.recompute.value}, schedule={kind.value}"
-        f"{', zero_stage=1' if zero and cand.d > 1 else ''})")
+        f"{', zero_stage=1' if zero and cand.d > 1 else ''}"
+        f"{f', dp_replicate={fig.setup.dp_replicate}' if fig.setup.dp_replicate > 1 else ''})")
