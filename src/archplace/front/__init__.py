@@ -11,6 +11,8 @@
   (``layer_graph_file``, ``layer_graphs``), and the example configs (``config_examples``).
 
 Imports go one way: the CLI (``archplace.cli``) imports the front door; the front door imports
-the engine (``workload``, ``hw``, ``cost``, ``scheduling``, ``placement``, ``dse``,
-``reporting``) and the base utilities (``archplace.base``); none of those imports the front door.
+the engine (``workload``, ``hw``, ``cost``, ``scheduling``, ``placement``, ``dse``) and the base
+utilities (``archplace.base``), neither of which imports the front door
+(``tests/test_layering.py``). The rooms around them (``reporting``, ``calibration``,
+``validation``, ``schemas``) may resolve runs through the front door.
 """

@@ -33,12 +33,12 @@ def dp_groups(setup: TrainingSetup, tp: int, p: int, d: int) -> Groups:
         layout.replica_costs(setup.cluster, False)
 
 
-def stage_tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, backward_s: float,
-          overlap: bool, zero_stage: int) -> float:
-    """Exposed DP traffic + optimizer step of a stage, as ``pipeline.device_tails`` (one chunk)."""
-    cost, shards, replicas = dp_groups(setup, tp, p, d)
+def stage_tail(setup: TrainingSetup, groups: Groups, params: float, zero_stage: int) -> float:
+    """Exposed DP traffic + optimizer step of a stage of ``params`` parameters without DP overlap,
+    for the DP ``groups`` (:func:`dp_groups`), as ``pipeline.device_tails`` (one chunk)."""
+    cost, shards, replicas = groups
     exposed, _, slowed = dp_tail_comm_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes, dp=shards,
-                                        params=float(params), backward_s=backward_s, overlap=overlap,
+                                        params=float(params), backward_s=0.0, overlap=False,
                                         interference=setup.interference, replicas=setup.dp_replicate,
                                         replica_costs=replicas)
     step = optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer,
@@ -47,7 +47,7 @@ def stage_tail(setup: TrainingSetup, *, tp: int, p: int, d: int, params: float, 
 
 
 def overlapped_tails(setup: TrainingSetup, groups: Groups, params: Sequence[int],
-                      backward_s: Sequence[float], zero_stage: int) -> list[float]:
+                     backward_s: Sequence[float], zero_stage: int) -> list[float]:
     """:func:`stage_tail` with overlap of many stages at once, for the DP ``groups`` (:func:`dp_groups`).
     Same operations in the same order as :func:`archplace.placement.pipeline.device_tails`, so
     the figures are equal bit for bit."""

@@ -478,10 +478,9 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
             if not front:
                 continue
             k_factor = cand.m + cand.p - 1
-            if key is None:
-                values = [k_factor * tau + stage_tail(setup, tp=tp, p=cand.p, d=cand.d, params=y,
-                                                      backward_s=0.0, overlap=False, zero_stage=zero_stage)
-                          for tau, y in front]
+            if key is None:  # the DP groups once per candidate, the tail per front point
+                dp = dp_groups(setup, tp, cand.p, cand.d)
+                values = [k_factor * tau + stage_tail(setup, dp, y, zero_stage) for tau, y in front]
             else:
                 values = [k_factor * tau + y for tau, y in front]
             best = min(values)

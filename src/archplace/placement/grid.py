@@ -158,7 +158,7 @@ class PlanGrid(PlanChoices):
             dropless and balanced).
 
     A mixture-of-experts model at tp > 1 is costed with sequence parallelism only
-    (:func:`check_moe_sp`).
+    (:func:`~archplace.placement.workflow.check_moe_sp`).
     """
 
     sps: tuple[bool, ...] = (False, True)
