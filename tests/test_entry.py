@@ -112,3 +112,18 @@ def test_the_entry_point_runs_the_cli(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(SystemExit) as exc:
         main()
     assert exc.value.code == 0 and "gpt2-xl" in capsys.readouterr().out
+
+
+def test_the_resource_tracker_does_not_warn_after_an_interrupt() -> None:
+    """A CLI ended at once (as on Ctrl-C) with a semaphore still held: multiprocessing's resource
+    tracker unlinks it without printing its two-line warning after the CLI's one line."""
+    code = ("import multiprocessing, os\n"
+            "from archplace.cli import entry\n"
+            "def ended_at_once(start):\n"
+            "    held = multiprocessing.get_context('spawn').Semaphore()\n"
+            "    os._exit(130)\n"
+            "entry.run_exiting_fast = ended_at_once\n"
+            "entry.main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130
+    assert done.stderr == ""  # the tracker holds stderr open until it has cleaned up and exited

@@ -53,9 +53,19 @@ def run_exiting_fast(run: Callable[[], object]) -> None:
         _exit_now(INTERRUPTED_STATUS)
 
 
+TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
+"""A warning filter that multiprocessing's resource tracker inherits (it starts with this
+process's ``-W`` options, ``subprocess._args_from_interpreter_flags``). An interrupted search ends
+this process at once (:func:`run_exiting_fast`), before its worker pool's queue semaphores are
+freed; the tracker then unlinks them, as it exists to, but also warns about each on stderr, after
+the CLI's one line. The unlinking stays; only its warnings go."""
+
+
 def main() -> None:
     """Import the CLI and run it on ``sys.argv`` (an interrupt that :func:`archplace.cli.commands.main`
     has not answered yet, while it starts, is answered here)."""
+    if TRACKER_QUIET not in sys.warnoptions:  # before any child process or semaphore starts it
+        sys.warnoptions.append(TRACKER_QUIET)
 
     def start() -> None:
         from archplace.cli import main as cli_main
