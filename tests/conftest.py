@@ -60,3 +60,13 @@ def _sigint_disposition_kept() -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
     if signal.pthread_sigmask(signal.SIG_BLOCK, ()) != mask:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+@pytest.fixture(autouse=True)
+def _warnoptions_kept() -> Iterator[None]:
+    """Each test leaves ``sys.warnoptions`` as it found it: the CLI's entry adds a filter there
+    for multiprocessing's resource tracker, and every process a later test spawns would inherit
+    it as a ``-W`` option."""
+    before = list(sys.warnoptions)
+    yield
+    sys.warnoptions[:] = before
