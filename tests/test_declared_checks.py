@@ -114,9 +114,7 @@ def test_the_micro_batch_range_is_stated_once_in_the_source() -> None:
 
 MICRO_BATCH_FIELDS = {
     ("placement/grid.py", "PlanChoices", "micro_batch_sizes"):
-        "the sizes a plan search tries (PlanSpace and PlanGrid: this one declaration)",
-    ("front/specs/search.py", "SearchSpec", "micro_batch_sizes"):
-        "the sizes a design-space search tries (its own defaults; copied by name into PlanGrid)",
+        "the sizes a plan search tries (PlanSpace, PlanGrid and SearchSpec: this one declaration)",
     ("workload/key.py", "CostKey", "micro_batch"):
         "one set of layer costs: held whole by the tracing options, the chain and the DP's families",
     ("placement/plan.py", "Plan", "micro_batch"): "the plan's answer",

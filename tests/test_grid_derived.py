@@ -57,6 +57,52 @@ def test_the_choices_are_declared_once_for_the_space_and_the_grid() -> None:
         assert PlanGrid.__dataclass_fields__[name] is declared, name
 
 
+def test_the_tracing_options_are_declared_once_for_every_holder() -> None:
+    """The tracing options are one option group (:class:`Tracing`): the model spec, the search
+    spec, the engine's grid and the traced options hold the same dataclass field objects."""
+    from archplace.front.specs.search import SearchSpec
+    from archplace.workload.extract import ExtractOptions
+    from archplace.workload.options import Tracing
+
+    group = Tracing.__dataclass_fields__
+    assert set(group) == {"attention", "kernels", "fuse", "capacity_factor", "expert_load_imbalance"}
+    for holder in (ModelSpec, SearchSpec, PlanGrid, ExtractOptions):
+        for name, field in group.items():
+            assert holder.__dataclass_fields__[name] is field, (holder.__name__, name)
+    assert all(field.kw_only for field in group.values())  # the holders keep their positional fields
+    assert ModelSpec("gpt2", 64, attention="eager").attention is Attention.EAGER
+
+
+def test_a_search_tries_the_plan_choices_with_its_own_defaults() -> None:
+    """The search spec's plan choices are :class:`PlanChoices`: the fields it does not restate are
+    the same field objects; the ones it restates (:class:`SearchChoices`) differ only in the
+    default and in what the help shows, and keep the type."""
+    import typing
+
+    from archplace.base.options import METADATA_KEY
+    from archplace.front.specs.search import SearchChoices, SearchSpec
+
+    restated = {"tps", "recomputes", "schedules", "cps", "eps", "etps"}
+    base_hints, search_hints = typing.get_type_hints(PlanChoices), typing.get_type_hints(SearchSpec)
+    for field in dataclasses.fields(PlanChoices):
+        held = SearchSpec.__dataclass_fields__[field.name]
+        assert held is SearchChoices.__dataclass_fields__[field.name]
+        assert search_hints[field.name] == base_hints[field.name], field.name
+        if field.name not in restated:
+            assert held is field, field.name
+            continue
+        mine, theirs = held.metadata[METADATA_KEY], field.metadata[METADATA_KEY]
+        assert mine.tries == theirs.tries and (mine.low, mine.high) == (theirs.low, theirs.high)
+    names = [f.name for f in dataclasses.fields(PlanChoices)]
+    assert [f.name for f in dataclasses.fields(SearchChoices)] == names
+    spec = SearchSpec(models="gpt2-xl", devices=8, global_batch=8)
+    assert spec.recomputes == (Recompute.NONE, Recompute.FULL) and spec.cps is None
+    assert spec.schedules[0] is PipelineSchedule.ONE_F_ONE_B
+    assert (spec.chunks, spec.dp_overlap) == (PlanGrid().chunks, PlanGrid().dp_overlap)
+    assert SearchSpec(models="m", devices=8, global_batch=8, recomputes=["both", "selective"]).recomputes == (
+        Recompute.NONE, Recompute.FULL, Recompute.SELECTIVE)
+
+
 def test_odd_grid_has_every_field_off_its_default() -> None:
     for field in dataclasses.fields(PlanGrid):
         assert getattr(ODD, field.name) != field.default, field.name

@@ -117,7 +117,8 @@ def test_plan_reads_the_plan_object_plan_json_writes() -> None:
                 "grad_reduce_dtype": "bf16"}
     run = EvaluateRun.from_dict(evaluate_fields(document))
     assert run.plan.optimizer is Optimizer.SGD and run.plan.grad_reduce_dtype is GradReduceDtype.BF16
-    assert run.model == ModelSpec("gpt2-xl", None, Attention.EAGER, Kernels.UNFUSED, True)
+    assert run.model == ModelSpec("gpt2-xl", None, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
+                                  fuse=True)
     assert run.cluster == ClusterSpec(16, 32) and run.hardware == HardwareSpec("tpuv4")
     assert evaluate_fields(written) == {"plan": written}
     with pytest.raises(ConfigError, match="neither a plan"):

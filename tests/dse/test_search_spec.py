@@ -12,6 +12,7 @@ import yaml
 from archplace.base.errors import ConfigError
 from archplace.front import api
 from archplace.front.specs.search import EXAMPLE, FIELDS, SearchSpec, read_fields
+from archplace.placement.plan import Recompute
 from archplace.schemas import stamp
 from cli_helpers import run
 
@@ -43,7 +44,7 @@ def test_dict_and_yaml_round_trips(tmp_path: Path) -> None:
                       zero_stages="0,3", grad_reduce_dtype="bf16", attention="sdpa", kernels="unfused",
                       fuse=True, baseline="none", executor="dask", scheduler="tcp://h:8786", jobs=1,
                       store=tmp_path / "r.db", exact_top=2, per_model=True, top=3)
-    assert spec.models == ("a", "b") and spec.recomputes == ("all",) and spec.zero_stages == (0, 3)
+    assert spec.models == ("a", "b") and spec.recomputes == tuple(Recompute) and spec.zero_stages == (0, 3)
     assert spec.baseline is None and spec.store == str(tmp_path / "r.db") and spec.tps == (1, 2)
     assert SearchSpec.from_dict(spec.to_dict()) == spec
     assert SearchSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec

@@ -92,6 +92,25 @@ def option(default: Any = dataclasses.MISSING, *, help: str | None = None,  # no
     return dataclasses.field(default=default, metadata={METADATA_KEY: info})
 
 
+_KEEP: Any = object()
+
+
+def redeclared(spec: type, name: str, default: Any = _KEEP, **changes: Any) -> Any:
+    """A dataclass field for a subclass of ``spec`` that is ``spec``'s declared field ``name``
+    with another ``default`` (left out: the same) and the :class:`Option` attributes in
+    ``changes`` replaced (``default_shown="1"``), so that a variant of an option group (a
+    search's plan choices, whose defaults differ) restates only what differs.
+
+    Raises:
+        StopIteration: ``spec`` has no field ``name``.
+        TypeError: a key of ``changes`` that is not an :class:`Option` attribute.
+    """
+    field = next(f for f in dataclasses.fields(spec) if f.name == name)
+    info = dataclasses.replace(field.metadata[METADATA_KEY], **changes)
+    return dataclasses.field(default=field.default if default is _KEEP else default,
+                             metadata={METADATA_KEY: info})
+
+
 @dataclass(frozen=True)
 class Declared:
     """One declared field of a spec, resolved: its spec, name, type, default and :class:`Option`.

@@ -34,6 +34,7 @@ from archplace.front.layer_graphs import plan_layer_graph, plan_layer_graph_opti
 from archplace.front.searches import SearchInterrupted, run_searches
 from archplace.front.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
 from archplace.front.specs.plan import (
+    SEARCHED_CHUNKS,
     TOP_K,
     check_sp,
     fixed_zero_stage,
@@ -321,9 +322,11 @@ def search_request(
     global_batch: int,
     seq_len: int | None = None,
     micro_batch_sizes: Iterable[int] = MICRO_BATCHES,
-    recomputes: Iterable[str] = ("both",),
+    recomputes: Iterable[str] = ("none", "full"),
     tps: Iterable[int] | None = None,
     schedules: Iterable[str] = ("1f1b", "interleaved", "gpipe"),
+    chunks: Iterable[int] = SEARCHED_CHUNKS,
+    dp_overlap: Iterable[bool] = (False, True),
     cluster: str | None = None,
     objective: str = "throughput",
     area_budget: str | float | None = None,
@@ -354,10 +357,14 @@ def search_request(
         global_batch: samples per iteration.
         seq_len: tokens per sample (default: each model's context length).
         micro_batch_sizes: micro-batch sizes to try.
-        recomputes: ``none``, ``selective``, ``full``, ``both`` (none and full) or ``all``.
+        recomputes: ``none``, ``selective``, ``full``, ``both`` (none and full) or ``all``
+            (default none and full).
         tps: TP widths to try (default: every power of two up to the devices of one node that
             divides every model's heads and FFN size).
         schedules: pipeline schedules to try (``1f1b``, ``interleaved``, ``gpipe``).
+        chunks: model chunks per device tried with the interleaved schedule (each >= 2).
+        dp_overlap: DP gradient reduction exposed (False) and/or bucketed over the last
+            micro-batch's backward pass (True); both unless told.
         cluster: hardware preset (or YAML) whose links the cluster uses (default: the space's base).
         objective: ``throughput`` (samples/s), ``throughput-per-watt`` (per watt of TDP, WHAM) or
             ``pareto`` (front of throughput, area and TDP).

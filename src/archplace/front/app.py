@@ -30,7 +30,7 @@ from archplace.dse.request import SearchRequest
 from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, PlanSpace
 from archplace.front.specs.resolved import ResolvedHardware
 from archplace.front.specs.runs import EvaluateRun, PlanRun
-from archplace.front.specs.search import SearchSpec, parse_recompute
+from archplace.front.specs.search import SearchSpec
 from archplace.hw.accelerator import Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster
@@ -410,15 +410,13 @@ def search_request(spec: SearchSpec) -> SearchRequest:
     space = design_space(spec.space)
     links = cluster(HardwareSpec(spec.cluster or space.base), spec.devices)
     designs = _within_budgets(spec, space)
-    precisions = tuple(Precision(p) for p in spec.precisions)
-    if Precision.BF16 not in precisions and all(d.fp8_speedup is None for d in designs):
+    if Precision.BF16 not in spec.precisions and all(d.fp8_speedup is None for d in designs):
         raise ConfigError(f"no design of space {spec.space!r} has FP8 tensor cores: add bf16 to the "
                           f"precisions, or give the space an fp8_speedup", fields=("precisions",))
     # each grid field from the search's field of its name; cp = ep = etp = 1 unless told: every
     # degree multiplies every design's layer costs
     grid = grid_of({**{field.name: getattr(spec, field.name) for field in dataclasses.fields(spec)},
-                    "tps": _search_tps(spec, models, links), "recomputes": parse_recompute(spec.recomputes),
-                    "precisions": precisions,
+                    "tps": _search_tps(spec, models, links),
                     "cps": spec.cps or (1,), "eps": spec.eps or (1,), "etps": spec.etps or (1,)})
     reference = accelerator(HardwareSpec(spec.baseline)) if spec.baseline else None
     return SearchRequest(models, designs, links, spec.global_batch, grid, Objective(spec.objective),

@@ -30,7 +30,7 @@ from archplace.placement.plan import (
     Recompute,
     check_zero_stage,
 )
-from archplace.workload.options import Attention, Kernels
+from archplace.workload.options import Tracing
 
 SEARCHED_CHUNKS = (2, 4)
 """Model chunks per device tried with the interleaved schedule."""
@@ -140,33 +140,22 @@ class PlanChoices:
     dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
 
 @dataclass(frozen=True)
-class PlanGrid(PlanChoices):
+class PlanGrid(Tracing, PlanChoices):
     """The resolved options the placement engine searches: the plan choices
     (:class:`PlanChoices`, taken from a :class:`archplace.front.specs.PlanSpace` by
-    :mod:`archplace.front.app`, or from a search's request) and how the model's layers are
-    traced and costed (from its :class:`archplace.front.specs.ModelSpec`).
+    :mod:`archplace.front.app`, or from a search's request), how the model's layers are traced
+    and costed (:class:`~archplace.workload.options.Tracing`: attention, kernels, fuse,
+    capacity_factor, expert_load_imbalance; not searched, from the model spec or the search
+    spec) and these.
 
     Attributes:
         sps: the sequence-parallel settings tried (True only with TP widths > 1).
-        fuse: not searched: True also folds every layer's element-wise operators into the
-            matmul producing their input (a matmul epilogue, as a compiler would), False does not.
-        attention, kernels: not searched: how attention and the element-wise kernels run
-            (:class:`~archplace.workload.options.Attention`,
-            :class:`~archplace.workload.options.Kernels`).
-        capacity_factor, expert_load_imbalance: not searched: how the MoE layers' routed tokens
-            are padded or skewed (:class:`archplace.workload.extract.ExtractOptions`; 1.0 each:
-            dropless and balanced).
 
     A mixture-of-experts model at tp > 1 is costed with sequence parallelism only
     (:func:`~archplace.placement.workflow.check_moe_sp`).
     """
 
     sps: tuple[bool, ...] = (False, True)
-    fuse: bool = False
-    attention: Attention = Attention.FLASH
-    kernels: Kernels = Kernels.FUSED
-    capacity_factor: float = 1.0
-    expert_load_imbalance: float = 1.0
 
 
 DEFAULT_GRID = PlanGrid()

@@ -31,7 +31,7 @@ from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved
 from archplace.workload.key import CostKey, Keyed
 from archplace.workload.layers import Layer, LayerChain, LayerKind
-from archplace.workload.options import Attention, Kernels, parse_attention, parse_kernels
+from archplace.workload.options import Attention, Kernels, Tracing, parse_attention, parse_kernels
 from archplace.workload.parallel import Sharding, TensorParallel, check_width, propagate
 from archplace.workload.trace import (
     FLOP_PER_ELEMENT,
@@ -52,8 +52,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ExtractOptions(Keyed):
-    """What to trace.
+class ExtractOptions(Keyed, Tracing):
+    """What to trace: a cost key at a sequence length, traced with the tracing options
+    (:class:`~archplace.workload.options.Tracing`, keyword-only).
 
     The sizes and degrees are taken as given: the front door checked them (the micro-batch and
     the degrees as :class:`archplace.Plan`'s fields, the sequence length as
@@ -105,11 +106,6 @@ class ExtractOptions(Keyed):
     seq_len: int
     dtype: str = "bfloat16"
     training: bool = True
-    fuse: bool = False
-    attention: Attention = Attention.FLASH
-    kernels: Kernels = Kernels.FUSED
-    capacity_factor: float = 1.0
-    expert_load_imbalance: float = 1.0
 
     @classmethod
     def of(cls, micro_batch: int, seq_len: int, *, tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1,

@@ -1,4 +1,5 @@
-"""How the traced model's kernels run: the attention implementation and kernel fusion.
+"""How the traced model's kernels run: the attention implementation, kernel fusion and the
+routing of mixture-of-experts tokens, declared once as the option group :class:`Tracing`.
 
 These choices change both the time of a layer and the activations it saves, so they are part
 of every workload (graph extraction, its cache key, and every command that traces a model).
@@ -7,9 +8,12 @@ of every workload (graph extraction, its cache key, and every command that trace
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import TypeVar
 
+from archplace.base import limits
 from archplace.base.errors import ConfigError
+from archplace.base.options import option
 
 
 class Attention(enum.StrEnum):
@@ -44,6 +48,53 @@ class Kernels(enum.StrEnum):
 
     FUSED = "fused"
     UNFUSED = "unfused"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tracing:
+    """How a model's layers are traced and costed: one option group, declared here once, that
+    every spec and record of tracing options is (by inheritance, the same dataclass fields): the
+    model spec and the search spec of the front door
+    (:class:`archplace.front.specs.ModelSpec`, :class:`archplace.front.specs.search.SearchSpec`),
+    the engine's plan grid (:class:`archplace.placement.grid.PlanGrid`) and what is traced for
+    one cost key (:class:`archplace.workload.extract.ExtractOptions`). Its fields are keyword-only,
+    so that a class holding the group keeps its own positional fields.
+
+    Attributes:
+        attention: how attention runs (:class:`Attention`; default flash).
+        kernels: element-wise kernels fused (Megatron-LM) or unfused (:class:`Kernels`).
+        fuse: also fold every element-wise operator into the matmul producing its input (a
+            matmul epilogue, as a compiler would).
+        capacity_factor: expert capacity of the MoE layers over the balanced share of routed
+            tokens (1..1024); 1.0: dropless, no padding (Megatron-Core's and DeepSeek-V3's
+            default); above 1 every expert is padded to it (GShard, Switch Transformer).
+        expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
+            (1..1024) with dropless routing; 1.0: balanced.
+
+    The ranges are checked by the front door's specs (:func:`archplace.base.fields.check_declared`);
+    :class:`~archplace.workload.extract.ExtractOptions` checks what the engine needs.
+    """
+
+    attention: Attention = option(Attention.FLASH, help=(
+        "Attention as it is run: flash (FlashAttention-2), sdpa (fused, every score block computed, "
+        "as with an explicit mask) or eager (HF's explicit scores and softmax)"))
+    kernels: Kernels = option(Kernels.FUSED, help=(
+        "Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, norms, "
+        "softmax) or unfused (HF's operators one by one)"))
+    fuse: bool = option(False, help="Cost layers with element-wise ops fused into the matmul producing "
+                                    "their input")
+    capacity_factor: float = option(1.0, help=(
+        "Mixture-of-experts models: expert capacity over the balanced share of routed tokens; 1.0 "
+        "dropless, no padding (Megatron-Core's default), above 1 every expert padded to it (GShard, "
+        "Switch Transformer)"), low=1.0, high=limits.MAX_MOE_FACTOR)
+    expert_load_imbalance: float = option(1.0, help=(
+        "Mixture-of-experts models: tokens the busiest expert-parallel rank receives over the mean, "
+        "dropless routing; 1.0 balanced"), low=1.0, high=limits.MAX_MOE_FACTOR)
+
+    @property
+    def moe_options(self) -> dict[str, float]:
+        """``capacity_factor`` and ``expert_load_imbalance`` by name (keywords of the engine)."""
+        return {"capacity_factor": self.capacity_factor, "expert_load_imbalance": self.expert_load_imbalance}
 
 
 _E = TypeVar("_E", Attention, Kernels)

@@ -14,26 +14,30 @@ from typing import ClassVar
 from archplace.base import limits
 from archplace.base.fields import FlatSpec, check_declared, text
 from archplace.base.options import option
-from archplace.workload.options import Attention, Kernels
+from archplace.workload.options import Tracing
 
 
 @dataclass(frozen=True)
-class ModelSpec(FlatSpec):
-    """The model to train and how its graphs are traced.
+class _Model:
+    """The first option group of a model spec: which model, and how long a sample is (a group of
+    its own so that the model comes first, before the tracing options, in ``--help`` and files)."""
+
+    model: str = option(help="Model preset or path of an HF config.json")
+    seq_len: int | None = option(None, help="Tokens per sample", default_shown="model's context",
+                                  low=1, high=limits.MAX_SEQ_LEN)
+
+
+@dataclass(frozen=True)
+class ModelSpec(FlatSpec, Tracing, _Model):
+    """The model to train and how its graphs are traced: the model and the tracing options
+    (:class:`~archplace.workload.options.Tracing`, declared once there, keyword-only).
 
     Attributes:
         model: a bundled model preset name or the path of a Hugging Face ``config.json``.
         seq_len: tokens per sample; None for the model's context length.
-        attention: how attention runs (eager | sdpa | flash; a member or its name).
-        kernels: element-wise kernels fused (Megatron-LM) or unfused (HF's operators).
-        fuse: also fold every element-wise operator into the matmul producing its input.
-        capacity_factor: expert capacity of the MoE layers over the balanced share of routed
-            tokens (1..1024); 1.0: dropless, no padding (Megatron-Core's and DeepSeek-V3's
-            default); above 1 every expert is padded to it (GShard, Switch Transformer).
-        expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
-            (1..1024) with dropless routing; 1.0: balanced. Both as in
-            :class:`archplace.workload.extract.ExtractOptions`; a dense model takes only 1.0
-            (:func:`archplace.front.app.load_model` refuses another value).
+        attention, kernels, fuse, capacity_factor, expert_load_imbalance: as in
+            :class:`~archplace.workload.options.Tracing`; a dense model takes only 1.0 for the
+            last two (:func:`archplace.front.app.load_model` refuses another value).
 
     Raises:
         ConfigError: an empty model, ``seq_len`` outside 1..2**20, an unknown attention or
@@ -42,35 +46,10 @@ class ModelSpec(FlatSpec):
     """
 
     OWNER: ClassVar[str] = "model spec"
-    model: str = option(help="Model preset or path of an HF config.json")
-    seq_len: int | None = option(None, help="Tokens per sample", default_shown="model's context",
-                                  low=1, high=limits.MAX_SEQ_LEN)
-    attention: Attention = option(Attention.FLASH, help=(
-        "Attention as it is run: flash (FlashAttention-2), sdpa (fused, every score block computed, "
-        "as with an explicit mask) or eager (HF's explicit scores and softmax)"))
-    kernels: Kernels = option(Kernels.FUSED, help=(
-        "Element-wise kernels: fused (Megatron-LM's fused bias+GeLU, bias+dropout+add, norms, "
-        "softmax) or unfused (HF's operators one by one)"))
-    fuse: bool = option(False, help="Cost layers with element-wise ops fused into the matmul producing "
-                                    "their input")
-    capacity_factor: float = option(1.0, help=(
-        "Mixture-of-experts models: expert capacity over the balanced share of routed tokens; 1.0 "
-        "dropless, no padding (Megatron-Core's default), above 1 every expert padded to it (GShard, "
-        "Switch Transformer)"), low=1.0, high=limits.MAX_MOE_FACTOR)
-    expert_load_imbalance: float = option(1.0, help=(
-        "Mixture-of-experts models: tokens the busiest expert-parallel rank receives over the mean, "
-        "dropless routing; 1.0 balanced"), low=1.0, high=limits.MAX_MOE_FACTOR)
 
     def __post_init__(self) -> None:
         text(self.model, "model", "a model preset name or the path of an HF config.json")
         check_declared(self, spec=ModelSpec)
-
-    @property
-    def moe_options(self) -> dict[str, float]:
-        """``capacity_factor`` and ``expert_load_imbalance`` by name (keywords of
-        ``ExtractOptions`` and of the placement engine)."""
-        return {"capacity_factor": self.capacity_factor, "expert_load_imbalance": self.expert_load_imbalance}
-
 
 
 @dataclass(frozen=True)

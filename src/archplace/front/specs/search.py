@@ -23,22 +23,15 @@ from archplace.base import inputs, limits
 from archplace.base.errors import ConfigError
 from archplace.base.executor import EXECUTORS
 from archplace.base.fields import as_dict, checked, current_names
-from archplace.base.options import declared, option
+from archplace.base.options import declared, option, redeclared
 from archplace.base.units import parse_area_mm2, parse_power_w
-from archplace.cost.precision import Precision
 from archplace.dse.objective import Objective
 from archplace.dse.strategies import STRATEGIES
-from archplace.front.specs.plan import PlanSpace, parse_zero_stages
+from archplace.front.specs.plan import parse_zero_stages
 from archplace.front.specs.run import ClusterSpec, ModelSpec
-from archplace.placement.plan import (
-    MICRO_BATCHES,
-    ZERO_STAGES,
-    GradReduceDtype,
-    PipelineSchedule,
-    Plan,
-    Recompute,
-)
-from archplace.workload.options import Attention, Kernels
+from archplace.placement.grid import PlanChoices
+from archplace.placement.plan import PipelineSchedule, Plan, Recompute
+from archplace.workload.options import Tracing
 
 RECOMPUTES = ("none", "selective", "full", "both", "all")
 """Recompute choices: the policies, ``both`` (none and full) and ``all`` (the three)."""
@@ -68,68 +61,30 @@ def parse_recompute(choices: Iterable[str]) -> tuple[Recompute, ...]:
 
 
 @dataclass(frozen=True)
-class SearchSpec:
-    """One search: what to train, the design space, and how to search it.
-
-    Attributes:
-        models: model preset names or paths of HF ``config.json`` files (several: the objective
-            is the geometric mean over them, or see ``per_model``); a single name is taken as
-            a list of one.
-        devices: accelerators in the cluster (1..2**20).
-        global_batch: samples per iteration (1..2**30).
-        space: design space: a bundled name (``tiny``, ``phaze``, ``phaze-square``) or a space YAML file.
-        cluster: hardware preset (or YAML) whose links form the cluster; None: the space's base.
-        strategy: ``exhaustive`` (provable pruning), ``exhaustive-all``, ``phaze``, ``wham`` or
-            ``optuna``.
-        objective: ``throughput``, ``throughput-per-watt`` or ``pareto``.
-        area_budget: largest die area (``"280 mm2"`` or mm² as a number); None: the space's rule.
-        power_budget: largest TDP per chip (``"300 W"`` or watts as a number); None: none.
-        trials: most designs to evaluate (1..10**6); None: the strategy's own rule.
-        seed: random seed of stochastic strategies (0..2**32 - 1).
-        seq_len: tokens per sample; None: each model's context length.
-        micro_batch_sizes: micro-batch sizes tried (samples; ``micro_batches``, its earlier name,
-            is still read).
-        recomputes: recompute choices tried: ``none``, ``selective``, ``full``, ``both`` (none
-            and full), ``all``.
-        tps: TP widths tried; None: every power of two within a node that divides each model.
-            (``recomputes`` and ``tps`` were ``recompute`` and ``tp``, still read, as a plan
-            file spells them.)
-        schedules: pipeline schedules tried (``1f1b``, ``interleaved``, ``gpipe``).
-        zero_stages: ZeRO stages tried (0..3; ``"all"`` or ``"0,1,3"`` are read too).
-        grad_reduce_dtype: ``fp32`` (Megatron-LM's bf16 recipe) or ``bf16`` gradients.
-        precisions: precisions of the linear layers' GEMMs tried: ``bf16`` and/or ``fp8``
-            (Transformer Engine's FP8 recipe; a design without FP8 tensor cores tries bf16 only).
-        cps: context-parallel degrees tried (1..2**20 each); None: 1 only.
-        eps: expert-parallel degrees tried (1..2**20 each); None: 1 only.
-        etps: expert-tensor-parallel widths tried (1..2**20 each); None: 1 only.
-        dp_replicates: hybrid-sharding (HSDP) replica counts tried (1..2**20 each; default 1
-            only), as :class:`~archplace.front.specs.PlanSpace`'s.
-        attention: ``flash``, ``sdpa`` or ``eager``.
-        kernels: ``fused`` or ``unfused`` element-wise kernels.
-        fuse: also fold element-wise operators into the matmul producing their input.
-        capacity_factor: expert capacity of the MoE models' routed tokens over the balanced
-            share (1..1024; 1.0: dropless), as :class:`~archplace.front.specs.ModelSpec`'s.
-        expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
-            (1..1024; 1.0: balanced), as :class:`~archplace.front.specs.ModelSpec`'s.
-        baseline: hardware preset evaluated the same way for comparison; None (or ``"none"``):
-            no baseline.
-        executor: ``local`` (worker processes) or ``dask``.
-        scheduler: address of a running Dask scheduler (implies ``dask``); None: a local one.
-        jobs: worker processes; None: the usable CPUs (1: in this process).
-        store: SQLite file where every result is written as it finishes (a re-run resumes);
-            None: no store.
-        exact_top: re-evaluate the best this-many designs with CP-SAT layer schedules (0..1,000);
-            None: ``top``.
-        per_model: with several models, search each on its own (one result per model).
-        top: designs reported (the table's rows; the pruned search proves this many), 1..1,000.
-
-    Raises:
-        ConfigError: a value of the wrong type or out of range, an unknown choice, or no model,
-            naming the field (never a CLI flag).
+class SearchChoices(PlanChoices):
+    """The plan choices a design search tries for every design: the plan's choices
+    (:class:`~archplace.placement.grid.PlanChoices`, declared once there), with the defaults of a
+    search, which evaluates many designs and so tries fewer plans per design: recompute none and
+    full (not selective), the schedules 1F1B first, TP widths within a node, and one
+    context-parallel, expert-parallel and expert-TP degree (1) unless told.
     """
 
-    TRIES: ClassVar[type] = Plan
-    """The class whose fields this spec's plan fields try (:attr:`archplace.base.options.Option.tries`)."""
+    tps: tuple[int, ...] | None = redeclared(PlanChoices, "tps", default_shown="valid widths within a node",
+                                             formerly=("tp",))
+    recomputes: tuple[Recompute, ...] = redeclared(
+        PlanChoices, "recomputes", (Recompute.NONE, Recompute.FULL), metavar="|".join(RECOMPUTES),
+        formerly=("recompute",),
+        help="Activation recomputation to try: a policy, both (none and full) or all")
+    schedules: tuple[PipelineSchedule, ...] = redeclared(PlanChoices, "schedules", DEFAULT_SCHEDULES)
+    cps: tuple[int, ...] | None = redeclared(PlanChoices, "cps", default_shown="1")
+    eps: tuple[int, ...] | None = redeclared(PlanChoices, "eps", default_shown="1")
+    etps: tuple[int, ...] | None = redeclared(PlanChoices, "etps", default_shown="1")
+
+
+@dataclass(frozen=True)
+class _SearchTarget:
+    """The first option group of a search spec: what is trained, on which designs, how the space
+    is explored (a group of its own so that it comes first in ``--help`` and files)."""
 
     models: tuple[str, ...] = option(flag="--model", help=(
         "Model preset or path of an HF config.json; several: the objective is the geometric mean "
@@ -153,27 +108,56 @@ class SearchSpec:
                                 low=1, high=limits.MAX_TRIALS)
     seed: int = option(0, help="Random seed (optuna)", low=0, high=limits.MAX_SEED)
     seq_len: int | None = option(None, default_shown="model's context", like=(ModelSpec, "seq_len"))
-    micro_batch_sizes: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch",
-                                                formerly=("micro_batches",))
-    recomputes: tuple[str, ...] = option(("both",), flag="--recompute", formerly=("recompute",),
-                                         metavar="|".join(RECOMPUTES), help=(
-        "Activation recomputation to try: a policy, both (none and full) or all"))
-    tps: tuple[int, ...] | None = option(None, tries="tp", default_shown="valid widths within a node",
-                                         formerly=("tp",))
-    schedules: tuple[PipelineSchedule, ...] = option(DEFAULT_SCHEDULES, tries="schedule")
-    zero_stages: tuple[int, ...] = option(ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages,
-                                          default_shown="all", like=(PlanSpace, "zero_stages"))
-    grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, like=(PlanSpace, "grad_reduce_dtype"))
-    precisions: tuple[Precision, ...] = option((Precision.BF16,), tries="precision")
-    cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="1")
-    eps: tuple[int, ...] | None = option(None, tries="ep", default_shown="1")
-    etps: tuple[int, ...] | None = option(None, tries="etp", default_shown="1")
-    dp_replicates: tuple[int, ...] = option((1,), tries="dp_replicate")
-    attention: Attention = option(Attention.FLASH, like=(ModelSpec, "attention"))
-    kernels: Kernels = option(Kernels.FUSED, like=(ModelSpec, "kernels"))
-    fuse: bool = option(False, like=(ModelSpec, "fuse"))
-    capacity_factor: float = option(1.0, like=(ModelSpec, "capacity_factor"))
-    expert_load_imbalance: float = option(1.0, like=(ModelSpec, "expert_load_imbalance"))
+
+
+@dataclass(frozen=True)
+class SearchSpec(Tracing, SearchChoices, _SearchTarget):
+    """One search: what to train, the design space, and how to search it.
+
+    Attributes:
+        models: model preset names or paths of HF ``config.json`` files (several: the objective
+            is the geometric mean over them, or see ``per_model``); a single name is taken as
+            a list of one.
+        devices: accelerators in the cluster (1..2**20).
+        global_batch: samples per iteration (1..2**30).
+        space: design space: a bundled name (``tiny``, ``phaze``, ``phaze-square``) or a space YAML file.
+        cluster: hardware preset (or YAML) whose links form the cluster; None: the space's base.
+        strategy: ``exhaustive`` (provable pruning), ``exhaustive-all``, ``phaze``, ``wham`` or
+            ``optuna``.
+        objective: ``throughput``, ``throughput-per-watt`` or ``pareto``.
+        area_budget: largest die area (``"280 mm2"`` or mm² as a number); None: the space's rule.
+        power_budget: largest TDP per chip (``"300 W"`` or watts as a number); None: none.
+        trials: most designs to evaluate (1..10**6); None: the strategy's own rule.
+        seed: random seed of stochastic strategies (0..2**32 - 1).
+        seq_len: tokens per sample; None: each model's context length.
+        tps ... dp_replicates: the plan choices tried for every design
+            (:class:`SearchChoices`: the plan's choices, :class:`~archplace.placement.grid.PlanChoices`,
+            with a search's defaults); ``recomputes`` also reads ``both`` (none and full) and
+            ``all``, ``zero_stages`` ``"all"`` or ``"0,1,3"``; ``tps``, ``recomputes`` and
+            ``micro_batch_sizes`` also read their earlier names ``tp``, ``recompute`` and
+            ``micro_batches``.
+        attention, kernels, fuse, capacity_factor, expert_load_imbalance: how the layers are
+            traced (:class:`~archplace.workload.options.Tracing`, as a model spec's).
+        baseline: hardware preset evaluated the same way for comparison; None (or ``"none"``):
+            no baseline.
+        executor: ``local`` (worker processes) or ``dask``.
+        scheduler: address of a running Dask scheduler (implies ``dask``); None: a local one.
+        jobs: worker processes; None: the usable CPUs (1: in this process).
+        store: SQLite file where every result is written as it finishes (a re-run resumes);
+            None: no store.
+        exact_top: re-evaluate the best this-many designs with CP-SAT layer schedules (0..1,000);
+            None: ``top``.
+        per_model: with several models, search each on its own (one result per model).
+        top: designs reported (the table's rows; the pruned search proves this many), 1..1,000.
+
+    Raises:
+        ConfigError: a value of the wrong type or out of range, an unknown choice, or no model,
+            naming the field (never a CLI flag).
+    """
+
+    TRIES: ClassVar[type] = Plan
+    """The class whose fields this spec's plan fields try (:attr:`archplace.base.options.Option.tries`)."""
+
     baseline: str | None = option("tpuv4", help="Preset to compare with ('none' to skip)")
     executor: str = option("local", metavar="|".join(EXECUTORS), help="Where the work runs: worker "
                                                                        "processes or Dask")
@@ -369,8 +353,9 @@ def _path_text(field: str, what: str) -> Callable[[Any], str | None]:
     return check
 
 
-def _recompute(value: object) -> tuple[str, ...]:
-    return tuple(_choice(r, "recompute", RECOMPUTES) for r in _nonempty(_listed(value), "recomputes"))
+def _recompute(value: object) -> tuple[Recompute, ...]:
+    return parse_recompute(str(r) if isinstance(r, Recompute) else _choice(r, "recompute", RECOMPUTES)
+                           for r in _nonempty(_listed(value), "recomputes"))
 
 
 _CHECKS: dict[str, Callable[[Any], Any]] = {
@@ -429,7 +414,9 @@ micro_batch_sizes: [1, 2, 4, 8]
 recomputes: [both]           # none, selective, full, both (none and full), all
 tps: null                    # TP widths, e.g. [1, 2, 4]; null: every valid width within a node
 schedules: [1f1b, interleaved, gpipe]
+chunks: [2, 4]               # model chunks per device tried with the interleaved schedule
 zero_stages: [0, 1, 2, 3]    # or "all", or "0,1"
+dp_overlap: [false, true]    # DP gradient reduction exposed and/or overlapped with the last backward
 grad_reduce_dtype: fp32      # fp32 or bf16
 precisions: [bf16]           # bf16 and/or fp8 (designs without FP8 tensor cores: bf16 only)
 cps: null                    # context-parallel degrees, e.g. [1, 2]; null: 1 only
