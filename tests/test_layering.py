@@ -192,3 +192,31 @@ def test_public_class_names_are_unique() -> None:
                 defined.setdefault(node.name, []).append(str(path.relative_to(SRC)))
     twice = {name: paths for name, paths in defined.items() if len(paths) > 1}
     assert set(twice) == set(DUPLICATE_CLASS_NAMES_LEFT), twice
+
+
+MODULE_LINES = 600
+"""Most lines of a module (the engineering standards: small modules with one concern)."""
+
+FRONT_DOOR_FUNCTION_LINES = 80
+"""Most lines of a function in the front door and the CLI, docstring included (issue #25)."""
+
+
+def _functions(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [(node.name, (node.end_lineno or node.lineno) - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def test_modules_and_front_door_functions_stay_small(tmp_path: Path) -> None:
+    """No module over 600 lines; no function of ``front/`` or ``cli/`` over 80 (a longer one is
+    doing two things: a resolver step, or a second command, belongs in its own function)."""
+    long_modules = {str(path.relative_to(SRC)): count for path in SRC.rglob("*.py")
+                    if (count := len(path.read_text().splitlines())) > MODULE_LINES}
+    assert long_modules == {}
+    long_functions = {f"{path.relative_to(SRC)}:{name}": count for room in ("front", "cli")
+                      for path in (SRC / room).rglob("*.py") for name, count in _functions(path)
+                      if count > FRONT_DOOR_FUNCTION_LINES}
+    assert long_functions == {}
+    probe = tmp_path / "probe.py"  # the measure counts what it should
+    probe.write_text("def f(x):\n    '''doc'''\n\n    return x\n\n\nasync def g():\n    pass\n")
+    assert _functions(probe) == [("f", 4), ("g", 2)]

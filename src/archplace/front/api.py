@@ -356,35 +356,22 @@ def search_request(
         devices: accelerators in the cluster.
         global_batch: samples per iteration.
         seq_len: tokens per sample (default: each model's context length).
-        micro_batch_sizes: micro-batch sizes to try.
-        recomputes: ``none``, ``selective``, ``full``, ``both`` (none and full) or ``all``
-            (default none and full).
-        tps: TP widths to try (default: every power of two up to the devices of one node that
-            divides every model's heads and FFN size).
-        schedules: pipeline schedules to try (``1f1b``, ``interleaved``, ``gpipe``).
-        chunks: model chunks per device tried with the interleaved schedule (each >= 2).
-        dp_overlap: DP gradient reduction exposed (False) and/or bucketed over the last
-            micro-batch's backward pass (True); both unless told.
+        micro_batch_sizes, recomputes, tps, schedules, chunks, dp_overlap: the plan choices to
+            try, as :class:`~archplace.front.specs.search.SearchChoices`' fields (``recomputes``:
+            ``none``, ``selective``, ``full``, ``both`` or ``all``; default none and full; ``tps``
+            default: every power of two within a node that divides every model).
         cluster: hardware preset (or YAML) whose links the cluster uses (default: the space's base).
         objective: ``throughput`` (samples/s), ``throughput-per-watt`` (per watt of TDP, WHAM) or
             ``pareto`` (front of throughput, area and TDP).
         area_budget: keep designs of at most this area (``"280 mm2"``; default: the space's rule).
         power_budget: keep designs of at most this TDP (``"300 W"``).
         baseline: hardware preset evaluated the same way for comparison (None: none).
-        fuse: also fold element-wise operators into the matmul producing their input (a matmul
-            epilogue, as a compiler would); default: no epilogue fusion (``kernels`` still
-            fuses element-wise chains into one kernel each).
-        attention, kernels: as in :func:`graph` (recorded with the search).
-        zero_stages: ZeRO stages to try (``"all"``, ``"0,1,3"`` or ints; default all four).
-        grad_reduce_dtype: fp32 (default, Megatron-LM's bf16 recipe) or bf16 gradients.
-        precisions: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8,
-            :mod:`archplace.cost.precision`); a design without FP8 tensor cores tries bf16 only.
-        cps: context-parallel degrees to try (default: 1 only).
-        eps: expert-parallel degrees to try (default: 1 only).
-        etps: expert-tensor-parallel widths to try (default: 1 only); refused above 1 when every
-            model is dense (a dense model among several is costed at etp 1 only).
-        dp_replicates: hybrid-sharding (HSDP) replica counts to try (default: 1 only), as in
-            :func:`plan`.
+        zero_stages, grad_reduce_dtype, precisions, cps, eps, etps, dp_replicates: the other
+            plan choices, likewise (``zero_stages`` also ``"all"`` or ``"0,1,3"``; a design
+            without FP8 tensor cores tries bf16 only; cps, eps, etps default to 1 only; etps above
+            1 refused when every model is dense).
+        fuse, attention, kernels: how the layers are traced, as in :func:`graph`
+            (:class:`~archplace.workload.options.Tracing`; recorded with the search).
         capacity_factor, expert_load_imbalance: of the mixture-of-experts models' routed
             tokens, as in :func:`graph` (a dense model among several ignores them). The search
             lays the groups over the ranks in the default order, tp-cp-ep-pp-dp.

@@ -18,7 +18,7 @@ from archplace.workload.options import Tracing
 
 
 @dataclass(frozen=True)
-class _Model:
+class _TrainedModel:
     """The first option group of a model spec: which model, and how long a sample is (a group of
     its own so that the model comes first, before the tracing options, in ``--help`` and files)."""
 
@@ -28,7 +28,7 @@ class _Model:
 
 
 @dataclass(frozen=True)
-class ModelSpec(FlatSpec, Tracing, _Model):
+class ModelSpec(FlatSpec, Tracing, _TrainedModel):
     """The model to train and how its graphs are traced: the model and the tracing options
     (:class:`~archplace.workload.options.Tracing`, declared once there, keyword-only).
 
