@@ -68,10 +68,16 @@ def load_model(model: ModelSpec, micro_batch_sizes: Iterable[int] = ()) -> zoo.L
     with the sequence and every micro-batch's token count within :mod:`archplace.base.limits`.
 
     Raises:
-        ConfigError: an unknown model or a bad config file, a size out of range, a capacity
-            factor or expert load imbalance other than 1 for a dense model (named in ``fields``).
+        ConfigError: an unknown model or a bad config file, a size out of range, a fused
+            attention the model's code does not run (:func:`archplace.workload.zoo.check_attention`),
+            a capacity factor or expert load imbalance other than 1 for a dense model (named in
+            ``fields``).
     """
     loaded = zoo.load_model(model.model)
+    try:
+        zoo.check_attention(loaded, model.attention)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), fields=("attention",)) from None
     if not loaded.experts:
         for name, value in model.moe_options.items():
             if value != 1.0:

@@ -23,6 +23,7 @@ them first, with one line naming the field:
 * mixture-of-experts configs are refused (:func:`refuse_mixture_of_experts`) except those of the
   architectures whose experts archplace traces as grouped GEMMs (:data:`TRACED_MOE_MODEL_TYPES`,
   :mod:`archplace.workload.experts_op`); elsewhere their experts' FLOP and memory would be lost;
+  the architectures of :data:`NOT_TRACED` are refused with what is not traced (gpt-oss);
 * in those, every mixture-of-experts and multi-head latent attention field the model code reads
   (:data:`MOE_DEFAULTS`; a missing one is transformers' default, :func:`moe_value`) is a whole
   number in its range (:func:`check_moe_fields`): widths, ranks and head sizes >= 1, the shared
@@ -82,6 +83,14 @@ MOE_MODEL_TYPES = frozenset({"mixtral", "dbrx", "deepseek_v2", "deepseek_v3", "d
 TRACED_MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"})
 """Mixture-of-experts architectures whose experts module goes through transformers' experts
 interface, so that :mod:`archplace.workload.experts_op` traces it as grouped GEMMs."""
+
+NOT_TRACED: Mapping[str, str] = MappingProxyType({
+    "gpt_oss": "its blocks alternate sliding-window and full attention (layer_types) and its "
+               "attention adds learned sinks, while archplace traces one block for every block of a "
+               "kind and costs attention as full causal attention",
+})
+"""Architectures transformers knows that archplace refuses, each with the reason (what is not
+traced); their configs are refused with it before any other check."""
 
 MOE_DEFAULTS: Mapping[str, Mapping[str, int]] = MappingProxyType({
     "mixtral": MappingProxyType({"num_local_experts": 8, "num_experts_per_tok": 2}),
@@ -145,10 +154,13 @@ def refuse_mixture_of_experts(where: str, config: Mapping[str, Any]) -> None:
     ``model_type`` is one of :data:`TRACED_MOE_MODEL_TYPES`.
 
     Raises:
-        ConfigError: "mixture-of-experts models are not supported yet (config has ...)", or an
+        ConfigError: an architecture of :data:`NOT_TRACED` (with its reason); "the
+            mixture-of-experts layers of model_type ... are not traced yet (config has ...)", or an
             expert field that is not a whole number.
     """
     model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in NOT_TRACED:
+        raise ConfigError(f"{where}: model_type {model_type!r} is not supported yet: {NOT_TRACED[model_type]}")
     traced = isinstance(model_type, str) and model_type in TRACED_MOE_MODEL_TYPES
     if traced:
         check_moe_fields(where, config)
@@ -159,13 +171,16 @@ def refuse_mixture_of_experts(where: str, config: Mapping[str, Any]) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{where}: field {field!r} must be a whole number >= 0, got {show(value)}")
         if value > (0 if field == "moe_intermediate_size" else 1) and not traced:
-            raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
-                              f"(config has {field}={value})")
+            raise ConfigError(f"{where}: the mixture-of-experts layers of model_type {model_type!r} are not "
+                              f"traced yet (config has {field}={value}); {_TRACED}")
     if traced:
         _check_moe_layout(where, config)
     if not traced and isinstance(model_type, str) and ("moe" in model_type or model_type in MOE_MODEL_TYPES):
-        raise ConfigError(f"{where}: mixture-of-experts models are not supported yet "
-                          f"(config has model_type={model_type!r})")
+        raise ConfigError(f"{where}: the mixture-of-experts layers of model_type {model_type!r} are not "
+                          f"traced yet; {_TRACED}")
+
+
+_TRACED = f"archplace traces those of {', '.join(sorted(TRACED_MOE_MODEL_TYPES))}"
 
 
 def _check_moe_layout(where: str, config: Mapping[str, Any]) -> None:
@@ -295,8 +310,10 @@ def check_model_config(where: str, config: Mapping[str, Any], family: Family) ->
     hidden = count_field(where, config, family.hidden_field)
     heads = count_field(where, config, family.heads_field)
     vocab = count_field(where, config, "vocab_size")
-    positions = count_field(where, config, family.context_field)
-    ffn = count_field(where, config, family.ffn_field, required=not family.ffn_optional)
+    positions = count_field(where, config, family.context_field, required=family.default_context is None)
+    positions = family.default_context if positions is None else positions
+    ffn = (count_field(where, config, family.ffn_field, required=not family.ffn_optional)
+           if family.ffn_field is not None else None)
     assert hidden is not None and heads is not None and vocab is not None and positions is not None
     if positions > MAX_POSITIONS:
         raise ConfigError(f"{where}: field {family.context_field!r} is {show(positions)}; archplace "

@@ -46,7 +46,7 @@ from archplace.workload.trace import (
     tensor_bytes,
     trace,
 )
-from archplace.workload.zoo import LoadedModel
+from archplace.workload.zoo import LoadedModel, check_attention
 
 log = logging.getLogger(__name__)
 
@@ -224,11 +224,13 @@ def extract_chain(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
         ep = 1 one (:func:`archplace.workload.expert_parallel.shard_experts`).
 
     Raises:
-        ConfigError: the config is rejected by transformers, the TP width does
-            not divide the heads / KV heads / FFN size, or the EP degree does not divide the
+        ConfigError: the config is rejected by transformers, a fused attention for a model
+            whose code computes attention itself (:func:`~archplace.workload.zoo.check_attention`),
+            the TP width does not divide the heads / KV heads / FFN size, or the EP degree does not divide the
             routed experts (or is above 1 for a dense model).
         ExtractionError: the model code cannot be traced.
     """
+    check_attention(spec, options.attention)
     check_tp(spec, options.tp, options.sp)
     check_ep(spec, options.ep)
     check_etp(spec, options.etp)

@@ -9,6 +9,7 @@ loaded: the model is only instantiated on the meta device by
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,7 @@ from archplace.workload.config_checks import (
     moe_value,
     refuse_mixture_of_experts,
 )
+from archplace.workload.options import Attention
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,19 @@ class Family:
             None for a dense family.
         dense_layers_field: for a mixture-of-experts family whose first blocks are dense (DeepSeek-V3's
             ``first_k_dense_replace``), the field holding how many; None otherwise.
+        default_context: for a family without a position table whose configs may leave the
+            context field out (BLOOM's ALiBi), the sequence length trained when they do; None:
+            the context field is required.
+        aliases: earlier or alternative names of the fields (``(alias, field)`` pairs), renamed
+            to the family's field when a config is loaded (:func:`normalised`), as the family's
+            transformers config class reads them (BLOOM's ``n_embed`` is ``hidden_size``).
+        fused_attention: the model code routes attention through transformers' attention
+            interface, so that archplace can run it as one fused operator (``flash``, ``sdpa``);
+            False: the code computes the scores itself (BLOOM's ALiBi ``baddbmm``), and only
+            ``eager`` attention is traced (:func:`check_attention`).
+
+    A family whose FFN width is not a config field but fixed at 4 x hidden (BLOOM's
+    ``BloomMLP``) has ``ffn_field`` None.
     """
 
     task: str
@@ -56,11 +71,20 @@ class Family:
     hidden_field: str
     heads_field: str
     kv_heads_field: str | None
-    ffn_field: str
+    ffn_field: str | None
     ffn_optional: bool = False
     rotary: bool = False
     experts_field: str | None = None
     dense_layers_field: str | None = None
+    default_context: int | None = None
+    aliases: tuple[tuple[str, str], ...] = ()
+    fused_attention: bool = True
+
+    def context(self, config: Mapping[str, Any]) -> Any:
+        """The context length of ``config``: its context field, else :attr:`default_context`
+        (None when neither; the config checks refuse that)."""
+        value = config.get(self.context_field)
+        return self.default_context if value is None else value
 
 
 _DECODER: dict[str, Any] = dict(layers_field="num_hidden_layers", context_field="max_position_embeddings",
@@ -83,6 +107,16 @@ FAMILIES: dict[str, Family] = {
     "deepseek_v3": Family("causal-lm", **_DECODER, kv_heads_field="num_key_value_heads",
                           ffn_field="intermediate_size", rotary=True, experts_field="n_routed_experts",
                           dense_layers_field="first_k_dense_replace"),
+    # BLOOM (BigScience, Le Scao et al. 2022, arXiv 2211.05100): ALiBi positions (no table, any
+    # length; sec. 3.2.2 and Table 3: trained at 2,048 tokens), FFN 4 x hidden fixed in
+    # transformers' BloomMLP, the aliases of transformers' BloomConfig (its attribute_map and
+    # the n_embed keyword), attention computed in the model code (alibi.baddbmm).
+    "bloom": Family("causal-lm", layers_field="n_layer", context_field="seq_length",
+                    hidden_field="hidden_size", heads_field="n_head", kv_heads_field=None,
+                    ffn_field=None, rotary=True, default_context=2048,
+                    aliases=(("n_embed", "hidden_size"), ("num_hidden_layers", "n_layer"),
+                             ("num_attention_heads", "n_head")),
+                    fused_attention=False),
 }
 
 
@@ -111,7 +145,7 @@ class LoadedModel:
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len <= 0:
             raise ConfigError(f"model {self.name!r}: sequence length must be a whole number >= 1, "
                               f"got {self.seq_len!r}")
-        context = self.config[family.context_field]
+        context = family.context(self.config)
         if self.seq_len > context:
             raise ConfigError(f"model {self.name!r}: sequence length {self.seq_len} exceeds its context "
                               f"length {context} ({family.context_field})")
@@ -162,8 +196,9 @@ class LoadedModel:
 
     @property
     def ffn_size(self) -> int:
-        """FFN intermediate width (4x hidden when the config leaves it null)."""
-        if self.config.get(self.family.ffn_field) is None:
+        """FFN intermediate width (4x hidden when the config leaves it null, or when the family
+        fixes it: ``ffn_field`` None)."""
+        if self.family.ffn_field is None or self.config.get(self.family.ffn_field) is None:
             return 4 * self.hidden_size
         return self._int(self.family.ffn_field)
 
@@ -220,7 +255,7 @@ class LoadedModel:
             raise ConfigError(f"sequence length must be positive, got {seq_len}")
         field = self.family.context_field
         config = self.config
-        context = config.get(field)
+        context = self.family.context(config)
         if isinstance(context, int) and seq_len > context:
             if not self.family.rotary:
                 raise ConfigError(
@@ -246,6 +281,44 @@ def family_of(model_type: object) -> Family | None:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     return GENERIC_DECODER if model_type in CONFIG_MAPPING else None
+
+
+def check_attention(model: LoadedModel, attention: Attention) -> None:
+    """Refuse a fused attention (``flash``, ``sdpa``) for a model whose code computes attention
+    itself (:attr:`Family.fused_attention` False): archplace runs attention fused by routing it
+    through transformers' attention interface, which that code does not call, so its layers
+    would be traced eager while costed as fused.
+
+    Raises:
+        ConfigError: naming the model, its architecture and the attention it can be traced with.
+    """
+    if attention is not Attention.EAGER and not model.family.fused_attention:
+        raise ConfigError(f"model {model.name!r}: {model.model_type}'s Hugging Face code computes its "
+                          "scores itself, without transformers' interface for fused kernels, so "
+                          f"{attention.value} cannot be traced: use attention eager")
+
+
+def normalised(where: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with each field its family spells otherwise (:attr:`Family.aliases`) under the
+    family's name, as transformers' config class reads it; unchanged for a family without
+    aliases or an unknown ``model_type``.
+
+    Raises:
+        ConfigError: a config that gives a field under both names, with different values.
+    """
+    family = FAMILIES.get(config.get("model_type"))  # type: ignore[arg-type]
+    if family is None or not family.aliases:
+        return config
+    out = dict(config)
+    for alias, field in family.aliases:
+        if alias not in out:
+            continue
+        value = out.pop(alias)
+        if field in out and out[field] != value:
+            raise ConfigError(f"{where}: fields {alias!r} ({value!r}) and {field!r} ({out[field]!r}) "
+                              f"name the same size; give one of them")
+        out[field] = value
+    return out
 
 
 def validate_config(where: str, config: dict[str, Any], *, user_file: bool = False) -> Family:
@@ -346,7 +419,8 @@ def load_model(name_or_path: str) -> LoadedModel:
     presets = _presets()
     if name_or_path in presets:
         entry = presets[name_or_path]
-        return LoadedModel(name_or_path, _canonical(entry["config"]), int(entry["seq_len"]),
+        return LoadedModel(name_or_path, _canonical(normalised(name_or_path, entry["config"])),
+                           int(entry["seq_len"]),
                          str(entry.get("source", "")))
     path = Path(name_or_path)
     if path.suffix != ".json" and not _exists(path):
@@ -354,8 +428,8 @@ def load_model(name_or_path: str) -> LoadedModel:
             f"unknown model {name_or_path!r}; choose a preset ({', '.join(sorted(presets))}) "
             "or give the path of a Hugging Face config.json"
         )
-    config = read_mapping(path, "model config", syntax="json", label=name_or_path)
+    config = normalised(name_or_path, read_mapping(path, "model config", syntax="json", label=name_or_path))
     family = validate_config(name_or_path, config, user_file=True)
-    seq_len = config[family.context_field]
+    seq_len = family.context(config)
     return LoadedModel(path.stem if path.stem != "config" else path.parent.name or "config",
                      _canonical(config), seq_len, str(path))
