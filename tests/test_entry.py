@@ -127,3 +127,35 @@ def test_the_resource_tracker_does_not_warn_after_an_interrupt() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130
     assert done.stderr == ""  # the tracker holds stderr open until it has cleaned up and exited
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt(), "Interrupted"])
+def test_an_extension_import_stopped_by_an_interrupt_is_answered_as_the_interrupt(
+        interrupt: BaseException | str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C while a C extension initialises (OR-Tools' pybind11 module: the CP-SAT backend
+    imports it when it first solves) surfaces as ImportError("initialization failed") raised from
+    the interrupt; the CLI answers it with its one line and 130, and any other ImportError as
+    it is."""
+    from archplace.base.lifetime import Interrupted
+    from archplace.cli import commands
+    from archplace.front import api
+
+    cause = Interrupted() if interrupt == "Interrupted" else interrupt
+    assert isinstance(cause, BaseException)
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise ImportError("initialization failed") from cause
+
+    monkeypatch.setattr(api, "solve_problem", stopped)
+    argv = ["schedule", "--model", "gpt2-xl", "--hardware", "tpuv4", "--backend", "list"]
+    with pytest.raises(SystemExit) as exc:
+        commands.main(argv)
+    assert exc.value.code == 130 and capsys.readouterr().err == "archplace: interrupted\n"
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ImportError("no module named ortools")
+
+    monkeypatch.setattr(api, "solve_problem", broken)
+    with pytest.raises(ImportError, match="no module named ortools"):
+        commands.main(argv)

@@ -53,9 +53,12 @@ def main(argv: list[str] | None = None) -> None:
         with raising_interrupts():
             code = command.main(args=argv, prog_name="archplace", standalone_mode=False)
     except (Interrupted, KeyboardInterrupt, typer.Abort) as exc:
-        detail = one_line(exc.detail, MAX_ERROR_CHARS) if isinstance(exc, Interrupted) else ""
-        sys.stderr.write(f"archplace: interrupted{f' ({detail})' if detail else ''}\n")
-        sys.exit(130)
+        _interrupted(exc)
+    except ImportError as exc:  # an interrupt while a C extension initialised (OR-Tools: pybind11)
+        cause = _interrupt_behind(exc)
+        if cause is None:
+            raise
+        _interrupted(cause)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except TyperException as exc:  # usage errors: missing option, a value of the wrong type
@@ -67,3 +70,25 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 
+
+
+def _interrupted(exc: BaseException) -> None:
+    """Say ``archplace: interrupted`` (with what was kept, if ``exc`` says) and exit with 130."""
+    detail = one_line(exc.detail, MAX_ERROR_CHARS) if isinstance(exc, Interrupted) else ""
+    sys.stderr.write(f"archplace: interrupted{f' ({detail})' if detail else ''}\n")
+    sys.exit(130)
+
+
+def _interrupt_behind(exc: BaseException) -> BaseException | None:
+    """The interrupt (:class:`Interrupted`, KeyboardInterrupt) that ``exc`` was raised from, if
+    any: a C extension whose initialisation an interrupt stopped raises ImportError("initialization
+    failed") from it (pybind11's module init wraps the pending exception), so the CLI answers it
+    as the interrupt it is, not with a traceback."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, Interrupted | KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -160,7 +160,8 @@ def refuse_mixture_of_experts(where: str, config: Mapping[str, Any]) -> None:
     """
     model_type = config.get("model_type")
     if isinstance(model_type, str) and model_type in NOT_TRACED:
-        raise ConfigError(f"{where}: model_type {model_type!r} is not supported yet: {NOT_TRACED[model_type]}")
+        raise ConfigError(f"{where}: model_type {model_type!r} is not supported yet: "
+                          f"{NOT_TRACED[model_type]}")
     traced = isinstance(model_type, str) and model_type in TRACED_MOE_MODEL_TYPES
     if traced:
         check_moe_fields(where, config)
