@@ -193,3 +193,15 @@ def test_hbm_capacity_does_not_change_the_time(full: PlanResult, roomy_h100: str
     roomy = api.evaluate(**plan_kwargs(roomy_h100, "full"))
     assert roomy.iteration_time_s == full.iteration_time_s
     assert roomy.breakdown_s == full.breakdown_s
+
+
+@pytest.mark.slow
+def test_the_prediction_follows_the_expert_load_imbalance(full: PlanResult) -> None:
+    """Issue #26: an MoE validation run must exercise the MoE costs. The busiest expert-parallel
+    rank receiving 1.5x the mean tokens (dropless routing) makes its expert GEMMs and all-to-all
+    1.5x larger, so the step and its expert all-to-all share grow (were the iteration paced by a
+    chunk without experts, as the LM head's once was, neither would move)."""
+    skewed = api.evaluate(**plan_kwargs("h100-80gb", "full"), expert_load_imbalance=1.5)
+    assert full.breakdown_s["ep_comm"] > 0.5  # seconds of exposed dispatch and combine per step
+    assert skewed.breakdown_s["ep_comm"] == pytest.approx(1.5 * full.breakdown_s["ep_comm"], rel=0.05)
+    assert skewed.iteration_time_s > 1.05 * full.iteration_time_s
