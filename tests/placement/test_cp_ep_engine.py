@@ -35,7 +35,7 @@ from archplace.placement.plan import (
 from archplace.placement.result import StageTime
 from archplace.placement.solver import plan_search
 from archplace.placement.timing import dp_allreduce_cost, strided_allreduce_cost
-from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s
+from archplace.placement.zero import dp_tail_comm_s, segment_zero_comm_s
 from archplace.workload.zoo import load_model
 
 INTRA = (1e-6, 1e11)
@@ -184,12 +184,13 @@ def test_expert_reductions_are_a_second_collective():
     both = dp_tail_comm_s(cost, zero_stage=0, params=100.0, expert_cost=expert_cost, expert_dp=2,
                           expert_params=10.0, **kw)
     assert both[0] == dense[0] + (3.0 + 0.1 * 40.0)
-    # ZeRO-2: the per-layer reduce-scatters of both groups add, then hide behind the backward pass
-    exposed, total, _ = layer_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=4, params=np.array([100.0]),
-                                       fwd_s=np.array([0.0]), backward_s=np.array([1.0]),
-                                       expert_cost=expert_cost, expert_dp=2, expert_params=np.array([10.0]))
+    # ZeRO-2: the per-layer reduce-scatters of both groups add on one stream; a segment's last
+    # one (here its only one) runs after its backward pass, exposed whole
+    exposed, total, _ = segment_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=4, params=np.array([100.0]),
+                                         fwd_s=np.array([0.0]), backward_s=np.array([1.0]),
+                                         expert_cost=expert_cost, expert_dp=2, expert_params=np.array([10.0]))
     rs = (0.5 + 0.005 * 400.0) + (1.5 + 0.05 * 40.0)
-    assert total.tolist() == [rs] and exposed.tolist() == [rs - 1.0]
+    assert total.tolist() == [[rs]] and exposed.tolist() == [[rs]]
 
 
 # ---------------------------------------------------------------- breakdown and results

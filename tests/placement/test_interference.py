@@ -18,7 +18,7 @@ from archplace.placement.interference import HBM_BYTES_PER_WIRE_BYTE, NO_INTERFE
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import LayerCost, Plan, Recompute, TrainingSetup
 from archplace.placement.result import PlanResult
-from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s
+from archplace.placement.zero import dp_tail_comm_s, segment_zero_comm_s
 
 REL = 1e-12
 
@@ -118,23 +118,27 @@ def test_bucketed_reduction_slows_the_backward_pass_by_hand():
 
 
 def test_zero3_layer_collectives_by_hand():
-    # an all-reduce of 3 s + 1.5e-3 s per byte (a ring of 4 at 0.5 s, 1e3 B/s); a layer of 1000
-    # parameters: AG = 1.5 + 0.75e-3 * 2000 = 3 s, RS = 1.5 + 0.75e-3 * 4000 = 4.5 s.
-    kw = dict(zero_stage=3, grad_bytes=4, dp=4, params=[1000.0])
-    # fwd 10 s, bwd 20 s: all hidden; f = 0.5 costs 0.5 * 3 + 0.5 * (3 + 4.5) = 5.25 s
-    hidden = layer_zero_comm_s((3.0, 1.5e-3), fwd_s=[10.0], backward_s=[20.0],
-                               interference=Interference(sm_share=0.5), **kw)
-    assert float(hidden.exposed[0]) == 0.0
-    assert float(hidden.total[0]) == 10.5
-    assert float(hidden.slowed[0]) == pytest.approx(5.25, rel=REL)
-    # fwd 1 s, bwd 2 s: AG sticks out by 2 > 1.5, AG + RS by 5.5 > 3.75: nothing slowed beyond
-    exposed = layer_zero_comm_s((3.0, 1.5e-3), fwd_s=[1.0], backward_s=[2.0],
-                                interference=Interference(sm_share=0.5), **kw)
-    assert float(exposed.exposed[0]) == 7.5 and float(exposed.slowed[0]) == 0.0
-    # ZeRO-2: the RS beside the backward pass, 0.5 * 4.5 = 2.25 s
-    two = layer_zero_comm_s((3.0, 1.5e-3), fwd_s=[10.0], backward_s=[20.0],
-                            interference=Interference(sm_share=0.5), **{**kw, "zero_stage": 2})
-    assert float(two.exposed[0]) == 0.0 and float(two.slowed[0]) == pytest.approx(2.25, rel=REL)
+    # an all-reduce of 3 s + 1.5e-3 s per byte (a ring of 4 at 0.5 s, 1e3 B/s); three layers of
+    # 1000 parameters: AG = 1.5 + 0.75e-3 * 2000 = 3 s, RS = 1.5 + 0.75e-3 * 4000 = 4.5 s each,
+    # and f = 0.5: each AG takes 1.5 compute-seconds while it runs, each RS 2.25.
+    kw = dict(zero_stage=3, grad_bytes=4, dp=4, params=[1000.0] * 3)
+    # fwd 10 s, bwd 20 s: forward AG0 0-3 exposed, AG1 3-6 and AG2 13-16 hidden: 3 exposed, 4.5 -
+    # 3 = 1.5 slowed; backward AG2 0-3 and the last RS0 63-67.5 exposed (7.5), the rest hidden:
+    # 3 x 3.75 - 7.5 = 3.75 slowed
+    hidden = segment_zero_comm_s((3.0, 1.5e-3), fwd_s=[10.0] * 3, backward_s=[20.0] * 3,
+                                 interference=Interference(sm_share=0.5), **kw)
+    assert float(hidden.exposed[0, 2]) == 3.0 + 7.5
+    assert float(hidden.total[0, 2]) == 3 * 10.5
+    assert float(hidden.slowed[0, 2]) == pytest.approx(1.5 + 3.75, rel=REL)
+    # fwd 1 s, bwd 2 s: the stream sets the pace (forward ends at 10, backward at 22.5): 7 + 16.5
+    # exposed, more than the collectives' compute-seconds: nothing slowed
+    exposed = segment_zero_comm_s((3.0, 1.5e-3), fwd_s=[1.0] * 3, backward_s=[2.0] * 3,
+                                  interference=Interference(sm_share=0.5), **kw)
+    assert float(exposed.exposed[0, 2]) == 7.0 + 16.5 and float(exposed.slowed[0, 2]) == 0.0
+    # ZeRO-2: the RS after each backward, the last (60-64.5) exposed: 6.75 - 4.5 = 2.25 slowed
+    two = segment_zero_comm_s((3.0, 1.5e-3), fwd_s=[10.0] * 3, backward_s=[20.0] * 3,
+                              interference=Interference(sm_share=0.5), **{**kw, "zero_stage": 2})
+    assert float(two.exposed[0, 2]) == 4.5 and float(two.slowed[0, 2]) == pytest.approx(2.25, rel=REL)
 
 
 CLUSTER = Cluster(devices=4, devices_per_node=4, intra_node_bandwidth_bytes_per_s=1e3,
@@ -153,26 +157,31 @@ LAYERS = (
 )
 
 
+FSDP_LAYERS = tuple(dataclasses.replace(LAYERS[0], name=name) for name in "abc")
+"""The three layers of test_zero3_layer_collectives_by_hand."""
+
+
 def test_fsdp_plan_charges_the_slowed_compute_by_hand():
-    # one stage, dp = 4, ZeRO-3 (the layer of test_zero3_layer_collectives_by_hand): per
-    # micro-batch 30 s of compute, nothing exposed, 5.25 s slowed; m = 2 micro-batches; the
-    # optimizer step 30 B * 1000 / 4 at 1e12 B/s x hbm_fraction 0.5
-    plan = Plan(tp=1, pp=1, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 0),), zero_stage=3)
-    r = evaluate_plan(LAYERS, setup(interference=Interference(sm_share=0.5), hbm_fraction=0.5), plan)
+    # one stage of three layers, dp = 4, ZeRO-3 (test_zero3_layer_collectives_by_hand): per
+    # micro-batch 90 s of compute, 10.5 s exposed (each pass's first AG, the last RS), 5.25 s
+    # slowed; m = 2 micro-batches; the optimizer step 30 B * 3000 / 4 at 1e12 B/s x hbm_fraction 0.5
+    plan = Plan(tp=1, pp=1, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 2),), zero_stage=3)
+    r = evaluate_plan(FSDP_LAYERS, setup(interference=Interference(sm_share=0.5), hbm_fraction=0.5), plan)
     (t,) = r.stage_times
-    assert (t.dp_comm_s, t.dp_slowed_s) == (0.0, pytest.approx(5.25, rel=REL))
-    assert t.total_s == pytest.approx(35.25, rel=REL)
+    assert (t.dp_comm_s, t.dp_slowed_s) == (10.5, pytest.approx(5.25, rel=REL))
+    assert t.total_s == pytest.approx(90.0 + 10.5 + 5.25, rel=REL)
     assert r.breakdown_s["overlap_slowdown"] == pytest.approx(2 * 5.25, rel=REL)
-    assert r.breakdown_s["optimizer"] == pytest.approx(30 * 1000 / 4 / 0.5e12, rel=REL)
-    assert r.iteration_time_s == pytest.approx(2 * 35.25 + 30 * 1000 / 4 / 0.5e12, rel=REL)
-    assert r.comm_s["dp"] == pytest.approx({"total": 2 * 10.5, "exposed": 0.0, "hidden": 2 * 10.5,
+    step = 30 * 3000 / 4 / 0.5e12
+    assert r.breakdown_s["optimizer"] == pytest.approx(step, rel=REL)
+    assert r.iteration_time_s == pytest.approx(2 * 105.75 + step, rel=REL)
+    assert r.comm_s["dp"] == pytest.approx({"total": 2 * 31.5, "exposed": 2 * 10.5, "hidden": 2 * 21.0,
                                             "slowed": 2 * 5.25}, rel=REL)
     assert list(r.breakdown_s) == list(BREAKDOWN_KEYS)
     assert PlanResult.from_dict(r.to_dict()) == r
-    # the same plan with free overlap: today's figures, nothing slowed
-    free = evaluate_plan(LAYERS, setup(), plan)
+    # the same plan with free overlap: nothing slowed
+    free = evaluate_plan(FSDP_LAYERS, setup(), plan)
     assert free.breakdown_s["overlap_slowdown"] == 0.0
-    assert free.iteration_time_s == pytest.approx(2 * 30.0 + 30 * 1000 / 4 / 1e12, rel=REL)
+    assert free.iteration_time_s == pytest.approx(2 * 100.5 + 30 * 3000 / 4 / 1e12, rel=REL)
 
 
 CHAIN = tuple(

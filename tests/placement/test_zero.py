@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archplace.hw.cluster import Cluster
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import GradReduceDtype, LayerCost, Plan, Recompute, TrainingSetup
 from archplace.placement.result import PlanResult
-from archplace.placement.zero import bucketed_exposed_s, dp_tail_comm_s, layer_zero_comm_s
+from archplace.placement.zero import bucketed_exposed_s, dp_tail_comm_s, segment_zero_comm_s
 
 REL = 1e-12
 
@@ -69,22 +69,66 @@ def test_tail_traffic_per_stage():
     assert bf16 == (2.0 + 2.0, 2.0 + 2.0, 0.0)
 
 
-def test_layer_collectives_of_stages_2_and_3():
+def test_segment_collectives_of_stages_2_and_3_by_hand():
+    """Three layers of 100 parameters on 8 ranks, an all-reduce of 2 s + 0.01 s per byte: AG =
+    1 + 0.005 * 200 = 2 s, RS = 1 + 0.005 * 400 = 3 s; forward 1, 4, 1 s, backward 2, 6, 2 s.
+
+    Stage 3, forward: AG0 0-2, F0 2-3; AG1 2-4 (two layers gathered), F1 4-8; AG2 waits for F0
+    to free its weights (3), runs 4-6 behind AG1, F2 8-9: 9 - 6 = 3 s exposed. Backward: AG2 0-2,
+    B2 2-4; AG1 issued as B2 starts, 2-4; RS2 4-7; B1 4-10; AG0 issued at 4, behind RS2: 7-9;
+    RS1 10-13; B0 10-12; RS0 13-16: 16 - 10 = 6 s exposed. 9 s in all (pairing each layer's
+    collectives with its own compute gave 2 + 6 = 8), of 3 x (2 + 2 + 3) = 21 s of collectives.
+    Stage 2: no gathers; RS2 4-7, RS1 8-11, RS0 11-14 after B0's end at 10: 4 s."""
     cost = (2.0, 0.01)
-    params = np.array([100.0, 0.0])
-    fwd, bwd = np.array([1.5, 1.0]), np.array([2.5, 1.0])
-    # per layer: AG = 1 + 0.005 * 200 = 2, RS = 1 + 0.005 * 400 = 3 (none for a layer without
-    # parameters); stage 3: max(0, 2 - 1.5) + max(0, 2 + 3 - 2.5) = 3, total 2 + 2 + 3 = 7
-    exposed, total, _ = layer_zero_comm_s(cost, zero_stage=3, grad_bytes=4, dp=8, params=params,
-                                       fwd_s=fwd, backward_s=bwd)
-    assert exposed.tolist() == [3.0, 0.0] and total.tolist() == [7.0, 0.0]
-    exposed, total, _ = layer_zero_comm_s(cost, zero_stage=2, grad_bytes=4, dp=8, params=params,
-                                       fwd_s=fwd, backward_s=bwd)
-    assert exposed.tolist() == [0.5, 0.0] and total.tolist() == [3.0, 0.0]
+    kw = dict(grad_bytes=4, dp=8, params=np.array([100.0] * 3), fwd_s=np.array([1.0, 4.0, 1.0]),
+              backward_s=np.array([2.0, 6.0, 2.0]))
+    exposed, total, _ = segment_zero_comm_s(cost, zero_stage=3, **kw)
+    assert exposed[0, 2] == 9.0 and total[0, 2] == 21.0
+    assert exposed[1, 1] == 2.0 + 2.0 + 3.0  # one layer hides nothing: each pass's first AG, its last RS
+    assert exposed[0, 1] == 3.0 + 6.0 and exposed[1, 2] == 2.0 + 5.0
+    assert not np.tril(exposed, -1).any() and not np.tril(total, -1).any()
+    exposed, total, _ = segment_zero_comm_s(cost, zero_stage=2, **kw)
+    assert exposed[0, 2] == 4.0 and total[0, 2] == 9.0 and exposed[2, 2] == 3.0
     for stage in (0, 1):
-        exposed, total, _ = layer_zero_comm_s(cost, zero_stage=stage, grad_bytes=4, dp=8, params=params,
-                                           fwd_s=fwd, backward_s=bwd)
+        exposed, total, _ = segment_zero_comm_s(cost, zero_stage=stage, **kw)
         assert not exposed.any() and not total.any()
+
+
+def test_a_layer_without_parameters_gathers_nothing_and_waits_for_nothing():
+    """A layer without parameters between two with 100 (as above): it gathers and reduces nothing
+    and its compute waits for no collective. Forward: AG0 0-2, F0 2-3, F1 3-7; AG2 waits for F0
+    to free its weights (3), 3-5; F2 7-8: 2 s exposed. Backward: AG2 0-2, B2 2-4, RS2 4-7; B1
+    4-10, the gather of layer 0 issued as it starts, behind RS2: 7-9; B0 10-12, RS0 12-15: 5 s."""
+    cost = (2.0, 0.01)
+    kw = dict(grad_bytes=4, dp=8, fwd_s=np.array([1.0, 4.0, 1.0]), backward_s=np.array([2.0, 6.0, 2.0]))
+    exposed, total, _ = segment_zero_comm_s(cost, zero_stage=3, params=np.array([100.0, 0.0, 100.0]), **kw)
+    assert exposed[0, 2] == 2.0 + 5.0 and total[0, 2] == 2 * (2.0 + 2.0 + 3.0)
+    assert exposed[1, 1] == 0.0 and total[1, 1] == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 50.0, 100.0, 400.0]), st.floats(0.0, 8.0),
+                          st.floats(0.0, 8.0)), min_size=1, max_size=7), st.sampled_from([2, 3]))
+def test_a_segment_is_bounded_by_its_streams_and_independent_of_the_rest(layers, stage):
+    """Exposed per micro-batch of any segment: at least what the stream holds beyond the compute
+    of each pass and at most all of the collectives; and the tables' entry for a segment is
+    what the segment alone gives (the evaluator computes each stage on its own)."""
+    params, fwd, bwd = (np.array(column) for column in zip(*layers, strict=True))
+    cost = (2.0, 0.01)
+    zero = segment_zero_comm_s(cost, zero_stage=stage, grad_bytes=4, dp=8, params=params, fwd_s=fwd,
+                               backward_s=bwd)
+    rs = np.where(params > 0, 1.0 + 0.005 * 4 * params, 0.0)
+    ag = np.where(params > 0, 1.0 + 0.005 * 2 * params, 0.0) if stage == 3 else np.zeros_like(rs)
+    n = len(layers)
+    for i in range(n):
+        for j in range(i, n):
+            sl = slice(i, j + 1)
+            low = (max(0.0, ag[sl].sum() - fwd[sl].sum())
+                   + max(0.0, ag[sl].sum() + rs[sl].sum() - bwd[sl].sum()))
+            assert low - 1e-9 <= zero.exposed[i, j] <= zero.total[i, j] + 1e-9
+            alone = segment_zero_comm_s(cost, zero_stage=stage, grad_bytes=4, dp=8, params=params[sl],
+                                        fwd_s=fwd[sl], backward_s=bwd[sl])
+            assert alone.exposed[0, -1] == zero.exposed[i, j] and alone.total[0, -1] == zero.total[i, j]
 
 
 CLUSTER = Cluster(devices=8, devices_per_node=8, intra_node_bandwidth_bytes_per_s=1e3,
@@ -105,25 +149,28 @@ def test_fsdp_plan_by_hand():
     # one stage, dp = 4 (a ring of 4 in one node): an all-reduce costs 2 * 3 * 0.5 = 3 s +
     # 2 * 3/4 / 1e3 = 1.5e-3 s per byte; all-gather and reduce-scatter half of each.
     # Layer a: AG = 1.5 + 0.75e-3 * 2000 = 3, RS = 1.5 + 0.75e-3 * 4000 = 4.5; layer b: AG 6, RS 10.5.
-    # Per micro-batch exposed: a max(0, 3 - 1) + max(0, 7.5 - 2) = 7.5, b 5 + 14.5 = 19.5.
+    # Per micro-batch, prefetched (zero.segment_zero_comm_s): forward AG_a 0-3, F_a 3-4, AG_b 3-9,
+    # F_b 9-10: 10 - 2 = 8 exposed; backward AG_b 0-6, B_b 6-8, AG_a 6-9, RS_b 9-19.5, B_a 9-11,
+    # RS_a 19.5-24: 24 - 4 = 20 exposed; 28 s of the 33 s of collectives.
     plan = Plan(tp=1, pp=1, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 1),),
                 zero_stage=3)
     r = evaluate_plan(LAYERS, SETUP, plan)
     (t,) = r.stage_times
-    assert t.dp_comm_s == pytest.approx(27.0, rel=REL)
+    assert t.dp_comm_s == pytest.approx(28.0, rel=REL)
     assert t.dp_comm_total_s == pytest.approx((3 + 3 + 4.5) + (6 + 6 + 10.5), rel=REL)
     m = 2  # micro-batches: 8 / (1 * 4)
-    assert r.breakdown_s["dp_comm"] == pytest.approx(m * 27.0, rel=REL)
-    assert r.comm_s["dp"] == pytest.approx({"total": m * 33.0, "exposed": m * 27.0, "hidden": m * 6.0,
+    assert r.breakdown_s["dp_comm"] == pytest.approx(m * 28.0, rel=REL)
+    assert r.comm_s["dp"] == pytest.approx({"total": m * 33.0, "exposed": m * 28.0, "hidden": m * 5.0,
                                             "slowed": 0.0}, rel=REL)
-    assert r.iteration_time_s == pytest.approx(m * (6.0 + 27.0) + 30 * 4000 / 4 / 1e12, rel=REL)
+    assert r.iteration_time_s == pytest.approx(m * (6.0 + 28.0) + 30 * 4000 / 4 / 1e12, rel=REL)
     (mem,) = r.memory  # 18 B / 4 per parameter + the window (2 * 2 + 4) * 3000
     assert (mem.weights, mem.gradients, mem.optimizer, mem.gathered) == (2000.0, 4000.0, 12000.0, 24000.0)
-    # ZeRO-2: each layer's reduce-scatter exposed past its backward pass: a 2.5, b 8.5; the
-    # weights' all-gather once per iteration: 1.5 + 0.75e-3 * 8000 = 7.5
+    # ZeRO-2: the reduce-scatters on the stream after each backward: B_b 0-2, RS_b 2-12.5, B_a
+    # 2-4, RS_a 12.5-17: 17 - 4 = 13 exposed; the weights' all-gather once per iteration:
+    # 1.5 + 0.75e-3 * 8000 = 7.5
     two = evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, zero_stage=2))
-    assert two.stage_times[0].dp_comm_s == pytest.approx(11.0, rel=REL)
-    assert two.breakdown_s["dp_comm"] == pytest.approx(m * 11.0 + 7.5, rel=REL)
+    assert two.stage_times[0].dp_comm_s == pytest.approx(13.0, rel=REL)
+    assert two.breakdown_s["dp_comm"] == pytest.approx(m * 13.0 + 7.5, rel=REL)
     assert two.memory[0].gathered == 0.0 and two.memory[0].weights == 8000.0
     assert PlanResult.from_dict(r.to_dict()) == r
 

@@ -96,9 +96,10 @@ class BlockBounds:
           the cluster's fastest link, so T >= (sum of layer times + 4 (s - 1) b_min / beta) / s
           (the sends left out when an interleaved plan overlaps them, ``pp_comm_overlap``: then
           a segment takes at least its compute);
-        * ZeRO 2 and 3: a layer's segment time holds at least its reduce-scatter (stage 2) or its
-          two all-gathers and its reduce-scatter (stage 3, max(F, AG) + max(B, AG + RS):
-          :func:`~archplace.placement.zero.layer_zero_comm_s`), over the DP x CP group at its
+        * ZeRO 2 and 3: a segment's time holds at least its layers' reduce-scatters (stage 2) or
+          their two all-gathers and reduce-scatter (stage 3): each pass ends no earlier than its
+          communication stream, which runs them one after another
+          (:func:`~archplace.placement.zero.segment_zero_comm_s`), over the DP x CP group at its
           per-byte cost (the start-ups and the experts' collectives left out), so T is at least
           that of the largest layer over v (a device's pace is the mean of its v segments) and
           the average over the s segments.

@@ -54,7 +54,8 @@ all-reduce for stage 0, reduce-scatter + parameter all-gather for stage 1, the a
 stage 2, none for stage 3), exposed whole, or with ``dp_overlap`` the gradient reduction
 bucketed over B_j; and the memory-bound optimizer step of P_j (P_j / dp with ZeRO stages >= 1);
 without overlap the device with the most parameters decides. ZeRO-2 and 3 add, per micro-batch,
-each layer's exposed collectives to its segment's time T_c (``StageTime.dp_comm_s``).
+the exposed part of the segment's per-layer collectives, prefetched over each pass
+(:func:`~archplace.placement.zero.segment_zero_comm_s`), to its time T_c (``StageTime.dp_comm_s``).
 
 Hidden DP traffic is not free (:mod:`archplace.placement.interference`): the bucketed gradient
 reduction and the ZeRO-2/3 per-layer collectives slow the compute they overlap, by max(0, L -
@@ -121,7 +122,7 @@ from archplace.placement.timing import (
     optimizer_step_time_s,
     pipeline_p2p_time_s,
 )
-from archplace.placement.zero import dp_tail_comm_s, layer_zero_comm_s
+from archplace.placement.zero import dp_tail_comm_s, segment_zero_comm_s
 
 BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "overlap_slowdown", "optimizer")
@@ -216,8 +217,8 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
         p2p = p2p_in + p2p_out
         if pp_overlap and plan.chunks > 1:  # only what sticks out of the compute (module docstring)
             p2p = max(fwd + bwd + recompute, p2p) - (fwd + bwd + recompute)
-        if per_layer_zero:
-            zero = layer_zero_comm_s(
+        if per_layer_zero:  # the segment's tables, entry [0, last]: as the placement tables'
+            zero = segment_zero_comm_s(
                 cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=layout.dense_shards,
                 params=np.array([float(layer.params - layer.expert_params) for layer in stage]),
                 fwd_s=np.array([layer.fwd_s for layer in stage]),
@@ -225,8 +226,8 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
                 expert_cost=expert_cost, expert_dp=layout.expert_shards,
                 expert_params=np.array([float(layer.expert_params) for layer in stage]) if experts else None,
                 interference=interference)
-            dp_comm, dp_total = sequential_sum(zero.exposed.tolist()), sequential_sum(zero.total.tolist())
-            dp_slowed = sequential_sum(zero.slowed.tolist())
+            dp_comm, dp_total = float(zero.exposed[0, -1]), float(zero.total[0, -1])
+            dp_slowed = float(zero.slowed[0, -1])
         else:
             dp_comm = dp_total = dp_slowed = 0.0
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,

@@ -59,8 +59,9 @@ class StageTime:
             receive at its output boundary (none for the last).
         tp_comm_s: the part of ``compute_s`` spent in TP collectives.
         backward_s: sum of the backward times of its layers + ``recompute_s``.
-        dp_comm_s: ZeRO-2/3 collectives of every micro-batch left exposed after the per-layer
-            overlap (:func:`archplace.placement.zero.layer_zero_comm_s`); 0 for stages 0 and 1.
+        dp_comm_s: ZeRO-2/3 collectives of every micro-batch left exposed after prefetching
+            over each pass (:func:`archplace.placement.zero.segment_zero_comm_s`); 0 for stages 0
+            and 1.
         dp_comm_total_s: those collectives' whole time, overlapped or not.
         cp_comm_s, ep_comm_s: the parts of ``compute_s`` spent in exposed context-parallel
             (ring attention) and expert all-to-all communication.

@@ -25,7 +25,7 @@ from archplace.placement.memory import (
 )
 from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
 from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, p2p_link
-from archplace.placement.zero import dp_tail_comm_s, gathered_bytes, layer_zero_comm_s, shard_divisors
+from archplace.placement.zero import dp_tail_comm_s, gathered_bytes, segment_zero_comm_s, shard_divisors
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -300,22 +300,22 @@ class SegmentTables:
         return [table + extra for table in times]
 
     def zero_time(self, pp: int, dp: int, zero_stage: int) -> FloatArray:
-        """Exposed ZeRO-2/3 collectives per micro-batch of every segment: the sum over its
-        layers of :func:`archplace.placement.zero.layer_zero_comm_s`, in seconds."""
+        """Exposed ZeRO-2/3 collectives per micro-batch of every segment (and the compute their
+        hidden part slows), prefetched over each pass: [start, end] of
+        :func:`archplace.placement.zero.segment_zero_comm_s`, in seconds."""
         cost, expert_cost = self.group_costs(pp, dp)
         key = (zero_stage, dp, *cost, *expert_cost)
         table = self._zero.get(key)
         if table is None:
-            zero = layer_zero_comm_s(cost, zero_stage=zero_stage, grad_bytes=self.setup.grad_bytes,
-                                     dp=dp * self.cp // self.setup.dp_replicate,
-                                     params=self.layer_dense if self.has_experts else self.layer_params,
-                                     fwd_s=self.layer_fwd, backward_s=self.layer_backward,
-                                     expert_cost=expert_cost,
-                                     expert_dp=self.expert_dp(dp) // self.setup.dp_replicate,
-                                     expert_params=self.layer_experts if self.has_experts else None,
-                                     interference=self.setup.interference)
-            exposed = zero.exposed + zero.slowed  # as pipeline.stage_times charges them
-            table = np.cumsum(np.where(self.upper, exposed[None, :], 0.0), axis=1)
+            zero = segment_zero_comm_s(cost, zero_stage=zero_stage, grad_bytes=self.setup.grad_bytes,
+                                       dp=dp * self.cp // self.setup.dp_replicate,
+                                       params=self.layer_dense if self.has_experts else self.layer_params,
+                                       fwd_s=self.layer_fwd, backward_s=self.layer_backward,
+                                       expert_cost=expert_cost,
+                                       expert_dp=self.expert_dp(dp) // self.setup.dp_replicate,
+                                       expert_params=self.layer_experts if self.has_experts else None,
+                                       interference=self.setup.interference)
+            table = np.where(self.upper, zero.exposed + zero.slowed, 0.0)  # as pipeline.stage_times
             self._zero[key] = table
         return table
 

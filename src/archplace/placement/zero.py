@@ -33,9 +33,19 @@ section 7.2.1):
   ZeRO-2 does), and the parameters are all-gathered once per iteration;
 * stage 3: every micro-batch all-gathers each layer's parameters before its forward pass and
   again before its backward pass, and reduce-scatters its gradients after it (FSDP, Zhao et
-  al. 2023, section 3.3); each layer's collectives overlap its computation, so only
-  max(0, collective - compute) per layer is exposed (:func:`layer_zero_comm_s`; assumption:
-  prefetching pairs a layer's collective with its own compute).
+  al. 2023, section 3.3).
+
+Prefetching (:func:`segment_zero_comm_s`): the per-layer collectives of stages 2 and 3 run on
+one communication stream beside the compute stream, and what is exposed is each pass's end less
+its compute, over the whole segment. FSDP issues the next layer's all-gather ahead of its
+compute: forward, as soon as the stream is free and at most two layers' weights are gathered
+(the rate limiter of section 3.4: AG_l waits for layer l - 2's forward to free its weights);
+backward, AG_(l-1) as layer l's backward starts (``BACKWARD_PRE``, section 3.3.2) and RS_l when
+it ends. So a segment's first all-gather of each pass and its last reduce-scatter are exposed
+whole (nothing computes before or after them), a layer whose collectives outlast its own compute
+can hide behind its neighbours', and a stream that falls behind carries its backlog to the next
+layer. (Earlier versions paired each layer's collectives with its own compute, max(0, AG - F) +
+max(0, AG + RS - B) per layer, which exposes nothing in a compute-bound segment.)
 
 Hybrid sharding (HSDP, r replicas; :mod:`archplace.placement.layout`): every collective above
 runs over the shard group of Nd / r ranks (``dp`` is then its size, the shard count), and the
@@ -56,7 +66,7 @@ modelled).
 
 Overlap costs (:mod:`archplace.placement.interference`): a collective hidden behind compute
 slows it by L compute-seconds (:meth:`Interference.lost_s`); :func:`dp_tail_comm_s` and
-:func:`layer_zero_comm_s` return, beside the exposed and total times, the compute time added
+:func:`segment_zero_comm_s` return, beside the exposed and total times, the compute time added
 by hiding (``slowed``), max(0, L - exposed) per collective and the compute it overlaps.
 Exposed collectives (the parameter all-gather of stages 1 and 2, the reduction without
 ``dp_overlap``) slow nothing.
@@ -243,27 +253,32 @@ def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: i
     return CommTimes(hidden + gather, reduce + gather, slowed)
 
 
-def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
-                      params: ArrayLike, fwd_s: ArrayLike, backward_s: ArrayLike,
-                      expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
-                      expert_params: ArrayLike | None = None,
-                      interference: Interference = NO_INTERFERENCE) -> CommTimes:
-    """(exposed, total, slowed) seconds per micro-batch of each layer's ZeRO-2/3 collectives (module
-    docstring), for arrays of layers' ``params`` (the dense ones, over the ``dp`` ranks of
-    ``cost``), forward times and backward (+ recompute) times. Stage 2: reduce-scatter RS of the
-    gradients, exposed max(0, RS - backward). Stage 3: all-gather AG of the parameters before
-    the forward and before the backward pass, and RS after it: exposed max(0, AG - forward) +
-    max(0, (AG + RS) - backward), total (AG + AG) + RS. Layers without parameters and stages 0
-    and 1 have none. ``expert_params`` (per layer) have their own RS and AG over the
-    expert-data-parallel group (``expert_cost``, ``expert_dp`` ranks), added to the dense ones
-    (one stream).
+def segment_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
+                        params: ArrayLike, fwd_s: ArrayLike, backward_s: ArrayLike,
+                        expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
+                        expert_params: ArrayLike | None = None,
+                        interference: Interference = NO_INTERFERENCE) -> CommTimes:
+    """(exposed, total, slowed) seconds per micro-batch of the ZeRO-2/3 collectives of every
+    segment of consecutive layers (module docstring, "prefetching"): n x n tables whose entry
+    [i, j] is the segment of layers i..j (0 where j < i), for arrays of n layers' ``params`` (the
+    dense ones, over the ``dp`` ranks of ``cost``), forward times and backward (+ recompute)
+    times. ``expert_params`` (per layer) have their own RS and AG over the expert-data-parallel
+    group (``expert_cost``, ``expert_dp`` ranks), on the same stream after the dense ones.
+    Stages 0 and 1 (and no sharding) have none.
 
-    Slowed (:mod:`archplace.placement.interference`), per layer and pass, max(0, L - exposed)
-    with L the compute-seconds the pass's collectives take (``interference.lost_s`` of each,
-    summed): stage 2 the backward pass's RS; stage 3 the forward pass's
-    AG and the backward pass's AG + RS."""
+    Each pass of a segment runs on two streams, compute and communication, as FSDP runs it
+    (Zhao et al., VLDB 2023, sec. 3.3-3.4): forward, AG_l may start once AG_(l-1) is done and
+    layer l - 2's forward has freed its gathered weights (at most two layers gathered, the rate
+    limiter), and F_l once AG_l and F_(l-1) are done; backward, the segment's last layer is
+    gathered first, the next gather AG_(l-1) is issued as B_l starts (FSDP's BACKWARD_PRE
+    prefetch), RS_l as B_l ends, and the pass ends with the first layer's RS. Exposed: each
+    pass's end less its compute (stage 2: no gathers, the backward pass only). Total:
+    2 AG + RS per layer (stage 2: RS). Slowed, per pass: max(0, L - exposed), L the
+    compute-seconds its collectives take (``interference.lost_s``, summed).
+    """
     count = np.asarray(params, dtype=np.float64)
-    zeros = np.zeros_like(count)
+    n = count.shape[0]
+    zeros = np.zeros((n, n))
     experts = (expert_params is not None and expert_dp > 1
                and bool(np.any(np.asarray(expert_params) > 0)))
     if zero_stage < 2 or (dp == 1 and not experts):
@@ -277,15 +292,82 @@ def layer_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes:
         rs, ag = rs + rs_e, ag + ag_e
         lost_rs_e, lost_ag_e = _layer_lost(interference, expert_cost, expert_dp, rs_e, ag_e)
         lost_rs, lost_ag = lost_rs + lost_rs_e, lost_ag + lost_ag_e
-    backward = np.asarray(backward_s, dtype=np.float64)
-    if zero_stage == 2:
-        exposed_rs = np.maximum(0.0, rs - backward)
-        return CommTimes(exposed_rs, rs, slowed_s(lost_rs, exposed_rs))
     forward = np.asarray(fwd_s, dtype=np.float64)
-    exposed_fwd = np.maximum(0.0, ag - forward)
-    exposed_bwd = np.maximum(0.0, (ag + rs) - backward)
-    slowed = slowed_s(lost_ag, exposed_fwd) + slowed_s(lost_ag + lost_rs, exposed_bwd)
-    return CommTimes(exposed_fwd + exposed_bwd, (ag + ag) + rs, slowed)
+    backward = np.asarray(backward_s, dtype=np.float64)
+    upper = np.triu(np.ones((n, n), dtype=bool))
+    if zero_stage == 2:
+        ag, lost_ag = np.zeros(n), np.zeros(n)
+        exposed_fwd = zeros
+    else:
+        exposed_fwd = _forward_exposure(ag, forward)
+    exposed_bwd = _backward_exposure(ag, rs, backward)
+    per_layer_total = rs + 2.0 * ag
+    slowed = (slowed_s(_range_sums(lost_ag, upper), exposed_fwd)
+              + slowed_s(_range_sums(lost_ag + lost_rs, upper), exposed_bwd))
+    return CommTimes(exposed_fwd + exposed_bwd, _range_sums(per_layer_total, upper),
+                     np.where(upper, slowed, 0.0))
+
+
+def _range_sums(values: FloatArray, upper: npt.NDArray[np.bool_]) -> FloatArray:
+    """[i, j]: the sum of ``values`` over i..j, summed left to right (0 where j < i)."""
+    return np.cumsum(np.where(upper, values[None, :], 0.0), axis=1)
+
+
+def _forward_exposure(ag: FloatArray, fwd: FloatArray) -> FloatArray:
+    """[i, j]: the forward pass of layers i..j less their compute, gathers prefetched with two
+    layers' weights at most (:func:`segment_zero_comm_s`); every start i at once."""
+    n = ag.shape[0]
+    out = np.zeros((n, n))
+    starts = np.arange(n)
+    comm = np.zeros(n)  # when the stream is free: the end of the last gather
+    done = np.zeros(n)  # the end of the last forward compute
+    before = np.zeros(n)  # the end of the one before it (its weights freed then)
+    compute = np.zeros(n)
+    for layer in range(n):
+        fresh = starts == layer
+        comm, done, before, compute = (np.where(fresh, 0.0, x) for x in (comm, done, before, compute))
+        if ag[layer] > 0:  # (a layer without parameters gathers nothing)
+            comm = np.maximum(comm, before) + ag[layer]
+            finish = np.maximum(done, comm) + fwd[layer]
+        else:
+            finish = done + fwd[layer]
+        compute = compute + fwd[layer]
+        before, done = done, finish
+        out[:, layer] = np.where(starts <= layer, finish - compute, 0.0)
+    return out
+
+
+def _backward_exposure(ag: FloatArray, rs: FloatArray, bwd: FloatArray) -> FloatArray:
+    """[i, j]: the backward pass of layers j..i (last layer first) less their compute: the last
+    layer gathered first, AG_(l-1) issued as B_l starts, RS_l as it ends, the pass over when the
+    first layer's RS is (:func:`segment_zero_comm_s`); every end j at once."""
+    n = ag.shape[0]
+    out = np.zeros((n, n))
+    ends = np.arange(n)
+    comm = np.zeros(n)  # when the stream is free
+    gathered = np.zeros(n)  # the end of the gather of the layer about to run
+    done = np.zeros(n)  # the end of the last backward compute
+    compute = np.zeros(n)
+    for layer in range(n - 1, -1, -1):
+        fresh = ends == layer
+        comm = np.where(fresh, ag[layer], comm)
+        gathered = np.where(fresh, ag[layer], gathered)
+        done, compute = (np.where(fresh, 0.0, x) for x in (done, compute))
+        start = np.maximum(done, gathered)
+        finish = start + bwd[layer]
+        compute = compute + bwd[layer]
+        last = np.maximum(comm, finish) + rs[layer]  # the segment starts here: its final RS
+        out[layer, :] = np.where(ends >= layer, last - compute, 0.0)
+        if layer > 0:  # the segment goes on: AG of the layer below as B starts, then this RS
+            if ag[layer - 1] > 0:  # (a layer without parameters gathers nothing, waits for nothing)
+                gathered = np.maximum(comm, start) + ag[layer - 1]
+                comm = gathered
+            else:
+                gathered = np.zeros(n)
+            if rs[layer] > 0:
+                comm = np.maximum(comm, finish) + rs[layer]
+        done = finish
+    return out
 
 
 def _layer_collectives(cost: tuple[float, float], grad_bytes: int,
