@@ -193,3 +193,30 @@ def test_hfu_counts_recomputed_flop_and_bf16_gradients_halve_the_buffer():
     # all-reduce of 2 B instead of 4 B per parameter: 3 + 1.5e-3 * 8000 vs 3 + 1.5e-3 * 16000
     assert bf16.breakdown_s["dp_comm"] == pytest.approx(15.0, rel=REL)
     assert r.breakdown_s["dp_comm"] == pytest.approx(27.0, rel=REL)
+
+
+def test_the_stage_table_shows_the_zero_collectives_and_adds_up():
+    """The per-segment table of ``evaluate`` and ``plan`` (issue #26: every segment's
+    communication) has a ZeRO column with ZeRO-2/3, and its compute, recompute, p2p and ZeRO
+    cells add up to the segment's total; without ZeRO-2/3 the column is left out."""
+    from rich.console import Console
+
+    from archplace.reporting.plan_tables import stage_time_table
+
+    def rows(result: PlanResult) -> tuple[list[str], list[list[str]]]:
+        console = Console(width=300, record=True)
+        console.print(stage_time_table(result))
+        lines = [line for line in console.export_text().splitlines() if "│" in line or "┃" in line]
+        cells = [[cell.strip() for cell in line.strip("│┃ ").replace("┃", "│").split("│")] for line in lines]
+        return cells[0], cells[1:]
+
+    plan = Plan(tp=1, pp=1, dp=4, micro_batch=1, recompute=Recompute.NONE, stages=((0, 1),), zero_stage=3)
+    header, body = rows(evaluate_plan(LAYERS, SETUP, plan))
+    assert header == ["segment", "device", "layers", "compute", "of it TP comm", "recompute", "p2p",
+                      "ZeRO comm", "total"]
+    (row,) = body
+    assert row[header.index("ZeRO comm")] == "28000.000"  # ms: test_fsdp_plan_by_hand's 28 s
+    parts = sum(float(row[header.index(name)]) for name in ("compute", "recompute", "p2p", "ZeRO comm"))
+    assert parts == pytest.approx(float(row[-1].rstrip(" *")), rel=1e-9)
+    header, _ = rows(evaluate_plan(LAYERS, SETUP, dataclasses.replace(plan, zero_stage=1)))
+    assert "ZeRO comm" not in header

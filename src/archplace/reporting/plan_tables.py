@@ -7,9 +7,11 @@ titles say; nothing is computed here but the formatting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.table import Table
 
-from archplace.placement.result import PlanResult
+from archplace.placement.result import PlanResult, StageTime
 from archplace.reporting.plain import PlainTable
 
 _GIB = 2.0**30
@@ -107,16 +109,31 @@ def comm_table(result: PlanResult) -> Table:
 
 
 def stage_time_table(result: PlanResult) -> Table:
-    """Time per micro-batch of every segment (stage or interleaved chunk); * marks the slowest."""
+    """Time per micro-batch of every segment (stage or interleaved chunk); * marks the slowest.
+
+    Columns: its compute (forward + backward, collectives in the layers included) and of it the
+    TP collectives, and, when the plan has them, the context-parallel and expert all-to-all
+    shares; recomputation; pipeline sends; with ZeRO-2/3 the per-layer collectives left exposed
+    plus the compute their hidden part slowed (``ZeRO comm``); the total, which is compute +
+    recompute + p2p + ZeRO comm (:attr:`~archplace.placement.result.StageTime.total_s`)."""
     table = PlainTable(title="time per micro-batch of each stage (ms; * the slowest, which sets the pace)")
-    for column in ("segment", "device", "layers", "compute", "of it TP comm", "recompute", "p2p", "total"):
+    times = result.stage_times
+    parts: list[tuple[str, Callable[[StageTime], float]]] = [
+        ("compute", lambda t: t.compute_s), ("of it TP comm", lambda t: t.tp_comm_s)]
+    if any(t.cp_comm_s for t in times):
+        parts.append(("of it CP comm", lambda t: t.cp_comm_s))
+    if any(t.ep_comm_s for t in times):
+        parts.append(("of it EP comm", lambda t: t.ep_comm_s))
+    parts += [("recompute", lambda t: t.recompute_s), ("p2p", lambda t: t.p2p_s)]
+    if any(t.dp_comm_s or t.dp_slowed_s for t in times):
+        parts.append(("ZeRO comm", lambda t: t.dp_comm_s + t.dp_slowed_s))
+    for column in ("segment", "device", "layers", *(name for name, _ in parts), "total"):
         table.add_column(column, justify="right")
     plan = result.plan
-    slowest = max((t.total_s for t in result.stage_times), default=0.0)
-    for i, (t, (first, last)) in enumerate(zip(result.stage_times, plan.ranges, strict=True)):
+    slowest = max((t.total_s for t in times), default=0.0)
+    for i, (t, (first, last)) in enumerate(zip(times, plan.ranges, strict=True)):
         layers = ", ".join(plan.stage_layers[i]) if plan.stage_layers else f"{first}–{last}"
         mark = " *" if t.total_s == slowest else ""
-        table.add_row(str(i), str(i % plan.pp), layers,
-                      *(f"{v * 1e3:.3f}" for v in (t.compute_s, t.tp_comm_s, t.recompute_s, t.p2p_s)),
+        table.add_row(str(i), str(i % plan.pp), layers, *(f"{part(t) * 1e3:.3f}" for _, part in parts),
                       f"{t.total_s * 1e3:.3f}{mark}")
     return table
