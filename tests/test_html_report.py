@@ -94,8 +94,8 @@ def test_every_pass_once_in_dependency_order_without_overlap(schedule: PipelineS
 
 
 def test_bad_timelines_are_refused() -> None:
-    with pytest.raises(ConfigError, match="multiple of pp"):
-        simulate_pipeline([1.0] * 4, [1.0] * 4, pp=2, micro_batches=3, schedule=PipelineSchedule.INTERLEAVED)
+    with pytest.raises(ConfigError, match="at least pp 2 micro-batches"):
+        simulate_pipeline([1.0] * 4, [1.0] * 4, pp=2, micro_batches=1, schedule=PipelineSchedule.INTERLEAVED)
     with pytest.raises(ConfigError, match="pipeline timeline"):
         simulate_pipeline([1.0] * 3, [1.0] * 3, pp=2, micro_batches=2, schedule=PipelineSchedule.ONE_F_ONE_B)
 

@@ -58,3 +58,29 @@ def test_one_block_per_chunk_with_a_heavy_head_as_in_the_published_runs() -> Non
     simulated = _simulated_s(f, b, pp, m)
     assert _pace_s(f, b, pp, m) == pytest.approx(simulated, rel=0.01)
     assert (v * m + pp - 1) * max(x + y for x, y in zip(f, b, strict=True)) > 2.8 * simulated
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=SHAPES, extra=st.integers(1, 7), forward=st.floats(0.1, 10.0), ratio=st.floats(1.0, 3.0))
+def test_exact_for_equal_chunks_when_pp_does_not_divide_m(shape: tuple[int, int, int], extra: int,
+                                                           forward: float, ratio: float) -> None:
+    """Megatron-Core's groups of N micro-batches (timing.micro_batch_group_size) for any m >= pp:
+    the same (v m + p - 1) slots as when pp divides m, played out op by op."""
+    pp, v, rounds = shape
+    s, m = pp * v, pp * rounds + extra
+    f, b = [forward] * s, [forward * ratio] * s
+    assert _pace_s(f, b, pp, m) == pytest.approx(_simulated_s(f, b, pp, m), rel=1e-9)
+
+
+GROUPS = [(8, 4, 4), (9, 4, 5), (6, 4, 6), (7, 4, 7), (10, 4, 5), (13, 4, 7), (20, 8, 10), (24, 16, 24),
+          (40, 16, 20), (5, 5, 5)]
+"""(m, pp, N) worked by hand from Megatron-Core's rule."""
+
+
+@pytest.mark.parametrize(("m", "pp", "group"), GROUPS)
+def test_the_group_size_is_the_smallest_megatron_core_accepts(m: int, pp: int, group: int) -> None:
+    from archplace.placement.timing import micro_batch_group_size
+
+    assert micro_batch_group_size(m, pp) == group
+    assert m % group == 0 or m % group >= pp  # Megatron-Core's rule
+    assert all(0 < m % n < pp for n in range(pp, group))  # and none smaller passes it

@@ -27,6 +27,7 @@ from archplace.placement.plan import (
     Recompute,
     TrainingSetup,
 )
+from archplace.placement.timing import micro_batch_group_size
 
 
 def layer(name: str, params: int, act: float, inp: float, work: float, sel=None) -> LayerCost:
@@ -105,11 +106,15 @@ def test_one_f_one_b_in_flight_counts(pp, m, expected):
     (4, 2, 4, [8, 8, 7, 5]),
     (2, 4, 6, [9, 7]),
     (8, 2, 16, [23, 21, 19, 17, 15, 13, 11, 9]),
+    # pp does not divide m: 2 (p - j - 1) + (v - 1) N + 1 with Megatron-Core's group size N
+    (4, 2, 9, [12, 10, 8, 6]),  # N = 5 (9 % 4 = 1 < 4, 9 % 5 = 4 >= 4)
+    (4, 2, 6, [12, 11, 9, 7]),  # N = 6: one group
+    (4, 3, 10, [17, 15, 13, 11]),  # N = 5
 ])
 def test_interleaved_in_flight_chunks(pp, v, m, expected):
     assert [interleaved_in_flight_chunks(j, pp, m, v) for j in range(pp)] == expected
     # the first device holds p (1 + (p - 1)/(p v)) stage-micro-batches (Korthikanti et al. 2022)
-    if m >= 2 * pp:
+    if m >= 2 * pp and m % pp == 0:
         assert expected[0] / v == pytest.approx(pp * (1 + (pp - 1) / (pp * v)))
 
 
@@ -119,7 +124,7 @@ def test_in_flight_rejects_bad_arguments(stage, pp, m):
         in_flight_micro_batches(stage, pp, m)
 
 
-@pytest.mark.parametrize(("device", "pp", "m", "v"), [(0, 2, 3, 2), (0, 1, 2, 2), (2, 2, 2, 2),
+@pytest.mark.parametrize(("device", "pp", "m", "v"), [(0, 2, 1, 2), (0, 1, 2, 2), (2, 2, 2, 2),
                                                       (0, 2, 2, 1)])
 def test_interleaved_in_flight_rejects_bad_arguments(device, pp, m, v):
     with pytest.raises(ConfigError):
@@ -313,3 +318,27 @@ def test_model_state_is_18_bytes_per_parameter(g):
                        dataclasses.replace(plan, dp=16, zero_stage=1))
     state = sum(m.weights + m.gradients + m.optimizer for m in zero) * g.tp
     assert state == pytest.approx((6 + 12 / 16) * (params + extra_copy), rel=0.02)
+
+
+@pytest.mark.parametrize(("pp", "v", "m"), [(4, 2, 9), (4, 3, 10), (4, 2, 6), (2, 2, 5), (8, 4, 20)])
+def test_chunk_counts_when_pp_does_not_divide_m_follow_the_played_schedule(pp, v, m):
+    """Megatron-Core's groups of N micro-batches per chunk (N > pp when pp does not divide m):
+    the per-chunk counts after each steady-state forward pass of the schedule as the timeline
+    plays it (archplace.placement.pipeline_timeline) are the snapshots, and each sums to the
+    in-flight count."""
+    from archplace.placement.pipeline_timeline import simulate_pipeline
+
+    timeline = simulate_pipeline([1.0] * (pp * v), [2.0] * (pp * v), pp=pp, micro_batches=m,
+                                 schedule=PipelineSchedule.INTERLEAVED)
+    for device in range(pp):
+        passes = sorted((b for b in timeline.blocks if b.device == device), key=lambda b: b.start_s)
+        held, seen, played = [0] * v, 0, []
+        for block in passes:
+            held[block.segment // pp] += -1 if block.backward else 1
+            seen += not block.backward
+            warm = min(2 * (pp - device - 1) + (v - 1) * micro_batch_group_size(m, pp), m * v)
+            if not block.backward and seen >= warm + (warm < m * v):
+                played.append(tuple(held))
+        expected = interleaved_chunk_counts(device, pp, m, v)
+        assert list(dict.fromkeys(played)) == expected
+        assert {sum(s) for s in expected} == {interleaved_in_flight_chunks(device, pp, m, v)}

@@ -44,8 +44,9 @@ for the slowest segment's time per micro-batch and V = v T.  The placement model
     iteration >= (m - 1 + a) V + max(V, 2 G_b u);
   - ZeRO 1: the reduce-scatter (G_b u) likewise, the all-gather (W u) exposed:
     iteration >= (m - 1 + a) V + max(V, G_b u) + W u;
-  - ZeRO 2: each layer's reduce-scatter is hidden at most by its own backward pass, so
-    V >= G_b u, and the all-gather is exposed: the same floor as ZeRO 1;
+  - ZeRO 2: the layers' reduce-scatters run one after another on one stream, which a
+    segment's backward pass does not outlast (:func:`~archplace.placement.zero.segment_zero_comm_s`),
+    so V >= G_b u, and the all-gather is exposed: the same floor as ZeRO 1;
   - ZeRO 3: per micro-batch each layer takes at least its two all-gathers and its
     reduce-scatter, so V >= (2 W + G_b) u: iteration >= (m + a) max(V, (2 W + G_b) u).
 

@@ -56,6 +56,7 @@ from archplace.base.errors import ConfigError
 from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute
 from archplace.placement.result import StageMemory
+from archplace.placement.timing import micro_batch_group_size
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, gathered_bytes, shard_divisors
 
 GRADIENT_BYTES_PER_PARAM = 4
@@ -169,22 +170,25 @@ def interleaved_in_flight_chunks(device: int, pp: int, micro_batches: int, chunk
     interleaved 1F1B with ``chunks`` (v) model chunks per device.
 
     Megatron-LM's interleaved schedule (Narayanan et al. 2021, section 2.2.2) runs
-    W = 2 (pp - device - 1) + (v - 1) pp warm-up chunk forward passes before its first backward
-    pass; the peak is min(W + 1, m v), non-decreasing in m.
+    W = 2 (pp - device - 1) + (v - 1) N warm-up chunk forward passes before its first backward
+    pass, N the micro-batches each chunk runs in a row (pp when pp divides m, else the smallest
+    N Megatron-Core accepts: :func:`archplace.placement.timing.micro_batch_group_size`;
+    ``get_pp_rank_microbatches`` in megatron/core/pipeline_parallel/schedules.py @ d98e8a64dd);
+    the peak is min(W + 1, m v).
 
     Raises:
-        ConfigError: ``device`` outside ``0..pp-1``, chunks < 2, pp < 2, or micro_batches not a
-            positive multiple of pp (the schedule needs one).
+        ConfigError: ``device`` outside ``0..pp-1``, chunks < 2, pp < 2, or fewer micro-batches
+            than pp (the schedule needs as many).
     """
     if pp < 2 or chunks < 2:
         raise ConfigError(f"interleaving needs pp >= 2 and chunks >= 2, got pp={pp}, "
                           f"chunks={chunks}")
-    if micro_batches < 1 or micro_batches % pp:
-        raise ConfigError(f"interleaving needs micro_batches to be a positive multiple of "
-                          f"pp={pp}, got {micro_batches}")
+    if micro_batches < pp:
+        raise ConfigError(f"interleaving needs at least pp={pp} micro-batches, got {micro_batches}")
     if not 0 <= device < pp:
         raise ConfigError(f"device must be in 0..{pp - 1}, got {device}")
-    return min(2 * (pp - device - 1) + (chunks - 1) * pp + 1, micro_batches * chunks)
+    group = micro_batch_group_size(micro_batches, pp)
+    return min(2 * (pp - device - 1) + (chunks - 1) * group + 1, micro_batches * chunks)
 
 
 def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
@@ -236,13 +240,19 @@ def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
     device runs chunk (k mod p v) // p, its k-th backward pass chunk v - 1 - (k mod p v) // p;
     after W = min(2 (pp - device - 1) + (v - 1) pp, m v) warm-up forward passes, every forward
     pass is followed by a backward pass. Both orders repeat every p v passes with p passes of
-    each chunk, so the steady state's first p v snapshots are all the distinct ones. Every
-    snapshot sums to :func:`interleaved_in_flight_chunks`.
+    each chunk, so the steady state's first p v snapshots are all the distinct ones. When pp
+    does not divide m, each chunk runs N micro-batches in a row
+    (:func:`archplace.placement.timing.micro_batch_group_size`), the last group the rest, and
+    the warm-up has (v - 1) N chunk passes instead of (v - 1) pp: the schedule is played through.
+    Every snapshot sums to :func:`interleaved_in_flight_chunks`.
 
     Raises:
         ConfigError: as :func:`interleaved_in_flight_chunks`.
     """
     interleaved_in_flight_chunks(device, pp, micro_batches, chunks)  # checks the arguments
+    size = micro_batch_group_size(micro_batches, pp)
+    if size != pp:
+        return _grouped_chunk_counts(device, pp, micro_batches, chunks, size)
     total = micro_batches * chunks
     group = pp * chunks
     warmup = 2 * (pp - device - 1) + (chunks - 1) * pp
@@ -258,6 +268,29 @@ def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
         done, freed = forwards(warmup + i + 1), forwards(i)[::-1]  # backward: last chunk first
         snapshots.append(tuple(f - b for f, b in zip(done, freed, strict=True)))
     return snapshots
+
+
+def _grouped_chunk_counts(device: int, pp: int, micro_batches: int, chunks: int,
+                          size: int) -> list[tuple[int, ...]]:
+    """:func:`interleaved_chunk_counts` when each chunk runs ``size`` (N > pp) micro-batches in a
+    row, the last group taking the rest (``get_schedule_table`` in Megatron-Core's
+    schedules.py): the schedule is played through, each distinct snapshot once, in order."""
+    groups = [range(g, micro_batches if g + size >= micro_batches else g + size)
+              for g in range(0, micro_batches, size)]
+    order = [chunk for group in groups for chunk in range(chunks) for _ in group]
+    total = len(order)
+    warmup = min(2 * (pp - device - 1) + (chunks - 1) * size, total)
+    done, freed = [0] * chunks, [0] * chunks
+    for chunk in order[:warmup]:
+        done[chunk] += 1
+    if warmup >= total:
+        return [tuple(done)]
+    snapshots: dict[tuple[int, ...], None] = {}
+    for i in range(total - warmup):
+        done[order[warmup + i]] += 1
+        snapshots[tuple(d - f for d, f in zip(done, freed, strict=True))] = None
+        freed[chunks - 1 - order[i]] += 1  # backward passes run the chunks in reverse
+    return list(snapshots)
 
 
 def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, device: int,

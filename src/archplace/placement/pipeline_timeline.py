@@ -13,14 +13,18 @@ order its schedule gives:
 * 1F1B (PipeDream-flush; Narayanan et al. 2021, section 2.2.1): device d runs
   min(pp - d - 1, m) warm-up forwards, then alternates one forward and one backward, then
   drains the remaining backwards;
-* interleaved (section 2.2.2): forwards go through the device's chunks in groups of pp
-  micro-batches (chunk 0 of micro-batches 0..pp-1, chunk 1 of the same, ...), backwards the
-  same with the chunks in reverse; (pp - d - 1) * 2 + (v - 1) * pp warm-up forwards, then one
-  forward and one backward alternate (Megatron-LM's order).
+* interleaved (section 2.2.2): forwards go through the device's chunks in groups of N
+  micro-batches (chunk 0 of micro-batches 0..N-1, chunk 1 of the same, ...; the last group takes
+  the rest), backwards the same with the chunks in reverse; (pp - d - 1) * 2 + (v - 1) * N
+  warm-up forwards, then one forward and one backward alternate (Megatron-Core's order,
+  ``get_schedule_table`` in megatron/core/pipeline_parallel/schedules.py @ d98e8a64dd). N is pp
+  when pp divides m, else the smallest group size Megatron-Core accepts for m
+  (:func:`archplace.placement.timing.micro_batch_group_size`).
 
 With equal stage times F + B per micro-batch (F / v + B / v per chunk), GPipe and 1F1B leave
-each device (pp - 1) (F + B) idle, the interleaved schedule (pp - 1) (F + B) / v when pp
-divides m -- the bubbles the cost model charges.
+each device (pp - 1) (F + B) idle, the interleaved schedule (pp - 1) (F + B) / v for every
+m >= pp -- the bubbles the cost model charges (``tests/placement/test_pipeline_timeline.py``
+plays it out for m that pp does not divide).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from archplace.base.errors import ConfigError, InternalError
 from archplace.placement.plan import PipelineSchedule
 from archplace.placement.result import PlanResult, StageTime
+from archplace.placement.timing import micro_batch_group_size
 
 MAX_SHOWN_MICRO_BATCHES_PER_STAGE = 2
 """A plan's timeline shows min(m, max(2 pp, 4)) micro-batches: the warm-up, the steady state and
@@ -100,14 +105,16 @@ def _order(schedule: PipelineSchedule, device: int, pp: int, chunks: int,
     if schedule is PipelineSchedule.GPIPE or (schedule is not PipelineSchedule.INTERLEAVED and chunks > 1):
         forward = [(False, k, mb) for k in range(chunks) for mb in range(m)]
         return forward + [(True, k, mb) for k in reversed(range(chunks)) for mb in range(m)]
-    groups = [range(g, min(g + pp, m)) for g in range(0, m, pp)]
+    size = micro_batch_group_size(m, pp) if chunks > 1 else pp
+    # Megatron-Core's get_schedule_table: groups of N, the last one taking the rest
+    groups = [range(g, m if g + size >= m else g + size) for g in range(0, m, size)]
     forward = [(False, k, mb) for group in groups for k in range(chunks) for mb in group]
     backward = [(True, chunks - 1 - k, mb) for group in groups for k in range(chunks) for mb in group]
     total = len(forward)
     if chunks == 1:
         warmup = min(pp - device - 1, total)
     else:
-        warmup = min((pp - device - 1) * 2 + (chunks - 1) * pp, total)
+        warmup = min((pp - device - 1) * 2 + (chunks - 1) * size, total)
     order = forward[:warmup]
     for i in range(total - warmup):
         order += [forward[warmup + i], backward[i]]
@@ -128,7 +135,7 @@ def simulate_pipeline(forward_s: Sequence[float], backward_s: Sequence[float], *
 
     Raises:
         ConfigError: segment counts that differ or are not a multiple of pp, m < 1, a negative
-            time; interleaved chunks with m not a multiple of pp (Megatron-LM's rule).
+            time; interleaved chunks with m < pp (Megatron-Core's rule).
         InternalError: the schedule deadlocks (a bug).
     """
     segments = len(forward_s)
@@ -138,9 +145,9 @@ def simulate_pipeline(forward_s: Sequence[float], backward_s: Sequence[float], *
     if min(*forward_s, *backward_s) < 0:
         raise ConfigError("pipeline timeline: a negative pass time")
     chunks = segments // pp
-    if chunks > 1 and schedule is PipelineSchedule.INTERLEAVED and micro_batches % pp:
-        raise ConfigError(f"pipeline timeline: the interleaved schedule needs the micro-batch count "
-                          f"{micro_batches} to be a multiple of pp {pp}")
+    if chunks > 1 and schedule is PipelineSchedule.INTERLEAVED and micro_batches < pp:
+        raise ConfigError(f"pipeline timeline: the interleaved schedule needs at least pp {pp} "
+                          f"micro-batches, got {micro_batches}")
     orders = [_order(schedule, d, pp, chunks, micro_batches) for d in range(pp)]
     done: dict[tuple[bool, int, int], float] = {}  # (backward, segment, micro-batch) -> end
     position, free = [0] * pp, [0.0] * pp
@@ -189,12 +196,12 @@ def pass_times_s(time: StageTime) -> tuple[float, float]:
 
 def plan_micro_batches(result: PlanResult) -> int:
     """m, the micro-batches per pipeline of ``result``'s iteration: the global batch (samples/s
-    times the iteration time) over micro-batch * dp, rounded up, and up to a multiple of pp for
-    the interleaved schedule (as :func:`archplace.placement.timing.micro_batch_count`)."""
+    times the iteration time) over micro-batch * dp, rounded up, and at least pp for the
+    interleaved schedule (as :func:`archplace.placement.timing.micro_batch_count`)."""
     plan = result.plan
     samples = round(result.throughput_samples_per_s * result.iteration_time_s)
     m = max(1, -(-samples // (plan.micro_batch * plan.dp)))
-    return plan.pp * -(-m // plan.pp) if plan.schedule is PipelineSchedule.INTERLEAVED else m
+    return max(m, plan.pp) if plan.schedule is PipelineSchedule.INTERLEAVED else m
 
 
 def plan_timeline(result: PlanResult, micro_batches: int) -> PipelineTimeline:

@@ -389,7 +389,8 @@ def _interleaved_peak(search: Search, cand: Candidate) -> tuple[float, tuple[tup
 def _closest(search: Search, families: Sequence[CostFamily],
              options: Sequence[tuple[int, Variant]]) -> Closest | None:
     """The candidate of ``options`` (family, variant) with the smallest peak memory, then the
-    fewest devices, then the smallest p; None when they have no valid candidate.
+    fewest devices, then the smallest p; None when they have no valid candidate (interleaved:
+    every (p, d), since the in-flight count need not fall with d).
 
     Depths are tried in the order of a balanced-chain estimate of their peak; a depth is skipped
     when its loose bound, or (1F1B, GPipe) the exact greedy test against the least peak found so
@@ -403,12 +404,16 @@ def _closest(search: Search, families: Sequence[CostFamily],
         n = tab.n
         mean_state = float(tab.state(variant.zero_stage, NO_SHARDS)[0, n - 1]) / n
         mean_saved = float(tab.saved[0, n - 1]) / n
-        for p in np.unique(p_all).tolist():  # the largest d of every p
-            row = int(np.flatnonzero(p_all == p)[-1])
-            d, m = int(d_all[row]), int(m_all[row])
-            k = np.array(in_flight_per_position(variant.schedule, p, m, variant.chunks), float)
-            estimate = n / float(np.sum(1.0 / (mean_state + k * mean_saved + 1.0)))
-            todo.append((estimate, float(loose[p * variant.chunks]), index, f, p, d, m))
+        for p in np.unique(p_all).tolist():
+            # the largest d of every p: the least model state and the fewest micro-batches in
+            # flight -- but interleaved, fewer micro-batches than a multiple of p may hold more
+            # (Megatron-Core's larger micro-batch groups, timing.micro_batch_group_size): every d
+            rows = np.flatnonzero(p_all == p)
+            for row in (rows.tolist() if variant.chunks > 1 else [int(rows[-1])]):
+                d, m = int(d_all[row]), int(m_all[row])
+                k = np.array(in_flight_per_position(variant.schedule, p, m, variant.chunks), float)
+                estimate = n / float(np.sum(1.0 / (mean_state + k * mean_saved + 1.0)))
+                todo.append((estimate, float(loose[p * variant.chunks]), index, f, p, d, m))
     todo.sort()
     cache = TableCache()
     meter = search.meter

@@ -158,18 +158,44 @@ def optimizer_step_time_s(params: float, hbm_bandwidth_bytes_per_s: float,
         / hbm_bandwidth_bytes_per_s
 
 
+def micro_batch_group_size(micro_batches: int, pp: int) -> int:
+    """N, the micro-batches an interleaved schedule runs through each chunk in a row: the
+    smallest N from pp to m for which Megatron-Core runs m micro-batches without dependency
+    bubbles, m % N == 0 or m % N >= pp.
+
+    Megatron-Core's interleaved schedule (``forward_backward_pipelining_with_interleaving`` and
+    ``get_schedule_table`` in megatron/core/pipeline_parallel/schedules.py of NVIDIA/Megatron-LM
+    @ d98e8a64dd) runs each chunk for N micro-batches in a row (``--microbatch-group-size-per-
+    virtual-pipeline-stage``, default pp), the last group taking the rest; it refuses N outside
+    pp..m and a remainder m % N in 1..pp - 1. So any m >= pp runs (N = m at worst), and a
+    multiple of pp runs with the default N = pp; Llama 3 tuned N so (Dubey et al. 2024, sec.
+    3.3.2: "N = 5", an arbitrary number of micro-batches). The smallest N holds the fewest
+    micro-batches in flight (:func:`archplace.placement.memory.interleaved_in_flight_chunks`);
+    with equal chunks the schedule takes (v m + pp - 1) chunk slots for every valid N (played
+    out in :mod:`archplace.placement.pipeline_timeline`).
+
+    Raises:
+        ConfigError: m < pp (the schedule needs at least pp micro-batches) or pp < 1.
+    """
+    if pp < 1 or micro_batches < pp:
+        raise ConfigError(f"the interleaved schedule needs at least pp={pp} micro-batches, "
+                          f"got {micro_batches}")
+    return next(n for n in range(pp, micro_batches + 1)
+                if micro_batches % n == 0 or micro_batches % n >= pp)
+
+
 def micro_batch_count(setup: TrainingSetup, *, micro_batch: int, dp: int, pp: int,
                       schedule: PipelineSchedule) -> int:
     """m, the micro-batches each pipeline runs per iteration.
 
     With ``setup.dp_must_divide_batch``: m = global_batch / (micro_batch * dp), which must be
-    an integer, and for the interleaved schedule a multiple of pp (Megatron-LM requires it).
-    Otherwise m = ceil(global_batch / (micro_batch * dp)), rounded up to a multiple of pp for
-    the interleaved schedule (the batch is padded).
+    an integer, and for the interleaved schedule at least pp (:func:`micro_batch_group_size`).
+    Otherwise m = ceil(global_batch / (micro_batch * dp)), raised to pp for the interleaved
+    schedule (the batch is padded).
 
     Raises:
         ConfigError: with ``dp_must_divide_batch``, micro_batch * dp does not divide the global
-            batch, or (interleaved) m is not a multiple of pp.
+            batch, or (interleaved) m < pp.
     """
     per_step = micro_batch * dp
     interleaved = schedule is PipelineSchedule.INTERLEAVED
@@ -178,12 +204,12 @@ def micro_batch_count(setup: TrainingSetup, *, micro_batch: int, dp: int, pp: in
             raise ConfigError(f"plan: micro_batch*dp = {micro_batch}*{dp} = {per_step} does not "
                               f"divide the global batch {setup.global_batch}")
         m = setup.global_batch // per_step
-        if interleaved and m % pp:
-            raise ConfigError(f"plan: the interleaved schedule needs the micro-batch count "
-                              f"{m} to be a multiple of pp={pp}")
+        if interleaved and m < pp:
+            raise ConfigError(f"plan: the interleaved schedule needs at least pp={pp} micro-batches, "
+                              f"got {m}")
         return m
     m = -(-setup.global_batch // per_step)
-    return pp * -(-m // pp) if interleaved else m
+    return max(m, pp) if interleaved else m
 
 
 def divisors(q: int) -> list[int]:
