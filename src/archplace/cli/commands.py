@@ -71,7 +71,6 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-
 def _interrupted(exc: BaseException) -> None:
     """Say ``archplace: interrupted`` (with what was kept, if ``exc`` says) and exit with 130."""
     detail = one_line(exc.detail, MAX_ERROR_CHARS) if isinstance(exc, Interrupted) else ""

@@ -49,6 +49,7 @@ same operations in the same order, so both sides decide bit-identically whether 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -243,16 +244,23 @@ def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
     each chunk, so the steady state's first p v snapshots are all the distinct ones. When pp
     does not divide m, each chunk runs N micro-batches in a row
     (:func:`archplace.placement.timing.micro_batch_group_size`), the last group the rest, and
-    the warm-up has (v - 1) N chunk passes instead of (v - 1) pp: the schedule is played through.
+    the warm-up has (v - 1) N chunk passes instead of (v - 1) pp, and the groups are played out.
     Every snapshot sums to :func:`interleaved_in_flight_chunks`.
 
     Raises:
         ConfigError: as :func:`interleaved_in_flight_chunks`.
     """
+    return list(_chunk_counts(device, pp, micro_batches, chunks))
+
+
+@functools.lru_cache(maxsize=4096)
+def _chunk_counts(device: int, pp: int, micro_batches: int, chunks: int) -> tuple[tuple[int, ...], ...]:
+    """:func:`interleaved_chunk_counts`, as tuples (cached: the placement search asks for the same
+    schedule many times)."""
     interleaved_in_flight_chunks(device, pp, micro_batches, chunks)  # checks the arguments
     size = micro_batch_group_size(micro_batches, pp)
     if size != pp:
-        return _grouped_chunk_counts(device, pp, micro_batches, chunks, size)
+        return tuple(_grouped_chunk_counts(device, pp, micro_batches, chunks, size))
     total = micro_batches * chunks
     group = pp * chunks
     warmup = 2 * (pp - device - 1) + (chunks - 1) * pp
@@ -262,34 +270,49 @@ def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
         return [full * pp + min(pp, max(0, rest - c * pp)) for c in range(chunks)]
 
     if warmup >= total:  # every forward pass before the first backward pass
-        return [tuple(forwards(total))]
+        return (tuple(forwards(total)),)
     snapshots = []
     for i in range(min(total - warmup, group)):
         done, freed = forwards(warmup + i + 1), forwards(i)[::-1]  # backward: last chunk first
         snapshots.append(tuple(f - b for f, b in zip(done, freed, strict=True)))
-    return snapshots
+    return tuple(snapshots)
 
 
 def _grouped_chunk_counts(device: int, pp: int, micro_batches: int, chunks: int,
                           size: int) -> list[tuple[int, ...]]:
     """:func:`interleaved_chunk_counts` when each chunk runs ``size`` (N > pp) micro-batches in a
     row, the last group taking the rest (``get_schedule_table`` in Megatron-Core's
-    schedules.py): the schedule is played through, each distinct snapshot once, in order."""
-    groups = [range(g, micro_batches if g + size >= micro_batches else g + size)
-              for g in range(0, micro_batches, size)]
-    order = [chunk for group in groups for chunk in range(chunks) for _ in group]
-    total = len(order)
+    schedules.py): each distinct snapshot once, in order of first appearance.
+
+    After x forward passes chunk c has run F_c(x) of them (its share of the whole groups before
+    x, and of the group x falls in); after i backward passes, chunk c has freed F_(v-1-c)(i)
+    (backward runs the chunks in reverse). Snapshot i is F(W + i + 1) - freed(i). Within the
+    whole groups F grows by N per chunk every N v passes, so snapshot i + N v repeats snapshot i
+    while W + i + 1 + N v stays within them: only the first N v snapshots and those that reach
+    into the last group are distinct (O(N v), not O(m v))."""
+    whole, rest = divmod(micro_batches, size)
+    if rest == 0:
+        whole, rest = whole - 1, size
+    period = size * chunks
+    last = whole * period  # where the last group (``rest`` micro-batches) starts
+
+    def ran(x: int) -> list[int]:  # per chunk, among the first x forward passes
+        groups, within = divmod(min(x, last), period)
+        counts = [groups * size + min(size, max(0, within - c * size)) for c in range(chunks)]
+        if x > last:
+            counts = [n + min(rest, max(0, x - last - c * rest)) for c, n in enumerate(counts)]
+        return counts
+
+    total = micro_batches * chunks
     warmup = min(2 * (pp - device - 1) + (chunks - 1) * size, total)
-    done, freed = [0] * chunks, [0] * chunks
-    for chunk in order[:warmup]:
-        done[chunk] += 1
     if warmup >= total:
-        return [tuple(done)]
+        return [tuple(ran(total))]
+    steps = total - warmup
+    visited = [*range(min(steps, period)), *range(max(period, last - warmup), steps)]
     snapshots: dict[tuple[int, ...], None] = {}
-    for i in range(total - warmup):
-        done[order[warmup + i]] += 1
+    for i in visited:
+        done, freed = ran(warmup + i + 1), ran(i)[::-1]
         snapshots[tuple(d - f for d, f in zip(done, freed, strict=True))] = None
-        freed[chunks - 1 - order[i]] += 1  # backward passes run the chunks in reverse
     return list(snapshots)
 
 

@@ -23,7 +23,7 @@ order its schedule gives:
 
 With equal stage times F + B per micro-batch (F / v + B / v per chunk), GPipe and 1F1B leave
 each device (pp - 1) (F + B) idle, the interleaved schedule (pp - 1) (F + B) / v for every
-m >= pp -- the bubbles the cost model charges (``tests/placement/test_pipeline_timeline.py``
+m >= pp -- the bubbles the cost model charges (``tests/placement/test_interleaved_pace.py``
 plays it out for m that pp does not divide).
 """
 

@@ -406,10 +406,15 @@ def _closest(search: Search, families: Sequence[CostFamily],
         mean_saved = float(tab.saved[0, n - 1]) / n
         for p in np.unique(p_all).tolist():
             # the largest d of every p: the least model state and the fewest micro-batches in
-            # flight -- but interleaved, fewer micro-batches than a multiple of p may hold more
-            # (Megatron-Core's larger micro-batch groups, timing.micro_batch_group_size): every d
-            rows = np.flatnonzero(p_all == p)
-            for row in (rows.tolist() if variant.chunks > 1 else [int(rows[-1])]):
+            # flight -- but interleaved, a micro-batch count that p does not divide runs in larger
+            # groups (timing.micro_batch_group_size) and may hold more in flight than a larger
+            # one: those rows too, each
+            rows = np.flatnonzero(p_all == p).tolist()
+            kept = rows[-1:]
+            if variant.chunks > 1:
+                divided = [row for row in rows if m_all[row] % p == 0]
+                kept = divided[-1:] + [row for row in rows if m_all[row] % p]
+            for row in kept:
                 d, m = int(d_all[row]), int(m_all[row])
                 k = np.array(in_flight_per_position(variant.schedule, p, m, variant.chunks), float)
                 estimate = n / float(np.sum(1.0 / (mean_state + k * mean_saved + 1.0)))
