@@ -91,7 +91,8 @@ def hardware() -> list[dict[str, Any]]:
 def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: int = 1,
           sp: bool = False, fuse: bool = False, attention: Attention | str = Attention.FLASH,
           kernels: Kernels | str = Kernels.FUSED, ep: int = 1, capacity_factor: float = 1.0,
-          expert_load_imbalance: float = 1.0, etp: int = 1) -> dict[str, Any]:
+          expert_load_imbalance: float = 1.0, etp: int = 1,
+          recompute_modules: Iterable[str] = ("core_attn",)) -> dict[str, Any]:
     """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1, per expert-parallel
     rank for ``ep`` > 1: :mod:`archplace.workload.expert_parallel`, per expert-tensor-parallel rank
     for ``etp`` > 1: :mod:`archplace.workload.expert_tensor`).
@@ -100,7 +101,11 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     as in :class:`~archplace.workload.extract.ExtractOptions`; every function here that traces
     a model takes them. ``capacity_factor`` and ``expert_load_imbalance`` (each >= 1; 1.0:
     dropless and balanced) as in :class:`archplace.front.specs.ModelSpec`, for a mixture-of-experts
-    model only; :func:`plan`, :func:`evaluate` and :func:`search` take them too.
+    model only; :func:`plan`, :func:`evaluate` and :func:`search` take them too, and
+    ``recompute_modules``: what selective recomputation reruns, a list of Megatron-Core's module
+    names (``core_attn``, ``mlp``, ``moe``, ``shared_experts``, ``moe_act``, ``layernorm``,
+    ``mla_up_proj``: :class:`~archplace.workload.options.RecomputeModule`; default core_attn),
+    which sets the layers' selective figures.
 
     Returns:
         ``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "etp", "attention", "kernels",
@@ -121,7 +126,8 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
         ExtractionError: the model code cannot be traced.
     """
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse,  # type: ignore[arg-type]
-                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+                     recompute_modules=_listed(recompute_modules))
     check_as(Plan, "micro_batch", micro_batch)
     check_as(Plan, "tp", tp)
     check_as(Plan, "ep", ep)
@@ -146,7 +152,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
          pp_comm_overlap: bool | None = None, chunks: Iterable[int] | None = None,
          dp_overlap: Iterable[bool] | None = None, cluster: str | None = None,
-         dp_replicates: Iterable[int] = (1,)) -> list[PlanResult]:
+         dp_replicates: Iterable[int] = (1,),
+         recompute_modules: Iterable[str] = ("core_attn",)) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -169,7 +176,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     for a mixture-of-experts model, 1 for a dense one.
     ``rank_order``: how the parallel groups are laid over the ranks, ``tp-cp-ep-pp-dp`` (the
     default) or ``tp-cp-ep-dp-pp`` (Megatron-Core's); recorded in every plan.
-    ``capacity_factor`` and ``expert_load_imbalance``: as in :func:`graph`.
+    ``capacity_factor``, ``expert_load_imbalance`` and ``recompute_modules`` (what the selective
+    recompute the search tries reruns): as in :func:`graph`.
     ``attention_kernel``: the fused-attention kernel family whose measured per-shape table costs
     the attention operators (``flash2``, ``flash3``, ``cudnn``, ``triton-flash1``, where the
     chip has one: :mod:`archplace.cost.attention_tables`); None: the chip's own (flash2 on
@@ -248,10 +256,11 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              expert_load_imbalance: float = 1.0, etp: int = 1,
              attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
              pp_comm_overlap: bool | None = None, cluster: str | None = None,
-             dp_replicate: int = 1) -> PlanResult:
+             dp_replicate: int = 1, recompute_modules: Iterable[str] = ("core_attn",)) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
-    ``capacity_factor`` and ``expert_load_imbalance`` as in :func:`plan`;
+    ``capacity_factor``, ``expert_load_imbalance`` and ``recompute_modules`` (used when
+    ``recompute`` is ``selective``) as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, ``dp_replicate`` the
     hybrid-sharding replicas (dividing ``dp``, with ``zero_stage`` >= 1), and
@@ -284,7 +293,8 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                  stages=parse_stages(stages) if stages else None, precision=precision, cp=cp, ep=ep,  # type: ignore[arg-type]
                  rank_order=rank_order, etp=etp, dp_replicate=dp_replicate)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
-                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+                     recompute_modules=_listed(recompute_modules))
     chip = (HardwareSpec(hardware, cluster, attention_kernel=attention_kernel,
                          tp_comm_overlap=tp_comm_overlap, pp_comm_overlap=pp_comm_overlap)
             if not isinstance(hardware, ResolvedHardware) else dataclasses.replace(
@@ -344,6 +354,7 @@ def search_request(
     expert_load_imbalance: float = 1.0,
     etps: Iterable[int] | None = None,
     dp_replicates: Iterable[int] = (1,),
+    recompute_modules: Iterable[str] = ("core_attn",),
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it: the keywords make a
     :class:`~archplace.front.specs.search.SearchSpec` (each keyword is its field of the same name, with
@@ -372,9 +383,9 @@ def search_request(
             1 refused when every model is dense).
         fuse, attention, kernels: how the layers are traced, as in :func:`graph`
             (:class:`~archplace.workload.options.Tracing`; recorded with the search).
-        capacity_factor, expert_load_imbalance: of the mixture-of-experts models' routed
-            tokens, as in :func:`graph` (a dense model among several ignores them). The search
-            lays the groups over the ranks in the default order, tp-cp-ep-pp-dp.
+        capacity_factor, expert_load_imbalance, recompute_modules: as in :func:`graph` (a
+            dense model among several ignores the first two). The search lays the groups over
+            the ranks in the default order, tp-cp-ep-pp-dp.
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range

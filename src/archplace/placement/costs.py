@@ -80,8 +80,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         of a chain traced with context parallelism (at most what the TP and EP shares leave);
         ``expert_params`` the routed experts' parameters the layer holds per rank
         (:attr:`archplace.workload.layers.Layer.expert_params`);
-        ``selective_recompute_s`` the makespan of the attention
-        core's forward operators and ``selective_recompute_flop`` their matmul FLOP (for HFU);
+        ``selective_recompute_s`` the makespan of the forward operators selective recomputation
+        reruns (``selective_ops``: the recompute modules') and ``selective_recompute_flop``
+        their matmul FLOP (for HFU);
         ``fwd_flop`` / ``bwd_flop`` the FLOP of the matmuls (:func:`archplace.cost.model.array_flop`,
         what MFU counts) less the expert padding, which ``padding_fwd_flop`` /
         ``padding_bwd_flop`` hold (:attr:`archplace.workload.layers.Layer.padding_fwd_flop`; HFU
@@ -144,6 +145,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         fwd, bwd = graph_times(layer.fwd, fp8), graph_times(layer.bwd, fp8)
         recompute_s, recompute_flop = selective_core(layer, fp8)
         saving = layer.fp8_activation_saving_bytes if fp8 else 0.0  # GEMM inputs kept in FP8
+        selective_saving = (layer.selective_fp8_saving_bytes or 0.0) if fp8 else 0.0
         out.append(LayerCost(
             name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
             activation_bytes=layer.activation_bytes - saving, input_bytes=layer.input_bytes,
@@ -151,7 +153,7 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             fwd_flop=max(0.0, matmul_flop(layer.fwd) - layer.padding_fwd_flop),
             bwd_flop=max(0.0, matmul_flop(layer.bwd) - layer.padding_bwd_flop),
             padding_fwd_flop=layer.padding_fwd_flop, padding_bwd_flop=layer.padding_bwd_flop,
-            selective_activation_bytes=layer.selective_activation_bytes - saving,
+            selective_activation_bytes=layer.selective_activation_bytes - selective_saving,
             selective_recompute_s=recompute_s, selective_recompute_flop=recompute_flop,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
             cp_comm_fwd_s=fwd.ring_s, cp_comm_bwd_s=bwd.ring_s,

@@ -59,8 +59,9 @@ from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
-FORMAT = 10
-"""Version of the cache files, part of the key (10: a chain holds its cost key, SP included;
+FORMAT = 11
+"""Version of the cache files, part of the key (11: layers carry the FP8 saving of what selective
+recomputation keeps; 10: a chain holds its cost key, SP included;
 9: layers carry the activation bytes FP8 saves;
 8: layers carry the FLOP of MoE padding; 7: the
 code-free chain files; 6 and before were pickles)."""

@@ -144,7 +144,7 @@ LAYER_FIELDS: Schema = (
     ("experts", _int), ("experts_per_token", _int), ("tokens_per_expert", _int),
     ("expert_params", _int), ("routed_tokens", _int), ("ep", _int), ("all_to_all_bytes", _float),
     ("etp", _int), ("expert_tp_bytes", _float), ("padding_fwd_flop", _float), ("padding_bwd_flop", _float),
-    ("fp8_activation_saving_bytes", _float),
+    ("fp8_activation_saving_bytes", _float), ("selective_fp8_saving_bytes", _float),
 )
 """The fields of :class:`Layer` (a layer is written as a JSON object)."""
 

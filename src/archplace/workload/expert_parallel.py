@@ -274,21 +274,44 @@ def shard_layer(layer: Layer, ep: int, capacity_factor: float = 1.0, load_imbala
     # Saved by the region: every grouped GEMM's token input (for its weight gradient) and the
     # results feeding the gating activation (for its gradient), factor x the traced rows.
     saved_width = sum(op.k for op in forward) + sum(op.n for op in forward[:-1])
+    whole, act = routed_rerun(layer)
+    # Under selective recompute of the moe module nothing of the region is kept (and the
+    # all-to-alls rerun with it); of moe_act, the second grouped GEMM's input is freed.
+    kept_width = 0 if whole else saved_width - (forward[-1].k if act else 0)
     extra = (factor - 1.0) * routed * saved_width * dtype_bytes
+    rerun = (f"{ALL_TO_ALL}_dispatch", f"{ALL_TO_ALL}_combine") if whole and ep > 1 else ()
     return with_region(layer, fwd, bwd, extra, layer.expert_params // ep,
-                       tokens_per_expert=rows_per_expert, ep=ep, all_to_all_bytes=buffer if ep > 1 else 0.0)
+                       selective_extra_bytes=(factor - 1.0) * routed * kept_width * dtype_bytes,
+                       tokens_per_expert=rows_per_expert, ep=ep, all_to_all_bytes=buffer if ep > 1 else 0.0,
+                       selective_ops=layer.selective_ops + rerun)
+
+
+def routed_rerun(layer: Layer) -> tuple[bool, bool]:
+    """Whether selective recomputation of ``layer`` (its ``selective_ops``) reruns (the whole
+    routed region, the gated activation between its grouped GEMMs): the moe and moe_act
+    recompute modules (:mod:`archplace.workload.recompute_regions`)."""
+    names = set(layer.selective_ops)
+    forward = [op for op in layer.fwd.ops if _grouped(op) == experts_op.FORWARD_OP]
+    if not forward or not names:
+        return False, False
+    last = forward[-1]
+    act = bool(names.intersection(forward[0].fused)) or any(
+        layer.fwd.ops[p].name in names or names.intersection(layer.fwd.ops[p].fused) for p in last.preds)
+    return forward[0].name in names, act
 
 
 def with_region(layer: Layer, fwd: OpGraph, bwd: OpGraph, extra_bytes: float, expert_params: int,
-                **fields: Any) -> Layer:
+                selective_extra_bytes: float | None = None, **fields: Any) -> Layer:
     """``layer`` with its experts' region rewritten: the new graphs, ``extra_bytes`` more saved
-    for the backward pass (all recompute policies), ``expert_params`` routed-expert parameters
-    in place of its own (the rest of its parameters unchanged), the working set of the new
-    graphs' largest operator, and ``fields`` (its expert-parallel or expert-TP figures)."""
+    for the backward pass (``selective_extra_bytes`` of them under selective recomputation;
+    None: all), ``expert_params`` routed-expert parameters in place of its own (the rest of its
+    parameters unchanged), the working set of the new graphs' largest operator, and ``fields``
+    (its expert-parallel or expert-TP figures)."""
+    selective = extra_bytes if selective_extra_bytes is None else selective_extra_bytes
     return dataclasses.replace(
         layer, params=layer.params - layer.expert_params + expert_params, fwd=fwd, bwd=bwd,
         activation_bytes=layer.activation_bytes + extra_bytes,
-        selective_activation_bytes=layer.selective_activation_bytes + extra_bytes,
+        selective_activation_bytes=layer.selective_activation_bytes + selective,
         working_bytes=max((op.bytes_read + op.bytes_written for g in (fwd, bwd) for op in g.ops),
                           default=0.0),
         expert_params=expert_params, **fields)

@@ -37,7 +37,14 @@ import math
 
 from archplace.base.errors import ConfigError
 from archplace.workload import experts_op
-from archplace.workload.expert_parallel import _grouped, _region, map_shared_layers, with_region, wrap_region
+from archplace.workload.expert_parallel import (
+    _grouped,
+    _region,
+    map_shared_layers,
+    routed_rerun,
+    with_region,
+    wrap_region,
+)
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
 from archplace.workload.layers import Layer, LayerChain
 from archplace.workload.zoo import LoadedModel
@@ -153,7 +160,9 @@ def split_layer(layer: Layer, etp: int, dtype_bytes: int = 2) -> Layer:
     fwd, bwd = (_split_graph(g, phase, etp, buffer, elements, dtype_bytes)
                 for g, phase in ((layer.fwd, Phase.FWD), (layer.bwd, Phase.BWD)))
     extra = float((etp - 1) * rows * hidden * dtype_bytes)  # the gathered gate/up input, saved
+    whole, _ = routed_rerun(layer)  # selective recompute of the moe module keeps none of it
     return with_region(layer, fwd, bwd, extra, math.ceil(layer.expert_params / etp),
+                       selective_extra_bytes=0.0 if whole else None,
                        tokens_per_expert=etp * layer.tokens_per_expert, etp=etp, expert_tp_bytes=buffer)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.base.errors import ConfigError, ExtractionError
+from archplace.base.fields import members
 from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
 from archplace.workload.expert_parallel import check_ep, load_factor, shard_experts, shared_expert_width
@@ -31,8 +32,16 @@ from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved
 from archplace.workload.key import CostKey, Keyed
 from archplace.workload.layers import Layer, LayerChain, LayerKind
-from archplace.workload.options import Attention, Kernels, Tracing, parse_attention, parse_kernels
+from archplace.workload.options import (
+    Attention,
+    Kernels,
+    RecomputeModule,
+    Tracing,
+    parse_attention,
+    parse_kernels,
+)
 from archplace.workload.parallel import Sharding, TensorParallel, check_width, propagate
+from archplace.workload.recompute_regions import kept_after, regions
 from archplace.workload.trace import (
     FLOP_PER_ELEMENT,
     Traced,
@@ -95,9 +104,12 @@ class ExtractOptions(Keyed, Tracing):
         etp: expert-tensor-parallel width: every routed expert's weights are split over etp
             ranks (Megatron-Core's ``expert_tensor_parallel_size``), which gather the tokens
             routed to their experts; 1 (the default) for dense models and whole experts.
+        recompute_modules: what selective recomputation reruns
+            (:class:`~archplace.workload.options.RecomputeModule`; names are converted): the
+            layers' ``selective_*`` figures (:mod:`archplace.workload.recompute_regions`).
 
     Raises:
-        ConfigError: an unknown dtype, attention or kernels value, a
+        ConfigError: an unknown dtype, attention, kernels or recompute module, no recompute module, a
             capacity factor or load imbalance below 1 or not finite; cp > 1 with a sequence
             length not divisible by 2 x cp or with eager attention.
     """
@@ -130,6 +142,10 @@ class ExtractOptions(Keyed, Tracing):
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention", parse_attention(self.attention))
         object.__setattr__(self, "kernels", parse_kernels(self.kernels))
+        if not (isinstance(self.recompute_modules, tuple) and self.recompute_modules
+                and all(isinstance(m, RecomputeModule) for m in self.recompute_modules)):
+            object.__setattr__(self, "recompute_modules",
+                               members(RecomputeModule, self.recompute_modules, "recompute_modules"))
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
         if self.cp > 1 and self.seq_len % (2 * self.cp):
@@ -463,9 +479,8 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
               if traced.is_param(traced.storage(a))}
     # Saved for backward: forward results (or non-parameter inputs) read by this layer's backward.
     saved = {traced.storage(a) for n in bwd_nodes for a in n.all_input_nodes}
-    saved = {s for s in saved if not traced.is_param(s) and not s.meta.get("autograd_backward")}
-    if groups:
-        saved = fused_saved(traced, saved, groups)
+    raw_saved = {s for s in saved if not traced.is_param(s) and not s.meta.get("autograd_backward")}
+    saved = fused_saved(traced, raw_saved, groups) if groups else raw_saved
     inputs = {traced.storage(a) for n in fwd_nodes for a in n.all_input_nodes}
     inputs = {s for s in inputs if not traced.is_param(s) and s not in mine}
     if fused_kernels:
@@ -480,22 +495,32 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     def total(nodes: set[Any]) -> float:
         return float(sum(_saved_bytes(s) * sharding.tensor_factor(s) for s in nodes))
 
-    # Selective recompute (Korthikanti et al. 2022): drop the sequence x sequence tensors.
-    batch = options.micro_batch
-    kept = {s for s in saved if not _is_square(s, seq_len, batch)}
-    core = {n for n in fwd_nodes if _is_square(n, seq_len, batch)} if kept != saved else set()
+    # Selective recompute: the recompute modules' regions (recompute_regions), then core_attn's
+    # sequence x sequence tensors under eager attention (Korthikanti et al. 2022, sec. 5).
+    batch, modules = options.micro_batch, options.recompute_modules
+    checkpointed, discarded = (
+        regions([n for n in where if n in mine and where[n][1] is Phase.FWD],
+                traced.block_prefixes[index - 1], modules, traced.kind)
+        if kind is LayerKind.BLOCK else (set(), set()))
+    kept = kept_after(traced, raw_saved, bwd_nodes, checkpointed, discarded)
+    if groups:
+        kept = fused_saved(traced, kept, groups)
+    square = RecomputeModule.CORE_ATTN in modules and any(_is_square(s, seq_len, batch) for s in saved)
+    kept = {s for s in kept if not (square and _is_square(s, seq_len, batch))}
+    rerun = {n for n in fwd_nodes if (square and _is_square(n, seq_len, batch))
+             or n in checkpointed or n in discarded}
 
-    # Under FP8 the linear GEMMs' inputs are saved in FP8 (over the selective set, a subset of
-    # ``saved``: the sequence x sequence tensors it drops are never a linear GEMM's input).
-    fp8_saving = fp8_saving_bytes(traced, kept, bwd_nodes, _saved_bytes, sharding.tensor_factor)
+    # Under FP8 the linear GEMMs' inputs are saved in FP8 (with and without the recomputation).
+    fp8_saving = fp8_saving_bytes(traced, saved, bwd_nodes, _saved_bytes, sharding.tensor_factor)
+    fp8_kept = fp8_saving_bytes(traced, kept, bwd_nodes, _saved_bytes, sharding.tensor_factor)
     experts = _experts(traced, sharding, fwd_nodes, options.micro_batch * seq_len)
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(
         name=kind.value, kind=kind, params=sum(_param_numel(traced, sharding, p) for p in params),
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),
         boundary_bytes=total(outputs), working_bytes=working,
-        selective_activation_bytes=total(kept), selective_ops=tuple(n.name for n in fwd_nodes if n in core),
-        fp8_activation_saving_bytes=fp8_saving, **experts,
+        selective_activation_bytes=total(kept), selective_ops=tuple(n.name for n in fwd_nodes if n in rerun),
+        fp8_activation_saving_bytes=fp8_saving, selective_fp8_saving_bytes=fp8_kept, **experts,
     )
     return layer, params
 

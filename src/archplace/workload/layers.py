@@ -39,12 +39,13 @@ class Layer:
         working_bytes: peak bytes of any one operator's operands and result (the
             transient working set of running this layer).
         selective_activation_bytes: bytes saved for backward under selective
-            recomputation, which drops the attention core — every tensor of
-            sequence × sequence shape: scores, softmax, attention dropout
-            (Korthikanti et al. 2022, Sec. 5); equals ``activation_bytes`` for layers
-            without attention.
+            recomputation of the traced recompute modules
+            (:mod:`archplace.workload.recompute_regions`); with the default, core_attn, the
+            attention core is dropped — every tensor of sequence × sequence shape: scores,
+            softmax, attention dropout (Korthikanti et al. 2022, Sec. 5); equals
+            ``activation_bytes`` for layers without attention.
         selective_ops: names of the forward operators selective recomputation runs
-            again in the backward pass (those producing the dropped tensors).
+            again in the backward pass.
         experts: routed experts of the layer's mixture-of-experts FFN; 0 for a dense layer.
         experts_per_token: experts each token is routed to (top-k); 0 for a dense layer.
         tokens_per_expert: rows of each expert's GEMMs per micro-batch under balanced routing,
@@ -74,8 +75,10 @@ class Layer:
             MFU leaves them out, HFU counts them. 0 for a dense or balanced layer.
         fp8_activation_saving_bytes: bytes fewer saved for the backward pass, per micro-batch,
             when the layer's linear GEMMs run in FP8: Transformer Engine keeps a GEMM's input in
-            FP8 for its weight gradient (:mod:`archplace.workload.fp8_saved`); taken off both
-            ``activation_bytes`` and ``selective_activation_bytes`` under FP8.
+            FP8 for its weight gradient (:mod:`archplace.workload.fp8_saved`); taken off
+            ``activation_bytes`` under FP8.
+        selective_fp8_saving_bytes: the same, of what selective recomputation keeps; taken off
+            ``selective_activation_bytes`` under FP8 (default: ``fp8_activation_saving_bytes``).
     """
 
     name: str
@@ -101,10 +104,13 @@ class Layer:
     padding_fwd_flop: float = 0.0
     padding_bwd_flop: float = 0.0
     fp8_activation_saving_bytes: float = 0.0
+    selective_fp8_saving_bytes: float | None = None
 
     def __post_init__(self) -> None:
         if self.selective_activation_bytes < 0:
             object.__setattr__(self, "selective_activation_bytes", self.activation_bytes)
+        if self.selective_fp8_saving_bytes is None:
+            object.__setattr__(self, "selective_fp8_saving_bytes", self.fp8_activation_saving_bytes)
 
     @property
     def active_params(self) -> int:

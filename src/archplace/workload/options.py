@@ -50,6 +50,62 @@ class Kernels(enum.StrEnum):
     UNFUSED = "unfused"
 
 
+class RecomputeModule(enum.StrEnum):
+    """A part of a block that selective recomputation may rerun (Megatron-Core's
+    ``--recompute-modules``, ``TransformerConfig.recompute_modules``, with
+    ``--recompute-granularity selective``; NVIDIA/Megatron-LM ``megatron/core/transformer/
+    transformer_config.py``; the names and the two kinds of checkpoint as documented there).
+
+    Checkpointed (the module keeps only its inputs; its forward reruns before its backward):
+
+    CORE_ATTN: the attention core. Under eager attention the sequence x sequence tensors
+        (scores, softmax, attention dropout), Korthikanti et al. 2022, sec. 5; a fused
+        attention kernel (flash, sdpa) saves none, so this frees nothing and reruns nothing
+        there. Megatron-Core's default.
+    MLP: a dense block's MLP (the block's child module whose class name holds ``MLP``, or
+        named ``mlp`` without routed experts).
+    MOE: a mixture-of-experts block's whole MoE layer: router, token dispatch and combine
+        (the expert-parallel all-to-alls again), routed and shared experts.
+    SHARED_EXPERTS: the MoE layer's shared experts (DeepSeek-V3, Qwen2-MoE).
+
+    Output-discarding (checkpointed, and the module's output freed once its reader has run;
+    Megatron-Core's ``CheckpointWithoutOutput``):
+
+    MOE_ACT: the routed experts' gated activation (SwiGLU): the input of the second grouped
+        GEMM is freed.
+    LAYERNORM: the block's two norms before attention and before the MLP
+        (``input_layernorm`` and ``pre_mlp_layernorm``): their outputs are freed.
+    MLA_UP_PROJ: multi-head latent attention's up projections and rotary embedding (DeepSeek-V3
+        technical report, sec. 3.2.3, "recomputation of RMSNorm and MLA up-projection"): the
+        queries, keys and values they make for the attention kernel are freed.
+
+    A module a block does not have is skipped (a dense block has no MOE), as Megatron-Core does.
+    """
+
+    CORE_ATTN = "core_attn"
+    MLP = "mlp"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+    MOE_ACT = "moe_act"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+
+    @property
+    def discards_output(self) -> bool:
+        """Whether the module's output is freed too (output-discarding checkpoint)."""
+        return self in (RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM, RecomputeModule.MLA_UP_PROJ)
+
+
+DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.CORE_ATTN,)
+"""Megatron-Core's default ``recompute_modules``."""
+
+
+def split_names(value: str) -> tuple[str, ...]:
+    """A comma-separated list of names (``"layernorm,moe_act"``) as a tuple of the names,
+    stripped; the command line's form of a list field."""
+    return tuple(part.strip() for part in str(value).split(","))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Tracing:
     """How a model's layers are traced and costed: one option group, declared here once, that
@@ -70,6 +126,9 @@ class Tracing:
             default); above 1 every expert is padded to it (GShard, Switch Transformer).
         expert_load_imbalance: tokens the busiest expert-parallel rank receives over the mean
             (1..1024) with dropless routing; 1.0: balanced.
+        recompute_modules: what selective recomputation reruns (:class:`RecomputeModule`, once
+            each; default core_attn, Megatron-Core's); used only by a plan whose recompute is
+            selective.
 
     The ranges are checked by the front door's specs (:func:`archplace.base.fields.check_declared`);
     :class:`~archplace.workload.extract.ExtractOptions` checks what the engine needs.
@@ -90,6 +149,10 @@ class Tracing:
     expert_load_imbalance: float = option(1.0, help=(
         "Mixture-of-experts models: tokens the busiest expert-parallel rank receives over the mean, "
         "dropless routing; 1.0 balanced"), low=1.0, high=limits.MAX_MOE_FACTOR)
+    recompute_modules: tuple[RecomputeModule, ...] = option(DEFAULT_RECOMPUTE_MODULES, help=(
+        "What selective recompute reruns, comma-separated (Megatron-Core's --recompute-modules): "
+        "core_attn, mlp, moe, shared_experts, moe_act, layernorm, mla_up_proj"),
+        parse=split_names, metavar="MODULES")
 
     @property
     def moe_options(self) -> dict[str, float]:
