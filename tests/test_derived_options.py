@@ -40,12 +40,14 @@ OWN = {"plan": {"config", "layer_graph", "no_zero", "as_json", "report"},
 SPECS: dict[str, tuple[type, ...]] = {"plan": PLAN_SPECS, "evaluate": EVALUATE_SPECS,
                                       "search": (SearchSpec,), "graph": (ModelSpec,),
                                       "estimate": (ModelSpec,), "schedule": (ModelSpec,)}
-EXCLUDED: dict[str, tuple[str, ...]] = {"estimate": ("fuse",), "schedule": ("fuse",)}
+EXCLUDED: dict[str, tuple[str, ...]] = {"estimate": ("fuse", "recompute_modules"),
+                                        "schedule": ("fuse", "recompute_modules")}
 """Spec fields a command does not take (estimate and schedule cost the operators as traced)."""
 COMMANDS = ("plan", "evaluate", "search", "graph", "estimate", "schedule")
 
 # The one text of a field given through a parse function, and the value it must set.
-PARSED = {"stages": ("0-1,2-3", [[0, 1], [2, 3]]), "zero_stages": ("0,3", [0, 3])}
+PARSED = {"stages": ("0-1,2-3", [[0, 1], [2, 3]]), "zero_stages": ("0,3", [0, 3]),
+          "recompute_modules": ("layernorm,moe_act", ["layernorm", "moe_act"])}
 # Plan fields no plan-space field lists: the plan search covers every pipeline depth, DP degree
 # and stage split (the DP degree follows from the devices and the other degrees).
 NOT_TRIED = {"pp", "dp", "stages"}

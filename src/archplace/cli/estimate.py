@@ -47,8 +47,9 @@ def _console() -> Console:
     return table_console(160)
 
 
-_NOT_READ = ("fuse",)
-"""The model spec's fields ``estimate`` does not take (it costs the operators as traced)."""
+_NOT_READ = ("fuse", "recompute_modules")
+"""The model spec's fields ``estimate`` does not take (it costs the operators as traced; what
+selective recomputation reruns does not change them)."""
 
 
 @estimate_app.callback()

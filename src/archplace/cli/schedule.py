@@ -28,8 +28,9 @@ from archplace.front.specs import ModelSpec
 from archplace.reporting.schedule_tables import schedule_table
 from archplace.schemas import stamp
 
-_NOT_READ = ("fuse",)
-"""The model spec's fields ``schedule`` does not take (it schedules the operators as traced)."""
+_NOT_READ = ("fuse", "recompute_modules")
+"""The model spec's fields ``schedule`` does not take (it schedules the operators as traced; what
+selective recomputation reruns does not change them)."""
 
 
 @with_options(ModelSpec, exclude=_NOT_READ)

@@ -59,7 +59,7 @@ from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import traced_as
 from archplace.workload.layers import LayerKind
-from archplace.workload.options import Attention, Kernels
+from archplace.workload.options import DEFAULT_RECOMPUTE_MODULES, Attention, Kernels, RecomputeModule
 
 DEFAULT_TOP = 10
 """Designs in a report's table."""
@@ -84,6 +84,7 @@ class ModelSetup:
     kernels: Kernels = Kernels.FUSED
     capacity_factor: float = 1.0
     expert_load_imbalance: float = 1.0
+    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
 
 
 def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, plan: Plan) -> LayerView:
@@ -171,7 +172,7 @@ def search_report_html(results: Sequence[SearchResult], requests: Sequence[Searc
         if request is not None:
             space = request.plan_space
             setup = ModelSetup(request.models[0], space.fuse, space.attention, space.kernels,
-                               space.capacity_factor, space.expert_load_imbalance)
+                               space.capacity_factor, space.expert_load_imbalance, space.recompute_modules)
             cluster = request.cluster
         evaluated = result.note or f"{len(result.evaluated)} designs evaluated"
         caption = f"strategy {result.strategy}: {evaluated} ({result.considered} in the space)"
@@ -201,7 +202,8 @@ class StoredRequest:
     def setup(self) -> ModelSetup:
         """The first model and its extraction options (the layer schedule's)."""
         return ModelSetup(self.models[0], self.grid.fuse, self.grid.attention, self.grid.kernels,
-                          self.grid.capacity_factor, self.grid.expert_load_imbalance)
+                          self.grid.capacity_factor, self.grid.expert_load_imbalance,
+                          self.grid.recompute_modules)
 
 
 def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredRequest:
@@ -311,7 +313,8 @@ def plan_report_html(results: Sequence[PlanResult], run: PlanRun | EvaluateRun |
         hbm = acc.hbm_bytes
         loaded = app.load_model(run.model, (best.plan.micro_batch,))
         setup = ModelSetup(loaded, run.model.fuse, run.model.attention, run.model.kernels,
-                           run.model.capacity_factor, run.model.expert_load_imbalance)
+                           run.model.capacity_factor, run.model.expert_load_imbalance,
+                           run.model.recompute_modules)
         layer, note = _layer_or_note(setup, acc, app.cluster_or_none(run.hardware, run.cluster.devices),
                                      best.plan)
     blocks: list[Block] = [Heading("plans"), plans_table(results),
