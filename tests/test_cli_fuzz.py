@@ -185,6 +185,8 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--attention-kernel": _words(["flash2", "flash3", "cudnn", "triton-flash1", "nope"]),
         "--capacity-factor": _floats(["1", "1.0", "1.25", "2"]),
         "--expert-load-imbalance": _floats(["1", "1.5"]),
+        "--recompute-modules": _words(["core_attn", "layernorm,mlp", "moe,moe_act", "mla_up_proj", "",
+                                       "bogus"]),
         "--zero-stage": _words(["0", "1", "2", "3", "0,3", "all", "4", "x"]),
         "--grad-reduce-dtype": _words(["fp32", "bf16", "fp8"]),
         "--stages": _words(["0-1,2-3", "0-3", "0-0,1-3", "3-0", "0-1,1-3", "a-b", "0-99"]),

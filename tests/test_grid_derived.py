@@ -22,7 +22,7 @@ from archplace.placement.grid import (
     grid_identity,
 )
 from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Recompute
-from archplace.workload.options import Attention, Kernels
+from archplace.workload.options import Attention, Kernels, RecomputeModule
 
 GRID_FIELDS = {f.name for f in dataclasses.fields(PlanGrid)}
 SPACE_FIELDS = {f.name for f in dataclasses.fields(PlanSpace)}
@@ -36,7 +36,8 @@ ODD = PlanGrid(tps=(2, 4), micro_batch_sizes=(3,), sps=(False,), recomputes=(Rec
                schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), zero_stages=(1, 3), dp_overlap=(True,),
                fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
                grad_reduce_dtype=GradReduceDtype.BF16, precisions=(Precision.FP8,), cps=(2,), eps=(4,),
-               capacity_factor=1.25, expert_load_imbalance=1.5, etps=(2,), dp_replicates=(1, 2))
+               capacity_factor=1.25, expert_load_imbalance=1.5, etps=(2,), dp_replicates=(1, 2),
+               recompute_modules=(RecomputeModule.LAYERNORM, RecomputeModule.MOE_ACT))
 """Every field away from its default."""
 
 
@@ -65,7 +66,8 @@ def test_the_tracing_options_are_declared_once_for_every_holder() -> None:
     from archplace.workload.options import Tracing
 
     group = Tracing.__dataclass_fields__
-    assert set(group) == {"attention", "kernels", "fuse", "capacity_factor", "expert_load_imbalance"}
+    assert set(group) == {"attention", "kernels", "fuse", "capacity_factor", "expert_load_imbalance",
+                          "recompute_modules"}
     for holder in (ModelSpec, SearchSpec, PlanGrid, ExtractOptions):
         for name, field in group.items():
             assert holder.__dataclass_fields__[name] is field, (holder.__name__, name)
@@ -114,7 +116,8 @@ def test_plan_grid_copies_every_field_by_name() -> None:
                       dp_overlap=(True,), grad_reduce_dtype=GradReduceDtype.BF16,
                       precisions=(Precision.FP8,), cps=(2,), eps=(4,), etps=(2,), dp_replicates=(1, 2))
     model = ModelSpec("gpt2", fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
-                      capacity_factor=1.25, expert_load_imbalance=1.5)
+                      capacity_factor=1.25, expert_load_imbalance=1.5,
+                      recompute_modules=("layernorm", "moe_act"))
     assert plan_grid(space, model) == ODD
     assert plan_grid(dataclasses.replace(space, sp=True), model).sps == (False, True)
 
@@ -243,4 +246,5 @@ def test_traced_as_takes_each_option_from_the_key_or_the_grid_by_name() -> None:
     grid = dataclasses.replace(ODD, attention=Attention.SDPA)  # ring attention (cp 2) runs fused
     assert traced_as(64, CostKey(2, 3, True, 2, 4, 2), grid) == ExtractOptions.of(
         micro_batch=3, seq_len=64, tp=2, sp=True, fuse=True, attention=Attention.SDPA,
-        kernels=Kernels.UNFUSED, cp=2, ep=4, capacity_factor=1.25, expert_load_imbalance=1.5, etp=2)
+        kernels=Kernels.UNFUSED, cp=2, ep=4, capacity_factor=1.25, expert_load_imbalance=1.5, etp=2,
+        recompute_modules=("layernorm", "moe_act"))

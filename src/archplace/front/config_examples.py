@@ -25,6 +25,8 @@ kernels: fused            # fused (Megatron-LM's fused kernels) | unfused (HF's 
 fuse: false               # also fold element-wise operators into the matmul producing their input
 capacity_factor: 1.0      # MoE models: expert capacity over the balanced share; 1.0 dropless (>= 1)
 expert_load_imbalance: 1.0  # MoE models: busiest EP rank's tokens over the mean (>= 1)
+recompute_modules: [core_attn]  # what selective recompute reruns: core_attn, mlp, moe, shared_experts,
+                          # moe_act, layernorm, mla_up_proj (Megatron-Core's --recompute-modules)
 
 # --- the chip and its links
 hardware: a100-80gb       # a hardware preset (archplace hardware) or a hardware YAML file

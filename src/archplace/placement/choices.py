@@ -13,9 +13,11 @@ from archplace.base.errors import ConfigError
 class Recompute(enum.StrEnum):
     """Activation recomputation policy (Korthikanti et al. 2022, sections 4.1 and 5).
 
-    NONE keeps every activation the backward pass needs; SELECTIVE drops the attention core
-    (scores, softmax, attention dropout) and recomputes it in the backward pass; FULL keeps only
-    each layer's input and reruns the layer's forward pass before its backward pass.
+    NONE keeps every activation the backward pass needs; SELECTIVE reruns the traced recompute
+    modules (:class:`~archplace.workload.options.RecomputeModule`, Megatron-Core's
+    ``--recompute-modules``; by default the attention core: scores, softmax, attention dropout)
+    and drops what they save; FULL keeps only each layer's input and reruns the layer's forward
+    pass before its backward pass.
     """
 
     NONE = "none"

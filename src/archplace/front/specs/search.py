@@ -428,6 +428,8 @@ kernels: fused               # fused or unfused
 fuse: false                  # fold element-wise operators into their producing matmul
 capacity_factor: 1.0         # MoE expert capacity over the balanced share; 1.0: dropless (>= 1)
 expert_load_imbalance: 1.0   # busiest EP rank's tokens over the mean, dropless routing (>= 1)
+recompute_modules: [core_attn]  # what selective recompute reruns: core_attn, mlp, moe, shared_experts,
+                             # moe_act, layernorm, mla_up_proj (Megatron-Core's --recompute-modules)
 
 # How to search
 strategy: exhaustive         # exhaustive, exhaustive-all, phaze, wham, optuna
