@@ -49,8 +49,8 @@ def dense_grid(setup: TrainingSetup, tp: int, b: int, n: int, v: int, interleave
         g = setup.global_batch
         valid = g % (b * d) == 0
         m = g // (b * d)
-        if interleaved:
-            valid &= m % p == 0
+        if interleaved:  # Megatron-Core's interleaved schedule runs any m >= p
+            valid &= m >= p
         out += [(p, int(dd), int(mm)) for dd, mm in zip(d[valid], m[valid], strict=True)]
     return out
 

@@ -294,17 +294,24 @@ def test_interleaved_two_chunks_per_device():
         evaluate_plan(LAYERS4, setup, plan)
 
 
-def test_interleaved_needs_a_multiple_of_pp_micro_batches():
+def test_interleaved_runs_any_micro_batch_count_from_pp():
+    """Megatron-Core runs the interleaved schedule for any m >= pp (timing.micro_batch_group_size):
+    m = 5 on pp = 2 runs in groups of N = 5 (5 % 2 = 1 < pp, 5 % 3 = 2 >= pp: N = 3 is the
+    smallest valid), with the same (v m + p - 1) pace; m = 1 < pp is refused; with padding, m = 1
+    is raised to pp."""
     plan = Plan(tp=1, pp=2, dp=1, micro_batch=1, recompute=Recompute.NONE,
                 stages=((0, 0), (1, 1), (2, 2), (3, 3)), schedule="interleaved", chunks=2)
     setup = dataclasses.replace(SETUP, global_batch=6)
-    assert evaluate_plan(LAYERS4, setup, plan).plan.chunks == 2  # m = 6
-    with pytest.raises(ConfigError, match="multiple of pp=2"):
-        evaluate_plan(LAYERS4, dataclasses.replace(SETUP, global_batch=5), plan)
-    # with padding, m = 5 is rounded up to 6
-    padded = dataclasses.replace(SETUP, global_batch=5, dp_must_divide_batch=False)
-    r = evaluate_plan(LAYERS4, padded, plan)
-    assert r.breakdown_s["bubble"] * (2 * 6) == pytest.approx(r.breakdown_s["compute"]
+    six = evaluate_plan(LAYERS4, setup, plan)
+    assert six.plan.chunks == 2  # m = 6
+    five = evaluate_plan(LAYERS4, dataclasses.replace(SETUP, global_batch=5), plan)
+    slots = five.breakdown_s["compute"] + five.breakdown_s["tp_comm"] + five.breakdown_s["pp_comm"]
+    assert five.breakdown_s["bubble"] * (2 * 5) == pytest.approx(slots, rel=1e-6)  # (p - 1) of v m slots
+    with pytest.raises(ConfigError, match="at least pp=2 micro-batches, got 1"):
+        evaluate_plan(LAYERS4, dataclasses.replace(SETUP, global_batch=1), plan)
+    padded = dataclasses.replace(SETUP, global_batch=1, dp_must_divide_batch=False)
+    r = evaluate_plan(LAYERS4, padded, plan)  # m = 1 raised to 2
+    assert r.breakdown_s["bubble"] * (2 * 2) == pytest.approx(r.breakdown_s["compute"]
                                                               + r.breakdown_s["tp_comm"]
                                                               + r.breakdown_s["pp_comm"], rel=1e-6)
 

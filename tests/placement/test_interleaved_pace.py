@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archplace.placement.pipeline_timeline import simulate_pipeline
-from archplace.placement.plan import PipelineSchedule
+from archplace.placement.plan import PipelineSchedule, Recompute
 
 
 def _pace_s(forward: list[float], backward: list[float], pp: int, micro_batches: int) -> float:
@@ -84,3 +84,39 @@ def test_the_group_size_is_the_smallest_megatron_core_accepts(m: int, pp: int, g
     assert micro_batch_group_size(m, pp) == group
     assert m % group == 0 or m % group >= pp  # Megatron-Core's rule
     assert all(0 < m % n < pp for n in range(pp, group))  # and none smaller passes it
+
+
+def test_the_search_finds_a_plan_whose_larger_m_runs_a_smaller_group() -> None:
+    """Megatron-Core's group size N is not monotone in m (pp 2: m = 3 runs N = 3, m = 4 N = 2;
+    pp 4: m = 6 runs N = 6, m = 12 N = 4), so neither is an interleaved device's in-flight count,
+    2 (pp - 1) + (v - 1) N + 1 capped at v m. Eight one-layer chunks of 1e6 saved bytes, 12
+    samples, room for 11.5e6 (ZeRO off: d shards nothing): at pp 2 (two layers a chunk), d = 4
+    (m = 3) holds 6 chunk-micro-batches, 12e6 bytes, and does not fit, while d = 3 (m = 4) holds
+    5, 10e6, and does; a search that took "d = 4 does not fit" to rule out every smaller d found
+    no plan at all. The search and the brute force agree."""
+    from test_cp_ep_engine import check_against_brute_force
+
+    from archplace.hw.cluster import Cluster
+    from archplace.placement.layer_cost import LayerCost
+    from archplace.placement.memory import interleaved_in_flight_chunks
+    from archplace.placement.plan import TrainingSetup
+    from archplace.placement.solver import plan_search
+    from archplace.workload.key import CostKey
+
+    assert [interleaved_in_flight_chunks(0, 2, m, 2) for m in (3, 4)] == [6, 5]
+    assert [interleaved_in_flight_chunks(0, 4, m, 2) for m in (6, 12)] == [12, 11]
+    act = 1e6
+    layers = [LayerCost(f"l{k}", fwd_s=1.0, bwd_s=2.0, params=1, activation_bytes=act,
+                        input_bytes=act, boundary_bytes=1.0, working_bytes=0.0, fwd_flop=1e9,
+                        bwd_flop=2e9) for k in range(8)]
+    cluster = Cluster(devices=8, devices_per_node=8, intra_node_bandwidth_bytes_per_s=1e12,
+                      inter_node_bandwidth_bytes_per_s=1e12, intra_node_latency_s=1e-9,
+                      inter_node_latency_s=1e-9)
+    setup = TrainingSetup(cluster=cluster, global_batch=12, seq_len=128, hbm_bytes=11.5 * act + 1e3,
+                          hbm_bandwidth_bytes_per_s=1e15, peak_flop_per_s=1e12, dp_must_divide_batch=True)
+    costs = {CostKey(1, 1, False): layers}
+    options = dict(recomputes=[Recompute.NONE], schedules=[PipelineSchedule.INTERLEAVED], chunks=(2,),
+                   zero_stages=(0,), dp_overlap=(False,))
+    (best,) = plan_search(costs, setup, **options)
+    assert (best.plan.pp, best.plan.dp, best.plan.chunks) == (2, 3, 2)
+    check_against_brute_force((costs, setup, options, 3), note=lambda _: None)

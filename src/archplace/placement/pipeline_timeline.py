@@ -196,12 +196,12 @@ def pass_times_s(time: StageTime) -> tuple[float, float]:
 
 def plan_micro_batches(result: PlanResult) -> int:
     """m, the micro-batches per pipeline of ``result``'s iteration: the global batch (samples/s
-    times the iteration time) over micro-batch * dp, rounded up, and up to a multiple of pp for
-    the interleaved schedule (as :func:`archplace.placement.timing.micro_batch_count`)."""
+    times the iteration time) over micro-batch * dp, rounded up, and at least pp for the
+    interleaved schedule (as :func:`archplace.placement.timing.micro_batch_count`)."""
     plan = result.plan
     samples = round(result.throughput_samples_per_s * result.iteration_time_s)
     m = max(1, -(-samples // (plan.micro_batch * plan.dp)))
-    return plan.pp * -(-m // plan.pp) if plan.schedule is PipelineSchedule.INTERLEAVED else m
+    return max(m, plan.pp) if plan.schedule is PipelineSchedule.INTERLEAVED else m
 
 
 def plan_timeline(result: PlanResult, micro_batches: int) -> PipelineTimeline:

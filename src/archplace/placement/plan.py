@@ -81,7 +81,7 @@ class TrainingSetup:
         dp_must_divide_batch: when True, micro_batch * dp must divide the global batch and
             m = global_batch / (micro_batch * dp); when False any dp is allowed and the batch
             is padded up: m = ceil(global_batch / (micro_batch * dp)) micro-batches per
-            pipeline (rounded up to a multiple of pp for the interleaved schedule) are run and
+            pipeline (at least pp for the interleaved schedule) are run and
             the padding samples are wasted work (throughput and MFU count only global_batch).
         rank_order: how the TP, CP, EP, DP and PP groups are laid over the ranks
             (:class:`RankOrder`; "tp-cp-ep-pp-dp" by default, "tp-cp-ep-dp-pp" as Megatron-Core).

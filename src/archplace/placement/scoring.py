@@ -34,7 +34,7 @@ from archplace.placement.memory import interleaved_device_memory, sequential_sum
 from archplace.placement.plan import Plan, TrainingSetup
 from archplace.placement.resident import ResidentTables
 from archplace.placement.tables import ALL_SHARDS, NO_SHARDS, FloatArray, SegmentTables, Shards
-from archplace.placement.timing import optimizer_step_time_s
+from archplace.placement.timing import micro_batch_group_size, optimizer_step_time_s
 from archplace.placement.zero import dp_tail_comm_s
 
 Scored = tuple[float, list[tuple[float, float]]]
@@ -66,7 +66,12 @@ class CandidateScorer:
         or (``limit``: the search's cutoff with its slack) it cannot reach ``limit``."""
         state = self.states[cand.family]
         variant, p, d, m = cand.variant, cand.p, cand.d, cand.m
-        group = (variant.schedule, variant.chunks, p, variant.zero_stage)
+        # A candidate that does not fit rules out every smaller d of its group (more micro-batches
+        # in flight, less sharding). Under interleaving the in-flight count grows with m only for
+        # one micro-batch group size N, which is not monotone in m (pp 4: m 7 runs N = 7, m 8
+        # N = 4: timing.micro_batch_group_size), so N is part of the group.
+        group = (variant.schedule, variant.chunks, p, variant.zero_stage,
+                 micro_batch_group_size(int(m), int(p)) if variant.chunks > 1 else 0)
         if state.infeasible_at.get(group, 0) >= d:
             return None
         tab = self.tables.of(state)

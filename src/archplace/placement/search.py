@@ -154,8 +154,8 @@ class Search:
             d = np.tile(widths, len(depths))
             m = (g // fam.micro_batch) // d if len(d) else d
             valid = width * p * d <= devices
-            if interleaved:
-                valid &= m % p == 0
+            if interleaved:  # Megatron-Core runs any m >= pp (timing.micro_batch_group_size)
+                valid &= m >= p
             if fam.ep * fam.etp > 1 or r > 1:  # the expert ranks are folded into each replica's ranks
                 valid &= (d % r == 0) & fam.expert_degree_fits(d // r)
             return p[valid], d[valid], m[valid]
@@ -164,7 +164,7 @@ class Search:
         d = (np.arange(len(p)) - np.repeat(np.cumsum(widths) - widths, widths) + 1).astype(np.int64)
         m = -(-g // (fam.micro_batch * d))
         if interleaved:
-            m = p * -(-m // p)
+            m = np.maximum(m, p)
         if fam.ep * fam.etp > 1 or r > 1:
             keep = (d % r == 0) & fam.expert_degree_fits(d // r)
             p, d, m = p[keep], d[keep], m[keep]

@@ -189,14 +189,13 @@ def micro_batch_count(setup: TrainingSetup, *, micro_batch: int, dp: int, pp: in
     """m, the micro-batches each pipeline runs per iteration.
 
     With ``setup.dp_must_divide_batch``: m = global_batch / (micro_batch * dp), which must be
-    an integer, and for the interleaved schedule a multiple of pp (Megatron-Core's default
-    micro-batch group, N = pp: :func:`micro_batch_group_size`; the plan search's bounds assume
-    it). Otherwise m = ceil(global_batch / (micro_batch * dp)), rounded up to a multiple of pp
-    for the interleaved schedule (the batch is padded).
+    an integer, and for the interleaved schedule at least pp (:func:`micro_batch_group_size`).
+    Otherwise m = ceil(global_batch / (micro_batch * dp)), raised to pp for the interleaved
+    schedule (the batch is padded).
 
     Raises:
         ConfigError: with ``dp_must_divide_batch``, micro_batch * dp does not divide the global
-            batch, or (interleaved) m is not a multiple of pp.
+            batch, or (interleaved) m < pp.
     """
     per_step = micro_batch * dp
     interleaved = schedule is PipelineSchedule.INTERLEAVED
@@ -205,12 +204,12 @@ def micro_batch_count(setup: TrainingSetup, *, micro_batch: int, dp: int, pp: in
             raise ConfigError(f"plan: micro_batch*dp = {micro_batch}*{dp} = {per_step} does not "
                               f"divide the global batch {setup.global_batch}")
         m = setup.global_batch // per_step
-        if interleaved and m % pp:
-            raise ConfigError(f"plan: the interleaved schedule needs the micro-batch count "
-                              f"{m} to be a multiple of pp={pp}")
+        if interleaved and m < pp:
+            raise ConfigError(f"plan: the interleaved schedule needs at least pp={pp} micro-batches, "
+                              f"got {m}")
         return m
     m = -(-setup.global_batch // per_step)
-    return pp * -(-m // pp) if interleaved else m
+    return max(m, pp) if interleaved else m
 
 
 def divisors(q: int) -> list[int]:
