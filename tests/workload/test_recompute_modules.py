@@ -148,3 +148,33 @@ def test_mla_up_proj_frees_the_attention_inputs():
     assert {"mm_9", "mm_11"} <= set(dense.selective_ops) or len(dense.selective_ops) > 2
     gpt = gpt_block(("mla_up_proj",))  # no latent attention: nothing to recompute
     assert gpt.selective_ops == () and freed(gpt) == 0
+
+
+def test_graph_cli_shows_what_the_modules_free(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from jsonschema import Draft202012Validator
+
+    from archplace.schemas import load_schema
+    from cli_helpers import run
+
+    path = tmp_path / "tiny-gpt" / "config.json"
+    path.parent.mkdir()
+    path.write_text(GPT.config_json)
+    argv = ["graph", "--model", str(path), "--seq-len", str(S), "--micro-batch", str(B)]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 0, err
+    plain = json.loads(out)
+    assert plain["recompute_modules"] == ["core_attn"]
+    assert all(layer["selective_activation_bytes"] == layer["activation_bytes"] for layer in plain["layers"])
+    code, out, err = run([*argv, "--json", "--recompute-modules", "layernorm,mlp"], capsys)
+    assert code == 0, err
+    graph = json.loads(out)
+    assert not list(Draft202012Validator(load_schema("graph")).iter_errors(graph))
+    assert graph["recompute_modules"] == ["layernorm", "mlp"]
+    block = graph["layers"][1]
+    assert block["activation_bytes"] - block["selective_activation_bytes"] == 21 * SBH + NORM_STATS
+    code, out, _ = run(argv, capsys)
+    assert "selective MiB" not in out  # flash + core_attn frees nothing: no column
+    code, out, _ = run([*argv, "--recompute-modules", "layernorm,mlp"], capsys)
+    assert code == 0 and "selective MiB" in out
+    code, _, err = run([*argv, "--recompute-modules", "layernorm,bogus"], capsys)
+    assert code == 2 and "unknown recompute_module 'bogus'" in err

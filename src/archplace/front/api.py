@@ -109,9 +109,10 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
 
     Returns:
         ``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "etp", "attention", "kernels",
-        "capacity_factor", "expert_load_imbalance", "layers": [{"name", "kind", "params",
-        "fwd_flop", "bwd_flop", "activation_bytes", "boundary_bytes", "collectives",
-        "operators"}], "total": {"params", "fwd_flop", "bwd_flop"}}``; bytes per micro-batch.
+        "capacity_factor", "expert_load_imbalance", "recompute_modules", "layers": [{"name",
+        "kind", "params", "fwd_flop", "bwd_flop", "activation_bytes", "selective_activation_bytes",
+        "boundary_bytes", "collectives", "operators"}], "total": {"params", "fwd_flop",
+        "bwd_flop"}}``; bytes per micro-batch.
         Mixture-of-experts blocks add ``experts``, ``experts_per_token``, ``tokens_per_expert``,
         ``active_params``, ``shared_experts``, ``local_experts``, ``all_to_all_bytes`` and
         ``expert_tp_bytes``.
@@ -136,7 +137,8 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     check_etp(app.load_model(spec), etp)
     chain = app.layer_chain(spec, micro_batch=micro_batch, tp=tp, sp=sp, ep=ep, etp=etp)
     summary = chain_summary(chain, shared_experts=shared_experts(app.load_model(spec)))
-    return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options}
+    return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options,
+            "recompute_modules": [module.value for module in spec.recompute_modules]}
 
 
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,

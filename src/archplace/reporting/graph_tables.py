@@ -12,7 +12,8 @@ from archplace.reporting.plain import PlainTable
 
 def graph_table(summary: dict[str, Any]) -> Table:
     """Per-layer figures of a graph summary (the dict of :func:`archplace.front.api.graph`): parameters,
-    forward and backward GFLOP, activation and boundary MiB, collectives and operator counts (and for
+    forward and backward GFLOP, activation MiB (and, when the recompute modules free something,
+    what selective recomputation keeps), boundary MiB, collectives and operator counts (and for
     a mixture-of-experts model the experts of each block: routed experts, top-k, shared experts,
     the experts per EP rank, rows per expert and the bytes of each all-to-all and expert-TP
     all-gather / reduce-scatter), then the totals.
@@ -23,8 +24,12 @@ def graph_table(summary: dict[str, Any]) -> Table:
                         f"{f', EP {ep}' if ep > 1 else ''}{f', expert TP {etp}' if etp > 1 else ''}"
                         f"{' (per device)' if tp * ep * etp > 1 else ''}")
     moe = any("experts" in layer for layer in summary["layers"])
-    for column in ("layers", "params", "fwd GFLOP", "bwd GFLOP", "activations MiB", "boundary MiB",
-                   "collectives", "operators", *(("experts",) if moe else ())):
+    # what selective recompute keeps, when its modules free something in some layer
+    selective = any(layer.get("selective_activation_bytes", layer["activation_bytes"])
+                    != layer["activation_bytes"] for layer in summary["layers"])
+    for column in ("layers", "params", "fwd GFLOP", "bwd GFLOP", "activations MiB",
+                   *(("selective MiB",) if selective else ()), "boundary MiB", "collectives", "operators",
+                   *(("experts",) if moe else ())):
         table.add_column(column, justify="left" if column in ("layers", "collectives", "operators", "experts")
                          else "right")
     rows: list[tuple[list[str], dict[str, Any]]] = []
@@ -38,6 +43,7 @@ def graph_table(summary: dict[str, Any]) -> Table:
         label = names[0] if len(names) == 1 else f"{names[0]} … {names[-1]} (×{len(names)})"
         table.add_row(label, f"{f['params']:,}", f"{f['fwd_flop'] / 1e9:,.1f}",
                       f"{f['bwd_flop'] / 1e9:,.1f}", f"{f['activation_bytes'] / 2**20:,.1f}",
+                      *((f"{f['selective_activation_bytes'] / 2**20:,.1f}",) if selective else ()),
                       f"{f['boundary_bytes'] / 2**20:,.2f}",
                       ", ".join(f"{k} {v}" for k, v in f["collectives"].items()) or "-",
                       ", ".join(f"{k} {v}" for k, v in f["operators"].items()),
@@ -45,7 +51,8 @@ def graph_table(summary: dict[str, Any]) -> Table:
     total = summary["total"]
     table.add_section()
     table.add_row("total", f"{total['params']:,}", f"{total['fwd_flop'] / 1e9:,.1f}",
-                  f"{total['bwd_flop'] / 1e9:,.1f}", "", "", "", "", *(("",) if moe else ()))
+                  f"{total['bwd_flop'] / 1e9:,.1f}", "", *(("",) if selective else ()), "", "", "",
+                  *(("",) if moe else ()))
     if moe:
         table.caption = f"active parameters per token: {total['active_params']:,}"
     return table

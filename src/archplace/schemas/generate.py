@@ -41,6 +41,7 @@ DERIVED: dict[str, dict[str, tuple[str, str]]] = {
         "/$defs/kernels": ("ModelSpec", "kernels"),
         "/$defs/capacity_factor": ("ModelSpec", "capacity_factor"),
         "/$defs/expert_load_imbalance": ("ModelSpec", "expert_load_imbalance"),
+        "/$defs/recompute_modules": ("ModelSpec", "recompute_modules"),
         "/$defs/kernel_efficiency/properties/tp_comm_overlap": ("HardwareSpec", "tp_comm_overlap"),
         "/$defs/kernel_efficiency/properties/pp_comm_overlap": ("HardwareSpec", "pp_comm_overlap"),
     },

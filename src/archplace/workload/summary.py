@@ -9,7 +9,9 @@ from archplace.workload.layers import Layer, LayerChain
 
 
 def layer_summary(layer: Layer, shared_experts: int = 0) -> dict[str, Any]:
-    """One layer: name, kind, params, fwd/bwd FLOP, activation/boundary bytes, collectives, operators;
+    """One layer: name, kind, params, fwd/bwd FLOP, activation bytes (without recomputation and
+    under selective recomputation of the traced recompute modules), boundary bytes, collectives,
+    operators;
     for a mixture-of-experts block also its routed experts, experts per token, tokens per expert,
     active parameters (per token), ``shared_experts`` (always active, not sharded by ep), the
     routed experts this rank holds, the bytes one rank sends in each of its expert-parallel
@@ -23,7 +25,9 @@ def layer_summary(layer: Layer, shared_experts: int = 0) -> dict[str, Any]:
     out = {
         "name": layer.name, "kind": layer.kind.value, "params": layer.params,
         "fwd_flop": layer.fwd_flop, "bwd_flop": layer.bwd_flop,
-        "activation_bytes": layer.activation_bytes, "boundary_bytes": layer.boundary_bytes,
+        "activation_bytes": layer.activation_bytes,
+        "selective_activation_bytes": layer.selective_activation_bytes,
+        "boundary_bytes": layer.boundary_bytes,
         "collectives": dict(sorted(collectives.items())),
         "operators": dict(sorted(operators.items())),
     }
