@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,24 @@ def test_graph_cli_shows_what_the_modules_free(tmp_path: Path, capsys: pytest.Ca
     assert code == 0 and "selective MiB" in out
     code, _, err = run([*argv, "--recompute-modules", "layernorm,bogus"], capsys)
     assert code == 2 and "unknown recompute_module 'bogus'" in err
+
+
+def test_an_evaluate_that_does_not_fit_names_the_modules(tmp_path: Path):
+    import yaml
+
+    from archplace.base.errors import OutOfMemoryError
+    from archplace.front import api
+
+    path = tmp_path / "tiny-gpt" / "config.json"
+    path.parent.mkdir()
+    path.write_text(GPT.config_json)
+    data = yaml.safe_load(resources.files("archplace.hw").joinpath("presets/a100-80gb.yaml").read_text())
+    data["accelerator"]["hbm"]["value"] = "1 MiB"
+    chip = tmp_path / "tiny-hbm.yaml"
+    chip.write_text(yaml.safe_dump(data))
+    plan = dict(devices=1, global_batch=2, tp=1, pp=1, dp=1, micro_batch=2, seq_len=S, recompute="selective")
+    with pytest.raises(OutOfMemoryError, match=r"B HBM .*\(selective recompute of layernorm,mlp\)$"):
+        api.evaluate(str(path), str(chip), recompute_modules=["layernorm", "mlp"], **plan)  # type: ignore[arg-type]
+    with pytest.raises(OutOfMemoryError) as default:
+        api.evaluate(str(path), str(chip), **plan)  # type: ignore[arg-type]
+    assert "selective recompute of" not in str(default.value)

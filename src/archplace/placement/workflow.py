@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from archplace.base.errors import ConfigError, InfeasibleError
+from archplace.base.errors import ConfigError, InfeasibleError, OutOfMemoryError
 from archplace.cost.model import SystolicCostModel
 from archplace.cost.precision import PRECISION_ORDER, Fp8CostModel, Precision, check_precision
 from archplace.hw.accelerator import Accelerator
@@ -380,4 +380,10 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     fixed = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute, stages=ranges,
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=zero_stage, dp_overlap=dp_overlap,
                  precision=precision, cp=cp, ep=ep, etp=etp, **setup.plan_options())
-    return evaluate_plan(costs, setup, fixed)
+    try:
+        return evaluate_plan(costs, setup, fixed)
+    except OutOfMemoryError as exc:
+        if recompute is not Recompute.SELECTIVE or recompute_modules == DEFAULT_RECOMPUTE_MODULES:
+            raise
+        modules = ",".join(module.value for module in recompute_modules)
+        raise OutOfMemoryError(f"{exc} (selective recompute of {modules})") from None
