@@ -68,7 +68,9 @@ def test_the_tracing_options_are_declared_once_for_every_holder() -> None:
     group = Tracing.__dataclass_fields__
     assert set(group) == {"attention", "kernels", "fuse", "capacity_factor", "expert_load_imbalance",
                           "recompute_modules"}
-    for holder in (ModelSpec, SearchSpec, PlanGrid, ExtractOptions):
+    from archplace.reporting.pages import ModelSetup
+
+    for holder in (ModelSpec, SearchSpec, PlanGrid, ExtractOptions, ModelSetup):
         for name, field in group.items():
             assert holder.__dataclass_fields__[name] is field, (holder.__name__, name)
     assert all(field.kw_only for field in group.values())  # the holders keep their positional fields

@@ -59,7 +59,7 @@ from archplace.workload import zoo
 from archplace.workload.cache import cached_chain
 from archplace.workload.extract import traced_as
 from archplace.workload.layers import LayerKind
-from archplace.workload.options import DEFAULT_RECOMPUTE_MODULES, Attention, Kernels, RecomputeModule
+from archplace.workload.options import Tracing, tracing_of
 
 DEFAULT_TOP = 10
 """Designs in a report's table."""
@@ -75,16 +75,12 @@ class LayerView:
 
 
 @dataclass(frozen=True)
-class ModelSetup:
-    """What tracing a layer needs besides the plan: the model and the extraction options."""
+class ModelSetup(Tracing):
+    """What tracing a layer needs besides the plan: the model and the tracing options
+    (:class:`~archplace.workload.options.Tracing`, keyword-only; :func:`tracing_of` copies them
+    from a spec or a grid)."""
 
     model: zoo.LoadedModel
-    fuse: bool = False
-    attention: Attention = Attention.FLASH
-    kernels: Kernels = Kernels.FUSED
-    capacity_factor: float = 1.0
-    expert_load_imbalance: float = 1.0
-    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
 
 
 def layer_view(setup: ModelSetup, acc: Accelerator, cluster: Cluster | None, plan: Plan) -> LayerView:
@@ -171,8 +167,7 @@ def search_report_html(results: Sequence[SearchResult], requests: Sequence[Searc
         setup = cluster = None
         if request is not None:
             space = request.plan_space
-            setup = ModelSetup(request.models[0], space.fuse, space.attention, space.kernels,
-                               space.capacity_factor, space.expert_load_imbalance, space.recompute_modules)
+            setup = ModelSetup(request.models[0], **tracing_of(space))
             cluster = request.cluster
         evaluated = result.note or f"{len(result.evaluated)} designs evaluated"
         caption = f"strategy {result.strategy}: {evaluated} ({result.considered} in the space)"
@@ -201,9 +196,7 @@ class StoredRequest:
     @property
     def setup(self) -> ModelSetup:
         """The first model and its extraction options (the layer schedule's)."""
-        return ModelSetup(self.models[0], self.grid.fuse, self.grid.attention, self.grid.kernels,
-                          self.grid.capacity_factor, self.grid.expert_load_imbalance,
-                          self.grid.recompute_modules)
+        return ModelSetup(self.models[0], **tracing_of(self.grid))
 
 
 def stored_request(request: dict[str, Any], names: Sequence[str]) -> StoredRequest:
@@ -312,9 +305,7 @@ def plan_report_html(results: Sequence[PlanResult], run: PlanRun | EvaluateRun |
         acc = app.accelerator(run.hardware)
         hbm = acc.hbm_bytes
         loaded = app.load_model(run.model, (best.plan.micro_batch,))
-        setup = ModelSetup(loaded, run.model.fuse, run.model.attention, run.model.kernels,
-                           run.model.capacity_factor, run.model.expert_load_imbalance,
-                           run.model.recompute_modules)
+        setup = ModelSetup(loaded, **tracing_of(run.model))
         layer, note = _layer_or_note(setup, acc, app.cluster_or_none(run.hardware, run.cluster.devices),
                                      best.plan)
     blocks: list[Block] = [Heading("plans"), plans_table(results),

@@ -512,7 +512,8 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
 
     # Under FP8 the linear GEMMs' inputs are saved in FP8 (with and without the recomputation).
     fp8_saving = fp8_saving_bytes(traced, saved, bwd_nodes, _saved_bytes, sharding.tensor_factor)
-    fp8_kept = fp8_saving_bytes(traced, kept, bwd_nodes, _saved_bytes, sharding.tensor_factor)
+    fp8_kept = (fp8_saving if kept == saved else
+                fp8_saving_bytes(traced, kept, bwd_nodes, _saved_bytes, sharding.tensor_factor))
     experts = _experts(traced, sharding, fwd_nodes, options.micro_batch * seq_len)
     working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
     layer = Layer(

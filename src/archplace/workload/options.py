@@ -7,9 +7,10 @@ of every workload (graph extraction, its cache key, and every command that trace
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from archplace.base import limits
 from archplace.base.errors import ConfigError
@@ -158,6 +159,12 @@ class Tracing:
     def moe_options(self) -> dict[str, float]:
         """``capacity_factor`` and ``expert_load_imbalance`` by name (keywords of the engine)."""
         return {"capacity_factor": self.capacity_factor, "expert_load_imbalance": self.expert_load_imbalance}
+
+
+def tracing_of(holder: object) -> dict[str, Any]:
+    """The tracing options of ``holder`` (any object with :class:`Tracing`'s fields: a model
+    spec, a plan grid, ...) by field name, to make another holder from it."""
+    return {field.name: getattr(holder, field.name) for field in dataclasses.fields(Tracing)}
 
 
 _E = TypeVar("_E", Attention, Kernels)

@@ -58,12 +58,12 @@ def _stack(node: Any) -> list[tuple[str, str]]:
 def _child(node: Any, prefix: str) -> tuple[str, str, str]:
     """(the block's child module a node ran in, its class name, the path below the block) or
     empty strings for a node that ran in the block itself."""
-    for path, kind in _stack(node):
+    stack = _stack(node)
+    for path, kind in stack:
         if path.startswith(prefix + "."):
             rest = path[len(prefix) + 1:]
             if "." not in rest:
-                inner = _stack(node)[-1][0]
-                return rest, kind, inner[len(prefix) + 1:]
+                return rest, kind, stack[-1][0][len(prefix) + 1:]
     return "", "", ""
 
 
@@ -124,7 +124,8 @@ def regions(nodes: Collection[Any], prefix: str, modules: Collection[RecomputeMo
             found[RecomputeModule.SHARED_EXPERTS].add(n)
     if RecomputeModule.MOE_ACT in found and experts:
         for module in {experts_op.module_path(n) for n in experts}:
-            inside = [n for n in nodes if experts_op.module_path(n).startswith(module)]
+            inside = [n for n in nodes if experts_op.module_path(n) == module
+                      or experts_op.module_path(n).startswith(module + ".")]
             gemms = [n for n in inside if n in experts]
             found[RecomputeModule.MOE_ACT] |= _between(inside, gemms[:-1], gemms[-1:], with_sources=False)
     if RecomputeModule.MLA_UP_PROJ in found:
