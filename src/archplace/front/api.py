@@ -152,7 +152,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
          expert_load_imbalance: float = 1.0, etps: Iterable[int] | None = None,
          attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
-         pp_comm_overlap: bool | None = None, chunks: Iterable[int] | None = None,
+         pp_comm_overlap: bool | None = None, ep_comm_overlap: bool | None = None,
+         chunks: Iterable[int] | None = None,
          dp_overlap: Iterable[bool] | None = None, cluster: str | None = None,
          dp_replicates: Iterable[int] = (1,),
          recompute_modules: Iterable[str] = ("core_attn",)) -> list[PlanResult]:
@@ -188,7 +189,10 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     (Transformer Engine's userbuffers overlap, :mod:`archplace.placement.tp_overlap`); None:
     the chip's own (off on the shipped presets). ``pp_comm_overlap``: an interleaved plan's
     pipeline sends overlap the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``);
-    None: the chip's own (off).
+    None: the chip's own (off). ``ep_comm_overlap``: a mixture-of-experts plan hides one
+    micro-batch's expert all-to-alls behind another micro-batch's computation (Megatron-Core's
+    ``overlap_moe_expert_parallel_comm``, :mod:`archplace.placement.ep_overlap`); None: the
+    chip's own (off).
     ``chunks``: model chunks per device tried with the interleaved schedule (default 2 and 4);
     ``dp_overlap``: the DP overlap settings tried (default both, False and True);
     ``dp_replicates``: hybrid-sharding (HSDP) replica counts tried (default 1 only: ZeRO over the
@@ -257,7 +261,8 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              ep: int = 1, rank_order: str = "tp-cp-ep-pp-dp", capacity_factor: float = 1.0,
              expert_load_imbalance: float = 1.0, etp: int = 1,
              attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
-             pp_comm_overlap: bool | None = None, cluster: str | None = None,
+             pp_comm_overlap: bool | None = None, ep_comm_overlap: bool | None = None,
+             cluster: str | None = None,
              dp_replicate: int = 1, recompute_modules: Iterable[str] = ("core_attn",)) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
@@ -266,7 +271,8 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, ``dp_replicate`` the
     hybrid-sharding replicas (dividing ``dp``, with ``zero_stage`` >= 1), and
-    ``attention_kernel``, ``tp_comm_overlap`` and ``pp_comm_overlap``, as in :func:`plan`;
+    ``attention_kernel``, ``tp_comm_overlap``, ``pp_comm_overlap`` and ``ep_comm_overlap``, as in
+    :func:`plan`;
     ``hardware`` a preset, a hardware YAML or a
     :class:`~archplace.front.specs.resolved.ResolvedHardware`; ``cluster`` the preset or YAML whose
     cluster section gives the links, default ``hardware``'s own).
@@ -298,12 +304,14 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
                      recompute_modules=_listed(recompute_modules))
     chip = (HardwareSpec(hardware, cluster, attention_kernel=attention_kernel,
-                         tp_comm_overlap=tp_comm_overlap, pp_comm_overlap=pp_comm_overlap)
+                         tp_comm_overlap=tp_comm_overlap, pp_comm_overlap=pp_comm_overlap,
+                         ep_comm_overlap=ep_comm_overlap)
             if not isinstance(hardware, ResolvedHardware) else dataclasses.replace(
                 hardware,
                 attention_kernel=hardware.attention_kernel if attention_kernel is None else attention_kernel,
                 tp_comm_overlap=hardware.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap,
-                pp_comm_overlap=hardware.pp_comm_overlap if pp_comm_overlap is None else pp_comm_overlap))
+                pp_comm_overlap=hardware.pp_comm_overlap if pp_comm_overlap is None else pp_comm_overlap,
+                ep_comm_overlap=hardware.ep_comm_overlap if ep_comm_overlap is None else ep_comm_overlap))
     return evaluate_run(EvaluateRun(spec, chip, cluster_spec, fixed))
 
 

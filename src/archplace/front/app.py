@@ -31,7 +31,7 @@ from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, Plan, Pl
 from archplace.front.specs.resolved import ResolvedHardware
 from archplace.front.specs.runs import EvaluateRun, PlanRun
 from archplace.front.specs.search import SearchSpec
-from archplace.hw.accelerator import Accelerator
+from archplace.hw.accelerator import FRAMEWORK_OVERLAPS, Accelerator
 from archplace.hw.area import area_mm2
 from archplace.hw.cluster import Cluster
 from archplace.hw.power import tdp_w
@@ -92,9 +92,9 @@ def load_model(model: ModelSpec, micro_batch_sizes: Iterable[int] = ()) -> zoo.L
 
 
 def accelerator(hardware: HardwareSpec) -> Accelerator:
-    """The chip of ``hardware``, with its efficiency's attention kernel, TP overlap and
-    pipeline-send overlap replaced by ``hardware.attention_kernel``, ``tp_comm_overlap`` and
-    ``pp_comm_overlap`` when given (the one place the choices are applied).
+    """The chip of ``hardware``, with its efficiency's attention kernel and communication overlaps
+    replaced by ``hardware.attention_kernel``, ``tp_comm_overlap``, ``pp_comm_overlap`` and
+    ``ep_comm_overlap`` when given (the one place the choices are applied).
 
     Raises:
         ConfigError: an unknown preset or a bad hardware file; an attention kernel or an
@@ -103,7 +103,7 @@ def accelerator(hardware: HardwareSpec) -> Accelerator:
     """
     acc = (hardware.accelerator if isinstance(hardware, ResolvedHardware)
            else load_accelerator(hardware.hardware))
-    for name in ("tp_comm_overlap", "pp_comm_overlap"):
+    for name in FRAMEWORK_OVERLAPS:
         chosen = getattr(hardware, name)
         if chosen is None:
             continue

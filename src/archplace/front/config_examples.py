@@ -37,6 +37,8 @@ tp_comm_overlap: null     # the framework hides the TP collectives behind the GE
                           # (Transformer Engine's userbuffers); null: the chip's own (off)
 pp_comm_overlap: null     # interleaved plans' pipeline sends overlap the next chunk's computation
                           # (Megatron-Core's overlap_p2p_comm); null: the chip's own (off)
+ep_comm_overlap: null     # MoE plans hide one micro-batch's expert all-to-alls behind another's
+                          # computation (Megatron-Core's overlap_moe_expert_parallel_comm); null: off
 
 # --- the cluster and one training iteration
 devices: 64               # accelerators

@@ -72,6 +72,10 @@ one thread block per channel and searches up to ``MAXCHANNELS / 2`` = 32 ring ch
 duplicating them (NVIDIA/nccl ``src/init.cc``, ``src/graph/connect.cc``, commit
 5067397c2676d5aed50042fc39e5c8ee96eb0027), so 20 is within its range; a figure to calibrate."""
 
+FRAMEWORK_OVERLAPS = ("tp_comm_overlap", "pp_comm_overlap", "ep_comm_overlap")
+"""The framework's communication-overlap switches a chip's ``efficiency`` section (and a run's
+hardware options) may set: optional true/false flags, absent from files when off."""
+
 
 @dataclass(frozen=True, slots=True)
 class KernelEfficiency:
@@ -113,6 +117,10 @@ class KernelEfficiency:
             receives with the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``,
             on in NeMo's and Megatron-Bridge's interleaved configurations;
             :mod:`archplace.placement.pipeline`); False (the default): they block.
+        ep_comm_overlap: the framework hides one micro-batch's expert-parallel all-to-alls
+            behind another micro-batch's computation (Megatron-Core's
+            ``overlap_moe_expert_parallel_comm``, DeepSeek-V3's DualPipe overlap;
+            :mod:`archplace.placement.ep_overlap`); False (the default): they are exposed whole.
         sustained_clock_hz: the SM clock the chip holds under minutes of tensor-core load at its
             board power limit, Hz (0, the default: not declared, no scaling); compute-bound
             kernels measured at another clock are scaled to it (:mod:`archplace.cost.clock`).
@@ -136,6 +144,7 @@ class KernelEfficiency:
     sustained_clock_hz: float = 0.0
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
+    ep_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         owner = "efficiency"
@@ -144,7 +153,7 @@ class KernelEfficiency:
                                    or not all(kernel.split("/"))):
             raise ConfigError(f"{owner}: attention_kernel must be FAMILY/PRESET such as flash2/a100-80gb, "
                               f"got {kernel!r}")
-        for flag in ("tp_comm_overlap", "pp_comm_overlap"):
+        for flag in FRAMEWORK_OVERLAPS:
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{owner}: {flag} must be true or false, got {getattr(self, flag)!r}")
         tables = self.kernel_tables
@@ -207,7 +216,7 @@ class KernelEfficiency:
         d["gemm_tiles"] = [list(t) for t in self.gemm_tiles]
         if self.attention_kernel is None:  # optional: absent, as before it existed
             del d["attention_kernel"]
-        for flag in ("tp_comm_overlap", "pp_comm_overlap"):  # optional: absent when off
+        for flag in FRAMEWORK_OVERLAPS:  # optional: absent when off
             if not d[flag]:
                 del d[flag]
         d["kernel_tables"] = list(self.kernel_tables)

@@ -76,6 +76,7 @@ from archplace.cost.nccl_constants import GENERATIONS
 from archplace.hw import _config
 from archplace.hw._config import PLAUSIBLE
 from archplace.hw.accelerator import (
+    FRAMEWORK_OVERLAPS,
     Accelerator,
     ArrayTiming,
     Dataflow,
@@ -104,8 +105,7 @@ _EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
 _EFFICIENCY_OPTIONAL = ("attention_kernel", "collective_sms", "overlap_memory_bound_share",
                         "kernel_tables", "kernel_floor",  # archplace.cost.kernel_tables
                         "sustained_clock",  # archplace.cost.clock
-                        "tp_comm_overlap",  # archplace.placement.tp_overlap
-                        "pp_comm_overlap")  # archplace.placement.pipeline
+                        *FRAMEWORK_OVERLAPS)  # archplace.placement.tp_overlap, pipeline, ep_overlap
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
     "intra_node_latency", "inter_node_latency", "topology",
@@ -302,7 +302,7 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
     if "overlap_memory_bound_share" in section:
         overlap["overlap_memory_bound_share"] = _cited(section["overlap_memory_bound_share"],
                                                        f"{where}.overlap_memory_bound_share")
-    for flag in ("tp_comm_overlap", "pp_comm_overlap"):
+    for flag in FRAMEWORK_OVERLAPS:
         if flag in section:
             overlap[flag] = _cited(section[flag], f"{where}.{flag}")
     tables: tuple[str, ...] = ()

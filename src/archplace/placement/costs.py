@@ -4,7 +4,9 @@ Each distinct layer graph (the repeated blocks share one) is scheduled once on
 the chip's cores; its makespan is the layer's forward or backward time per
 micro-batch.  The part of it spent in TP collectives, the part spent in the expert-parallel
 all-to-alls (collectives whose target is ``all_to_all``), and the time selective
-recomputation needs to re-run the attention core, are attributed here too.
+recomputation needs to re-run the attention core, are attributed here too. Under the framework's
+``ep_comm_overlap`` a layer's two passes are priced as a pair run beside another micro-batch's
+(:mod:`archplace.placement.ep_overlap`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from archplace.cost.model import CostModel, EstimatingCostModel, array_flop
 from archplace.cost.precision import fp8_weight_params
 from archplace.hw.accelerator import Accelerator
+from archplace.placement.ep_overlap import lost_s, paired_passes
 from archplace.placement.interference import Interference
 from archplace.placement.plan import CostKey, LayerCost
 from archplace.placement.tp_overlap import overlapped_tp
@@ -38,6 +41,7 @@ class _GraphTimes:
     collective_s: float
     ep_collective_s: float = 0.0
     ring_s: float = 0.0
+    ep_wire_bytes: float = 0.0
 
 
 def _ring_exposed_s(model: CostModel, graph: OpGraph, acc: Accelerator) -> float:
@@ -90,7 +94,9 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
     """
     times: dict[tuple[int, bool], _GraphTimes] = {}
     overlap = acc.efficiency is not None and acc.efficiency.tp_comm_overlap
-    sm_share = Interference.of(acc).sm_share
+    ep_overlap = acc.efficiency is not None and acc.efficiency.ep_comm_overlap
+    interference = Interference.of(acc)
+    sm_share = interference.sm_share
     backward_graphs = {id(layer.bwd) for layer in chain.layers}
 
     def graph_times(graph: OpGraph, fp8: bool = False) -> _GraphTimes:
@@ -111,12 +117,15 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
                     cut = min(comm, span)
                     span = span - cut + min(cut, hidden.exposed_s) + hidden.slowed_s
                     comm = min(cut, hidden.exposed_s)
-                ep_comm = sum((p.single_s for p, op in zip(problem.ops, graph.ops, strict=True)
-                               if op.kind is OpKind.COLLECTIVE and op.target == ALL_TO_ALL), 0.0)
+                a2a = [(p, op) for p, op in zip(problem.ops, graph.ops, strict=True)
+                       if op.kind is OpKind.COLLECTIVE and op.target == ALL_TO_ALL]
+                ep_comm = sum((p.single_s for p, _ in a2a), 0.0)
+                # bytes an all-to-all of a b-byte buffer over g ranks sends on a device's links
+                wire = sum((op.bytes_read * (op.group - 1) / op.group for _, op in a2a if op.group > 1), 0.0)
                 ring = _ring_exposed_s(model, graph, acc)
                 tp_s = min(comm, span)
                 ep_s = min(ep_comm, span - tp_s)
-                times[key] = _GraphTimes(span, tp_s, ep_s, min(ring, span - tp_s - ep_s))
+                times[key] = _GraphTimes(span, tp_s, ep_s, min(ring, span - tp_s - ep_s), wire)
         return times[key]
 
     selective: dict[tuple[int, bool], tuple[float, float]] = {}
@@ -146,8 +155,16 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         recompute_s, recompute_flop = selective_core(layer, fp8)
         saving = layer.fp8_activation_saving_bytes if fp8 else 0.0  # GEMM inputs kept in FP8
         selective_saving = (layer.selective_fp8_saving_bytes or 0.0) if fp8 else 0.0
+        fwd_s, bwd_s = fwd.makespan_s, bwd.makespan_s
+        ep_fwd_s, ep_bwd_s = fwd.ep_collective_s, bwd.ep_collective_s
+        hidden_s = slowed_s = 0.0
+        if ep_overlap:  # the passes run beside another micro-batch's (ep_overlap)
+            lost = lost_s(interference, ep_fwd_s + ep_bwd_s, fwd.ep_wire_bytes + bwd.ep_wire_bytes)
+            pair = paired_passes(fwd_s, bwd_s, ep_fwd_s, ep_bwd_s, lost)
+            fwd_s, bwd_s, ep_fwd_s, ep_bwd_s = pair.fwd_s, pair.bwd_s, pair.ep_fwd_s, pair.ep_bwd_s
+            hidden_s, slowed_s = pair.hidden_s, pair.slowed_s
         out.append(LayerCost(
-            name=layer.name, fwd_s=fwd.makespan_s, bwd_s=bwd.makespan_s, params=layer.params,
+            name=layer.name, fwd_s=fwd_s, bwd_s=bwd_s, params=layer.params,
             activation_bytes=layer.activation_bytes - saving, input_bytes=layer.input_bytes,
             boundary_bytes=layer.boundary_bytes, working_bytes=layer.working_bytes,
             fwd_flop=max(0.0, matmul_flop(layer.fwd) - layer.padding_fwd_flop),
@@ -158,8 +175,8 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
             tp_comm_fwd_s=fwd.collective_s, tp_comm_bwd_s=bwd.collective_s,
             cp_comm_fwd_s=fwd.ring_s, cp_comm_bwd_s=bwd.ring_s,
             fp8_params=fp8_weight_params(layer.fwd.ops) if fp8 else 0,
-            expert_params=layer.expert_params,
-            ep_comm_fwd_s=fwd.ep_collective_s, ep_comm_bwd_s=bwd.ep_collective_s,
+            expert_params=layer.expert_params, ep_comm_fwd_s=ep_fwd_s, ep_comm_bwd_s=ep_bwd_s,
+            ep_comm_hidden_s=hidden_s, ep_overlap_slowed_s=slowed_s,
         ))
     return out
 

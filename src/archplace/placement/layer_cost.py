@@ -29,7 +29,8 @@ _COUNT_FIELDS = ("params", "fp8_params", "expert_params")
 _FIGURE_FIELDS = ("fwd_s", "bwd_s", "activation_bytes", "input_bytes", "boundary_bytes", "working_bytes",
                   "fwd_flop", "bwd_flop", "selective_recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s",
                   "selective_recompute_flop", "cp_comm_fwd_s", "cp_comm_bwd_s", "ep_comm_fwd_s",
-                  "ep_comm_bwd_s", "padding_fwd_flop", "padding_bwd_flop")
+                  "ep_comm_bwd_s", "padding_fwd_flop", "padding_bwd_flop", "ep_comm_hidden_s",
+                  "ep_overlap_slowed_s")
 """LayerCost's finite non-negative figures (``selective_activation_bytes`` apart: it may be None)."""
 
 
@@ -86,6 +87,11 @@ class LayerCost:
             have (a capacity factor's padding, the busiest rank's excess under load imbalance;
             :attr:`archplace.workload.layers.Layer.padding_fwd_flop`): hardware FLOP, counted
             by HFU and not by MFU; included in ``fwd_s`` / ``bwd_s``. 0 for a dense layer.
+        ep_comm_hidden_s, ep_overlap_slowed_s: under ``ep_comm_overlap``
+            (:mod:`archplace.placement.ep_overlap`), the all-to-all time the pair of this
+            layer's passes hides behind another micro-batch's, and the computation the hidden
+            all-to-alls add; ``fwd_s`` and ``bwd_s`` are then the paired passes' times, which
+            save ``ep_comm_hidden_s - ep_overlap_slowed_s`` over the passes alone. 0 otherwise.
 
     Raises:
         ConfigError: a negative or non-finite figure, non-integer ``params`` or
@@ -116,6 +122,8 @@ class LayerCost:
     ep_comm_bwd_s: float = 0.0
     padding_fwd_flop: float = 0.0
     padding_bwd_flop: float = 0.0
+    ep_comm_hidden_s: float = 0.0
+    ep_overlap_slowed_s: float = 0.0
 
     def __post_init__(self) -> None:
         # NumPy scalars are accepted and stored as Python int / float. Values that already are
@@ -143,6 +151,12 @@ class LayerCost:
             if comm > total * (1 + 1e-12):
                 raise ConfigError(f"layer {self.name!r}: TP + CP + EP communication {comm} s exceeds "
                                   f"{pass_}_s = {total} s (collectives are part of the pass)")
+
+    @property
+    def ep_overlap_saving_s(self) -> float:
+        """Seconds the paired passes save over the passes alone under ``ep_comm_overlap``:
+        ``ep_comm_hidden_s - ep_overlap_slowed_s`` (0 without it)."""
+        return max(0.0, self.ep_comm_hidden_s - self.ep_overlap_slowed_s)
 
     def saved_bytes(self, recompute: Recompute) -> float:
         """Bytes one micro-batch keeps for the backward pass under ``recompute``, in bytes:

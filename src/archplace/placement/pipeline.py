@@ -76,6 +76,11 @@ shares), recompute = v m recompute_b, pp_comm = v m p2p_b, bubble = (p - 1) T_b,
 dp_comm_b + the exposed DP traffic of device e, overlap_slowdown = v m dp_slowed_b + the compute
 slowed by device e's hidden DP traffic, optimizer of device e.
 
+EP overlap (``ep_comm_overlap``, :mod:`archplace.placement.ep_overlap`): the layers' times are
+their passes' when paired with another micro-batch's; the W0 warm-up and cool-down chunk slots of
+device 0 run unpaired, adding W0 times the bottleneck device's per-slot saving (its hidden
+all-to-alls, less the computation hiding them slows) to ``ep_comm``: (v m + p - 1) T + W0 s_b.
+
 Context and expert parallelism (:mod:`archplace.placement.layout`): a plan occupies
 tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are over the DP x CP
 group (dp * cp ranks), the routed experts' (``LayerCost.expert_params``) over the
@@ -99,6 +104,7 @@ from archplace.base.errors import ConfigError, InternalError, OutOfMemoryError, 
 from archplace.base.fields import plain
 from archplace.base.units import format_bytes
 from archplace.hw.cluster import Cluster
+from archplace.placement.ep_overlap import check_recompute, unpaired_slots
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.layout import RankLayout
 from archplace.placement.memory import (
@@ -119,6 +125,7 @@ from archplace.placement.plan import (
 from archplace.placement.result import PlanResult, StageMemory, StageTime
 from archplace.placement.timing import (
     micro_batch_count,
+    micro_batch_group_size,
     optimizer_step_time_s,
     pipeline_p2p_time_s,
 )
@@ -200,6 +207,8 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
                    + sequential_sum(layer.cp_comm_bwd_s for layer in stage))
         ep_comm = (sequential_sum(layer.ep_comm_fwd_s for layer in stage)
                    + sequential_sum(layer.ep_comm_bwd_s for layer in stage))
+        ep_hidden = sequential_sum(layer.ep_comm_hidden_s for layer in stage)
+        ep_slowed = sequential_sum(layer.ep_overlap_slowed_s for layer in stage)
         if plan.recompute is Recompute.FULL:
             recompute = fwd
         elif plan.recompute is Recompute.SELECTIVE:
@@ -233,7 +242,8 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
                                tp_comm_s=tp_comm, backward_s=bwd + recompute,
                                dp_comm_s=dp_comm, dp_comm_total_s=dp_total,
-                               cp_comm_s=cp_comm, ep_comm_s=ep_comm, dp_slowed_s=dp_slowed))
+                               cp_comm_s=cp_comm, ep_comm_s=ep_comm, dp_slowed_s=dp_slowed,
+                               ep_comm_hidden_s=ep_hidden, ep_slowed_s=ep_slowed))
     return tuple(times)
 
 
@@ -399,6 +409,7 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         InternalError: MFU above 1 (a bug).
     """
     validate_plan(plan, len(layers), setup)
+    check_recompute(layers, plan.recompute)
     m = micro_batches(setup, plan)
     memory = plan_memory(layers, setup, plan)
     check_fits(layers, setup, plan, memory)
@@ -413,16 +424,23 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     tail_sums = [(exposed + slowed) + step for exposed, step, _, slowed in tails]
     tail = tails[tail_sums.index(max(tail_sums))]
     slots = plan.chunks * m
+    # EP overlap: the warm-up and cool-down slots run unpaired, their all-to-alls exposed (ep_overlap)
+    unpaired = (unpaired_slots(plan.schedule, plan.pp, plan.chunks, m,
+                               micro_batch_group_size(m, plan.pp) if plan.chunks > 1 else plan.pp)
+                if neck.ep_comm_hidden_s > 0 else 0)
+    exposed_slots = min(unpaired, slots)  # GPipe: all of them, and its bubble at the unpaired pace
+    saving = neck.ep_comm_hidden_s - neck.ep_slowed_s
     breakdown = {
-        "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s - neck.cp_comm_s - neck.ep_comm_s),
-        "bubble": (plan.pp - 1) * max(totals),
+        "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s - neck.cp_comm_s - neck.ep_comm_s
+                               - neck.ep_slowed_s),
+        "bubble": (plan.pp - 1) * max(totals) + (unpaired - exposed_slots) * saving,
         "recompute": slots * neck.recompute_s,
         "tp_comm": slots * neck.tp_comm_s,
         "cp_comm": slots * neck.cp_comm_s,
-        "ep_comm": slots * neck.ep_comm_s,
+        "ep_comm": slots * neck.ep_comm_s + exposed_slots * neck.ep_comm_hidden_s,
         "pp_comm": slots * neck.p2p_s,
         "dp_comm": slots * neck.dp_comm_s + tail[0],
-        "overlap_slowdown": slots * neck.dp_slowed_s + tail[3],
+        "overlap_slowdown": slots * neck.dp_slowed_s + tail[3] + (slots - exposed_slots) * neck.ep_slowed_s,
         "optimizer": tail[1],
     }
     iteration_s = sequential_sum(breakdown[key] for key in BREAKDOWN_KEYS)
@@ -457,7 +475,8 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         comm_s={
             "tp": comm_parts(breakdown["tp_comm"], breakdown["tp_comm"]),
             "cp": comm_parts(breakdown["cp_comm"], breakdown["cp_comm"]),
-            "ep": comm_parts(breakdown["ep_comm"], breakdown["ep_comm"]),
+            "ep": comm_parts(slots * (neck.ep_comm_s + neck.ep_comm_hidden_s), breakdown["ep_comm"],
+                             (slots - exposed_slots) * neck.ep_slowed_s),
             "pp": comm_parts(breakdown["pp_comm"], breakdown["pp_comm"]),
             "dp": comm_parts(slots * neck.dp_comm_total_s + tail[2], breakdown["dp_comm"],
                              breakdown["overlap_slowdown"]),

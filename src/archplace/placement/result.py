@@ -67,6 +67,9 @@ class StageTime:
             (ring attention) and expert all-to-all communication.
         dp_slowed_s: compute time added by hiding the ZeRO-2/3 collectives behind the layers
             (:mod:`archplace.placement.interference`); 0 without interference.
+        ep_comm_hidden_s, ep_slowed_s: under ``ep_comm_overlap``, the expert all-to-all time
+            hidden behind another micro-batch's passes and the computation that adds (included
+            in ``compute_s``; :mod:`archplace.placement.ep_overlap`); 0 otherwise.
     """
 
     compute_s: float
@@ -79,6 +82,8 @@ class StageTime:
     cp_comm_s: float = 0.0
     ep_comm_s: float = 0.0
     dp_slowed_s: float = 0.0
+    ep_comm_hidden_s: float = 0.0
+    ep_slowed_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -92,6 +97,8 @@ class StageTime:
                 "tp_comm": self.tp_comm_s, "backward": self.backward_s,
                 "dp_comm": self.dp_comm_s, "dp_comm_total": self.dp_comm_total_s,
                 "cp_comm": self.cp_comm_s, "ep_comm": self.ep_comm_s, "dp_slowed": self.dp_slowed_s,
+                **({"ep_comm_hidden": self.ep_comm_hidden_s, "ep_slowed": self.ep_slowed_s}
+                   if self.ep_comm_hidden_s else {}),  # optional: absent without the EP overlap
                 "total": self.total_s}
 
     @classmethod
@@ -101,7 +108,8 @@ class StageTime:
                    float(data.get("tp_comm", 0.0)), float(data.get("backward", 0.0)),
                    float(data.get("dp_comm", 0.0)), float(data.get("dp_comm_total", 0.0)),
                    float(data.get("cp_comm", 0.0)), float(data.get("ep_comm", 0.0)),
-                   float(data.get("dp_slowed", 0.0)))
+                   float(data.get("dp_slowed", 0.0)), float(data.get("ep_comm_hidden", 0.0)),
+                   float(data.get("ep_slowed", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,10 @@ rule out by a lower bound, the Pareto front of (bottleneck segment time, largest
 tail) over the splits that fit in memory, with min-max dynamic programs over the chain's
 suffixes (:mod:`archplace.placement.kernels`). Figures the solver uses are computed with the
 same floating-point operations as ``evaluate_plan``, and the returned results are
-``evaluate_plan`` of the chosen plans.
+``evaluate_plan`` of the chosen plans. One exception: under the EP overlap
+(:mod:`archplace.placement.ep_overlap`) the search ranks by the paired passes' time and leaves
+out the unpaired warm-up and cool-down slots' exposed all-to-alls, which ``evaluate_plan`` adds:
+a lower bound, so a plan that loses more there can be ranked above one that loses less.
 
 Ties (iteration times compared exactly) go to fewer devices, then fewer pipeline stages, then
 the smaller TP width, the smaller CP degree, the smaller EP degree, the smaller expert-TP width,
@@ -42,6 +45,7 @@ from archplace.placement.candidates import (
     in_flight_per_position,
     interleaved_splits,
 )
+from archplace.placement.ep_overlap import FULL_RECOMPUTE_REFUSAL, paired
 from archplace.placement.kernels import Block, first_split, fits_greedily, min_max
 from archplace.placement.pipeline import check_finite_times, evaluate_plan
 from archplace.placement.plan import (
@@ -149,7 +153,11 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
         if not layers:
             raise ConfigError(f"costs {key!r}: placement needs at least one layer")
         check_finite_times(layers)
-        families.extend(CostFamily(cost_key, rc, tuple(layers)) for rc in recompute_list)
+        overlapped = paired(layers)  # the EP overlap runs without full recomputation (ep_overlap)
+        families.extend(CostFamily(cost_key, rc, tuple(layers)) for rc in recompute_list
+                        if not (overlapped and rc is Recompute.FULL))
+    if not families:
+        raise ConfigError(FULL_RECOMPUTE_REFUSAL, fields=("recomputes",))
     variants = [Variant(schedule, v, z, o)
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))

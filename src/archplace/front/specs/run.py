@@ -70,10 +70,14 @@ class HardwareSpec(FlatSpec):
         pp_comm_overlap: whether the framework overlaps the interleaved schedule's pipeline
             sends with the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``);
             None: the chip's own (off unless its file says otherwise).
+        ep_comm_overlap: whether the framework hides one micro-batch's expert-parallel
+            all-to-alls behind another's computation (Megatron-Core's
+            ``overlap_moe_expert_parallel_comm``, :mod:`archplace.placement.ep_overlap`);
+            None: the chip's own (off unless its file says otherwise).
 
     Raises:
-        ConfigError: an empty name, a ``tp_comm_overlap`` or ``pp_comm_overlap`` that is not
-            true or false.
+        ConfigError: an empty name, a ``tp_comm_overlap``, ``pp_comm_overlap`` or
+            ``ep_comm_overlap`` that is not true or false.
     """
 
     OWNER: ClassVar[str] = "hardware spec"
@@ -90,6 +94,9 @@ class HardwareSpec(FlatSpec):
     pp_comm_overlap: bool | None = option(None, default_shown="the chip's own: off", help=(
         "An interleaved plan's pipeline sends overlap the next chunk's computation (Megatron-Core's "
         "overlap_p2p_comm)"))
+    ep_comm_overlap: bool | None = option(None, default_shown="the chip's own: off", help=(
+        "A mixture-of-experts plan hides one micro-batch's expert all-to-alls behind another "
+        "micro-batch's computation (Megatron-Core's overlap_moe_expert_parallel_comm)"))
 
     def __post_init__(self) -> None:
         text(self.hardware, "hardware", "a hardware preset name or the path of a hardware YAML file")
