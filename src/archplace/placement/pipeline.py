@@ -78,8 +78,10 @@ slowed by device e's hidden DP traffic, optimizer of device e.
 
 EP overlap (``ep_comm_overlap``, :mod:`archplace.placement.ep_overlap`): the layers' times are
 their passes' when paired with another micro-batch's; the W0 warm-up and cool-down chunk slots of
-device 0 run unpaired, adding W0 times the bottleneck device's per-slot saving (its hidden
-all-to-alls, less the computation hiding them slows) to ``ep_comm``: (v m + p - 1) T + W0 s_b.
+device 0 run unpaired, adding W0 times the bottleneck device's per-slot saving s_b (its hidden
+all-to-alls h_b, less the computation hiding them slows, e_b): (v m + p - 1) T + W0 s_b. In the
+breakdown, with W = min(W0, v m): compute loses v m e_b, ep_comm gains W h_b, overlap_slowdown
+gains (v m - W) e_b, and the bubble gains (W0 - W) s_b (GPipe, which pairs nothing).
 
 Context and expert parallelism (:mod:`archplace.placement.layout`): a plan occupies
 tp * cp * pp * dp devices; the dense parameters' DP traffic and ZeRO shards are over the DP x CP
@@ -479,6 +481,6 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
                              (slots - exposed_slots) * neck.ep_slowed_s),
             "pp": comm_parts(breakdown["pp_comm"], breakdown["pp_comm"]),
             "dp": comm_parts(slots * neck.dp_comm_total_s + tail[2], breakdown["dp_comm"],
-                             breakdown["overlap_slowdown"]),
+                             slots * neck.dp_slowed_s + tail[3]),
         },
     )
