@@ -2,9 +2,10 @@
 
 One row per run: case, hardware, plan, the published figure, archplace's prediction in the same
 unit, and the relative throughput error (positive: predicted too fast), for the chosen variant,
-with the other variant's error beside it. Then a table per group (source, hardware, precision:
-``Run.group``) with the count, mean and max |error| and the median signed error over the included
-runs, the overall figures, and the excluded runs (``excluded_reason``) with their errors and
+with the other variant's error beside it. Then a table per group (source, hardware, precision,
+``moe``: ``Run.group``) with the count, mean and max |error| and the median signed error over the
+included runs, the overall figures of the dense runs (issue #24's thresholds) and of the
+mixture-of-experts runs (issue #26's), and the excluded runs (``excluded_reason``) with their errors and
 reasons, outside every figure. A run that cannot be evaluated (e.g. does not fit in memory)
 shows why and counts as a miss. Exit status 0.
 
@@ -35,6 +36,7 @@ DATA_FILE = Path(__file__).resolve().parents[1] / "tests" / "validation" / "publ
 UNIT_LABEL = {"tflop_per_gpu": "TFLOP/s/GPU", "iteration_time_s": "s/iter", "mfu_percent": "% MFU",
               "tokens_per_s_per_gpu": "tok/s/GPU"}
 THRESHOLDS = "[issue #24 thresholds: mean <= 8 %, max <= 20 %, median within +-3 %]"
+MOE_THRESHOLDS = "[issue #26 thresholds: >= 8 runs, mean <= 10 %, max <= 20 %]"
 
 
 def _error_text(outcome: Outcome | None) -> str:
@@ -111,10 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     included = [o for o in main_outcomes if o.run.excluded_reason is None]
     for group in dict.fromkeys(o.run.group for o in included):
         print(_figures_line(group, [o for o in included if o.run.group == group]))
-    print(_figures_line("all included", included) + "  " + THRESHOLDS)
+    dense = [o for o in included if not o.run.moe]
+    moe = [o for o in included if o.run.moe]
+    if dense:
+        print(_figures_line("all included dense", dense) + "  " + THRESHOLDS)
+    if moe:
+        print(_figures_line("all included moe", moe) + "  " + MOE_THRESHOLDS)
     if other_outcomes:
         other_included = [o for o in other_outcomes if o.run.excluded_reason is None]
-        print(_figures_line(f"all included, {other}", other_included))
+        for label, chosen in (("dense", False), ("moe", True)):
+            part = [o for o in other_included if o.run.moe is chosen]
+            if part:
+                print(_figures_line(f"all included {label}, {other}", part))
     excluded = [o for o in main_outcomes if o.run.excluded_reason is not None]
     if excluded:
         print("\nexcluded from the figures above:")

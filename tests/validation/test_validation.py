@@ -5,7 +5,8 @@ Table 5, MosaicML llm-foundry's A100 / H100 BF16 tables, NVIDIA NeMo 24.07 and M
 DGX-H100 / DGX-B200 FP8 tables, TorchTitan's H100 benchmarks; sources in the data file) is
 evaluated as trained (each run's attention and kernels as published: the default variant of
 ``archplace.validation.runs``), and its relative throughput error is printed (pytest -s).
-Issue #24's thresholds apply to the included runs (those without an ``excluded_reason``):
+Issue #24's thresholds apply to the included dense runs (those without an ``excluded_reason``;
+the mixture-of-experts runs have issue #26's, in ``test_moe_validation.py``):
 mean |error| <= 8 %, max |error| <= 20 %, median signed error within +-3 %, over >= 40 runs,
 every one evaluated (a plan that trained on real GPUs must fit). Each included run also has its
 own test with a looser sanity bound, so a report names the runs that miss. The per-group table
@@ -35,7 +36,7 @@ from archplace.validation.runs import (
 
 DATA_FILE = Path(__file__).with_name("published_runs.yaml")
 RUNS = load_runs(DATA_FILE)
-INCLUDED = included(RUNS)
+INCLUDED = tuple(run for run in included(RUNS) if not run.moe)
 MEAN_ABS_ERROR_MAX = 0.08  # issue #24, "Done when": mean |error| <= 8 %
 ABS_ERROR_MAX = 0.20  # issue #24: max |error| <= 20 %
 MEDIAN_ERROR_MAX = 0.03  # issue #24: median signed error within +-3 %

@@ -150,6 +150,12 @@ class PublishedPlan:
     attention_kernel: str | None = None
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
+    ep_comm_overlap: bool = False
+    recompute_modules: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.recompute_modules, list):  # YAML gives a list: kept as a tuple
+            object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
 
     @property
     def dp(self) -> int:
@@ -164,6 +170,8 @@ class PublishedPlan:
             parts.insert(1, f"c{self.cp}")
         if self.ep > 1:
             parts.append(f"e{self.ep}")
+        if self.ep_comm_overlap:
+            parts.append("a2a-ov")
         if self.chunks > 1:
             parts.append(f"v{self.chunks}")
         if self.sp:
@@ -209,10 +217,17 @@ class Run:
     @property
     def group(self) -> str:
         """The run's group in tables: source (the case name's first word less a trailing
-        version number, e.g. ``nemo2407`` -> ``nemo``), hardware, precision, e.g.
-        ``mpt a100-80gb bf16``."""
+        version number, e.g. ``nemo2407`` -> ``nemo``), hardware, precision, and ``moe`` for a
+        mixture-of-experts run, e.g. ``mpt a100-80gb bf16``, ``mbridge h100-80gb fp8 moe``."""
         source = self.case.split("-")[0].rstrip("0123456789")
-        return f"{source} {self.hardware} {self.plan.precision}"
+        return f"{source} {self.hardware} {self.plan.precision}" + (" moe" if self.moe else "")
+
+    @property
+    def moe(self) -> bool:
+        """A mixture-of-experts run: one with expert parallelism (every published MoE plan of the
+        file shards its experts, ``plan.ep`` > 1). Issue #26's thresholds apply to these, issue
+        #24's to the others."""
+        return self.plan.ep > 1
 
     @property
     def tokens_per_iteration(self) -> int:
@@ -331,9 +346,12 @@ def _check_run(run: Run) -> None:
         raise ValueError(f"{run.case}: ep etp must divide tp cp dp")
     if not (math.isfinite(pub.value) and pub.value > 0):
         raise ValueError(f"{run.case}: published.value must be > 0")
-    for flag in ("tp_comm_overlap", "pp_comm_overlap"):
+    for flag in ("tp_comm_overlap", "pp_comm_overlap", "ep_comm_overlap"):
         if not isinstance(getattr(plan, flag), bool):
             raise ValueError(f"{run.case}: plan.{flag} must be true or false")
+    modules = plan.recompute_modules
+    if modules is not None and (not modules or not all(isinstance(m, str) and m for m in modules)):
+        raise ValueError(f"{run.case}: plan.recompute_modules must be a list of module names")
     if run.excluded_reason is not None and not str(run.excluded_reason).strip():
         raise ValueError(f"{run.case}: excluded_reason must say why")
 
@@ -372,8 +390,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
     """Keyword arguments of :func:`archplace.front.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
     ``grad_reduce_dtype``, ``rank_order``, ``stages``, ``attention_kernel`` (with fused
-    attention only), ``tp_comm_overlap`` and ``pp_comm_overlap`` are passed only where the run
-    states them (else the API's defaults);
+    attention only), ``tp_comm_overlap``, ``pp_comm_overlap``, ``ep_comm_overlap`` and
+    ``recompute_modules`` are passed only where the run states them (else the API's defaults);
     ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
@@ -401,6 +419,10 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         kwargs["tp_comm_overlap"] = True
     if plan.pp_comm_overlap:
         kwargs["pp_comm_overlap"] = True
+    if plan.ep_comm_overlap:
+        kwargs["ep_comm_overlap"] = True
+    if plan.recompute_modules is not None:
+        kwargs["recompute_modules"] = plan.recompute_modules
     return kwargs
 
 

@@ -1,0 +1,99 @@
+"""`evaluate` against published mixture-of-experts training runs (issue #26 item 6).
+
+The MoE rows of ``published_runs.yaml`` (``Run.moe``: plans with expert parallelism): the
+Megatron-Bridge DGX-H100 Qwen3-30B-A3B and Qwen3-235B-A22B rows (25.09 to 26.06, forced-balance
+routing) and the Megatron-MoE-ModelZoo Qwen3-235B-A22B H100 rows, each with its source in the
+data file; the ModelZoo "A2A" row has its own tests (``test_moe_published.py``). Issue #26's
+thresholds apply to the included ones: at least 8 runs, mean |error| <= 10 %, max <= 20 %.
+Every included run's prediction must follow the expert load imbalance: a model that left the
+MoE costs out of the critical path (a pipeline paced by a chunk without experts) would pass a
+throughput check by luck.
+
+The tests that evaluate the runs are marked slow (``make test-slow``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from archplace.front import api
+from archplace.validation.runs import (
+    DEFAULT_VARIANT,
+    Outcome,
+    Run,
+    evaluate_kwargs,
+    included,
+    load_runs,
+    model_argument,
+    predict,
+    summary,
+)
+
+DATA_FILE = Path(__file__).with_name("published_runs.yaml")
+RUNS = load_runs(DATA_FILE)
+MOE = tuple(run for run in included(RUNS) if run.moe)
+MIN_RUNS = 8  # issue #26: at least 8 MoE runs
+MEAN_ABS_ERROR_MAX = 0.10  # issue #26: mean |error| <= 10 %
+ABS_ERROR_MAX = 0.20  # issue #26: max |error| <= 20 %
+
+SUITE_MISS = (
+    "issue #26 thresholds not met: mean |error| 34.8 %, max 97.8 % over 14 evaluated MoE runs, 2 "
+    "fail on memory (benchmarks/validate.py). The Megatron-Bridge Qwen3-235B rows with the EP "
+    "overlap are 37-46 % too fast and the 25.09 row without it 28 %: NCCL's all-to-all across nodes "
+    "is priced faster than these runs' alltoall dispatcher ran. The DeepEP ModelZoo row without the "
+    "overlap is 17.5 % too slow (DeepEP's kernels are not modelled), its TP 4 row 98 % too fast, "
+    "and the Qwen3-30B PP 2 x VP 12 row 93 % too fast")
+
+# A ratchet while the thresholds are missed: the MoE runs' errors as of the commit that set it
+# (mean 34.8 %, max 97.8 %, 2 runs out of memory). Lower these as the model improves.
+RATCHET_MEAN_ABS_ERROR = 0.35
+RATCHET_ABS_ERROR = 0.98
+RATCHET_MISSING = 2
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    directory = tmp_path_factory.mktemp("moe-validation-models")
+    return {run.case: predict(run, directory, DEFAULT_VARIANT) for run in MOE}
+
+
+def test_at_least_8_included_moe_runs_each_cited() -> None:
+    assert len(MOE) >= MIN_RUNS
+    for run in MOE:
+        assert run.source.strip() and run.plan.ep > 1
+    assert all(not run.moe for run in included(RUNS) if run.plan.ep == 1)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=SUITE_MISS)
+def test_moe_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
+    results = [outcomes[run.case] for run in MOE]
+    mean, worst, missing = summary(results)
+    print(f"\n{DEFAULT_VARIANT}: MoE mean |error| {mean:.1%}, max |error| {worst:.1%} over "
+          f"{len(results) - missing} runs, {missing} without a prediction")
+    assert missing == 0, [o.run.case for o in results if o.error is None]
+    assert mean <= MEAN_ABS_ERROR_MAX
+    assert worst <= ABS_ERROR_MAX
+
+
+@pytest.mark.slow
+def test_moe_errors_do_not_grow(outcomes: dict[str, Outcome]) -> None:
+    mean, worst, missing = summary([outcomes[run.case] for run in MOE])
+    assert missing <= RATCHET_MISSING
+    assert mean <= RATCHET_MEAN_ABS_ERROR and worst <= RATCHET_ABS_ERROR, (mean, worst)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [pytest.param(run, id=run.case) for run in MOE])
+def test_prediction_follows_the_expert_load_imbalance(run: Run, outcomes: dict[str, Outcome],
+                                                      tmp_path: Path) -> None:
+    """The busiest expert-parallel rank taking 1.5x the mean tokens makes every included MoE
+    run's iteration longer (its expert GEMMs and all-to-alls are on the critical path)."""
+    if outcomes[run.case].predicted is None:
+        pytest.skip(f"{run.case} has no prediction: {outcomes[run.case].failure}")
+    kwargs = evaluate_kwargs(run, model_argument(run, tmp_path))
+    balanced = api.evaluate(**kwargs)
+    skewed = api.evaluate(**kwargs, expert_load_imbalance=1.5)
+    assert skewed.iteration_time_s > 1.02 * balanced.iteration_time_s, run.case
