@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.helpers.small_moe import QWEN3
 
 from archplace.base.errors import ConfigError
 from archplace.cli import main
@@ -21,7 +22,6 @@ from archplace.placement.interference import Interference
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup
 from archplace.placement.solver import plan_search
-from tests.helpers.small_moe import QWEN3
 
 REL = 1e-12
 
@@ -131,17 +131,20 @@ def test_pipelined_devices_pay_their_warm_up_unpaired() -> None:
     assert gpipe.iteration_time_s == pytest.approx(9 * 10.500002, rel=REL)
 
 
+FULL = Plan(tp=1, pp=1, dp=1, micro_batch=1, recompute=Recompute.FULL, stages=((0, 1),))
+
+
 def test_full_recompute_is_refused_and_left_out_of_the_search() -> None:
     with pytest.raises(ConfigError, match=r"^ep_comm_overlap does not run with full recomputation"):
-        evaluate_plan(PAIRED, SETUP, Plan(tp=1, pp=1, dp=1, micro_batch=1, recompute=Recompute.FULL, stages=((0, 1),)))
-    found = plan_search({(1, 1, False): list(PAIRED)}, SETUP, recomputes=("none", "full"), schedules=("1f1b",),
-                        top_k=5)
+        evaluate_plan(PAIRED, SETUP, FULL)
+    found = plan_search({(1, 1, False): list(PAIRED)}, SETUP, recomputes=("none", "full"),
+                        schedules=("1f1b",), top_k=5)
     assert found and all(r.plan.recompute is Recompute.NONE for r in found)
     with pytest.raises(ConfigError, match=r"^ep_comm_overlap does not run with full recomputation"):
         plan_search({(1, 1, False): list(PAIRED)}, SETUP, recomputes=("full",), schedules=("1f1b",))
     # layers without hidden all-to-alls keep full recomputation
     plain = [_moe("l0", 0.0, 0.0), _moe("l1", 0.0, 0.0)]
-    evaluate_plan(plain, SETUP, Plan(tp=1, pp=1, dp=1, micro_batch=1, recompute=Recompute.FULL, stages=((0, 1),)))
+    evaluate_plan(plain, SETUP, FULL)
 
 
 SMALL_RUN = {"hardware": "h100-80gb", "devices": 8, "global_batch": 64, "seq_len": 256, "tp": 1,

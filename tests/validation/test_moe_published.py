@@ -22,8 +22,9 @@ does not model the dispatcher implementation, so only the A2A row is evaluated.
 archplace's plan: tp 2 with SP, ep 8, etp 1, pp 32, dp 4, micro-batch 1, interleaved
 with 3 chunks over one-layer stages (embedding, 94 blocks, head), ZeRO-1 with overlapped
 gradient reduction, overlapped pipeline sends, Megatron-Core's rank order (tp-cp-ep-dp-pp).
-Recompute: the ModelZoo's "norm, act" is Megatron-Core's ``--recompute-granularity selective --recompute-modules layernorm
-moe_act``: it recomputes the RMSNorm outputs and the experts' SwiGLU and frees their
+Recompute: the ModelZoo's "norm, act" is Megatron-Core's ``--recompute-granularity selective
+--recompute-modules layernorm moe_act``: it recomputes the RMSNorm outputs and the experts'
+SwiGLU and frees their
 activations; archplace evaluates it as ``recompute selective`` with ``recompute_modules
 (layernorm, moe_act)`` (:mod:`archplace.workload.recompute_regions`). It fits in 80 GiB
 (76.5 GiB on the fullest device), where ``none`` needs 90.2 GiB; ``full`` fits too and
