@@ -30,12 +30,15 @@ class PipelineSchedule(enum.StrEnum):
 
     GPIPE runs every forward pass before any backward pass (Huang et al. 2019); ONE_F_ONE_B is
     PipeDream-Flush (one forward, one backward in the steady state); INTERLEAVED is 1F1B over v
-    model chunks per device.
+    model chunks per device; DUALPIPE is DeepSeek-V3's bidirectional schedule (each device
+    holds stages j and pp - 1 - j and overlaps one micro-batch's forward chunk with another's
+    backward chunk: :mod:`archplace.placement.dualpipe`).
     """
 
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    DUALPIPE = "dualpipe"
 
 
 class Optimizer(enum.StrEnum):
@@ -106,5 +109,6 @@ def check_zero_stage(value: object, owner: str = "plan") -> int:
 RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 """Tie-break order of recompute policies (less recomputation first)."""
 
-SCHEDULE_ORDER = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED, PipelineSchedule.GPIPE)
+SCHEDULE_ORDER = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED, PipelineSchedule.GPIPE,
+                  PipelineSchedule.DUALPIPE)
 """Tie-break order of schedules (1F1B first: it needs no more memory than GPipe at the same time)."""

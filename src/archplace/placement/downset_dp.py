@@ -411,8 +411,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         kind = PipelineSchedule(schedule)
     except ValueError as exc:
         raise ConfigError(f"dag_plan: {exc}") from None
-    if kind is PipelineSchedule.INTERLEAVED:
-        raise ConfigError("layer-graph plans support the gpipe and 1f1b schedules, not interleaved")
+    if kind in (PipelineSchedule.INTERLEAVED, PipelineSchedule.DUALPIPE):
+        raise ConfigError(f"layer-graph plans support the gpipe and 1f1b schedules, not {kind.value}")
     zero_stage = check_zero_stage(zero_stage, "dag_plan")
     if zero_stage >= 2:
         raise ConfigError(f"layer-graph plans support ZeRO stages 0 and 1, not zero_stage={zero_stage} "

@@ -55,6 +55,7 @@ from types import MappingProxyType
 
 from archplace.base.errors import ConfigError
 from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+from archplace.placement.dualpipe import in_flight_peak
 from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute
 from archplace.placement.result import StageMemory
 from archplace.placement.timing import micro_batch_group_size
@@ -151,7 +152,7 @@ def in_flight_micro_batches(stage: int, pp: int, micro_batches: int,
 
     Raises:
         ConfigError: ``stage`` outside ``0..pp-1``, a non-positive count, or the interleaved
-            schedule (see :func:`interleaved_in_flight_chunks`).
+            or DualPipe schedule (see :func:`interleaved_in_flight_chunks`).
     """
     if pp < 1 or micro_batches < 1:
         raise ConfigError(f"pp and micro_batches must be >= 1, got pp={pp}, "
@@ -162,8 +163,8 @@ def in_flight_micro_batches(stage: int, pp: int, micro_batches: int,
         return micro_batches
     if schedule is PipelineSchedule.ONE_F_ONE_B:
         return min(pp - stage, micro_batches)
-    raise ConfigError("the interleaved schedule counts chunks in flight: "
-                      "use interleaved_in_flight_chunks")
+    raise ConfigError(f"the {schedule.value} schedule counts its devices' in-flight micro-batches itself "
+                      "(interleaved_in_flight_chunks; dualpipe.in_flight_peak_bytes)")
 
 
 def interleaved_in_flight_chunks(device: int, pp: int, micro_batches: int, chunks: int) -> int:
@@ -344,6 +345,30 @@ def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, de
     return _device_memory([layer for chunk in chunk_layers for layer in chunk], device=device,
                           held=held, recompute=recompute, optimizer=optimizer, zero_stage=zero_stage,
                           dp=dp, grad_bytes=grad_bytes, expert_dp=expert_dp)
+
+
+def dualpipe_device_memory(stages: tuple[Sequence[LayerCost], Sequence[LayerCost]], *, device: int,
+                           pp: int, micro_batches: int, recompute: Recompute,
+                           optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0, dp: int = 1,
+                           grad_bytes: int = GRADIENT_BYTES_PER_PARAM,
+                           expert_dp: int | None = None) -> StageMemory:
+    """Memory of pipeline device ``device`` of ``pp`` under DualPipe, in bytes: the model state
+    of both its stages (``stages`` = its forward-direction stage ``device`` and its
+    reverse-direction stage ``pp - 1 - device``: DualPipe's "2x" parameters), and the
+    activations of the peak of its own order (:func:`archplace.placement.dualpipe.in_flight_peak`,
+    each direction's micro-batches keeping their stage's saved bytes), plus the largest
+    ``activation_bytes`` under full recomputation; sharding as in :func:`stage_memory`.
+
+    Raises:
+        ConfigError: an empty stage, ``dp < 1``.
+    """
+    if any(not stage for stage in stages):
+        raise ConfigError(f"device {device} has an empty stage")
+    saved = tuple(sequential_sum(layer.saved_bytes(recompute) for layer in stage) for stage in stages)
+    held = in_flight_peak(device, pp, micro_batches, (saved[0], saved[1]))
+    return _device_memory([*stages[0], *stages[1]], device=device, held=held, recompute=recompute,
+                          optimizer=optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes,
+                          expert_dp=expert_dp)
 
 
 def _device_memory(layers: Sequence[LayerCost], *, device: int, held: float, recompute: Recompute,

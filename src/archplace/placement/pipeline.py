@@ -106,10 +106,12 @@ from archplace.base.errors import ConfigError, InternalError, OutOfMemoryError, 
 from archplace.base.fields import plain
 from archplace.base.units import format_bytes
 from archplace.hw.cluster import Cluster
+from archplace.placement.dualpipe_time import dualpipe_figures
 from archplace.placement.ep_overlap import check_recompute, unpaired_slots
 from archplace.placement.interference import NO_INTERFERENCE, Interference
 from archplace.placement.layout import RankLayout
 from archplace.placement.memory import (
+    dualpipe_device_memory,
     in_flight_micro_batches,
     interleaved_device_memory,
     sequential_sum,
@@ -249,6 +251,15 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
     return tuple(times)
 
 
+def device_segments(plan: Plan, device: int) -> tuple[int, ...]:
+    """The segments pipeline device ``device`` runs: c = device, device + pp, ... (v of them
+    interleaved, one otherwise); under DualPipe its forward-direction stage ``device`` and its
+    reverse-direction stage pp - 1 - device (:mod:`archplace.placement.dualpipe`)."""
+    if plan.schedule is PipelineSchedule.DUALPIPE:
+        return device, plan.pp - 1 - device
+    return tuple(range(device, len(plan.ranges), plan.pp))
+
+
 def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
                 plan: Plan) -> tuple[StageMemory, ...]:
     """Memory of one device of every pipeline device (stage) of a (valid) plan."""
@@ -256,6 +267,13 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
     layout = RankLayout.of(plan, setup.rank_order)
     sharding = {"zero_stage": plan.zero_stage, "dp": layout.dense_shards, "grad_bytes": setup.grad_bytes,
                 "expert_dp": layout.expert_shards}
+    if plan.schedule is PipelineSchedule.DUALPIPE:
+        pairs = [(plan.ranges[j], plan.ranges[plan.pp - 1 - j]) for j in range(plan.pp)]
+        return tuple(
+            dualpipe_device_memory((layers[a[0]:a[1] + 1], layers[b[0]:b[1] + 1]), device=j, pp=plan.pp,
+                                   micro_batches=m, recompute=plan.recompute, optimizer=setup.optimizer,
+                                   **sharding)
+            for j, (a, b) in enumerate(pairs))
     if plan.schedule is not PipelineSchedule.INTERLEAVED:
         return tuple(
             stage_memory(layers[first:last + 1], stage=j,
@@ -301,7 +319,8 @@ def check_fits(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
             other = plan_memory(layers, setup, replace(plan, zero_stage=stage))[worst].total
             hints.append(f"zero_stage={stage} would need {format_bytes(other)}")
     hint = f"; {', '.join(hints)}" if hints else ""
-    where = f"device {worst}" if plan.chunks > 1 else f"stage {worst}"
+    where = (f"device {worst}" if plan.chunks > 1 or plan.schedule is PipelineSchedule.DUALPIPE
+             else f"stage {worst}")
     raise OutOfMemoryError(f"{where} needs {format_bytes(need)} > {format_bytes(hbm)} HBM with "
                           f"zero_stage={plan.zero_stage} ({_plan_label(plan)}){hint}")
 
@@ -322,11 +341,12 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
     out = []
     for j in range(plan.pp):
         params = expert_params = 0
-        for first, last in plan.ranges[j::plan.pp]:
+        own = device_segments(plan, j)
+        for first, last in (plan.ranges[c] for c in own):
             for layer in layers[first:last + 1]:
                 params += layer.params - layer.expert_params
                 expert_params += layer.expert_params
-        backward = sequential_sum(time.backward_s for time in times[j::plan.pp])
+        backward = sequential_sum(times[c].backward_s for c in own)
         exposed, total, slowed = dp_tail_comm_s(
             cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes, dp=layout.dense_shards,
             params=float(params), backward_s=backward, overlap=plan.dp_overlap,
@@ -419,32 +439,13 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
     times = stage_times(layers, plan, setup.cluster, grad_bytes=setup.grad_bytes,
                         rank_order=setup.rank_order, interference=setup.interference,
                         pp_overlap=setup.pp_comm_overlap)
-    paces = device_paces(times, plan.pp)
-    totals = [pace for pace, _ in paces]
-    neck = paces[totals.index(max(totals))][1]
     tails = device_tails(layers, setup, plan, times)
     tail_sums = [(exposed + slowed) + step for exposed, step, _, slowed in tails]
     tail = tails[tail_sums.index(max(tail_sums))]
-    slots = plan.chunks * m
-    # EP overlap: the warm-up and cool-down slots run unpaired, their all-to-alls exposed (ep_overlap)
-    unpaired = (unpaired_slots(plan.schedule, plan.pp, plan.chunks, m,
-                               micro_batch_group_size(m, plan.pp) if plan.chunks > 1 else plan.pp)
-                if neck.ep_comm_hidden_s > 0 else 0)
-    exposed_slots = min(unpaired, slots)  # GPipe: all of them, and its bubble at the unpaired pace
-    saving = neck.ep_comm_hidden_s - neck.ep_slowed_s
-    breakdown = {
-        "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s - neck.cp_comm_s - neck.ep_comm_s
-                               - neck.ep_slowed_s),
-        "bubble": (plan.pp - 1) * max(totals) + (unpaired - exposed_slots) * saving,
-        "recompute": slots * neck.recompute_s,
-        "tp_comm": slots * neck.tp_comm_s,
-        "cp_comm": slots * neck.cp_comm_s,
-        "ep_comm": slots * neck.ep_comm_s + exposed_slots * neck.ep_comm_hidden_s,
-        "pp_comm": slots * neck.p2p_s,
-        "dp_comm": slots * neck.dp_comm_s + tail[0],
-        "overlap_slowdown": slots * neck.dp_slowed_s + tail[3] + (slots - exposed_slots) * neck.ep_slowed_s,
-        "optimizer": tail[1],
-    }
+    if plan.schedule is PipelineSchedule.DUALPIPE:
+        breakdown, comm = dualpipe_figures(times, m, tail)
+    else:
+        breakdown, comm = _pipeline_figures(times, plan, m, tail)
     iteration_s = sequential_sum(breakdown[key] for key in BREAKDOWN_KEYS)
     if not iteration_s > 0:
         raise ConfigError("iteration time is zero: every layer time and parameter count is zero")
@@ -474,13 +475,45 @@ def evaluate_plan(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan)
         stage_times=times,
         hfu=hardware_flop / (iteration_s * plan.devices * setup.peak_flop_per_s),
         model_flop_per_s_per_device=model_flop / (iteration_s * plan.devices),
-        comm_s={
-            "tp": comm_parts(breakdown["tp_comm"], breakdown["tp_comm"]),
-            "cp": comm_parts(breakdown["cp_comm"], breakdown["cp_comm"]),
-            "ep": comm_parts(slots * (neck.ep_comm_s + neck.ep_comm_hidden_s), breakdown["ep_comm"],
-                             (slots - exposed_slots) * neck.ep_slowed_s),
-            "pp": comm_parts(breakdown["pp_comm"], breakdown["pp_comm"]),
-            "dp": comm_parts(slots * neck.dp_comm_total_s + tail[2], breakdown["dp_comm"],
-                             slots * neck.dp_slowed_s + tail[3]),
-        },
+        comm_s={kind: comm_parts(*parts) for kind, parts in comm.items()},
     )
+
+
+def _pipeline_figures(times: Sequence[StageTime], plan: Plan, m: int, tail: tuple[float, float, float, float]
+                      ) -> tuple[dict[str, float], dict[str, tuple[float, float, float]]]:
+    """The breakdown (:data:`BREAKDOWN_KEYS`) and the (total, exposed, slowed) communication per
+    kind of a GPipe, 1F1B or interleaved plan (module docstring), from its segments' times, m
+    and the largest device tail (exposed DP, step, whole DP, slowed)."""
+    paces = device_paces(times, plan.pp)
+    totals = [pace for pace, _ in paces]
+    neck = paces[totals.index(max(totals))][1]
+    slots = plan.chunks * m
+    # EP overlap: the warm-up and cool-down slots run unpaired, their all-to-alls exposed (ep_overlap)
+    unpaired = (unpaired_slots(plan.schedule, plan.pp, plan.chunks, m,
+                               micro_batch_group_size(m, plan.pp) if plan.chunks > 1 else plan.pp)
+                if neck.ep_comm_hidden_s > 0 else 0)
+    exposed_slots = min(unpaired, slots)  # GPipe: all of them, and its bubble at the unpaired pace
+    saving = neck.ep_comm_hidden_s - neck.ep_slowed_s
+    breakdown = {
+        "compute": slots * max(0.0, neck.compute_s - neck.tp_comm_s - neck.cp_comm_s - neck.ep_comm_s
+                               - neck.ep_slowed_s),
+        "bubble": (plan.pp - 1) * max(totals) + (unpaired - exposed_slots) * saving,
+        "recompute": slots * neck.recompute_s,
+        "tp_comm": slots * neck.tp_comm_s,
+        "cp_comm": slots * neck.cp_comm_s,
+        "ep_comm": slots * neck.ep_comm_s + exposed_slots * neck.ep_comm_hidden_s,
+        "pp_comm": slots * neck.p2p_s,
+        "dp_comm": slots * neck.dp_comm_s + tail[0],
+        "overlap_slowdown": slots * neck.dp_slowed_s + tail[3] + (slots - exposed_slots) * neck.ep_slowed_s,
+        "optimizer": tail[1],
+    }
+    comm = {
+        "tp": (breakdown["tp_comm"], breakdown["tp_comm"], 0.0),
+        "cp": (breakdown["cp_comm"], breakdown["cp_comm"], 0.0),
+        "ep": (slots * (neck.ep_comm_s + neck.ep_comm_hidden_s), breakdown["ep_comm"],
+               (slots - exposed_slots) * neck.ep_slowed_s),
+        "pp": (breakdown["pp_comm"], breakdown["pp_comm"], 0.0),
+        "dp": (slots * neck.dp_comm_total_s + tail[2], breakdown["dp_comm"],
+               slots * neck.dp_slowed_s + tail[3]),
+    }
+    return breakdown, comm

@@ -210,10 +210,13 @@ def plan_timeline(result: PlanResult, micro_batches: int) -> PipelineTimeline:
     segments' per-micro-batch times (:func:`pass_times_s`).
 
     Raises:
-        ConfigError: a result without stage times, or ``micro_batches`` < 1.
+        ConfigError: a result without stage times, a DualPipe plan, or ``micro_batches`` < 1.
     """
     if not result.stage_times:
         raise ConfigError("pipeline timeline: the plan result has no stage times")
+    if result.plan.schedule is PipelineSchedule.DUALPIPE:
+        raise ConfigError("pipeline timeline: dualpipe's chunk order is played by "
+                          "archplace.placement.dualpipe, not drawn here")
     forward, backward = zip(*(pass_times_s(t) for t in result.stage_times), strict=True)
     return simulate_pipeline(forward, backward, pp=result.plan.pp, micro_batches=micro_batches,
                              schedule=result.plan.schedule)

@@ -285,7 +285,8 @@ class Plan:
     recompute: Recompute = option(Recompute.NONE, help=(
         "Activation recomputation: none, selective (the attention core) or full (the whole layer)"))
     schedule: PipelineSchedule = option(PipelineSchedule.ONE_F_ONE_B, help=(
-        "Pipeline schedule: gpipe, 1f1b or interleaved (1F1B over several model chunks per device)"))
+        "Pipeline schedule: gpipe, 1f1b, interleaved (1F1B over several model chunks per device) or "
+        "dualpipe (DeepSeek-V3's bidirectional schedule; evaluate only)"))
     chunks: int = option(1, help="Model chunks per device (interleaved)", low=1, high=limits.MAX_DEVICES)
     sp: bool = option(False, help="Sequence parallelism (needs tp > 1)")
     zero_stage: int = option(0, help="ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)",
@@ -330,6 +331,9 @@ class Plan:
         elif self.chunks != 1:
             raise ConfigError(f"plan.chunks={self.chunks} needs plan.schedule interleaved, "
                               f"not {self.schedule.value}")
+        if self.schedule is PipelineSchedule.DUALPIPE and (self.pp < 2 or self.pp % 2):
+            raise ConfigError(f"plan.schedule dualpipe needs an even plan.pp >= 2 (each device holds "
+                              f"stages j and pp - 1 - j), got pp={self.pp}", fields=("plan.pp",))
         if self.stages is not None:
             store(self, "stages", _stage_ranges(self.stages, self.pp * self.chunks))
         store(self, "stage_layers", _stage_names(self.stage_layers, self.stages))

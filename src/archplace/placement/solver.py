@@ -124,6 +124,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     top_k = check_positive_int("top_k", top_k)
     recompute_list = _enums(Recompute, recomputes, "recompute policy")
     schedule_list = _enums(PipelineSchedule, schedules, "pipeline schedule")
+    if PipelineSchedule.DUALPIPE in schedule_list:
+        raise ConfigError("the dualpipe schedule is priced for a given plan (evaluate); the plan search "
+                          "does not try it yet", fields=("schedules",))
     chunk_list = tuple(dict.fromkeys(chunks))
     for v in chunk_list:
         if isinstance(v, bool) or not isinstance(v, int) or v < 2:

@@ -189,16 +189,18 @@ def micro_batch_count(setup: TrainingSetup, *, micro_batch: int, dp: int, pp: in
     """m, the micro-batches each pipeline runs per iteration.
 
     With ``setup.dp_must_divide_batch``: m = global_batch / (micro_batch * dp), which must be
-    an integer, and for the interleaved schedule at least pp (:func:`micro_batch_group_size`).
+    an integer, for the interleaved schedule at least pp (:func:`micro_batch_group_size`), for
+    DualPipe even and at least 2 pp (``DualPipe.step``'s assertion, deepseek-ai/DualPipe).
     Otherwise m = ceil(global_batch / (micro_batch * dp)), raised to pp for the interleaved
-    schedule (the batch is padded).
+    schedule and to an even count of at least 2 pp for DualPipe (the batch is padded).
 
     Raises:
         ConfigError: with ``dp_must_divide_batch``, micro_batch * dp does not divide the global
-            batch, or (interleaved) m < pp.
+            batch, (interleaved) m < pp, or (DualPipe) m odd or below 2 pp.
     """
     per_step = micro_batch * dp
     interleaved = schedule is PipelineSchedule.INTERLEAVED
+    dualpipe = schedule is PipelineSchedule.DUALPIPE
     if setup.dp_must_divide_batch:
         if setup.global_batch % per_step:
             raise ConfigError(f"plan: micro_batch*dp = {micro_batch}*{dp} = {per_step} does not "
@@ -207,8 +209,13 @@ def micro_batch_count(setup: TrainingSetup, *, micro_batch: int, dp: int, pp: in
         if interleaved and m < pp:
             raise ConfigError(f"plan: the interleaved schedule needs at least pp={pp} micro-batches, "
                               f"got {m}")
+        if dualpipe and (m % 2 or m < 2 * pp):
+            raise ConfigError(f"plan: dualpipe needs an even number of micro-batches >= 2 pp = {2 * pp}, "
+                              f"got {m} (DualPipe.step's assertion)")
         return m
     m = -(-setup.global_batch // per_step)
+    if dualpipe:  # padded to an even count of at least 2 pp
+        return max(m + m % 2, 2 * pp)
     return max(m, pp) if interleaved else m
 
 

@@ -71,6 +71,11 @@ def timeline_figure(result: PlanResult) -> go.Figure:
     :func:`~archplace.placement.pipeline_timeline.shown_micro_batches` keeps; bars are labelled
     with the micro-batch (``mb.chunk`` when interleaved)."""
     plan = result.plan
+    if plan.schedule is PipelineSchedule.DUALPIPE:  # its chunk order is not drawn (yet)
+        figure = go.Figure()
+        figure.update_layout(title=(f"pipeline timeline: dualpipe, pp {plan.pp}: not drawn (its bubble is "
+                                    f"{result.breakdown_s['bubble']:.3f} s of the iteration)"), **_LAYOUT)
+        return figure
     m = plan_micro_batches(result)
     shown = shown_micro_batches(plan.pp, m)
     timeline = plan_timeline(result, shown)
