@@ -109,6 +109,9 @@ def check_zero_stage(value: object, owner: str = "plan") -> int:
 RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 """Tie-break order of recompute policies (less recomputation first)."""
 
+SEARCHED_SCHEDULES = (PipelineSchedule.GPIPE, PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED)
+"""The schedules the plan search tries by default (DualPipe is priced for given plans only)."""
+
 SCHEDULE_ORDER = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED, PipelineSchedule.GPIPE,
                   PipelineSchedule.DUALPIPE)
 """Tie-break order of schedules (1F1B first: it needs no more memory than GPipe at the same time)."""

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, get_type_hints
 from archplace.base.errors import ConfigError
 from archplace.base.options import option
 from archplace.cost.precision import PRECISIONS, Precision
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.plan import (
     GRAD_HELP,
     MICRO_BATCHES,
@@ -84,7 +85,8 @@ class PlanChoices:
         micro_batch_sizes: the micro-batch sizes to try, samples (default :data:`MICRO_BATCHES`,
             1, 2, 4, 8; files written before the rename say ``micro_batches``, still read).
         recomputes: activation recomputation policies (none, selective, full).
-        schedules: pipeline schedules (gpipe, 1f1b, interleaved).
+        schedules: pipeline schedules (gpipe, 1f1b, interleaved; dualpipe is refused by the
+            search, :func:`archplace.placement.solver.plan_search`).
         chunks: model chunks per device tried with the interleaved schedule (each >= 2;
             default :data:`SEARCHED_CHUNKS`).
         zero_stages: ZeRO stages 0..3 (3 is FSDP; :mod:`archplace.placement.zero`).
@@ -122,7 +124,7 @@ class PlanChoices:
     micro_batch_sizes: tuple[int, ...] = option(MICRO_BATCHES, tries="micro_batch",
                                                 formerly=("micro_batches",))
     recomputes: tuple[Recompute, ...] = option(tuple(Recompute), tries="recompute")
-    schedules: tuple[PipelineSchedule, ...] = option(tuple(PipelineSchedule), tries="schedule")
+    schedules: tuple[PipelineSchedule, ...] = option(SEARCHED_SCHEDULES, tries="schedule")
     chunks: tuple[int, ...] = option(SEARCHED_CHUNKS, tries="chunks", low=2)
     zero_stages: tuple[int, ...] = option(
         ZERO_STAGES, tries="zero_stage", parse=parse_zero_stages, default_shown="all",
