@@ -162,7 +162,7 @@ def test_giving_an_option_sets_its_field(command: str, name: str, monkeypatch: p
         words += ["--tp", "2", "--dp", "1"]  # sp needs tp > 1
     if d.name == "chunks" and command == "evaluate":
         words += ["--schedule", "interleaved"]
-    if d.name == "schedule" and command == "evaluate":
+    if d.name == "schedule" and command == "evaluate" and expected == "interleaved":
         words += ["--chunks", "2"]  # more than one chunk needs the interleaved schedule
     if d.name == "stages":
         words += ["--pp", "2"]

@@ -27,7 +27,7 @@ from archplace.dse.store import StoredResult
 from archplace.front import api
 from archplace.front.specs.search import SearchSpec
 from archplace.hw.presets import load_cluster
-from archplace.placement.plan import PipelineSchedule
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.ranked import PlanReport
 from archplace.placement.result import PlanResult
 from archplace.placement.search import Variant
@@ -159,7 +159,7 @@ def _tiny(tmp_path: Path) -> str:
     return str(path)
 
 
-variants = st.builds(Variant, st.sampled_from(list(PipelineSchedule)), st.integers(1, 8), st.integers(0, 3),
+variants = st.builds(Variant, st.sampled_from(list(SEARCHED_SCHEDULES)), st.integers(1, 8), st.integers(0, 3),
                      st.booleans())
 
 

@@ -13,6 +13,7 @@ from archplace.base.errors import ConfigError
 from archplace.cli.options import cli_message, flag_of
 from archplace.front.specs import ClusterSpec, EvaluateRun, HardwareSpec, ModelSpec, Plan, PlanRun, PlanSpace
 from archplace.front.specs.runs import evaluate_fields
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.plan import MICRO_BATCHES, GradReduceDtype, Optimizer, PipelineSchedule, Recompute
 from archplace.workload.options import Attention, Kernels
 
@@ -132,7 +133,7 @@ _small = st.integers(1, 64)
 
 @st.composite
 def _plans(draw: st.DrawFn) -> Plan:
-    schedule = draw(st.sampled_from(list(PipelineSchedule)))
+    schedule = draw(st.sampled_from(list(SEARCHED_SCHEDULES)))
     interleaved = schedule is PipelineSchedule.INTERLEAVED
     tp, pp = draw(_small), draw(st.integers(2 if interleaved else 1, 64))
     chunks = draw(st.integers(2, 4)) if interleaved else 1
@@ -152,7 +153,7 @@ _spaces = st.builds(
     tps=st.none() | st.lists(_small, min_size=1, max_size=4).map(tuple),
     micro_batch_sizes=st.lists(_small, min_size=1, max_size=4).map(tuple),
     recomputes=st.lists(st.sampled_from(list(Recompute)), min_size=1).map(tuple),
-    schedules=st.lists(st.sampled_from(list(PipelineSchedule)), min_size=1).map(tuple),
+    schedules=st.lists(st.sampled_from(list(SEARCHED_SCHEDULES)), min_size=1).map(tuple),
     chunks=st.lists(st.integers(2, 8), min_size=1, max_size=3).map(tuple),
     sp=st.booleans(), zero_stages=st.lists(st.integers(0, 3), min_size=1).map(tuple),
     dp_overlap=st.lists(st.booleans(), min_size=1).map(tuple),

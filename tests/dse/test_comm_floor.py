@@ -19,9 +19,10 @@ from archplace.dse.objective import Objective, score
 from archplace.dse.runner import model_chains, plan_limits
 from archplace.front import api
 from archplace.hw.cluster import Cluster
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule
 
-SCHEDULES = tuple(PipelineSchedule)
+SCHEDULES = SEARCHED_SCHEDULES
 
 
 def _no_plan_beats_the_floor(data: st.DataObject) -> None:

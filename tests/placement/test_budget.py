@@ -14,6 +14,7 @@ from placement_helpers import chains, setups
 from archplace.base.errors import ConfigError, InternalError, SolverError
 from archplace.hw.cluster import Cluster
 from archplace.placement import budget, plan_search, resident, tables
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup
 from archplace.placement.search import CostFamily, Search, Variant
@@ -155,7 +156,7 @@ def test_evicting_every_table_changes_no_plan(data: st.DataObject) -> None:
     layers = data.draw(chains(max_layers=7))
     setup = data.draw(setups(layers))
     costs = {(1, 1, False): layers, (2, 1, False): layers}
-    options = dict(recomputes=tuple(Recompute), schedules=tuple(PipelineSchedule), chunks=(2,), top_k=3)
+    options = dict(recomputes=tuple(Recompute), schedules=SEARCHED_SCHEDULES, chunks=(2,), top_k=3)
     try:
         expected = plan_search(costs, setup, **options)
     except Exception as exc:  # noqa: BLE001 - the same outcome is expected below

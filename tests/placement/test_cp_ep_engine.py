@@ -16,6 +16,7 @@ from placement_helpers import RECOMPUTES, brute_force, check_ranking, rank_key
 from archplace.base.errors import ConfigError, InfeasibleError
 from archplace.hw.cluster import Cluster
 from archplace.placement import workflow
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph
 from archplace.placement.layout import RankLayout, group_allreduce_cost
@@ -296,7 +297,7 @@ def training_problems(draw, costs, keys):
                       rank_order=draw(st.sampled_from(list(RankOrder))))
     subset = st.lists(st.sampled_from(RECOMPUTES), min_size=1, max_size=2, unique=True)
     options = dict(recomputes=draw(subset),
-                   schedules=draw(st.lists(st.sampled_from(list(PipelineSchedule)), min_size=1, max_size=2,
+                   schedules=draw(st.lists(st.sampled_from(list(SEARCHED_SCHEDULES)), min_size=1, max_size=2,
                                            unique=True)),
                    chunks=(2,), zero_stages=tuple(draw(st.lists(st.sampled_from([0, 1, 2, 3]), min_size=1,
                                                                 max_size=3, unique=True))),

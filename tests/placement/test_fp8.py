@@ -16,10 +16,11 @@ from archplace.base.errors import InfeasibleError
 from archplace.cli import main
 from archplace.front import api
 from archplace.front.specs import ClusterSpec, HardwareSpec, ModelSpec, PlanRun, PlanSpace
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.costs import CostKey
 from archplace.placement.memory import model_state_bytes
 from archplace.placement.pipeline import evaluate_plan
-from archplace.placement.plan import ZERO_STAGES, LayerCost, Optimizer, PipelineSchedule, TrainingSetup
+from archplace.placement.plan import ZERO_STAGES, LayerCost, Optimizer, TrainingSetup
 from archplace.placement.solver import plan_search
 
 GPT = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 8, "n_positions": 256,
@@ -129,7 +130,7 @@ def fp8_problems(draw: st.DrawFn) -> tuple[dict[CostKey, list[LayerCost]], Train
     costs = {key: [replace(layer, fp8_params=draw(st.sampled_from([0, layer.params // 2, layer.params])))
                    for layer in draw(chains(layers=n))] for key in keys}
     setup = draw(setups(costs[keys[0]], 12))
-    options = dict(recomputes=draw(_subset(RECOMPUTES)), schedules=draw(_subset(list(PipelineSchedule))),
+    options = dict(recomputes=draw(_subset(RECOMPUTES)), schedules=draw(_subset(list(SEARCHED_SCHEDULES))),
                    chunks=(2,), zero_stages=tuple(draw(_subset(list(ZERO_STAGES)))), dp_overlap=(False,))
     return costs, setup, options
 

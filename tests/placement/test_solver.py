@@ -22,11 +22,12 @@ from placement_helpers import (
 from archplace.base.errors import ConfigError, InfeasibleError
 from archplace.base.units import format_bytes
 from archplace.hw.cluster import Cluster
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import ZERO_STAGES, LayerCost, PipelineSchedule, Recompute, TrainingSetup
 from archplace.placement.solver import optimal_plan, plan_search
 
-SCHEDULES = list(PipelineSchedule)
+SCHEDULES = list(SEARCHED_SCHEDULES)
 
 
 def run_optimal(layers, setup, options):

@@ -45,6 +45,7 @@ from archplace.placement.candidates import (
     in_flight_per_position,
     interleaved_splits,
 )
+from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.ep_overlap import FULL_RECOMPUTE_REFUSAL, paired
 from archplace.placement.kernels import Block, first_split, fits_greedily, min_max
 from archplace.placement.pipeline import check_finite_times, evaluate_plan
@@ -87,7 +88,7 @@ def _bools(values: Iterable[object], name: str) -> tuple[bool, ...]:
 
 def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSetup, *,
                 recomputes: Iterable[Recompute | str] = tuple(Recompute),
-                schedules: Iterable[PipelineSchedule | str] = tuple(PipelineSchedule),
+                schedules: Iterable[PipelineSchedule | str] = SEARCHED_SCHEDULES,
                 chunks: Iterable[int] = (2, 4),
                 zero_stages: Iterable[int] = (0, 1),
                 dp_overlap: Iterable[bool] = (False, True),
