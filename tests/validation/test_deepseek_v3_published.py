@@ -23,11 +23,8 @@ even and >= 2 pp), Megatron-LM's even split of the 61 blocks.
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
 import pytest
-import yaml
+from tests.helpers.roomy import roomy_preset
 
 from archplace.base.errors import InfeasibleError
 from archplace.front import api
@@ -46,11 +43,7 @@ PLAN = {"model": "deepseek-v3", "devices": GPUS, "global_batch": 15_360, "seq_le
 def roomy_h800(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The h800-80gb preset with 1 TiB of HBM: the plan's time is reported although archplace's
     memory model puts it over 80 GiB (the capacity only gates the memory check)."""
-    data = yaml.safe_load(resources.files("archplace.hw").joinpath("presets/h800-80gb.yaml").read_text())
-    data["accelerator"]["hbm"]["value"] = "1 TiB"
-    path: Path = tmp_path_factory.mktemp("hardware") / "h800-roomy.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+    return roomy_preset(tmp_path_factory.mktemp("hardware"), "h800-80gb")
 
 
 @pytest.fixture(scope="module")

@@ -38,12 +38,10 @@ the logits; no router, norms or recomputation) over the step time;
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from tests.helpers.roomy import roomy_preset
 
 from archplace.base.errors import InfeasibleError
 from archplace.front import api
@@ -107,13 +105,7 @@ def roomy_h100(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The h100-80gb preset with 96 GiB of HBM, so that a plan's time is reported when it needs
     more than 80 GiB (the capacity only gates the memory check; see
     ``test_hbm_capacity_does_not_change_the_time``)."""
-    text = resources.files("archplace.hw").joinpath("presets/h100-80gb.yaml").read_text()
-    data = yaml.safe_load(text)
-    assert data["accelerator"]["hbm"]["value"] == "80 GiB"
-    data["accelerator"]["hbm"]["value"] = "96 GiB"
-    path: Path = tmp_path_factory.mktemp("hardware") / "h100-96gb.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+    return roomy_preset(tmp_path_factory.mktemp("hardware"), "h100-80gb", "96 GiB")
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,10 @@ The tests that evaluate the runs are marked slow (``make test-slow``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 import pytest
-import yaml
+from tests.helpers.roomy import roomy_preset
 
 from archplace.front import api
 from archplace.validation.runs import (
@@ -93,17 +92,7 @@ def roomy(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
     """A hardware preset's file with 1 TiB of HBM, so that a plan's time is reported whatever
     memory the skewed routing's extra rows take (the capacity only gates the memory check)."""
     folder = tmp_path_factory.mktemp("roomy-hardware")
-
-    def roomy_file(preset: str) -> str:
-        path = folder / f"{preset}.yaml"
-        if not path.exists():
-            text = resources.files("archplace.hw").joinpath(f"presets/{preset}.yaml").read_text()
-            data = yaml.safe_load(text)
-            data["accelerator"]["hbm"]["value"] = "1 TiB"
-            path.write_text(yaml.safe_dump(data))
-        return str(path)
-
-    return roomy_file
+    return lambda preset: roomy_preset(folder, preset)
 
 
 @pytest.mark.slow
