@@ -97,6 +97,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -268,8 +269,9 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
     """Memory of one device of every pipeline device (stage) of a (valid) plan."""
     m = micro_batches(setup, plan)
     layout = RankLayout.of(plan, setup.rank_order)
-    sharding = {"zero_stage": plan.zero_stage, "dp": layout.dense_shards, "grad_bytes": setup.grad_bytes,
-                "expert_dp": layout.expert_shards, "grad_sync": plan.grad_sync}
+    sharding: dict[str, Any] = {"zero_stage": plan.zero_stage, "dp": layout.dense_shards,
+                                "grad_bytes": setup.grad_bytes, "expert_dp": layout.expert_shards,
+                                "grad_sync": plan.grad_sync}
     if plan.schedule is not PipelineSchedule.INTERLEAVED:
         return tuple(
             stage_memory(layers[first:last + 1], stage=j,

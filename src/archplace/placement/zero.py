@@ -230,14 +230,14 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
             dense and the expert replica groups; 1 (default): no replica all-reduce.
         grad_sync: when the gradients are reduced (:func:`reduces_every_micro_batch`).
     """
-    parts = {"reduce": not reduces_every_micro_batch(zero_stage, grad_sync), "gather": True,
-             "bucket_ranks": 0}
+    reduce = not reduces_every_micro_batch(zero_stage, grad_sync)
     dense = _tail_one(cost, zero_stage, grad_bytes, dp, params, backward_s, overlap, interference,
-                      (replicas, replica_costs[0]), **parts)
+                      (replicas, replica_costs[0]), reduce=reduce, gather=True, bucket_ranks=0)
     if (expert_dp == 1 and replicas == 1) or not np.any(np.asarray(expert_params) > 0):
         return dense
     expert = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params,
-                       backward_s, overlap, interference, (replicas, replica_costs[1]), **parts)
+                       backward_s, overlap, interference, (replicas, replica_costs[1]), reduce=reduce,
+                       gather=True, bucket_ranks=0)
     return CommTimes(dense.exposed + expert.exposed, dense.total + expert.total,
                      dense.slowed + expert.slowed)
 
@@ -260,8 +260,8 @@ def micro_batch_reduce_s(cost: tuple[float, float], *, zero_stage: int, grad_byt
     if zero_stage >= 2 or not reduces_every_micro_batch(zero_stage, grad_sync):
         zeros = np.zeros(np.broadcast(count, np.asarray(backward_s)).shape)
         return CommTimes(zeros, zeros, zeros)
-    parts = {"reduce": True, "gather": False, "bucket_ranks": dp * replicas}
-    dense = _tail_one(cost, zero_stage, grad_bytes, dp, count, backward_s, overlap, interference, **parts)
+    dense = _tail_one(cost, zero_stage, grad_bytes, dp, count, backward_s, overlap, interference,
+                      reduce=True, gather=False, bucket_ranks=dp * replicas)
     if expert_dp == 1 or not np.any(np.asarray(expert_params) > 0):
         return dense
     expert = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params, backward_s, overlap,
