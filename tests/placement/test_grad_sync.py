@@ -37,6 +37,7 @@ from archplace.placement.plan import (
 from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
 from archplace.placement.zero import reduces_every_micro_batch, shard_divisors
+from archplace.reporting.plan_tables import plan_label
 from cli_helpers import run as cli
 
 REL = 1e-12
@@ -134,6 +135,7 @@ def test_stage_2_reducing_once_holds_full_gradients_and_reduce_scatters_in_the_t
                                                   rel=REL)
     stage_1 = run(1, GradSync.AUTO)
     assert once.iteration_time_s == stage_1.iteration_time_s and once.memory == stage_1.memory
+    assert plan_label(once).endswith(" zero2 sync=iteration") and "sync" not in plan_label(stage_1)
 
 
 def test_stage_2_reducing_once_is_bucketed_as_stage_1() -> None:

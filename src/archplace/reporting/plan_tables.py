@@ -22,7 +22,8 @@ def plan_label(result: PlanResult) -> str:
     (``cpN``, ``epN`` and ``etpN`` only when above 1, so a dense plan reads ``tp2 pp4 dp8 ...``;
     ``hsdpR`` after the DP degree for hybrid sharding over R replicas) then
     ``v=CHUNKS`` (interleaved) and the flags ``sp``, ``zeroN`` (the ZeRO stage, when above 0),
-    ``overlap``, ``fp8`` (the precision, when not bf16) that are on."""
+    ``overlap``, ``sync=WHEN`` (the gradient synchronisation, when not auto), ``fp8`` (the
+    precision, when not bf16) that are on."""
     p = result.plan
     optional = (("cp", p.cp), ("ep", p.ep), ("etp", p.etp))
     degrees = [f"tp{p.tp}", *(f"{name}{value}" for name, value in optional if value > 1),
@@ -31,8 +32,10 @@ def plan_label(result: PlanResult) -> str:
     if p.chunks > 1:
         parts.append(f"v={p.chunks}")
     parts.append(f"recompute={p.recompute.value}")
+    sync = p.grad_sync.value
     parts += [flag for flag, on in (("sp", p.sp), (f"zero{p.zero_stage}", p.zero_stage > 0),
-                                    ("overlap", p.dp_overlap), ("fp8", p.precision.value == "fp8"))
+                                    ("overlap", p.dp_overlap), (f"sync={sync}", sync != "auto"),
+                                    ("fp8", p.precision.value == "fp8"))
               if on]
     return " ".join(parts)
 
