@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from placement_helpers import brute_force, chains, check_ranking, setups
+from rich.console import Console
 
 from archplace.base.errors import ConfigError
 from archplace.cli import main
@@ -37,7 +38,7 @@ from archplace.placement.plan import (
 from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
 from archplace.placement.zero import reduces_every_micro_batch, shard_divisors
-from archplace.reporting.plan_tables import plan_label
+from archplace.reporting.plan_tables import plan_label, stage_time_table
 from cli_helpers import run as cli
 
 REL = 1e-12
@@ -92,6 +93,10 @@ def test_stage_0_reducing_every_micro_batch_runs_m_all_reduces() -> None:
     # one bucket (Megatron-LM's 40M elements) holds the gradients: overlap hides none of it
     assert run(0, GradSync.MICRO_BATCH, dp_overlap=True).iteration_time_s == every.iteration_time_s
     assert every.memory == once.memory
+    console = Console(width=300, record=True)
+    console.print(stage_time_table(every))
+    text = console.export_text()
+    assert "DP comm" in text and "21000.000" in text  # ms
 
 
 def test_the_per_micro_batch_reduction_sets_the_pipeline_pace() -> None:
