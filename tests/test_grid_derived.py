@@ -21,7 +21,7 @@ from archplace.placement.grid import (
     grid_from_identity,
     grid_identity,
 )
-from archplace.placement.plan import GradReduceDtype, PipelineSchedule, Recompute
+from archplace.placement.plan import GradReduceDtype, GradSync, PipelineSchedule, Recompute
 from archplace.workload.options import Attention, Kernels, RecomputeModule
 
 GRID_FIELDS = {f.name for f in dataclasses.fields(PlanGrid)}
@@ -37,7 +37,8 @@ ODD = PlanGrid(tps=(2, 4), micro_batch_sizes=(3,), sps=(False,), recomputes=(Rec
                fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
                grad_reduce_dtype=GradReduceDtype.BF16, precisions=(Precision.FP8,), cps=(2,), eps=(4,),
                capacity_factor=1.25, expert_load_imbalance=1.5, etps=(2,), dp_replicates=(1, 2),
-               recompute_modules=(RecomputeModule.LAYERNORM, RecomputeModule.MOE_ACT))
+               recompute_modules=(RecomputeModule.LAYERNORM, RecomputeModule.MOE_ACT),
+               grad_sync=GradSync.ITERATION)
 """Every field away from its default."""
 
 
@@ -116,7 +117,8 @@ def test_plan_grid_copies_every_field_by_name() -> None:
     space = PlanSpace(tps=(2, 4), micro_batch_sizes=(3,), recomputes=(Recompute.FULL,),
                       schedules=(PipelineSchedule.INTERLEAVED,), chunks=(3,), sp=False, zero_stages=(1, 3),
                       dp_overlap=(True,), grad_reduce_dtype=GradReduceDtype.BF16,
-                      precisions=(Precision.FP8,), cps=(2,), eps=(4,), etps=(2,), dp_replicates=(1, 2))
+                      precisions=(Precision.FP8,), cps=(2,), eps=(4,), etps=(2,), dp_replicates=(1, 2),
+                      grad_sync=GradSync.ITERATION)
     model = ModelSpec("gpt2", fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
                       capacity_factor=1.25, expert_load_imbalance=1.5,
                       recompute_modules=("layernorm", "moe_act"))

@@ -20,22 +20,23 @@ from archplace.dse.runner import model_chains, plan_limits
 from archplace.front import api
 from archplace.hw.cluster import Cluster
 from archplace.placement.choices import SEARCHED_SCHEDULES
-from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule
+from archplace.placement.plan import CostKey, GradSync, LayerCost, PipelineSchedule
 
 SCHEDULES = SEARCHED_SCHEDULES
 
 
 def _no_plan_beats_the_floor(data: st.DataObject) -> None:
-    """Every plan of every ZeRO stage, overlap, recompute, schedule, depth and DP degree: its
-    samples/s and samples/s per device are at most the floor's, with F the layers' own times
-    (the tightest floor a design can have)."""
+    """Every plan of every ZeRO stage, overlap, recompute, schedule, depth and DP degree, with
+    every gradient synchronisation: its samples/s and samples/s per device are at most the
+    floor's, with F the layers' own times (the tightest floor a design can have)."""
     layers = data.draw(chains(max_layers=4))
-    setup = data.draw(setups(layers, max_devices=8))
+    setup = data.draw(setups(layers, max_devices=8, grad_syncs=tuple(GradSync)))
     key = CostKey(data.draw(st.sampled_from([1, 2])), data.draw(st.sampled_from([1, 2])), False,
                   data.draw(st.sampled_from([1, 2])))
     brute = brute_force({key: layers}, setup, recomputes=RECOMPUTES, schedules=SCHEDULES, chunks=(2,),
                         zeros=(0, 1, 2, 3), overlaps=(False, True))
-    limits = PlanLimits.of(setup.cluster, setup.global_batch, SCHEDULES, (2,), (0, 1, 2, 3), setup.grad_bytes)
+    limits = PlanLimits.of(setup.cluster, setup.global_batch, SCHEDULES, (2,), (0, 1, 2, 3), setup.grad_bytes,
+                           setup.grad_sync)
     floor = math.fsum(layer.fwd_s + layer.bwd_s for layer in layers)
     rate, per_device = plan_bounds(np.array([floor]), key, ChainShape.of(layers), limits)
     g = setup.global_batch

@@ -21,6 +21,7 @@ from archplace.placement.pipeline import evaluate_plan, micro_batches, plan_memo
 from archplace.placement.plan import (
     CostKey,
     GradReduceDtype,
+    GradSync,
     LayerCost,
     Optimizer,
     PipelineSchedule,
@@ -208,7 +209,9 @@ def chains(draw, max_layers: int = 8, layers: int | None = None):
 
 
 @st.composite
-def setups(draw, layers, max_devices: int = 16):
+def setups(draw, layers, max_devices: int = 16, grad_syncs=(GradSync.AUTO,)):
+    """A training setup for ``layers``; its ``grad_sync`` one of ``grad_syncs`` (auto alone by
+    default)."""
     devices = draw(st.integers(2, max_devices))
     cluster = Cluster(
         devices=devices, devices_per_node=draw(st.integers(1, devices - 1)),
@@ -229,4 +232,5 @@ def setups(draw, layers, max_devices: int = 16):
         dp_must_divide_batch=draw(st.booleans()),
         grad_reduce_dtype=draw(st.sampled_from(list(GradReduceDtype))),
         interference=draw(st.sampled_from(INTERFERENCES)),
-        hbm_fraction=draw(st.sampled_from([1.0, 0.75])))
+        hbm_fraction=draw(st.sampled_from([1.0, 0.75])),
+        grad_sync=draw(st.sampled_from(list(grad_syncs))))

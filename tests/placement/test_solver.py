@@ -24,7 +24,14 @@ from archplace.base.units import format_bytes
 from archplace.hw.cluster import Cluster
 from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
-from archplace.placement.plan import ZERO_STAGES, LayerCost, PipelineSchedule, Recompute, TrainingSetup
+from archplace.placement.plan import (
+    ZERO_STAGES,
+    GradSync,
+    LayerCost,
+    PipelineSchedule,
+    Recompute,
+    TrainingSetup,
+)
 from archplace.placement.solver import optimal_plan, plan_search
 
 SCHEDULES = list(SEARCHED_SCHEDULES)
@@ -67,7 +74,7 @@ def check_optimal(layers, setup, options, label=False):
 @st.composite
 def optimal_problems(draw):
     layers = draw(chains(8))
-    setup = draw(setups(layers, 16))
+    setup = draw(setups(layers, 16, grad_syncs=tuple(GradSync)))
     schedule = draw(st.sampled_from(SCHEDULES))
     tp = draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
     options = dict(micro_batch=draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4])),
@@ -104,7 +111,7 @@ def search_problems(draw):
     n = draw(st.integers(1, 8))
     keys = draw(st.lists(COST_KEYS, min_size=1, max_size=3, unique=True))
     costs = {key: draw(chains(layers=n)) for key in keys}
-    setup = draw(setups(costs[keys[0]], 16))
+    setup = draw(setups(costs[keys[0]], 16, grad_syncs=tuple(GradSync)))
     options = dict(recomputes=draw(subset(RECOMPUTES)), schedules=draw(subset(SCHEDULES)),
                    chunks=tuple(draw(subset([2, 3]))), zero_stages=tuple(draw(subset(list(ZERO_STAGES)))),
                    dp_overlap=tuple(draw(subset([False, True]))))
@@ -285,7 +292,7 @@ def test_padding_allows_any_dp():
 def _longer_chains_equal_brute_force(data):
     """9 to 12 layers (up to 2048 splits per pipeline depth), one option set."""
     layers = data.draw(chains(layers=data.draw(st.integers(9, 12))))
-    setup = data.draw(setups(layers, 8))
+    setup = data.draw(setups(layers, 8, grad_syncs=tuple(GradSync)))
     schedule = data.draw(st.sampled_from(SCHEDULES))
     options = dict(micro_batch=1, recompute=data.draw(st.sampled_from(RECOMPUTES)),
                    schedule=schedule,

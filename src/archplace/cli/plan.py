@@ -34,7 +34,7 @@ def _single(values: list[int] | None, option: str) -> int:
 
 LAYER_GRAPH_READS = ("hardware", "devices", "global_batch", "seq_len", "tp", "micro_batch", "recompute",
                      "schedule", "zero_stage", "optimizer", "top", "grad_reduce_dtype", "rank_order",
-                     "dp_replicate")
+                     "dp_replicate", "grad_sync")
 """The options ``plan --layer-graph`` reads (the rank order only as its default); it refuses
 any other option given (a layer graph file
 carries its own costs, so the model's and the chip's options do not apply)."""
@@ -61,7 +61,7 @@ def _layer_graph_plans(ctx: typer.Context, layer_graph: Path, no_zero: bool,
         micro_batch=_single(options["micro_batch"], "--micro-batch"), recomputes=options["recompute"],
         schedules=options["schedule"], zero_stages=stages, optimizer=options["optimizer"] or "adam",
         top_k=options["top"] or TOP_K, grad_reduce_dtype=options["grad_reduce_dtype"] or "fp32",
-        dp_replicates=options["dp_replicate"] or (1,))
+        dp_replicates=options["dp_replicate"] or (1,), grad_sync=options["grad_sync"] or "auto")
 
 
 def register(app: typer.Typer) -> None:

@@ -50,6 +50,17 @@ for the slowest segment's time per micro-batch and V = v T.  The placement model
   - ZeRO 3: per micro-batch each layer takes at least its two all-gathers and its
     reduce-scatter, so V >= (2 W + G_b) u: iteration >= (m + a) max(V, (2 W + G_b) u).
 
+  When the gradients are reduced at other times (the plan space's ``grad_sync``,
+  :mod:`archplace.placement.zero`): reducing every micro-batch, ZeRO 0 and 1 put their
+  reduction in every segment's time, which holds at least it (the part left after the segment's
+  backward pass is at least the whole less that pass, which the segment's compute contains:
+  :func:`~archplace.placement.zero.micro_batch_reduce_s`), so V >= 2 G_b u (ZeRO 0; iteration
+  >= (m + a) max(V, 2 G_b u)) or V >= G_b u (ZeRO 1; iteration >= (m + a) max(V, G_b u) + W u);
+  reducing once per iteration, ZeRO 2's reduce-scatter moves to the tail, bucketed over the last
+  backward pass as ZeRO 1's (the ZeRO 1 floor), and ZeRO 3 keeps its all-gathers in V
+  (V >= 2 W u) and adds that reduce-scatter to the tail: with V' = max(V, 2 W u), iteration >=
+  (m + a) V' + max(0, G_b u - V'), which grows with V'.
+
   The plan's floor is the smallest of these over the plan space's ZeRO stages.
 
 Each floor grows with V, so V may be replaced by its floor.  The design's throughput is at most
@@ -69,9 +80,9 @@ from numpy.typing import NDArray
 
 from archplace.hw.cluster import Cluster
 from archplace.placement.costs import CostKey
-from archplace.placement.plan import LayerCost, PipelineSchedule
+from archplace.placement.plan import GradSync, LayerCost, PipelineSchedule
 from archplace.placement.timing import P2P_TRANSFERS_PER_BOUNDARY, smallest_boundary_bytes
-from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM
+from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, reduces_every_micro_batch
 from archplace.workload.layers import Layer
 
 FloatArray = NDArray[np.float64]
@@ -92,6 +103,7 @@ class PlanLimits:
         chunks: chunk counts of the plan space's interleaved schedule (empty without it).
         zero_stages: the plan space's ZeRO stages.
         grad_bytes: bytes per gradient element of the DP reduction (4 fp32 or 2 bf16).
+        grad_sync: when the plan space's gradients are reduced (:class:`GradSync`).
 
     Raises:
         ValueError: a field out of range.
@@ -103,6 +115,7 @@ class PlanLimits:
     chunks: tuple[int, ...] = ()
     zero_stages: tuple[int, ...] = ZERO_STAGES
     grad_bytes: int = 4
+    grad_sync: GradSync = GradSync.AUTO
 
     def __post_init__(self) -> None:
         if self.devices < 1 or self.global_batch < 1 or self.grad_bytes < 1:
@@ -116,12 +129,14 @@ class PlanLimits:
 
     @classmethod
     def of(cls, cluster: Cluster, global_batch: int, schedules: Sequence[PipelineSchedule],
-           chunks: Sequence[int], zero_stages: Sequence[int], grad_bytes: int) -> PlanLimits:
-        """The limits of a plan space (its schedules, chunk counts and ZeRO stages) on ``cluster``."""
+           chunks: Sequence[int], zero_stages: Sequence[int], grad_bytes: int,
+           grad_sync: GradSync = GradSync.AUTO) -> PlanLimits:
+        """The limits of a plan space (its schedules, chunk counts, ZeRO stages and gradient
+        synchronisation) on ``cluster``."""
         fastest = cluster.fastest_bandwidth_bytes_per_s()
         interleaved = tuple(sorted(set(chunks))) if PipelineSchedule.INTERLEAVED in schedules else ()
         return cls(cluster.devices, global_batch, fastest, interleaved, tuple(sorted(set(zero_stages))),
-                   grad_bytes)
+                   grad_bytes, grad_sync)
 
 
 @dataclass(frozen=True)
@@ -185,17 +200,30 @@ def plan_bounds(floor_s: FloatArray, key: CostKey, shape: ChainShape,
                 queue = (m - 1.0 + a) * v_floor
                 iteration = np.full((len(d), len(given)), np.inf)
                 for z in limits.zero_stages:
-                    if z == 0:
-                        these = queue + np.maximum(v_floor, 2.0 * grad * u)
-                    elif z in (1, 2):
-                        these = queue + np.maximum(v_floor, grad * u) + weight * u
-                    else:
-                        these = (m + a) * np.maximum(v_floor, (2.0 * weight + grad) * u)
+                    these = _zero_floor(z, reduces_every_micro_batch(z, limits.grad_sync), queue, v_floor,
+                                        m + a, u, grad, weight)
                     np.minimum(iteration, these, out=iteration)
                 samples = np.where(iteration > 0, g_total / iteration, np.inf)
                 np.maximum(rate, samples.max(axis=0), out=rate)
                 np.maximum(per_device, (samples / used).max(axis=0), out=per_device)
     return np.where(finite, rate, 0.0), np.where(finite, per_device, 0.0)
+
+
+def _zero_floor(z: int, every: bool, queue: FloatArray, v_floor: FloatArray, slots: FloatArray,
+                u: FloatArray, grad: float, weight: float) -> FloatArray:
+    """The iteration floor of ZeRO stage ``z`` (module docstring), its gradients reduced every
+    micro-batch when ``every``: ``queue`` = (m - 1 + a) V, ``slots`` = m + a, V at ``v_floor``."""
+    if z == 0:
+        reduce = np.maximum(v_floor, 2.0 * grad * u)
+        return slots * reduce if every else queue + reduce
+    if z == 1 and every:
+        return slots * np.maximum(v_floor, grad * u) + weight * u
+    if z in (1, 2):
+        return queue + np.maximum(v_floor, grad * u) + weight * u
+    if every:
+        return slots * np.maximum(v_floor, (2.0 * weight + grad) * u)
+    gathered = np.maximum(v_floor, 2.0 * weight * u)
+    return slots * gathered + np.maximum(0.0, grad * u - gathered)
 
 
 def _smallest_widths(per_replica_samples: float, widest: int) -> tuple[NDArray[np.int64], FloatArray]:

@@ -141,7 +141,7 @@ def plan_limits(request: SearchRequest) -> PlanLimits:
     """The :class:`~archplace.dse.comm_floor.PlanLimits` of a search request."""
     space = request.plan_space
     return PlanLimits.of(request.cluster, request.global_batch, space.schedules, space.chunks,
-                         space.zero_stages, space.grad_reduce_dtype.bytes)
+                         space.zero_stages, space.grad_reduce_dtype.bytes, space.grad_sync)
 
 
 def _pace_task(pairs: list[tuple[Accelerator, DesignResult]], chains: Chains, cluster: Cluster,

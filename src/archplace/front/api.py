@@ -156,7 +156,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          chunks: Iterable[int] | None = None,
          dp_overlap: Iterable[bool] | None = None, cluster: str | None = None,
          dp_replicates: Iterable[int] = (1,),
-         recompute_modules: Iterable[str] = ("core_attn",)) -> list[PlanResult]:
+         recompute_modules: Iterable[str] = ("core_attn",), grad_sync: str = "auto") -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -189,15 +189,17 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     (Transformer Engine's userbuffers overlap, :mod:`archplace.placement.tp_overlap`); None:
     the chip's own (off on the shipped presets). ``pp_comm_overlap``: an interleaved plan's
     pipeline sends overlap the next chunk's computation (Megatron-Core's ``overlap_p2p_comm``);
-    None: the chip's own (off). ``ep_comm_overlap``: a mixture-of-experts plan hides one
-    micro-batch's expert all-to-alls behind another micro-batch's computation (Megatron-Core's
-    ``overlap_moe_expert_parallel_comm``, :mod:`archplace.placement.ep_overlap`); None: the
-    chip's own (off).
+    None: the chip's own (off). ``ep_comm_overlap``: the expert all-to-alls hide behind another
+    micro-batch's computation (:mod:`archplace.placement.ep_overlap`); None: the chip's own (off).
     ``chunks``: model chunks per device tried with the interleaved schedule (default 2 and 4);
     ``dp_overlap``: the DP overlap settings tried (default both, False and True);
     ``dp_replicates``: hybrid-sharding (HSDP) replica counts tried (default 1 only: ZeRO over the
     whole DP x CP group; r > 1: ZeRO within each of r replicas, which all-reduce their gradient
     shards once per iteration, :mod:`archplace.placement.layout`);
+    ``grad_sync``: when the DP gradient reduction runs, for every plan: ``auto`` (each ZeRO
+    stage's framework default: stages 0 and 1 once per iteration, 2 and 3 every micro-batch),
+    ``iteration`` (accumulated and reduced once; ZeRO 2 and 3 then hold unsharded gradients) or
+    ``micro_batch`` (every micro-batch; :mod:`archplace.placement.zero`);
     ``cluster``: the preset or YAML whose cluster section gives the links (default
     ``hardware``'s own). Each keyword is a field of :class:`~archplace.front.specs.PlanSpace`,
     :class:`~archplace.front.specs.ModelSpec` or :class:`~archplace.front.specs.HardwareSpec`, as ``plan``'s
@@ -263,14 +265,16 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              attention_kernel: str | None = None, tp_comm_overlap: bool | None = None,
              pp_comm_overlap: bool | None = None, ep_comm_overlap: bool | None = None,
              cluster: str | None = None,
-             dp_replicate: int = 1, recompute_modules: Iterable[str] = ("core_attn",)) -> PlanResult:
+             dp_replicate: int = 1, recompute_modules: Iterable[str] = ("core_attn",),
+             grad_sync: str = "auto") -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor``, ``expert_load_imbalance`` and ``recompute_modules`` (used when
     ``recompute`` is ``selective``) as in :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, ``dp_replicate`` the
-    hybrid-sharding replicas (dividing ``dp``, with ``zero_stage`` >= 1), and
+    hybrid-sharding replicas (dividing ``dp``, with ``zero_stage`` >= 1), ``grad_sync`` when the
+    DP gradient reduction runs (``auto``, ``iteration`` or ``micro_batch``, as in :func:`plan`), and
     ``attention_kernel``, ``tp_comm_overlap``, ``pp_comm_overlap`` and ``ep_comm_overlap``, as in
     :func:`plan`;
     ``hardware`` a preset, a hardware YAML or a
@@ -299,7 +303,8 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                  schedule=schedule, chunks=chunks, sp=sp, zero_stage=fixed_zero_stage(zero_stage, zero),  # type: ignore[arg-type]
                  dp_overlap=dp_overlap, grad_reduce_dtype=grad_reduce_dtype, optimizer=optimizer,  # type: ignore[arg-type]
                  stages=parse_stages(stages) if stages else None, precision=precision, cp=cp, ep=ep,  # type: ignore[arg-type]
-                 rank_order=rank_order, etp=etp, dp_replicate=dp_replicate)  # type: ignore[arg-type]
+                 rank_order=rank_order, etp=etp, dp_replicate=dp_replicate,  # type: ignore[arg-type]
+                 grad_sync=grad_sync)  # type: ignore[arg-type]
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
                      recompute_modules=_listed(recompute_modules))
@@ -365,6 +370,7 @@ def search_request(
     etps: Iterable[int] | None = None,
     dp_replicates: Iterable[int] = (1,),
     recompute_modules: Iterable[str] = ("core_attn",),
+    grad_sync: str = "auto",
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it: the keywords make a
     :class:`~archplace.front.specs.search.SearchSpec` (each keyword is its field of the same name, with
@@ -387,8 +393,8 @@ def search_request(
         area_budget: keep designs of at most this area (``"280 mm2"``; default: the space's rule).
         power_budget: keep designs of at most this TDP (``"300 W"``).
         baseline: hardware preset evaluated the same way for comparison (None: none).
-        zero_stages, grad_reduce_dtype, precisions, cps, eps, etps, dp_replicates: the other
-            plan choices, likewise (``zero_stages`` also ``"all"`` or ``"0,1,3"``; a design
+        zero_stages, grad_reduce_dtype, grad_sync, precisions, cps, eps, etps, dp_replicates: the
+            other plan choices, likewise (``zero_stages`` also ``"all"`` or ``"0,1,3"``; a design
             without FP8 tensor cores tries bf16 only; cps, eps, etps default to 1 only; etps above
             1 refused when every model is dense).
         fuse, attention, kernels: how the layers are traced, as in :func:`graph`

@@ -54,6 +54,7 @@ sp: true                  # also try sequence parallelism (TP width > 1)
 zero_stages: [0, 1, 2, 3] # 3 is FSDP
 dp_overlap: [false, true] # DP gradient reduction exposed, or bucketed over the last backward pass
 grad_reduce_dtype: fp32   # gradient buffer and reduction: fp32 (Megatron-LM's bf16 recipe) | bf16
+grad_sync: auto           # gradient reduction: auto (each ZeRO stage's) | iteration | micro_batch
 precisions: [bf16]        # GEMM precisions to try: bf16 | fp8 (Transformer Engine's FP8 recipe)
 cps: null                 # context-parallel degrees (sequence split, ring attention); null: automatic
 eps: null                 # expert-parallel degrees (experts sharded over DP ranks); null: automatic

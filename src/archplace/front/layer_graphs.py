@@ -16,14 +16,14 @@ from typing import Any
 
 from archplace.base import limits
 from archplace.base.errors import ConfigError, InfeasibleError, OutOfMemoryError
-from archplace.base.fields import check_as
+from archplace.base.fields import check_as, member
 from archplace.front import app
 from archplace.front.layer_graph_file import load_layer_graph_file
 from archplace.front.specs import ClusterSpec, HardwareSpec, Plan
 from archplace.front.specs.plan import check_sp, enum_choices, fixed_zero_stage
 from archplace.placement.downset_dp import dag_plan
 from archplace.placement.layer_graph import LayerGraph
-from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, PipelineSchedule, Recompute
+from archplace.placement.plan import RECOMPUTE_ORDER, SCHEDULE_ORDER, GradSync, PipelineSchedule, Recompute
 from archplace.placement.result import PlanResult
 
 DEFAULT_SCHEDULES = ("1f1b", "gpipe")
@@ -35,7 +35,7 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
                      zero: bool = False, dp_overlap: bool = False, sp: bool = False,
                      seq_len: int | None = None, optimizer: str = "adam",
                      zero_stage: int | None = None, grad_reduce_dtype: str = "fp32",
-                     dp_replicate: int = 1) -> PlanResult:
+                     dp_replicate: int = 1, grad_sync: str = "auto") -> PlanResult:
     """The fastest plan of a layer DAG (a two-tower or multi-modal model, or a profiled layer graph)
     on ``devices`` chips of ``hardware``: exact over pipeline depth, DP degree and stages (Piper's
     downset DP, Tarnawski et al., NeurIPS 2021; :func:`archplace.placement.downset_dp.dag_plan`).
@@ -52,6 +52,8 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
         grad_reduce_dtype: fp32 or bf16 gradients (:func:`archplace.front.api.plan`).
         dp_replicate: hybrid sharding's replicas r (:attr:`Plan.dp_replicate`; r > 1 needs
             zero_stage 1: the optimizer state sharded over dp / r ranks of each replica).
+        grad_sync: when the gradients are reduced (:attr:`Plan.grad_sync`): auto or iteration
+            (the same at ZeRO stages 0 and 1); micro_batch is refused (modelled for chains).
         seq_len: tokens per sample for tokens/s [the file's ``seq_len``, else 1].
         optimizer: ``adam`` or ``sgd``.
 
@@ -77,8 +79,9 @@ def plan_layer_graph(graph: str | Path | Any, hardware: str, *, devices: int, gl
     stage = fixed_zero_stage(zero_stage, zero)
     _, setup = app.training_setup(HardwareSpec(hardware), devices=devices, global_batch=global_batch,
                                   seq_len=tokens, optimizer=optimizer, grad_reduce_dtype=grad_reduce_dtype)
-    return dag_plan(layers, replace(setup, dp_replicate=dp_replicate), micro_batch=micro_batch,
-                    recompute=enum_choices(Recompute, [recompute], "recompute")[0],
+    sync = member(GradSync, grad_sync, "grad_sync")
+    return dag_plan(layers, replace(setup, dp_replicate=dp_replicate, grad_sync=sync),
+                    micro_batch=micro_batch, recompute=enum_choices(Recompute, [recompute], "recompute")[0],
                     schedule=enum_choices(PipelineSchedule, [schedule], "schedule")[0], tp=tp,
                     zero_stage=stage, dp_overlap=dp_overlap, sp=sp)
 
@@ -89,7 +92,8 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
                              schedules: Iterable[str] | None = None,
                              zero_stages: Iterable[int] = (0, 1), optimizer: str = "adam",
                              grad_reduce_dtype: str = "fp32", top_k: int = 5,
-                             dp_replicates: Iterable[int] = (1,)) -> list[PlanResult]:
+                             dp_replicates: Iterable[int] = (1,),
+                             grad_sync: str = "auto") -> list[PlanResult]:
     """The ``top_k`` best plans of a layer DAG over the recompute policies (default: all),
     schedules (default 1F1B and GPipe), ``zero_stages`` and DP overlap off and on, each exact
     (:func:`plan_layer_graph`), fastest first; ties go to fewer devices, fewer stages, less
@@ -97,8 +101,8 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
 
     Args:
         graph: the layer DAG or its file; ``hardware``, ``devices``, ``global_batch``, ``tp``,
-            ``micro_batch``, ``seq_len``, ``optimizer`` and ``grad_reduce_dtype`` as in
-            :func:`plan_layer_graph` (one TP width and micro-batch: those of the graph's costs).
+            ``micro_batch``, ``seq_len``, ``optimizer``, ``grad_reduce_dtype`` and ``grad_sync`` as
+            in :func:`plan_layer_graph` (one TP width and micro-batch: those of the graph's costs).
         recomputes, schedules, zero_stages: the options searched, by name / number.
         dp_replicates: hybrid sharding's replica counts tried (each r > 1 with ZeRO stage 1 only,
             as :func:`plan_layer_graph` allows).
@@ -133,7 +137,7 @@ def plan_layer_graph_options(graph: str | Path | LayerGraph, hardware: str, *, d
                         graph, hardware, devices=devices, global_batch=global_batch,
                         micro_batch=micro_batch, recompute=rc, schedule=kind, tp=tp, zero_stage=z,
                         dp_overlap=overlap, seq_len=seq_len, optimizer=optimizer,
-                        grad_reduce_dtype=grad_reduce_dtype, dp_replicate=r)
+                        grad_reduce_dtype=grad_reduce_dtype, dp_replicate=r, grad_sync=grad_sync)
                 except InfeasibleError as exc:
                     frugal = (isinstance(exc, OutOfMemoryError),
                               RECOMPUTE_ORDER.index(Recompute(rc)), kind == "1f1b", z, not overlap, -r)

@@ -28,6 +28,7 @@ from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import (
     ZERO_STAGES,
     GradReduceDtype,
+    GradSync,
     LayerCost,
     Optimizer,
     PipelineSchedule,
@@ -43,6 +44,7 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "ZERO_STAGES",
     "GradReduceDtype",
+    "GradSync",
     "Interference",
     "LayerCost",
     "Optimizer",

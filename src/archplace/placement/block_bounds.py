@@ -102,7 +102,15 @@ class BlockBounds:
           (:func:`~archplace.placement.zero.segment_zero_comm_s`), over the DP x CP group at its
           per-byte cost (the start-ups and the experts' collectives left out), so T is at least
           that of the largest layer over v (a device's pace is the mean of its v segments) and
-          the average over the s segments.
+          the average over the s segments. When the gradients are reduced once per iteration
+          (``setup.grad_sync`` iteration) the reduce-scatters leave: stage 2 has none, stage 3
+          its all-gathers;
+        * ZeRO 0 and 1 reducing every micro-batch (``grad_sync`` micro_batch): a segment's time
+          holds at least its gradient reduction (all-reduce, reduce-scatter), for the part of it
+          left after the backward pass is at least the whole less that pass
+          (:func:`~archplace.placement.zero.bucketed_exposed_s`), which the segment's compute
+          contains (:func:`~archplace.placement.zero.micro_batch_reduce_s`); the same two
+          averages.
         """
         v = variant.chunks
         s = p * v
@@ -112,29 +120,36 @@ class BlockBounds:
             sends = np.zeros_like(sends)
         floor: FloatArray = np.asarray((state.layer_base_sum + sends) / s, dtype=np.float64)
         zs = variant.zero_stage
-        if zs < 2 or state.dense_sum <= 0:
+        every = variant.reduces_every_micro_batch
+        if (zs <= 2 and not every) or state.dense_sum <= 0:
             return floor
         per_byte = self.group_costs(state, p, d, 0)[1]
         grad = float(self.setup.grad_bytes)
-        factor = grad / 2.0 if zs == 2 else (2.0 * WEIGHT_BYTES_PER_PARAM + grad) / 2.0
+        if zs <= 1:  # the reduction: an all-reduce (stage 0) or a reduce-scatter of the gradients
+            factor = grad if zs == 0 else grad / 2.0
+        elif zs == 2:
+            factor = grad / 2.0
+        else:  # two all-gathers, and the reduce-scatter when every micro-batch reduces
+            factor = (2.0 * WEIGHT_BYTES_PER_PARAM + (grad if every else 0.0)) / 2.0
         layer_comm = np.maximum(factor * per_byte * state.dense_max / v,
                                 factor * per_byte * state.dense_sum / s)
         return np.maximum(floor, layer_comm)
 
     def overlap_floor(self, state: FamilyState, variant: Variant, p: npt.NDArray[np.int64],
                       d: npt.NDArray[np.int64], params: FloatArray, t_low: FloatArray) -> FloatArray:
-        """What the bucketed gradient reduction (``dp_overlap``, ZeRO 0 and 1) adds to
-        :meth:`tail_bound`, which counts it 0, for candidates whose slowest segment takes at
-        least ``t_low`` per micro-batch and whose largest device holds at least ``params``:
-        max(0, R - v t_low), R the whole reduction's time (one start-up at least).  The
-        reduction left exposed after the last backward pass is at least R minus that pass
+        """What the bucketed once-per-iteration gradient reduction (``dp_overlap``; ZeRO 0 and 1,
+        and 2 and 3 with ``grad_sync`` iteration) adds to :meth:`tail_bound`, which counts it 0,
+        for candidates whose slowest segment takes at least ``t_low`` per micro-batch and whose
+        largest device holds at least ``params``: max(0, R - v t_low), R the whole reduction's
+        time over the shard group (one start-up at least).  The reduction left exposed after the
+        last backward pass is at least R minus that pass
         (:func:`~archplace.placement.zero.bucketed_exposed_s`), itself at most the sum of the
         device's v segment times, v T, and
         (v m + p - 1) T + max(0, R - v T) grows with T, so it holds at T = t_low.  0 without
-        overlap, at ZeRO 2 and 3, and for chains with routed experts (their tail has two
-        groups; :meth:`tail_bound` alone bounds it)."""
+        overlap, when every micro-batch reduces (no reduction in the tail), and for chains with
+        routed experts (their tail has two groups; :meth:`tail_bound` alone bounds it)."""
         zs = variant.zero_stage
-        if not variant.overlap or zs >= 2 or state.experts:
+        if not variant.overlap or variant.reduces_every_micro_batch or state.experts:
             return np.zeros(np.shape(t_low))
         const, per_byte = self.group_costs(state, p, d, 0)
         share = 1.0 if zs == 0 else 0.5  # an all-reduce, or a reduce-scatter (half of it)
@@ -205,20 +220,22 @@ class BlockBounds:
                     which: int, coefficient: float) -> FloatArray:
         """Exposed traffic (bucketed reduction counted 0) + optimizer step of ``params``
         parameters reduced and sharded over a group of ``group`` ranks (``which``: 0 the DP x CP
-        group, 1 the expert-data-parallel group), as ``zero.dp_tail_comm_s`` charges them."""
+        group, 1 the expert-data-parallel group), as ``zero.dp_tail_comm_s`` charges them (the
+        gradient reduction only when it is once per iteration, ``setup.grad_sync``)."""
         setup = self.setup
         zs = variant.zero_stage
         shards = group if zs >= 1 else 1
         out: FloatArray = np.asarray(coefficient * params / shards, dtype=np.float64)
-        if zs >= 3:
+        every = variant.reduces_every_micro_batch
+        if zs >= 3 and every:
             return out
         pp_b, dp_b, par_b = np.broadcast_arrays(np.asarray(p), np.asarray(d), np.asarray(params))
         size = np.broadcast_to(np.asarray(group), pp_b.shape)
         const, per_byte = self.group_costs(state, pp_b, dp_b, which)
         # as zero.dp_tail_comm_s, the bucketed (overlapped) reduction counted 0
         grads = setup.grad_bytes * par_b
-        comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if zs >= 1
+        comm = (const / 2.0 + per_byte / 2.0 * (WEIGHT_BYTES_PER_PARAM * par_b) if 1 <= zs <= 2
                 else np.zeros_like(const))
-        if not variant.overlap and zs <= 1:
+        if not variant.overlap and not every:
             comm = comm + (const + per_byte * grads if zs == 0 else const / 2.0 + per_byte / 2.0 * grads)
         return out + np.where((size > 1) & (par_b > 0), comm, 0.0)

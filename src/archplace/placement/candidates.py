@@ -12,8 +12,9 @@ import numpy as np
 import numpy.typing as npt
 
 from archplace.placement.memory import interleaved_in_flight_chunks
-from archplace.placement.plan import CostKey, LayerCost, PipelineSchedule, Recompute
+from archplace.placement.plan import CostKey, GradSync, LayerCost, PipelineSchedule, Recompute
 from archplace.placement.tables import FloatArray, SegmentTables
+from archplace.placement.zero import reduces_every_micro_batch
 from archplace.workload.key import Keyed
 
 SLACK = 1e-9
@@ -53,17 +54,25 @@ class CostFamily(Keyed):
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """Schedule, chunks and the objective options of a block of candidates."""
+    """Schedule, chunks and the objective options of a block of candidates (``grad_sync``: the
+    search's ``TrainingSetup.grad_sync``, which all its variants share)."""
 
     schedule: PipelineSchedule
     chunks: int
     zero_stage: int
     overlap: bool
+    grad_sync: GradSync = GradSync.AUTO
+
+    @property
+    def reduces_every_micro_batch(self) -> bool:
+        """Whether every micro-batch reduces the gradients (:mod:`archplace.placement.zero`)."""
+        return reduces_every_micro_batch(self.zero_stage, self.grad_sync)
 
     @property
     def per_candidate(self) -> bool:
-        """Whether the front must be enumerated per (p, d): with overlap, or ZeRO-2/3."""
-        return self.overlap or self.zero_stage >= 2
+        """Whether the front must be enumerated per (p, d): with overlap, ZeRO-2/3, or stages 0
+        and 1 reducing every micro-batch (then the segment times depend on d)."""
+        return self.overlap or self.zero_stage >= 2 or self.reduces_every_micro_batch
 
 
 class Candidate(NamedTuple):

@@ -1,6 +1,6 @@
 """The plan options' choices: recompute policies, pipeline schedules, optimizers, gradient
-dtypes, rank orders, the ZeRO stages and the default micro-batch sizes, with their tie-break
-orders."""
+dtypes and synchronisation, rank orders, the ZeRO stages and the default micro-batch sizes,
+with their tie-break orders."""
 
 from __future__ import annotations
 
@@ -66,6 +66,35 @@ class GradReduceDtype(enum.StrEnum):
     def bytes(self) -> int:
         """Bytes per element: 4 (fp32) or 2 (bf16)."""
         return 4 if self is GradReduceDtype.FP32 else 2
+
+
+class GradSync(enum.StrEnum):
+    """When the data-parallel gradient reduction runs (:mod:`archplace.placement.zero`).
+
+    AUTO is each ZeRO stage's framework default. Stages 0 and 1 accumulate the gradients locally
+    and reduce them once per iteration, during the last micro-batch's backward pass
+    (Megatron-LM's DDP and distributed optimizer: ``megatron/core/pipeline_parallel/schedules.py``
+    runs every micro-batch but the last inside ``config.no_sync_func``, "Run computation for last
+    microbatch out of context handler (want to synchronize gradients)", NVIDIA/Megatron-LM @
+    d98e8a64dd). Stages 2 and 3 reduce every micro-batch: DeepSpeed's ZeRO-2 reduces each
+    micro-batch's gradients into their partitions (``reduce_ready_partitions_and_remove_grads``
+    runs when ``self.partition_gradients or self.is_gradient_accumulation_boundary``, and
+    ``engine.no_sync`` asserts "no_sync context manager is incompatible with gradient
+    partitioning logic of ZeRO stage 2/3", microsoft/DeepSpeed @ 38327e07f6), and PyTorch FSDP
+    reduce-scatters every backward pass unless ``no_sync()`` (FSDP2:
+    ``set_requires_gradient_sync(False)``) is used.
+
+    ITERATION accumulates the gradients over the micro-batches and reduces them once: at stages 2
+    and 3 the accumulated gradients are then held unsharded (FSDP's ``no_sync``: "FSDP will
+    accumulate the full model gradients (instead of gradient shards) until the eventual sync",
+    ``torch/distributed/fsdp/fully_sharded_data_parallel.py``, pytorch/pytorch @ 005df1d67c).
+    MICRO_BATCH reduces every micro-batch's gradients (stages 0 and 1: DDP without ``no_sync``).
+    At stages 0 and 1 ITERATION is AUTO; at stages 2 and 3 MICRO_BATCH is.
+    """
+
+    AUTO = "auto"
+    ITERATION = "iteration"
+    MICRO_BATCH = "micro_batch"
 
 
 class RankOrder(enum.StrEnum):

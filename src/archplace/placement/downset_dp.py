@@ -69,6 +69,7 @@ from archplace.placement.layer_graph import (
 from archplace.placement.memory import in_flight_micro_batches, stage_memory
 from archplace.placement.pipeline import check_finite_times, evaluate_plan, stage_times
 from archplace.placement.plan import (
+    GradSync,
     LayerCost,
     PipelineSchedule,
     Plan,
@@ -386,7 +387,8 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
         module docstring; on a chain the plan equals ``optimal_plan``'s.
 
     Raises:
-        ConfigError: cp or ep > 1, ``setup.dp_replicate`` > 1 without ZeRO stage 1, layers with routed-expert
+        ConfigError: cp or ep > 1, ``setup.dp_replicate`` > 1 without ZeRO stage 1,
+            ``setup.grad_sync`` micro_batch (stage times that would depend on d), layers with routed-expert
             parameters, an unknown policy, the interleaved
             schedule, a layer whose FLOP would run faster than the chip's peak (MFU above 1),
             or a graph with more downsets or candidate stages than the limits.
@@ -417,6 +419,10 @@ def dag_plan(graph: LayerGraph, setup: TrainingSetup, *, micro_batch: int, recom
     if zero_stage >= 2:
         raise ConfigError(f"layer-graph plans support ZeRO stages 0 and 1, not zero_stage={zero_stage} "
                           f"(its per-layer collectives are modelled for layer chains)")
+    if setup.grad_sync is GradSync.MICRO_BATCH:
+        raise ConfigError("grad_sync micro_batch: layer-graph plans reduce the gradients once per "
+                          "iteration (ZeRO stages 0 and 1: grad_sync auto or iteration); a reduction "
+                          "every micro-batch is modelled for layer chains", fields=("grad_sync",))
     r = setup.dp_replicate
     if r > 1 and zero_stage == 0:
         raise ConfigError(f"dp_replicate {r} (hybrid sharding) needs ZeRO stage 1 in a layer-graph plan, "

@@ -21,11 +21,13 @@ from archplace.cost.precision import PRECISIONS, Precision
 from archplace.placement.choices import SEARCHED_SCHEDULES
 from archplace.placement.plan import (
     GRAD_HELP,
+    GRAD_SYNC_HELP,
     MICRO_BATCHES,
     PRECISION_HELP,
     ZERO_STAGES,
     CostKey,
     GradReduceDtype,
+    GradSync,
     PipelineSchedule,
     Plan,
     Recompute,
@@ -94,6 +96,9 @@ class PlanChoices:
             micro-batch's backward pass (True).
         grad_reduce_dtype: gradient buffer and reduction dtype (fp32, as Megatron-LM's bf16
             recipe, or bf16), not searched: every plan is scored with it.
+        grad_sync: when the DP gradient reduction runs (auto, iteration or micro_batch;
+            :class:`~archplace.placement.choices.GradSync`), not searched: every plan is scored
+            with it.
         precisions: precisions of the linear layers' GEMMs to try: bf16 and/or fp8
             (Transformer Engine's FP8 recipe, :mod:`archplace.cost.precision`), each a separate
             set of layer costs; the plans of all of them are ranked together (ties: bf16 first).
@@ -134,6 +139,7 @@ class PlanChoices:
         help="DP gradient reduction exposed (false) and/or bucketed over the last backward pass "
              "(true): both are tried unless a plan file says otherwise")
     grad_reduce_dtype: GradReduceDtype = option(GradReduceDtype.FP32, help=GRAD_HELP)
+    grad_sync: GradSync = option(GradSync.AUTO, help=GRAD_SYNC_HELP)
     precisions: tuple[Precision, ...] = option(
         PRECISIONS, tries="precision", help=PRECISION_HELP + "; the plans of each are ranked together")
     cps: tuple[int, ...] | None = option(None, tries="cp", default_shown="automatic")

@@ -16,10 +16,13 @@ fp32 gradient accumulation buffer, fp32 optimizer state):
 * ZeRO stages 1-3 divide the optimizer state, then the gradients, then the weights over the d
   data-parallel replicas, and stage 3 adds its window of gathered parameters
   (:mod:`archplace.placement.zero`): 6 + 12/d B for Adam with ZeRO-1, 2 + 16/d with ZeRO-2,
-  18/d (+ the window) with ZeRO-3. With context parallelism the dense parameters are sharded
-  over the DP x CP group (d cp ranks: Megatron-Core's distributed optimizer shards over its
-  ``dp-cp`` group), the routed experts' parameters (``LayerCost.expert_params``) over the
-  expert-data-parallel group (tp cp d / (etp ep) ranks; :mod:`archplace.placement.layout`).
+  18/d (+ the window) with ZeRO-3. Gradients accumulated over the micro-batches and reduced
+  once per iteration (``grad_sync`` iteration: FSDP's ``no_sync``) are held unsharded: 6 + 12/d
+  with ZeRO-2, 4 + 14/d with ZeRO-3 (:func:`~archplace.placement.zero.shard_divisors`). With
+  context parallelism the dense parameters are sharded over the DP x CP group (d cp ranks:
+  Megatron-Core's distributed optimizer shards over its ``dp-cp`` group), the routed experts'
+  parameters (``LayerCost.expert_params``) over the expert-data-parallel group (tp cp d /
+  (etp ep) ranks; :mod:`archplace.placement.layout`).
 
 Activations kept for the backward pass, per micro-batch, follow the layer costs (Korthikanti et
 al. 2022, section 4: ``activation_bytes`` without recomputation, ``selective_activation_bytes``
@@ -56,7 +59,7 @@ from types import MappingProxyType
 from archplace.base.errors import ConfigError
 from archplace.cost.precision import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
 from archplace.placement.dualpipe import in_flight_peak
-from archplace.placement.plan import LayerCost, Optimizer, PipelineSchedule, Recompute
+from archplace.placement.plan import GradSync, LayerCost, Optimizer, PipelineSchedule, Recompute
 from archplace.placement.result import StageMemory
 from archplace.placement.timing import micro_batch_group_size
 from archplace.placement.zero import WEIGHT_BYTES_PER_PARAM, gathered_bytes, shard_divisors
@@ -95,11 +98,13 @@ def sequential_sum(values: Iterable[float]) -> float:
 def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM, *, zero_stage: int = 0,
                       dp: int = 1, grad_bytes: int = GRADIENT_BYTES_PER_PARAM, fp8_params: int = 0,
                       expert_params: int = 0, expert_dp: int | None = None,
-                      fp8_expert_params: int = 0) -> tuple[float, float, float]:
+                      fp8_expert_params: int = 0,
+                      grad_sync: GradSync = GradSync.AUTO) -> tuple[float, float, float]:
     """(weights, gradients, optimizer state) bytes of ``params`` parameters on one device:
     2 B (+ 2 B of FP8 weight cache per each of the ``fp8_params`` FP8 GEMM weights),
     ``grad_bytes`` and the optimizer's bytes per parameter, each divided over the ``dp``
-    replicas as ``zero_stage`` shards it (:func:`archplace.placement.zero.shard_divisors`)::
+    replicas as ``zero_stage`` shards it (:func:`archplace.placement.zero.shard_divisors`; the
+    gradients unsharded when ``grad_sync`` accumulates them over the micro-batches)::
 
         weights = 2·params/s_w + 2·fp8_params/s_w
 
@@ -117,7 +122,7 @@ def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM, *, zer
         raise ConfigError(f"expert_params {expert_params} (fp8 {fp8_expert_params}) must be within "
                           f"params {params} (fp8 {fp8_params})")
     p = float(params - expert_params)
-    sw, sg, so = shard_divisors(zero_stage, dp)
+    sw, sg, so = shard_divisors(zero_stage, dp, grad_sync)
     per_optimizer = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer]
     weights = (WEIGHT_BYTES_PER_PARAM * p / sw
                + FP8_WEIGHT_CACHE_BYTES_PER_PARAM * float(fp8_params - fp8_expert_params) / sw)
@@ -125,7 +130,7 @@ def model_state_bytes(params: int, optimizer: Optimizer = Optimizer.ADAM, *, zer
     state = per_optimizer * p / so
     if expert_params:
         e = float(expert_params)
-        ew, eg, eo = shard_divisors(zero_stage, dp if expert_dp is None else expert_dp)
+        ew, eg, eo = shard_divisors(zero_stage, dp if expert_dp is None else expert_dp, grad_sync)
         weights = weights + (WEIGHT_BYTES_PER_PARAM * e / ew
                              + FP8_WEIGHT_CACHE_BYTES_PER_PARAM * float(fp8_expert_params) / ew)
         gradients = gradients + grad_bytes * e / eg
@@ -197,7 +202,7 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
                  recompute: Recompute, optimizer: Optimizer = Optimizer.ADAM,
                  zero_stage: int = 0, dp: int = 1,
                  grad_bytes: int = GRADIENT_BYTES_PER_PARAM,
-                 expert_dp: int | None = None) -> StageMemory:
+                 expert_dp: int | None = None, grad_sync: GradSync = GradSync.AUTO) -> StageMemory:
     """Memory of one device of a pipeline stage, in bytes.
 
     Args:
@@ -211,6 +216,7 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
         grad_bytes: bytes per gradient element (4 fp32, 2 bf16).
         expert_dp: the ranks it shards the routed experts' parameters over (the
             expert-data-parallel group, :mod:`archplace.placement.layout`); default ``dp``.
+        grad_sync: when the gradients are reduced (iteration: ZeRO-2/3 hold them unsharded).
 
     Returns:
         weights = 2 B x params, gradients = grad_bytes x params, optimizer = 12 B (Adam) or
@@ -228,7 +234,7 @@ def stage_memory(layers: Sequence[LayerCost], *, stage: int, in_flight: int,
     saved = sequential_sum(layer.saved_bytes(recompute) for layer in layers)
     return _device_memory(layers, device=stage, held=in_flight * saved, recompute=recompute,
                           optimizer=optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes,
-                          expert_dp=expert_dp)
+                          expert_dp=expert_dp, grad_sync=grad_sync)
 
 
 def interleaved_chunk_counts(device: int, pp: int, micro_batches: int,
@@ -322,12 +328,13 @@ def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, de
                               optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0,
                               dp: int = 1,
                               grad_bytes: int = GRADIENT_BYTES_PER_PARAM,
-                              expert_dp: int | None = None) -> StageMemory:
+                              expert_dp: int | None = None,
+                              grad_sync: GradSync = GradSync.AUTO) -> StageMemory:
     """Memory of pipeline device ``device`` of ``pp`` holding v = ``len(chunk_layers)`` model
     chunks under the interleaved schedule with ``micro_batches`` micro-batches, in bytes.
 
-    Model state of all its layers (sharded as ``zero_stage`` says over ``dp``, the routed
-    experts' over ``expert_dp`` as in :func:`stage_memory`); activations =
+    Model state of all its layers (sharded as ``zero_stage`` and ``grad_sync`` say over ``dp``,
+    the routed experts' over ``expert_dp`` as in :func:`stage_memory`); activations =
     the largest, over the schedule's snapshots (:func:`interleaved_chunk_counts`), of
     sum over its chunks c of count_c x saved bytes of chunk c, plus the largest
     ``activation_bytes`` of its layers under full recomputation; working = the largest working
@@ -344,20 +351,21 @@ def interleaved_device_memory(chunk_layers: Sequence[Sequence[LayerCost]], *, de
     held = max(sequential_sum(k * b for k, b in zip(snapshot, saved, strict=True)) for snapshot in counts)
     return _device_memory([layer for chunk in chunk_layers for layer in chunk], device=device,
                           held=held, recompute=recompute, optimizer=optimizer, zero_stage=zero_stage,
-                          dp=dp, grad_bytes=grad_bytes, expert_dp=expert_dp)
+                          dp=dp, grad_bytes=grad_bytes, expert_dp=expert_dp, grad_sync=grad_sync)
 
 
 def dualpipe_device_memory(stages: tuple[Sequence[LayerCost], Sequence[LayerCost]], *, device: int,
                            pp: int, micro_batches: int, recompute: Recompute,
                            optimizer: Optimizer = Optimizer.ADAM, zero_stage: int = 0, dp: int = 1,
                            grad_bytes: int = GRADIENT_BYTES_PER_PARAM,
-                           expert_dp: int | None = None) -> StageMemory:
+                           expert_dp: int | None = None, grad_sync: GradSync = GradSync.AUTO) -> StageMemory:
     """Memory of pipeline device ``device`` of ``pp`` under DualPipe, in bytes: the model state
     of both its stages (``stages`` = its forward-direction stage ``device`` and its
     reverse-direction stage ``pp - 1 - device``: DualPipe's "2x" parameters), and the
     activations of the peak of its own order (:func:`archplace.placement.dualpipe.in_flight_peak`,
     each direction's micro-batches keeping their stage's saved bytes), plus the largest
-    ``activation_bytes`` under full recomputation; sharding as in :func:`stage_memory`.
+    ``activation_bytes`` under full recomputation; sharding (and ``grad_sync``) as in
+    :func:`stage_memory`.
 
     Raises:
         ConfigError: an empty stage, ``dp < 1``.
@@ -368,12 +376,12 @@ def dualpipe_device_memory(stages: tuple[Sequence[LayerCost], Sequence[LayerCost
     held = in_flight_peak(device, pp, micro_batches, (saved[0], saved[1]))
     return _device_memory([*stages[0], *stages[1]], device=device, held=held, recompute=recompute,
                           optimizer=optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes,
-                          expert_dp=expert_dp)
+                          expert_dp=expert_dp, grad_sync=grad_sync)
 
 
 def _device_memory(layers: Sequence[LayerCost], *, device: int, held: float, recompute: Recompute,
                    optimizer: Optimizer, zero_stage: int, dp: int, grad_bytes: int,
-                   expert_dp: int | None = None) -> StageMemory:
+                   expert_dp: int | None = None, grad_sync: GradSync = GradSync.AUTO) -> StageMemory:
     """StageMemory of ``layers`` keeping ``held`` bytes of activations (+ the full-recompute
     extra)."""
     if dp < 1 or (expert_dp is not None and expert_dp < 1):
@@ -386,7 +394,7 @@ def _device_memory(layers: Sequence[LayerCost], *, device: int, held: float, rec
         fp8_experts += fp8_expert_count(layer)
     weights, gradients, optimizer_bytes = model_state_bytes(
         params, optimizer, zero_stage=zero_stage, dp=dp, grad_bytes=grad_bytes, fp8_params=fp8_params,
-        expert_params=experts, expert_dp=expert_dp, fp8_expert_params=fp8_experts)
+        expert_params=experts, expert_dp=expert_dp, fp8_expert_params=fp8_experts, grad_sync=grad_sync)
     extra = max(layer.activation_bytes for layer in layers) if recompute is Recompute.FULL else 0.0
     window = float(gathered_bytes(zero_stage, max(layer.params for layer in layers), grad_bytes))
     return StageMemory(stage=device, weights=weights, gradients=gradients, optimizer=optimizer_bytes,

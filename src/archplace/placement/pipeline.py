@@ -56,6 +56,11 @@ bucketed over B_j; and the memory-bound optimizer step of P_j (P_j / dp with ZeR
 without overlap the device with the most parameters decides. ZeRO-2 and 3 add, per micro-batch,
 the exposed part of the segment's per-layer collectives, prefetched over each pass
 (:func:`~archplace.placement.zero.segment_zero_comm_s`), to its time T_c (``StageTime.dp_comm_s``).
+``Plan.grad_sync`` moves the gradient reduction between the two (:mod:`archplace.placement.zero`,
+"gradient synchronisation"): with ``iteration`` ZeRO-2/3's reduce-scatters leave T_c and one per
+iteration joins the tail; with ``micro_batch`` stages 0 and 1 reduce every micro-batch, each
+segment's reduction after its backward pass in T_c
+(:func:`~archplace.placement.zero.micro_batch_reduce_s`), the tail keeping stage 1's all-gather.
 
 Hidden DP traffic is not free (:mod:`archplace.placement.interference`): the bucketed gradient
 reduction and the ZeRO-2/3 per-layer collectives slow the compute they overlap, by max(0, L -
@@ -99,6 +104,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +125,7 @@ from archplace.placement.memory import (
 )
 from archplace.placement.plan import (
     SETUP_FIELDS,
+    GradSync,
     LayerCost,
     PipelineSchedule,
     Plan,
@@ -133,7 +140,12 @@ from archplace.placement.timing import (
     optimizer_step_time_s,
     pipeline_p2p_time_s,
 )
-from archplace.placement.zero import dp_tail_comm_s, segment_zero_comm_s
+from archplace.placement.zero import (
+    dp_tail_comm_s,
+    micro_batch_reduce_s,
+    reduces_every_micro_batch,
+    segment_zero_comm_s,
+)
 
 BREAKDOWN_KEYS = ("compute", "bubble", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "overlap_slowdown", "optimizer")
@@ -191,15 +203,19 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
     the layout of the groups, :mod:`archplace.placement.layout`; ``interference``: the compute
     the hidden ZeRO-2/3 collectives slow, :mod:`archplace.placement.interference`;
     ``pp_overlap``: an interleaved plan's pipeline sends overlap the computation, only what
-    sticks out of the segment's compute counts, ``TrainingSetup.pp_comm_overlap``)."""
+    sticks out of the segment's compute counts, ``TrainingSetup.pp_comm_overlap``). The
+    per-micro-batch DP traffic follows ``plan.grad_sync`` (module docstring)."""
     times = []
     n_segments = len(plan.ranges)
     layout = RankLayout.of(plan, rank_order)
     experts = any(layer.expert_params for layer in layers)
-    # ZeRO-2/3 collectives in each layer
-    per_layer_zero = plan.zero_stage >= 2 and (layout.dense_shards > 1
-                                               or (experts and layout.expert_shards > 1))
-    cost, expert_cost = layout.shard_costs(cluster, experts) if per_layer_zero else ((0.0, 0.0), (0.0, 0.0))
+    sharded = layout.dense_shards > 1 or (experts and layout.expert_shards > 1)
+    per_layer_zero = plan.zero_stage >= 2 and sharded  # ZeRO-2/3 collectives in each layer
+    # stages 0 and 1 reducing every micro-batch: each segment's reduction after its backward pass
+    per_batch_reduce = (plan.zero_stage <= 1 and sharded
+                        and reduces_every_micro_batch(plan.zero_stage, plan.grad_sync))
+    cost, expert_cost = (layout.shard_costs(cluster, experts) if per_layer_zero or per_batch_reduce
+                         else ((0.0, 0.0), (0.0, 0.0)))
     stride = layout.pp_stride
     for c, (first, last) in enumerate(plan.ranges):
         stage = layers[first:last + 1]
@@ -238,9 +254,20 @@ def stage_times(layers: Sequence[LayerCost], plan: Plan, cluster: Cluster, *,
                 backward_s=np.array([layer.bwd_s + layer.recompute_s(plan.recompute) for layer in stage]),
                 expert_cost=expert_cost, expert_dp=layout.expert_shards,
                 expert_params=np.array([float(layer.expert_params) for layer in stage]) if experts else None,
-                interference=interference)
+                interference=interference, grad_sync=plan.grad_sync)
             dp_comm, dp_total = float(zero.exposed[0, -1]), float(zero.total[0, -1])
             dp_slowed = float(zero.slowed[0, -1])
+        elif per_batch_reduce:  # as the placement tables' (dense and expert sums, in integers)
+            dense = expert = 0
+            for layer in stage:
+                dense += layer.params - layer.expert_params
+                expert += layer.expert_params
+            reduce = micro_batch_reduce_s(
+                cost, zero_stage=plan.zero_stage, grad_bytes=grad_bytes, dp=layout.dense_shards,
+                params=float(dense), backward_s=bwd + recompute, overlap=plan.dp_overlap,
+                expert_cost=expert_cost, expert_dp=layout.expert_shards, expert_params=float(expert),
+                interference=interference, replicas=layout.replicate, grad_sync=plan.grad_sync)
+            dp_comm, dp_total, dp_slowed = float(reduce.exposed), float(reduce.total), float(reduce.slowed)
         else:
             dp_comm = dp_total = dp_slowed = 0.0
         times.append(StageTime(compute_s=fwd + bwd, recompute_s=recompute, p2p_s=p2p,
@@ -265,8 +292,9 @@ def plan_memory(layers: Sequence[LayerCost], setup: TrainingSetup,
     """Memory of one device of every pipeline device (stage) of a (valid) plan."""
     m = micro_batches(setup, plan)
     layout = RankLayout.of(plan, setup.rank_order)
-    sharding = {"zero_stage": plan.zero_stage, "dp": layout.dense_shards, "grad_bytes": setup.grad_bytes,
-                "expert_dp": layout.expert_shards}
+    sharding: dict[str, Any] = {"zero_stage": plan.zero_stage, "dp": layout.dense_shards,
+                                "grad_bytes": setup.grad_bytes, "expert_dp": layout.expert_shards,
+                                "grad_sync": plan.grad_sync}
     if plan.schedule is PipelineSchedule.DUALPIPE:
         pairs = [(plan.ranges[j], plan.ranges[plan.pp - 1 - j]) for j in range(plan.pp)]
         return tuple(
@@ -298,6 +326,7 @@ def _plan_label(plan: Plan) -> str:
     if plan.chunks > 1:
         label += f" chunks={plan.chunks}"
     label += " dp_overlap" if plan.dp_overlap else ""
+    label += f" grad_sync={plan.grad_sync.value}" if plan.grad_sync is not GradSync.AUTO else ""
     return label + (" precision=fp8" if plan.precision.value == "fp8" else "")
 
 
@@ -351,7 +380,8 @@ def device_tails(layers: Sequence[LayerCost], setup: TrainingSetup, plan: Plan,
             cost, zero_stage=plan.zero_stage, grad_bytes=setup.grad_bytes, dp=layout.dense_shards,
             params=float(params), backward_s=backward, overlap=plan.dp_overlap,
             expert_cost=expert_cost, expert_dp=layout.expert_shards, expert_params=float(expert_params),
-            interference=setup.interference, replicas=layout.replicate, replica_costs=replica_costs)
+            interference=setup.interference, replicas=layout.replicate, replica_costs=replica_costs,
+            grad_sync=plan.grad_sync)
         step = optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s, setup.optimizer, shards)
         if expert_params:
             step = step + optimizer_step_time_s(expert_params, setup.step_bandwidth_bytes_per_s,

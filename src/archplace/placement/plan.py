@@ -22,6 +22,7 @@ from archplace.placement.choices import (
     SCHEDULE_ORDER,
     ZERO_STAGES,
     GradReduceDtype,
+    GradSync,
     Optimizer,
     PipelineSchedule,
     RankOrder,
@@ -33,8 +34,8 @@ from archplace.placement.layer_cost import LayerCost
 from archplace.workload.key import CostKey
 
 __all__ = ["MICRO_BATCHES", "RECOMPUTE_ORDER", "SCHEDULE_ORDER", "ZERO_STAGES", "CostKey", "GradReduceDtype",
-           "LayerCost", "Optimizer", "PipelineSchedule", "Plan", "RankOrder", "Recompute", "TrainingSetup",
-           "check_replicate", "check_sp", "check_zero_stage", "parse_stages"]
+           "GradSync", "LayerCost", "Optimizer", "PipelineSchedule", "Plan", "RankOrder", "Recompute",
+           "TrainingSetup", "check_replicate", "check_sp", "check_zero_stage", "parse_stages"]
 
 
 def _positive_int(owner: str, name: str, value: object) -> int:
@@ -60,7 +61,7 @@ def check_replicate(replicate: object, *, dp: int, owner: str = "plan") -> int:
     return int(replicate)
 
 
-SETUP_FIELDS = ("optimizer", "grad_reduce_dtype", "rank_order", "dp_replicate")
+SETUP_FIELDS = ("optimizer", "grad_reduce_dtype", "rank_order", "dp_replicate", "grad_sync")
 """Fields of a :class:`Plan` that are also the :class:`TrainingSetup`'s, which prices them."""
 
 
@@ -96,9 +97,12 @@ class TrainingSetup:
         dp_replicate: the hybrid-sharding replicas of every plan searched or scored
             (:attr:`Plan.dp_replicate`; like ``rank_order``, one value per search, the engine
             setting it on every plan it returns); 1 by default.
+        grad_sync: when the DP gradient reduction runs (:attr:`Plan.grad_sync`; one value per
+            search, set on every plan the engine returns); auto by default.
 
     Raises:
-        ConfigError: a non-positive field, an unknown optimizer or rank order, an
+        ConfigError: a non-positive field, an unknown optimizer, rank order or gradient
+            synchronisation, an
             ``hbm_fraction`` outside (0, 1].
     """
 
@@ -116,6 +120,7 @@ class TrainingSetup:
     hbm_fraction: float = 1.0
     pp_comm_overlap: bool = False
     dp_replicate: int = 1
+    grad_sync: GradSync = GradSync.AUTO
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
@@ -143,11 +148,16 @@ class TrainingSetup:
         except ValueError:
             raise ConfigError(f"unknown rank_order {self.rank_order!r}; choose from: "
                               f"{', '.join(o.value for o in RankOrder)}") from None
+        try:
+            object.__setattr__(self, "grad_sync", GradSync(self.grad_sync))
+        except ValueError:
+            raise ConfigError(f"unknown grad_sync {self.grad_sync!r}; choose from: "
+                              f"{', '.join(o.value for o in GradSync)}") from None
 
     def plan_options(self) -> dict[str, Any]:
         """The fields of a :class:`Plan` that the setup prices, by name: ``optimizer``,
-        ``grad_reduce_dtype``, ``rank_order`` and ``dp_replicate`` (the engine sets them on every
-        plan it returns, and refuses a plan that disagrees)."""
+        ``grad_reduce_dtype``, ``rank_order``, ``dp_replicate`` and ``grad_sync`` (the engine sets
+        them on every plan it returns, and refuses a plan that disagrees)."""
         return {name: getattr(self, name) for name in SETUP_FIELDS}
 
     @property
@@ -167,6 +177,10 @@ RANK_ORDER_HELP = ("How the parallel groups are laid over the device ranks, fast
 """The help of :attr:`Plan.rank_order` and of a plan space's."""
 GRAD_HELP = "Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 recipe) | bf16"
 OPTIMIZER_HELP = "Optimizer: adam (18 B/param) | sgd"
+GRAD_SYNC_HELP = ("When the DP gradient reduction runs: auto (ZeRO 0-1 once per iteration, 2-3 every "
+                  "micro-batch, each framework's default), iteration (accumulate, reduce once: ZeRO 2-3 "
+                  "hold unsharded gradients) or micro_batch (every micro-batch)")
+"""The help of :attr:`Plan.grad_sync` and of a plan space's."""
 PRECISION_HELP = ("Precision of the linear layers' GEMMs: bf16, or fp8 (Transformer Engine's FP8 recipe: "
                   "FP8 GEMM operands with delayed scaling, on chips with FP8 tensor cores)")
 """The help of :attr:`Plan.precision` (a plan space's precisions add how they are ranked)."""
@@ -209,7 +223,7 @@ class Plan:
 
     A plan given by a user may leave ``stages`` None (Megatron-LM's even split of the blocks,
     resolved when the plan is evaluated); every plan the engine returns has them. ``optimizer``,
-    ``grad_reduce_dtype``, ``rank_order`` and ``dp_replicate`` are also the engine's
+    ``grad_reduce_dtype``, ``rank_order``, ``dp_replicate`` and ``grad_sync`` are also the engine's
     :class:`TrainingSetup` (which prices them): the engine sets them from the setup on every plan
     it returns (:meth:`TrainingSetup.plan_options`) and refuses a plan that disagrees with it.
 
@@ -261,6 +275,11 @@ class Plan:
             ranks of each and the replicas all-reduce their gradient shards once per iteration
             (:mod:`archplace.placement.layout`, :mod:`archplace.placement.zero`); 1 (default):
             ZeRO over the whole DP x CP group. Divides dp and needs zero_stage >= 1.
+        grad_sync: when the DP gradient reduction runs (:class:`GradSync`,
+            :mod:`archplace.placement.zero`): auto (default; stages 0 and 1 once per iteration,
+            as Megatron-LM, stages 2 and 3 every micro-batch, as DeepSpeed ZeRO-2 and PyTorch
+            FSDP), iteration (gradients accumulated and reduced once; ZeRO-2/3 then hold them
+            unsharded) or micro_batch (every micro-batch reduces, DDP without ``no_sync``).
         stage_layers: the layer names of every range of ``stages``, in chain order; set by the
             layer-DAG planner (:func:`archplace.placement.downset_dp.dag_plan`), whose ``stages``
             index a topological order of the DAG's layers. Empty for chain plans.
@@ -274,7 +293,7 @@ class Plan:
             cluster and batch is checked when it is evaluated.)
     """
 
-    SPARSE: ClassVar[tuple[str, ...]] = ("dp_replicate", "grad_reduce_dtype", "optimizer")
+    SPARSE: ClassVar[tuple[str, ...]] = ("dp_replicate", "grad_reduce_dtype", "optimizer", "grad_sync")
     """Fields :meth:`to_dict` writes only when not at their defaults (so that a plan's JSON form
     is unchanged by options added later)."""
 
@@ -313,6 +332,7 @@ class Plan:
         "Hybrid sharding (HSDP): DP replicas, each sharding the ZeRO state over dp*cp/dp_replicate "
         "ranks; they all-reduce gradients once per iteration (divides dp; needs zero_stage >= 1)"),
         low=1, high=limits.MAX_DEVICES)
+    grad_sync: GradSync = option(GradSync.AUTO, help=GRAD_SYNC_HELP)
     stage_layers: tuple[tuple[str, ...], ...] = option((), engine=True, help=(
         "Layer names of every stage of a layer-DAG plan (set by the planner, not given)"))
 
@@ -358,8 +378,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """JSON form. ``stages`` lists pp * chunks layer ranges in chain order (null: the even
         split) and ``stage_device`` the pipeline device of each (range c runs on device c % pp);
-        ``grad_reduce_dtype``, ``optimizer`` and ``dp_replicate`` appear when not their defaults,
-        and a DAG plan adds ``stage_layers``, the layer names of every range."""
+        ``grad_reduce_dtype``, ``optimizer``, ``dp_replicate`` and ``grad_sync`` appear when not
+        their defaults, and a DAG plan adds ``stage_layers``, the layer names of every range."""
         out: dict[str, Any] = {
             "tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "pp": self.pp, "dp": self.dp,
             "micro_batch": self.micro_batch,

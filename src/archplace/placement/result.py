@@ -59,13 +59,15 @@ class StageTime:
             receive at its output boundary (none for the last).
         tp_comm_s: the part of ``compute_s`` spent in TP collectives.
         backward_s: sum of the backward times of its layers + ``recompute_s``.
-        dp_comm_s: ZeRO-2/3 collectives of every micro-batch left exposed after prefetching
-            over each pass (:func:`archplace.placement.zero.segment_zero_comm_s`); 0 for stages 0
-            and 1.
+        dp_comm_s: DP collectives of every micro-batch left exposed: ZeRO-2/3's after
+            prefetching over each pass (:func:`archplace.placement.zero.segment_zero_comm_s`),
+            or the gradient reduction of stages 0 and 1 when they reduce every micro-batch
+            (``Plan.grad_sync`` micro_batch; :func:`archplace.placement.zero.micro_batch_reduce_s`);
+            0 for stages 0 and 1 otherwise.
         dp_comm_total_s: those collectives' whole time, overlapped or not.
         cp_comm_s, ep_comm_s: the parts of ``compute_s`` spent in exposed context-parallel
             (ring attention) and expert all-to-all communication.
-        dp_slowed_s: compute time added by hiding the ZeRO-2/3 collectives behind the layers
+        dp_slowed_s: compute time added by hiding those collectives behind the layers
             (:mod:`archplace.placement.interference`); 0 without interference.
         ep_comm_hidden_s, ep_slowed_s: under ``ep_comm_overlap``, the expert all-to-all time
             hidden behind another micro-batch's passes and the computation that adds (included
@@ -87,8 +89,8 @@ class StageTime:
 
     @property
     def total_s(self) -> float:
-        """compute + recompute + p2p + exposed ZeRO-2/3 traffic + the compute its hidden part
-        slowed: the segment's slot in the pipeline schedule."""
+        """compute + recompute + p2p + exposed per-micro-batch DP traffic + the compute its hidden
+        part slowed: the segment's slot in the pipeline schedule."""
         return self.compute_s + self.recompute_s + self.p2p_s + self.dp_comm_s + self.dp_slowed_s
 
     def to_dict(self) -> dict[str, Any]:

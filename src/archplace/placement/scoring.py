@@ -105,7 +105,7 @@ class CandidateScorer:
             points = [(tau, pmax) for (tau, pmax), value in zip(front, values, strict=True)
                       if value <= best * (1 + TIE_RTOL)]
         else:
-            # the front without the ZeRO-2/3 collectives bounds the objective from below
+            # the front without the per-micro-batch DP traffic bounds the objective from below
             step = optimizer_step_time_s(1.0, self.setup.step_bandwidth_bytes_per_s,
                                          self.setup.optimizer) / self._max_shards(state, zs, d)
             if min(k_factor * tau + step * v * pmax for tau, pmax in front) > limit:
@@ -115,7 +115,8 @@ class CandidateScorer:
 
             def stop(tau: float) -> bool:
                 return k_factor * tau + floor > limit
-            exact = self.front(tab, tab.position_times(p, v, zs, d), in_flight, zs, shards, tail, stop)
+            exact = self.front(tab, tab.position_times(p, v, zs, d, variant.overlap), in_flight, zs, shards,
+                               tail, stop)
             if not exact:
                 return None
             values = [k_factor * tau + y for tau, y in exact]
@@ -134,14 +135,16 @@ class CandidateScorer:
 
     def tail_of(self, state: FamilyState, variant: Variant, p: int, d: int, params: float) -> float:
         """The tail of a device with ``params`` (charged) parameters without overlap, as
-        ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1, chains without experts)."""
+        ``SegmentTables.tail`` computes it (ZeRO stages 0 and 1 reducing once per iteration,
+        chains without experts: the candidates that are not scored per candidate)."""
         setup = self.setup
         cost = self.bounds.costs(state, p, d)[0]
         dense = d * state.family.cp // setup.dp_replicate
         exposed = dp_tail_comm_s(cost, zero_stage=variant.zero_stage, grad_bytes=setup.grad_bytes,
                                  dp=dense, params=float(params), backward_s=0.0, overlap=False,
                                  replicas=setup.dp_replicate,
-                                 replica_costs=self.bounds.costs(state, p, d, replicas=True))[0]
+                                 replica_costs=self.bounds.costs(state, p, d, replicas=True),
+                                 grad_sync=setup.grad_sync)[0]
         return float(exposed + optimizer_step_time_s(params, setup.step_bandwidth_bytes_per_s,
                                                      setup.optimizer, dense if variant.zero_stage else 1))
 
@@ -217,7 +220,7 @@ class CandidateScorer:
             [layers[a:e + 1] for a, e in stages[j::p]], device=j, pp=p, micro_batches=cand.m,
             recompute=fam.recompute, optimizer=self.setup.optimizer,
             zero_stage=cand.variant.zero_stage, dp=layout.dense_shards, grad_bytes=self.setup.grad_bytes,
-            expert_dp=layout.expert_shards).total
+            expert_dp=layout.expert_shards, grad_sync=self.setup.grad_sync).total
             for j in range(p)]
 
     def _interleaved_points(self, cand: Candidate
@@ -230,7 +233,7 @@ class CandidateScorer:
         tab = self.tables.of(state)
         variant, p, d = cand.variant, cand.p, cand.d
         v, zs = variant.chunks, variant.zero_stage
-        times = tab.position_times(p, v, zs, d)
+        times = tab.position_times(p, v, zs, d, variant.overlap)
         exact_tail = per_candidate(state, variant)
         out = []
         for stages in self.interleaved_fitting(cand):
@@ -287,7 +290,7 @@ class CandidateScorer:
         capacity = tab.capacity(zs, tab.shards(zs, d))
         second = (tab.tail(pp=p, dp=d, zero_stage=zs, overlap=variant.overlap)
                   if per_candidate(state, variant) else tab.params)
-        times = tab.position_times(p, v, zs, d)
+        times = tab.position_times(p, v, zs, d, variant.overlap)
 
         def block(c: int, rows: slice, cols: slice) -> FloatArray:
             ok = (capacity[rows, cols] >= in_flight[c]) & (times[c][rows, cols] <= cap_tau)

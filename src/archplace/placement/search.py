@@ -14,10 +14,12 @@ front of (max T, max Y) over feasible splits, and the front is enumerated exactl
 least max T (a min-max DP, :mod:`archplace.placement.kernels`) among splits with max Y below the
 previous point's, then y = the least max Y among splits with max T <= tau, and so on. Without
 overlap Y is a non-decreasing function of the segment's parameter count, so (for ZeRO stages 0
-and 1, whose segment times do not depend on d) the front of (max T, max params) is computed once
-per memory configuration and serves every d, ZeRO setting and the no-overlap objective; with
-overlap Y also depends on the segment's backward time, and with ZeRO-2/3 T depends on d (the
-per-layer collectives), so the front of (max T, max Y) is enumerated per candidate. Chains with
+and 1 reducing the gradients once per iteration, whose segment times do not depend on d) the
+front of (max T, max params) is computed once per memory configuration and serves every d, ZeRO
+setting and the no-overlap objective; with overlap Y also depends on the segment's backward
+time, and with ZeRO-2/3 T depends on d (the per-layer collectives), as it does at stages 0 and 1
+reducing every micro-batch (``setup.grad_sync`` micro_batch: the reduction is in T), so the front
+of (max T, max Y) is enumerated per candidate. Chains with
 routed-expert parameters are always enumerated per candidate: their Y adds the dense parameters'
 tail (over the DP x CP group) and the experts' (over the expert-data-parallel group), a function
 of two parameter counts, not of their sum. The p2p links, and so T, depend on d in the

@@ -53,6 +53,7 @@ from archplace.placement.plan import (
     RECOMPUTE_ORDER,
     SCHEDULE_ORDER,
     CostKey,
+    GradSync,
     LayerCost,
     PipelineSchedule,
     Recompute,
@@ -92,7 +93,8 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                 chunks: Iterable[int] = (2, 4),
                 zero_stages: Iterable[int] = (0, 1),
                 dp_overlap: Iterable[bool] = (False, True),
-                top_k: int = 1, dp_replicates: Iterable[int] | None = None) -> list[PlanResult]:
+                top_k: int = 1, dp_replicates: Iterable[int] | None = None,
+                grad_sync: GradSync | str | None = None) -> list[PlanResult]:
     """The ``top_k`` fastest distinct plan configurations, fastest first.
 
     Args:
@@ -111,6 +113,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
             stages >= 1 and the DP degrees it divides, ``setup.dp_replicate`` set to it, and the
             plans of every r are ranked together (ties: the smaller r first). None (default):
             ``setup.dp_replicate`` alone.
+        grad_sync: when the DP gradient reduction runs (``Plan.grad_sync``, one value for the
+            whole search: ``setup.grad_sync`` set to it and on every plan returned); None
+            (default): ``setup.grad_sync``.
 
     Returns:
         ``evaluate_plan`` results; ties as in the module docstring.
@@ -138,6 +143,9 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
     if not zero_list:
         raise ConfigError("at least one ZeRO stage is needed")
     overlap_list = _bools(dp_overlap, "dp_overlap")
+    if grad_sync is not None:
+        (sync,) = _enums(GradSync, (grad_sync,), "grad_sync")
+        setup = replace(setup, grad_sync=sync)
     replicas = dp_replicates if dp_replicates is not None else (setup.dp_replicate,)
     replicate_list = tuple(dict.fromkeys(check_positive_int("dp_replicate", r) for r in replicas))
     if not replicate_list:
@@ -162,7 +170,7 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
                         if not (overlapped and rc is Recompute.FULL))
     if not families:
         raise ConfigError(FULL_RECOMPUTE_REFUSAL, fields=("recomputes",))
-    variants = [Variant(schedule, v, z, o)
+    variants = [Variant(schedule, v, z, o, setup.grad_sync)
                 for schedule in schedule_list
                 for v in (chunk_list if schedule is PipelineSchedule.INTERLEAVED else (1,))
                 for z in zero_list for o in overlap_list]
@@ -187,7 +195,8 @@ def plan_search(costs: Mapping[CostKey, Sequence[LayerCost]], setup: TrainingSet
 def _search(families: list[CostFamily], variants: list[Variant], setup: TrainingSetup,
             top_k: int) -> list[PlanResult]:
     """:func:`plan_search` at one ``setup.dp_replicate``."""
-    search = Search(families, undominated(variants) if top_k == 1 else variants, setup, top_k)
+    search = Search(families, undominated(variants, setup.dp_replicate) if top_k == 1 else variants, setup,
+                    top_k)
     found = search.run()
     if not search.any_candidate:
         limit = " (tp*cp*pp*dp must not exceed the devices and "
@@ -212,7 +221,7 @@ def _search(families: list[CostFamily], variants: list[Variant], setup: Training
     return [row[3] for row in results[:top_k]]
 
 
-def undominated(variants: Sequence[Variant]) -> list[Variant]:
+def undominated(variants: Sequence[Variant], replicas: int = 1) -> list[Variant]:
     """``variants`` without those whose every plan has a twin, in a variant kept, of the same
     iteration time that fits whenever it does and ranks first -- so the fastest plan (top 1)
     is the same without them:
@@ -220,17 +229,20 @@ def undominated(variants: Sequence[Variant]) -> list[Variant]:
     * GPipe, when 1F1B is offered: the same time (:mod:`archplace.placement.pipeline`), never
       fewer micro-batches in flight (:func:`~archplace.placement.memory.in_flight_micro_batches`),
       and 1F1B first in :data:`~archplace.placement.plan.SCHEDULE_ORDER`;
-    * DP overlap at ZeRO stages 2 and 3, when no overlap is offered: the once-per-iteration
-      traffic overlap acts on is the parameter all-gather alone (stage 2; always exposed) or
-      none (stage 3), and the per-layer collectives overlap their layers either way
-      (:mod:`archplace.placement.zero`), so overlap changes neither time nor memory, and "no
-      overlap" ranks first.
+    * DP overlap at ZeRO stages 2 and 3 reducing every micro-batch, without hybrid sharding
+      (``replicas`` 1), when no overlap is offered: the once-per-iteration traffic overlap acts
+      on is the parameter all-gather alone (stage 2; always exposed) or none (stage 3), and the
+      per-layer collectives overlap their layers either way (:mod:`archplace.placement.zero`),
+      so overlap changes neither time nor memory, and "no overlap" ranks first. (Reducing once
+      per iteration, ``grad_sync`` iteration, or all-reducing across r > 1 replicas, the tail
+      has a reduction that overlap buckets: both are kept.)
     """
     one_f_one_b = any(v.schedule is PipelineSchedule.ONE_F_ONE_B for v in variants)
     plain = {(v.schedule, v.chunks, v.zero_stage) for v in variants if not v.overlap}
     return [v for v in variants
             if not (one_f_one_b and v.schedule is PipelineSchedule.GPIPE)
-            and not (v.overlap and v.zero_stage >= 2 and (v.schedule, v.chunks, v.zero_stage) in plain)]
+            and not (v.overlap and v.zero_stage >= 2 and v.reduces_every_micro_batch and replicas == 1
+                     and (v.schedule, v.chunks, v.zero_stage) in plain)]
 
 
 def check_tp_and_micro_batch(setup: TrainingSetup, tp: int, micro_batch: int) -> None:

@@ -25,7 +25,14 @@ from archplace.placement.memory import (
 )
 from archplace.placement.plan import LayerCost, Recompute, TrainingSetup
 from archplace.placement.timing import OPTIMIZER_STEP_BYTES_PER_PARAM, p2p_link
-from archplace.placement.zero import dp_tail_comm_s, gathered_bytes, segment_zero_comm_s, shard_divisors
+from archplace.placement.zero import (
+    dp_tail_comm_s,
+    gathered_bytes,
+    micro_batch_reduce_s,
+    reduces_every_micro_batch,
+    segment_zero_comm_s,
+    shard_divisors,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -286,18 +293,59 @@ class SegmentTables:
         return [None if c == s - 1 else wrap if chunks > 1 and c % pp == pp - 1 else neighbour
                 for c in range(s)]
 
-    def position_times(self, pp: int, chunks: int, zero_stage: int = 0, dp: int = 1) -> list[FloatArray]:
+    def position_times(self, pp: int, chunks: int, zero_stage: int | None = None, dp: int = 1,
+                       dp_overlap: bool = False) -> list[FloatArray]:
         """Time table of every segment position c of a pp * chunks split: its input boundary's
-        link is the one after position c - 1, its output boundary's the one after c; plus,
-        with ZeRO stage 2 or 3, the exposed per-layer collectives (:meth:`zero_time`)."""
+        link is the one after position c - 1, its output boundary's the one after c; plus, at a
+        ZeRO stage (None: without them), the DP traffic of every micro-batch (:meth:`batch_time`;
+        ``dp_overlap``: the plan's)."""
         links = self.position_links(pp, chunks, dp)
         overlap = chunks > 1 and self.setup.pp_comm_overlap
         times = [self.segment_time(links[c - 1] if c > 0 else None, links[c], overlap)
                  for c in range(len(links))]
-        if zero_stage < 2 or self.shards(zero_stage, dp) == NO_SHARDS:
+        extra = None if zero_stage is None else self.batch_time(pp, dp, zero_stage, dp_overlap)
+        if extra is None:
             return times
-        extra = self.zero_time(pp, dp, zero_stage)
         return [table + extra for table in times]
+
+    def batch_time(self, pp: int, dp: int, zero_stage: int, dp_overlap: bool) -> FloatArray | None:
+        """The exposed DP traffic of every micro-batch of every segment (and the compute its
+        hidden part slows), as ``pipeline.stage_times`` adds it to T_c, with ``setup.grad_sync``
+        (:mod:`archplace.placement.zero`): ZeRO-2/3's per-layer collectives (:meth:`zero_time`;
+        none at stage 2 when the gradients are reduced once per iteration), or the gradient
+        reduction of stages 0 and 1 when they reduce every micro-batch (:meth:`reduce_time`);
+        None when there is none."""
+        every = reduces_every_micro_batch(zero_stage, self.setup.grad_sync)
+        if zero_stage >= 2:
+            if self.shards(zero_stage, dp) == NO_SHARDS or (zero_stage == 2 and not every):
+                return None
+            return self.zero_time(pp, dp, zero_stage)
+        r = self.setup.dp_replicate
+        if not every or (dp * self.cp // r == 1 and not (self.has_experts and self.expert_dp(dp) // r > 1)):
+            return None
+        return self.reduce_time(pp, dp, zero_stage, dp_overlap)
+
+    def reduce_time(self, pp: int, dp: int, zero_stage: int, dp_overlap: bool) -> FloatArray:
+        """Exposed gradient reduction of ZeRO stage 0 or 1 per micro-batch (and the compute its
+        hidden part slows) of every segment, bucketed over the segment's backward pass with
+        ``dp_overlap``: [start, end] of :func:`archplace.placement.zero.micro_batch_reduce_s`, in
+        seconds."""
+        cost, expert_cost = self.group_costs(pp, dp)
+        key = ("reduce", zero_stage, dp, dp_overlap, *cost, *expert_cost)
+        table = self._zero.get(key)
+        if table is None:
+            setup = self.setup
+            r = setup.dp_replicate
+            experts = 0.0 if self.expert_params is None else self.expert_params
+            reduce = micro_batch_reduce_s(cost, zero_stage=zero_stage, grad_bytes=setup.grad_bytes,
+                                          dp=dp * self.cp // r, params=self.dense_params,
+                                          backward_s=self.backward, overlap=dp_overlap,
+                                          expert_cost=expert_cost, expert_dp=self.expert_dp(dp) // r,
+                                          expert_params=experts, interference=setup.interference,
+                                          replicas=r, grad_sync=setup.grad_sync)
+            table = np.where(self.upper, reduce.exposed + reduce.slowed, 0.0)  # as pipeline.stage_times
+            self._zero[key] = table
+        return table
 
     def zero_time(self, pp: int, dp: int, zero_stage: int) -> FloatArray:
         """Exposed ZeRO-2/3 collectives per micro-batch of every segment (and the compute their
@@ -314,7 +362,7 @@ class SegmentTables:
                                        expert_cost=expert_cost,
                                        expert_dp=self.expert_dp(dp) // self.setup.dp_replicate,
                                        expert_params=self.layer_experts if self.has_experts else None,
-                                       interference=self.setup.interference)
+                                       interference=self.setup.interference, grad_sync=self.setup.grad_sync)
             table = np.where(self.upper, zero.exposed + zero.slowed, 0.0)  # as pipeline.stage_times
             self._zero[key] = table
         return table
@@ -329,17 +377,17 @@ class SegmentTables:
     # ---------------------------------------------------------------- memory
 
     def state(self, zero_stage: int, shards: Shards) -> FloatArray:
-        """Model-state bytes (weights + gradients + optimizer, each divided as ``zero_stage``
-        shards it: the dense parameters over ``shards[0]`` replicas, the routed experts' over
-        ``shards[1]``; INFINITE_SHARDS: the sharded parts vanish) of every segment, as
-        ``memory.model_state_bytes`` adds them."""
+        """Model-state bytes (weights + gradients + optimizer, each divided as ``zero_stage`` and
+        ``setup.grad_sync`` shard it: the dense parameters over ``shards[0]`` replicas, the
+        routed experts' over ``shards[1]``; INFINITE_SHARDS: the sharded parts vanish) of every
+        segment, as ``memory.model_state_bytes`` adds them."""
         key = (zero_stage, shards)
         table = self._state.get(key)
         if table is None:
             p = self.dense_params
             optimizer = OPTIMIZER_STATE_BYTES_PER_PARAM[self.setup.optimizer]
             grad = self.setup.grad_bytes
-            sw, sg, so = shard_divisors(zero_stage, shards[0])
+            sw, sg, so = shard_divisors(zero_stage, shards[0], self.setup.grad_sync)
 
             def part(per_param: int, divisor: int, count: FloatArray = p) -> FloatArray:
                 if divisor == INFINITE_SHARDS:
@@ -351,7 +399,7 @@ class SegmentTables:
             gradients, state = part(grad, sg), part(optimizer, so)
             if self.expert_params is not None:
                 e = self.expert_params
-                ew, eg, eo = shard_divisors(zero_stage, shards[1])
+                ew, eg, eo = shard_divisors(zero_stage, shards[1], self.setup.grad_sync)
                 expert_weights = part(WEIGHT_BYTES_PER_PARAM, ew, e)
                 if self.fp8_expert_params is not None:
                     expert_weights = expert_weights + part(FP8_WEIGHT_CACHE_BYTES_PER_PARAM, ew,
@@ -462,7 +510,8 @@ class SegmentTables:
                                             overlap=overlap, expert_cost=expert_cost,
                                             expert_dp=self.expert_dp(dp) // r, expert_params=charged_experts,
                                             interference=setup.interference, replicas=r,
-                                            replica_costs=self.group_costs(pp, dp, replicas=True))
+                                            replica_costs=self.group_costs(pp, dp, replicas=True),
+                                            grad_sync=setup.grad_sync)
         exposed = exposed + slowed  # as pipeline.evaluate_plan's (exposed + slowed) + step
         step = (OPTIMIZER_STEP_BYTES_PER_PARAM[setup.optimizer] * dense / shards
                 / setup.step_bandwidth_bytes_per_s)

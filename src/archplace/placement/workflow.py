@@ -23,6 +23,7 @@ from archplace.placement.grid import DEFAULT_GRID, PlanGrid
 from archplace.placement.pipeline import evaluate_plan
 from archplace.placement.plan import (
     CostKey,
+    GradSync,
     LayerCost,
     PipelineSchedule,
     Plan,
@@ -335,14 +336,16 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              precision: Precision = Precision.BF16, cp: int = 1, ep: int = 1,
              capacity_factor: float = 1.0, expert_load_imbalance: float = 1.0, etp: int = 1,
              dp_replicate: int = 1,
-             recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES) -> PlanResult:
+             recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
+             grad_sync: GradSync = GradSync.AUTO) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor``,
     ``expert_load_imbalance`` and ``recompute_modules`` as in :class:`PlanGrid`;
     ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp``, ``ep``
     and ``etp`` the context- and expert-parallel degrees and the expert-TP width (tp * cp * pp * dp
     devices; the rank order is ``prob.setup.rank_order``, recorded as the returned plan's
-    ``rank_order``); ``dp_replicate`` the hybrid-sharding replicas (:attr:`Plan.dp_replicate`).
+    ``rank_order``); ``dp_replicate`` the hybrid-sharding replicas (:attr:`Plan.dp_replicate`);
+    ``grad_sync`` when the DP gradient reduction runs (:attr:`Plan.grad_sync`).
 
     Raises:
         ConfigError: an invalid plan (also: cp not splitting the sequence into 2 cp chunks, ep > 1
@@ -366,7 +369,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
                           f"into a stage's tensor-, context- and data-parallel ranks)",
                           fields=("plan.etp", "plan.ep"))
     key = CostKey(tp, micro_batch, sp and tp > 1, cp, ep, etp)
-    setup = replace(precision_setup(prob, precision), dp_replicate=dp_replicate)
+    setup = replace(precision_setup(prob, precision), dp_replicate=dp_replicate, grad_sync=grad_sync)
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
                             precision=precision, capacity_factor=capacity_factor,
                             expert_load_imbalance=expert_load_imbalance,

@@ -64,6 +64,23 @@ the gradients (:func:`bucketed_exposed_s`); the parameter all-gather of stages 1
 exposed (assumption: Megatron-LM's ``--overlap-param-gather`` into the next forward pass is not
 modelled).
 
+Gradient synchronisation (``Plan.grad_sync``, :class:`~archplace.placement.choices.GradSync`;
+:func:`reduces_every_micro_batch`): the traffic above is each stage's framework default
+(``auto``). With ``iteration`` stages 2 and 3 accumulate the gradients over the micro-batches
+and reduce them once (FSDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync(False)``): the
+accumulated gradients are held unsharded (the gradient divisor of :func:`shard_divisors` is 1:
+G Psi bytes, as stage 1), the per-layer reduce-scatters leave every micro-batch (stage 2 then
+has no per-micro-batch traffic, stage 3 keeps its all-gathers) and one reduce-scatter of the
+G Psi gradient bytes per iteration joins the once-per-iteration traffic, bucketed over the last
+backward pass with ``dp_overlap`` as stage 1's. With ``micro_batch`` stages 0 and 1 reduce
+every micro-batch's gradients (DDP without ``no_sync``): the stage's reduction (all-reduce,
+reduce-scatter) runs once per micro-batch, after each segment's backward pass, bucketed over it
+with ``dp_overlap`` (:func:`micro_batch_reduce_s`), and leaves the once-per-iteration traffic,
+which keeps stage 1's parameter all-gather. Per-micro-batch traffic is charged in the segment's
+time T_c (v m times, in the pipeline's pace), once-per-iteration traffic in the tail. Hybrid
+sharding's replica all-reduce stays once per iteration in every mode (FSDP2's
+``set_requires_all_reduce(False)`` until the last micro-batch, as above).
+
 Overlap costs (:mod:`archplace.placement.interference`): a collective hidden behind compute
 slows it by L compute-seconds (:meth:`Interference.lost_s`); :func:`dp_tail_comm_s` and
 :func:`segment_zero_comm_s` return, beside the exposed and total times, the compute time added
@@ -82,6 +99,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from archplace.placement.choices import GradSync
 from archplace.placement.interference import NO_INTERFERENCE, Interference, slowed_s
 
 FloatArray = npt.NDArray[np.float64]
@@ -97,11 +115,25 @@ BUCKET_ELEMENTS_PER_REPLICA = 1_000_000
 max(40000000, 1000000 * dp_size)", chosen so that buckets stay bandwidth-bound)."""
 
 
-def shard_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
+def reduces_every_micro_batch(zero_stage: int, grad_sync: GradSync | str = GradSync.AUTO) -> bool:
+    """Whether every micro-batch reduces its gradients (module docstring, "gradient
+    synchronisation"): ``grad_sync`` micro_batch, or auto at ZeRO stages 2 and 3; else they are
+    accumulated and reduced once per iteration."""
+    sync = GradSync(grad_sync)
+    if sync is GradSync.AUTO:
+        return zero_stage >= 2
+    return sync is GradSync.MICRO_BATCH
+
+
+def shard_divisors(zero_stage: int, dp: int,
+                   grad_sync: GradSync | str = GradSync.AUTO) -> tuple[int, int, int]:
     """(weights, gradients, optimizer state) divisors of one device's model state under
     ``zero_stage`` with ``dp`` replicas: stage 0 (1, 1, 1), 1 (1, 1, dp), 2 (1, dp, dp),
-    3 (dp, dp, dp). ``dp`` = 0 stands for "infinitely many" (bounds only)."""
-    return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
+    3 (dp, dp, dp); the gradients' is 1 at every stage when they are accumulated over the
+    micro-batches (``grad_sync`` iteration: held unsharded until the once-per-iteration
+    reduce-scatter). ``dp`` = 0 stands for "infinitely many" (bounds only)."""
+    sharded_grads = zero_stage >= 2 and reduces_every_micro_batch(zero_stage, grad_sync)
+    return (dp if zero_stage >= 3 else 1, dp if sharded_grads else 1, dp if zero_stage >= 1 else 1)
 
 
 def gathered_bytes(zero_stage: int, max_layer_params: ArrayLike, grad_bytes: int) -> FloatArray:
@@ -168,12 +200,14 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
                    expert_params: ArrayLike = 0.0,
                    interference: Interference = NO_INTERFERENCE, replicas: int = 1,
                    replica_costs: tuple[tuple[float, float], tuple[float, float]] = ((0.0, 0.0), (0.0, 0.0)),
-                   ) -> CommTimes:
+                   grad_sync: GradSync | str = GradSync.AUTO) -> CommTimes:
     """(exposed, total, slowed) seconds of the once-per-iteration DP traffic of ``params`` parameters
     (module docstring): stage 0 the all-reduce of the gradients, stage 1 their reduce-scatter
-    and the parameter all-gather, stage 2 the parameter all-gather, stage 3 nothing. With
-    ``overlap`` the gradient reduction is bucketed over ``backward_s``
-    (:func:`bucketed_exposed_s`); the all-gather is always exposed.
+    and the parameter all-gather, stage 2 the parameter all-gather, stage 3 nothing; with
+    ``grad_sync`` iteration stages 2 and 3 add the reduce-scatter of the accumulated gradients,
+    with micro_batch stages 0 and 1 leave out their reduction (it runs every micro-batch:
+    :func:`micro_batch_reduce_s`). With ``overlap`` the gradient reduction is bucketed over
+    ``backward_s`` (:func:`bucketed_exposed_s`); the all-gather is always exposed.
 
     Expert parameters (``expert_params``, routed experts' weights) have their own collectives
     of the same kinds over the expert-data-parallel group (``expert_cost``, ``expert_dp``
@@ -194,13 +228,44 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
         replicas, replica_costs: hybrid sharding's r replicas (module docstring; ``dp`` and
             ``expert_dp`` are then the shard groups' sizes) and the all-reduce costs over the
             dense and the expert replica groups; 1 (default): no replica all-reduce.
+        grad_sync: when the gradients are reduced (:func:`reduces_every_micro_batch`).
     """
+    reduce = not reduces_every_micro_batch(zero_stage, grad_sync)
     dense = _tail_one(cost, zero_stage, grad_bytes, dp, params, backward_s, overlap, interference,
-                      (replicas, replica_costs[0]))
+                      (replicas, replica_costs[0]), reduce=reduce, gather=True, bucket_ranks=0)
     if (expert_dp == 1 and replicas == 1) or not np.any(np.asarray(expert_params) > 0):
         return dense
     expert = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params,
-                       backward_s, overlap, interference, (replicas, replica_costs[1]))
+                       backward_s, overlap, interference, (replicas, replica_costs[1]), reduce=reduce,
+                       gather=True, bucket_ranks=0)
+    return CommTimes(dense.exposed + expert.exposed, dense.total + expert.total,
+                     dense.slowed + expert.slowed)
+
+
+def micro_batch_reduce_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
+                         params: ArrayLike, backward_s: ArrayLike, overlap: bool,
+                         expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
+                         expert_params: ArrayLike = 0.0,
+                         interference: Interference = NO_INTERFERENCE, replicas: int = 1,
+                         grad_sync: GradSync | str = GradSync.AUTO) -> CommTimes:
+    """(exposed, total, slowed) seconds, per micro-batch, of the gradient reduction of a segment
+    of ``params`` parameters whose backward pass takes ``backward_s`` when stages 0 and 1 reduce
+    every micro-batch (``grad_sync`` micro_batch; module docstring): stage 0 an all-reduce,
+    stage 1 a reduce-scatter over the ``dp`` ranks of ``cost`` (the shard group with hybrid
+    sharding, whose replica all-reduce stays in :func:`dp_tail_comm_s`), bucketed over the
+    backward pass with ``overlap`` as there; the experts' over their group likewise. 0 otherwise
+    (stages 2 and 3 have :func:`segment_zero_comm_s`). ``replicas`` only sizes the buckets
+    (Megatron-LM's count the whole DP group). Arrays of any shape (the placement tables' n x n)."""
+    count = np.asarray(params, dtype=np.float64)
+    if zero_stage >= 2 or not reduces_every_micro_batch(zero_stage, grad_sync):
+        zeros = np.zeros(np.broadcast(count, np.asarray(backward_s)).shape)
+        return CommTimes(zeros, zeros, zeros)
+    dense = _tail_one(cost, zero_stage, grad_bytes, dp, count, backward_s, overlap, interference,
+                      reduce=True, gather=False, bucket_ranks=dp * replicas)
+    if expert_dp == 1 or not np.any(np.asarray(expert_params) > 0):
+        return dense
+    expert = _tail_one(expert_cost, zero_stage, grad_bytes, expert_dp, expert_params, backward_s, overlap,
+                       interference, bucket_ranks=expert_dp * replicas, reduce=True, gather=False)
     return CommTimes(dense.exposed + expert.exposed, dense.total + expert.total,
                      dense.slowed + expert.slowed)
 
@@ -208,38 +273,43 @@ def dp_tail_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: in
 def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: int,
               params: ArrayLike, backward_s: ArrayLike, overlap: bool,
               interference: Interference,
-              replica: tuple[int, tuple[float, float]] = (1, (0.0, 0.0))) -> CommTimes:
-    """:func:`dp_tail_comm_s` of one group (``replica``: (replicas, all-reduce cost over them))."""
+              replica: tuple[int, tuple[float, float]] = (1, (0.0, 0.0)), *, reduce: bool, gather: bool,
+              bucket_ranks: int) -> CommTimes:
+    """:func:`dp_tail_comm_s` of one group (``replica``: (replicas, all-reduce cost over them)):
+    the shard group's gradient reduction (an all-reduce at stage 0, a reduce-scatter above)
+    when ``reduce``, the parameter all-gather of stages 1 and 2 when ``gather``, the replicas'
+    all-reduce; ``bucket_ranks``: the ranks that size the buckets (0: dp x replicas)."""
     count = np.asarray(params, dtype=np.float64)
     zeros = np.zeros_like(count)
     replicas, (replica_const, replica_byte) = replica
-    if replicas == 1 and (dp == 1 or zero_stage >= 3):
+    gathers = gather and 1 <= zero_stage <= 2
+    if replicas == 1 and (dp == 1 or not (reduce or gathers)):
         return CommTimes(zeros, zeros, zeros)
     const_s, per_byte_s = cost
-    if zero_stage == 0:
-        reduce_const, reduce_byte = const_s, per_byte_s
-    elif zero_stage == 1:
-        reduce_const, reduce_byte = const_s / 2.0, per_byte_s / 2.0
-    else:
+    if not reduce:
         reduce_const = reduce_byte = 0.0
+    elif zero_stage == 0:
+        reduce_const, reduce_byte = const_s, per_byte_s
+    else:
+        reduce_const, reduce_byte = const_s / 2.0, per_byte_s / 2.0
     grads = grad_bytes * count
     shard_byte = reduce_byte
     shard_part = np.where(count > 0, reduce_const + reduce_byte * grads, 0.0)
     if replicas > 1:  # each bucket's 1/dp shard all-reduced across the replicas after it
         reduce_const, reduce_byte = reduce_const + replica_const, reduce_byte + replica_byte / dp
-    reduces = zero_stage <= 1 or replicas > 1
+    reduces = reduce or replicas > 1
     if reduces:
-        reduce = np.where(count > 0, reduce_const + reduce_byte * grads, 0.0)
+        whole = np.where(count > 0, reduce_const + reduce_byte * grads, 0.0)
         hidden = (bucketed_exposed_s(reduce_const, reduce_byte, grads,
-                                     bucket_bytes(dp * replicas, grad_bytes), backward_s)
-                  if overlap else reduce)
+                                     bucket_bytes(bucket_ranks or dp * replicas, grad_bytes), backward_s)
+                  if overlap else whole)
     else:
-        reduce = hidden = zeros
-    if 1 <= zero_stage <= 2:
-        gather = np.where(count > 0, const_s / 2.0 + per_byte_s / 2.0 * (WEIGHT_BYTES_PER_PARAM * count),
-                          0.0)
+        whole = hidden = zeros
+    if gathers:
+        gathered = np.where(count > 0, const_s / 2.0 + per_byte_s / 2.0 * (WEIGHT_BYTES_PER_PARAM * count),
+                            0.0)
     else:
-        gather = zeros
+        gathered = zeros
     if overlap and reduces and not interference.free:
         transfer = np.where(count > 0, shard_byte * grads, 0.0)
         lost = interference.lost_s(shard_part, transfer, cost, dp)
@@ -250,14 +320,15 @@ def _tail_one(cost: tuple[float, float], zero_stage: int, grad_bytes: int, dp: i
         slowed = slowed_s(lost, hidden)
     else:
         slowed = zeros
-    return CommTimes(hidden + gather, reduce + gather, slowed)
+    return CommTimes(hidden + gathered, whole + gathered, slowed)
 
 
 def segment_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_bytes: int, dp: int,
                         params: ArrayLike, fwd_s: ArrayLike, backward_s: ArrayLike,
                         expert_cost: tuple[float, float] = (0.0, 0.0), expert_dp: int = 1,
                         expert_params: ArrayLike | None = None,
-                        interference: Interference = NO_INTERFERENCE) -> CommTimes:
+                        interference: Interference = NO_INTERFERENCE,
+                        grad_sync: GradSync | str = GradSync.AUTO) -> CommTimes:
     """(exposed, total, slowed) seconds per micro-batch of the ZeRO-2/3 collectives of every
     segment of consecutive layers (module docstring, "prefetching"): n x n tables whose entry
     [i, j] is the segment of layers i..j (0 where j < i), for arrays of n layers' ``params`` (the
@@ -275,20 +346,25 @@ def segment_zero_comm_s(cost: tuple[float, float], *, zero_stage: int, grad_byte
     pass's end less its compute (stage 2: no gathers, the backward pass only). Total:
     2 AG + RS per layer (stage 2: RS). Slowed, per pass: max(0, L - exposed), L the
     compute-seconds its collectives take (``interference.lost_s``, summed).
+
+    With ``grad_sync`` iteration the gradients are reduced once per iteration
+    (:func:`dp_tail_comm_s`): no reduce-scatters here, stage 2 has nothing and stage 3 its
+    all-gathers only.
     """
     count = np.asarray(params, dtype=np.float64)
     n = count.shape[0]
     zeros = np.zeros((n, n))
     experts = (expert_params is not None and expert_dp > 1
                and bool(np.any(np.asarray(expert_params) > 0)))
-    if zero_stage < 2 or (dp == 1 and not experts):
+    scatters = reduces_every_micro_batch(zero_stage, grad_sync)
+    if zero_stage < 2 or (dp == 1 and not experts) or (zero_stage == 2 and not scatters):
         return CommTimes(zeros, zeros, zeros)
     dense_cost = cost if dp > 1 else (0.0, 0.0)
-    rs, ag = _layer_collectives(dense_cost, grad_bytes, count)
+    rs, ag = _layer_collectives(dense_cost, grad_bytes, count, scatters)
     lost_rs, lost_ag = _layer_lost(interference, dense_cost, dp, rs, ag)
     if experts:
         rs_e, ag_e = _layer_collectives(expert_cost, grad_bytes,
-                                        np.asarray(expert_params, dtype=np.float64))
+                                        np.asarray(expert_params, dtype=np.float64), scatters)
         rs, ag = rs + rs_e, ag + ag_e
         lost_rs_e, lost_ag_e = _layer_lost(interference, expert_cost, expert_dp, rs_e, ag_e)
         lost_rs, lost_ag = lost_rs + lost_rs_e, lost_ag + lost_ag_e
@@ -370,13 +446,14 @@ def _backward_exposure(ag: FloatArray, rs: FloatArray, bwd: FloatArray) -> Float
     return out
 
 
-def _layer_collectives(cost: tuple[float, float], grad_bytes: int,
-                       count: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _layer_collectives(cost: tuple[float, float], grad_bytes: int, count: FloatArray,
+                       scatters: bool = True) -> tuple[FloatArray, FloatArray]:
     """(reduce-scatter of the gradients, all-gather of the weights) of layers with ``count``
-    parameters over a group of all-reduce ``cost``, in seconds (0 without parameters)."""
+    parameters over a group of all-reduce ``cost``, in seconds (0 without parameters; the
+    reduce-scatters 0 unless ``scatters``: the gradients are reduced every micro-batch)."""
     half_const, half_byte = cost[0] / 2.0, cost[1] / 2.0
     has = count > 0
-    rs = np.where(has, half_const + half_byte * (grad_bytes * count), 0.0)
+    rs = np.where(has & scatters, half_const + half_byte * (grad_bytes * count), 0.0)
     ag = np.where(has, half_const + half_byte * (WEIGHT_BYTES_PER_PARAM * count), 0.0)
     return rs, ag
 

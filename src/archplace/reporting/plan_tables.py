@@ -22,7 +22,8 @@ def plan_label(result: PlanResult) -> str:
     (``cpN``, ``epN`` and ``etpN`` only when above 1, so a dense plan reads ``tp2 pp4 dp8 ...``;
     ``hsdpR`` after the DP degree for hybrid sharding over R replicas) then
     ``v=CHUNKS`` (interleaved) and the flags ``sp``, ``zeroN`` (the ZeRO stage, when above 0),
-    ``overlap``, ``fp8`` (the precision, when not bf16) that are on."""
+    ``overlap``, ``sync=WHEN`` (the gradient synchronisation, when not auto), ``fp8`` (the
+    precision, when not bf16) that are on."""
     p = result.plan
     optional = (("cp", p.cp), ("ep", p.ep), ("etp", p.etp))
     degrees = [f"tp{p.tp}", *(f"{name}{value}" for name, value in optional if value > 1),
@@ -31,8 +32,10 @@ def plan_label(result: PlanResult) -> str:
     if p.chunks > 1:
         parts.append(f"v={p.chunks}")
     parts.append(f"recompute={p.recompute.value}")
+    sync = p.grad_sync.value
     parts += [flag for flag, on in (("sp", p.sp), (f"zero{p.zero_stage}", p.zero_stage > 0),
-                                    ("overlap", p.dp_overlap), ("fp8", p.precision.value == "fp8"))
+                                    ("overlap", p.dp_overlap), (f"sync={sync}", sync != "auto"),
+                                    ("fp8", p.precision.value == "fp8"))
               if on]
     return " ".join(parts)
 
@@ -114,8 +117,9 @@ def stage_time_table(result: PlanResult) -> Table:
     Columns: its compute (forward + backward, collectives in the layers included) and of it the
     TP collectives, and, when the plan has them, the context-parallel and expert all-to-all
     shares; recomputation; pipeline sends; with ZeRO-2/3 the per-layer collectives left exposed
-    plus the compute their hidden part slowed (``ZeRO comm``); the total, which is compute +
-    recompute + p2p + ZeRO comm (:attr:`~archplace.placement.result.StageTime.total_s`)."""
+    plus the compute their hidden part slowed (``ZeRO comm``; ``DP comm`` at stages 0 and 1
+    reducing every micro-batch, ``Plan.grad_sync``); the total, which is compute + recompute +
+    p2p + ZeRO comm (:attr:`~archplace.placement.result.StageTime.total_s`)."""
     table = PlainTable(title="time per micro-batch of each stage (ms; * the slowest, which sets the pace)")
     times = result.stage_times
     parts: list[tuple[str, Callable[[StageTime], float]]] = [
@@ -126,7 +130,8 @@ def stage_time_table(result: PlanResult) -> Table:
         parts.append(("of it EP comm", lambda t: t.ep_comm_s))
     parts += [("recompute", lambda t: t.recompute_s), ("p2p", lambda t: t.p2p_s)]
     if any(t.dp_comm_s or t.dp_slowed_s for t in times):
-        parts.append(("ZeRO comm", lambda t: t.dp_comm_s + t.dp_slowed_s))
+        name = "ZeRO comm" if result.plan.zero_stage >= 2 else "DP comm"
+        parts.append((name, lambda t: t.dp_comm_s + t.dp_slowed_s))
     for column in ("segment", "device", "layers", *(name for name, _ in parts), "total"):
         table.add_column(column, justify="right")
     plan = result.plan

@@ -418,6 +418,7 @@ chunks: [2, 4]               # model chunks per device tried with the interleave
 zero_stages: [0, 1, 2, 3]    # or "all", or "0,1"
 dp_overlap: [false, true]    # DP gradient reduction exposed and/or overlapped with the last backward
 grad_reduce_dtype: fp32      # fp32 or bf16
+grad_sync: auto              # gradient reduction: auto (each ZeRO stage's), iteration, micro_batch
 precisions: [bf16]           # bf16 and/or fp8 (designs without FP8 tensor cores: bf16 only)
 cps: null                    # context-parallel degrees, e.g. [1, 2]; null: 1 only
 eps: null                    # expert-parallel degrees, e.g. [1, 8]; null: 1 only
