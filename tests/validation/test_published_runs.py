@@ -205,8 +205,20 @@ def test_new_plan_fields_reach_evaluate(tmp_path: Path) -> None:
         BY_CASE["nemo2407-llama2-7b"].gpt()
 
 
+def test_moe_plan_fields_reach_evaluate() -> None:
+    """The MoE rows' ep_comm_overlap and recompute_modules reach ``api.evaluate``; a row that
+    gives neither leaves the API's defaults."""
+    overlap = evaluate_kwargs(BY_CASE["modelzoo-qwen3-235b-a22b-deepep-ep32-a2a-overlap-h100"], "m")
+    assert overlap["ep_comm_overlap"] is True and overlap["recompute_modules"] == ("layernorm", "moe_act")
+    plain = evaluate_kwargs(BY_CASE["mbridge2604-qwen3-30b-a3b-h100"], "m")
+    assert "ep_comm_overlap" not in plain and "recompute_modules" not in plain and "grad_sync" not in plain
+    assert BY_CASE["mbridge2604-qwen3-30b-a3b-h100"].moe and not BY_CASE["nemo2407-llama2-7b"].moe
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"plan": {"cp": 3}}, "not whole"),
+    ({"plan": {"recompute_modules": []}}, "recompute_modules must be a list"),
+    ({"plan": {"ep_comm_overlap": "yes"}}, "ep_comm_overlap must be true or false"),
     ({"plan": {"precision": "fp4"}}, "precision"),
     ({"plan": {"tp": 0}}, "tp must be"),
     ({"plan": {"ep": 3}}, "ep etp"),

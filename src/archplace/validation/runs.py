@@ -152,6 +152,7 @@ class PublishedPlan:
     pp_comm_overlap: bool = False
     ep_comm_overlap: bool = False
     recompute_modules: tuple[str, ...] | None = None
+    grad_sync: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, list):  # YAML gives a list: kept as a tuple
@@ -390,8 +391,9 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
     """Keyword arguments of :func:`archplace.front.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
     ``grad_reduce_dtype``, ``rank_order``, ``stages``, ``attention_kernel`` (with fused
-    attention only), ``tp_comm_overlap``, ``pp_comm_overlap``, ``ep_comm_overlap`` and
-    ``recompute_modules`` are passed only where the run states them (else the API's defaults);
+    attention only), ``tp_comm_overlap``, ``pp_comm_overlap``, ``ep_comm_overlap``,
+    ``recompute_modules`` and ``grad_sync`` are passed only where the run states them (else the
+    API's defaults);
     ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
@@ -423,6 +425,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         kwargs["ep_comm_overlap"] = True
     if plan.recompute_modules is not None:
         kwargs["recompute_modules"] = plan.recompute_modules
+    if plan.grad_sync is not None:
+        kwargs["grad_sync"] = plan.grad_sync
     return kwargs
 
 
