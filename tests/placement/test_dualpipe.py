@@ -144,6 +144,13 @@ def test_cli_evaluates_a_dualpipe_plan(tmp_path: Path, capsys: pytest.CaptureFix
     # both stages' weights on each device: more than 1F1B's one stage
     weights = {name: result["memory_per_device_bytes"][0]["weights"] for name, result in out.items()}
     assert weights["dualpipe"] > weights["1f1b"]
+    with pytest.raises(SystemExit) as exc:  # the tables name both stages of every device
+        main([*argv[:-1], "--schedule", "dualpipe"])
+    assert exc.value.code in (0, None)
+    stages = out["dualpipe"]["plan"]["stages"]
+    both = ", ".join(f"{first}–{last}" for first, last in stages)
+    text = capsys.readouterr().out
+    assert "0, 1" in text and both in text
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--pp", "3", "--dp", "1", "--schedule", "dualpipe"])
     assert exc.value.code == 2

@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from rich.table import Table
 
+from archplace.placement.choices import PipelineSchedule
+from archplace.placement.pipeline import device_segments
 from archplace.placement.result import PlanResult, StageTime
 from archplace.reporting.plain import PlainTable
 
@@ -74,11 +76,12 @@ def detail_tables(result: PlanResult) -> list[Table]:
     for column in ("stage", "layers", "weights", "gradients", "optimizer", "activations", "gathered",
                    "total"):
         memory.add_column(column, justify="right")
-    stages, pp = result.plan.ranges, result.plan.pp
-    for m in result.memory:  # interleaved: device j holds chunks j, j + pp, j + 2 pp, ...
-        layers = ", ".join(f"{first}–{last}" for first, last in stages[m.stage::pp])
+    stages = result.plan.ranges
+    for m in result.memory:  # interleaved: chunks j, j + pp, ...; DualPipe: stages j and pp - 1 - j
+        own = device_segments(result.plan, m.stage)
+        layers = ", ".join(f"{stages[c][0]}–{stages[c][1]}" for c in own)
         if result.plan.stage_layers:  # a layer-graph plan names its layers
-            layers = ", ".join(name for names in result.plan.stage_layers[m.stage::pp] for name in names)
+            layers = ", ".join(name for c in own for name in result.plan.stage_layers[c])
         memory.add_row(str(m.stage), layers, *(f"{v / _GIB:.2f}" for v in
                                                  (m.weights, m.gradients, m.optimizer, m.activations,
                                                   m.gathered, m.total)))
@@ -139,6 +142,8 @@ def stage_time_table(result: PlanResult) -> Table:
     for i, (t, (first, last)) in enumerate(zip(times, plan.ranges, strict=True)):
         layers = ", ".join(plan.stage_layers[i]) if plan.stage_layers else f"{first}–{last}"
         mark = " *" if t.total_s == slowest else ""
-        table.add_row(str(i), str(i % plan.pp), layers, *(f"{part(t) * 1e3:.3f}" for _, part in parts),
+        device = (f"{i}, {plan.pp - 1 - i}" if plan.schedule is PipelineSchedule.DUALPIPE  # both directions
+                  else str(i % plan.pp))
+        table.add_row(str(i), device, layers, *(f"{part(t) * 1e3:.3f}" for _, part in parts),
                       f"{t.total_s * 1e3:.3f}{mark}")
     return table
