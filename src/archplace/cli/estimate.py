@@ -47,9 +47,10 @@ def _console() -> Console:
     return table_console(160)
 
 
-_NOT_READ = ("fuse", "recompute_modules")
+_NOT_READ = ("fuse", "recompute_modules", "expert_weighting")
 """The model spec's fields ``estimate`` does not take (it costs the operators as traced; what
-selective recomputation reruns does not change them)."""
+selective recomputation reruns does not change them, and it traces the experts in Hugging
+Face's order, :class:`~archplace.workload.options.ExpertWeighting`)."""
 
 
 @estimate_app.callback()

@@ -28,9 +28,10 @@ from archplace.front.specs import ModelSpec
 from archplace.reporting.schedule_tables import schedule_table
 from archplace.schemas import stamp
 
-_NOT_READ = ("fuse", "recompute_modules")
+_NOT_READ = ("fuse", "recompute_modules", "expert_weighting")
 """The model spec's fields ``schedule`` does not take (it schedules the operators as traced; what
-selective recomputation reruns does not change them)."""
+selective recomputation reruns does not change them, and it traces the experts in Hugging
+Face's order, :class:`~archplace.workload.options.ExpertWeighting`)."""
 
 
 @with_options(ModelSpec, exclude=_NOT_READ)

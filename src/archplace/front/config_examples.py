@@ -27,6 +27,8 @@ capacity_factor: 1.0      # MoE models: expert capacity over the balanced share;
 expert_load_imbalance: 1.0  # MoE models: busiest EP rank's tokens over the mean (>= 1)
 recompute_modules: [core_attn]  # what selective recompute reruns: core_attn, mlp, moe, shared_experts,
                           # moe_act, layernorm, mla_up_proj (Megatron-Core's --recompute-modules)
+expert_weighting: output  # MoE routing weight on the experts' output (HF) or on their activation
+                          # (Megatron-Core's, before the down projection)
 
 # --- the chip and its links
 hardware: a100-80gb       # a hardware preset (archplace hardware) or a hardware YAML file

@@ -34,7 +34,13 @@ from archplace.placement.result import PlanResult
 from archplace.placement.solver import plan_search
 from archplace.workload.cache import cached_chains
 from archplace.workload.extract import ExtractOptions, check_tp
-from archplace.workload.options import DEFAULT_RECOMPUTE_MODULES, Attention, Kernels, RecomputeModule
+from archplace.workload.options import (
+    DEFAULT_RECOMPUTE_MODULES,
+    Attention,
+    ExpertWeighting,
+    Kernels,
+    RecomputeModule,
+)
 from archplace.workload.zoo import LoadedModel
 
 MAX_TP = 64  # widest TP width tried by default
@@ -179,6 +185,7 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
                     precision: Precision = Precision.BF16, capacity_factor: float = 1.0,
                     expert_load_imbalance: float = 1.0,
                     recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
+                    expert_weighting: ExpertWeighting = ExpertWeighting.OUTPUT,
                     ) -> dict[CostKey, list[LayerCost]]:
     """Layer costs of ``prob``'s model on its chip for each :class:`CostKey` (tp, micro_batch,
     sp, cp, ep, etp); with
@@ -186,7 +193,7 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     their input (:func:`archplace.workload.fusion.fuse_elementwise`); ``attention`` and
     ``kernels`` as in :class:`archplace.workload.extract.ExtractOptions`; ``precision`` fp8:
     the linear layers' GEMMs in FP8 (:class:`archplace.cost.precision.Fp8CostModel`);
-    ``capacity_factor`` and ``expert_load_imbalance`` of the MoE layers and
+    ``capacity_factor``, ``expert_load_imbalance`` and ``expert_weighting`` of the MoE layers and
     ``recompute_modules`` (what selective recompute reruns) as in ``ExtractOptions``.
 
     Raises:
@@ -198,7 +205,7 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     chains = dict(zip(keys, cached_chains([(prob.spec, ExtractOptions(
         key._replace(sp=key.sp and key.tp > 1), seq_len, fuse=fuse, attention=attention, kernels=kernels,
         capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
-        recompute_modules=recompute_modules)) for key in keys]),
+        recompute_modules=recompute_modules, expert_weighting=expert_weighting)) for key in keys]),
         strict=True))
     cost = SystolicCostModel(prob.setup.cluster)
     fp8_cost = Fp8CostModel(cost) if precision is Precision.FP8 else None
@@ -288,7 +295,8 @@ def plan(prob: Problem, space: PlanGrid = DEFAULT_GRID, top_k: int = 1) -> list[
                                 kernels=space.kernels, precision=precision,
                                 capacity_factor=space.capacity_factor,
                                 expert_load_imbalance=space.expert_load_imbalance,
-                                recompute_modules=space.recompute_modules)
+                                recompute_modules=space.recompute_modules,
+                                expert_weighting=space.expert_weighting)
         setup = replace(precision_setup(prob, precision), grad_reduce_dtype=space.grad_reduce_dtype)
         try:
             found = plan_search(costs, setup, top_k=top_k, **search_options(space))
@@ -337,10 +345,11 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              capacity_factor: float = 1.0, expert_load_imbalance: float = 1.0, etp: int = 1,
              dp_replicate: int = 1,
              recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-             grad_sync: GradSync = GradSync.AUTO) -> PlanResult:
+             grad_sync: GradSync = GradSync.AUTO,
+             expert_weighting: ExpertWeighting = ExpertWeighting.OUTPUT) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor``,
-    ``expert_load_imbalance`` and ``recompute_modules`` as in :class:`PlanGrid`;
+    ``expert_load_imbalance``, ``recompute_modules`` and ``expert_weighting`` as in :class:`PlanGrid`;
     ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp``, ``ep``
     and ``etp`` the context- and expert-parallel degrees and the expert-TP width (tp * cp * pp * dp
     devices; the rank order is ``prob.setup.rank_order``, recorded as the returned plan's
@@ -373,7 +382,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
                             precision=precision, capacity_factor=capacity_factor,
                             expert_load_imbalance=expert_load_imbalance,
-                            recompute_modules=recompute_modules)[key]
+                            recompute_modules=recompute_modules, expert_weighting=expert_weighting)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
     if stages and stages[-1][1] != n - 1:

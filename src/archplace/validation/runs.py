@@ -153,6 +153,7 @@ class PublishedPlan:
     ep_comm_overlap: bool = False
     recompute_modules: tuple[str, ...] | None = None
     grad_sync: str | None = None
+    expert_weighting: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, list):  # YAML gives a list: kept as a tuple
@@ -392,8 +393,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
     ``grad_reduce_dtype``, ``rank_order``, ``stages``, ``attention_kernel`` (with fused
     attention only), ``tp_comm_overlap``, ``pp_comm_overlap``, ``ep_comm_overlap``,
-    ``recompute_modules`` and ``grad_sync`` are passed only where the run states them (else the
-    API's defaults);
+    ``recompute_modules``, ``grad_sync`` and ``expert_weighting`` are passed only where the run
+    states them (else the API's defaults);
     ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
@@ -427,6 +428,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         kwargs["recompute_modules"] = plan.recompute_modules
     if plan.grad_sync is not None:
         kwargs["grad_sync"] = plan.grad_sync
+    if plan.expert_weighting is not None:
+        kwargs["expert_weighting"] = plan.expert_weighting
     return kwargs
 
 

@@ -15,6 +15,11 @@ width h routed to k of E experts (S = T·k routed tokens):
    ``archplace::grouped_mm`` with the down weights ``[E, h, I]`` -> ``[S, h]``;
 3. combine: each copy scaled by its routing weight and the k copies summed, ``[T, h]``.
 
+That is Hugging Face's order (the weight applied to the expert's output). Megatron-Core applies
+it to the gated activation before the down projection and sums the outputs
+(:class:`~archplace.workload.options.ExpertWeighting`): :data:`IMPLEMENTATION_WEIGHTED_ACTIVATION`
+runs that order, so its backward does not read the ``[S, h]`` outputs.
+
 Routing is assumed balanced, every expert receiving ``ceil(S / E)`` tokens: capacity factor 1.0,
 the ideal of GShard (Lepikhin et al. 2021, sec. 2.2) and Switch Transformer (Fedus et al. 2022,
 sec. 2.2), where no token is dropped and no expert padded. A grouped GEMM is then the batched
@@ -35,7 +40,11 @@ import math
 from typing import Any
 
 IMPLEMENTATION = "archplace_grouped"
-"""Name of the experts implementation registered with transformers."""
+"""Name of the experts implementation registered with transformers (the routing weight applied
+to the outputs, Hugging Face's order)."""
+
+IMPLEMENTATION_WEIGHTED_ACTIVATION = "archplace_grouped_weighted_activation"
+"""The same with the routing weight applied to the gated activation (Megatron-Core's order)."""
 
 FORWARD_OP = "grouped_mm"
 DGRAD_OP = "grouped_mm_dgrad"
@@ -111,9 +120,11 @@ def grouped_dims(node: Any, name: str) -> tuple[int, int, int, int]:
     return e, tokens_per_expert(s, e), k_in, n_out
 
 
-def _experts_forward(module: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
-    """transformers experts-interface function: ``[T, h]`` from ``[T, h]`` tokens and their
-    ``[T, k]`` experts and routing weights (module docstring)."""
+def _experts(module: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any,
+             weight_activation: bool) -> Any:
+    """``[T, h]`` from ``[T, h]`` tokens and their ``[T, k]`` experts and routing weights, the
+    weights applied to the outputs or (``weight_activation``) to the gated activation (module
+    docstring)."""
     import torch
 
     if getattr(module, "has_bias", False) or getattr(module, "is_transposed", False) \
@@ -127,9 +138,24 @@ def _experts_forward(module: Any, hidden_states: Any, top_k_index: Any, top_k_we
         inner = module._apply_gate(torch.ops.archplace.grouped_mm(routed, module.gate_up_proj))
     else:
         inner = module.act_fn(torch.ops.archplace.grouped_mm(routed, module.up_proj))
+    if weight_activation:
+        inner = inner * top_k_weights.reshape(tokens * k, 1).to(inner.dtype)
+        out = torch.ops.archplace.grouped_mm(inner, module.down_proj)
+        return out.view(tokens, k, hidden).sum(dim=1).to(hidden_states.dtype)
     out = torch.ops.archplace.grouped_mm(inner, module.down_proj)
     weighted = out.view(tokens, k, hidden) * top_k_weights.unsqueeze(-1)
     return weighted.sum(dim=1).to(hidden_states.dtype)
+
+
+def _experts_forward(module: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """transformers experts-interface function, Hugging Face's order (module docstring)."""
+    return _experts(module, hidden_states, top_k_index, top_k_weights, weight_activation=False)
+
+
+def _experts_weighted_activation(module: Any, hidden_states: Any, top_k_index: Any,
+                                 top_k_weights: Any) -> Any:
+    """transformers experts-interface function, Megatron-Core's order (module docstring)."""
+    return _experts(module, hidden_states, top_k_index, top_k_weights, weight_activation=True)
 
 
 SHARED_MODULES = frozenset({"shared_expert", "shared_experts"})
@@ -161,18 +187,21 @@ def routed_nodes(calls: Any, name_of: Any) -> frozenset[Any]:
     return frozenset(found)
 
 
-def register() -> str:
-    """Define the operators and register the implementation with transformers (idempotent).
+def register(weight_activation: bool = False) -> str:
+    """Define the operators and register the implementations with transformers (idempotent).
 
     Returns:
-        The implementation name to set as ``config._experts_implementation``.
+        The implementation name to set as ``config._experts_implementation``: the routing weight
+        applied to the outputs, or (``weight_activation``) to the gated activation.
     """
     from transformers.integrations.moe import ExpertsInterface
 
     _define()
     ExpertsInterface.register(IMPLEMENTATION, _experts_forward)
-    return IMPLEMENTATION
+    ExpertsInterface.register(IMPLEMENTATION_WEIGHTED_ACTIVATION, _experts_weighted_activation)
+    return IMPLEMENTATION_WEIGHTED_ACTIVATION if weight_activation else IMPLEMENTATION
 
 
-__all__ = ["FORWARD_OP", "DGRAD_OP", "WGRAD_OP", "IMPLEMENTATION", "OPS", "SHARED_MODULES", "grouped_dims",
-           "module_path", "register", "routed_nodes", "tokens_per_expert"]
+__all__ = ["FORWARD_OP", "DGRAD_OP", "WGRAD_OP", "IMPLEMENTATION", "IMPLEMENTATION_WEIGHTED_ACTIVATION",
+           "OPS", "SHARED_MODULES", "grouped_dims", "module_path", "register", "routed_nodes",
+           "tokens_per_expert"]

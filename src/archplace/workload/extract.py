@@ -34,6 +34,7 @@ from archplace.workload.key import CostKey, Keyed
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.options import (
     Attention,
+    ExpertWeighting,
     Kernels,
     RecomputeModule,
     Tracing,
@@ -107,6 +108,8 @@ class ExtractOptions(Keyed, Tracing):
         recompute_modules: what selective recomputation reruns
             (:class:`~archplace.workload.options.RecomputeModule`; names are converted): the
             layers' ``selective_*`` figures (:mod:`archplace.workload.recompute_regions`).
+        expert_weighting: where the MoE layers apply the routing weights
+            (:class:`~archplace.workload.options.ExpertWeighting`; a name is converted).
 
     Raises:
         ConfigError: an unknown dtype, attention, kernels or recompute module, no recompute module, a
@@ -142,6 +145,8 @@ class ExtractOptions(Keyed, Tracing):
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention", parse_attention(self.attention))
         object.__setattr__(self, "kernels", parse_kernels(self.kernels))
+        object.__setattr__(self, "expert_weighting",
+                           members(ExpertWeighting, (self.expert_weighting,), "expert_weighting")[0])
         if not (isinstance(self.recompute_modules, tuple) and self.recompute_modules
                 and all(isinstance(m, RecomputeModule) for m in self.recompute_modules)):
             object.__setattr__(self, "recompute_modules",
@@ -256,7 +261,8 @@ def extract_chain(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
     with warnings.catch_warnings(), quiet_torch_logging():
         warnings.simplefilter("ignore")
         try:
-            model = build_model(spec, options.dtype, options.training, options.attention)
+            model = build_model(spec, options.dtype, options.training, options.attention,
+                                options.expert_weighting is ExpertWeighting.ACTIVATION)
         except ConfigError:
             raise
         except Exception as exc:  # the model code raises many types; report one line

@@ -97,6 +97,24 @@ class RecomputeModule(enum.StrEnum):
         return self in (RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM, RecomputeModule.MLA_UP_PROJ)
 
 
+class ExpertWeighting(enum.StrEnum):
+    """Where a mixture-of-experts layer applies each routed copy's routing weight
+    (:mod:`archplace.workload.experts_op`).
+
+    OUTPUT: to the expert's output at the combine, as Hugging Face's MoE blocks do
+    (``routed output * routing weight``, summed over the k copies); its backward reads the
+    expert outputs, so they are kept for the backward pass, one ``[T k, h]`` tensor a layer.
+    ACTIVATION: to the gated activation before the down projection, as Megatron-Core's grouped
+    experts do (NVIDIA/Megatron-LM @ d98e8a64dd, ``megatron/core/transformer/moe/experts.py``:
+    ``permuted_probs`` passed to the fused MLP as the "Scaled activation", and
+    ``weighted_bias_swiglu_impl`` in the unfused path); the combine is a plain sum, and the
+    expert outputs are not kept (the activation, ``[T k, I]``, is, for the weight's gradient).
+    """
+
+    OUTPUT = "output"
+    ACTIVATION = "activation"
+
+
 DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.CORE_ATTN,)
 """Megatron-Core's default ``recompute_modules``."""
 
@@ -130,6 +148,8 @@ class Tracing:
         recompute_modules: what selective recomputation reruns (:class:`RecomputeModule`, once
             each; default core_attn, Megatron-Core's); used only by a plan whose recompute is
             selective.
+        expert_weighting: where an MoE layer applies the routing weights (:class:`ExpertWeighting`;
+            default output, Hugging Face's).
 
     The ranges are checked by the front door's specs (:func:`archplace.base.fields.check_declared`);
     :class:`~archplace.workload.extract.ExtractOptions` checks what the engine needs.
@@ -154,6 +174,10 @@ class Tracing:
         "What selective recompute reruns, comma-separated (Megatron-Core's --recompute-modules): "
         "core_attn, mlp, moe, shared_experts, moe_act, layernorm, mla_up_proj"),
         parse=split_names, metavar="MODULES")
+    expert_weighting: ExpertWeighting = option(ExpertWeighting.OUTPUT, help=(
+        "Mixture-of-experts models: where the routing weight is applied: output (at the combine, "
+        "Hugging Face's; the expert outputs are kept for the backward pass) or activation (before "
+        "the down projection, Megatron-Core's)"))
 
     @property
     def moe_options(self) -> dict[str, float]:

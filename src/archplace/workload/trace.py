@@ -250,14 +250,15 @@ def find_block_container(model: Any) -> str:
 
 
 def build_model(spec: LoadedModel, dtype: str, training: bool,
-                attention: Attention = Attention.EAGER) -> Any:
+                attention: Attention = Attention.EAGER, weight_activation: bool = False) -> Any:
     """The model with one block of each kind (:attr:`LoadedModel.block_runs`) on the meta device, in
     train (or eval) mode.
 
     ``attention`` EAGER keeps HF's explicit scores and softmax; SDPA and FLASH route the
     attention core through the fused operator of :mod:`archplace.workload.attention_op`
     (they differ only in cost, not in the graph). The experts of a mixture-of-experts model run
-    as grouped GEMMs (:mod:`archplace.workload.experts_op`).
+    as grouped GEMMs (:mod:`archplace.workload.experts_op`), the routing weights applied to
+    their outputs or (``weight_activation``) to their gated activation.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
@@ -276,13 +277,14 @@ def build_model(spec: LoadedModel, dtype: str, training: bool,
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"model {spec.name!r}: invalid config ({exc})") from None
     hf_config._attn_implementation = implementation
-    hf_config._experts_implementation = experts_op.register()
+    experts = experts_op.register(weight_activation)
+    hf_config._experts_implementation = experts
     auto = AutoModelForMaskedLM if spec.family.task == "masked-lm" else AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(hf_config)
     model.to(getattr(torch, dtype))
     model.config._attn_implementation = implementation
-    model.config._experts_implementation = experts_op.IMPLEMENTATION
+    model.config._experts_implementation = experts
     model.train(training)
     return model
 

@@ -431,6 +431,8 @@ capacity_factor: 1.0         # MoE expert capacity over the balanced share; 1.0:
 expert_load_imbalance: 1.0   # busiest EP rank's tokens over the mean, dropless routing (>= 1)
 recompute_modules: [core_attn]  # what selective recompute reruns: core_attn, mlp, moe, shared_experts,
                              # moe_act, layernorm, mla_up_proj (Megatron-Core's --recompute-modules)
+expert_weighting: output     # MoE routing weight on the experts' output (HF) or on their
+                             # activation (Megatron-Core's, before the down projection)
 
 # How to search
 strategy: exhaustive         # exhaustive, exhaustive-all, phaze, wham, optuna
