@@ -40,8 +40,8 @@ OWN = {"plan": {"config", "layer_graph", "no_zero", "as_json", "report"},
 SPECS: dict[str, tuple[type, ...]] = {"plan": PLAN_SPECS, "evaluate": EVALUATE_SPECS,
                                       "search": (SearchSpec,), "graph": (ModelSpec,),
                                       "estimate": (ModelSpec,), "schedule": (ModelSpec,)}
-EXCLUDED: dict[str, tuple[str, ...]] = {"estimate": ("fuse", "recompute_modules"),
-                                        "schedule": ("fuse", "recompute_modules")}
+EXCLUDED: dict[str, tuple[str, ...]] = {"estimate": ("fuse", "recompute_modules", "expert_weighting"),
+                                        "schedule": ("fuse", "recompute_modules", "expert_weighting")}
 """Spec fields a command does not take (estimate and schedule cost the operators as traced)."""
 COMMANDS = ("plan", "evaluate", "search", "graph", "estimate", "schedule")
 
