@@ -388,6 +388,13 @@ def included(runs: tuple[Run, ...] | list[Run]) -> tuple[Run, ...]:
     return tuple(run for run in runs if run.excluded_reason is None)
 
 
+_STATED = ("grad_reduce_dtype", "rank_order", "stages", "recompute_modules", "grad_sync", "expert_weighting")
+"""Plan fields passed to ``evaluate`` only when the run gives them (else the API's defaults)."""
+
+_SWITCHES = ("tp_comm_overlap", "pp_comm_overlap", "ep_comm_overlap")
+"""Plan switches passed to ``evaluate`` only when the run turns them on."""
+
+
 def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     """Keyword arguments of :func:`archplace.front.api.evaluate` for ``run`` as trained, under
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
@@ -410,26 +417,14 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         "attention": plan.attention, "kernels": plan.kernels, "cp": plan.cp, "ep": plan.ep,
         "etp": plan.etp, "precision": plan.precision, **VARIANTS[variant],
     }
-    if plan.grad_reduce_dtype is not None:
-        kwargs["grad_reduce_dtype"] = plan.grad_reduce_dtype
-    if plan.rank_order is not None:
-        kwargs["rank_order"] = plan.rank_order
-    if plan.stages is not None:
-        kwargs["stages"] = plan.stages
+    for name in _STATED:  # only where the run states them
+        if getattr(plan, name) is not None:
+            kwargs[name] = getattr(plan, name)
+    for name in _SWITCHES:
+        if getattr(plan, name):
+            kwargs[name] = True
     if plan.attention_kernel is not None and kwargs["attention"] == "flash":
         kwargs["attention_kernel"] = plan.attention_kernel
-    if plan.tp_comm_overlap:
-        kwargs["tp_comm_overlap"] = True
-    if plan.pp_comm_overlap:
-        kwargs["pp_comm_overlap"] = True
-    if plan.ep_comm_overlap:
-        kwargs["ep_comm_overlap"] = True
-    if plan.recompute_modules is not None:
-        kwargs["recompute_modules"] = plan.recompute_modules
-    if plan.grad_sync is not None:
-        kwargs["grad_sync"] = plan.grad_sync
-    if plan.expert_weighting is not None:
-        kwargs["expert_weighting"] = plan.expert_weighting
     return kwargs
 
 
