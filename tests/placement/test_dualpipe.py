@@ -61,6 +61,20 @@ def test_overlapped_pairs_shorten_the_steady_state(pp: int, m: int) -> None:
     assert timeline.makespan_s == pytest.approx(expected, rel=REL)
 
 
+@pytest.mark.parametrize(("pp", "m"), [(4, 8), (8, 20)])
+def test_every_rank_runs_each_of_its_chunks_once(pp: int, m: int) -> None:
+    """With unequal stages and nothing hidden, rank j is busy m/2 x (F + B) of each of its two
+    stages: every forward, input-gradient and weight-gradient chunk charged once, the weight
+    chunks for the backward that deferred them (DualPipe's queue), whatever their step's label."""
+    forward = [1.0 + 0.25 * i for i in range(pp)]
+    backward = [2.0 + 0.5 * i for i in range(pp)]
+    weight = [0.3 + 0.2 * i for i in range(pp)]
+    timeline = simulate_dualpipe(forward, backward, weight, micro_batches=m)
+    for j in range(pp):
+        work = m / 2 * sum(forward[c] + backward[c] for c in (j, pp - 1 - j))
+        assert timeline.busy_s[j] == pytest.approx(work, rel=REL)
+
+
 def test_every_rank_holds_pp_plus_one_micro_batches() -> None:
     """The README's activation count, PP + 1 per device, on every rank; weighted by each
     direction's bytes the end ranks peak with their own stage mostly."""

@@ -17,7 +17,7 @@ from archplace.base.errors import ConfigError
 from archplace.cli import main
 from archplace.front import api
 from archplace.hw.cluster import Cluster
-from archplace.placement.ep_overlap import lost_s, paired_passes, unpaired_slots
+from archplace.placement.ep_overlap import paired_passes, unpaired_slots
 from archplace.placement.interference import Interference
 from archplace.placement.pipeline import BREAKDOWN_KEYS, evaluate_plan
 from archplace.placement.plan import LayerCost, PipelineSchedule, Plan, Recompute, TrainingSetup
@@ -69,9 +69,9 @@ def test_the_pair_takes_max_of_comm_and_compute_plus_lost(compute_f: float, comp
 def test_lost_time_of_the_sm_share_and_of_hbm() -> None:
     # 20 of 132 SMs; phi 0.5 and 3 x 1e9 wire bytes over 1e12 B/s HBM = 3 ms
     sms = Interference(sm_share=20 / 132)
-    assert lost_s(sms, 0.01, 1e9) == pytest.approx(20 / 132 * 0.01, rel=REL)
+    assert sms.lost_for_wire_s(0.01, 1e9) == pytest.approx(20 / 132 * 0.01, rel=REL)
     both = Interference(sm_share=20 / 132, memory_bound_share=0.5, hbm_bandwidth_bytes_per_s=1e12)
-    assert lost_s(both, 0.01, 1e9) == pytest.approx(0.5 * 20 / 132 * 0.01 + 0.5 * 0.003, rel=REL)
+    assert both.lost_for_wire_s(0.01, 1e9) == pytest.approx(0.5 * 20 / 132 * 0.01 + 0.5 * 0.003, rel=REL)
 
 
 def test_unpaired_slots_follow_megatron_cores_warm_up() -> None:

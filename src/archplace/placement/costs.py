@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from archplace.cost.model import CostModel, EstimatingCostModel, array_flop
 from archplace.cost.precision import fp8_weight_params
 from archplace.hw.accelerator import Accelerator
-from archplace.placement.ep_overlap import lost_s, paired_passes
+from archplace.placement.ep_overlap import paired_passes
 from archplace.placement.interference import Interference
 from archplace.placement.plan import CostKey, LayerCost
 from archplace.placement.tp_overlap import overlapped_tp
@@ -159,7 +159,8 @@ def layer_costs(chain: LayerChain, acc: Accelerator, cost: CostModel,
         ep_fwd_s, ep_bwd_s = fwd.ep_collective_s, bwd.ep_collective_s
         hidden_s = slowed_s = 0.0
         if ep_overlap:  # the passes run beside another micro-batch's (ep_overlap)
-            lost = lost_s(interference, ep_fwd_s + ep_bwd_s, fwd.ep_wire_bytes + bwd.ep_wire_bytes)
+            lost = float(interference.lost_for_wire_s(ep_fwd_s + ep_bwd_s,
+                                                      fwd.ep_wire_bytes + bwd.ep_wire_bytes))
             pair = paired_passes(fwd_s, bwd_s, ep_fwd_s, ep_bwd_s, lost)
             fwd_s, bwd_s, ep_fwd_s, ep_bwd_s = pair.fwd_s, pair.bwd_s, pair.ep_fwd_s, pair.ep_bwd_s
             hidden_s, slowed_s = pair.hidden_s, pair.slowed_s

@@ -31,9 +31,11 @@ A forward chunk waits for the same micro-batch's forward on the previous rank of
 a backward chunk for its own forward and for the backward on the next rank of its direction;
 point-to-point transfers are not timed (they overlap, sec. 3.2.1). An overlapped pair starts
 when both of its chunks may and takes the pair's time F&B (:func:`simulate_dualpipe`'s
-``paired_s``); weight-gradient chunks run in the order their backward chunks deferred them.
-With equal stages the makespan is m F&B / ... the README's bubble: ``tests/placement/
-test_dualpipe.py`` checks :func:`simulate_dualpipe` against (P/2 - 1)(F&B + B - 3W) on hand cases.
+``paired_s``); a weight-gradient chunk runs the weight gradients the rank deferred first
+(``WeightGradStore``'s queue in the source), whatever stage they belong to. With equal stages,
+nothing hidden (F&B = F + B) and W = B - F, the makespan is m (F + B) plus the README's bubble
+(P/2 - 1)(F&B + B - 3W); ``tests/placement/test_dualpipe.py`` checks it, and a timeline worked
+by hand.
 
 In flight: a rank keeps a micro-batch's activations of a stage from its forward chunk to its
 backward chunk (the weight-gradient chunk's inputs are small next to them and are not counted);
@@ -44,6 +46,7 @@ micro-batches on the end ranks).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -60,7 +63,8 @@ class Chunk:
         kind: ``F`` (forward), ``B`` (backward, with its weight gradients unless ``deferred``),
             ``W`` (the weight gradients a deferred backward left) or ``FB`` (a forward of
             ``phase`` overlapped with a backward of the other phase).
-        phase: 0 or 1 (the rank's phase, module docstring); for ``FB`` the forward's.
+        phase: 0 or 1 (the rank's phase, module docstring); for ``FB`` the forward's; for ``W`` the
+            step's label only (the queue of deferred weight gradients decides the stage).
         deferred: a backward whose weight gradients run later as a ``W`` chunk.
     """
 
@@ -154,7 +158,7 @@ def simulate_dualpipe(forward_s: Sequence[float], backward_s: Sequence[float],
     pp = len(forward_s)
     if len(backward_s) != pp or len(weight_s) != pp:
         raise ConfigError("dualpipe: forward, backward and weight times need one value per stage")
-    if any(w > b for w, b in zip(weight_s, backward_s, strict=True)) or min(*weight_s, 0.0) < 0:
+    if any(not 0.0 <= w <= b for w, b in zip(weight_s, backward_s, strict=True)):
         raise ConfigError("dualpipe: a weight-gradient time is negative or above its backward time")
     check_dualpipe(pp, micro_batches)
     pair = paired_s or (lambda a, b: forward_s[a] + backward_s[b])
@@ -164,6 +168,7 @@ def simulate_dualpipe(forward_s: Sequence[float], backward_s: Sequence[float],
     position, free = [0] * pp, [0.0] * pp
     count = [[[0, 0], [0, 0]] for _ in range(pp)]  # per rank, direction: [forwards, backwards] issued
     busy = [0.0] * pp
+    deferred: list[deque[int]] = [deque() for _ in range(pp)]  # stages whose weight gradients wait
     remaining = sum(len(o) for o in orders)
 
     def needs(rank: int, kind: str, direction: int, mb: int) -> list[tuple[str, int, int, int]]:
@@ -178,9 +183,8 @@ def simulate_dualpipe(forward_s: Sequence[float], backward_s: Sequence[float],
         for r in range(pp):
             while position[r] < len(orders[r]):
                 chunk = orders[r][position[r]]
-                if chunk.kind == WEIGHT:  # its backward ran before it on this rank
-                    stage = stage_of(r, pp, _direction(r, pp, chunk.phase))
-                    duration = weight_s[stage]
+                if chunk.kind == WEIGHT:  # the oldest deferred backward's, on this rank
+                    duration = weight_s[deferred[r].popleft()]
                     start = free[r]
                     parts: list[tuple[str, int, int]] = []
                 else:
@@ -203,6 +207,8 @@ def simulate_dualpipe(forward_s: Sequence[float], backward_s: Sequence[float],
                             duration = forward_s[stage]
                         else:
                             duration = backward_s[stage] - (weight_s[stage] if chunk.deferred else 0.0)
+                            if chunk.deferred:
+                                deferred[r].append(stage)
                 end = start + duration
                 for kind, d, slot in parts:
                     done[(kind, d, stage_of(r, pp, d), count[r][d][slot])] = end

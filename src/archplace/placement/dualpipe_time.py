@@ -65,7 +65,7 @@ def dualpipe_figures(times: Sequence[StageTime], micro_batches: int,
     parts = [chunk_times(time) for time in times]
     forward = [f + s / 2 for f, _, _, s in parts]
     backward = [b + s / 2 for _, b, _, s in parts]
-    weight = [min(w, b) for (_, _, w, _), b in zip(parts, backward, strict=True)]
+    weight = [w for _, _, w, _ in parts]  # at most the backward (chunk_times), so at most b + s / 2
     timeline = simulate_dualpipe(forward, backward, weight, micro_batches=micro_batches,
                                  paired_s=lambda a, b: parts[a][0] + parts[b][1])
     busy = max(timeline.busy_s)

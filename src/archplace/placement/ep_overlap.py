@@ -18,7 +18,8 @@ passes' times alone (their all-to-alls exposed), c = a_F + a_B their all-to-alls
     t + exposed + slowed,   exposed = max(0, c - t),   slowed = max(0, L - exposed)
 
 the formula of :mod:`archplace.placement.interference` for communication of c seconds beside t
-seconds of computation: L = (1 - phi) (s / S) c + phi min(c, 3 W / B_hbm) the compute-seconds
+seconds of computation: L = (1 - phi) (s / S) c + phi min(c, 3 W / B_hbm)
+(:meth:`~archplace.placement.interference.Interference.lost_for_wire_s`) the compute-seconds
 the all-to-alls take (the chip's ``collective_sms`` of its S SMs: DeepSeek-V3 reserves 20 of the
 H800's 132 SMs for them, report sec. 3.2.2), W the bytes they carry on the device's links. The
 pair's saving over the two passes alone is s = c - exposed - slowed >= 0; its exposed and
@@ -57,7 +58,6 @@ from dataclasses import dataclass
 
 from archplace.base.errors import ConfigError
 from archplace.placement.choices import PipelineSchedule, Recompute
-from archplace.placement.interference import HBM_BYTES_PER_WIRE_BYTE, Interference
 from archplace.placement.layer_cost import LayerCost
 
 FULL_RECOMPUTE_REFUSAL = ("ep_comm_overlap does not run with full recomputation (Megatron-Core's "
@@ -103,18 +103,6 @@ class PairedPasses:
     def saving_s(self) -> float:
         """What pairing saves over the two passes alone: hidden - slowed, seconds (>= 0)."""
         return self.hidden_s - self.slowed_s
-
-
-def lost_s(interference: Interference, total_s: float, wire_bytes: float) -> float:
-    """L = (1 - phi) (s / S) c + phi min(c, 3 W / B): compute-seconds all-to-alls of ``total_s``
-    = c seconds carrying ``wire_bytes`` = W on the device's links take from the compute they
-    overlap (:mod:`archplace.placement.interference`)."""
-    phi = interference.memory_bound_share
-    lost = (1.0 - phi) * interference.sm_share * total_s
-    if phi > 0.0:
-        hbm_s = HBM_BYTES_PER_WIRE_BYTE * wire_bytes / interference.hbm_bandwidth_bytes_per_s
-        lost += phi * min(total_s, hbm_s)
-    return lost
 
 
 def paired_passes(fwd_s: float, bwd_s: float, ep_fwd_s: float, ep_bwd_s: float,

@@ -142,10 +142,19 @@ class Interference:
         total = np.asarray(total_s, dtype=np.float64)
         if ranks <= 1 or self.free:
             return np.zeros_like(total)
+        wire = self.wire_rate_bytes_per_s(cost, ranks) * np.asarray(transfer_s, dtype=np.float64)
+        return self.lost_for_wire_s(total, wire)
+
+    def lost_for_wire_s(self, total_s: npt.ArrayLike, wire_bytes: npt.ArrayLike) -> FloatArray:
+        """L = (1 - phi) (s / S) c + phi min(c, 3 W / B) for collectives of ``total_s`` = c
+        seconds that carry ``wire_bytes`` = W on the device's links (any collective: the
+        all-to-alls of :mod:`archplace.placement.ep_overlap` give their bytes directly).
+        Arrays broadcast."""
+        total = np.asarray(total_s, dtype=np.float64)
         phi = self.memory_bound_share
         lost = (1.0 - phi) * self.sm_share * total
         if phi > 0.0 and not math.isinf(self.hbm_bandwidth_bytes_per_s):
-            wire = self.wire_rate_bytes_per_s(cost, ranks) * np.asarray(transfer_s, dtype=np.float64)
+            wire = np.asarray(wire_bytes, dtype=np.float64)
             hbm_s = HBM_BYTES_PER_WIRE_BYTE * wire / self.hbm_bandwidth_bytes_per_s
             lost = lost + phi * np.minimum(total, hbm_s)
         return np.asarray(lost, dtype=np.float64)
