@@ -67,7 +67,6 @@ def test_at_least_8_included_moe_runs_each_cited() -> None:
     assert len(MOE) >= MIN_RUNS
     for run in MOE:
         assert run.source.strip() and run.plan.ep > 1
-    assert all(not run.moe for run in included(RUNS) if run.plan.ep == 1)
 
 
 @pytest.mark.slow
