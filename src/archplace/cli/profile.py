@@ -4,7 +4,7 @@
 
     archplace profile --out-dir DIR [--quick | --grid full|quick|smoke] [--device cuda|cuda:N|cpu]
                       [--dtype bf16|fp16|fp32|fp8] [--max-seconds S] [--kernel K ...] [--tag T]
-                      [--preset P]
+                      [--preset P] [--attention flash2|cudnn] [--sustained S]
 
 The work is :func:`archplace.profiling.profile`; torch is imported only when the command runs.
 """
@@ -49,6 +49,12 @@ def profile_command(
     tag: Annotated[str, typer.Option(help="Suffix of the files' names.")] = "profiled",
     preset: Annotated[str, typer.Option(
         help="The archplace hardware preset of this GPU, for the tables' header [-: none].")] = "-",
+    attention: Annotated[str, typer.Option(
+        metavar="flash2|cudnn", help="Attention kernel family: flash2 (PyTorch's FlashAttention-2) or "
+                                     "cudnn (cuDNN fused attention; CUDA only).")] = "flash2",
+    sustained: Annotated[float, typer.Option(
+        "--sustained", metavar="S", help="After the grid, load the GPU with back-to-back GEMMs for "
+                                         "S seconds and measure the SM clock it sustains [0: no].")] = 0.0,
 ) -> None:
     """Time GEMMs, attention, softmax, layer norm, GeLU and an HBM copy on this machine's GPU
     and write kernel tables in the format of the shipped ones (needs torch; a CUDA build for a GPU)."""
@@ -57,15 +63,19 @@ def profile_command(
             raise ConfigError(f"--quick and --grid {grid} ask for two grids: give one")
         grid = "quick"
     kernels = check_kernels(kernel or KERNELS)
-    check_options(grid=grid, device=device, dtype=dtype, max_seconds=max_seconds)
-    for path in output_paths(out_dir, kernels, tag).values():
+    check_options(grid=grid, device=device, dtype=dtype, max_seconds=max_seconds, attention=attention,
+                  sustained_s=sustained)
+    for path in output_paths(out_dir, kernels, tag, sustained=bool(sustained)).values():
         check_output(path, "--out-dir")  # before torch is imported and any kernel runs
     with _progress() as advance:
         result = profile(out_dir, grid=grid, device=device, dtype=dtype, max_seconds=max_seconds,
-                         kernels=kernels, tag=tag, preset=preset, progress=advance)
+                         kernels=kernels, tag=tag, preset=preset, progress=advance, attention=attention,
+                         sustained_s=sustained)
     table_console(120).print(summary_table(result))
     for table in result.tables:
         say_wrote(Path(table.path))
+    if result.sustained_trace is not None:
+        say_wrote(Path(result.sustained_trace))
     if result.snippet is not None:
         say_wrote(Path(result.snippet))
     if not result.tables:
@@ -97,6 +107,8 @@ def summary_table(result: ProfileResult) -> PlainTable:
         notes.append("stopped by the --max-seconds budget")
     if result.skipped:
         notes.append(f"{len(result.skipped)} skipped, first: {result.skipped[0]}")
+    if result.sustained_summary is not None:
+        notes.append(result.sustained_summary)
     table.caption = "; ".join(notes)
     return table
 

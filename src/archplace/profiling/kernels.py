@@ -6,8 +6,9 @@ kernel once, so the timer (:mod:`archplace.profiling.timer`) times the kernel an
 * ``gemm``: ``torch.matmul`` of ``[m, k] x [k, n]`` (cuBLAS on CUDA); ``fp8`` is
   ``torch._scaled_mm`` of e4m3 operands (unit scales, bf16 output), the FP8 GEMM PyTorch offers;
 * ``attention``: ``torch.nn.functional.scaled_dot_product_attention`` of ``[batch, heads, seq,
-  head_dim]`` q, k, v with its FLASH_ATTENTION backend only (FlashAttention-2 on CUDA:
-  :func:`attention_backend`); ``bwd`` times the backward pass alone
+  head_dim]`` q, k, v with one backend only (:func:`attention_backend`: FLASH_ATTENTION,
+  FlashAttention-2 on CUDA, for the ``flash2`` family; CUDNN_ATTENTION, cuDNN's fused attention,
+  for ``cudnn``); ``bwd`` times the backward pass alone
   (``out.backward(grad, retain_graph=True)`` of one forward pass);
 * ``softmax``: ``torch.softmax`` over the last dimension; ``layernorm``:
   ``torch.nn.functional.layer_norm`` over the last dimension, no weight or bias (as the
@@ -21,6 +22,7 @@ torch is passed in, never imported here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 from archplace.base.errors import ConfigError
@@ -37,6 +39,7 @@ LIBRARY = {
     "gemm": "torch.matmul",
     "gemm-fp8": "torch._scaled_mm, float8_e4m3fn operands, unit scales, bf16 output",
     "attention": "torch.nn.functional.scaled_dot_product_attention, FLASH_ATTENTION backend only",
+    "attention-cudnn": "torch.nn.functional.scaled_dot_product_attention, CUDNN_ATTENTION backend only",
     "softmax": "torch.softmax over the last dimension",
     "layernorm": "torch.nn.functional.layer_norm over the last dimension, no weight or bias",
     "gelu": "torch.nn.functional.gelu(approximate='tanh')",
@@ -69,20 +72,38 @@ def kernel_dtype(kernel: str, dtype: str) -> str:
     return "bf16" if dtype == "fp8" and kernel != "gemm" else dtype
 
 
-def attention_family(cuda: bool) -> str:
-    """The kernel family of the attention rows (the tables' ``family`` header):
-    ``flash2`` on CUDA, where :func:`attention_backend` pins PyTorch's FlashAttention-2
-    kernels (in SDPA since PyTorch 2.2); ``cpu-flash`` (PyTorch's CPU flash kernel) elsewhere."""
-    return "flash2" if cuda else "cpu-flash"
+#: The attention kernel families ``archplace profile`` can time, and the SDPA backend of each
+#: (``torch.nn.attention.SDPBackend``): ``flash2``, PyTorch's FlashAttention-2 kernels (in SDPA
+#: since PyTorch 2.2); ``cudnn``, cuDNN's fused attention (CUDA only; the attention Transformer
+#: Engine prefers on Hopper).
+ATTENTION_BACKENDS = MappingProxyType({"flash2": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"})
 
 
-def attention_backend(torch: Any) -> Any:
-    """A context in which scaled_dot_product_attention runs its FLASH_ATTENTION backend only
+def attention_family(cuda: bool, family: str = "flash2") -> str:
+    """The kernel family of the attention rows (the tables' ``family`` header): ``family``
+    (:data:`ATTENTION_BACKENDS`) on CUDA; ``cpu-flash`` (PyTorch's CPU flash kernel) elsewhere."""
+    return family if cuda else "cpu-flash"
+
+
+def attention_library(family: str) -> str:
+    """The ``library`` words of an attention table of ``family``."""
+    return LIBRARY["attention" if family == "flash2" else f"attention-{family}"]
+
+
+def attention_backend(torch: Any, family: str = "flash2") -> Any:
+    """A context in which scaled_dot_product_attention runs the backend of ``family`` only
     (``torch.nn.attention.sdpa_kernel``), so the rows are of one kernel family; a shape it
-    cannot run fails (and is skipped) instead of silently using another backend."""
+    cannot run fails (and is skipped) instead of silently using another backend.
+
+    Raises:
+        ConfigError: an unknown family.
+    """
+    if family not in ATTENTION_BACKENDS:
+        raise ConfigError(f"profile: attention family {family!r} is not one of "
+                          f"{', '.join(ATTENTION_BACKENDS)}")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+    return sdpa_kernel([getattr(SDPBackend, ATTENTION_BACKENDS[family])])
 
 
 def gemm_call(torch: Any, device: Any, point: GemmPoint, dtype: str) -> Call:

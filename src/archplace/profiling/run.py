@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import shlex
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,6 +24,7 @@ from archplace.base.outputs import check_output, write_text_output
 from archplace.profiling import kernels as K
 from archplace.profiling.grid import GRIDS, KERNELS, AttentionPoint, GemmPoint, Grid, RowwisePoint
 from archplace.profiling.grid import grid as make_grid
+from archplace.profiling.sustained import SustainedClock, measure_sustained_clock, nvml_readers, trace_text
 from archplace.profiling.tables import Row, table_text
 from archplace.profiling.timer import l2_flush_buffer, time_call
 
@@ -73,6 +75,9 @@ class ProfileResult:
         stopped_early: the ``max_seconds`` budget ended the run before the grid did.
         elapsed_s: seconds the run took.
         made_by: the equivalent ``archplace profile`` command (each table's ``made_by``).
+        sustained_clock_hz: the SM clock sustained under matrix load (Hz), when measured
+            (:mod:`archplace.profiling.sustained`); sustained_summary: that in words;
+            sustained_trace: the trace file.
     """
 
     device: str
@@ -86,6 +91,9 @@ class ProfileResult:
     stopped_early: bool
     elapsed_s: float
     made_by: str
+    sustained_clock_hz: float | None = None
+    sustained_summary: str | None = None
+    sustained_trace: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready): every field, ``tables`` as a list of dicts."""
@@ -115,9 +123,11 @@ def check_kernels(kernels: Sequence[str]) -> tuple[str, ...]:
     return tuple(k for k in KERNELS if k in kernels)
 
 
-def output_paths(out_dir: str | os.PathLike[str], kernels: Sequence[str], tag: str) -> dict[str, Path]:
-    """The files a run writes: ``KERNEL_TAG.csv`` per kernel class and the snippet
-    (:data:`SNIPPET`), keyed by kernel class (and ``snippet``).
+def output_paths(out_dir: str | os.PathLike[str], kernels: Sequence[str], tag: str, *,
+                 sustained: bool = False) -> dict[str, Path]:
+    """The files a run writes: ``KERNEL_TAG.csv`` per kernel class, the snippet
+    (:data:`SNIPPET`) and, with ``sustained``, the clock trace ``sustained_TAG.csv``, keyed by
+    kernel class (and ``snippet``, ``sustained``).
 
     Raises:
         ConfigError: a tag that is not a plain name (letters, digits, ``_ . -``, at most 64).
@@ -127,16 +137,21 @@ def output_paths(out_dir: str | os.PathLike[str], kernels: Sequence[str], tag: s
                           "(at most 64, starting with a letter or digit)", fields=("tag",))
     root = Path(out_dir)
     paths = {kernel: root / f"{kernel}_{tag}.csv" for kernel in check_kernels(kernels)}
+    if sustained:
+        paths["sustained"] = root / f"sustained_{tag}.csv"
     paths["snippet"] = root / SNIPPET
     return paths
 
 
-def check_options(*, grid: str, device: str, dtype: str, max_seconds: float | None) -> None:
+def check_options(*, grid: str, device: str, dtype: str, max_seconds: float | None,
+                  attention: str = "flash2", sustained_s: float = 0.0) -> None:
     """Refuse bad options before torch is imported.
 
     Raises:
         ConfigError: an unknown grid, a device other than ``cpu``, ``cuda`` or ``cuda:N``, an
-            unknown dtype, or a budget that is not a positive finite number of seconds.
+            unknown dtype, a budget that is not a positive finite number of seconds, an unknown
+            attention family, ``cudnn`` attention or a sustained-clock run on the CPU, or a
+            sustained-clock duration that is negative or not finite.
     """
     if grid not in GRIDS:
         raise ConfigError(f"grid {grid!r}: choose from {', '.join(GRIDS)}", fields=("grid",))
@@ -147,10 +162,24 @@ def check_options(*, grid: str, device: str, dtype: str, max_seconds: float | No
     if max_seconds is not None and not (0 < max_seconds < float("inf")):
         raise ConfigError(f"max_seconds {max_seconds!r} must be a positive number of seconds",
                           fields=("max_seconds",))
+    if attention not in K.ATTENTION_BACKENDS:
+        raise ConfigError(f"attention {attention!r}: choose from {', '.join(K.ATTENTION_BACKENDS)}",
+                          fields=("attention",))
+    cpu = device == "cpu"
+    if attention != "flash2" and cpu:
+        raise ConfigError(f"attention {attention}: a CUDA backend; on the CPU only flash2 (PyTorch's "
+                          "CPU flash kernel) runs", fields=("attention",))
+    if not (0 <= sustained_s < float("inf")):
+        raise ConfigError(f"sustained {sustained_s!r} must be a number of seconds >= 0 (0: not measured)",
+                          fields=("sustained",))
+    if sustained_s and cpu:
+        raise ConfigError("sustained: the SM clock under load is a GPU's (NVML); not measured on the CPU",
+                          fields=("sustained",))
 
 
 def command_line(out_dir: str | os.PathLike[str], *, grid: str, device: str, dtype: str,
-                 max_seconds: float | None, kernels: Sequence[str], tag: str, preset: str) -> str:
+                 max_seconds: float | None, kernels: Sequence[str], tag: str, preset: str,
+                 attention: str = "flash2", sustained_s: float = 0.0) -> str:
     """The ``archplace profile`` command that makes these tables (the tables' ``made_by``)."""
     words = ["archplace", "profile", "--out-dir", os.fspath(out_dir), "--grid", grid,
              "--device", device, "--dtype", dtype]
@@ -159,6 +188,10 @@ def command_line(out_dir: str | os.PathLike[str], *, grid: str, device: str, dty
     if tuple(kernels) != KERNELS:
         for kernel in kernels:
             words += ["--kernel", kernel]
+    if attention != "flash2":
+        words += ["--attention", attention]
+    if sustained_s:
+        words += ["--sustained", f"{sustained_s:g}"]
     if tag != "profiled":
         words += ["--tag", tag]
     if preset != "-":
@@ -258,15 +291,26 @@ def row_of(kernel: str, point: object, dtype: str, latency_s: float) -> Row:
 
 
 def header(kernel: str, *, device_name: str, preset: str, dtype: str, torch_version: str,
-           cuda_version: str, date: str, made_by: str, the_grid: Grid, cuda: bool) -> dict[str, str]:
+           cuda_version: str, date: str, made_by: str, the_grid: Grid, cuda: bool,
+           attention: str = "flash2", clocks_mhz: Sequence[float] = ()) -> dict[str, str]:
     """The ``# key: value`` lines of one profiled table (module docstring of
     :mod:`archplace.profiling.tables`); an attention table also names its ``family``
     (:func:`~archplace.profiling.kernels.attention_family`) and ``use: model``, as
-    :mod:`archplace.cost.attention_tables` requires."""
-    library = K.LIBRARY["gemm-fp8" if kernel == "gemm" and dtype == "fp8" else kernel]
+    :mod:`archplace.cost.attention_tables` requires.  With ``clocks_mhz`` (the SM clock read
+    after each shape), ``clock`` is their median, the clock :mod:`archplace.cost.clock` scales
+    the rows from."""
+    if kernel == "attention":
+        library = K.attention_library(attention)
+    else:
+        library = K.LIBRARY["gemm-fp8" if kernel == "gemm" and dtype == "fp8" else kernel]
     timer = ("CUDA events around each call, the L2 cache flushed (256 MiB zeroed) before each"
              if cuda else "time.perf_counter around each call")
-    extra = {"family": K.attention_family(cuda), "use": "model"} if kernel == "attention" else {}
+    extra = {"family": K.attention_family(cuda, attention), "use": "model"} if kernel == "attention" else {}
+    if clocks_mhz:
+        median_ghz = statistics.median(clocks_mhz) / 1e3
+        extra["clock"] = (f"{median_ghz:.4g} GHz (median SM clock of {len(clocks_mhz)} "
+                          f"NVML readings, one after each shape's timed calls; {min(clocks_mhz):.0f} to "
+                          f"{max(clocks_mhz):.0f} MHz)")
     units = ("TFLOP/s = FLOP / median seconds / 1e12, FLOP as the FlashAttention-2 paper counts them "
              "(4*batch*heads*seq_len^2*head_dim forward, halved when causal, 2.5x backward)"
              if kernel == "attention" else "seconds per call, unchanged")
@@ -285,7 +329,8 @@ def header(kernel: str, *, device_name: str, preset: str, dtype: str, torch_vers
 def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str = "cuda",
             dtype: str = "bf16", max_seconds: float | None = None, kernels: Sequence[str] = KERNELS,
             tag: str = "profiled", preset: str = "-", progress: Progress | None = None,
-            clock: Callable[[], float] = time.monotonic) -> ProfileResult:
+            clock: Callable[[], float] = time.monotonic, attention: str = "flash2",
+            sustained_s: float = 0.0) -> ProfileResult:
     """Time the kernels of a grid on one device and write one table per kernel class into
     ``out_dir`` (``KERNEL_TAG.csv``, readable with
     :func:`archplace.cost.measured_tables.read_table`), and a hardware-YAML snippet naming them.
@@ -302,19 +347,25 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
             tables' ``preset`` header (``-``: none).
         progress: called after each grid point.
         clock: the budget's clock (seconds; tests pass a fake one).
+        attention: the attention kernel family (:data:`~archplace.profiling.kernels.ATTENTION_BACKENDS`).
+        sustained_s: after the grid, load the GPU with back-to-back GEMMs for this many seconds
+            and measure the SM clock it sustains (:mod:`archplace.profiling.sustained`); written
+            to ``sustained_TAG.csv`` and the snippet's ``sustained_clock``.  0: not measured.
 
     Raises:
         ConfigError: a bad option (named as its field), CUDA asked for and absent, or an
             output that cannot be written (:func:`archplace.base.outputs.check_output`), all checked
             before any kernel runs.
     """
-    check_options(grid=grid, device=device, dtype=dtype, max_seconds=max_seconds)
-    paths = output_paths(out_dir, kernels, tag)
+    check_options(grid=grid, device=device, dtype=dtype, max_seconds=max_seconds, attention=attention,
+                  sustained_s=sustained_s)
+    paths = output_paths(out_dir, kernels, tag, sustained=bool(sustained_s))
     chosen = check_kernels(kernels)
     for path in paths.values():
         check_output(path, "out_dir")
-    made_by = command_line(out_dir, grid=grid, device=device, dtype=dtype,
-                           max_seconds=max_seconds, kernels=chosen, tag=tag, preset=preset)
+    made_by = command_line(out_dir, grid=grid, device=device, dtype=dtype, max_seconds=max_seconds,
+                           kernels=chosen, tag=tag, preset=preset, attention=attention,
+                           sustained_s=sustained_s)
     import torch
 
     start = clock()
@@ -323,6 +374,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     the_grid = make_grid(grid, K.ELEMENT_BYTES[K.kernel_dtype("softmax", dtype)])
     flush = l2_flush_buffer(torch, torch_device)
+    read_clock_mhz = _clock_reader(torch, torch_device) if cuda else None
     planned = sum(the_grid.points(kernel) for kernel in chosen)
     done = measured = 0
     skipped: list[str] = []
@@ -332,8 +384,10 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
         rows: list[Row] = []
         best = (0.0, "")
         fastest = float("inf")
+        clocks_mhz: list[float] = []
         kind = K.kernel_dtype(kernel, dtype)
-        backend = K.attention_backend(torch) if kernel == "attention" else contextlib.nullcontext()
+        backend = (K.attention_backend(torch, attention) if kernel == "attention"
+                   else contextlib.nullcontext())
         with backend:  # one SDPA backend for every attention row
             for point in the_grid.shapes(kernel):
                 if max_seconds is not None and clock() - start >= max_seconds:
@@ -351,6 +405,8 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
                     best = max(best, rate(kernel, point, kind, latency))
                     fastest = min(fastest, latency)
                     measured += 1
+                    if read_clock_mhz is not None and (mhz := read_clock_mhz()) is not None:
+                        clocks_mhz.append(mhz)
                 finally:
                     del call  # the operands go before the next point's are made
                     if cuda:
@@ -361,25 +417,57 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
         if rows:
             head = header(kernel, device_name=name, preset=preset, dtype=kind,
                           torch_version=torch.__version__, cuda_version=torch.version.cuda or "-",
-                          date=date, made_by=made_by, the_grid=the_grid, cuda=cuda)
+                          date=date, made_by=made_by, the_grid=the_grid, cuda=cuda, attention=attention,
+                          clocks_mhz=clocks_mhz)
             write_text_output(paths[kernel], "out_dir", table_text(kernel, head, rows))
             tables.append(ProfiledTable(kernel, os.fspath(paths[kernel]), len(rows), *best, fastest))
         if stopped:
             break
+    sustained: SustainedClock | None = None
+    if sustained_s:
+        read_hz, read_w = nvml_readers(torch, torch_device)
+        sustained = measure_sustained_clock(torch, torch_device, sustained_s, read_clock_hz=read_hz,
+                                            read_power_w=read_w)
+        base = {"source_repo": "local", "gpu": name, "preset": preset, "torch": torch.__version__,
+                "cuda": torch.version.cuda or "-", "date": date, "made_by": made_by}
+        write_text_output(paths["sustained"], "out_dir", trace_text(sustained, base))
     snippet = None
-    if tables:
-        write_text_output(paths["snippet"], "out_dir", snippet_text(tables, name, date, made_by))
+    if tables or sustained is not None:
+        write_text_output(paths["snippet"], "out_dir",
+                          snippet_text(tables, name, date, made_by, sustained=sustained,
+                                       trace=paths.get("sustained")))
         snippet = os.fspath(paths["snippet"])
     return ProfileResult(name, dtype, grid, tuple(tables), snippet, planned, measured, tuple(skipped),
-                         stopped, clock() - start, made_by)
+                         stopped, clock() - start, made_by,
+                         sustained.sustained_hz if sustained else None,
+                         sustained.summary() if sustained else None,
+                         os.fspath(paths["sustained"]) if sustained else None)
 
 
-def snippet_text(tables: Sequence[ProfiledTable], device_name: str, date: str, made_by: str) -> str:
+def _clock_reader(torch: Any, device: Any) -> Callable[[], float | None] | None:
+    """A reader of the SM clock (MHz) through NVML (``torch.cuda.clock_rate``), or None when NVML
+    cannot be read (``nvidia-ml-py`` missing): the tables then state no ``clock``."""
+    try:
+        torch.cuda.clock_rate(device)
+    except Exception:  # pynvml missing or NVML unavailable: no clock header
+        return None
+
+    def read() -> float | None:
+        try:
+            return float(torch.cuda.clock_rate(device))
+        except Exception:  # a failed reading leaves this shape out of the median
+            return None
+
+    return read
+
+
+def snippet_text(tables: Sequence[ProfiledTable], device_name: str, date: str, made_by: str, *,
+                 sustained: SustainedClock | None = None, trace: Path | None = None) -> str:
     """A hardware-YAML fragment to paste into a copy of the device's hardware preset:
     ``efficiency.kernel_tables`` names the tables of :data:`PRESET_KERNELS` (absolute paths),
-    and ``efficiency.kernel_floor`` is the fastest GEMM measured (the smallest GEMM of the grid:
+    ``efficiency.kernel_floor`` is the fastest GEMM measured (the smallest GEMM of the grid:
     a kernel doing almost no work, whose time is the launch-to-completion floor), when GEMMs
-    were measured."""
+    were measured, and ``efficiency.sustained_clock`` the clock measured under load, when it was."""
     import yaml
 
     source = " ".join(f"measured on {device_name} by archplace profile, {date}: {made_by}".split())
@@ -393,6 +481,10 @@ def snippet_text(tables: Sequence[ProfiledTable], device_name: str, date: str, m
         efficiency["kernel_floor"] = {
             "value": f"{gemm.fastest_s * 1e6:.4g} us",
             "source": f"the fastest GEMM of {Path(gemm.path).name} (the grid's smallest shapes), {source}"}
+    if sustained is not None:
+        efficiency["sustained_clock"] = {
+            "value": f"{sustained.sustained_hz / 1e9:.4g} GHz",
+            "source": f"{sustained.summary()} ({Path(trace).name if trace else 'trace'}), {source}"}
     others = ", ".join(Path(t.path).name for t in tables if t.kernel not in PRESET_KERNELS)
     note = f"# Not named here (a preset does not read them): {others}.\n" if others else ""
     body = yaml.safe_dump({"efficiency": efficiency}, sort_keys=False, width=1 << 20, allow_unicode=True)

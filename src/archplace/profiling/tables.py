@@ -63,6 +63,14 @@ def _one_line(value: str) -> str:
     return " ".join(str(value).split()) or "-"
 
 
+def header_text(kernel: str, header: Mapping[str, str]) -> str:
+    """``# kernel: KERNEL`` and one ``# key: value`` line per other ``header`` entry, each value
+    on one line (``-`` when empty)."""
+    lines = [f"# kernel: {kernel}\n"]
+    lines += [f"# {key}: {_one_line(value)}\n" for key, value in header.items() if key != "kernel"]
+    return "".join(lines)
+
+
 def table_text(kernel: str, header: Mapping[str, str], rows: Sequence[Row]) -> str:
     """The text of one table: ``# kernel: ...`` and the ``header`` lines (each value on one
     line, ``-`` when empty), the column line, then one line per row (latency written with
@@ -75,10 +83,7 @@ def table_text(kernel: str, header: Mapping[str, str], rows: Sequence[Row]) -> s
     if not rows:
         raise ConfigError(f"profile: no {kernel} rows to write")
     out = io.StringIO()
-    out.write(f"# kernel: {kernel}\n")
-    for key, value in header.items():
-        if key != "kernel":
-            out.write(f"# {key}: {_one_line(value)}\n")
+    out.write(header_text(kernel, header))
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(want)
     for row in rows:

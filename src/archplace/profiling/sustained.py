@@ -1,0 +1,201 @@
+"""The SM clock a GPU sustains under minutes of matrix load (issue #24, item 4: in-situ effects).
+
+Isolated kernel timings run in short bursts, at which GPU Boost holds the boost clock; a training
+run keeps the tensor cores busy for minutes, the board reaches its power limit and the SM clock
+settles lower (:mod:`archplace.cost.clock` scales compute-bound table times by the ratio).  This
+measures that lower clock on one's own GPU:
+
+* **load**: back-to-back bf16 ``torch.matmul`` of two ``size x size`` matrices (8192: large
+  enough that each GEMM runs at the tensor cores' rate, about 1.1 TFLOP per call), in chunks of
+  ``chunk`` calls, each chunk followed by a synchronisation;
+* **readings**: after each chunk, the SM clock and the board power as NVML reports them over its
+  last sample period (``torch.cuda.clock_rate``, MHz, and ``torch.cuda.power_draw``, mW: the
+  figures ``nvidia-smi`` prints), and the chunk's throughput from the host clock;
+* **the sustained clock**: the median SM clock of the readings taken in the run's second half
+  (:data:`STEADY_FRACTION`), once the board has reached its power limit or thermal steady state.
+
+torch is passed in, never imported here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from archplace.base.errors import ConfigError
+from archplace.profiling.tables import header_text
+
+#: Side of the square bf16 GEMM that loads the GPU (elements).
+SUSTAINED_SIZE = 8192
+
+#: GEMM calls between two readings.
+SUSTAINED_CHUNK = 50
+
+#: Readings taken before this fraction of the run are the warm-up; the sustained clock is the
+#: median of the rest.
+STEADY_FRACTION = 0.5
+
+#: Columns of the trace file.
+TRACE_COLUMNS = ("time_s", "sm_clock_mhz", "power_w", "tflop_per_s")
+
+
+@dataclass(frozen=True, slots=True)
+class ClockReading:
+    """One reading after a chunk of GEMMs.
+
+    Attributes:
+        time_s: seconds since the load began, at the reading.
+        sm_clock_hz: the SM clock NVML reports (Hz).
+        power_w: the board power NVML reports (W); NaN when it cannot be read.
+        tflop_per_s: the chunk's throughput, 1e12 FLOP/s (host clock around the chunk).
+    """
+
+    time_s: float
+    sm_clock_hz: float
+    power_w: float
+    tflop_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SustainedClock:
+    """What :func:`measure_sustained_clock` read.
+
+    Attributes:
+        seconds: how long the load ran (as asked). size: the GEMM's side. readings: in order.
+    """
+
+    seconds: float
+    size: int
+    readings: tuple[ClockReading, ...]
+
+    def steady(self) -> tuple[ClockReading, ...]:
+        """The readings of the run's second half (:data:`STEADY_FRACTION`); the last reading
+        when none falls there."""
+        late = tuple(r for r in self.readings if r.time_s >= STEADY_FRACTION * self.seconds)
+        return late or self.readings[-1:]
+
+    @property
+    def sustained_hz(self) -> float:
+        """The median SM clock of :meth:`steady` (Hz)."""
+        return float(statistics.median(r.sm_clock_hz for r in self.steady()))
+
+    @property
+    def first_hz(self) -> float:
+        """The SM clock of the first reading (Hz): the burst clock, before the power limit binds."""
+        return self.readings[0].sm_clock_hz
+
+    @property
+    def steady_power_w(self) -> float:
+        """The median board power of :meth:`steady` (W); NaN when it could not be read."""
+        powers = [r.power_w for r in self.steady() if not math.isnan(r.power_w)]
+        return float(statistics.median(powers)) if powers else math.nan
+
+    @property
+    def steady_tflop_per_s(self) -> float:
+        """The median GEMM throughput of :meth:`steady` (1e12 FLOP/s)."""
+        return float(statistics.median(r.tflop_per_s for r in self.steady()))
+
+    def summary(self) -> str:
+        """One line: the sustained clock, the burst clock, power and throughput."""
+        power = "" if math.isnan(self.steady_power_w) else f", {self.steady_power_w:.0f} W"
+        return (f"sustained SM clock {self.sustained_hz / 1e6:.0f} MHz (median of the last "
+                f"{len(self.steady())} readings of {len(self.readings)}; first {self.first_hz / 1e6:.0f} MHz)"
+                f"{power}, {self.steady_tflop_per_s:.0f} TFLOP/s bf16 {self.size}^3")
+
+    def trace_rows(self) -> list[dict[str, str]]:
+        """The readings as rows of :data:`TRACE_COLUMNS` (``power_w`` ``-`` when unknown)."""
+        return [{"time_s": f"{r.time_s:.3f}", "sm_clock_mhz": f"{r.sm_clock_hz / 1e6:.0f}",
+                 "power_w": "-" if math.isnan(r.power_w) else f"{r.power_w:.1f}",
+                 "tflop_per_s": f"{r.tflop_per_s:.1f}"} for r in self.readings]
+
+
+def nvml_readers(torch: Any, device: Any) -> tuple[Callable[[], float], Callable[[], float]]:
+    """The SM-clock (Hz) and board-power (W; NaN when unreadable) readers of a CUDA ``device``,
+    through NVML (``torch.cuda.clock_rate``, ``torch.cuda.power_draw``; they need the
+    ``nvidia-ml-py`` package).
+
+    Raises:
+        ConfigError: the SM clock cannot be read.
+    """
+    try:
+        torch.cuda.clock_rate(device)
+    except Exception as exc:  # pynvml missing, NVML not initialised, an unsupported query
+        raise ConfigError(f"sustained: cannot read the SM clock through NVML (torch.cuda.clock_rate: "
+                          f"{' '.join(str(exc).split())[:160]}); install nvidia-ml-py",
+                          fields=("sustained",)) from exc
+
+    def power_w() -> float:
+        try:
+            return float(torch.cuda.power_draw(device)) / 1e3
+        except Exception:  # an NVML build without power readings: the trace says '-'
+            return math.nan
+
+    return (lambda: float(torch.cuda.clock_rate(device)) * 1e6), power_w
+
+
+def measure_sustained_clock(torch: Any, device: Any, seconds: float, *,
+                            read_clock_hz: Callable[[], float], read_power_w: Callable[[], float],
+                            clock: Callable[[], float] = time.monotonic, size: int = SUSTAINED_SIZE,
+                            chunk: int = SUSTAINED_CHUNK) -> SustainedClock:
+    """Run back-to-back bf16 GEMMs for ``seconds`` and read the clock after each chunk.
+
+    Args:
+        torch: the torch module; device: a CUDA ``torch.device``.
+        seconds: how long to load the GPU (positive).
+        read_clock_hz, read_power_w: NVML readers (:func:`nvml_readers`).
+        clock: the host clock (seconds; tests pass a fake one).
+        size: the GEMM's side; chunk: calls between readings.
+
+    Returns:
+        At least one reading.
+
+    Raises:
+        ConfigError: ``seconds``, ``size`` or ``chunk`` not positive.
+    """
+    if not (0 < seconds < math.inf) or size < 1 or chunk < 1:
+        raise ConfigError(f"sustained: seconds {seconds!r}, size {size} and chunk {chunk} must be positive",
+                          fields=("sustained",))
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    flop = 2.0 * size**3 * chunk
+    readings: list[ClockReading] = []
+    start = clock()
+    while True:
+        begin = clock()
+        for _ in range(chunk):
+            torch.matmul(a, b)
+        torch.cuda.synchronize(device)
+        now = clock()
+        readings.append(ClockReading(now - start, read_clock_hz(), read_power_w(),
+                                     flop / max(now - begin, 1e-9) / 1e12))
+        if now - start >= seconds:
+            return SustainedClock(seconds, size, tuple(readings))
+
+
+def trace_header(result: SustainedClock, base: Mapping[str, str]) -> dict[str, str]:
+    """The ``# key: value`` lines of a trace file: ``base`` (the device and run) and what was
+    measured, with the sustained clock in words."""
+    return {**base, "kernel": "sustained",
+            "measured": (f"back-to-back bf16 torch.matmul {result.size}x{result.size}x{result.size} for "
+                         f"{result.seconds:g} s, {SUSTAINED_CHUNK} calls per reading; SM clock and board "
+                         "power from NVML (torch.cuda.clock_rate, torch.cuda.power_draw) after each chunk"),
+            "sustained_clock": (f"{result.sustained_hz / 1e9:.4g} GHz (median of the readings after "
+                                f"{STEADY_FRACTION:.0%} of the run)"),
+            "columns": ("time_s: seconds since the load began; sm_clock_mhz: NVML SM clock; power_w: "
+                        "NVML board power ('-': unreadable); tflop_per_s: the chunk's throughput")}
+
+
+def trace_text(result: SustainedClock, base: Mapping[str, str]) -> str:
+    """The trace file: :func:`trace_header`'s lines, then one CSV line per reading."""
+    out = io.StringIO()
+    out.write(header_text("sustained", trace_header(result, base)))
+    writer = csv.DictWriter(out, TRACE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(result.trace_rows())
+    return out.getvalue()
