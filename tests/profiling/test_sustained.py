@@ -32,7 +32,7 @@ class _Load:
         self.step_s = step_s
         self.calls = 0
         self.syncs = 0
-        self.bfloat16 = "bf16"
+        self.bfloat16, self.float16, self.float32, self.float8_e4m3fn = "bf16", "fp16", "fp32", "fp8"
         self.cuda = types.SimpleNamespace(synchronize=self._sync)
 
     def _sync(self, device: Any) -> None:
@@ -46,26 +46,48 @@ class _Load:
         self.now += self.step_s
 
 
-def test_readings_rate_and_the_median_of_the_second_half() -> None:
+def test_readings_rate_and_the_steady_half() -> None:
     load = _Load(step_s=0.01)  # a chunk of 10 calls takes 0.1 s
     clocks = iter([1980e6, 1900e6, 1700e6, 1600e6, 1650e6, 1500e6])
     result = measure_sustained_clock(load, "cuda", 0.55, read_clock_hz=lambda: next(clocks),
                                      read_power_w=lambda: 700.0, clock=lambda: load.now, size=1000, chunk=10)
     # readings at 0.1 ... 0.6 s: the load stops at the first reading past 0.55 s
     assert [round(r.time_s, 6) for r in result.readings] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
-    assert load.calls == 60 and load.syncs == 6
+    assert load.calls == 60 and load.syncs == 6 and result.dtype == "bf16"
     # 2 * 1000^3 * 10 FLOP in 0.1 s = 0.2 TFLOP/s
     assert all(r.tflop_per_s == pytest.approx(0.2) for r in result.readings)
     # second half: readings at >= 0.275 s, i.e. 1700, 1600, 1650, 1500 MHz: median 1625
     assert result.sustained_hz == pytest.approx(1625e6)
-    assert result.first_hz == 1980e6 and result.steady_power_w == 700.0
-    assert "sustained SM clock 1625 MHz" in result.summary() and "first 1980 MHz" in result.summary()
+    assert result.steady_power_w == 700.0
 
 
-def test_one_reading_is_its_own_steady_state_and_power_may_be_unknown() -> None:
+def _reading(time_s: float, mhz: float, tflop: float) -> ClockReading:
+    return ClockReading(time_s, mhz * 1e6, 690.0, tflop)
+
+
+def test_the_clock_the_model_takes_follows_throughput_not_nvml() -> None:
+    # the H200 pattern: the first chunk holds cuBLAS's warm-up; the clock falls 1965 -> 1485 MHz
+    # while the throughput falls 696 -> 674 TFLOP/s
+    readings = (_reading(0.2, 1965, 306.6), _reading(0.3, 1965, 699.4), _reading(0.4, 1965, 693.7),
+                _reading(0.5, 1545, 690.7), _reading(1.0, 1485, 674.0), _reading(1.5, 1500, 676.0),
+                _reading(2.0, 1455, 672.0))
+    result = SustainedClock(2.0, 8192, readings)
+    assert result.burst() == readings[1:3]  # not the warm-up chunk, not the 1545 MHz one
+    assert result.burst_hz == 1965e6 and result.burst_tflop_per_s == pytest.approx(696.55)
+    assert result.sustained_hz == 1485e6 and result.steady_tflop_per_s == 674.0
+    assert result.effective_hz == pytest.approx(1965e6 * 674.0 / 696.55)
+    words = result.summary()
+    assert words.startswith("sustained clock 1.901 GHz throughput-equivalent: bf16 8192^3 GEMMs 697 TFLOP/s")
+    assert "674 TFLOP/s at NVML 1485 MHz at 690 W (steady, 3 of 7 readings)" in words
+    # never above the burst clock, whatever the noise
+    faster = SustainedClock(2.0, 8192, (*readings[:3], _reading(1.5, 1485, 800.0)))
+    assert faster.effective_hz == 1965e6
+
+
+def test_one_reading_is_its_own_burst_and_steady_state_and_power_may_be_unknown() -> None:
     one = SustainedClock(10.0, 8192, (ClockReading(1.0, 1.5e9, math.nan, 600.0),))
-    assert one.sustained_hz == 1.5e9 and math.isnan(one.steady_power_w)
-    assert "W," not in one.summary()
+    assert one.sustained_hz == one.burst_hz == one.effective_hz == 1.5e9 and math.isnan(one.steady_power_w)
+    assert " W " not in one.summary()
     assert one.trace_rows() == [{"time_s": "1.000", "sm_clock_mhz": "1500", "power_w": "-",
                                  "tflop_per_s": "600.0"}]
 
@@ -99,7 +121,8 @@ def test_trace_file_reads_back(tmp_path: Path) -> None:
     text = trace_text(result, {"gpu": "Stand-in H200", "made_by": "archplace profile --sustained 2"})
     lines = text.splitlines()
     assert lines[0] == "# kernel: sustained"
-    assert "# sustained_clock: 1.6 GHz (median of the readings after 50% of the run)" in lines
+    assert any(line.startswith("# sustained_clock: sustained clock 1.6 GHz throughput-equivalent")
+               for line in lines)
     assert lines[-3:] == ["time_s,sm_clock_mhz,power_w,tflop_per_s", "0.500,1980,500.0,700.0",
                           "2.000,1600,699.5,610.0"]
 
@@ -157,9 +180,11 @@ def test_command_line_and_outputs_name_the_new_options(tmp_path: Path) -> None:
 def test_snippet_carries_the_sustained_clock(tmp_path: Path) -> None:
     import yaml
 
-    result = SustainedClock(60.0, 8192, (ClockReading(40.0, 1.62e9, 700.0, 650.0),))
+    result = SustainedClock(60.0, 8192, (ClockReading(0.5, 1.98e9, 300.0, 100.0),
+                                         ClockReading(1.0, 1.98e9, 400.0, 700.0),
+                                         ClockReading(40.0, 1.5e9, 700.0, 630.0)))
     text = R.snippet_text([], "NVIDIA H200", "2026-11-30", "archplace profile --sustained 60",
                           sustained=result, trace=tmp_path / "sustained_h200.csv")
     entry = yaml.safe_load(text)["efficiency"]["sustained_clock"]
-    assert entry["value"] == "1.62 GHz"
+    assert entry["value"] == "1.782 GHz"  # 1.98 GHz x 630 / 700
     assert "sustained_h200.csv" in entry["source"] and "NVIDIA H200" in entry["source"]

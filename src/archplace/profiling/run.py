@@ -75,8 +75,8 @@ class ProfileResult:
         stopped_early: the ``max_seconds`` budget ended the run before the grid did.
         elapsed_s: seconds the run took.
         made_by: the equivalent ``archplace profile`` command (each table's ``made_by``).
-        sustained_clock_hz: the SM clock sustained under matrix load (Hz), when measured
-            (:mod:`archplace.profiling.sustained`); sustained_summary: that in words;
+        sustained_clock_hz: the throughput-equivalent clock sustained under GEMM load (Hz), when
+            measured (:mod:`archplace.profiling.sustained`); sustained_summary: that in words;
             sustained_trace: the trace file.
     """
 
@@ -427,7 +427,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
     if sustained_s:
         read_hz, read_w = nvml_readers(torch, torch_device)
         sustained = measure_sustained_clock(torch, torch_device, sustained_s, read_clock_hz=read_hz,
-                                            read_power_w=read_w)
+                                            read_power_w=read_w, dtype=K.kernel_dtype("gemm", dtype))
         base = {"source_repo": "local", "gpu": name, "preset": preset, "torch": torch.__version__,
                 "cuda": torch.version.cuda or "-", "date": date, "made_by": made_by}
         write_text_output(paths["sustained"], "out_dir", trace_text(sustained, base))
@@ -439,7 +439,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
         snippet = os.fspath(paths["snippet"])
     return ProfileResult(name, dtype, grid, tuple(tables), snippet, planned, measured, tuple(skipped),
                          stopped, clock() - start, made_by,
-                         sustained.sustained_hz if sustained else None,
+                         sustained.effective_hz if sustained else None,
                          sustained.summary() if sustained else None,
                          os.fspath(paths["sustained"]) if sustained else None)
 
@@ -483,7 +483,7 @@ def snippet_text(tables: Sequence[ProfiledTable], device_name: str, date: str, m
             "source": f"the fastest GEMM of {Path(gemm.path).name} (the grid's smallest shapes), {source}"}
     if sustained is not None:
         efficiency["sustained_clock"] = {
-            "value": f"{sustained.sustained_hz / 1e9:.4g} GHz",
+            "value": f"{sustained.effective_hz / 1e9:.4g} GHz",
             "source": f"{sustained.summary()} ({Path(trace).name if trace else 'trace'}), {source}"}
     others = ", ".join(Path(t.path).name for t in tables if t.kernel not in PRESET_KERNELS)
     note = f"# Not named here (a preset does not read them): {others}.\n" if others else ""

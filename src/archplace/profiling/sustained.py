@@ -5,14 +5,25 @@ run keeps the tensor cores busy for minutes, the board reaches its power limit a
 settles lower (:mod:`archplace.cost.clock` scales compute-bound table times by the ratio).  This
 measures that lower clock on one's own GPU:
 
-* **load**: back-to-back bf16 ``torch.matmul`` of two ``size x size`` matrices (8192: large
-  enough that each GEMM runs at the tensor cores' rate, about 1.1 TFLOP per call), in chunks of
-  ``chunk`` calls, each chunk followed by a synchronisation;
+* **load**: back-to-back GEMMs of two ``size x size`` matrices in the run's dtype (the
+  profiler's GEMM call, :func:`archplace.profiling.kernels.gemm_call`; 8192: large enough that
+  each GEMM runs at the tensor cores' rate, about 1.1 TFLOP per call), in chunks of ``chunk``
+  calls, each chunk followed by a synchronisation;
 * **readings**: after each chunk, the SM clock and the board power as NVML reports them over its
   last sample period (``torch.cuda.clock_rate``, MHz, and ``torch.cuda.power_draw``, mW: the
   figures ``nvidia-smi`` prints), and the chunk's throughput from the host clock;
-* **the sustained clock**: the median SM clock of the readings taken in the run's second half
-  (:data:`STEADY_FRACTION`), once the board has reached its power limit or thermal steady state.
+* **steady state**: the readings of the run's second half (:data:`STEADY_FRACTION`), once the
+  board has reached its power limit or thermal steady state; **burst**: the readings before the
+  power limit binds, those after the first (which holds the library's warm-up) whose SM clock is
+  within :data:`BURST_TOLERANCE` of the highest reading.
+
+**What the cost model takes** (``efficiency.sustained_clock``, :mod:`archplace.cost.clock`) is
+the *throughput-equivalent* clock, ``f_burst x (steady FLOP/s / burst FLOP/s)``: the clock at
+which a kernel timed in a burst would take the time it takes under sustained load, if its time
+were SM cycles.  It is not NVML's steady SM clock, because GEMM throughput does not follow that
+clock: on an H200 (700 W) NVML reported 1965 MHz in the burst and 1485 MHz in the steady state,
+a 24 % lower clock, while the 8192^3 bf16 GEMM's throughput fell 3 % (696 to 674 TFLOP/s;
+``src/archplace/cost/measured/sustained_h200_profiled.txt``).
 
 torch is passed in, never imported here.
 """
@@ -29,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.base.errors import ConfigError
+from archplace.profiling.grid import GemmPoint
+from archplace.profiling.kernels import LIBRARY, gemm_call
 from archplace.profiling.tables import header_text
 
 #: Side of the square bf16 GEMM that loads the GPU (elements).
@@ -37,9 +50,12 @@ SUSTAINED_SIZE = 8192
 #: GEMM calls between two readings.
 SUSTAINED_CHUNK = 50
 
-#: Readings taken before this fraction of the run are the warm-up; the sustained clock is the
-#: median of the rest.
+#: Readings taken before this fraction of the run are the warm-up; the steady state is the rest.
 STEADY_FRACTION = 0.5
+
+#: Burst readings: SM clock within this fraction of the highest reading (NVML reports the clock in
+#: 15 MHz steps on Hopper, 1 % of 1980 MHz is 20 MHz).
+BURST_TOLERANCE = 0.01
 
 #: Columns of the trace file.
 TRACE_COLUMNS = ("time_s", "sm_clock_mhz", "power_w", "tflop_per_s")
@@ -67,12 +83,14 @@ class SustainedClock:
     """What :func:`measure_sustained_clock` read.
 
     Attributes:
-        seconds: how long the load ran (as asked). size: the GEMM's side. readings: in order.
+        seconds: how long the load ran (as asked). size: the GEMM's side. dtype: its operands'.
+        readings: in order.
     """
 
     seconds: float
     size: int
     readings: tuple[ClockReading, ...]
+    dtype: str = "bf16"
 
     def steady(self) -> tuple[ClockReading, ...]:
         """The readings of the run's second half (:data:`STEADY_FRACTION`); the last reading
@@ -80,15 +98,34 @@ class SustainedClock:
         late = tuple(r for r in self.readings if r.time_s >= STEADY_FRACTION * self.seconds)
         return late or self.readings[-1:]
 
+    def burst(self) -> tuple[ClockReading, ...]:
+        """The readings before the power limit binds: after the first, SM clock within
+        :data:`BURST_TOLERANCE` of the highest reading; the first when no other qualifies."""
+        rest = self.readings[1:]
+        top = max((r.sm_clock_hz for r in rest), default=0.0)
+        early = tuple(r for r in rest if r.sm_clock_hz >= (1.0 - BURST_TOLERANCE) * top)
+        return early or self.readings[:1]
+
     @property
     def sustained_hz(self) -> float:
-        """The median SM clock of :meth:`steady` (Hz)."""
+        """NVML's median SM clock of :meth:`steady` (Hz)."""
         return float(statistics.median(r.sm_clock_hz for r in self.steady()))
 
     @property
-    def first_hz(self) -> float:
-        """The SM clock of the first reading (Hz): the burst clock, before the power limit binds."""
-        return self.readings[0].sm_clock_hz
+    def burst_hz(self) -> float:
+        """NVML's median SM clock of :meth:`burst` (Hz)."""
+        return float(statistics.median(r.sm_clock_hz for r in self.burst()))
+
+    @property
+    def burst_tflop_per_s(self) -> float:
+        """The median GEMM throughput of :meth:`burst` (1e12 FLOP/s)."""
+        return float(statistics.median(r.tflop_per_s for r in self.burst()))
+
+    @property
+    def effective_hz(self) -> float:
+        """The throughput-equivalent sustained clock (module docstring), Hz: ``burst_hz x
+        steady_tflop_per_s / burst_tflop_per_s``, never above ``burst_hz``."""
+        return self.burst_hz * min(1.0, self.steady_tflop_per_s / self.burst_tflop_per_s)
 
     @property
     def steady_power_w(self) -> float:
@@ -102,11 +139,15 @@ class SustainedClock:
         return float(statistics.median(r.tflop_per_s for r in self.steady()))
 
     def summary(self) -> str:
-        """One line: the sustained clock, the burst clock, power and throughput."""
-        power = "" if math.isnan(self.steady_power_w) else f", {self.steady_power_w:.0f} W"
-        return (f"sustained SM clock {self.sustained_hz / 1e6:.0f} MHz (median of the last "
-                f"{len(self.steady())} readings of {len(self.readings)}; first {self.first_hz / 1e6:.0f} MHz)"
-                f"{power}, {self.steady_tflop_per_s:.0f} TFLOP/s bf16 {self.size}^3")
+        """One line: the throughput-equivalent clock, then NVML's clocks, power and throughput
+        in the burst and the steady state."""
+        power = "" if math.isnan(self.steady_power_w) else f" at {self.steady_power_w:.0f} W"
+        return (f"sustained clock {self.effective_hz / 1e9:.4g} GHz throughput-equivalent: {self.dtype} "
+                f"{self.size}^3 GEMMs {self.burst_tflop_per_s:.0f} TFLOP/s at NVML "
+                f"{self.burst_hz / 1e6:.0f} MHz "
+                f"(burst, {len(self.burst())} readings), {self.steady_tflop_per_s:.0f} TFLOP/s at NVML "
+                f"{self.sustained_hz / 1e6:.0f} MHz{power} (steady, {len(self.steady())} of "
+                f"{len(self.readings)} readings)")
 
     def trace_rows(self) -> list[dict[str, str]]:
         """The readings as rows of :data:`TRACE_COLUMNS` (``power_w`` ``-`` when unknown)."""
@@ -142,12 +183,13 @@ def nvml_readers(torch: Any, device: Any) -> tuple[Callable[[], float], Callable
 def measure_sustained_clock(torch: Any, device: Any, seconds: float, *,
                             read_clock_hz: Callable[[], float], read_power_w: Callable[[], float],
                             clock: Callable[[], float] = time.monotonic, size: int = SUSTAINED_SIZE,
-                            chunk: int = SUSTAINED_CHUNK) -> SustainedClock:
-    """Run back-to-back bf16 GEMMs for ``seconds`` and read the clock after each chunk.
+                            chunk: int = SUSTAINED_CHUNK, dtype: str = "bf16") -> SustainedClock:
+    """Run back-to-back GEMMs for ``seconds`` and read the clock after each chunk.
 
     Args:
         torch: the torch module; device: a CUDA ``torch.device``.
         seconds: how long to load the GPU (positive).
+        dtype: the GEMMs' operand dtype (:data:`archplace.profiling.kernels.DTYPES`).
         read_clock_hz, read_power_w: NVML readers (:func:`nvml_readers`).
         clock: the host clock (seconds; tests pass a fake one).
         size: the GEMM's side; chunk: calls between readings.
@@ -161,32 +203,32 @@ def measure_sustained_clock(torch: Any, device: Any, seconds: float, *,
     if not (0 < seconds < math.inf) or size < 1 or chunk < 1:
         raise ConfigError(f"sustained: seconds {seconds!r}, size {size} and chunk {chunk} must be positive",
                           fields=("sustained",))
-    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    gemm = gemm_call(torch, device, GemmPoint(size, size, size), dtype)
     flop = 2.0 * size**3 * chunk
     readings: list[ClockReading] = []
     start = clock()
     while True:
         begin = clock()
         for _ in range(chunk):
-            torch.matmul(a, b)
+            gemm()
         torch.cuda.synchronize(device)
         now = clock()
         readings.append(ClockReading(now - start, read_clock_hz(), read_power_w(),
                                      flop / max(now - begin, 1e-9) / 1e12))
         if now - start >= seconds:
-            return SustainedClock(seconds, size, tuple(readings))
+            return SustainedClock(seconds, size, tuple(readings), dtype)
 
 
 def trace_header(result: SustainedClock, base: Mapping[str, str]) -> dict[str, str]:
     """The ``# key: value`` lines of a trace file: ``base`` (the device and run) and what was
     measured, with the sustained clock in words."""
+    library = LIBRARY["gemm-fp8" if result.dtype == "fp8" else "gemm"]
     return {**base, "kernel": "sustained",
-            "measured": (f"back-to-back bf16 torch.matmul {result.size}x{result.size}x{result.size} for "
-                         f"{result.seconds:g} s, {SUSTAINED_CHUNK} calls per reading; SM clock and board "
-                         "power from NVML (torch.cuda.clock_rate, torch.cuda.power_draw) after each chunk"),
-            "sustained_clock": (f"{result.sustained_hz / 1e9:.4g} GHz (median of the readings after "
-                                f"{STEADY_FRACTION:.0%} of the run)"),
+            "measured": (f"back-to-back {result.dtype} GEMMs {result.size}x{result.size}x{result.size} "
+                         f"({library}) for {result.seconds:g} s, "
+                         f"{SUSTAINED_CHUNK} calls per reading; SM clock and board power from NVML "
+                         "(torch.cuda.clock_rate, torch.cuda.power_draw) after each chunk"),
+            "sustained_clock": result.summary(),
             "columns": ("time_s: seconds since the load began; sm_clock_mhz: NVML SM clock; power_w: "
                         "NVML board power ('-': unreadable); tflop_per_s: the chunk's throughput")}
 
