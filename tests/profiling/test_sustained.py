@@ -188,3 +188,25 @@ def test_snippet_carries_the_sustained_clock(tmp_path: Path) -> None:
     entry = yaml.safe_load(text)["efficiency"]["sustained_clock"]
     assert entry["value"] == "1.782 GHz"  # 1.98 GHz x 630 / 700
     assert "sustained_h200.csv" in entry["source"] and "NVIDIA H200" in entry["source"]
+
+
+def test_the_run_s_gemm_table_is_the_reference(tmp_path: Path) -> None:
+    from archplace.profiling.tables import Row, table_text
+
+    head = R.header("gemm", device_name="NVIDIA H200", preset="-", dtype="bf16", torch_version="t",
+                    cuda_version="-", date="d", made_by="m", the_grid=grid("quick"), cuda=True,
+                    clocks_mhz=(1980.0,))
+    size = 1000
+    path = tmp_path / "gemm_t.csv"  # 2e9 FLOP in 2.5 us: 800 TFLOP/s at the table's 1.98 GHz
+    path.write_text(table_text("gemm", head, [Row("-", {"batch": 1, "m": size, "n": size, "k": size,
+                                                      "calls": 1}, "bf16", 2.5e-6)]))
+    listed = R.ProfiledTable("gemm", str(path), 1, 8e14, "FLOP/s", 2.5e-6)
+    measured = SustainedClock(2.0, size, (_reading(0.1, 1965, 100.0), _reading(0.2, 1965, 700.0),
+                                          _reading(1.5, 1485, 680.0)))
+    against = R._against_gemm_table(measured, [listed])
+    assert against.reference == "gemm_t.csv" and against.reference_tflop_per_s == pytest.approx(800.0)
+    assert against.effective_hz == pytest.approx(1.98e9 * 680.0 / 800.0)
+    assert "reference gemm_t.csv: 800 TFLOP/s at 1980 MHz" in against.summary()
+    # without a GEMM table of this run: the burst readings are the reference
+    assert R._against_gemm_table(measured, []) is measured
+    assert measured.effective_hz == pytest.approx(1965e6 * 680.0 / 700.0)

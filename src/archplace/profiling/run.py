@@ -428,6 +428,7 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
         read_hz, read_w = nvml_readers(torch, torch_device)
         sustained = measure_sustained_clock(torch, torch_device, sustained_s, read_clock_hz=read_hz,
                                             read_power_w=read_w, dtype=K.kernel_dtype("gemm", dtype))
+        sustained = _against_gemm_table(sustained, tables)
         base = {"source_repo": "local", "gpu": name, "preset": preset, "torch": torch.__version__,
                 "cuda": torch.version.cuda or "-", "date": date, "made_by": made_by}
         write_text_output(paths["sustained"], "out_dir", trace_text(sustained, base))
@@ -442,6 +443,25 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
                          sustained.effective_hz if sustained else None,
                          sustained.summary() if sustained else None,
                          os.fspath(paths["sustained"]) if sustained else None)
+
+
+def _against_gemm_table(sustained: SustainedClock, tables: Sequence[ProfiledTable]) -> SustainedClock:
+    """``sustained`` with this run's GEMM table as its reference (:mod:`archplace.profiling.sustained`),
+    when the run measured one with a ``clock`` header: the table's clock and its latency of the
+    load's shape (its own interpolation); unchanged otherwise."""
+    from archplace.cost.clock import table_clock_hz
+    from archplace.cost.measured_tables import gemm_latency, read_table
+
+    path = next((t.path for t in tables if t.kernel == "gemm"), None)
+    if path is None:
+        return sustained
+    table = read_table(Path(path))
+    clock_hz = table_clock_hz(table)
+    if clock_hz <= 0.0:
+        return sustained
+    size = sustained.size
+    latency_s = gemm_latency(table, size, size, size)
+    return sustained.against(Path(path).name, clock_hz, 2.0 * size**3 / latency_s / 1e12)
 
 
 def _clock_reader(torch: Any, device: Any) -> Callable[[], float | None] | None:

@@ -18,12 +18,14 @@ measures that lower clock on one's own GPU:
   within :data:`BURST_TOLERANCE` of the highest reading.
 
 **What the cost model takes** (``efficiency.sustained_clock``, :mod:`archplace.cost.clock`) is
-the *throughput-equivalent* clock, ``f_burst x (steady FLOP/s / burst FLOP/s)``: the clock at
-which a kernel timed in a burst would take the time it takes under sustained load, if its time
-were SM cycles.  It is not NVML's steady SM clock, because GEMM throughput does not follow that
-clock: on an H200 (700 W) NVML reported 1965 MHz in the burst and 1485 MHz in the steady state,
-a 24 % lower clock, while the 8192^3 bf16 GEMM's throughput fell 3 % (696 to 674 TFLOP/s;
-``src/archplace/cost/measured/sustained_h200_profiled.txt``).
+the *throughput-equivalent* clock, ``f_ref x (steady FLOP/s / reference FLOP/s)``: the clock at
+which a kernel of the reference would take the time it takes under sustained load, if its time
+were SM cycles.  The reference is the GEMM table the same run measured (its ``clock`` header and
+its latency of the load's shape, which is what the cost model scales), else the burst readings.
+It is not NVML's steady SM clock, because GEMM throughput does not follow that clock: on an H200
+(700 W) NVML reported 1965 MHz in the burst and 1485 MHz in the steady state, a 24 % lower
+clock, while the 8192^3 bf16 GEMM's throughput fell 3 % (696 to 674 TFLOP/s; the trace
+``docs/data/sustained_h200.csv``).
 
 torch is passed in, never imported here.
 """
@@ -91,6 +93,15 @@ class SustainedClock:
     size: int
     readings: tuple[ClockReading, ...]
     dtype: str = "bf16"
+    reference: str = ""
+    reference_hz: float = 0.0
+    reference_tflop_per_s: float = 0.0
+
+    def against(self, table: str, clock_hz: float, tflop_per_s: float) -> SustainedClock:
+        """The same readings with a GEMM table as the reference: its name, ``clock`` header (Hz)
+        and throughput at the load's shape (1e12 FLOP/s)."""
+        return SustainedClock(self.seconds, self.size, self.readings, self.dtype, table, clock_hz,
+                              tflop_per_s)
 
     def steady(self) -> tuple[ClockReading, ...]:
         """The readings of the run's second half (:data:`STEADY_FRACTION`); the last reading
@@ -123,8 +134,11 @@ class SustainedClock:
 
     @property
     def effective_hz(self) -> float:
-        """The throughput-equivalent sustained clock (module docstring), Hz: ``burst_hz x
-        steady_tflop_per_s / burst_tflop_per_s``, never above ``burst_hz``."""
+        """The throughput-equivalent sustained clock (module docstring), Hz: ``f x
+        steady_tflop_per_s / t``, with ``(f, t)`` the reference table's clock and throughput when
+        there is one, else :attr:`burst_hz` and :attr:`burst_tflop_per_s`; never above ``f``."""
+        if self.reference:
+            return self.reference_hz * min(1.0, self.steady_tflop_per_s / self.reference_tflop_per_s)
         return self.burst_hz * min(1.0, self.steady_tflop_per_s / self.burst_tflop_per_s)
 
     @property
@@ -142,12 +156,14 @@ class SustainedClock:
         """One line: the throughput-equivalent clock, then NVML's clocks, power and throughput
         in the burst and the steady state."""
         power = "" if math.isnan(self.steady_power_w) else f" at {self.steady_power_w:.0f} W"
+        reference = (f"; reference {self.reference}: {self.reference_tflop_per_s:.0f} TFLOP/s at "
+                     f"{self.reference_hz / 1e6:.0f} MHz" if self.reference else "")
         return (f"sustained clock {self.effective_hz / 1e9:.4g} GHz throughput-equivalent: {self.dtype} "
                 f"{self.size}^3 GEMMs {self.burst_tflop_per_s:.0f} TFLOP/s at NVML "
                 f"{self.burst_hz / 1e6:.0f} MHz "
                 f"(burst, {len(self.burst())} readings), {self.steady_tflop_per_s:.0f} TFLOP/s at NVML "
                 f"{self.sustained_hz / 1e6:.0f} MHz{power} (steady, {len(self.steady())} of "
-                f"{len(self.readings)} readings)")
+                f"{len(self.readings)} readings){reference}")
 
     def trace_rows(self) -> list[dict[str, str]]:
         """The readings as rows of :data:`TRACE_COLUMNS` (``power_w`` ``-`` when unknown)."""
