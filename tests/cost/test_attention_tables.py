@@ -38,7 +38,7 @@ def test_every_table_loads_with_its_source(name: str) -> None:
     table = at.load_attention_table(name)
     assert name == f"attention_{table.family}_{name.split('_')[2]}_{name.split('_')[3]}"
     assert re.fullmatch(r"[0-9a-f]{40}", table.header["source_commit"])
-    assert table.preset in ("a100-80gb", "h100-80gb") and table.use in at.USES
+    assert table.preset in ("a100-80gb", "h100-80gb", "h200-141gb") and table.use in at.USES
     assert np.all(table.batch * table.seq_len == 16384)  # the papers' setup: batch x seq = 16k
     assert np.all(table.flop_per_s > 1e13) and np.all(table.flop_per_s < 1e15)
     assert not table.flop_per_s.flags.writeable
@@ -52,7 +52,12 @@ def test_published_values_survive_the_reading() -> None:
     assert pr.flop_per_s[-1] == pytest.approx(620.73e12) and pr.use == "check"
     assert set(at.model_tables()) == {("flash2", "a100-80gb"), ("triton-flash1", "a100-80gb"),
                                       ("flash2", "h100-80gb"), ("flash3", "h100-80gb"),
-                                      ("cudnn", "h100-80gb")}
+                                      ("cudnn", "h100-80gb"), ("flash2", "h200-141gb"),
+                                      ("cudnn", "h200-141gb")}
+    h200 = at.load_attention_table("attention_flash2_h200_profiled")  # archplace profile's row, 16k d 128
+    i = int(np.flatnonzero((h200.seq_len == 16384) & (h200.head_dim == 128) & (h200.causal == 0)
+                           & (np.array(h200.directions) == "fwd"))[0])
+    assert h200.flop_per_s[i] == pytest.approx(357.17076236113286e12)
 
 
 @pytest.mark.parametrize("name", NAMES)

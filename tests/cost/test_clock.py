@@ -25,7 +25,9 @@ PRESETS = Path(load_accelerator.__code__.co_filename).parent / "presets"
 
 def at_clock(acc: Accelerator, hz: float) -> Accelerator:
     assert acc.efficiency is not None
-    return replace(acc, efficiency=replace(acc.efficiency, sustained_clock_hz=hz))
+    fp8_hz = acc.efficiency.sustained_clock_fp8_hz if hz else 0.0  # an FP8 clock needs the 16-bit one
+    return replace(acc, efficiency=replace(acc.efficiency, sustained_clock_hz=hz,
+                                           sustained_clock_fp8_hz=fp8_hz))
 
 
 def matmul(b: int, m: int, k: int, n: int) -> Operator:
@@ -199,3 +201,44 @@ def test_sustained_gemm_time_is_monotone_in_each_dimension(
     model = SystolicCostModel(cache_size=0)
     bigger, smaller = model.estimate(matmul(*larger), chip), model.estimate(matmul(*sizes), chip)
     assert bigger.all_cores_s >= smaller.all_cores_s
+
+
+H200 = load_accelerator("h200-141gb")
+
+
+def test_h200_declares_its_measured_clocks_and_tables() -> None:
+    eff = H200.efficiency
+    assert eff is not None
+    assert (eff.sustained_clock_hz, eff.sustained_clock_fp8_hz) == (1.88e9, 1.647e9)
+    assert eff.attention_kernel == "flash2/h200-141gb" and eff.kernel_floor_s == pytest.approx(5.056e-6)
+    assert clock.table_clock_hz(load_table("gemm_h200_profiled")) == 1.98e9
+    assert clock.table_clock_hz(load_table("gemm_h200_profiled_fp8")) == 1.98e9
+
+
+def test_fp8_gemm_tables_scale_by_the_fp8_clock() -> None:
+    eff = H200.efficiency
+    assert eff is not None
+    assert clock.gemm_table_scale(eff, "bf16", H200.clock_hz) == pytest.approx(1.98 / 1.88, rel=1e-12)
+    assert clock.gemm_table_scale(eff, "fp8", H200.clock_hz) == pytest.approx(1.98 / 1.647, rel=1e-12)
+    # without an FP8 clock, FP8 tables take the 16-bit one
+    one = replace(eff, sustained_clock_fp8_hz=0.0)
+    assert clock.gemm_table_scale(one, "fp8", H200.clock_hz) == pytest.approx(1.98 / 1.88, rel=1e-12)
+
+
+def test_an_fp8_clock_alone_is_refused() -> None:
+    eff = H200.efficiency
+    assert eff is not None
+    with pytest.raises(ConfigError, match="sustained_clock_fp8_hz needs sustained_clock_hz"):
+        replace(eff, sustained_clock_hz=0.0)
+
+
+def test_a_profiled_attention_table_scales_from_its_own_clock_header() -> None:
+    # flash2/h200-141gb states the 1.98 GHz it was measured at: x 1.98 / 1.88, not the preset's
+    # 1.83 GHz over 1.88 (which would make it faster than measured)
+    op = attention(Phase.FWD)
+    model = SystolicCostModel(cache_size=0)
+    table_s = model.estimate(op, at_clock(H200, 0.0)).all_cores_s
+    assert model.estimate(op, H200).all_cores_s == pytest.approx(table_s * 1.98 / 1.88, rel=1e-12)
+    # a sustained clock above the measuring clock never makes attention faster than its table
+    fast = at_clock(H200, 1.99e9)
+    assert model.estimate(op, fast).all_cores_s == pytest.approx(table_s, rel=1e-12)

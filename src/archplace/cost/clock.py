@@ -34,9 +34,20 @@ sustained_clock_hz``, cited in the preset).  Without it nothing here changes any
   their ``gemm_sustained`` is a MAMF measurement (S. Bekman, *Machine Learning Engineering*,
   compute/accelerator/benchmarks/mamf-finder.py: 30 s of warm-up GEMMs on ``torch.randn``
   inputs, then back-to-back timed calls), taken at the sustained clock already.
-* Fused attention (``OpKind.ATTENTION``): its FLOP time at the declared FlashAttention fraction
-  of the peak, with ``f_m`` the chip's ``clock`` (the papers quote their fractions of the peak,
-  measured in short benchmark loops).
+* Fused attention (``OpKind.ATTENTION``): its time from the chip's measured attention table
+  or its FLOP time at the declared FlashAttention fraction of the peak, with ``f_m`` the table's
+  ``clock`` header where it states one (``archplace profile`` writes it), else the chip's
+  ``clock`` (the papers quote their fractions of the peak, measured in short benchmark loops);
+  never below 1.
+
+**Which clock.**  ``f_s`` is best measured as a *throughput-equivalent* clock
+(:mod:`archplace.profiling.sustained`, ``archplace profile --sustained``): the reference table's
+clock times the ratio of a large GEMM's throughput under minutes of load to its throughput in the
+table.  NVML's SM clock overstates the loss: on an H200 at its 700 W limit NVML's SM clock fell
+from 1965 to 1485 MHz while an 8192^3 bf16 GEMM fell from 707 to 671 TFLOP/s (a 1.88 GHz
+equivalent), and FP8 GEMMs, whose arithmetic is denser, fell further (a 1.647 GHz equivalent,
+``efficiency.sustained_clock_fp8``, used for FP8 GEMM tables;
+``archplace/cost/measured/h200_runs/``).
 * Not scaled: memory time (HBM clock), streaming kernels (memory-bound), collectives (links),
   the kernel floor (launch latency).  A memory-bound GEMM stays memory-bound: only its compute
   part grows and the latency is still ``max(compute, memory)``.
@@ -97,7 +108,8 @@ def gemm_table_scale(efficiency: KernelEfficiency, dtype: str,
                      chip_clock_hz: FloatArray) -> float | FloatArray:
     """``f_m / f_s`` for a GEMM priced from the chip's ``dtype`` tables (module docstring): 1.0
     without a sustained clock; ``chip_clock_hz`` (one entry per design) stands in for ``f_m``
-    where the tables state no clock.
+    where the tables state no clock; ``f_s`` is ``sustained_clock_fp8_hz`` for ``fp8`` where the
+    chip declares it.
 
     Raises:
         ConfigError: as :func:`gemm_table_clock_hz`.
@@ -105,6 +117,8 @@ def gemm_table_scale(efficiency: KernelEfficiency, dtype: str,
     sustained = efficiency.sustained_clock_hz
     if sustained <= 0.0:
         return 1.0
+    if dtype == "fp8" and efficiency.sustained_clock_fp8_hz > 0.0:
+        sustained = efficiency.sustained_clock_fp8_hz
     measured = gemm_table_clock_hz(efficiency.kernel_tables, dtype)
     if measured > 0.0:
         return measured / sustained
@@ -113,13 +127,38 @@ def gemm_table_scale(efficiency: KernelEfficiency, dtype: str,
 
 
 def attention_scale(efficiency: KernelEfficiency, chip_clock_hz: FloatArray) -> float | FloatArray:
-    """``f_m / f_s`` for a fused attention operator (module docstring): the chip's clock over the
-    sustained clock, one entry per design; 1.0 without a sustained clock."""
+    """``f_m / f_s`` for a fused attention operator (module docstring): the clock its speed was
+    measured at over the sustained clock, one entry per design, never below 1; 1.0 without a
+    sustained clock.  ``f_m`` is the ``clock`` header of the chip's measured attention table
+    (``efficiency.attention_kernel``) where it states one (``archplace profile`` writes it), else
+    the chip's clock.
+
+    Raises:
+        ConfigError: the attention table cannot be read, or its ``clock`` header is malformed.
+    """
     sustained = efficiency.sustained_clock_hz
     if sustained <= 0.0:
         return 1.0
-    scale: FloatArray = np.asarray(chip_clock_hz, dtype=np.float64) / sustained
+    measured = _attention_table_clock_hz(efficiency.attention_kernel) if efficiency.attention_kernel else 0.0
+    base = measured if measured > 0.0 else np.asarray(chip_clock_hz, dtype=np.float64)
+    scale: FloatArray = np.maximum(np.asarray(base, dtype=np.float64) / sustained, 1.0)
     return scale
+
+
+@functools.lru_cache(maxsize=32)
+def _attention_table_clock_hz(kernel: str) -> float:
+    """The ``clock`` header of the model attention table ``FAMILY/PRESET``, Hz; 0 when it states
+    none (the published tables: no source logs its clock)."""
+    from archplace.cost.attention_tables import table_for
+
+    family, _, preset = kernel.partition("/")
+    text = table_for(family, preset).header.get("clock")
+    if text is None:
+        return 0.0
+    value = parse_frequency(" ".join(text.split()[:2]), f"attention table {kernel}: header clock")
+    if not value > 0.0:
+        raise ConfigError(f"attention table {kernel}: header clock {text!r} is not a positive frequency")
+    return value
 
 
 def sustained_gemm_s(measured_s: FloatArray, compute_s: FloatArray, memory_s: FloatArray,

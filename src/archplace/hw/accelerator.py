@@ -124,6 +124,8 @@ class KernelEfficiency:
         sustained_clock_hz: the SM clock the chip holds under minutes of tensor-core load at its
             board power limit, Hz (0, the default: not declared, no scaling); compute-bound
             kernels measured at another clock are scaled to it (:mod:`archplace.cost.clock`).
+        sustained_clock_fp8_hz: the same for FP8 GEMMs, whose denser arithmetic meets the power
+            limit at a lower clock, Hz (0, the default: ``sustained_clock_hz``).
 
     Raises:
         ConfigError: a count that is not a positive whole number, no tile, a fraction outside
@@ -142,6 +144,7 @@ class KernelEfficiency:
     kernel_tables: tuple[str, ...] = ()
     kernel_floor_s: float = 0.0
     sustained_clock_hz: float = 0.0
+    sustained_clock_fp8_hz: float = 0.0
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
     ep_comm_overlap: bool = False
@@ -166,12 +169,16 @@ class KernelEfficiency:
                 math.isfinite(floor) and 0.0 <= floor <= 1e-3):
             raise ConfigError(f"{owner}: kernel_floor_s must be seconds in [0, 1e-3], got {floor!r}")
         object.__setattr__(self, "kernel_floor_s", float(floor))
-        sustained = self.sustained_clock_hz
-        if isinstance(sustained, bool) or not isinstance(sustained, int | float) or not (
-                math.isfinite(sustained) and (sustained == 0.0 or 5e7 <= sustained <= 1e10)):
-            raise ConfigError(f"{owner}: sustained_clock_hz must be 0 (none) or Hz in [5e7, 1e10], "
-                              f"got {sustained!r}")
-        object.__setattr__(self, "sustained_clock_hz", float(sustained))
+        for name in ("sustained_clock_hz", "sustained_clock_fp8_hz"):
+            sustained = getattr(self, name)
+            if isinstance(sustained, bool) or not isinstance(sustained, int | float) or not (
+                    math.isfinite(sustained) and (sustained == 0.0 or 5e7 <= sustained <= 1e10)):
+                raise ConfigError(f"{owner}: {name} must be 0 (none) or Hz in [5e7, 1e10], "
+                                  f"got {sustained!r}")
+            object.__setattr__(self, name, float(sustained))
+        if self.sustained_clock_fp8_hz and not self.sustained_clock_hz:
+            raise ConfigError(f"{owner}: sustained_clock_fp8_hz needs sustained_clock_hz (the 16-bit "
+                              "kernels' clock) too")
         _whole(owner, sms=self.sms)
         _positive(owner, sms=self.sms)
         tiles = tuple(tuple(t) for t in self.gemm_tiles)

@@ -46,6 +46,7 @@ an ``accelerator`` section and an optional ``cluster`` section::
       kernel_floor: {value: 5.232 us, source: "..."}          # optional: least kernel time
       sustained_clock: {value: 1.228 GHz, source: "..."}      # optional: clock under sustained
                                          # load at the power limit (archplace.cost.clock)
+      sustained_clock_fp8: {value: 1.65 GHz, source: "..."}   # optional: the same for FP8 GEMMs
 
 Without an ``efficiency`` section the chip runs on the cycle model (its efficiency is what
 the cycle counts give); with one, :mod:`archplace.cost.efficiency` costs its operators and
@@ -105,6 +106,7 @@ _EFFICIENCY_FIELDS = ("sms", "gemm_tiles", *_KERNEL_FRACTIONS, *_LINK_FRACTIONS)
 _EFFICIENCY_OPTIONAL = ("attention_kernel", "collective_sms", "overlap_memory_bound_share",
                         "kernel_tables", "kernel_floor",  # archplace.cost.kernel_tables
                         "sustained_clock",  # archplace.cost.clock
+                        "sustained_clock_fp8",
                         *FRAMEWORK_OVERLAPS)  # archplace.placement.tp_overlap, pipeline, ep_overlap
 _CLUSTER_FIELDS = (
     "devices_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
@@ -320,6 +322,11 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         _cited(section["sustained_clock"], f"{where}.sustained_clock")
         sustained_hz = _config.quantity(section["sustained_clock"], parse_frequency,
                                         f"{where}.sustained_clock", plausible=PLAUSIBLE["clock"])
+    sustained_fp8_hz = 0.0
+    if "sustained_clock_fp8" in section:
+        _cited(section["sustained_clock_fp8"], f"{where}.sustained_clock_fp8")
+        sustained_fp8_hz = _config.quantity(section["sustained_clock_fp8"], parse_frequency,
+                                            f"{where}.sustained_clock_fp8", plausible=PLAUSIBLE["clock"])
     if tables:
         from archplace.cost.kernel_tables import chip_tables  # a missing or malformed table fails here
         chip_tables(tables, floor_s)
@@ -328,7 +335,8 @@ def parse_efficiency(section: dict[str, Any], where: str) -> KernelEfficiency:
         gemm_sustained=fractions["gemm_sustained"], hbm=fractions["hbm"],
         attention_fwd=fractions["attention_fwd"], attention_bwd=fractions["attention_bwd"],
         attention_kernel=_attention_kernel(section.get("attention_kernel"), where), **overlap,
-        kernel_tables=tables, kernel_floor_s=floor_s, sustained_clock_hz=sustained_hz)
+        kernel_tables=tables, kernel_floor_s=floor_s, sustained_clock_hz=sustained_hz,
+        sustained_clock_fp8_hz=sustained_fp8_hz)
 
 
 def _attention_kernel(raw: Any, where: str) -> str | None:
