@@ -242,3 +242,12 @@ def test_a_profiled_attention_table_scales_from_its_own_clock_header() -> None:
     # a sustained clock above the measuring clock never makes attention faster than its table
     fast = at_clock(H200, 1.99e9)
     assert model.estimate(op, fast).all_cores_s == pytest.approx(table_s, rel=1e-12)
+
+
+def test_an_fp8_gemm_priced_from_a_16_bit_table_runs_at_the_fp8_clock() -> None:
+    # H100's FP8 GEMMs come from its bf16 table at the FP8 speed-up; the power limit they meet
+    # is the FP8 kernels': f_m the bf16 table's 1.98 GHz, f_s the FP8 clock
+    eff = H200.efficiency
+    assert eff is not None
+    assert clock.gemm_table_scale(eff, "bf16", H200.clock_hz, fp8=True) == pytest.approx(1.98 / 1.647)
+    assert clock.gemm_table_scale(eff, "fp8", H200.clock_hz, fp8=False) == pytest.approx(1.98 / 1.88)

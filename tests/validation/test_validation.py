@@ -58,9 +58,10 @@ KNOWN_MISSES = {"nemo2407-nemotron-340b": OOM}
 # the B200 row left the included runs (no measured B200 FP8 GEMM or attention speed: excluded_reason).
 """Included runs beyond the sanity bound, kept visible as strict expected failures (a fix makes
 them fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #24 thresholds not met: mean |error| 7.2 %, max 21.2 %, median +1.9 % over 45 "
+SUITE_MISS = ("issue #24 thresholds not met: mean |error| 8.5 %, max 24.1 %, median +3.2 % over 45 "
               "evaluated runs, 1 fails on memory (see KNOWN_MISSES and benchmarks/validate.py); the "
-              "llm-foundry A100 rows with full recomputation at 4-16k tokens are 14-21 % too slow")
+              "llm-foundry A100 rows with full recomputation at 4-16k tokens are 14-21 % too slow, "
+              "the NeMo H100 FP8 rows 0-24 % too fast at the measured sustained clocks")
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +120,14 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 # of its chunks, the NeMo / Megatron-Bridge H100 rows took Transformer Engine's cuDNN attention and
 # their configurations' TP and pipeline-send overlap, and the B200 rows left the included runs;
 # missing set to 1 (mean 7.3 % over 45 runs, max 21.2 %) when three NeMo rows fitted with the bf16
-# gradient reduction their launcher scripts set.
-RATCHET_MEAN_ABS_ERROR = 0.075
-RATCHET_ABS_ERROR = 0.22
+# gradient reduction their launcher scripts set; raised to mean 8.5 %, max 24.1 % when the H100 and
+# H800 presets took the GH100's throughput-equivalent sustained clocks measured on an H200 (1.88 GHz
+# bf16, 1.647 GHz FP8, archplace/cost/measured/h200_runs/) instead of NVML's 1.575 GHz: the die's
+# GEMM throughput falls 5 % (bf16) and 17 % (FP8) under load, not the 20 % the NVML clock implied,
+# so the H100 rows are now predicted 0-24 % too fast (NeMo median +12 %): the time the old clock
+# stood in for is another in-situ mechanism, not yet modelled.
+RATCHET_MEAN_ABS_ERROR = 0.086
+RATCHET_ABS_ERROR = 0.245
 RATCHET_MISSING = 1
 
 

@@ -105,11 +105,12 @@ def gemm_table_clock_hz(names: tuple[str, ...], dtype: str) -> float:
 
 
 def gemm_table_scale(efficiency: KernelEfficiency, dtype: str,
-                     chip_clock_hz: FloatArray) -> float | FloatArray:
+                     chip_clock_hz: FloatArray, *, fp8: bool | None = None) -> float | FloatArray:
     """``f_m / f_s`` for a GEMM priced from the chip's ``dtype`` tables (module docstring): 1.0
     without a sustained clock; ``chip_clock_hz`` (one entry per design) stands in for ``f_m``
-    where the tables state no clock; ``f_s`` is ``sustained_clock_fp8_hz`` for ``fp8`` where the
-    chip declares it.
+    where the tables state no clock; ``f_s`` is ``sustained_clock_fp8_hz`` for an FP8 GEMM
+    (``fp8``; by default, one priced from ``fp8`` tables) where the chip declares it, also when
+    the GEMM is priced from the 16-bit tables at the FP8 speed-up.
 
     Raises:
         ConfigError: as :func:`gemm_table_clock_hz`.
@@ -117,7 +118,7 @@ def gemm_table_scale(efficiency: KernelEfficiency, dtype: str,
     sustained = efficiency.sustained_clock_hz
     if sustained <= 0.0:
         return 1.0
-    if dtype == "fp8" and efficiency.sustained_clock_fp8_hz > 0.0:
+    if (dtype == "fp8" if fp8 is None else fp8) and efficiency.sustained_clock_fp8_hz > 0.0:
         sustained = efficiency.sustained_clock_fp8_hz
     measured = gemm_table_clock_hz(efficiency.kernel_tables, dtype)
     if measured > 0.0:

@@ -112,7 +112,7 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
     if surface is not None and efficiency.sustained_clock_hz > 0.0:  # archplace.cost.clock
         dtype = "bf16" if fp8 and "fp8" not in tables.gemm else ("fp8" if fp8 else "bf16")
         value = clock.sustained_gemm_s(measured, tiles_s, memory_s,
-                                       clock.gemm_table_scale(efficiency, dtype, chip.clock_hz))
+                                       clock.gemm_table_scale(efficiency, dtype, chip.clock_hz, fp8=fp8))
     # max(compute, memory) is ``value``; a GEMM whose time does not exceed its streaming time
     # is reported memory-bound (its compute part the tile/wave time, at most ``value``)
     compute: FloatArray = np.where(value > memory_s, value, np.minimum(tiles_s, value))
