@@ -205,6 +205,8 @@ def generators(files: Files, slow: bool) -> dict[str, st.SearchStrategy[str]]:
         "--kernel": _words(["gemm", "attention", "softmax", "layernorm", "gelu", "copy"]),
         "--tag": _words(["profiled", "h100", "../up"]),
         "--preset": _words(["-", "h100-80gb"]),
+        "--attention": _words(["flash2", "cudnn", "flash3"]),
+        "--sustained": _floats(["0", "5", "inf"]),
         "--kernel-table": _input_file(files, [], ["gemm_h100_xla", "gemm_a100_llmcompass",
                                                   "gelu_a100_llmcompass"]),
     }

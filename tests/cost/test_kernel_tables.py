@@ -195,11 +195,15 @@ def test_fp8_without_an_fp8_table_halves_the_bf16_table() -> None:
     from archplace.cost.precision import cast_bytes, fp8_gemm_estimate
 
     assert H100.efficiency is not None
+    # one sustained clock for both (no FP8 clock): the FP8 GEMM is the bf16 table's time halved
+    one_clock = replace(H100, efficiency=replace(H100.efficiency, sustained_clock_fp8_hz=0.0))
     op = replace(matmul(1, 4096, 4096, 4096), target="aten.mm.default")
-    bf16 = SystolicCostModel().estimate(op, H100).all_cores_s
-    fp8 = fp8_gemm_estimate(op, H100)
+    bf16 = SystolicCostModel().estimate(op, one_clock).all_cores_s
+    fp8 = fp8_gemm_estimate(op, one_clock)
     cast_s = cast_bytes(op) / (H100.hbm_bandwidth_bytes_per_s * H100.efficiency.hbm)
     assert fp8.all_cores_s - cast_s == pytest.approx(bf16 / 2.0, rel=1e-9)
+    # the preset's lower FP8 clock (1.647 against 1.88 GHz) makes it slower, never faster
+    assert fp8_gemm_estimate(op, H100).all_cores_s > fp8.all_cores_s
 
 
 def test_bad_kernel_tables() -> None:

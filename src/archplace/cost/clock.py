@@ -116,10 +116,10 @@ def gemm_table_scale(efficiency: KernelEfficiency, dtype: str,
         ConfigError: as :func:`gemm_table_clock_hz`.
     """
     sustained = efficiency.sustained_clock_hz
-    if sustained <= 0.0:
-        return 1.0
     if (dtype == "fp8" if fp8 is None else fp8) and efficiency.sustained_clock_fp8_hz > 0.0:
         sustained = efficiency.sustained_clock_fp8_hz
+    if sustained <= 0.0:
+        return 1.0
     measured = gemm_table_clock_hz(efficiency.kernel_tables, dtype)
     if measured > 0.0:
         return measured / sustained

@@ -109,7 +109,8 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
         surface, scale = tables.gemm.get("bf16"), 1.0 / speedup
     measured = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
     value = measured
-    if surface is not None and efficiency.sustained_clock_hz > 0.0:  # archplace.cost.clock
+    if surface is not None and max(efficiency.sustained_clock_hz,
+                                   efficiency.sustained_clock_fp8_hz) > 0.0:  # archplace.cost.clock
         dtype = "bf16" if fp8 and "fp8" not in tables.gemm else ("fp8" if fp8 else "bf16")
         value = clock.sustained_gemm_s(measured, tiles_s, memory_s,
                                        clock.gemm_table_scale(efficiency, dtype, chip.clock_hz, fp8=fp8))

@@ -125,7 +125,7 @@ class KernelEfficiency:
             board power limit, Hz (0, the default: not declared, no scaling); compute-bound
             kernels measured at another clock are scaled to it (:mod:`archplace.cost.clock`).
         sustained_clock_fp8_hz: the same for FP8 GEMMs, whose denser arithmetic meets the power
-            limit at a lower clock, Hz (0, the default: ``sustained_clock_hz``).
+            limit at a lower clock, Hz (0, the default: ``sustained_clock_hz``, for FP8 GEMMs too).
 
     Raises:
         ConfigError: a count that is not a positive whole number, no tile, a fraction outside
@@ -176,9 +176,6 @@ class KernelEfficiency:
                 raise ConfigError(f"{owner}: {name} must be 0 (none) or Hz in [5e7, 1e10], "
                                   f"got {sustained!r}")
             object.__setattr__(self, name, float(sustained))
-        if self.sustained_clock_fp8_hz and not self.sustained_clock_hz:
-            raise ConfigError(f"{owner}: sustained_clock_fp8_hz needs sustained_clock_hz (the 16-bit "
-                              "kernels' clock) too")
         _whole(owner, sms=self.sms)
         _positive(owner, sms=self.sms)
         tiles = tuple(tuple(t) for t in self.gemm_tiles)
