@@ -58,7 +58,7 @@ KNOWN_MISSES = {"nemo2407-nemotron-340b": OOM}
 # the B200 row left the included runs (no measured B200 FP8 GEMM or attention speed: excluded_reason).
 """Included runs beyond the sanity bound, kept visible as strict expected failures (a fix makes
 them fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #24 thresholds not met: mean |error| 8.5 %, max 24.1 %, median +3.2 % over 45 "
+SUITE_MISS = ("issue #24 thresholds not met: mean |error| 8.7 %, max 24.1 %, median +3.3 % over 47 "
               "evaluated runs, 1 fails on memory (see KNOWN_MISSES and benchmarks/validate.py); the "
               "llm-foundry A100 rows with full recomputation at 4-16k tokens are 14-21 % too slow, "
               "the NeMo H100 FP8 rows 0-24 % too fast at the measured sustained clocks")
@@ -125,8 +125,10 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 # bf16, 1.647 GHz FP8, archplace/cost/measured/h200_runs/) instead of NVML's 1.575 GHz: the die's
 # GEMM throughput falls 5 % (bf16) and 17 % (FP8) under load, not the 20 % the NVML clock implied,
 # so the H100 rows are now predicted 0-24 % too fast (NeMo median +12 %): the time the old clock
-# stood in for is another in-situ mechanism, not yet modelled.
-RATCHET_MEAN_ABS_ERROR = 0.086
+# stood in for is another in-situ mechanism, not yet modelled; mean 8.7 % when two runs measured
+# on one H200 joined (tests/validation/one_gpu/: +14.9 and +13.0 % too fast, the miss in HF's
+# element-wise and copy kernels, docs/validation.md "One GPU, measured here").
+RATCHET_MEAN_ABS_ERROR = 0.088
 RATCHET_ABS_ERROR = 0.245
 RATCHET_MISSING = 1
 
