@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,10 +19,10 @@ MEASURED = {"h200run-llama3.2-1b": ("one_gpu_1b.json", "ops_1b.json"),
             "h200run-llama3.1-8b-8layers": ("one_gpu_8b8l.json", "ops_8b8l.json")}
 
 
-def _load(name: str) -> dict:  # type: ignore[type-arg]
+def _load(name: str) -> dict[str, Any]:
     data = json.loads((HERE / "one_gpu" / name).read_text(encoding="utf-8"))
     assert isinstance(data, list) and len(data) == 1
-    return data[0]  # type: ignore[no-any-return]
+    return dict(data[0])
 
 
 @pytest.mark.parametrize("case", sorted(MEASURED))
