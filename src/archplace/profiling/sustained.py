@@ -24,8 +24,10 @@ were SM cycles.  The reference is the GEMM table the same run measured (its ``cl
 its latency of the load's shape, which is what the cost model scales), else the burst readings.
 It is not NVML's steady SM clock, because GEMM throughput does not follow that clock: on an H200
 (700 W) NVML reported 1965 MHz in the burst and 1485 MHz in the steady state, a 24 % lower
-clock, while the 8192^3 bf16 GEMM's throughput fell 3 % (696 to 674 TFLOP/s; the traces in
-``archplace/cost/measured/h200_runs/``).
+clock, while the 8192^3 bf16 GEMM's throughput fell 3 % (696 to 674 TFLOP/s; 5 % against the
+table's 707; the traces in ``archplace/cost/measured/h200_runs/``).  The table is the better
+reference: FP8 GEMMs on that H200 met the power limit within the first chunk (NVML 1410 MHz from
+the start), so their burst readings were already the capped ones.
 
 torch is passed in, never imported here.
 """
