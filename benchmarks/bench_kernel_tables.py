@@ -59,8 +59,10 @@ VECTOR_OPS = {
     "softmax": (OpKind.SOFTMAX, "aten._softmax.default"),
     "layernorm": (OpKind.NORM, "aten.native_layer_norm.default"),
     "gelu": (OpKind.ELEMENTWISE, "aten.gelu.default"),
+    # a device copy (archplace profile's copy tables): what archplace prices a cast or clone as
+    "copy": (OpKind.ELEMENTWISE, "aten.copy_.default"),
 }
-BYTES_PER_ELEMENT = 2  # every shipped vector table is fp16
+BYTES_PER_ELEMENT = 2  # every shipped vector table is 16-bit (a copy table's bytes: as 16-bit elements)
 
 
 def vector_latency(acc: Accelerator, kernel: str, elements: int) -> float:
@@ -146,6 +148,9 @@ def rows(table: MeasuredTable, *, without_tables: bool = False) -> list[Row]:
             if table.kernel == "gelu":
                 elements = int(s["elements"][i])
                 shape = f"elements={elements}{label}"
+            elif table.kernel == "copy":
+                elements = int(s["bytes"][i]) // BYTES_PER_ELEMENT
+                shape = f"bytes={int(s['bytes'][i])}{label}"
             else:
                 elements = int(s["rows"][i]) * int(s["cols"][i])
                 shape = f"{int(s['rows'][i])}x{int(s['cols'][i])}{label}"
