@@ -210,3 +210,16 @@ def test_the_run_s_gemm_table_is_the_reference(tmp_path: Path) -> None:
     # without a GEMM table of this run: the burst readings are the reference
     assert R._against_gemm_table(measured, []) is measured
     assert measured.effective_hz == pytest.approx(1965e6 * 680.0 / 700.0)
+
+
+def test_a_failed_clock_reading_is_left_out() -> None:
+    # a reading NVML did not give is NaN: out of the medians, '-' in the trace
+    readings = (_reading(0.2, 1965, 300.0), _reading(0.3, 1965, 700.0), _reading(0.4, math.nan, 690.0),
+                _reading(1.5, 1485, 670.0), _reading(1.8, math.nan, 668.0))
+    result = SustainedClock(2.0, 8192, readings)
+    assert result.burst() == readings[1:2] and result.burst_hz == 1965e6
+    assert result.sustained_hz == 1485e6
+    assert result.trace_rows()[2]["sm_clock_mhz"] == "-"
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(clock_rate=lambda d: 1 / 0))
+    from archplace.profiling.sustained import sm_clock_hz
+    assert math.isnan(sm_clock_hz(torch, "cuda"))

@@ -64,6 +64,7 @@ from numpy.typing import NDArray
 
 from archplace.base.errors import ConfigError
 from archplace.base.units import parse_frequency
+from archplace.cost.attention_tables import AttentionTable, table_for
 from archplace.cost.kernel_tables import dtype_class, resolve_table
 from archplace.cost.measured_tables import MeasuredTable
 from archplace.hw.accelerator import KernelEfficiency
@@ -74,9 +75,10 @@ __all__ = ["attention_scale", "gemm_table_clock_hz", "gemm_table_scale", "sustai
            "table_clock_hz"]
 
 
-def table_clock_hz(table: MeasuredTable) -> float:
-    """The SM clock a measured table states in its ``clock`` header (its first two words, e.g.
-    ``1.41 GHz (assumed: ...)``), Hz; 0 when the header has no ``clock`` key.
+def table_clock_hz(table: MeasuredTable | AttentionTable) -> float:
+    """The SM clock a measured table (a latency or an attention table) states in its ``clock``
+    header (its first two words, e.g. ``1.41 GHz (assumed: ...)``), Hz; 0 when the header has no
+    ``clock`` key.
 
     Raises:
         ConfigError: a ``clock`` header that is not a positive frequency.
@@ -150,16 +152,8 @@ def attention_scale(efficiency: KernelEfficiency, chip_clock_hz: FloatArray) -> 
 def _attention_table_clock_hz(kernel: str) -> float:
     """The ``clock`` header of the model attention table ``FAMILY/PRESET``, Hz; 0 when it states
     none (the published tables: no source logs its clock)."""
-    from archplace.cost.attention_tables import table_for
-
     family, _, preset = kernel.partition("/")
-    text = table_for(family, preset).header.get("clock")
-    if text is None:
-        return 0.0
-    value = parse_frequency(" ".join(text.split()[:2]), f"attention table {kernel}: header clock")
-    if not value > 0.0:
-        raise ConfigError(f"attention table {kernel}: header clock {text!r} is not a positive frequency")
-    return value
+    return table_clock_hz(table_for(family, preset))
 
 
 def sustained_gemm_s(measured_s: FloatArray, compute_s: FloatArray, memory_s: FloatArray,

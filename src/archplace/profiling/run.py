@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
 import platform
 import re
@@ -24,7 +25,13 @@ from archplace.base.outputs import check_output, write_text_output
 from archplace.profiling import kernels as K
 from archplace.profiling.grid import GRIDS, KERNELS, AttentionPoint, GemmPoint, Grid, RowwisePoint
 from archplace.profiling.grid import grid as make_grid
-from archplace.profiling.sustained import SustainedClock, measure_sustained_clock, nvml_readers, trace_text
+from archplace.profiling.sustained import (
+    SustainedClock,
+    measure_sustained_clock,
+    nvml_readers,
+    sm_clock_hz,
+    trace_text,
+)
 from archplace.profiling.tables import Row, table_text
 from archplace.profiling.timer import l2_flush_buffer, time_call
 
@@ -374,7 +381,6 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     the_grid = make_grid(grid, K.ELEMENT_BYTES[K.kernel_dtype("softmax", dtype)])
     flush = l2_flush_buffer(torch, torch_device)
-    read_clock_mhz = _clock_reader(torch, torch_device) if cuda else None
     planned = sum(the_grid.points(kernel) for kernel in chosen)
     done = measured = 0
     skipped: list[str] = []
@@ -405,8 +411,8 @@ def profile(out_dir: str | os.PathLike[str], *, grid: str = "quick", device: str
                     best = max(best, rate(kernel, point, kind, latency))
                     fastest = min(fastest, latency)
                     measured += 1
-                    if read_clock_mhz is not None and (mhz := read_clock_mhz()) is not None:
-                        clocks_mhz.append(mhz)
+                    if cuda and not math.isnan(hz := sm_clock_hz(torch, torch_device)):
+                        clocks_mhz.append(hz / 1e6)  # none read (no NVML): no clock header
                 finally:
                     del call  # the operands go before the next point's are made
                     if cuda:
@@ -462,23 +468,6 @@ def _against_gemm_table(sustained: SustainedClock, tables: Sequence[ProfiledTabl
     size = sustained.size
     latency_s = gemm_latency(table, size, size, size)
     return sustained.against(Path(path).name, clock_hz, 2.0 * size**3 / latency_s / 1e12)
-
-
-def _clock_reader(torch: Any, device: Any) -> Callable[[], float | None] | None:
-    """A reader of the SM clock (MHz) through NVML (``torch.cuda.clock_rate``), or None when NVML
-    cannot be read (``nvidia-ml-py`` missing): the tables then state no ``clock``."""
-    try:
-        torch.cuda.clock_rate(device)
-    except Exception:  # pynvml missing or NVML unavailable: no clock header
-        return None
-
-    def read() -> float | None:
-        try:
-            return float(torch.cuda.clock_rate(device))
-        except Exception:  # a failed reading leaves this shape out of the median
-            return None
-
-    return read
 
 
 def snippet_text(tables: Sequence[ProfiledTable], device_name: str, date: str, made_by: str, *,

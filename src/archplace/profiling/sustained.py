@@ -48,7 +48,7 @@ from archplace.profiling.grid import GemmPoint
 from archplace.profiling.kernels import LIBRARY, gemm_call
 from archplace.profiling.tables import header_text
 
-#: Side of the square bf16 GEMM that loads the GPU (elements).
+#: Side of the square GEMM that loads the GPU (elements).
 SUSTAINED_SIZE = 8192
 
 #: GEMM calls between two readings.
@@ -71,7 +71,7 @@ class ClockReading:
 
     Attributes:
         time_s: seconds since the load began, at the reading.
-        sm_clock_hz: the SM clock NVML reports (Hz).
+        sm_clock_hz: the SM clock NVML reports (Hz); NaN when it cannot be read.
         power_w: the board power NVML reports (W); NaN when it cannot be read.
         tflop_per_s: the chunk's throughput, 1e12 FLOP/s (host clock around the chunk).
     """
@@ -115,19 +115,19 @@ class SustainedClock:
         """The readings before the power limit binds: after the first, SM clock within
         :data:`BURST_TOLERANCE` of the highest reading; the first when no other qualifies."""
         rest = self.readings[1:]
-        top = max((r.sm_clock_hz for r in rest), default=0.0)
+        top = max((r.sm_clock_hz for r in rest if not math.isnan(r.sm_clock_hz)), default=0.0)
         early = tuple(r for r in rest if r.sm_clock_hz >= (1.0 - BURST_TOLERANCE) * top)
         return early or self.readings[:1]
 
     @property
     def sustained_hz(self) -> float:
-        """NVML's median SM clock of :meth:`steady` (Hz)."""
-        return float(statistics.median(r.sm_clock_hz for r in self.steady()))
+        """NVML's median SM clock of :meth:`steady` (Hz; NaN when none was read)."""
+        return _median([r.sm_clock_hz for r in self.steady()])
 
     @property
     def burst_hz(self) -> float:
-        """NVML's median SM clock of :meth:`burst` (Hz)."""
-        return float(statistics.median(r.sm_clock_hz for r in self.burst()))
+        """NVML's median SM clock of :meth:`burst` (Hz; NaN when none was read)."""
+        return _median([r.sm_clock_hz for r in self.burst()])
 
     @property
     def burst_tflop_per_s(self) -> float:
@@ -146,8 +146,7 @@ class SustainedClock:
     @property
     def steady_power_w(self) -> float:
         """The median board power of :meth:`steady` (W); NaN when it could not be read."""
-        powers = [r.power_w for r in self.steady() if not math.isnan(r.power_w)]
-        return float(statistics.median(powers)) if powers else math.nan
+        return _median([r.power_w for r in self.steady()])
 
     @property
     def steady_tflop_per_s(self) -> float:
@@ -168,34 +167,52 @@ class SustainedClock:
                 f"{len(self.readings)} readings){reference}")
 
     def trace_rows(self) -> list[dict[str, str]]:
-        """The readings as rows of :data:`TRACE_COLUMNS` (``power_w`` ``-`` when unknown)."""
-        return [{"time_s": f"{r.time_s:.3f}", "sm_clock_mhz": f"{r.sm_clock_hz / 1e6:.0f}",
+        """The readings as rows of :data:`TRACE_COLUMNS` (``-`` for a reading NVML did not give)."""
+        return [{"time_s": f"{r.time_s:.3f}",
+                 "sm_clock_mhz": "-" if math.isnan(r.sm_clock_hz) else f"{r.sm_clock_hz / 1e6:.0f}",
                  "power_w": "-" if math.isnan(r.power_w) else f"{r.power_w:.1f}",
                  "tflop_per_s": f"{r.tflop_per_s:.1f}"} for r in self.readings]
 
 
+def _median(values: list[float]) -> float:
+    """The median of the values that are not NaN (an NVML reading that failed); NaN for none."""
+    read = [v for v in values if not math.isnan(v)]
+    return float(statistics.median(read)) if read else math.nan
+
+
+def sm_clock_hz(torch: Any, device: Any) -> float:
+    """The SM clock of a CUDA ``device`` as NVML reports it over its last sample period
+    (``torch.cuda.clock_rate``, MHz, which needs the ``nvidia-ml-py`` package), in Hz; NaN when
+    it cannot be read."""
+    try:
+        return float(torch.cuda.clock_rate(device)) * 1e6
+    except Exception:  # pynvml missing, NVML not initialised, an unsupported query
+        return math.nan
+
+
+def power_w(torch: Any, device: Any) -> float:
+    """The board power NVML reports (``torch.cuda.power_draw``, mW), in W; NaN when it cannot be
+    read (an NVML build without power readings: the trace says ``-``)."""
+    try:
+        return float(torch.cuda.power_draw(device)) / 1e3
+    except Exception:  # as sm_clock_hz
+        return math.nan
+
+
 def nvml_readers(torch: Any, device: Any) -> tuple[Callable[[], float], Callable[[], float]]:
-    """The SM-clock (Hz) and board-power (W; NaN when unreadable) readers of a CUDA ``device``,
-    through NVML (``torch.cuda.clock_rate``, ``torch.cuda.power_draw``; they need the
-    ``nvidia-ml-py`` package).
+    """The SM-clock (Hz) and board-power (W) readers of a CUDA ``device`` (:func:`sm_clock_hz`,
+    :func:`power_w`: NaN for a reading that fails).
 
     Raises:
-        ConfigError: the SM clock cannot be read.
+        ConfigError: the SM clock cannot be read at all.
     """
     try:
         torch.cuda.clock_rate(device)
-    except Exception as exc:  # pynvml missing, NVML not initialised, an unsupported query
+    except Exception as exc:  # the reason, for the message: pynvml missing, NVML not initialised
         raise ConfigError(f"sustained: cannot read the SM clock through NVML (torch.cuda.clock_rate: "
                           f"{' '.join(str(exc).split())[:160]}); install nvidia-ml-py",
                           fields=("sustained",)) from exc
-
-    def power_w() -> float:
-        try:
-            return float(torch.cuda.power_draw(device)) / 1e3
-        except Exception:  # an NVML build without power readings: the trace says '-'
-            return math.nan
-
-    return (lambda: float(torch.cuda.clock_rate(device)) * 1e6), power_w
+    return (lambda: sm_clock_hz(torch, device)), (lambda: power_w(torch, device))
 
 
 def measure_sustained_clock(torch: Any, device: Any, seconds: float, *,
