@@ -127,9 +127,14 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 # so the H100 rows are now predicted 0-24 % too fast (NeMo median +12 %): the time the old clock
 # stood in for is another in-situ mechanism, not yet modelled; mean 8.7 % when two runs measured
 # on one H200 joined (tests/validation/one_gpu/: +14.9 and +13.0 % too fast, the miss in HF's
-# element-wise and copy kernels, docs/validation.md "One GPU, measured here").
-RATCHET_MEAN_ABS_ERROR = 0.088
-RATCHET_ABS_ERROR = 0.245
+# element-wise and copy kernels, docs/validation.md "One GPU, measured here"); set to mean 8.5 %,
+# max 24.8 % when the loss ran as each framework runs it (the logits upcast to float32, in
+# Megatron-LM's float32 buffer or out of place as Hugging Face's; --loss): the H200 rows fell to
+# +8.5 / +8.7 %, and the max grew on Nemotron 8B (+24.1 -> +24.7 %) because the gather of the
+# targets now reads one value a row instead of the whole logits tensor, a cost that had hidden
+# part of that row's miss (and its float32 buffer made the row need 78.1 GiB, inside 80).
+RATCHET_MEAN_ABS_ERROR = 0.085
+RATCHET_ABS_ERROR = 0.248
 RATCHET_MISSING = 1
 
 

@@ -50,7 +50,7 @@ from archplace.workload.cache import cached_chain
 from archplace.workload.extract import check_tp, extract_chain, traced_as
 from archplace.workload.key import CostKey
 from archplace.workload.layers import LayerChain
-from archplace.workload.options import Attention, Kernels
+from archplace.workload.options import Attention, Kernels, Loss
 
 
 def read_run_file(path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
@@ -279,10 +279,11 @@ def evaluate(run: EvaluateRun) -> PlanResult:
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
                    seq_len: int | None = None, attention: Attention | str = Attention.FLASH,
                    kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
-                   expert_load_imbalance: float = 1.0) -> ModelEstimate:
+                   expert_load_imbalance: float = 1.0, loss: Loss | str = Loss.FP32_INPLACE) -> ModelEstimate:
     """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``
     (``capacity_factor`` and ``expert_load_imbalance`` as in :class:`~archplace.front.specs.ModelSpec`;
-    one chip holds every expert, so only a capacity factor above 1 changes the figures).
+    one chip holds every expert, so only a capacity factor above 1 changes the figures; ``loss``
+    as in :class:`~archplace.workload.options.Loss`).
 
     The preset's cluster links (for TP collectives) are those of a node of ``tp`` devices.
 
@@ -294,7 +295,8 @@ def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int =
         ExtractionError: the model could not be traced.
     """
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels,  # type: ignore[arg-type]
-                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+                     loss=loss)  # type: ignore[arg-type]
     check_as(Plan, "tp", tp)
     check_as(Plan, "micro_batch", micro_batch)
     chip = HardwareSpec(hardware)
@@ -318,7 +320,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
                   *, tp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
                   attention: Attention | str = Attention.FLASH,
                   kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
-                  expert_load_imbalance: float = 1.0) -> ScheduleProblem:
+                  expert_load_imbalance: float = 1.0,
+                  loss: Loss | str = Loss.FP32_INPLACE) -> ScheduleProblem:
     """The scheduling problem of one layer's forward or backward graph.
 
     Args:
@@ -333,6 +336,7 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
             (:class:`archplace.workload.extract.ExtractOptions`).
         capacity_factor, expert_load_imbalance: of a mixture-of-experts model's routed tokens
             (:class:`~archplace.front.specs.ModelSpec`; 1.0 each).
+        loss: how the head's cross-entropy runs (:class:`~archplace.workload.options.Loss`).
 
     Raises:
         ConfigError: an unknown layer or phase, a bad model or hardware, a size out of range
@@ -341,7 +345,8 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
         ExtractionError: the model cannot be traced.
     """
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels,  # type: ignore[arg-type]
-                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance)
+                     capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
+                     loss=loss)  # type: ignore[arg-type]
     if layer not in LAYERS:
         raise ConfigError(f"unknown layer {layer!r}; choose from {', '.join(LAYERS)}")
     if phase not in PHASES:

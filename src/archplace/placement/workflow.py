@@ -39,11 +39,17 @@ from archplace.workload.options import (
     Attention,
     ExpertWeighting,
     Kernels,
+    Loss,
     RecomputeModule,
+    Tracing,
+    tracing_of,
 )
 from archplace.workload.zoo import LoadedModel
 
 MAX_TP = 64  # widest TP width tried by default
+
+DEFAULT_TRACING = Tracing()
+"""The tracing options' defaults (:class:`~archplace.workload.options.Tracing`)."""
 
 MIN_TOKENS_PER_CP_RANK = 8192
 """Fewest tokens of a sample per context-parallel rank that the automatic CP degrees keep
@@ -180,21 +186,14 @@ def valid_etp_degrees(spec: LoadedModel, tp: int) -> tuple[int, ...]:
     return (1, tp) if tp > 1 and isinstance(width, int) and width % tp == 0 else (1,)
 
 
-def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = False,
-                    attention: Attention = Attention.FLASH, kernels: Kernels = Kernels.FUSED,
-                    precision: Precision = Precision.BF16, capacity_factor: float = 1.0,
-                    expert_load_imbalance: float = 1.0,
-                    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
-                    expert_weighting: ExpertWeighting = ExpertWeighting.OUTPUT,
-                    ) -> dict[CostKey, list[LayerCost]]:
+def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, precision: Precision = Precision.BF16,
+                    tracing: Tracing = DEFAULT_TRACING) -> dict[CostKey, list[LayerCost]]:
     """Layer costs of ``prob``'s model on its chip for each :class:`CostKey` (tp, micro_batch,
-    sp, cp, ep, etp); with
-    ``fuse``, of the graphs whose element-wise operators are fused into the matmul producing
-    their input (:func:`archplace.workload.fusion.fuse_elementwise`); ``attention`` and
-    ``kernels`` as in :class:`archplace.workload.extract.ExtractOptions`; ``precision`` fp8:
-    the linear layers' GEMMs in FP8 (:class:`archplace.cost.precision.Fp8CostModel`);
-    ``capacity_factor``, ``expert_load_imbalance`` and ``expert_weighting`` of the MoE layers and
-    ``recompute_modules`` (what selective recompute reruns) as in ``ExtractOptions``.
+    sp, cp, ep, etp), the model traced with the options of ``tracing`` (any
+    :class:`~archplace.workload.options.Tracing`: a plan grid, a model spec; attention, kernels,
+    fuse, the MoE options, what selective recompute reruns, the loss; as in
+    :class:`archplace.workload.extract.ExtractOptions`); ``precision`` fp8: the linear layers'
+    GEMMs in FP8 (:class:`archplace.cost.precision.Fp8CostModel`).
 
     Raises:
         ConfigError: a TP width the model cannot be split by, fp8 on a chip without FP8, a
@@ -202,10 +201,9 @@ def layer_costs_for(prob: Problem, keys: Sequence[CostKey], *, fuse: bool = Fals
     """
     check_precision(prob.acc, precision)
     seq_len = prob.spec.seq_len
+    options = tracing_of(tracing)
     chains = dict(zip(keys, cached_chains([(prob.spec, ExtractOptions(
-        key._replace(sp=key.sp and key.tp > 1), seq_len, fuse=fuse, attention=attention, kernels=kernels,
-        capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
-        recompute_modules=recompute_modules, expert_weighting=expert_weighting)) for key in keys]),
+        key._replace(sp=key.sp and key.tp > 1), seq_len, **options)) for key in keys]),
         strict=True))
     cost = SystolicCostModel(prob.setup.cluster)
     fp8_cost = Fp8CostModel(cost) if precision is Precision.FP8 else None
@@ -291,12 +289,7 @@ def plan(prob: Problem, space: PlanGrid = DEFAULT_GRID, top_k: int = 1) -> list[
     ranked: list[tuple[float, int, int, PlanResult]] = []
     refusal: InfeasibleError | None = None
     for order, precision in enumerate(precisions):
-        costs = layer_costs_for(prob, keys, fuse=space.fuse, attention=space.attention,
-                                kernels=space.kernels, precision=precision,
-                                capacity_factor=space.capacity_factor,
-                                expert_load_imbalance=space.expert_load_imbalance,
-                                recompute_modules=space.recompute_modules,
-                                expert_weighting=space.expert_weighting)
+        costs = layer_costs_for(prob, keys, precision=precision, tracing=space)
         setup = replace(precision_setup(prob, precision), grad_reduce_dtype=space.grad_reduce_dtype)
         try:
             found = plan_search(costs, setup, top_k=top_k, **search_options(space))
@@ -346,10 +339,12 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              dp_replicate: int = 1,
              recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
              grad_sync: GradSync = GradSync.AUTO,
-             expert_weighting: ExpertWeighting = ExpertWeighting.OUTPUT) -> PlanResult:
+             expert_weighting: ExpertWeighting = ExpertWeighting.OUTPUT,
+             loss: Loss = Loss.FP32_INPLACE) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor``,
-    ``expert_load_imbalance``, ``recompute_modules`` and ``expert_weighting`` as in :class:`PlanGrid`;
+    ``expert_load_imbalance``, ``recompute_modules``, ``expert_weighting`` and ``loss`` as in
+    :class:`PlanGrid`;
     ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp``, ``ep``
     and ``etp`` the context- and expert-parallel degrees and the expert-TP width (tp * cp * pp * dp
     devices; the rank order is ``prob.setup.rank_order``, recorded as the returned plan's
@@ -379,10 +374,10 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
                           fields=("plan.etp", "plan.ep"))
     key = CostKey(tp, micro_batch, sp and tp > 1, cp, ep, etp)
     setup = replace(precision_setup(prob, precision), dp_replicate=dp_replicate, grad_sync=grad_sync)
-    costs = layer_costs_for(prob, [key], fuse=fuse, attention=attention, kernels=kernels,
-                            precision=precision, capacity_factor=capacity_factor,
-                            expert_load_imbalance=expert_load_imbalance,
-                            recompute_modules=recompute_modules, expert_weighting=expert_weighting)[key]
+    tracing = Tracing(attention=attention, kernels=kernels, fuse=fuse, capacity_factor=capacity_factor,
+                      expert_load_imbalance=expert_load_imbalance, recompute_modules=recompute_modules,
+                      expert_weighting=expert_weighting, loss=loss)
+    costs = layer_costs_for(prob, [key], precision=precision, tracing=tracing)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)
     if stages and stages[-1][1] != n - 1:

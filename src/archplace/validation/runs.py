@@ -31,8 +31,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "as-trained": {},
     # archplace's defaults for every run: FlashAttention and fused kernels.
     "flash+fused": {"attention": "flash", "kernels": "fused"},
-    # PHAZE-style graphs: HF eager attention (explicit s x s scores) and unfused element-wise ops.
-    "eager+unfused": {"attention": "eager", "kernels": "unfused"},
+    # PHAZE-style graphs: HF eager attention (explicit s x s scores), unfused element-wise ops and
+    # HF's own loss (the logits upcast to float32).
+    "eager+unfused": {"attention": "eager", "kernels": "unfused", "loss": "fp32"},
 }
 DEFAULT_VARIANT = "as-trained"
 COMPARISON_VARIANT = "eager+unfused"
@@ -154,6 +155,7 @@ class PublishedPlan:
     recompute_modules: tuple[str, ...] | None = None
     grad_sync: str | None = None
     expert_weighting: str | None = None
+    loss: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, list):  # YAML gives a list: kept as a tuple
@@ -388,7 +390,8 @@ def included(runs: tuple[Run, ...] | list[Run]) -> tuple[Run, ...]:
     return tuple(run for run in runs if run.excluded_reason is None)
 
 
-_STATED = ("grad_reduce_dtype", "rank_order", "stages", "recompute_modules", "grad_sync", "expert_weighting")
+_STATED = ("grad_reduce_dtype", "rank_order", "stages", "recompute_modules", "grad_sync", "expert_weighting",
+           "loss")
 """Plan fields passed to ``evaluate`` only when the run gives them (else the API's defaults)."""
 
 _SWITCHES = ("tp_comm_overlap", "pp_comm_overlap", "ep_comm_overlap")
@@ -400,8 +403,8 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
     ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
     ``grad_reduce_dtype``, ``rank_order``, ``stages``, ``attention_kernel`` (with fused
     attention only), ``tp_comm_overlap``, ``pp_comm_overlap``, ``ep_comm_overlap``,
-    ``recompute_modules``, ``grad_sync`` and ``expert_weighting`` are passed only where the run
-    states them (else the API's defaults);
+    ``recompute_modules``, ``grad_sync``, ``expert_weighting`` and ``loss`` are passed only where
+    the run states them (else the API's defaults; the variant's own choices win);
     ``cp``, ``ep``, ``etp`` and ``precision`` always.
 
     Raises:
@@ -415,11 +418,12 @@ def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -
         "schedule": plan.schedule, "chunks": plan.chunks, "sp": plan.sp,
         "dp_overlap": plan.dp_overlap, "zero_stage": plan.zero_stage,
         "attention": plan.attention, "kernels": plan.kernels, "cp": plan.cp, "ep": plan.ep,
-        "etp": plan.etp, "precision": plan.precision, **VARIANTS[variant],
+        "etp": plan.etp, "precision": plan.precision,
     }
     for name in _STATED:  # only where the run states them
         if getattr(plan, name) is not None:
             kwargs[name] = getattr(plan, name)
+    kwargs.update(VARIANTS[variant])
     for name in _SWITCHES:
         if getattr(plan, name):
             kwargs[name] = True

@@ -59,7 +59,7 @@ from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
-FORMAT = 11
+FORMAT = 12
 """Version of the cache files, part of the key (11: layers carry the FP8 saving of what selective
 recomputation keeps; 10: a chain holds its cost key, SP included;
 9: layers carry the activation bytes FP8 saves;

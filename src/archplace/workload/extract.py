@@ -29,13 +29,14 @@ from archplace.workload.expert_tensor import check_etp, split_experts
 from archplace.workload.fp8_saved import fp8_saving_bytes
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
-from archplace.workload.kernels import fuse_kernels, fused_saved
+from archplace.workload.kernels import fuse_kernels, fused_saved, loss_kernels
 from archplace.workload.key import CostKey, Keyed
 from archplace.workload.layers import Layer, LayerChain, LayerKind
 from archplace.workload.options import (
     Attention,
     ExpertWeighting,
     Kernels,
+    Loss,
     RecomputeModule,
     Tracing,
     parse_attention,
@@ -47,6 +48,7 @@ from archplace.workload.trace import (
     FLOP_PER_ELEMENT,
     Traced,
     build_model,
+    bytes_touched,
     find_block_container,
     first_numel,
     latent_down_nodes,
@@ -110,6 +112,8 @@ class ExtractOptions(Keyed, Tracing):
             layers' ``selective_*`` figures (:mod:`archplace.workload.recompute_regions`).
         expert_weighting: where the MoE layers apply the routing weights
             (:class:`~archplace.workload.options.ExpertWeighting`; a name is converted).
+        loss: how the cross-entropy runs (:class:`~archplace.workload.options.Loss`; a name is
+            converted): fp32 traces the logits' upcast before it.
 
     Raises:
         ConfigError: an unknown dtype, attention, kernels or recompute module, no recompute module, a
@@ -147,6 +151,7 @@ class ExtractOptions(Keyed, Tracing):
         object.__setattr__(self, "kernels", parse_kernels(self.kernels))
         object.__setattr__(self, "expert_weighting",
                            members(ExpertWeighting, (self.expert_weighting,), "expert_weighting")[0])
+        object.__setattr__(self, "loss", members(Loss, (self.loss,), "loss")[0])
         if not (isinstance(self.recompute_modules, tuple) and self.recompute_modules
                 and all(isinstance(m, RecomputeModule) for m in self.recompute_modules)):
             object.__setattr__(self, "recompute_modules",
@@ -270,7 +275,8 @@ def extract_chain(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
                                   f"{' '.join(str(exc).split())}") from exc
         container = find_block_container(model)
         try:
-            gm, param_names = trace(model, options.micro_batch, options.seq_len // options.cp)
+            gm, param_names = trace(model, options.micro_batch, options.seq_len // options.cp,
+                                    upcast_logits=options.loss is not Loss.FUSED)
         except Exception as exc:  # torch raises many types; report one line
             raise ExtractionError(
                 f"cannot trace {spec.name!r}: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
@@ -399,6 +405,7 @@ def _operator(traced: Traced, sharding: Sharding, n: Any, phase: Phase, op_id: i
     for a in n.all_input_nodes:
         s = traced.storage(a)
         whole = min(tensor_bytes(a.meta.get("val")), tensor_bytes(s.meta.get("val")))
+        whole = bytes_touched(n, name, a, whole)
         bytes_read += whole * (1.0 if s in gathered else sharding.tensor_factor(s))
     val = n.meta.get("val")
     out_factor = sharding.tensor_factor(n)
@@ -473,6 +480,8 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     bwd_nodes = [n for n in compute if where[n][1] is Phase.BWD]
     skip = options.attention is Attention.FLASH
     groups = fuse_kernels(traced, fwd_nodes, bwd_nodes, hidden_size) if fused_kernels else []
+    if kind is LayerKind.HEAD:
+        groups = loss_kernels(traced, fwd_nodes, bwd_nodes, groups, options.loss)
     graphs = []
     for phase, nodes in ((Phase.FWD, fwd_nodes), (Phase.BWD, bwd_nodes)):
         graph = (renumber(_operators(traced, sharding, nodes, phase, skip, options.cp)) if nodes

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archplace.workload.graph import OpKind
+from archplace.workload.options import Loss
 from archplace.workload.trace import Traced, first_numel, op_name
 
 _FUSABLE = frozenset({OpKind.ELEMENTWISE, OpKind.REDUCTION, OpKind.SOFTMAX})
@@ -167,3 +168,43 @@ def _views_of(traced: Traced, storage: Any) -> list[Any]:
                 out.append(user)
                 todo.append(user)
     return out
+
+
+def loss_kernels(traced: Traced, fwd_nodes: Sequence[Any], bwd_nodes: Sequence[Any],
+                 groups: Sequence[KernelGroup], loss: Loss) -> list[KernelGroup]:
+    """``groups`` (the head's fused kernels) with its cross-entropy's kernels as ``loss`` runs
+    them (:class:`~archplace.workload.options.Loss`); unchanged for a layer without the loss.
+
+    The loss is the log-softmax the ``nll_loss_forward`` reads, with the cast that feeds it when
+    the logits were upcast; its backward nodes are autograd's for those (same ``seq_nr``). Any
+    group holding them is replaced by:
+
+    * ``fp32``: none: the cast, the log-softmax, the gradient of the log-probabilities and the
+      log-softmax backward each run as their own kernel, out of place (PyTorch's ops one by
+      one, as Hugging Face's loss runs them).
+    * ``fp32-inplace``: the cast and the log-softmax as one forward kernel, which keeps the
+      float32 result, and the gradient computed from it in one backward kernel that writes the
+      16-bit gradient: no second full-size float32 tensor (Megatron-LM's vocab-parallel
+      cross-entropy works in its float32 buffer; NVIDIA/Megatron-LM @ d98e8a64dd
+      ``megatron/core/fusions/fused_cross_entropy.py``, ``calculate_gradients``: the one-hot
+      subtracted from the saved softmax and scaled in that buffer, then cast).
+    * ``fused``: the 16-bit log-softmax as it is, and its backward with the gradient of the
+      log-probabilities as one kernel (flash-attn's cross-entropy computes the gradient from the
+      logits and the per-row log-sum-exp in one kernel).
+    """
+    softmax = next((n for n in fwd_nodes if op_name(n) == "_log_softmax"
+                    and any(op_name(u) == "nll_loss_forward" for u in n.users)), None)
+    if softmax is None:
+        return list(groups)
+    source = traced.storage(softmax.args[0])
+    cast = source if op_name(source) == "_to_copy" and source in set(fwd_nodes) else None
+    forward = {softmax, *(u for u in softmax.users if op_name(u) == "nll_loss_forward")}
+    forward |= {cast} if cast is not None else set()
+    kept = [g for g in groups if not g.members & forward]
+    if loss is Loss.FP32:
+        return kept
+    seq = {n.meta.get("seq_nr") for n in forward} - {None}
+    backward = frozenset(n.name for n in bwd_nodes if n.meta.get("seq_nr") in seq
+                         and traced.kind[n] in _FUSABLE)
+    members = frozenset({softmax, cast} - {None})
+    return [*kept, KernelGroup(members, frozenset(n.name for n in members), backward)]

@@ -115,6 +115,39 @@ class ExpertWeighting(enum.StrEnum):
     ACTIVATION = "activation"
 
 
+class Loss(enum.StrEnum):
+    """How the language-model loss (softmax cross-entropy over the vocabulary) runs
+    (:func:`archplace.workload.kernels.loss_kernels`).
+
+    FP32_INPLACE: the logits are upcast to float32 and the loss works in that one float32
+        buffer: the cast and the log-softmax make it and keep it for the backward pass (4 bytes
+        per logit), and the backward pass computes the gradient in it and casts it back to the
+        16-bit gradient, with no second full-size float32 tensor. Megatron-LM's vocab-parallel
+        cross-entropy runs so (NVIDIA/Megatron-LM @ d98e8a64dd
+        ``megatron/core/tensor_parallel/cross_entropy.py``: ``.float()`` in
+        ``calculate_logits_max``, then in-place ``-=``, ``exp(out=)``, ``div_``, and the
+        gradient's in-place one-hot subtraction and ``mul_``; the 2021-22 Megatron-LM called it
+        on ``output.float()``), fused or not (``cross_entropy_loss_fusion``,
+        ``megatron/core/fusions/fused_cross_entropy.py``, the same steps as a few jit-fused
+        kernels). Costed as the fused form: the unfused form's extra passes over the buffer are
+        not counted. The default, as the other tracing defaults follow Megatron-LM.
+    FP32: the logits upcast and PyTorch's cross-entropy run on the float32 copy, out of place:
+        the cast, the float32 log-softmax (kept), a full-size float32 gradient of the
+        log-probabilities, the log-softmax backward (a second float32 tensor) and the cast back,
+        each its own kernel. Hugging Face's training loss (transformers ``loss/loss_utils.py``,
+        ``ForCausalLMLoss``: ``logits = logits.float()`` "to avoid potential precision issues",
+        then ``nn.functional.cross_entropy``) and TorchTitan's (``pred.float()``) run so.
+    FUSED: one fused cross-entropy kernel on the 16-bit logits, nothing kept in float32
+        (flash-attn's ``flash_attn.losses.cross_entropy.CrossEntropyLoss``, llm-foundry's default
+        ``loss_fn: fused_crossentropy``, mosaicml/llm-foundry v0.3.0
+        ``llmfoundry/models/mpt/modeling_mpt.py``).
+    """
+
+    FP32_INPLACE = "fp32-inplace"
+    FP32 = "fp32"
+    FUSED = "fused"
+
+
 DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.CORE_ATTN,)
 """Megatron-Core's default ``recompute_modules``."""
 
@@ -150,6 +183,8 @@ class Tracing:
             selective.
         expert_weighting: where an MoE layer applies the routing weights (:class:`ExpertWeighting`;
             default output, Hugging Face's).
+        loss: how the cross-entropy over the vocabulary runs (:class:`Loss`; default
+            fp32-inplace, Megatron-LM's).
 
     The ranges are checked by the front door's specs (:func:`archplace.base.fields.check_declared`);
     :class:`~archplace.workload.extract.ExtractOptions` checks what the engine needs.
@@ -178,6 +213,11 @@ class Tracing:
         "Mixture-of-experts models: where the routing weight is applied: output (at the combine, "
         "Hugging Face's; the expert outputs are kept for the backward pass) or activation (before "
         "the down projection, Megatron-Core's)"))
+    loss: Loss = option(Loss.FP32_INPLACE, help=(
+        "Cross-entropy over the vocabulary: fp32-inplace (the logits upcast, the loss worked in "
+        "that float32 buffer: Megatron-LM's), fp32 (upcast, PyTorch's cross-entropy out of "
+        "place: Hugging Face's, TorchTitan's) or fused (one kernel on the 16-bit logits: "
+        "flash-attn's, as llm-foundry runs it)"))
 
     @property
     def moe_options(self) -> dict[str, float]:

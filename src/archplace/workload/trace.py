@@ -289,8 +289,10 @@ def build_model(spec: LoadedModel, dtype: str, training: bool,
     return model
 
 
-def trace(model: Any, micro_batch: int, seq_len: int) -> Any:
-    """Joint forward + backward aten graph (fx GraphModule) of ``model`` with a CE loss."""
+def trace(model: Any, micro_batch: int, seq_len: int, *, upcast_logits: bool = True) -> Any:
+    """Joint forward + backward aten graph (fx GraphModule) of ``model`` with a CE loss; with
+    ``upcast_logits`` the logits are cast to float32 before the loss, as Hugging Face's and
+    Megatron-Core's losses do (:class:`archplace.workload.options.Loss`)."""
     import torch
     import torch.fx.traceback as fx_traceback
     from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
@@ -303,6 +305,8 @@ def trace(model: Any, micro_batch: int, seq_len: int) -> Any:
 
         def forward(self, ids: Any, labels: Any) -> Any:
             logits = self.m(input_ids=ids).logits
+            if upcast_logits:
+                logits = logits.float()
             return torch.nn.functional.cross_entropy(
                 logits.view(-1, logits.size(-1)), labels.view(-1))
 
@@ -322,3 +326,18 @@ def trace(model: Any, micro_batch: int, seq_len: int) -> Any:
     with fx_traceback.preserve_node_meta():
         gm = make_fx(step, tracing_mode="real")(params, buffers, ids, labels)
     return gm, list(params)
+
+
+def bytes_touched(n: Any, name: str, arg: Any, whole: float) -> float:
+    """Bytes ``n`` reads of its input ``arg`` (``whole``: the tensor's bytes): all of them,
+    except where the kernel reads the log-probabilities only at the targets. PyTorch's
+    ``nll_loss_forward`` gathers one value per row (``input[i, target[i]]``), and its
+    ``nll_loss_backward`` takes ``self`` for its shape only: it zero-fills the gradient and
+    writes ``-weight / N`` at the targets (pytorch/pytorch ``aten/src/ATen/native/cuda/Loss.cu``,
+    ``nll_loss_forward_out_cuda_template`` and ``nll_loss_backward_out_cuda_template``)."""
+    if name == "nll_loss_backward" and len(n.args) > 1 and arg is n.args[1]:
+        return 0.0
+    if name == "nll_loss_forward" and len(n.args) > 1 and arg is n.args[0]:
+        rows = first_numel(n.args[1].meta.get("val"))
+        return whole * min(rows / max(first_numel(arg.meta.get("val")), 1), 1.0)
+    return whole

@@ -1,0 +1,133 @@
+"""How the head's cross-entropy runs (``loss``, archplace.workload.options.Loss and
+archplace.workload.kernels.loss_kernels): the bytes each mode keeps and moves, counted by hand
+on a tiny GPT-2 (T = 2 x 64 tokens, V = 1,000 logits a token, bf16)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers.cli_helpers import run
+
+from archplace.base.errors import ConfigError
+from archplace.front import api
+from archplace.validation.runs import evaluate_kwargs, load_runs
+from archplace.workload.extract import ExtractOptions, extract_chain
+from archplace.workload.options import Loss
+from archplace.workload.zoo import load_model
+
+VOCAB, BATCH, SEQ = 1000, 2, 64
+TOKENS = BATCH * SEQ
+LOGITS = TOKENS * VOCAB  # elements of the logits
+GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128,
+       "vocab_size": VOCAB}
+MODES = ("fp32-inplace", "fp32", "fused")
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("loss") / "gpt.json"
+    path.write_text(json.dumps(GPT))
+    model = load_model(str(path))
+    return {loss: {layer.name: layer for layer in extract_chain(
+        model, ExtractOptions.of(micro_batch=BATCH, seq_len=SEQ, loss=loss)).layers} for loss in MODES}
+
+
+def _loss_ops(layer: Any, phase: str) -> dict[str, Any]:
+    return {op.name: op for op in getattr(layer, phase).ops if op.kind.value != "matmul"
+            and not op.name.startswith(("native_layer_norm", "ones_like"))}
+
+
+def test_only_the_head_changes(chains: dict[str, dict[str, Any]]) -> None:
+    reference = chains["fused"]
+    for loss in MODES:
+        for name, layer in chains[loss].items():
+            if name == "head":
+                continue
+            other = reference[name]
+            assert layer.activation_bytes == other.activation_bytes
+            assert layer.working_bytes == other.working_bytes
+            assert (layer.fwd_flop, layer.bwd_flop) == (other.fwd_flop, other.bwd_flop)
+
+
+def test_upcast_modes_keep_the_float32_log_probabilities(chains: dict[str, dict[str, Any]]) -> None:
+    """The upcast modes keep 4 bytes a logit, the fused one 2 (and a float32 scalar loss
+    instead of a bf16 one: 2 bytes more)."""
+    fused = chains["fused"]["head"].activation_bytes
+    for loss in ("fp32-inplace", "fp32"):
+        assert chains[loss]["head"].activation_bytes - fused == 2 * LOGITS + 4
+
+
+def test_fp32_runs_pytorch_s_kernels_out_of_place(chains: dict[str, dict[str, Any]]) -> None:
+    head = chains["fp32"]["head"]
+    fwd, bwd = _loss_ops(head, "fwd"), _loss_ops(head, "bwd")
+    assert (fwd["_to_copy"].bytes_read, fwd["_to_copy"].bytes_written) == (2 * LOGITS, 4 * LOGITS)
+    assert (fwd["_log_softmax"].bytes_read, fwd["_log_softmax"].bytes_written) == (4 * LOGITS, 4 * LOGITS)
+    # the gather reads one float32 value and one int64 target a token
+    assert fwd["nll_loss_forward"].bytes_read == TOKENS * (4 + 8)
+    # the gradient's zero-fill writes every logit and reads the targets and the loss gradient only
+    assert bwd["nll_loss_backward"].bytes_written == 4 * LOGITS
+    assert bwd["nll_loss_backward"].bytes_read == TOKENS * 8 + 4 + 4
+    softmax_bwd = bwd["_log_softmax_backward_data"]
+    assert (softmax_bwd.bytes_read, softmax_bwd.bytes_written) == (8 * LOGITS, 4 * LOGITS)
+    # two float32 tensors and their result: 12 bytes a logit, the head's largest operator
+    assert head.working_bytes == 12 * LOGITS
+
+
+def test_fp32_inplace_makes_no_second_float32_tensor(chains: dict[str, dict[str, Any]]) -> None:
+    head = chains["fp32-inplace"]["head"]
+    fwd, bwd = _loss_ops(head, "fwd"), _loss_ops(head, "bwd")
+    # cast + log-softmax: the bf16 logits in, the float32 log-probabilities out
+    (forward,) = [op for name, op in fwd.items() if name != "nll_loss_forward"]
+    assert (forward.bytes_read, forward.bytes_written) == (2 * LOGITS, 4 * LOGITS)
+    # the backward: the kept float32 buffer (and the targets) in, the bf16 gradient out
+    (backward,) = bwd.values()
+    assert backward.bytes_written == 2 * LOGITS
+    assert backward.bytes_read == 4 * LOGITS + TOKENS * 8 + 4 + 4
+    assert head.working_bytes == 6 * LOGITS + TOKENS * 8 + 8
+
+
+def test_fused_moves_the_16_bit_logits_only(chains: dict[str, dict[str, Any]]) -> None:
+    head = chains["fused"]["head"]
+    fwd, bwd = _loss_ops(head, "fwd"), _loss_ops(head, "bwd")
+    assert (fwd["_log_softmax"].bytes_read, fwd["_log_softmax"].bytes_written) == (2 * LOGITS, 2 * LOGITS)
+    (backward,) = bwd.values()
+    assert backward.bytes_written == 2 * LOGITS
+    assert backward.bytes_read == 2 * LOGITS + TOKENS * 8 + 2 + 2
+
+
+def test_the_head_s_traffic_orders_the_modes(chains: dict[str, dict[str, Any]]) -> None:
+    def traffic(loss: str) -> float:
+        head = chains[loss]["head"]
+        return sum(op.bytes_read + op.bytes_written for g in (head.fwd, head.bwd) for op in g.ops)
+
+    assert traffic("fused") < traffic("fp32-inplace") < traffic("fp32")
+
+
+def test_the_option_is_checked_keyed_and_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="loss"):
+        ExtractOptions.of(micro_batch=1, seq_len=SEQ, loss="bf16")
+    assert ExtractOptions.of(micro_batch=1, seq_len=SEQ).loss is Loss.FP32_INPLACE
+    keys = {json.dumps(ExtractOptions.of(micro_batch=1, seq_len=SEQ, loss=loss).identity(), default=str)
+            for loss in MODES}
+    assert len(keys) == 3  # each mode is its own graph-cache entry
+    path = tmp_path / "gpt.json"
+    path.write_text(json.dumps(GPT))
+    assert api.graph(str(path), seq_len=SEQ, loss="fused")["loss"] == "fused"
+    status, out, _ = run(["graph", "--model", str(path), "--seq-len", str(SEQ), "--loss", "fp32", "--json"],
+                         capsys)
+    assert status == 0 and json.loads(out)["loss"] == "fp32"
+    status, _, err = run(["graph", "--model", str(path), "--seq-len", str(SEQ), "--loss", "bf16"], capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "loss" in err
+
+
+def test_the_validation_runs_state_their_loss() -> None:
+    data = Path(__file__).parents[1] / "validation" / "published_runs.yaml"
+    runs = {case.case: case for case in load_runs(data)}
+    assert evaluate_kwargs(runs["mpt-7b-a100"], "m")["loss"] == "fused"
+    assert evaluate_kwargs(runs["h200run-llama3.2-1b"], "m")["loss"] == "fp32"
+    assert "loss" not in evaluate_kwargs(runs["narayanan-1.7b"], "m")  # Megatron-LM's: the default
+    # the Hugging Face variant runs Hugging Face's loss, whatever the run states
+    assert evaluate_kwargs(runs["mpt-7b-a100"], "m", "eager+unfused")["loss"] == "fp32"
