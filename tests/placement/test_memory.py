@@ -53,6 +53,9 @@ def test_zero1_and_sgd_bytes_per_param(d):
     assert sum(model_state_bytes(1000, Optimizer.SGD)) == 14000.0
     sgd = model_state_bytes(1000, Optimizer.SGD, zero_stage=1, dp=d)
     assert sum(sgd) == pytest.approx(1000 * (6 + 8 / d))
+    # Adam with bf16 moments (DeepSeek-V3 sec. 3.3.3): 2 + 4 + (4 + 2 + 2), 6 + 8/d sharded
+    bf16 = model_state_bytes(1000, Optimizer.ADAM_BF16, zero_stage=1, dp=d)
+    assert bf16 == (2000.0, 4000.0, 8000.0 / d)
 
 
 @pytest.mark.parametrize("d", [1, 4, 64, 124])

@@ -64,7 +64,7 @@ cps: null                 # context-parallel degrees (sequence split, ring atten
 eps: null                 # expert-parallel degrees (experts sharded over DP ranks); null: automatic
 etps: null                # expert-TP widths (each expert split over etp ranks); null: 1 and tp (MoE)
 rank_order: tp-cp-ep-pp-dp  # how the groups are laid over the ranks; tp-cp-ep-dp-pp: Megatron-Core's
-optimizer: adam           # adam | sgd
+optimizer: adam           # adam | adam-bf16 (bf16 moments) | sgd
 top_k: 5                  # plans to show, best first
 """
 

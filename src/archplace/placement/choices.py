@@ -42,9 +42,20 @@ class PipelineSchedule(enum.StrEnum):
 
 
 class Optimizer(enum.StrEnum):
-    """Optimizer whose state the devices keep (see :mod:`archplace.placement.memory`)."""
+    """Optimizer whose state the devices keep (see :mod:`archplace.placement.memory`).
+
+    ADAM: AdamW with fp32 master weights and fp32 first and second moments (12 B a parameter).
+    ADAM_BF16: AdamW with fp32 master weights and bf16 moments (8 B a parameter): DeepSeek-V3's
+        "low-precision optimizer states" (DeepSeek-V3 technical report, arXiv:2412.19437, sec.
+        3.3.3: "we adopt the BF16 data format instead of FP32 to track the first and second
+        moments in the AdamW optimizer"), Megatron-Core's precision-aware optimizer with
+        ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`` (NVIDIA/Megatron-LM @ d98e8a64dd,
+        ``megatron/training/arguments.py``).
+    SGD: SGD with momentum, fp32 master weights and momentum (8 B a parameter).
+    """
 
     ADAM = "adam"
+    ADAM_BF16 = "adam-bf16"
     SGD = "sgd"
 
 

@@ -70,6 +70,7 @@ gradients in fp32 with bf16 training; see ``GradReduceDtype``)."""
 
 OPTIMIZER_STATE_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
     Optimizer.ADAM: 12,  # fp32 master weights + Adam m + Adam v
+    Optimizer.ADAM_BF16: 8,  # fp32 master weights + bf16 m + bf16 v (Optimizer.ADAM_BF16)
     Optimizer.SGD: 8,    # fp32 master weights + momentum
 })
 """Optimizer state per parameter, before ZeRO sharding."""

@@ -176,7 +176,9 @@ RANK_ORDER_HELP = ("How the parallel groups are laid over the device ranks, fast
                    "(Megatron-Core's default: replicas close, pipeline outermost)")
 """The help of :attr:`Plan.rank_order` and of a plan space's."""
 GRAD_HELP = "Gradient buffer and DP reduction dtype: fp32 (Megatron-LM's bf16 recipe) | bf16"
-OPTIMIZER_HELP = "Optimizer: adam (18 B/param) | sgd"
+OPTIMIZER_HELP = ("Optimizer: adam (fp32 master weights and moments, 18 B/param with bf16 weights and fp32 "
+                  "gradients) | adam-bf16 (bf16 moments, 14 B/param: DeepSeek-V3, Megatron-Core's "
+                  "precision-aware optimizer) | sgd")
 GRAD_SYNC_HELP = ("When the DP gradient reduction runs: auto (ZeRO 0-1 once per iteration, 2-3 every "
                   "micro-batch, each framework's default), iteration (accumulate, reduce once: ZeRO 2-3 "
                   "hold unsharded gradients) or micro_batch (every micro-batch)")
@@ -245,7 +247,7 @@ class Plan:
             Megatron-LM's ``--overlap-grad-reduce``); only what is left after the backward pass
             is exposed (:func:`archplace.placement.zero.bucketed_exposed_s`).
         grad_reduce_dtype: dtype of the gradient buffer and of the DP reduction (fp32 | bf16).
-        optimizer: optimizer whose state is kept (adam | sgd).
+        optimizer: optimizer whose state is kept (adam | adam-bf16 | sgd).
         stages: ``(first_layer, last_layer)`` index pairs, inclusive, contiguous from layer 0
             (embedding = layer 0, head = the last). There are ``pp * chunks`` of them: with the
             interleaved schedule they are the model chunks, and chunk c runs on pipeline device

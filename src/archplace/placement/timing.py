@@ -33,6 +33,8 @@ OPTIMIZER_STEP_BYTES_PER_PARAM: Mapping[Optimizer, int] = MappingProxyType({
     # read the fp32 gradient (4), read+write the fp32 master weight (8), m (8) and v (8),
     # write the bf16 weight (2)
     Optimizer.ADAM: 30,
+    # the same with the two moments in bf16: read+write 2 B each instead of 4
+    Optimizer.ADAM_BF16: 22,
     # read the fp32 gradient (4), read+write the fp32 master weight (8) and momentum (8),
     # write the bf16 weight (2)
     Optimizer.SGD: 22,
@@ -43,7 +45,8 @@ parameter, 2 (bf16 weight) + 4 (fp32 main gradient) + 12 (fp32 main weight, mome
 variance; Megatron-Core's distributed optimizer guide, "bf16 parameters, fp32 gradients: 18 =
 6 + 12/d"; the 12 bytes of optimizer state of Rajbhandari et al., ZeRO, SC 2020, sec. 3.1);
 the step reads the gradient and the three fp32 states, writes the three states and the bf16
-weight: 4 + 2 x 12 + 2 = 30. SGD with momentum has one moment: 4 + 2 x 8 + 2 = 22. The step is
+weight: 4 + 2 x 12 + 2 = 30; with bf16 moments (8 bytes of state)
+4 + 2 x 8 + 2 = 22. SGD with momentum has one moment: 4 + 2 x 8 + 2 = 22. The step is
 an HBM-bound element-wise kernel (Megatron's fused multi-tensor Adam), charged at the chip's
 streaming bandwidth, ``TrainingSetup.step_bandwidth_bytes_per_s`` (datasheet x
 ``efficiency.hbm``), once per iteration on each device for its shard."""

@@ -46,7 +46,7 @@ class PlanSpace(PlanChoices):
 
     Attributes:
         sp: also try sequence parallelism (with every TP width > 1).
-        optimizer: adam | sgd, not searched.
+        optimizer: adam | adam-bf16 | sgd, not searched.
         top_k: plans returned, best first (1..1,000; default :data:`TOP_K`, 5, as ``--top``).
         rank_order: how the parallel groups are laid over the ranks (one order, not searched):
             tp-cp-ep-pp-dp (default) or tp-cp-ep-dp-pp (Megatron-Core's;
