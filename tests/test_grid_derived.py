@@ -38,7 +38,8 @@ ODD = PlanGrid(tps=(2, 4), micro_batch_sizes=(3,), sps=(False,), recomputes=(Rec
                grad_reduce_dtype=GradReduceDtype.BF16, precisions=(Precision.FP8,), cps=(2,), eps=(4,),
                capacity_factor=1.25, expert_load_imbalance=1.5, etps=(2,), dp_replicates=(1, 2),
                recompute_modules=(RecomputeModule.LAYERNORM, RecomputeModule.MOE_ACT),
-               grad_sync=GradSync.ITERATION, expert_weighting=ExpertWeighting.ACTIVATION, loss=Loss.FUSED)
+               grad_sync=GradSync.ITERATION, expert_weighting=ExpertWeighting.ACTIVATION, loss=Loss.FUSED,
+               swiglu_fp8_input=True)
 """Every field away from its default."""
 
 
@@ -68,7 +69,7 @@ def test_the_tracing_options_are_declared_once_for_every_holder() -> None:
 
     group = Tracing.__dataclass_fields__
     assert set(group) == {"attention", "kernels", "fuse", "capacity_factor", "expert_load_imbalance",
-                          "recompute_modules", "expert_weighting", "loss"}
+                          "recompute_modules", "expert_weighting", "loss", "swiglu_fp8_input"}
     from archplace.reporting.pages import ModelSetup
 
     for holder in (ModelSpec, SearchSpec, PlanGrid, ExtractOptions, ModelSetup):
@@ -122,7 +123,7 @@ def test_plan_grid_copies_every_field_by_name() -> None:
     model = ModelSpec("gpt2", fuse=True, attention=Attention.EAGER, kernels=Kernels.UNFUSED,
                       capacity_factor=1.25, expert_load_imbalance=1.5,
                       recompute_modules=("layernorm", "moe_act"), expert_weighting="activation",
-                      loss="fused")
+                      loss="fused", swiglu_fp8_input=True)
     assert plan_grid(space, model) == ODD
     assert plan_grid(dataclasses.replace(space, sp=True), model).sps == (False, True)
 
@@ -252,4 +253,5 @@ def test_traced_as_takes_each_option_from_the_key_or_the_grid_by_name() -> None:
     assert traced_as(64, CostKey(2, 3, True, 2, 4, 2), grid) == ExtractOptions.of(
         micro_batch=3, seq_len=64, tp=2, sp=True, fuse=True, attention=Attention.SDPA,
         kernels=Kernels.UNFUSED, cp=2, ep=4, capacity_factor=1.25, expert_load_imbalance=1.5, etp=2,
-        recompute_modules=("layernorm", "moe_act"), expert_weighting="activation", loss="fused")
+        recompute_modules=("layernorm", "moe_act"), expert_weighting="activation", loss="fused",
+        swiglu_fp8_input=True)

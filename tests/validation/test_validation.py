@@ -58,7 +58,7 @@ KNOWN_MISSES = {"nemo2407-nemotron-340b": OOM}
 # the B200 row left the included runs (no measured B200 FP8 GEMM or attention speed: excluded_reason).
 """Included runs beyond the sanity bound, kept visible as strict expected failures (a fix makes
 them fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #24 thresholds not met: mean |error| 8.4 %, max 24.7 %, median +3.6 % over 47 "
+SUITE_MISS = ("issue #24 thresholds not met: mean |error| 8.5 %, max 24.7 %, median +3.6 % over 47 "
               "evaluated runs, 1 fails on memory (see KNOWN_MISSES and benchmarks/validate.py); the "
               "llm-foundry A100 rows with full recomputation at 4-16k tokens are 14-21 % too slow, "
               "the NeMo H100 FP8 rows 0-25 % too fast at the measured sustained clocks")
@@ -127,13 +127,15 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 # so the H100 rows are now predicted 0-24 % too fast (NeMo median +12 %): the time the old clock
 # stood in for is another in-situ mechanism, not yet modelled; mean 8.7 % when two runs measured
 # on one H200 joined (tests/validation/one_gpu/: +14.9 and +13.0 % too fast, the miss in HF's
-# element-wise and copy kernels, docs/validation.md "One GPU, measured here"); set to mean 8.5 %,
+# element-wise and copy kernels, docs/validation.md "One GPU, measured here"); set to mean 8.6 %,
 # max 24.8 % when the loss ran as each framework runs it (the logits upcast to float32, in
 # Megatron-LM's float32 buffer or out of place as Hugging Face's; --loss): the H200 rows fell to
 # +8.5 / +8.7 %, and the max grew on Nemotron 8B (+24.1 -> +24.7 %) because the gather of the
 # targets now reads one value a row instead of the whole logits tensor, a cost that had hidden
-# part of that row's miss (and its float32 buffer made the row need 78.1 GiB, inside 80).
-RATCHET_MEAN_ABS_ERROR = 0.085
+# part of that row's miss (and its float32 buffer made the row need 78.1 GiB, inside 80); the
+# mean is 8.54 %: Megatron-LM's loss costed as its fused form (12 bytes a logit) is faster than the
+# bf16 cross-entropy the head had been traced as.
+RATCHET_MEAN_ABS_ERROR = 0.086
 RATCHET_ABS_ERROR = 0.248
 RATCHET_MISSING = 1
 

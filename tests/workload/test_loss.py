@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from tests.helpers.cli_helpers import run
+from tests.helpers.small_moe import DEEPSEEK
 
 from archplace.base.errors import ConfigError
 from archplace.front import api
@@ -87,6 +88,21 @@ def test_fp32_inplace_makes_no_second_float32_tensor(chains: dict[str, dict[str,
     assert backward.bytes_written == 2 * LOGITS
     assert backward.bytes_read == 4 * LOGITS + TOKENS * 8 + 4 + 4
     assert head.working_bytes == 6 * LOGITS + TOKENS * 8 + 8
+
+
+def test_a_norm_kernel_beside_the_loss_does_not_unfuse_it(tmp_path: Path) -> None:
+    """DeepSeek-V3's final RMSNorm is a fused kernel whose backward sits next to the loss's (an
+    autograd accumulation shares the loss's sequence number): the loss's backward stays one
+    kernel, the float32 buffer in and the bf16 gradient out."""
+    path = tmp_path / "deepseek.json"
+    path.write_text(json.dumps(DEEPSEEK))
+    chain = extract_chain(load_model(str(path)), ExtractOptions.of(micro_batch=1, seq_len=SEQ))
+    head = chain.layers[-1]
+    logits = SEQ * DEEPSEEK["vocab_size"]
+    vector = [op for op in head.bwd.ops if op.kind.value != "matmul"]
+    (loss,) = [op for op in vector if op.bytes_written == 2 * logits]
+    assert loss.bytes_read == 4 * logits + SEQ * 8 + 4 + 4
+    assert not [op for op in vector if op.bytes_written == 4 * logits]  # no second float32 tensor
 
 
 def test_fused_moves_the_16_bit_logits_only(chains: dict[str, dict[str, Any]]) -> None:

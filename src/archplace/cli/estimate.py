@@ -47,10 +47,11 @@ def _console() -> Console:
     return table_console(160)
 
 
-_NOT_READ = ("fuse", "recompute_modules", "expert_weighting")
+_NOT_READ = ("fuse", "recompute_modules", "expert_weighting", "swiglu_fp8_input")
 """The model spec's fields ``estimate`` does not take (it costs the operators as traced; what
 selective recomputation reruns does not change them, and it traces the experts in Hugging
-Face's order, :class:`~archplace.workload.options.ExpertWeighting`)."""
+Face's order, :class:`~archplace.workload.options.ExpertWeighting`). The SwiGLU inputs' FP8
+storage changes memory, not time."""
 
 
 @estimate_app.callback()

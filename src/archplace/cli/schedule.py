@@ -28,10 +28,11 @@ from archplace.front.specs import ModelSpec
 from archplace.reporting.schedule_tables import schedule_table
 from archplace.schemas import stamp
 
-_NOT_READ = ("fuse", "recompute_modules", "expert_weighting")
+_NOT_READ = ("fuse", "recompute_modules", "expert_weighting", "swiglu_fp8_input")
 """The model spec's fields ``schedule`` does not take (it schedules the operators as traced; what
 selective recomputation reruns does not change them, and it traces the experts in Hugging
-Face's order, :class:`~archplace.workload.options.ExpertWeighting`)."""
+Face's order, :class:`~archplace.workload.options.ExpertWeighting`). The SwiGLU inputs' FP8
+storage changes memory, not time."""
 
 
 @with_options(ModelSpec, exclude=_NOT_READ)

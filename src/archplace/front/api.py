@@ -93,7 +93,8 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
           kernels: Kernels | str = Kernels.FUSED, ep: int = 1, capacity_factor: float = 1.0,
           expert_load_imbalance: float = 1.0, etp: int = 1,
           recompute_modules: Iterable[str] = ("core_attn",),
-          expert_weighting: str = "output", loss: str = "fp32-inplace") -> dict[str, Any]:
+          expert_weighting: str = "output", loss: str = "fp32-inplace",
+          swiglu_fp8_input: bool = False) -> dict[str, Any]:
     """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1, per expert-parallel
     rank for ``ep`` > 1: :mod:`archplace.workload.expert_parallel`, per expert-tensor-parallel rank
     for ``etp`` > 1: :mod:`archplace.workload.expert_tensor`).
@@ -112,11 +113,14 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     cross-entropy over the vocabulary runs, ``fp32-inplace`` (the logits upcast and the loss
     worked in that float32 buffer, Megatron-LM's; the default), ``fp32`` (upcast, PyTorch's
     cross-entropy out of place, Hugging Face's) or ``fused`` (one fused kernel on the 16-bit
-    logits, as llm-foundry runs it: :class:`~archplace.workload.options.Loss`).
+    logits, as llm-foundry runs it: :class:`~archplace.workload.options.Loss`);
+    ``swiglu_fp8_input``: the SwiGLU inputs kept for the backward pass in FP8 (Megatron-Core's
+    ``--activation-func-fp8-input-store``, DeepSeek-V3's).
 
     Returns:
         ``{"model", "micro_batch", "seq_len", "tp", "sp", "ep", "etp", "attention", "kernels",
         "capacity_factor", "expert_load_imbalance", "recompute_modules", "expert_weighting", "loss",
+        "swiglu_fp8_input",
         "layers": [{"name",
         "kind", "params", "fwd_flop", "bwd_flop", "activation_bytes", "selective_activation_bytes",
         "boundary_bytes", "collectives", "operators"}], "total": {"params", "fwd_flop",
@@ -137,7 +141,8 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=fuse,  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
                      recompute_modules=_listed(recompute_modules),
-                     expert_weighting=expert_weighting, loss=loss)  # type: ignore[arg-type]
+                     expert_weighting=expert_weighting, loss=loss,  # type: ignore[arg-type]
+                     swiglu_fp8_input=bool(swiglu_fp8_input))
     check_as(Plan, "micro_batch", micro_batch)
     check_as(Plan, "tp", tp)
     check_as(Plan, "ep", ep)
@@ -148,7 +153,8 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     summary = chain_summary(chain, shared_experts=shared_experts(app.load_model(spec)))
     return {**summary, "attention": spec.attention.value, "kernels": spec.kernels.value, **spec.moe_options,
             "recompute_modules": [module.value for module in spec.recompute_modules],
-            "expert_weighting": spec.expert_weighting.value, "loss": spec.loss.value}
+            "expert_weighting": spec.expert_weighting.value, "loss": spec.loss.value,
+            "swiglu_fp8_input": spec.swiglu_fp8_input}
 
 
 def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len: int | None = None,
@@ -167,7 +173,8 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          dp_overlap: Iterable[bool] | None = None, cluster: str | None = None,
          dp_replicates: Iterable[int] = (1,),
          recompute_modules: Iterable[str] = ("core_attn",), grad_sync: str = "auto",
-         expert_weighting: str = "output", loss: str = "fp32-inplace") -> list[PlanResult]:
+         expert_weighting: str = "output", loss: str = "fp32-inplace",
+         swiglu_fp8_input: bool = False) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
     Searches TP width (default: every valid power of two), micro-batch (1, 2, 4, 8),
@@ -178,8 +185,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     stage split and DP degree. ``fuse``: layers costed with element-wise operators fused into
     their producing matmul (:class:`archplace.front.specs.PlanSpace`).
     ``grad_reduce_dtype``: fp32 (Megatron-LM's bf16 recipe, the default) or bf16 gradient
-    buffer and reduction.
-    ``attention`` and ``kernels`` as in :func:`graph`.
+    buffer and reduction. ``attention`` and ``kernels`` as in :func:`graph`.
     ``precisions``: ``bf16`` and/or ``fp8`` (the linear layers' GEMMs in FP8, Transformer
     Engine's recipe: :mod:`archplace.cost.precision`), ranked together; default bf16.
     ``cps`` and ``eps``: the context-parallel (sequence split, ring attention) and
@@ -191,7 +197,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
     ``rank_order``: how the parallel groups are laid over the ranks, ``tp-cp-ep-pp-dp`` (the
     default) or ``tp-cp-ep-dp-pp`` (Megatron-Core's); recorded in every plan.
     ``capacity_factor``, ``expert_load_imbalance``, ``recompute_modules`` (what the selective
-    recompute the search tries reruns), ``expert_weighting`` and ``loss``: as in :func:`graph`.
+    recompute the search tries reruns), ``expert_weighting``, ``loss``, ``swiglu_fp8_input``: :func:`graph`'s.
     ``attention_kernel``: the fused-attention kernel family whose measured per-shape table costs
     the attention operators (``flash2``, ``flash3``, ``cudnn``, ``triton-flash1``, where the
     chip has one: :mod:`archplace.cost.attention_tables`); None: the chip's own (flash2 on
@@ -278,11 +284,12 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              cluster: str | None = None,
              dp_replicate: int = 1, recompute_modules: Iterable[str] = ("core_attn",),
              grad_sync: str = "auto", expert_weighting: str = "output",
-             loss: str = "fp32-inplace") -> PlanResult:
+             loss: str = "fp32-inplace", swiglu_fp8_input: bool = False) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor``, ``expert_load_imbalance``, ``recompute_modules`` (used when
-    ``recompute`` is ``selective``), ``expert_weighting`` and ``loss`` as in :func:`plan`;
+    ``recompute`` is ``selective``), ``expert_weighting``, ``loss`` and ``swiglu_fp8_input`` as in
+    :func:`plan`;
     ``precision`` ``bf16`` or ``fp8``, one of :func:`plan`'s ``precisions``; ``cp``, ``ep`` and
     ``etp`` the context- and expert-parallel degrees and the expert-TP width, ``dp_replicate`` the
     hybrid-sharding replicas (dividing ``dp``, with ``zero_stage`` >= 1), ``grad_sync`` when the
@@ -320,7 +327,8 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
     spec = ModelSpec(model, seq_len, attention=attention, kernels=kernels, fuse=bool(fuse),  # type: ignore[arg-type]
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
                      recompute_modules=_listed(recompute_modules),
-                     expert_weighting=expert_weighting, loss=loss)  # type: ignore[arg-type]
+                     expert_weighting=expert_weighting, loss=loss,  # type: ignore[arg-type]
+                     swiglu_fp8_input=bool(swiglu_fp8_input))
     chip = (HardwareSpec(hardware, cluster, attention_kernel=attention_kernel,
                          tp_comm_overlap=tp_comm_overlap, pp_comm_overlap=pp_comm_overlap,
                          ep_comm_overlap=ep_comm_overlap)
@@ -386,6 +394,7 @@ def search_request(
     grad_sync: str = "auto",
     expert_weighting: str = "output",
     loss: str = "fp32-inplace",
+    swiglu_fp8_input: bool = False,
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it: the keywords make a
     :class:`~archplace.front.specs.search.SearchSpec` (each keyword is its field of the same name, with
@@ -414,7 +423,8 @@ def search_request(
             1 refused when every model is dense).
         fuse, attention, kernels: how the layers are traced, as in :func:`graph`
             (:class:`~archplace.workload.options.Tracing`; recorded with the search).
-        capacity_factor, expert_load_imbalance, recompute_modules, expert_weighting, loss: as in
+        capacity_factor, expert_load_imbalance, recompute_modules, expert_weighting, loss,
+        swiglu_fp8_input: as in
             :func:`graph` (a dense model among several ignores the first two). The search lays the groups over
             the ranks in the default order, tp-cp-ep-pp-dp.
 

@@ -340,11 +340,11 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
              grad_sync: GradSync = GradSync.AUTO,
              expert_weighting: ExpertWeighting = ExpertWeighting.OUTPUT,
-             loss: Loss = Loss.FP32_INPLACE) -> PlanResult:
+             loss: Loss = Loss.FP32_INPLACE, swiglu_fp8_input: bool = False) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor``,
-    ``expert_load_imbalance``, ``recompute_modules``, ``expert_weighting`` and ``loss`` as in
-    :class:`PlanGrid`;
+    ``expert_load_imbalance``, ``recompute_modules``, ``expert_weighting``, ``loss`` and
+    ``swiglu_fp8_input`` as in :class:`PlanGrid`;
     ``precision`` of the linear layers' GEMMs (:mod:`archplace.cost.precision`); ``cp``, ``ep``
     and ``etp`` the context- and expert-parallel degrees and the expert-TP width (tp * cp * pp * dp
     devices; the rank order is ``prob.setup.rank_order``, recorded as the returned plan's
@@ -376,7 +376,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
     setup = replace(precision_setup(prob, precision), dp_replicate=dp_replicate, grad_sync=grad_sync)
     tracing = Tracing(attention=attention, kernels=kernels, fuse=fuse, capacity_factor=capacity_factor,
                       expert_load_imbalance=expert_load_imbalance, recompute_modules=recompute_modules,
-                      expert_weighting=expert_weighting, loss=loss)
+                      expert_weighting=expert_weighting, loss=loss, swiglu_fp8_input=swiglu_fp8_input)
     costs = layer_costs_for(prob, [key], precision=precision, tracing=tracing)[key]
     n = len(costs)
     pieces = pp * (chunks if schedule is PipelineSchedule.INTERLEAVED else 1)

@@ -44,6 +44,7 @@ DERIVED: dict[str, dict[str, tuple[str, str]]] = {
         "/$defs/recompute_modules": ("ModelSpec", "recompute_modules"),
         "/$defs/expert_weighting": ("ModelSpec", "expert_weighting"),
         "/$defs/loss": ("ModelSpec", "loss"),
+        "/$defs/swiglu_fp8_input": ("ModelSpec", "swiglu_fp8_input"),
         "/$defs/kernel_efficiency/properties/tp_comm_overlap": ("HardwareSpec", "tp_comm_overlap"),
         "/$defs/kernel_efficiency/properties/pp_comm_overlap": ("HardwareSpec", "pp_comm_overlap"),
         "/$defs/kernel_efficiency/properties/ep_comm_overlap": ("HardwareSpec", "ep_comm_overlap"),

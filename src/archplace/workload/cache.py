@@ -59,9 +59,11 @@ from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
-FORMAT = 12
-"""Version of the cache files, part of the key (11: layers carry the FP8 saving of what selective
-recomputation keeps; 10: a chain holds its cost key, SP included;
+FORMAT = 13
+"""Version of the cache files, part of the key (13: the SwiGLU inputs FP8 option, the loss's
+backward one kernel beside a fused final norm; 12: the loss as frameworks run it; 11: layers
+carry the FP8 saving of what selective recomputation keeps; 10: a chain holds its cost key, SP
+included;
 9: layers carry the activation bytes FP8 saves;
 8: layers carry the FLOP of MoE padding; 7: the
 code-free chain files; 6 and before were pickles)."""

@@ -26,7 +26,7 @@ from archplace.workload import experts_op
 from archplace.workload.attention_blocks import attention_flop
 from archplace.workload.expert_parallel import check_ep, load_factor, shard_experts, shared_expert_width
 from archplace.workload.expert_tensor import check_etp, split_experts
-from archplace.workload.fp8_saved import fp8_saving_bytes
+from archplace.workload.fp8_saved import fp8_saving_bytes, swiglu_inputs
 from archplace.workload.fusion import fuse_elementwise, merge_groups
 from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
 from archplace.workload.kernels import fuse_kernels, fused_saved, loss_kernels
@@ -114,6 +114,8 @@ class ExtractOptions(Keyed, Tracing):
             (:class:`~archplace.workload.options.ExpertWeighting`; a name is converted).
         loss: how the cross-entropy runs (:class:`~archplace.workload.options.Loss`; a name is
             converted): fp32 traces the logits' upcast before it.
+        swiglu_fp8_input: the SwiGLU inputs kept for the backward pass in FP8, one byte an
+            element (:func:`archplace.workload.fp8_saved.swiglu_inputs`).
 
     Raises:
         ConfigError: an unknown dtype, attention, kernels or recompute module, no recompute module, a
@@ -507,8 +509,11 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     outputs = {traced.storage(a) for n in later_fwd for a in n.all_input_nodes}
     outputs = {s for s in outputs if s in mine}
 
+    fp8_store = swiglu_inputs(traced, fwd_nodes) if options.swiglu_fp8_input else set()
+
     def total(nodes: set[Any]) -> float:
-        return float(sum(_saved_bytes(s) * sharding.tensor_factor(s) for s in nodes))
+        return float(sum((float(first_numel(s.meta.get("val"))) if s in fp8_store else _saved_bytes(s))
+                         * sharding.tensor_factor(s) for s in nodes))
 
     # Selective recompute: the recompute modules' regions (recompute_regions), then core_attn's
     # sequence x sequence tensors under eager attention (Korthikanti et al. 2022, sec. 5).

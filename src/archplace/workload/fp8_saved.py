@@ -66,3 +66,27 @@ def fp8_saving_bytes(traced: Traced, saved: Iterable[Any], bwd_nodes: Iterable[A
         elements = float(first_numel(storage.meta.get("val"))) * factor(storage)
         total += saved_bytes(storage) * factor(storage) - elements if kinds == {True} else -elements
     return total
+
+
+def swiglu_inputs(traced: Traced, fwd_nodes: Iterable[Any]) -> set[Any]:
+    """The storages (graph nodes) of a layer's SwiGLU inputs: the linear GEMM outputs that a
+    gated SiLU reads, ``silu(gate) * up`` (the gate and the up projection, or the two halves of
+    one fused projection, the routed experts' grouped GEMM among them).
+
+    With Megatron-Core's ``activation_func_fp8_input_store`` ("Store the input of MLP activation
+    function in FP8 for backprop to save memory", SwiGLU only; NVIDIA/Megatron-LM @ d98e8a64dd
+    ``megatron/core/transformer/transformer_config.py``) and in DeepSeek-V3 (technical report,
+    arXiv:2412.19437, sec. 3.3.3: "we cache the inputs of the SwiGLU operator ... These
+    activations are also stored in FP8") these are kept for the backward pass in FP8, one byte
+    an element."""
+    nodes = set(fwd_nodes)
+    found: set[Any] = set()
+    for node in nodes:
+        if op_name(node) != "silu" or not node.args:
+            continue
+        gates = [u for u in node.users if u in nodes and op_name(u) == "mul"]
+        if not gates:
+            continue  # SiLU without a gate: Megatron-Core stores only SwiGLU's input in FP8
+        operands = [node.args[0], *(a for u in gates for a in u.all_input_nodes if a is not node)]
+        found |= {s for s in (traced.storage(a) for a in operands) if op_name(s) in LINEAR_GEMM_OPS}
+    return found

@@ -28,6 +28,10 @@ from archplace.workload.trace import Traced, first_numel, op_name
 
 _FUSABLE = frozenset({OpKind.ELEMENTWISE, OpKind.REDUCTION, OpKind.SOFTMAX})
 
+_LOSS_BACKWARD = frozenset({"nll_loss_backward", "_log_softmax_backward_data", "_to_copy"})
+"""The cross-entropy's backward operators: the gradient of the log-probabilities, the
+log-softmax backward and the cast of the logits' gradient back to the training dtype."""
+
 
 @dataclass(frozen=True)
 class KernelGroup:
@@ -204,7 +208,8 @@ def loss_kernels(traced: Traced, fwd_nodes: Sequence[Any], bwd_nodes: Sequence[A
     if loss is Loss.FP32:
         return kept
     seq = {n.meta.get("seq_nr") for n in forward} - {None}
+    taken = {name for g in kept for name in g.bwd}
     backward = frozenset(n.name for n in bwd_nodes if n.meta.get("seq_nr") in seq
-                         and traced.kind[n] in _FUSABLE)
+                         and op_name(n) in _LOSS_BACKWARD and n.name not in taken)
     members = frozenset({softmax, cast} - {None})
     return [*kept, KernelGroup(members, frozenset(n.name for n in members), backward)]

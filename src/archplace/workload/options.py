@@ -185,6 +185,9 @@ class Tracing:
             default output, Hugging Face's).
         loss: how the cross-entropy over the vocabulary runs (:class:`Loss`; default
             fp32-inplace, Megatron-LM's).
+        swiglu_fp8_input: keep the SwiGLU inputs for the backward pass in FP8, one byte an element
+            (Megatron-Core's ``--activation-func-fp8-input-store``, DeepSeek-V3's FP8-cached SwiGLU
+            input; :func:`archplace.workload.fp8_saved.swiglu_inputs`); default off.
 
     The ranges are checked by the front door's specs (:func:`archplace.base.fields.check_declared`);
     :class:`~archplace.workload.extract.ExtractOptions` checks what the engine needs.
@@ -218,6 +221,9 @@ class Tracing:
         "that float32 buffer: Megatron-LM's), fp32 (upcast, PyTorch's cross-entropy out of "
         "place: Hugging Face's, TorchTitan's) or fused (one kernel on the 16-bit logits: "
         "flash-attn's, as llm-foundry runs it)"))
+    swiglu_fp8_input: bool = option(False, help=(
+        "Keep the SwiGLU inputs for the backward pass in FP8, one byte an element (Megatron-Core's "
+        "--activation-func-fp8-input-store; DeepSeek-V3's FP8-cached SwiGLU input)"))
 
     @property
     def moe_options(self) -> dict[str, float]:

@@ -435,6 +435,8 @@ expert_weighting: output     # MoE routing weight on the experts' output (HF) or
                              # activation (Megatron-Core's, before the down projection)
 loss: fp32-inplace           # cross-entropy: fp32-inplace (Megatron-LM's, logits upcast), fp32
                              # (HF's, out of place) or fused (one 16-bit kernel, llm-foundry)
+swiglu_fp8_input: false      # keep SwiGLU inputs in FP8 for backward (Megatron-Core's
+                             # --activation-func-fp8-input-store; DeepSeek-V3)
 
 # How to search
 strategy: exhaustive         # exhaustive, exhaustive-all, phaze, wham, optuna
