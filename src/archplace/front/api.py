@@ -423,10 +423,10 @@ def search_request(
             1 refused when every model is dense).
         fuse, attention, kernels: how the layers are traced, as in :func:`graph`
             (:class:`~archplace.workload.options.Tracing`; recorded with the search).
-        capacity_factor, expert_load_imbalance, recompute_modules, expert_weighting, loss,
-        swiglu_fp8_input: as in
+        capacity_factor, expert_load_imbalance, recompute_modules, expert_weighting: as in
             :func:`graph` (a dense model among several ignores the first two). The search lays the groups over
             the ranks in the default order, tp-cp-ep-pp-dp.
+        loss, swiglu_fp8_input: as in :func:`graph`.
 
     Raises:
         ConfigError: unknown model / space / preset, bad file, sizes out of range
