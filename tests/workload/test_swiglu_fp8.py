@@ -12,6 +12,7 @@ import pytest
 from tests.helpers.cli_helpers import run
 from tests.helpers.small_moe import QWEN2, QWEN3
 
+from archplace.base.errors import ConfigError
 from archplace.front import api
 from archplace.workload.extract import ExtractOptions, extract_chain
 from archplace.workload.zoo import load_model
@@ -68,6 +69,8 @@ def test_the_option_reaches_graph_evaluate_and_the_command_line(tmp_path: Path,
     graphs = {flag: api.graph(str(path), seq_len=SEQ, micro_batch=BATCH, swiglu_fp8_input=flag)
               for flag in (False, True)}
     assert graphs[True]["swiglu_fp8_input"] is True
+    with pytest.raises(ConfigError, match="swiglu_fp8_input"):  # not read as a truthy string
+        api.graph(str(path), seq_len=SEQ, swiglu_fp8_input="false")  # type: ignore[arg-type]
     kept = {flag: sum(layer["activation_bytes"] for layer in g["layers"]) for flag, g in graphs.items()}
     assert kept[False] - kept[True] == LLAMA["num_hidden_layers"] * 2 * TOKENS * LLAMA["intermediate_size"]
     plan = {"devices": 2, "global_batch": 4, "seq_len": SEQ, "tp": 1, "pp": 1, "dp": 2, "micro_batch": BATCH}

@@ -142,7 +142,7 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
                      recompute_modules=_listed(recompute_modules),
                      expert_weighting=expert_weighting, loss=loss,  # type: ignore[arg-type]
-                     swiglu_fp8_input=bool(swiglu_fp8_input))
+                     swiglu_fp8_input=swiglu_fp8_input)
     check_as(Plan, "micro_batch", micro_batch)
     check_as(Plan, "tp", tp)
     check_as(Plan, "ep", ep)
@@ -328,7 +328,7 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
                      capacity_factor=capacity_factor, expert_load_imbalance=expert_load_imbalance,
                      recompute_modules=_listed(recompute_modules),
                      expert_weighting=expert_weighting, loss=loss,  # type: ignore[arg-type]
-                     swiglu_fp8_input=bool(swiglu_fp8_input))
+                     swiglu_fp8_input=swiglu_fp8_input)
     chip = (HardwareSpec(hardware, cluster, attention_kernel=attention_kernel,
                          tp_comm_overlap=tp_comm_overlap, pp_comm_overlap=pp_comm_overlap,
                          ep_comm_overlap=ep_comm_overlap)

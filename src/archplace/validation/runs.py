@@ -400,7 +400,8 @@ _SWITCHES = ("tp_comm_overlap", "pp_comm_overlap", "ep_comm_overlap")
 
 def evaluate_kwargs(run: Run, model_path: str, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     """Keyword arguments of :func:`archplace.front.api.evaluate` for ``run`` as trained, under
-    ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention and kernels).
+    ``variant`` (a key of :data:`VARIANTS`, which may override the run's attention, kernels and
+    loss).
     ``grad_reduce_dtype``, ``rank_order``, ``stages``, ``attention_kernel`` (with fused
     attention only), ``tp_comm_overlap``, ``pp_comm_overlap``, ``ep_comm_overlap``,
     ``recompute_modules``, ``grad_sync``, ``expert_weighting`` and ``loss`` are passed only where

@@ -113,7 +113,7 @@ class ExtractOptions(Keyed, Tracing):
         expert_weighting: where the MoE layers apply the routing weights
             (:class:`~archplace.workload.options.ExpertWeighting`; a name is converted).
         loss: how the cross-entropy runs (:class:`~archplace.workload.options.Loss`; a name is
-            converted): fp32 traces the logits' upcast before it.
+            converted): fp32-inplace and fp32 trace the logits' upcast before it, fused does not.
         swiglu_fp8_input: the SwiGLU inputs kept for the backward pass in FP8, one byte an
             element (:func:`archplace.workload.fp8_saved.swiglu_inputs`).
 
