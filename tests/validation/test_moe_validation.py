@@ -41,12 +41,12 @@ MEAN_ABS_ERROR_MAX = 0.10  # issue #26: mean |error| <= 10 %
 ABS_ERROR_MAX = 0.20  # issue #26: max |error| <= 20 %
 
 SUITE_MISS = (
-    "issue #26 thresholds not met: mean |error| 37.1 %, max 110.2 % over 14 evaluated MoE runs, 2 "
-    "fail on memory (80.6 GiB > 80 GiB; benchmarks/validate.py). The Megatron-Bridge Qwen3-235B "
-    "rows with the EP overlap are 41-49 % too fast and the 25.09 row without it 29 %: NCCL's "
-    "all-to-all across nodes is priced faster than these runs' alltoall dispatcher ran. The DeepEP "
-    "ModelZoo row without the overlap is 13.8 % too slow (DeepEP's kernels are not modelled), its "
-    "TP 4 row 110 % too fast, and the Qwen3-30B PP 2 x VP 12 row 98 % too fast")
+    "issue #26 thresholds not met: mean |error| 46.8 %, max 221.1 % over 16 evaluated MoE runs "
+    "(benchmarks/validate.py). The Megatron-Bridge Qwen3-235B rows with the EP overlap are 41-50 % "
+    "too fast and the 25.09 row without it 28 %: NCCL's all-to-all across nodes is priced faster "
+    "than these runs' alltoall dispatcher ran. The DeepEP ModelZoo row without the overlap is "
+    "14.3 % too slow (DeepEP's kernels are not modelled), its TP 4 row 102 % too fast, and the "
+    "Qwen3-30B PP 2 rows 34-221 % too fast")
 
 # A ratchet while the thresholds are missed: the MoE runs' errors as of the commit that set it
 # (mean 34.8 %, max 97.8 %, 2 runs out of memory; then mean 34.4 %, max 93.6 % when the rows took
@@ -55,10 +55,15 @@ SUITE_MISS = (
 # 1.88 / 1.647 GHz instead of 1.575: see tests/validation/test_validation.py; set to mean 37.1 %,
 # max 110.2 % when the loss ran as these runs' Megatron-Core fused cross-entropy runs it, --loss
 # fp32-inplace, 12 bytes a logit: faster than the bf16 cross-entropy the head had been traced as,
-# and these rows are too fast already). Lower these as the model improves.
-RATCHET_MEAN_ABS_ERROR = 0.372
-RATCHET_ABS_ERROR = 1.11
-RATCHET_MISSING = 2
+# and these rows are too fast already); set to mean 46.8 %, max 221.1 %, no run out of memory when
+# each row's loss ran as its framework runs it (archplace.workload.loss_traffic): the
+# Megatron-Bridge rows run Transformer Engine's cross-entropy, which keeps the gradient in the
+# 16-bit logits (2 bytes a logit, not 4), so the two MBS 2 Qwen3-30B rows fit in 80 GB as they did
+# when they trained, and their errors (+34.1 %, and +221.1 % for the 25.11 row, which publishes half
+# the 25.09 row's throughput on the same plan) now count. Lower these as the model improves.
+RATCHET_MEAN_ABS_ERROR = 0.469
+RATCHET_ABS_ERROR = 2.22
+RATCHET_MISSING = 0
 
 
 @pytest.fixture(scope="module")

@@ -58,10 +58,10 @@ KNOWN_MISSES = {"nemo2407-nemotron-340b": OOM}
 # the B200 row left the included runs (no measured B200 FP8 GEMM or attention speed: excluded_reason).
 """Included runs beyond the sanity bound, kept visible as strict expected failures (a fix makes
 them fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #24 thresholds not met: mean |error| 8.5 %, max 24.7 %, median +3.6 % over 47 "
+SUITE_MISS = ("issue #24 thresholds not met: mean |error| 7.96 %, max 21.1 %, median +3.03 % over 47 "
               "evaluated runs, 1 fails on memory (see KNOWN_MISSES and benchmarks/validate.py); the "
               "llm-foundry A100 rows with full recomputation at 4-16k tokens are 14-21 % too slow, "
-              "the NeMo H100 FP8 rows 0-25 % too fast at the measured sustained clocks")
+              "the NeMo H100 FP8 rows 6-21 % too fast at the measured sustained clocks")
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +134,14 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 # targets now reads one value a row instead of the whole logits tensor, a cost that had hidden
 # part of that row's miss (and its float32 buffer made the row need 78.1 GiB, inside 80); the
 # mean is 8.54 %: Megatron-LM's loss costed as its fused form (12 bytes a logit) is faster than the
-# bf16 cross-entropy the head had been traced as.
-RATCHET_MEAN_ABS_ERROR = 0.086
-RATCHET_ABS_ERROR = 0.248
+# bf16 cross-entropy the head had been traced as; set to mean 7.96 %, max 21.1 %, when the loss's
+# passes were counted as each framework makes them (archplace.workload.loss_traffic: Megatron-LM's
+# unfused cross-entropy 52 bytes a logit, Megatron-Core's compiled one 32, Transformer Engine's 10,
+# against the 12 of the fused form all Megatron rows had been costed as; the rows state which they
+# ran) and the H100's FP8 GEMMs took the FP8 table measured on the same die in an H200 instead of
+# twice the bf16 rate: the NeMo rows fell from 12.8 to 11.3 % (Nemotron 8B +24.7 -> +21.1 %).
+RATCHET_MEAN_ABS_ERROR = 0.080
+RATCHET_ABS_ERROR = 0.212
 RATCHET_MISSING = 1
 
 

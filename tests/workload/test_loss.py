@@ -1,6 +1,7 @@
-"""How the head's cross-entropy runs (``loss``, archplace.workload.options.Loss and
-archplace.workload.kernels.loss_kernels): the bytes each mode keeps and moves, counted by hand
-on a tiny GPT-2 (T = 2 x 64 tokens, V = 1,000 logits a token, bf16)."""
+"""How the head's cross-entropy runs (``loss``, archplace.workload.options.Loss,
+archplace.workload.kernels.loss_kernels and archplace.workload.loss_traffic): the bytes each
+mode keeps and moves, counted by hand on a tiny GPT-2 (T = 2 x 64 tokens, V = 1,000 logits a
+token, bf16)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ TOKENS = BATCH * SEQ
 LOGITS = TOKENS * VOCAB  # elements of the logits
 GPT = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128,
        "vocab_size": VOCAB}
-MODES = ("fp32-inplace", "fp32", "fused")
+MODES = ("megatron", "megatron-fused", "te", "fp32", "fused")
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,9 @@ def test_upcast_modes_keep_the_float32_log_probabilities(chains: dict[str, dict[
     """The upcast modes keep 4 bytes a logit, the fused one 2 (and a float32 scalar loss
     instead of a bf16 one: 2 bytes more)."""
     fused = chains["fused"]["head"].activation_bytes
-    for loss in ("fp32-inplace", "fp32"):
+    for loss in ("megatron", "megatron-fused", "fp32"):
         assert chains[loss]["head"].activation_bytes - fused == 2 * LOGITS + 4
+    assert chains["te"]["head"].activation_bytes == fused  # the gradient over the 16-bit logits
 
 
 def test_fp32_runs_pytorch_s_kernels_out_of_place(chains: dict[str, dict[str, Any]]) -> None:
@@ -77,32 +79,50 @@ def test_fp32_runs_pytorch_s_kernels_out_of_place(chains: dict[str, dict[str, An
     assert head.working_bytes == 12 * LOGITS
 
 
-def test_fp32_inplace_makes_no_second_float32_tensor(chains: dict[str, dict[str, Any]]) -> None:
-    head = chains["fp32-inplace"]["head"]
+@pytest.mark.parametrize(("loss", "forward_bytes", "backward_bytes"), [
+    # the upcast (r2 w4), max (r4), subtraction (r4 w4), exp (r4 w4), sum (r4), division (r4 w4);
+    # backward: mul_ (r4 w4), the cast back (r4 w2)
+    ("megatron", (2 + 4 + 4 + 4 + 4 + 4, 4 + 4 + 4 + 4), (4 + 4, 4 + 2)),
+    # three compiled functions: (r2 w4), (r4 w4), (r4 w4); backward: r4, the buffer w4, bf16 w2
+    ("megatron-fused", (2 + 4 + 4, 4 + 4 + 4), (4, 4 + 2)),
+])
+def test_megatron_forms_move_their_passes_and_make_no_second_float32_tensor(
+        chains: dict[str, dict[str, Any]], loss: str, forward_bytes: tuple[int, int],
+        backward_bytes: tuple[int, int]) -> None:
+    head = chains[loss]["head"]
     fwd, bwd = _loss_ops(head, "fwd"), _loss_ops(head, "bwd")
-    # cast + log-softmax: the bf16 logits in, the float32 log-probabilities out
-    (forward,) = [op for name, op in fwd.items() if name != "nll_loss_forward"]
-    assert (forward.bytes_read, forward.bytes_written) == (2 * LOGITS, 4 * LOGITS)
-    # the backward: the kept float32 buffer (and the targets) in, the bf16 gradient out
+    (forward,) = [op for name, op in fwd.items() if name != "nll_loss_forward"]  # cast + log-softmax
+    assert (forward.bytes_read, forward.bytes_written) == tuple(b * LOGITS for b in forward_bytes)
     (backward,) = bwd.values()
-    assert backward.bytes_written == 2 * LOGITS
-    assert backward.bytes_read == 4 * LOGITS + TOKENS * 8 + 4 + 4
+    assert (backward.bytes_read, backward.bytes_written) == tuple(b * LOGITS for b in backward_bytes)
+    # the footprint is the grouping's: the bf16 logits and one float32 buffer (and the targets)
     assert head.working_bytes == 6 * LOGITS + TOKENS * 8 + 8
+
+
+def test_te_moves_the_16_bit_logits_in_two_passes(chains: dict[str, dict[str, Any]]) -> None:
+    """Transformer Engine's kernels: the online softmax reads the logits, the cross-entropy
+    kernel reads them again and writes the gradient over them; backward scales it in place."""
+    head, fused = chains["te"]["head"], chains["fused"]["head"]
+    fwd, bwd = _loss_ops(head, "fwd"), _loss_ops(head, "bwd")
+    assert (fwd["_log_softmax"].bytes_read, fwd["_log_softmax"].bytes_written) == (4 * LOGITS, 2 * LOGITS)
+    (backward,) = bwd.values()
+    assert (backward.bytes_read, backward.bytes_written) == (2 * LOGITS, 2 * LOGITS)
+    assert head.working_bytes == fused.working_bytes
 
 
 def test_a_norm_kernel_beside_the_loss_does_not_unfuse_it(tmp_path: Path) -> None:
     """DeepSeek-V3's final RMSNorm is a fused kernel whose backward sits next to the loss's (an
     autograd accumulation shares the loss's sequence number): the loss's backward stays one
-    kernel, the float32 buffer in and the bf16 gradient out."""
+    kernel (Megatron's two backward passes over the float32 buffer, the bf16 gradient out), and no
+    other operator writes a logits-sized tensor."""
     path = tmp_path / "deepseek.json"
     path.write_text(json.dumps(DEEPSEEK))
     chain = extract_chain(load_model(str(path)), ExtractOptions.of(micro_batch=1, seq_len=SEQ))
     head = chain.layers[-1]
     logits = SEQ * DEEPSEEK["vocab_size"]
     vector = [op for op in head.bwd.ops if op.kind.value != "matmul"]
-    (loss,) = [op for op in vector if op.bytes_written == 2 * logits]
-    assert loss.bytes_read == 4 * logits + SEQ * 8 + 4 + 4
-    assert not [op for op in vector if op.bytes_written == 4 * logits]  # no second float32 tensor
+    (loss,) = [op for op in vector if op.bytes_written >= 2 * logits]  # Megatron's mul_ and cast back
+    assert (loss.bytes_read, loss.bytes_written) == (8 * logits, 6 * logits)
 
 
 def test_fused_moves_the_16_bit_logits_only(chains: dict[str, dict[str, Any]]) -> None:
@@ -119,16 +139,18 @@ def test_the_head_s_traffic_orders_the_modes(chains: dict[str, dict[str, Any]]) 
         head = chains[loss]["head"]
         return sum(op.bytes_read + op.bytes_written for g in (head.fwd, head.bwd) for op in g.ops)
 
-    assert traffic("fused") < traffic("fp32-inplace") < traffic("fp32")
+    order = ("fused", "te", "megatron-fused", "fp32", "megatron")
+    assert [traffic(loss) for loss in order] == sorted(traffic(loss) for loss in order)
+    assert len({traffic(loss) for loss in order}) == len(order)
 
 
 def test_the_option_is_checked_keyed_and_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ConfigError, match="loss"):
         ExtractOptions.of(micro_batch=1, seq_len=SEQ, loss="bf16")
-    assert ExtractOptions.of(micro_batch=1, seq_len=SEQ).loss is Loss.FP32_INPLACE
+    assert ExtractOptions.of(micro_batch=1, seq_len=SEQ).loss is Loss.MEGATRON
     keys = {json.dumps(ExtractOptions.of(micro_batch=1, seq_len=SEQ, loss=loss).identity(), default=str)
             for loss in MODES}
-    assert len(keys) == 3  # each mode is its own graph-cache entry
+    assert len(keys) == len(MODES)  # each mode is its own graph-cache entry
     path = tmp_path / "gpt.json"
     path.write_text(json.dumps(GPT))
     assert api.graph(str(path), seq_len=SEQ, loss="fused")["loss"] == "fused"
@@ -145,5 +167,8 @@ def test_the_validation_runs_state_their_loss() -> None:
     assert evaluate_kwargs(runs["mpt-7b-a100"], "m")["loss"] == "fused"
     assert evaluate_kwargs(runs["h200run-llama3.2-1b"], "m")["loss"] == "fp32"
     assert "loss" not in evaluate_kwargs(runs["narayanan-1.7b"], "m")  # Megatron-LM's: the default
+    assert evaluate_kwargs(runs["nemo2407-llama2-7b"], "m")["loss"] == "megatron-fused"
+    assert "loss" not in evaluate_kwargs(runs["nemo2407-gpt3-5b"], "m")  # no fusion key: the default
+    assert evaluate_kwargs(runs["mbridge2511-llama3-8b-h100"], "m")["loss"] == "te"
     # the Hugging Face variant runs Hugging Face's loss, whatever the run states
     assert evaluate_kwargs(runs["mpt-7b-a100"], "m", "eager+unfused")["loss"] == "fp32"

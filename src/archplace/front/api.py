@@ -93,7 +93,7 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
           kernels: Kernels | str = Kernels.FUSED, ep: int = 1, capacity_factor: float = 1.0,
           expert_load_imbalance: float = 1.0, etp: int = 1,
           recompute_modules: Iterable[str] = ("core_attn",),
-          expert_weighting: str = "output", loss: str = "fp32-inplace",
+          expert_weighting: str = "output", loss: str = "megatron",
           swiglu_fp8_input: bool = False) -> dict[str, Any]:
     """Per-layer totals of ``model``'s operator graphs (per device for ``tp`` > 1, per expert-parallel
     rank for ``ep`` > 1: :mod:`archplace.workload.expert_parallel`, per expert-tensor-parallel rank
@@ -110,10 +110,12 @@ def graph(model: str, *, seq_len: int | None = None, micro_batch: int = 1, tp: i
     which sets the layers' selective figures; ``expert_weighting``: where the MoE layers apply
     the routing weights, ``output`` (Hugging Face's, the default) or ``activation``
     (Megatron-Core's: :class:`~archplace.workload.options.ExpertWeighting`); ``loss``: how the
-    cross-entropy over the vocabulary runs, ``fp32-inplace`` (the logits upcast and the loss
-    worked in that float32 buffer, Megatron-LM's; the default), ``fp32`` (upcast, PyTorch's
-    cross-entropy out of place, Hugging Face's) or ``fused`` (one fused kernel on the 16-bit
-    logits, as llm-foundry runs it: :class:`~archplace.workload.options.Loss`);
+    cross-entropy over the vocabulary runs, ``megatron`` (the logits upcast and the loss
+    worked in that float32 buffer pass by pass, Megatron-LM's; the default), ``megatron-fused``
+    (the same compiled, Megatron-Core's ``cross_entropy_loss_fusion``), ``te`` (Transformer Engine's fused
+    kernels on the 16-bit logits), ``fp32`` (upcast, PyTorch's cross-entropy out of place,
+    Hugging Face's) or ``fused`` (one fused kernel on the 16-bit logits, as llm-foundry runs it:
+    :class:`~archplace.workload.options.Loss`);
     ``swiglu_fp8_input``: the SwiGLU inputs kept for the backward pass in FP8 (Megatron-Core's
     ``--activation-func-fp8-input-store``, DeepSeek-V3's).
 
@@ -173,7 +175,7 @@ def plan(model: str, hardware: str, *, devices: int, global_batch: int, seq_len:
          dp_overlap: Iterable[bool] | None = None, cluster: str | None = None,
          dp_replicates: Iterable[int] = (1,),
          recompute_modules: Iterable[str] = ("core_attn",), grad_sync: str = "auto",
-         expert_weighting: str = "output", loss: str = "fp32-inplace",
+         expert_weighting: str = "output", loss: str = "megatron",
          swiglu_fp8_input: bool = False) -> list[PlanResult]:
     """The best parallel plans of ``model`` on ``devices`` chips of ``hardware``, best first.
 
@@ -284,7 +286,7 @@ def evaluate(model: str, hardware: str | ResolvedHardware, *, devices: int, glob
              cluster: str | None = None,
              dp_replicate: int = 1, recompute_modules: Iterable[str] = ("core_attn",),
              grad_sync: str = "auto", expert_weighting: str = "output",
-             loss: str = "fp32-inplace", swiglu_fp8_input: bool = False) -> PlanResult:
+             loss: str = "megatron", swiglu_fp8_input: bool = False) -> PlanResult:
     """Iteration time, throughput, MFU, HFU, breakdown, communication and memory of one fixed
     plan (``fuse``, ``grad_reduce_dtype``, ``attention``, ``kernels``, ``rank_order``,
     ``capacity_factor``, ``expert_load_imbalance``, ``recompute_modules`` (used when
@@ -393,7 +395,7 @@ def search_request(
     recompute_modules: Iterable[str] = ("core_attn",),
     grad_sync: str = "auto",
     expert_weighting: str = "output",
-    loss: str = "fp32-inplace",
+    loss: str = "megatron",
     swiglu_fp8_input: bool = False,
 ) -> SearchRequest:
     """Load and check everything a search needs, without running it: the keywords make a

@@ -279,7 +279,7 @@ def evaluate(run: EvaluateRun) -> PlanResult:
 def estimate_model(model: str, hardware: str, *, tp: int = 1, micro_batch: int = 1,
                    seq_len: int | None = None, attention: Attention | str = Attention.FLASH,
                    kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
-                   expert_load_imbalance: float = 1.0, loss: Loss | str = Loss.FP32_INPLACE) -> ModelEstimate:
+                   expert_load_imbalance: float = 1.0, loss: Loss | str = Loss.MEGATRON) -> ModelEstimate:
     """Trace ``model`` (a preset name or an HF ``config.json``) and estimate it on ``hardware``
     (``capacity_factor`` and ``expert_load_imbalance`` as in :class:`~archplace.front.specs.ModelSpec`;
     one chip holds every expert, so only a capacity factor above 1 changes the figures; ``loss``
@@ -321,7 +321,7 @@ def layer_problem(model: str, hardware: str = "tpuv4", layer: str = "block", pha
                   attention: Attention | str = Attention.FLASH,
                   kernels: Kernels | str = Kernels.FUSED, capacity_factor: float = 1.0,
                   expert_load_imbalance: float = 1.0,
-                  loss: Loss | str = Loss.FP32_INPLACE) -> ScheduleProblem:
+                  loss: Loss | str = Loss.MEGATRON) -> ScheduleProblem:
     """The scheduling problem of one layer's forward or backward graph.
 
     Args:

@@ -29,8 +29,8 @@ recompute_modules: [core_attn]  # what selective recompute reruns: core_attn, ml
                           # moe_act, layernorm, mla_up_proj (Megatron-Core's --recompute-modules)
 expert_weighting: output  # MoE routing weight on the experts' output (HF) or on their activation
                           # (Megatron-Core's, before the down projection)
-loss: fp32-inplace        # cross-entropy: fp32-inplace (Megatron-LM's, logits upcast), fp32
-                          # (HF's, out of place) or fused (one 16-bit kernel, llm-foundry)
+loss: megatron            # cross-entropy: megatron (Megatron-LM's, logits upcast), megatron-fused
+                          # (compiled), te (Transformer Engine's), fp32 (HF's) or fused (llm-foundry)
 swiglu_fp8_input: false   # keep SwiGLU inputs in FP8 for backward (Megatron-Core's
                           # --activation-func-fp8-input-store; DeepSeek-V3)
 

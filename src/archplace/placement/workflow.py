@@ -340,7 +340,7 @@ def evaluate(prob: Problem, *, tp: int, pp: int, dp: int, micro_batch: int, reco
              recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES,
              grad_sync: GradSync = GradSync.AUTO,
              expert_weighting: ExpertWeighting = ExpertWeighting.OUTPUT,
-             loss: Loss = Loss.FP32_INPLACE, swiglu_fp8_input: bool = False) -> PlanResult:
+             loss: Loss = Loss.MEGATRON, swiglu_fp8_input: bool = False) -> PlanResult:
     """Score one fixed plan (stages: Megatron's even split unless given as ``(first, last)``
     layer ranges); ``fuse``, ``attention``, ``kernels``, ``capacity_factor``,
     ``expert_load_imbalance``, ``recompute_modules``, ``expert_weighting``, ``loss`` and

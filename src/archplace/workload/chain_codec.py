@@ -131,6 +131,7 @@ OPERATOR_FIELDS: Schema = (
     ("bytes_read", _float), ("bytes_written", _float), ("preds", _ints), ("group", _int),
     ("fused_elements", _int), ("fused", _strs), ("causal", _bool), ("skip_masked_blocks", _bool),
     ("dtype_bytes", _int), ("v_dim", _int), ("cp", _int), ("cp_stride", _int), ("ring_bytes", _float),
+    ("footprint_bytes", _float),
 )
 """The fields of :class:`Operator`, in the order an operator is written (a JSON list of values)."""
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from archplace.base.errors import ConfigError
 from archplace.workload import experts_op
-from archplace.workload.graph import Operator, OpGraph, OpKind, Phase
+from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, working_set_bytes
 from archplace.workload.key import CostKey
 from archplace.workload.layers import Layer, LayerChain
 from archplace.workload.zoo import LoadedModel
@@ -312,8 +312,7 @@ def with_region(layer: Layer, fwd: OpGraph, bwd: OpGraph, extra_bytes: float, ex
         layer, params=layer.params - layer.expert_params + expert_params, fwd=fwd, bwd=bwd,
         activation_bytes=layer.activation_bytes + extra_bytes,
         selective_activation_bytes=layer.selective_activation_bytes + selective,
-        working_bytes=max((op.bytes_read + op.bytes_written for g in (fwd, bwd) for op in g.ops),
-                          default=0.0),
+        working_bytes=working_set_bytes((fwd, bwd)),
         expert_params=expert_params, **fields)
 
 

@@ -28,10 +28,11 @@ from archplace.workload.expert_parallel import check_ep, load_factor, shard_expe
 from archplace.workload.expert_tensor import check_etp, split_experts
 from archplace.workload.fp8_saved import fp8_saving_bytes, swiglu_inputs
 from archplace.workload.fusion import fuse_elementwise, merge_groups
-from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber
+from archplace.workload.graph import Operator, OpGraph, OpKind, Phase, renumber, working_set_bytes
 from archplace.workload.kernels import fuse_kernels, fused_saved, loss_kernels
 from archplace.workload.key import CostKey, Keyed
 from archplace.workload.layers import Layer, LayerChain, LayerKind
+from archplace.workload.loss_traffic import with_loss_traffic
 from archplace.workload.options import (
     Attention,
     ExpertWeighting,
@@ -68,9 +69,8 @@ class ExtractOptions(Keyed, Tracing):
     """What to trace: a cost key at a sequence length, traced with the tracing options
     (:class:`~archplace.workload.options.Tracing`, keyword-only).
 
-    The sizes and degrees are taken as given: the front door checked them (the micro-batch and
-    the degrees as :class:`archplace.Plan`'s fields, the sequence length as
-    :class:`archplace.front.specs.ModelSpec`'s).
+    The sizes and degrees are taken as given: the front door checked them (as
+    :class:`archplace.Plan`'s and :class:`archplace.front.specs.ModelSpec`'s fields).
 
     Attributes:
         key: the micro-batch and the parallel degrees (:class:`~archplace.workload.key.CostKey`;
@@ -82,8 +82,8 @@ class ExtractOptions(Keyed, Tracing):
         tp: tensor-parallel width (Megatron-LM column/row split).
         sp: sequence parallelism (Korthikanti et al. 2022); needs tp > 1 to matter.
         fuse: fuse element-wise operators into the matmul producing their input.
-        attention: attention implementation (:class:`Attention`); a string is converted.
-        kernels: element-wise kernel fusion (:class:`Kernels`); a string is converted.
+        attention, kernels: attention implementation (:class:`Attention`) and element-wise
+            kernel fusion (:class:`Kernels`); strings are converted.
         cp: context-parallel degree: the graph is one rank's share of a sequence split over cp
             ranks: every layer traced at seq_len / cp tokens per sample, except that the fused
             attention operator computes the rank's queries against the whole sequence (ring
@@ -112,15 +112,14 @@ class ExtractOptions(Keyed, Tracing):
             layers' ``selective_*`` figures (:mod:`archplace.workload.recompute_regions`).
         expert_weighting: where the MoE layers apply the routing weights
             (:class:`~archplace.workload.options.ExpertWeighting`; a name is converted).
-        loss: how the cross-entropy runs (:class:`~archplace.workload.options.Loss`; a name is
-            converted): fp32-inplace and fp32 trace the logits' upcast before it, fused does not.
-        swiglu_fp8_input: the SwiGLU inputs kept for the backward pass in FP8, one byte an
-            element (:func:`archplace.workload.fp8_saved.swiglu_inputs`).
+        loss: how the cross-entropy runs (:class:`~archplace.workload.options.Loss`; a name
+            is converted; ``Loss.upcast``: the logits' upcast traced before it).
+        swiglu_fp8_input: SwiGLU inputs kept in FP8 (:func:`~archplace.workload.fp8_saved.swiglu_inputs`).
 
     Raises:
-        ConfigError: an unknown dtype, attention, kernels or recompute module, no recompute module, a
-            capacity factor or load imbalance below 1 or not finite; cp > 1 with a sequence
-            length not divisible by 2 x cp or with eager attention.
+        ConfigError: an unknown dtype, attention, kernels or recompute module, none, a capacity
+            factor or load imbalance below 1 or not finite; cp > 1 with seq_len not divisible by
+            2 x cp or with eager attention.
     """
 
     key: CostKey
@@ -278,7 +277,7 @@ def extract_chain(spec: LoadedModel, options: ExtractOptions) -> LayerChain:
         container = find_block_container(model)
         try:
             gm, param_names = trace(model, options.micro_batch, options.seq_len // options.cp,
-                                    upcast_logits=options.loss is not Loss.FUSED)
+                                    upcast_logits=options.loss.upcast)
         except Exception as exc:  # torch raises many types; report one line
             raise ExtractionError(
                 f"cannot trace {spec.name!r}: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
@@ -515,8 +514,7 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
         return float(sum((float(first_numel(s.meta.get("val"))) if s in fp8_store else _saved_bytes(s))
                          * sharding.tensor_factor(s) for s in nodes))
 
-    # Selective recompute: the recompute modules' regions (recompute_regions), then core_attn's
-    # sequence x sequence tensors under eager attention (Korthikanti et al. 2022, sec. 5).
+    # Selective recompute: the modules' regions, then core_attn's s x s tensors (Korthikanti sec. 5).
     batch, modules = options.micro_batch, options.recompute_modules
     checkpointed, discarded = (
         regions([n for n in where if n in mine and where[n][1] is Phase.FWD],
@@ -535,7 +533,9 @@ def _make_layer(traced: Traced, where: dict[Any, tuple[int, Phase]], sharding: S
     fp8_kept = (fp8_saving if kept == saved else
                 fp8_saving_bytes(traced, kept, bwd_nodes, _saved_bytes, sharding.tensor_factor))
     experts = _experts(traced, sharding, fwd_nodes, options.micro_batch * seq_len)
-    working = max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
+    if kind is LayerKind.HEAD and groups:  # the loss's passes (its footprint is the grouping's)
+        graphs = with_loss_traffic(graphs, groups[-1], options.loss, sharding.tensor_factor)
+    working = working_set_bytes(graphs)
     layer = Layer(
         name=kind.value, kind=kind, params=sum(_param_numel(traced, sharding, p) for p in params),
         fwd=graphs[0], bwd=graphs[1], activation_bytes=total(saved), input_bytes=total(inputs),

@@ -81,6 +81,9 @@ class Operator:
             ordered TP -> CP); the bytes of the K and V block this rank passes to the next one
             at each step of the forward ring.  With c > 1, ``m`` is the rank's s/c queries and
             ``n`` the whole sequence s.
+        footprint_bytes: bytes the operator holds at once where that is not ``bytes_read +
+            bytes_written``: a kernel making several passes over one buffer (the loss,
+            :mod:`archplace.workload.loss_traffic`); 0 otherwise.
     """
 
     id: int
@@ -107,6 +110,13 @@ class Operator:
     cp: int = 1
     cp_stride: int = 1
     ring_bytes: float = 0.0
+    footprint_bytes: float = 0.0
+
+    @property
+    def held_bytes(self) -> float:
+        """Bytes the operator holds at once: ``footprint_bytes`` where set, else its operands
+        and result (``bytes_read + bytes_written``)."""
+        return self.footprint_bytes or self.bytes_read + self.bytes_written
 
     def __post_init__(self) -> None:
         if any(p >= self.id or p < 0 for p in self.preds):
@@ -188,3 +198,9 @@ def renumber(ops: Sequence[Operator]) -> OpGraph:
         preds = tuple(sorted({new_id[p] for p in op.preds if p in new_id and new_id[p] < i}))
         out.append(replace(op, id=i, preds=preds))
     return OpGraph(tuple(out))
+
+
+def working_set_bytes(graphs: Iterable[OpGraph]) -> float:
+    """A layer's working set: the most bytes one of its operators holds at once
+    (:attr:`Operator.held_bytes`) over ``graphs`` (its forward and backward graphs); 0 for none."""
+    return max((op.held_bytes for g in graphs for op in g.ops), default=0.0)

@@ -186,15 +186,15 @@ def loss_kernels(traced: Traced, fwd_nodes: Sequence[Any], bwd_nodes: Sequence[A
     * ``fp32``: none: the cast, the log-softmax, the gradient of the log-probabilities and the
       log-softmax backward each run as their own kernel, out of place (PyTorch's ops one by
       one, as Hugging Face's loss runs them).
-    * ``fp32-inplace``: the cast and the log-softmax as one forward kernel, which keeps the
-      float32 result, and the gradient computed from it in one backward kernel that writes the
-      16-bit gradient: no second full-size float32 tensor (Megatron-LM's vocab-parallel
-      cross-entropy works in its float32 buffer; NVIDIA/Megatron-LM @ d98e8a64dd
-      ``megatron/core/fusions/fused_cross_entropy.py``, ``calculate_gradients``: the one-hot
-      subtracted from the saved softmax and scaled in that buffer, then cast).
-    * ``fused``: the 16-bit log-softmax as it is, and its backward with the gradient of the
-      log-probabilities as one kernel (flash-attn's cross-entropy computes the gradient from the
-      logits and the per-row log-sum-exp in one kernel).
+    * ``megatron``, ``megatron-fused``: the cast and the log-softmax as one forward kernel,
+      which keeps the float32 result, and the gradient computed from it in one backward kernel
+      that writes the 16-bit gradient: no second full-size float32 tensor (Megatron-LM's
+      vocab-parallel cross-entropy works in its float32 buffer); their passes' traffic is
+      charged to these two kernels (:mod:`archplace.workload.loss_traffic`).
+    * ``te``, ``fused``: the 16-bit log-softmax as it is, and its backward with the gradient of
+      the log-probabilities as one kernel (flash-attn's cross-entropy computes the gradient from
+      the logits and the per-row log-sum-exp in one kernel; Transformer Engine's writes it over
+      the logits, its traffic charged as for the Megatron forms).
     """
     softmax = next((n for n in fwd_nodes if op_name(n) == "_log_softmax"
                     and any(op_name(u) == "nll_loss_forward" for u in n.users)), None)

@@ -117,20 +117,22 @@ class ExpertWeighting(enum.StrEnum):
 
 class Loss(enum.StrEnum):
     """How the language-model loss (softmax cross-entropy over the vocabulary) runs
-    (:func:`archplace.workload.kernels.loss_kernels`).
+    (:func:`archplace.workload.kernels.loss_kernels`; the passes and their bytes per logit in
+    :mod:`archplace.workload.loss_traffic`).
 
-    FP32_INPLACE: the logits are upcast to float32 and the loss works in that one float32
-        buffer: the cast and the log-softmax make it and keep it for the backward pass (4 bytes
-        per logit), and the backward pass computes the gradient in it and casts it back to the
-        16-bit gradient, with no second full-size float32 tensor. Megatron-LM's vocab-parallel
-        cross-entropy runs so (NVIDIA/Megatron-LM @ d98e8a64dd
-        ``megatron/core/tensor_parallel/cross_entropy.py``: ``.float()`` in
-        ``calculate_logits_max``, then in-place ``-=``, ``exp(out=)``, ``div_``, and the
-        gradient's in-place one-hot subtraction and ``mul_``; the 2021-22 Megatron-LM called it
-        on ``output.float()``), fused or not (``cross_entropy_loss_fusion``,
-        ``megatron/core/fusions/fused_cross_entropy.py``, the same steps as a few jit-fused
-        kernels). Costed as the fused form: the unfused form's extra passes over the buffer are
-        not counted. The default, as the other tracing defaults follow Megatron-LM.
+    MEGATRON: Megatron-LM's vocabulary-parallel cross-entropy as written, unfused: the logits
+        upcast to float32 and the loss worked in that one buffer, pass by pass (maximum,
+        in-place subtraction, ``exp``, sum, division), the softmax kept for the backward pass (4
+        bytes per logit), which scales it in place and casts it back (NVIDIA/Megatron-LM @
+        core_v0.8.0 ``megatron/core/tensor_parallel/cross_entropy.py``; the 2021-22 Megatron-LM
+        called it on ``output.float()``). Megatron-Core's default (``cross_entropy_loss_fusion``
+        off), and archplace's, as the other tracing defaults follow Megatron-LM.
+    MEGATRON_FUSED: the same steps as four compiled functions (``cross_entropy_loss_fusion``
+        with the native implementation, ``megatron/core/fusions/fused_cross_entropy.py``):
+        fewer passes, the same float32 buffer kept.
+    TE: Transformer Engine's fused cross-entropy (Megatron-Core's ``cross_entropy_fusion_impl:
+        te``): two Triton kernels on the 16-bit logits, the gradient written over them (2 bytes
+        per logit kept), scaled in place in the backward pass.
     FP32: the logits upcast and PyTorch's cross-entropy run on the float32 copy, out of place:
         the cast, the float32 log-softmax (kept), a full-size float32 gradient of the
         log-probabilities, the log-softmax backward (a second float32 tensor) and the cast back,
@@ -143,9 +145,16 @@ class Loss(enum.StrEnum):
         ``llmfoundry/models/mpt/modeling_mpt.py``).
     """
 
-    FP32_INPLACE = "fp32-inplace"
+    MEGATRON = "megatron"
+    MEGATRON_FUSED = "megatron-fused"
+    TE = "te"
     FP32 = "fp32"
     FUSED = "fused"
+
+    @property
+    def upcast(self) -> bool:
+        """Whether the loss runs on a float32 copy of the logits (traced as an upcast)."""
+        return self in (Loss.MEGATRON, Loss.MEGATRON_FUSED, Loss.FP32)
 
 
 DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.CORE_ATTN,)
@@ -184,7 +193,7 @@ class Tracing:
         expert_weighting: where an MoE layer applies the routing weights (:class:`ExpertWeighting`;
             default output, Hugging Face's).
         loss: how the cross-entropy over the vocabulary runs (:class:`Loss`; default
-            fp32-inplace, Megatron-LM's).
+            megatron, Megatron-LM's as written).
         swiglu_fp8_input: keep the SwiGLU inputs for the backward pass in FP8, one byte an element
             (Megatron-Core's ``--activation-func-fp8-input-store``, DeepSeek-V3's FP8-cached SwiGLU
             input; :func:`archplace.workload.fp8_saved.swiglu_inputs`); default off.
@@ -216,9 +225,11 @@ class Tracing:
         "Mixture-of-experts models: where the routing weight is applied: output (at the combine, "
         "Hugging Face's; the expert outputs are kept for the backward pass) or activation (before "
         "the down projection, Megatron-Core's)"))
-    loss: Loss = option(Loss.FP32_INPLACE, help=(
-        "Cross-entropy over the vocabulary: fp32-inplace (the logits upcast, the loss worked in "
-        "that float32 buffer: Megatron-LM's), fp32 (upcast, PyTorch's cross-entropy out of "
+    loss: Loss = option(Loss.MEGATRON, help=(
+        "Cross-entropy over the vocabulary: megatron (Megatron-LM's, the logits upcast and the "
+        "loss worked in that float32 buffer pass by pass), megatron-fused (the same, compiled: "
+        "Megatron-Core's cross_entropy_loss_fusion), te (Transformer Engine's fused kernels on "
+        "the 16-bit logits: cross_entropy_fusion_impl te), fp32 (upcast, PyTorch's cross-entropy out of "
         "place: Hugging Face's, TorchTitan's) or fused (one kernel on the 16-bit logits: "
         "flash-attn's, as llm-foundry runs it)"))
     swiglu_fp8_input: bool = option(False, help=(

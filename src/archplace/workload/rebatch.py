@@ -33,8 +33,9 @@ The derivation is only used where it gives the traced chain bit for bit; otherwi
   tp), and below 2**53 such units: the tracer's terms are such multiples, so its float sums and
   products were exact and equal the derived value.
 
-A layer's working set (its largest operator's operands and result) is a maximum, not a linear
-figure: it is recomputed from the derived operators as the tracer computes it.  Tests compare
+A layer's working set (the most bytes one operator holds, :func:`~archplace.workload.graph.
+working_set_bytes`) is a maximum, not a linear figure: it is recomputed from the derived operators
+as the tracer computes it.  Tests compare
 derived and traced chains field by field for GPT-2-, Llama- and BERT-style models, a small
 Mixtral (MoE), TP with and without SP, CP > 1, fused and unfused kernels, eager attention.
 """
@@ -42,12 +43,11 @@ Mixtral (MoE), TP with and without SP, CP > 1, fused and unfused kernels, eager 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from archplace.workload.fusion import FUSED_KERNEL_TARGET
-from archplace.workload.graph import Operator, OpGraph, OpKind
+from archplace.workload.graph import Operator, OpGraph, OpKind, working_set_bytes
 from archplace.workload.layers import Layer, LayerChain
 
 REFERENCE_BATCHES = (2, 3)
@@ -167,22 +167,17 @@ def _graph(low: OpGraph, high: OpGraph, lo: int, micro_batch: int, grain: int) -
     return OpGraph(tuple(Operator(**_derive(a, b, lo, micro_batch, grain)) for a, b in ops))
 
 
-def _working_bytes(graphs: Sequence[OpGraph]) -> float:
-    """The largest operator's operands plus result, as the tracer computes it."""
-    return max((op.bytes_read + op.bytes_written for g in graphs for op in g.ops), default=0.0)
-
-
 def _layer(low: Layer, high: Layer, lo: int, micro_batch: int, grain: int,
            graphs: dict[tuple[int, int], OpGraph]) -> Layer:
     for ref in (low, high):
-        if ref.working_bytes != _working_bytes((ref.fwd, ref.bwd)):
+        if ref.working_bytes != working_set_bytes((ref.fwd, ref.bwd)):
             raise _NotDerivable
     derived = []
     for a, b in ((low.fwd, high.fwd), (low.bwd, high.bwd)):
         if (id(a), id(b)) not in graphs:  # blocks share their graphs: derive each pair once
             graphs[id(a), id(b)] = _graph(a, b, lo, micro_batch, grain)
         derived.append(graphs[id(a), id(b)])
-    return Layer(fwd=derived[0], bwd=derived[1], working_bytes=_working_bytes(derived),
+    return Layer(fwd=derived[0], bwd=derived[1], working_bytes=working_set_bytes(derived),
                  **_derive(low, high, lo, micro_batch, grain))
 
 
