@@ -58,10 +58,10 @@ KNOWN_MISSES = {"nemo2407-nemotron-340b": OOM}
 # the B200 row left the included runs (no measured B200 FP8 GEMM or attention speed: excluded_reason).
 """Included runs beyond the sanity bound, kept visible as strict expected failures (a fix makes
 them fail loudly, so the list shrinks with the model)."""
-SUITE_MISS = ("issue #24 thresholds not met: mean |error| 7.96 %, max 21.1 %, median +3.03 % over 47 "
+SUITE_MISS = ("issue #24 thresholds not met: mean |error| 7.8 %, max 21.1 %, median +3.03 % over 47 "
               "evaluated runs, 1 fails on memory (see KNOWN_MISSES and benchmarks/validate.py); the "
               "llm-foundry A100 rows with full recomputation at 4-16k tokens are 14-21 % too slow, "
-              "the NeMo H100 FP8 rows 6-21 % too fast at the measured sustained clocks")
+              "the NeMo H100 FP8 rows 6-16 % too fast at the measured sustained clocks")
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,10 @@ def test_suite_meets_issue_thresholds(outcomes: dict[str, Outcome]) -> None:
 # unfused cross-entropy 52 bytes a logit, Megatron-Core's compiled one 32, Transformer Engine's 10,
 # against the 12 of the fused form all Megatron rows had been costed as; the rows state which they
 # ran) and the H100's FP8 GEMMs took the FP8 table measured on the same die in an H200 instead of
-# twice the bf16 rate: the NeMo rows fell from 12.8 to 11.3 % (Nemotron 8B +24.7 -> +21.1 %).
-RATCHET_MEAN_ABS_ERROR = 0.080
+# twice the bf16 rate: the NeMo rows fell from 12.8 to 11.3 % (Nemotron 8B +24.7 -> +21.1 %); mean
+# 7.8 % when ReLU and squared ReLU ran unfused under fused kernels, as Megatron-Core runs every
+# activation but GeLU and SwiGLU (Nemotron 8B +16.2 %, 22B +10.3 %).
+RATCHET_MEAN_ABS_ERROR = 0.079
 RATCHET_ABS_ERROR = 0.212
 RATCHET_MISSING = 1
 

@@ -190,3 +190,29 @@ def test_hidden_size_equal_to_the_sequence_is_not_an_attention_score(gpt: Loaded
     assert flash.selective_ops == () and flash.selective_activation_bytes == flash.activation_bytes
     eager = extract_chain(gpt, ExtractOptions.of(1, s, attention="eager", kernels="fused")).layers[1]
     assert eager.activation_bytes - eager.selective_activation_bytes == 5 * A * s * s
+
+
+def test_squared_relu_runs_unfused_as_megatron_core_runs_it(tmp_path) -> None:
+    """Megatron-Core fuses only GeLU, GeGLU and SwiGLU with their bias: Nemotron's squared ReLU
+    (``torch.pow(F.relu(x), 2)``) runs as PyTorch's operators, forward and backward, also
+    under ``kernels: fused``; the block's norms and RoPE stay fused. Bytes by hand, bf16, the
+    FC1 output T x I (T = 2 x 48 tokens, I = 256)."""
+    cfg = {"model_type": "nemotron", "num_hidden_layers": 1, "hidden_size": H, "num_attention_heads": A,
+           "num_key_value_heads": A, "intermediate_size": 4 * H, "vocab_size": 128,
+           "max_position_embeddings": 64, "hidden_act": "relu2", "partial_rotary_factor": 0.5,
+           "tie_word_embeddings": False}
+    path = tmp_path / "nemotron" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    layer = block(load_model(str(path)))
+    act = 2 * B * S * 4 * H  # bytes of one T x I bf16 tensor
+    fwd = {op.target: op for op in layer.fwd.ops if op.kind is not OpKind.MATMUL}
+    assert (fwd["aten.relu.default"].bytes_read, fwd["aten.relu.default"].bytes_written) == (act, act)
+    square = fwd["aten.pow.Tensor_Scalar"]
+    assert (square.bytes_read, square.bytes_written) == (act, act)
+    bwd = [op for op in layer.bwd.ops if op.kind is not OpKind.MATMUL and op.bytes_written == act]
+    # pow's backward (x^1, x 2, x the gradient) and ReLU's threshold_backward, one kernel each
+    assert sorted(op.target for op in bwd) == ["aten.mul.Scalar", "aten.mul.Tensor", "aten.pow.Tensor_Scalar",
+                                               "aten.threshold_backward.default"]
+    assert sum(op.bytes_read + op.bytes_written for op in bwd) == 10 * act  # 2 + 2 + 3 + 3 tensors
+    assert any(op.target == "archplace.fused_kernel.default" for op in layer.fwd.ops)  # RoPE's kernels

@@ -59,8 +59,9 @@ from archplace.workload.zoo import LoadedModel
 
 log = logging.getLogger(__name__)
 
-FORMAT = 14
-"""Version of the cache files, part of the key (14: the loss's passes charged per framework,
+FORMAT = 15
+"""Version of the cache files, part of the key (15: ReLU and squared ReLU unfused under fused
+kernels, as Megatron-Core runs them; 14: the loss's passes charged per framework,
 archplace.workload.loss_traffic, an operator's footprint; 13: the SwiGLU inputs FP8 option, the loss's
 backward one kernel beside a fused final norm; 12: the loss as frameworks run it; 11: layers
 carry the FP8 saving of what selective recomputation keeps; 10: a chain holds its cost key, SP

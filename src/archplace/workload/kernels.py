@@ -8,6 +8,13 @@ its backward pass only what that needs: its inputs (it recomputes its interior: 
 keeps its input, Korthikanti's 8sbh), its outputs that other kernels read anyway, the 1-byte
 dropout masks, and per-row statistics (the norm's mean / rstd).
 
+Megatron-Core fuses the MLP's activation with its bias only for GeLU, GeGLU and SwiGLU
+(``bias_gelu_impl``, ``bias_geglu_impl``, ``bias_swiglu_impl`` in
+``megatron/core/transformer/mlp.py``, NVIDIA/Megatron-LM @ core_v0.8.0; any other activation
+needs ``bias_activation_fusion`` off and runs as written): a ReLU and the squared ReLU of
+Nemotron (NeMo's ``squared_relu``, ``torch.pow(F.relu(x), 2)``) stay PyTorch's operators one by
+one, forward and backward.
+
 Kernels are found on the traced forward graph of one layer: the connected components of the
 element-wise, reduction and softmax nodes (views looked through), where a kernel ends at a
 softmax (Megatron's scale + mask + softmax kernel; the dropout after it is its own kernel) and
@@ -51,7 +58,7 @@ class KernelGroup:
 def fuse_kernels(traced: Traced, fwd_nodes: Sequence[Any], bwd_nodes: Sequence[Any],
                  hidden_size: int) -> list[KernelGroup]:
     """The fused kernels (of two or more forward nodes) of one layer (module docstring)."""
-    fusable = [n for n in fwd_nodes if traced.kind[n] in _FUSABLE]
+    fusable = [n for n in fwd_nodes if traced.kind[n] in _FUSABLE and not _unfused_activation(n)]
     member = set(fusable)
     parent = {n: n for n in fusable}
 
@@ -104,6 +111,13 @@ def fuse_kernels(traced: Traced, fwd_nodes: Sequence[Any], bwd_nodes: Sequence[A
     return [KernelGroup(frozenset(nodes), frozenset(n.name for n in nodes),
                         frozenset(n.name for n in backward.get(root, ())))
             for root, nodes in components.items() if len(nodes) > 1]
+
+
+def _unfused_activation(node: Any) -> bool:
+    """A ReLU or the square of one (squared ReLU): activations Megatron-LM has no fused kernel
+    for (module docstring)."""
+    name = op_name(node)
+    return name == "relu" or (name == "pow" and any(op_name(a) == "relu" for a in node.all_input_nodes))
 
 
 def _owner(traced: Traced, backward: dict[Any, set[Any]], node: Any) -> Any:
