@@ -249,3 +249,26 @@ def test_a_table_no_operator_is_costed_by_is_one_config_error(tmp_path: Path) ->
     read_table(path)  # a valid table ...
     with pytest.raises(ConfigError, match="copy tables cost no operator"):
         chip_tables((str(path),), 0.0)  # ... that no operator uses
+
+
+def test_a_sibling_s_fp8_table_never_streams_faster_than_this_chip_s_hbm() -> None:
+    """The H100 prices FP8 GEMMs from the H200's table (the same GH100 die, 4.8 against 3.35 TB/s
+    of HBM): a memory-bound shape takes at least its operands and result, one byte an element,
+    at the H100's 3.35 TB/s, while the H200 keeps its own measurement, faster (the casts of the
+    inputs, streamed at each chip's rate, are left out of both)."""
+    from archplace.cost.precision import cast_bytes, fp8_gemm_estimate
+
+    def gemm_s(op: Operator, acc: Accelerator) -> float:  # the FP8 GEMM without its input casts
+        assert acc.efficiency is not None
+        cast_s = cast_bytes(op) / (acc.hbm_bandwidth_bytes_per_s * acc.efficiency.hbm)
+        return fp8_gemm_estimate(op, acc).all_cores_s - cast_s
+
+    h100, h200 = load_accelerator("h100-80gb"), load_accelerator("h200-141gb")
+    # the one shape of the table the H200 ran faster than the H100's HBM streams it (by 2 %)
+    op = replace(matmul(1, 128, 16384, 16384), target="aten.mm.default")
+    floor = (128 * 16384 + 16384 * 16384 + 128 * 16384) / h100.hbm_bandwidth_bytes_per_s
+    assert gemm_s(op, h100) >= floor * (1 - 1e-12)
+    assert gemm_s(op, h200) < floor
+    # a compute-bound shape takes the table's time on both (the same die and clocks)
+    big = replace(matmul(1, 8192, 8192, 8192), target="aten.mm.default")
+    assert gemm_s(big, h100) == pytest.approx(gemm_s(big, h200), rel=1e-9)

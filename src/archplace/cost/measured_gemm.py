@@ -23,8 +23,12 @@ the table's box, the measured throughput of the nearest shape above it, the mode
 than the nearest measured shape) below it.  An FP8 GEMM (``speedup`` > 1) takes
 the chip's FP8 table; without one, its bf16 table's bounds divided by ``speedup`` (the FP8 GEMM
 sustains the bf16 fraction of its doubled peak: the presets' ``fp8_speedup`` assumption), never
-below the floor.  The GEMM's memory time is reported as its streaming time capped at that
-latency: the measured kernel time already includes its memory traffic.  With a declared
+below the floor.  An FP8 table may be a sibling chip's (the same die with faster HBM: the
+h100-80gb preset prices FP8 GEMMs from an H200's table), so a GEMM priced from one never
+takes less than streaming its operands and result once, one byte an element, at this chip's
+datasheet HBM bandwidth (:func:`fp8_streaming_floor_s`).  The GEMM's memory time is reported
+as its streaming time capped at that latency: the measured kernel time already includes its
+memory traffic.  With a declared
 sustained clock the table's time is stretched to it (:func:`archplace.cost.clock.sustained_gemm_s`).
 
 **Streaming kernels** (element-wise, norms, softmax, reductions, embeddings): the chip's
@@ -50,7 +54,7 @@ if TYPE_CHECKING:
 
 FloatArray = NDArray[np.float64]
 
-__all__ = ["K_SLICE", "clamped", "gemm_model_s", "gemm_times", "streaming_times"]
+__all__ = ["K_SLICE", "clamped", "fp8_streaming_floor_s", "gemm_model_s", "gemm_times", "streaming_times"]
 
 #: Smallest k a split-k slice runs (elements).  Assumption, not a measurement: a slice must at
 #: least fill the main loop's software pipeline, a few stages of a 64-deep k block in NVIDIA's
@@ -108,6 +112,8 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
     if surface is None and fp8:
         surface, scale = tables.gemm.get("bf16"), 1.0 / speedup
     measured = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
+    if fp8 and scale == 1.0 and surface is not None:  # an FP8 table, perhaps a sibling chip's
+        measured = np.maximum(measured, fp8_streaming_floor_s(op, chip))
     value = measured
     if surface is not None and max(efficiency.sustained_clock_hz,
                                    efficiency.sustained_clock_fp8_hz) > 0.0:  # archplace.cost.clock
@@ -118,6 +124,16 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
     # is reported memory-bound (its compute part the tile/wave time, at most ``value``)
     compute: FloatArray = np.where(value > memory_s, value, np.minimum(tiles_s, value))
     return compute, np.minimum(memory_s, measured)
+
+
+def fp8_streaming_floor_s(op: Operator, chip: ChipColumns) -> FloatArray:
+    """The FP8 GEMM's operands and result, one byte an element, at the chip's datasheet HBM
+    bandwidth (seconds per design): the least time any kernel takes to stream them, which a table
+    measured on a chip of the same die with faster HBM (the h100-80gb preset prices FP8 GEMMs
+    from an H200's table) must not undercut."""
+    streamed = float(op.batch) * (op.m * op.k + op.k * op.n + op.m * op.n)
+    floor: FloatArray = streamed / chip.hbm_bandwidth_bytes_per_s
+    return floor
 
 
 def clamped(model_s: FloatArray, surface: GemmSurface | None, op: Operator, floor_s: float,
