@@ -21,7 +21,7 @@ def member(enum_type: type[_E], value: object, field: str) -> _E:
 
     Raises:
         ConfigError: "``field``: unknown NAME VALUE; choose from: ..." (NAME is the field's
-            last part, singular).
+            last part, singular; ``value`` for a field ending in "ss").
     """
     if isinstance(value, enum_type):
         return value
@@ -30,7 +30,10 @@ def member(enum_type: type[_E], value: object, field: str) -> _E:
             if str(item.value) == value.strip().lower():
                 return item
     name = field.rsplit(".", 1)[-1]
-    name = name[:-1] if name.endswith("s") else name
+    if name.endswith("ss"):  # not a plural (loss): the CLI spells the field's name as its flag
+        name = "value"
+    elif name.endswith("s"):
+        name = name[:-1]
     choices = ", ".join(str(item.value) for item in enum_type)
     raise ConfigError(f"{field}: unknown {name} {value!r}; choose from: {choices}")
 
