@@ -107,17 +107,16 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
     model = gemm_model_s(op, efficiency, chip)
     tiles_s = gemm_model_s(op, efficiency, chip, compute_only=True)
     fp8 = speedup != 1.0
-    surface = tables.gemm.get("fp8" if fp8 else "bf16")
-    scale = 1.0
-    if surface is None and fp8:
-        surface, scale = tables.gemm.get("bf16"), 1.0 / speedup
+    fp8_table = fp8 and "fp8" in tables.gemm  # else an FP8 GEMM takes the bf16 table, sped up
+    surface = tables.gemm.get("fp8" if fp8_table else "bf16")
+    scale = 1.0 / speedup if fp8 and not fp8_table else 1.0
     measured = clamped(model, surface, op, efficiency.kernel_floor_s, scale)
-    if fp8 and scale == 1.0 and surface is not None:  # an FP8 table, perhaps a sibling chip's
+    if fp8_table:  # perhaps a sibling chip's
         measured = np.maximum(measured, fp8_streaming_floor_s(op, chip))
     value = measured
     if surface is not None and max(efficiency.sustained_clock_hz,
                                    efficiency.sustained_clock_fp8_hz) > 0.0:  # archplace.cost.clock
-        dtype = "bf16" if fp8 and "fp8" not in tables.gemm else ("fp8" if fp8 else "bf16")
+        dtype = "fp8" if fp8_table else "bf16"
         value = clock.sustained_gemm_s(measured, tiles_s, memory_s,
                                        clock.gemm_table_scale(efficiency, dtype, chip.clock_hz, fp8=fp8))
     # max(compute, memory) is ``value``; a GEMM whose time does not exceed its streaming time
@@ -127,8 +126,9 @@ def gemm_times(op: Operator, efficiency: KernelEfficiency, chip: ChipColumns, me
 
 
 def fp8_streaming_floor_s(op: Operator, chip: ChipColumns) -> FloatArray:
-    """The FP8 GEMM's operands and result, one byte an element, at the chip's datasheet HBM
-    bandwidth (seconds per design): the least time any kernel takes to stream them, which a table
+    """The FP8 GEMM's operands and result, one byte an element (a lower bound: the result is
+    written in bf16), at the chip's datasheet HBM bandwidth (seconds per design): less than any
+    kernel takes to stream them once from HBM, which a table
     measured on a chip of the same die with faster HBM (the h100-80gb preset prices FP8 GEMMs
     from an H200's table) must not undercut."""
     streamed = float(op.batch) * (op.m * op.k + op.k * op.n + op.m * op.n)
